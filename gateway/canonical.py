@@ -1,0 +1,229 @@
+"""The canonical transcript every layer speaks.
+
+Messages stay in the OpenAI chat shape (plain dicts) because that is what clients send
+and what the store keeps: no conversion on the way in, JSON-serialisable as is. Provider
+artifacts ride on the same dicts under well-known keys, the conventions Google's
+OpenAI-compatible endpoint and LiteLLM-style gateways already use:
+
+* ``message["reasoning_content"]``: DeepSeek-style reasoning text (OpenAI-format upstreams).
+* ``message["thinking_blocks"]``: Anthropic ``thinking`` / ``redacted_thinking`` blocks,
+  verbatim with their signatures.
+* ``tool_call["extra_content"]["google"]["thought_signature"]``: a Gemini thought signature
+  bound to the call that carried it.
+
+Each key is produced by exactly one wire format, so its origin is implied by its name and
+an adapter that does not own a key strips it before sending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Message = dict[str, Any]
+ToolCall = dict[str, Any]
+ToolDef = dict[str, Any]
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "thinking_blocks")
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cached_tokens += other.cached_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+        }
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """One model call, independent of wire format.
+
+    ``params`` holds every other OpenAI body field (temperature, max_tokens, stop, seed,
+    response_format, parallel_tool_calls, user, and unknown fields an OpenAI-compatible
+    upstream may understand); adapters translate what their format knows.
+    """
+
+    messages: list[Message]
+    tools: list[ToolDef] = field(default_factory=list)
+    tool_choice: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ModelResponse:
+    """A complete assistant turn from one upstream call, already in canonical form."""
+
+    message: Message
+    finish_reason: FinishReason
+    usage: Usage
+    model: str = ""
+    id: str = ""
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return self.message.get("tool_calls") or []
+
+
+# --- stream deltas an adapter's stream parser emits ---------------------------------
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    text: str
+
+
+StreamDelta = TextDelta | ReasoningDelta
+
+
+# --- helpers every adapter shares -----------------------------------------------------
+
+
+def normalize_finish_reason(native: FinishReason | None, has_tool_calls: bool) -> FinishReason:
+    """Derive the finish reason from what was produced, not from what the provider claims.
+
+    Providers say ``stop`` with tool calls present (forced tool_choice, some streams); the
+    calls are the truth. ``length`` survives so a client knows arguments may be truncated.
+    """
+    if has_tool_calls and native != "length":
+        return "tool_calls"
+    if native == "tool_calls" and not has_tool_calls:
+        return "stop"
+    return native or "stop"
+
+
+def normalize_arguments(arguments: Any) -> str:
+    """Tool-call arguments are always a JSON string holding an object; never ``""``/None."""
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        return arguments if arguments.strip() else "{}"
+    import orjson  # local: only non-string arguments (rare) pay for this
+
+    return orjson.dumps(arguments).decode()
+
+
+def stable_tool_call_id(seed: str, index: int) -> str:
+    """A deterministic id for a provider that gave none (Gemini without ids, some compat servers).
+
+    Deterministic so that re-parsing the same response yields the same id; salted with the
+    response id or content so two responses do not collide.
+    """
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=12).hexdigest()
+    return f"call_{digest}"
+
+
+class ToolCallAccumulator:
+    """Reassembles streamed tool-call fragments into whole calls.
+
+    Fragments are keyed by index; where a provider omits or repeats the index, the id decides
+    (a fragment carrying a new id opens a new call). The first id and name win; argument
+    fragments concatenate in arrival order.
+    """
+
+    __slots__ = ("_by_id", "_by_index", "_calls", "_last")
+
+    def __init__(self) -> None:
+        self._calls: list[ToolCall] = []
+        self._by_index: dict[int, ToolCall] = {}
+        self._by_id: dict[str, ToolCall] = {}
+        self._last: ToolCall | None = None
+
+    def add(
+        self,
+        index: int | None,
+        id: str | None = None,
+        name: str | None = None,
+        arguments: str | None = None,
+        extra_content: dict[str, Any] | None = None,
+    ) -> None:
+        call: ToolCall | None = None
+        if id and id in self._by_id:
+            call = self._by_id[id]
+        elif index is not None and index in self._by_index:
+            existing = self._by_index[index]
+            # Same index but a different, new id: a provider reusing index 0 for every call.
+            call = None if id and existing["id"] and existing["id"] != id else existing
+        elif index is None and not id:
+            call = self._last
+        if call is None:
+            call = {"id": id or "", "type": "function", "function": {"name": name or "", "arguments": ""}}
+            self._calls.append(call)
+            if index is not None:
+                self._by_index[index] = call
+            if id:
+                self._by_id[id] = call
+        else:
+            if id and not call["id"]:
+                call["id"] = id
+                self._by_id[id] = call
+            if name and not call["function"]["name"]:
+                call["function"]["name"] = name
+        if arguments:
+            call["function"]["arguments"] += arguments
+        if extra_content:
+            call.setdefault("extra_content", {}).update(extra_content)
+        self._last = call
+
+    def __bool__(self) -> bool:
+        return bool(self._calls)
+
+    def result(self, id_seed: str) -> list[ToolCall]:
+        """The finished calls, each with an id and object-JSON arguments."""
+        for position, call in enumerate(self._calls):
+            if not call["id"]:
+                call["id"] = stable_tool_call_id(id_seed, position)
+            call["function"]["arguments"] = normalize_arguments(call["function"]["arguments"])
+        return self._calls
+
+
+def strip_artifacts(message: Message) -> Message:
+    """A copy of ``message`` without provider artifacts, for strict upstreams and clients."""
+    if not any(key in message for key in ARTIFACT_MESSAGE_KEYS) and not any(
+        "extra_content" in call for call in message.get("tool_calls") or ()
+    ):
+        return message
+    clean = {k: v for k, v in message.items() if k not in ARTIFACT_MESSAGE_KEYS}
+    if "tool_calls" in clean:
+        clean["tool_calls"] = [
+            {k: v for k, v in call.items() if k != "extra_content"} for call in clean["tool_calls"]
+        ]
+    return clean
+
+
+def text_of(content: Any) -> str:
+    """Flatten OpenAI message content (string or parts) to text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
+            parts.append(part.get("text") or "")
+        elif isinstance(part, str):
+            parts.append(part)
+    return "".join(parts)

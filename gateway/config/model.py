@@ -1,0 +1,138 @@
+"""Typed, validated configuration. Built once at start-up; read-only on the hot path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ProviderType = Literal["openai", "anthropic", "gemini", "litellm"]
+PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 4 * 1024 * 1024
+    workers: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    key: str
+    tenant: str
+    headless: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    keys: tuple[ApiKey, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    url: str = "memory://"
+    continuation_ttl_s: int = 86400
+
+    @property
+    def kind(self) -> str:
+        return "redis" if self.url.startswith(("redis://", "rediss://", "unix://")) else "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    name: str
+    type: ProviderType
+    base_url: str
+    api_key: str = ""
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    headers: dict[str, str] = field(default_factory=dict)
+    max_connections: int = 1000
+    # Anthropic requires max_tokens; used when the client sent none.
+    default_max_tokens: int = 4096
+    # Azure OpenAI: deployment-style URL and the api-key header.
+    api_version: str | None = None
+    # OpenAI-format servers that require reasoning_content back on assistant turns (DeepSeek).
+    reasoning_passback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HttpToolConfig:
+    url: str
+    timeout_s: float = 30.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolConfig:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    http: HttpToolConfig | None = None
+    python: str | None = None
+    approval: Literal["never", "required"] = "never"
+    timeout_s: float = 30.0
+
+    def definition(self) -> dict[str, Any]:
+        """The OpenAI ``tools[]`` entry the model sees."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    provider: str
+    model: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextConfig:
+    threshold: float = 0.8
+    compress_with: str | None = None
+    max_tool_result_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfig:
+    name: str
+    targets: tuple[TargetConfig, ...]
+    tools: tuple[str, ...] = ()
+    max_tool_iterations: int = 25
+    context_window: int | None = None
+    retries: int = 0
+    tool_concurrency: int = 8
+    context: ContextConfig = field(default_factory=ContextConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    """Failover policy shared by every route (an optional section; defaults are production-safe)."""
+
+    backoff_base_s: float = 0.2
+    backoff_max_s: float = 5.0
+    retry_after_cap_s: float = 10.0
+    breaker_failures: int = 3
+    breaker_cooldown_s: float = 30.0
+    request_timeout_s: float = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    tools: dict[str, ToolConfig] = field(default_factory=dict)
+    models: dict[str, RouteConfig] = field(default_factory=dict)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)

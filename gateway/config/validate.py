@@ -1,0 +1,332 @@
+"""Turning a parsed YAML tree into typed config, with one message per mistake naming its key path.
+
+Unknown keys are errors: a typo such as ``targts`` would otherwise silently fall back to a
+default and surface later as a confusing runtime behaviour.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+from gateway.config.model import (
+    PROVIDER_TYPES,
+    ApiKey,
+    AuthConfig,
+    Config,
+    ContextConfig,
+    HttpToolConfig,
+    ProviderConfig,
+    RouteConfig,
+    RoutingConfig,
+    ServerConfig,
+    StoreConfig,
+    TargetConfig,
+    ToolConfig,
+)
+
+T = TypeVar("T")
+
+
+class ConfigError(Exception):
+    """A config mistake: ``path`` is the key path, ``problem`` what is wrong with it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def _mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {_kind(value)}")
+    for key in value:
+        if key not in allowed:
+            hint = _closest(str(key), allowed)
+            raise ConfigError(f"{path}.{key}" if path else str(key), "unknown key" + hint)
+    return value
+
+
+def _closest(word: str, choices: set[str]) -> str:
+    import difflib  # start-up only
+
+    found = difflib.get_close_matches(word, sorted(choices), n=1)
+    return f" (did you mean '{found[0]}'?)" if found else ""
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _get(section: dict[str, Any], key: str, path: str, kind: type[T] | tuple[type, ...], default: Any) -> Any:
+    if key not in section or section[key] is None:
+        return default
+    value = section[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ConfigError(f"{path}.{key}", f"expected {_names(kinds)}, got a boolean")
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kinds):
+        raise ConfigError(f"{path}.{key}", f"expected {_names(kinds)}, got {_kind(value)}")
+    return value
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    words = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", dict: "a mapping",
+             list: "a list"}
+    return " or ".join(words.get(k, k.__name__) for k in kinds)
+
+
+def _positive(value: float, path: str, allow_zero: bool = False) -> float:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(path, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return value
+
+
+def _string_map(value: Any, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {_kind(value)}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _server(raw: Any) -> ServerConfig:
+    section = _mapping(raw, "server", {"host", "port", "max_body_bytes", "workers"})
+    port = _get(section, "port", "server", int, 8080)
+    if not 0 < port < 65536:
+        raise ConfigError("server.port", f"must be between 1 and 65535, got {port}")
+    return ServerConfig(
+        host=_get(section, "host", "server", str, "127.0.0.1"),
+        port=port,
+        max_body_bytes=int(_positive(_get(section, "max_body_bytes", "server", int, 4 * 1024 * 1024),
+                                     "server.max_body_bytes")),
+        workers=int(_positive(_get(section, "workers", "server", int, 1), "server.workers")),
+    )
+
+
+def _auth(raw: Any) -> AuthConfig:
+    section = _mapping(raw, "auth", {"keys"})
+    keys = _get(section, "keys", "auth", list, [])
+    parsed: list[ApiKey] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(keys):
+        path = f"auth.keys[{i}]"
+        item = _mapping(entry, path, {"key", "tenant", "headless"})
+        key = _get(item, "key", path, str, "")
+        if not key:
+            raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
+        if key in seen:
+            raise ConfigError(f"{path}.key", "duplicates an earlier key")
+        seen.add(key)
+        tenant = _get(item, "tenant", path, str, "")
+        if not tenant:
+            raise ConfigError(f"{path}.tenant", "is required")
+        parsed.append(ApiKey(key=key, tenant=tenant, headless=_get(item, "headless", path, bool, False)))
+    return AuthConfig(keys=tuple(parsed))
+
+
+def _store(raw: Any) -> StoreConfig:
+    section = _mapping(raw, "store", {"url", "continuation_ttl_s"})
+    url = _get(section, "url", "store", str, "memory://")
+    if not url.startswith(("memory://", "redis://", "rediss://", "unix://")):
+        raise ConfigError("store.url", f"unsupported store '{url}' (use memory:// or redis://HOST:PORT/DB)")
+    ttl = _get(section, "continuation_ttl_s", "store", int, 86400)
+    return StoreConfig(url=url, continuation_ttl_s=int(_positive(ttl, "store.continuation_ttl_s")))
+
+
+_PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
+                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback"}
+_DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "litellm": "",
+}
+
+
+def _provider(name: str, raw: Any) -> ProviderConfig:
+    path = f"providers.{name}"
+    section = _mapping(raw, path, _PROVIDER_KEYS)
+    kind = _get(section, "type", path, str, None)
+    if kind is None:
+        raise ConfigError(f"{path}.type", f"is required (one of {', '.join(PROVIDER_TYPES)})")
+    if kind not in PROVIDER_TYPES:
+        raise ConfigError(f"{path}.type", f"unknown provider type '{kind}' (one of {', '.join(PROVIDER_TYPES)})")
+    base_url = _get(section, "base_url", path, str, _DEFAULT_BASE_URLS[kind]).rstrip("/")
+    if kind != "litellm":
+        parsed = urlparse(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"{path}.base_url", f"must be an http(s) URL, got '{base_url}'")
+    if kind == "litellm" and importlib.util.find_spec("litellm") is None:
+        raise ConfigError(f"{path}.type", "litellm providers need: pip install 'loopgate[litellm]'")
+    return ProviderConfig(
+        name=name,
+        type=kind,
+        base_url=base_url,
+        api_key=_get(section, "api_key", path, str, ""),
+        timeout_s=_positive(_get(section, "timeout_s", path, float, 600.0), f"{path}.timeout_s"),
+        connect_timeout_s=_positive(_get(section, "connect_timeout_s", path, float, 10.0),
+                                    f"{path}.connect_timeout_s"),
+        headers=_string_map(section.get("headers"), f"{path}.headers"),
+        max_connections=int(_positive(_get(section, "max_connections", path, int, 1000),
+                                      f"{path}.max_connections")),
+        default_max_tokens=int(_positive(_get(section, "default_max_tokens", path, int, 4096),
+                                         f"{path}.default_max_tokens")),
+        api_version=_get(section, "api_version", path, str, None),
+        reasoning_passback=_get(section, "reasoning_passback", path, bool, False),
+    )
+
+
+def _tool(name: str, raw: Any) -> ToolConfig:
+    path = f"tools.{name}"
+    section = _mapping(raw, path, {"description", "parameters", "http", "python", "approval", "timeout_s"})
+    params = _get(section, "parameters", path, dict, {"type": "object", "properties": {}})
+    if params.get("type", "object") != "object":
+        raise ConfigError(f"{path}.parameters", "must be a JSON Schema of type object")
+    _check_schema(params, f"{path}.parameters")
+    http_raw = section.get("http")
+    python = _get(section, "python", path, str, None)
+    if (http_raw is None) == (python is None):
+        raise ConfigError(path, "needs exactly one of 'http' or 'python'")
+    http = None
+    if http_raw is not None:
+        hpath = f"{path}.http"
+        hsec = _mapping(http_raw, hpath, {"url", "timeout_s", "headers"})
+        url = _get(hsec, "url", hpath, str, "")
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"{hpath}.url", f"must be an http(s) URL, got '{url}'")
+        http = HttpToolConfig(
+            url=url,
+            timeout_s=_positive(_get(hsec, "timeout_s", hpath, float, 30.0), f"{hpath}.timeout_s"),
+            headers=_string_map(hsec.get("headers"), f"{hpath}.headers"),
+        )
+    if python is not None and (":" not in python or not all(python.split(":", 1))):
+        raise ConfigError(f"{path}.python", f"must look like 'package.module:function', got '{python}'")
+    approval = _get(section, "approval", path, str, "never")
+    if approval not in ("never", "required"):
+        raise ConfigError(f"{path}.approval", f"must be 'required' or 'never', got '{approval}'")
+    timeout = http.timeout_s if http else _get(section, "timeout_s", path, float, 30.0)
+    return ToolConfig(
+        name=name,
+        description=_get(section, "description", path, str, ""),
+        parameters=params,
+        http=http,
+        python=python,
+        approval=approval,
+        timeout_s=_positive(timeout, f"{path}.timeout_s"),
+    )
+
+
+def _check_schema(schema: dict[str, Any], path: str) -> None:
+    from jsonschema import Draft202012Validator, SchemaError  # start-up only
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ConfigError(path, f"invalid JSON Schema: {exc.message}") from None
+
+
+def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
+           ) -> RouteConfig:
+    path = f"models.{name}"
+    section = _mapping(raw, path, {"targets", "tools", "max_tool_iterations", "context_window", "retries",
+                                   "tool_concurrency", "context"})
+    raw_targets = _get(section, "targets", path, list, None)
+    if not raw_targets:
+        raise ConfigError(f"{path}.targets", "needs at least one target")
+    targets = []
+    for i, entry in enumerate(raw_targets):
+        tpath = f"{path}.targets[{i}]"
+        item = _mapping(entry, tpath, {"provider", "model"})
+        provider = _get(item, "provider", tpath, str, "")
+        if provider not in providers:
+            hint = _closest(provider, set(providers))
+            raise ConfigError(f"{tpath}.provider", f"unknown provider '{provider}'{hint}")
+        model = _get(item, "model", tpath, str, "")
+        if not model:
+            raise ConfigError(f"{tpath}.model", "is required")
+        targets.append(TargetConfig(provider=provider, model=model))
+    tool_names = _get(section, "tools", path, list, [])
+    for i, tool in enumerate(tool_names):
+        if tool not in tools:
+            raise ConfigError(f"{path}.tools[{i}]", f"unknown tool '{tool}'{_closest(str(tool), set(tools))}")
+    iterations = _get(section, "max_tool_iterations", path, int, 25)
+    window = _get(section, "context_window", path, int, None)
+    ctx_raw = _mapping(section.get("context"), f"{path}.context",
+                       {"threshold", "compress_with", "max_tool_result_tokens"})
+    threshold = _get(ctx_raw, "threshold", f"{path}.context", float, 0.8)
+    if not 0 < threshold <= 1:
+        raise ConfigError(f"{path}.context.threshold", f"must be in (0, 1], got {threshold}")
+    return RouteConfig(
+        name=name,
+        targets=tuple(targets),
+        tools=tuple(tool_names),
+        max_tool_iterations=int(_positive(iterations, f"{path}.max_tool_iterations")),
+        context_window=None if window is None else int(_positive(window, f"{path}.context_window")),
+        retries=int(_positive(_get(section, "retries", path, int, 0), f"{path}.retries", allow_zero=True)),
+        tool_concurrency=int(_positive(_get(section, "tool_concurrency", path, int, 8),
+                                       f"{path}.tool_concurrency")),
+        context=ContextConfig(
+            threshold=threshold,
+            compress_with=_get(ctx_raw, "compress_with", f"{path}.context", str, None),
+            max_tool_result_tokens=_get(ctx_raw, "max_tool_result_tokens", f"{path}.context", int, None),
+        ),
+    )
+
+
+def _routing(raw: Any) -> RoutingConfig:
+    section = _mapping(raw, "routing", {"backoff_base_s", "backoff_max_s", "retry_after_cap_s",
+                                        "breaker_failures", "breaker_cooldown_s", "request_timeout_s"})
+    defaults = RoutingConfig()
+
+    def number(key: str) -> float:
+        return _positive(_get(section, key, "routing", float, getattr(defaults, key)), f"routing.{key}",
+                         allow_zero=True)
+
+    return RoutingConfig(
+        backoff_base_s=number("backoff_base_s"),
+        backoff_max_s=number("backoff_max_s"),
+        retry_after_cap_s=number("retry_after_cap_s"),
+        breaker_failures=int(_positive(_get(section, "breaker_failures", "routing", int, 3),
+                                       "routing.breaker_failures")),
+        breaker_cooldown_s=number("breaker_cooldown_s"),
+        request_timeout_s=_positive(_get(section, "request_timeout_s", "routing", float, 900.0),
+                                    "routing.request_timeout_s"),
+    )
+
+
+def _named(raw: Any, section: str, build: Callable[[str, Any], T]) -> dict[str, T]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(section, f"expected a mapping of names, got {_kind(raw)}")
+    return {str(name): build(str(name), value) for name, value in raw.items()}
+
+
+def build_config(raw: dict[str, Any]) -> Config:
+    _mapping(raw, "", {"server", "auth", "store", "providers", "tools", "models", "routing"})
+    providers = _named(raw.get("providers"), "providers", _provider)
+    tools = _named(raw.get("tools"), "tools", _tool)
+    models = _named(raw.get("models"), "models", lambda n, v: _route(n, v, providers, tools))
+    for name, route in models.items():
+        target = route.context.compress_with
+        if target is not None and target not in models:
+            raise ConfigError(f"models.{name}.context.compress_with", f"unknown model route '{target}'")
+    return Config(
+        server=_server(raw.get("server")),
+        auth=_auth(raw.get("auth")),
+        store=_store(raw.get("store")),
+        providers=providers,
+        tools=tools,
+        models=models,
+        routing=_routing(raw.get("routing")),
+    )

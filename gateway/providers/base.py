@@ -1,0 +1,159 @@
+"""What every wire-format adapter provides, and the canonical error classes the router acts on.
+
+Adapters are pure translators: no I/O, no state beyond one stream's parser. The router does
+the HTTP and hands the bytes to the adapter of the target that produced them, so a fallback
+response can never be parsed by the wrong handler.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.config.model import ProviderConfig
+
+
+class ErrorClass(StrEnum):
+    RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
+    SERVER_ERROR = "server_error"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    AUTH = "auth"
+    BAD_REQUEST = "bad_request"
+    CONTEXT_LENGTH = "context_length_exceeded"
+    NOT_FOUND = "not_found"
+    INVALID_RESPONSE = "invalid_response"
+
+
+# Failures that say nothing about the caller's request: another attempt or target may succeed.
+RETRYABLE = frozenset({ErrorClass.RATE_LIMITED, ErrorClass.OVERLOADED, ErrorClass.SERVER_ERROR,
+                       ErrorClass.TIMEOUT, ErrorClass.CONNECTION, ErrorClass.INVALID_RESPONSE})
+# Failures of the target itself (its key, its model name): the next target may succeed, a retry won't.
+TARGET_FAULTS = frozenset({ErrorClass.AUTH, ErrorClass.NOT_FOUND})
+
+
+class ProviderError(Exception):
+    """An upstream failure in canonical form."""
+
+    def __init__(self, error_class: ErrorClass, message: str, status: int | None = None,
+                 retry_after: float | None = None, no_retry: bool = False) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+        # Set when the provider says retrying is pointless (quota exhausted, x-should-retry: false).
+        self.no_retry = no_retry
+
+    @property
+    def retryable(self) -> bool:
+        return self.error_class in RETRYABLE and not self.no_retry
+
+    def __repr__(self) -> str:
+        return f"ProviderError({self.error_class.value}, {self.status}, {self.message!r})"
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    event: str | None
+    data: bytes
+
+
+class StreamParser(Protocol):
+    """Incremental parser for one native stream."""
+
+    def feed(self, event: SSEEvent) -> list[StreamDelta]:
+        """Consume one SSE event; return text/reasoning deltas. Raises ProviderError on an in-stream error."""
+        ...
+
+    def finish(self) -> ModelResponse:
+        """The whole turn. Raises ProviderError(CONNECTION) when the stream ended before its end marker."""
+        ...
+
+
+class Adapter(Protocol):
+    wire_format: str
+
+    def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
+                      stream: bool) -> UpstreamRequest: ...
+
+    def parse_response(self, body: bytes) -> ModelResponse: ...
+
+    def new_stream_parser(self) -> StreamParser: ...
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError: ...
+
+
+# --- shared error helpers -------------------------------------------------------------
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` first, then ``retry-after`` as seconds or an HTTP date (what the SDKs do)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+def class_for_status(status: int) -> ErrorClass:
+    if status == 429:
+        return ErrorClass.RATE_LIMITED
+    if status in (401, 403):
+        return ErrorClass.AUTH
+    if status == 404:
+        return ErrorClass.NOT_FOUND
+    if status in (408, 504):
+        return ErrorClass.TIMEOUT
+    if status in (503, 529):
+        return ErrorClass.OVERLOADED
+    if status >= 500:
+        return ErrorClass.SERVER_ERROR
+    return ErrorClass.BAD_REQUEST
+
+
+_CONTEXT_MARKERS = ("context_length_exceeded", "context length", "context window", "maximum context",
+                    "prompt is too long", "too many tokens", "input token count", "exceeds the maximum")
+
+
+def looks_like_context_overflow(message: str, code: Any = None) -> bool:
+    text = f"{code or ''} {message}".lower()
+    return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def error_from_status(status: int, headers: Mapping[str, str], message: str, code: Any = None,
+                      no_retry: bool = False) -> ProviderError:
+    """The status-driven part of error mapping that every wire format shares."""
+    error_class = class_for_status(status)
+    if error_class is ErrorClass.BAD_REQUEST and looks_like_context_overflow(message, code):
+        error_class = ErrorClass.CONTEXT_LENGTH
+    should_retry = headers.get("x-should-retry")
+    if should_retry == "false":
+        no_retry = True
+    return ProviderError(error_class, message, status=status, retry_after=retry_after_seconds(headers),
+                         no_retry=no_retry)

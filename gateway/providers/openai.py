@@ -1,0 +1,253 @@
+"""OpenAI Chat Completions and every server that speaks it (vLLM, Ollama, Groq, DeepSeek, Azure).
+
+The canonical transcript is already this shape, so translation is mostly *removal*: artifacts
+owned by other wire formats are stripped, and ``reasoning_content`` goes back only to servers
+that require it (``reasoning_passback``; DeepSeek answers 400 without it, others reject it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.canonical import (
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ReasoningDelta,
+    StreamDelta,
+    TextDelta,
+    ToolCallAccumulator,
+    Usage,
+    normalize_finish_reason,
+    strip_artifacts,
+)
+from gateway.config.model import ProviderConfig
+from gateway.providers.base import (
+    ErrorClass,
+    ProviderError,
+    SSEEvent,
+    UpstreamRequest,
+    error_from_status,
+    looks_like_context_overflow,
+)
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
+def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Message]:
+    if not provider.reasoning_passback:
+        return [strip_artifacts(m) for m in messages]
+    out = []
+    for message in messages:
+        clean = strip_artifacts(message)
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            clean = {**clean, "reasoning_content": message.get("reasoning_content") or ""}
+        elif "reasoning_content" in message:
+            clean = {**clean, "reasoning_content": message["reasoning_content"]}
+        out.append(clean)
+    return out
+
+
+def parse_usage(raw: Mapping[str, Any] | None) -> Usage:
+    if not raw:
+        return Usage()
+    prompt_details = raw.get("prompt_tokens_details") or {}
+    completion_details = raw.get("completion_tokens_details") or {}
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=int(prompt_details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens") or 0),
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+    )
+
+
+def _in_stream_error(error: Any) -> ProviderError:
+    """An ``{"error": ...}`` object inside a 200 response or stream."""
+    if not isinstance(error, dict):
+        return ProviderError(ErrorClass.SERVER_ERROR, str(error))
+    message = str(error.get("message") or "upstream error")
+    kind = f"{error.get('type') or ''} {error.get('code') or ''}".lower()
+    if looks_like_context_overflow(message, error.get("code")):
+        error_class = ErrorClass.CONTEXT_LENGTH
+    elif "overload" in kind or "slow_down" in kind or "unavailable" in kind:
+        error_class = ErrorClass.OVERLOADED
+    elif "rate_limit" in kind:
+        error_class = ErrorClass.RATE_LIMITED
+    elif "invalid_request" in kind:
+        error_class = ErrorClass.BAD_REQUEST
+    else:
+        error_class = ErrorClass.SERVER_ERROR
+    return ProviderError(error_class, message)
+
+
+class OpenAIStreamParser:
+    __slots__ = ("_calls", "_done", "_finish", "_id", "_model", "_reasoning", "_text", "_usage")
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls = ToolCallAccumulator()
+        self._finish: FinishReason | None = None
+        self._usage = Usage()
+        self._id = ""
+        self._model = ""
+        self._done = False
+
+    def feed(self, event: SSEEvent) -> list[StreamDelta]:
+        data = event.data
+        if data == b"[DONE]":
+            self._done = True
+            return []
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream sent a malformed stream chunk") from None
+        if not isinstance(chunk, dict):
+            return []
+        if "error" in chunk:
+            raise _in_stream_error(chunk["error"])
+        if not self._id:
+            self._id = chunk.get("id") or ""
+            self._model = chunk.get("model") or ""
+        usage = chunk.get("usage")
+        if usage:
+            self._usage = parse_usage(usage)
+        deltas: list[StreamDelta] = []
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                self._text.append(text)
+                deltas.append(TextDelta(text))
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                self._reasoning.append(reasoning)
+                deltas.append(ReasoningDelta(reasoning))
+            for call in delta.get("tool_calls") or ():
+                function = call.get("function") or {}
+                self._calls.add(call.get("index"), call.get("id"), function.get("name"),
+                                function.get("arguments"), call.get("extra_content"))
+            finish = choice.get("finish_reason")
+            if finish:
+                self._finish = _FINISH.get(finish, "stop")
+        return deltas
+
+    def finish(self) -> ModelResponse:
+        if not self._done and self._finish is None:
+            raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before the response was complete")
+        message: Message = {"role": "assistant", "content": "".join(self._text) or None}
+        calls = self._calls.result(self._id or "".join(self._text))
+        if calls:
+            message["tool_calls"] = calls
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
+        return ModelResponse(
+            message=message,
+            finish_reason=normalize_finish_reason(self._finish, bool(calls)),
+            usage=self._usage,
+            model=self._model,
+            id=self._id,
+        )
+
+
+class OpenAIAdapter:
+    wire_format = "openai"
+
+    def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
+                      stream: bool) -> UpstreamRequest:
+        body: dict[str, Any] = dict(request.params)
+        body["model"] = model
+        body["messages"] = _messages_for(provider, request.messages)
+        if request.tools:
+            body["tools"] = request.tools
+            if request.tool_choice is not None:
+                body["tool_choice"] = request.tool_choice
+        else:
+            body.pop("parallel_tool_calls", None)
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        headers = {"content-type": "application/json"}
+        if provider.api_version:
+            url = (f"{provider.base_url}/openai/deployments/{model}/chat/completions"
+                   f"?api-version={provider.api_version}")
+            if provider.api_key:
+                headers["api-key"] = provider.api_key
+        else:
+            url = f"{provider.base_url}/chat/completions"
+            if provider.api_key:
+                headers["authorization"] = f"Bearer {provider.api_key}"
+        headers.update(provider.headers)
+        return UpstreamRequest(url=url, headers=headers, body=orjson.dumps(body))
+
+    def parse_response(self, body: bytes) -> ModelResponse:
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a body that is not JSON") from None
+        if not isinstance(payload, dict):
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
+        if "error" in payload:
+            raise _in_stream_error(payload["error"])
+        choices = payload.get("choices")
+        if not choices or not isinstance(choices, list):
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream response has no choices")
+        choice = choices[0]
+        native = choice.get("message") or {}
+        message: Message = {"role": "assistant", "content": native.get("content")}
+        if native.get("refusal") and not message["content"]:
+            message["content"] = native["refusal"]
+        accumulator = ToolCallAccumulator()
+        for position, call in enumerate(native.get("tool_calls") or ()):
+            function = call.get("function") or {}
+            accumulator.add(position, call.get("id"), function.get("name"), function.get("arguments"),
+                            call.get("extra_content"))
+        calls = accumulator.result(payload.get("id") or str(message["content"]))
+        if calls:
+            message["tool_calls"] = calls
+        reasoning = native.get("reasoning_content") or native.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            message["reasoning_content"] = reasoning
+        return ModelResponse(
+            message=message,
+            finish_reason=normalize_finish_reason(_FINISH.get(choice.get("finish_reason") or ""),
+                                                  bool(calls)),
+            usage=parse_usage(payload.get("usage")),
+            model=payload.get("model") or "",
+            id=payload.get("id") or "",
+        )
+
+    def new_stream_parser(self) -> OpenAIStreamParser:
+        return OpenAIStreamParser()
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        message, code, kind = _error_fields(body)
+        no_retry = "insufficient_quota" in f"{code} {kind}"
+        return error_from_status(status, headers, message or f"upstream returned HTTP {status}", code, no_retry)
+
+
+def _error_fields(body: bytes) -> tuple[str, Any, Any]:
+    try:
+        payload = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return body[:500].decode("utf-8", "replace").strip(), None, None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or ""), error.get("code"), error.get("type")
+    if isinstance(error, str):
+        return error, None, None
+    if isinstance(payload, dict) and "message" in payload:
+        return str(payload["message"]), None, None
+    return "", None, None
