@@ -1,0 +1,87 @@
+"""The ASGI application: routes, lifespan and the last-resort error handlers."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from gateway import metrics
+from gateway.api.auth import authenticate
+from gateway.api.chat import chat_completions, error_response, to_gateway_error
+from gateway.api.runtime import Runtime
+from gateway.config.model import Config
+from gateway.errors import GatewayError
+
+
+def _json(payload: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+async def list_models(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    try:
+        authenticate(request, runtime.keys)
+    except GatewayError as error:
+        return error_response(error)
+    created = request.app.state.started
+    return _json({"object": "list", "data": [{"id": name, "object": "model", "created": created,
+                                              "owned_by": "loopgate"} for name in runtime.routes.names()]})
+
+
+async def healthz(request: Request) -> Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    ready = await runtime.store.ping()
+    body = {"ready": ready, "store": {"kind": runtime.store.kind, "reachable": ready},
+            "circuits": runtime.router.health.snapshot()}
+    return _json(body, 200 if ready else 503)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    for target, state in runtime.router.health.snapshot().items():
+        metrics.CIRCUIT_STATE.set(0.0 if state == "closed" else 1.0, target)
+    return PlainTextResponse(metrics.render_all(), media_type="text/plain; version=0.0.4")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return error_response(GatewayError(exc.status_code, str(exc.detail), kind))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return error_response(to_gateway_error(exc))
+
+
+def create_app(config: Config) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.runtime = await Runtime.start(config)
+        app.state.started = int(time.time())
+        try:
+            yield
+        finally:
+            await app.state.runtime.stop()
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={HTTPException: _http_error, Exception: _unexpected})

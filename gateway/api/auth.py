@@ -1,0 +1,28 @@
+"""Bearer keys mapped to tenants. With no keys configured every caller is tenant ``default``."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.requests import Request
+
+from gateway.config.model import ApiKey
+from gateway.errors import GatewayError
+
+ANONYMOUS = ApiKey(key="", tenant="default")
+
+
+def authenticate(request: Request, keys: dict[str, ApiKey]) -> ApiKey:
+    if not keys:
+        return ANONYMOUS
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise GatewayError(401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error",
+                           code="invalid_api_key")
+    found = keys.get(token)
+    # The dict lookup answers; compare_digest keeps the final check constant-time.
+    if found is None or not hmac.compare_digest(found.key, token):
+        raise GatewayError(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+    return found

@@ -1,0 +1,117 @@
+"""``POST /v1/chat/completions``: validate, plan, run the loop, render it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway import metrics
+from gateway.api.auth import authenticate
+from gateway.api.body import read_json
+from gateway.api.render import ChunkEncoder, collect, completion_id, stream_frames
+from gateway.api.request import parse_chat_request
+from gateway.api.runtime import Runtime
+from gateway.errors import GatewayError, bad_request, from_upstream
+from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
+from gateway.routing.router import AllTargetsFailed, StreamInterrupted
+from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
+
+log = logging.getLogger("loopgate.api")
+PATH = "/v1/chat/completions"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def to_gateway_error(exc: BaseException) -> GatewayError:
+    """Every exception a request can end with, as the error the client should see."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, AllTargetsFailed):
+        return from_upstream(exc.last, exc.target)
+    if isinstance(exc, StreamInterrupted):
+        return GatewayError(502, f"the upstream stream from {exc.target} failed after it started "
+                            f"({exc.error.error_class.value}): {exc.error.message}", "upstream_error",
+                            code="stream_interrupted")
+    if isinstance(exc, StoreUnavailable):
+        return GatewayError(503, "the continuation store is unavailable; nothing was paused or resumed, retry later",
+                            "service_unavailable_error", code="store_unavailable")
+    if isinstance(exc, ContinuationNotFound):
+        return GatewayError(404, str(exc), "invalid_request_error", code="continuation_not_found")
+    if isinstance(exc, ContinuationConflict):
+        return GatewayError(409, str(exc), "invalid_request_error", code="continuation_conflict")
+    log.error("unexpected error while serving a request", exc_info=exc)
+    return GatewayError(500, "internal gateway error (logged); nothing about it is your request's fault",
+                        "server_error", code="internal_error")
+
+
+def error_response(error: GatewayError) -> Response:
+    return Response(error.body(), status_code=error.status, media_type="application/json", headers=error.headers)
+
+
+async def chat_completions(request: Request) -> Response:
+    started = time.perf_counter()
+    runtime: Runtime = request.app.state.runtime
+    model = "-"
+    try:
+        key = authenticate(request, runtime.keys)
+        body = await read_json(request, runtime.config.server.max_body_bytes)
+        chat = parse_chat_request(body)
+        model = chat.model
+        plan = runtime.routes.lookup(chat.model)
+        if plan is None:
+            raise GatewayError(404, f"The model '{chat.model}' does not exist. Known models: "
+                               f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
+                               "model", "model_not_found")
+        server = set(plan.server_tools)
+        for index, tool in enumerate(chat.tools):
+            if tool["function"]["name"] in server:
+                raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool of "
+                                  f"model '{chat.model}'; rename it", f"tools[{index}]")
+        max_iterations = plan.max_tool_iterations
+        if chat.max_tool_iterations is not None:
+            max_iterations = min(max_iterations, chat.max_tool_iterations)
+        headless = (key.headless or chat.headless
+                    or request.headers.get("x-gateway-headless", "").lower() in _TRUE)
+        loop_request = LoopRequest(
+            plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
+            params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
+            stream=chat.stream, deadline=time.monotonic() + runtime.config.routing.request_timeout_s,
+        )
+        events = run_loop(loop_request, runtime.deps)
+        response_id = completion_id()
+        if not chat.stream:
+            payload = await collect(events, response_id, chat.model)
+            _done(model, 200, started)
+            return Response(orjson.dumps(payload), media_type="application/json")
+        # Pull the first event before answering, so a request that fails before any byte
+        # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
+        first = await anext(events, None)
+        encoder = ChunkEncoder(response_id, chat.model)
+        frames = stream_frames(first, events, encoder, chat.include_usage, to_gateway_error)
+        return StreamingResponse(_timed(frames, events, model, started), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    except Exception as exc:
+        error = to_gateway_error(exc)
+        _done(model, error.status, started)
+        return error_response(error)
+
+
+async def _timed(frames: AsyncIterator[bytes], events: AsyncIterator[LoopEvent], model: str,
+                 started: float) -> AsyncIterator[bytes]:
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        # Closing the engine here (also on client disconnect) cancels running tools and
+        # releases the upstream connection at once rather than at garbage collection.
+        await events.aclose()  # type: ignore[attr-defined]
+        _done(model, 200, started)
+
+
+def _done(model: str, status: int, started: float) -> None:
+    metrics.REQUESTS.inc(PATH, model, str(status))
+    metrics.LATENCY.observe(time.perf_counter() - started, PATH)

@@ -1,0 +1,129 @@
+"""The two renderers of the one loop: a ``chat.completion`` object, or a ``chat.completion.chunk`` stream.
+
+Both consume the same events, so the text a client receives is identical in both modes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from gateway.canonical import ReasoningDelta, TextDelta
+from gateway.errors import GatewayError
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
+
+log = logging.getLogger("loopgate.render")
+
+
+def completion_id() -> str:
+    return "chatcmpl-" + secrets.token_urlsafe(18)
+
+
+async def collect(events: AsyncIterator[LoopEvent], response_id: str, model: str) -> dict[str, Any]:
+    text: list[str] = []
+    reasoning: list[str] = []
+    result: LoopResult | None = None
+    async for event in events:
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            reasoning.append(event.text)
+        elif isinstance(event, Finished):
+            result = event.result
+    assert result is not None, "the loop ended without a result"
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if result.tool_calls:
+        message["tool_calls"] = result.tool_calls
+    elif message["content"] is None:
+        message["content"] = ""
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    return {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": result.finish_reason, "logprobs": None}],
+        "usage": result.usage.to_openai(),
+        "gateway": result.gateway,
+    }
+
+
+class ChunkEncoder:
+    """Builds SSE frames; the constant part of every chunk is serialised once per stream."""
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, response_id: str, model: str) -> None:
+        head = orjson.dumps({"id": response_id, "object": "chat.completion.chunk", "created": int(time.time()),
+                             "model": model})
+        self._head = b"data: " + head[:-1] + b',"choices":'
+        self._tail = b"}\n\n"
+
+    def delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return self._head + orjson.dumps([choice]) + self._tail
+
+    def extra(self, **fields: Any) -> bytes:
+        """A chunk with ``choices: []``: usage, or the gateway's progress and summary objects."""
+        return self._head + b"[]," + orjson.dumps(fields)[1:-1] + self._tail
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def error_frame(error: GatewayError) -> bytes:
+    return b"data: " + error.body() + b"\n\n"
+
+
+async def stream_frames(first: LoopEvent | None, events: AsyncIterator[LoopEvent], encoder: ChunkEncoder,
+                        include_usage: bool, on_error: Any) -> AsyncIterator[bytes]:
+    """Encode events as they come. ``first`` was already pulled (so failures before it got a real status).
+
+    A failure after bytes went out cannot change the status any more: it ends the stream with
+    an OpenAI-shaped error frame and ``[DONE]``; nothing is replayed.
+    """
+    yield encoder.delta({"role": "assistant", "content": ""})
+    try:
+        if first is not None:
+            for frame in _frames(first, encoder, include_usage):
+                yield frame
+        async for event in events:
+            for frame in _frames(event, encoder, include_usage):
+                yield frame
+    except Exception as exc:
+        yield error_frame(on_error(exc))
+    yield DONE
+
+
+def _frames(event: LoopEvent, encoder: ChunkEncoder, include_usage: bool) -> list[bytes]:
+    if isinstance(event, TextDelta):
+        return [encoder.delta({"content": event.text})]
+    if isinstance(event, ReasoningDelta):
+        return [encoder.delta({"reasoning_content": event.text})]
+    if isinstance(event, ToolStarted):
+        return [encoder.extra(gateway={"event": "tool_started", "tool_call_id": event.tool_call_id,
+                                       "name": event.name})]
+    if isinstance(event, ToolFinished):
+        return [encoder.extra(gateway={"event": "tool_finished", "tool_call_id": event.tool_call_id,
+                                       "name": event.name, "status": event.status,
+                                       "elapsed_ms": round(event.elapsed_ms, 2)})]
+    if isinstance(event, Notice):
+        return [encoder.extra(gateway={"event": event.event, **event.detail})]
+    if isinstance(event, Finished):
+        result = event.result
+        frames = []
+        for index, call in enumerate(result.tool_calls):
+            frames.append(encoder.delta({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                                         "function": call["function"]}]}))
+        frames.append(encoder.delta({}, result.finish_reason))
+        frames.append(encoder.extra(gateway=result.gateway))
+        if include_usage:
+            frames.append(encoder.extra(usage=result.usage.to_openai()))
+        return frames
+    return []

@@ -1,0 +1,58 @@
+"""Everything a request handler needs, built once per worker inside the app's lifespan."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+
+from gateway.config.model import ApiKey, Config
+from gateway.loop.continuations import Continuations
+from gateway.loop.engine import LoopDeps
+from gateway.providers.http import UpstreamPool
+from gateway.routing.health import TargetHealth
+from gateway.routing.router import Router
+from gateway.routing.routes import RouteTable
+from gateway.store.base import Store, open_store
+from gateway.tools.executor import run_tool
+from gateway.tools.registry import ToolRegistry
+
+log = logging.getLogger("loopgate")
+
+
+@dataclass(slots=True)
+class Runtime:
+    config: Config
+    keys: dict[str, ApiKey]
+    pool: UpstreamPool
+    tool_session: aiohttp.ClientSession
+    store: Store
+    tools: ToolRegistry
+    router: Router
+    routes: RouteTable
+    continuations: Continuations
+    deps: LoopDeps
+
+    @classmethod
+    async def start(cls, config: Config) -> Runtime:
+        if not config.auth.enabled:
+            log.warning("auth is DISABLED: no keys configured, every caller is tenant 'default' (development only)")
+        store = open_store(config.store.url)
+        pool = UpstreamPool(config.providers)
+        tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+        tools = await ToolRegistry.from_config(config.tools, tool_session)
+        shared = store if store.kind == "redis" else None
+        health = TargetHealth(config.routing.breaker_failures, config.routing.breaker_cooldown_s, shared)
+        router = Router(config.providers, config.routing, pool, health)
+        routes = RouteTable(config, router)
+        continuations = Continuations(store, config.store.continuation_ttl_s)
+        deps = LoopDeps(router=router, tools=tools, run_tool=run_tool, pause=continuations.pause)
+        return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
+                   store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps)
+
+    async def stop(self) -> None:
+        await self.pool.aclose()
+        await self.tools.aclose()
+        await self.tool_session.close()
+        await self.store.aclose()

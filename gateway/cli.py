@@ -1,0 +1,67 @@
+"""``loopgate serve`` and ``loopgate check-config`` (also ``python -m gateway``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from gateway import __version__
+from gateway.config import DEFAULT_PATH, ConfigError, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopgate", description="OpenAI-compatible gateway with a server-side "
+                                     "tool loop, failover and resumable continuations.")
+    parser.add_argument("--version", action="version", version=f"loopgate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    config_help = f"config file (default: $LOOPGATE_CONFIG, else {DEFAULT_PATH})"
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help=config_help)
+    serve.add_argument("--host", help="bind address (default: server.host)")
+    serve.add_argument("--port", type=int, help="port (default: server.port)")
+    serve.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
+    serve.add_argument("--log-level", default=os.environ.get("LOOPGATE_LOG_LEVEL", "info"),
+                       choices=["critical", "error", "warning", "info", "debug"])
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("--config", help=config_help)
+    return parser
+
+
+def _app_factory():
+    from gateway.api.app import create_app
+
+    return create_app(load_config(os.environ.get("LOOPGATE_CONFIG")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"loopgate: config error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "check-config":
+        print(f"config OK: {len(config.providers)} providers, {len(config.models)} models, "
+              f"{len(config.tools)} tools, store {config.store.kind}")
+        return 0
+
+    import uvicorn
+
+    from gateway.api.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    workers = args.workers or config.server.workers
+    common = {"host": host, "port": port, "loop": "uvloop", "http": "httptools", "log_level": args.log_level,
+              "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30}
+    if workers > 1:
+        # Worker processes re-import the app: hand them the config path through the environment.
+        if args.config:
+            os.environ["LOOPGATE_CONFIG"] = os.path.abspath(args.config)
+        uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
+    else:
+        uvicorn.run(create_app(config), **common)
+    return 0

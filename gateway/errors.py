@@ -1,0 +1,65 @@
+"""Every failure a client can see, in OpenAI's error shape with a fitting status.
+
+OpenAI SDKs raise typed exceptions from the status and read ``error.message``; keeping that
+shape means callers need no Loopgate-specific error handling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.providers.base import ErrorClass, ProviderError
+
+
+class GatewayError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.payload())
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> GatewayError:
+    return GatewayError(400, message, "invalid_request_error", param, code)
+
+
+# Upstream failure class -> (status, type, code) once no target could answer.
+_UPSTREAM_STATUS: dict[ErrorClass, tuple[int, str, str | None]] = {
+    ErrorClass.RATE_LIMITED: (429, "rate_limit_error", "rate_limit_exceeded"),
+    ErrorClass.OVERLOADED: (503, "service_unavailable_error", "upstream_overloaded"),
+    ErrorClass.SERVER_ERROR: (502, "upstream_error", "upstream_server_error"),
+    ErrorClass.INVALID_RESPONSE: (502, "upstream_error", "upstream_invalid_response"),
+    ErrorClass.CONNECTION: (502, "upstream_error", "upstream_unreachable"),
+    ErrorClass.TIMEOUT: (504, "timeout_error", "upstream_timeout"),
+    # The gateway's own credentials for the provider: not the caller's key, so not a 401.
+    ErrorClass.AUTH: (502, "upstream_error", "upstream_auth_failed"),
+    ErrorClass.NOT_FOUND: (404, "invalid_request_error", "model_not_found"),
+    ErrorClass.CONTEXT_LENGTH: (400, "invalid_request_error", "context_length_exceeded"),
+}
+
+
+def from_upstream(error: ProviderError, target: str) -> GatewayError:
+    """The client's view of the last upstream failure, naming which target said it."""
+    if error.error_class is ErrorClass.BAD_REQUEST:
+        status = error.status if error.status and 400 <= error.status < 500 else 400
+        return GatewayError(status, f"{target}: {error.message}", "invalid_request_error")
+    status, kind, code = _UPSTREAM_STATUS[error.error_class]
+    headers = {}
+    if error.retry_after is not None and status in (429, 503):
+        headers["retry-after"] = str(max(1, round(error.retry_after)))
+    message = f"no upstream could answer; last error from {target}: {error.message}"
+    if error.error_class in (ErrorClass.CONTEXT_LENGTH, ErrorClass.NOT_FOUND):
+        message = f"{target}: {error.message}"
+    return GatewayError(status, message, kind, None, code, headers)

@@ -1,0 +1,283 @@
+"""The tool loop: one async generator of events, rendered either as one response or as a stream.
+
+Each iteration is one model call through the router (so any iteration may be answered by
+any target of the route), then, if the model asked for tools, one turn:
+
+1. every call is classified: server tool, server tool needing approval, client tool, unknown;
+2. server tools run concurrently (bounded), each with its timeout, their outcomes becoming
+   results; unknown tools get an error result; in headless mode calls that would pause get
+   a "denied (headless)" result;
+3. if any call must wait for the client or a human, the loop pauses: the transcript, the
+   turn's finished results and the loop state are stored as a continuation first, and only
+   then is the pause reported;
+4. otherwise the turn is appended through ``pairing.tool_turn`` and the loop goes on.
+
+At ``max_tool_iterations`` tool rounds the next call is the finalize call: tool definitions
+kept (Anthropic rejects tool blocks in a history without them), ``tool_choice: none`` and an
+instruction to answer now, so the answer always ends in text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway import metrics
+from gateway.canonical import (
+    Message,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolDef,
+    Usage,
+    strip_artifacts,
+    text_of,
+)
+from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
+from gateway.loop.pairing import ToolResult, tool_turn
+from gateway.routing.router import Answer, Attempt, Router
+from gateway.routing.routes import RoutePlan
+
+FINALIZE_INSTRUCTION = (
+    "The tool-call limit for this request has been reached. Do not call any more tools. "
+    "Answer the user now with the information gathered so far."
+)
+ITERATION_SEPARATOR = "\n\n"
+
+
+class ToolRunner(Protocol):
+    """What the engine needs from the tool registry: the lookup and one execution."""
+
+    def get(self, name: str) -> Any: ...
+
+    def definitions(self, names: Any) -> list[ToolDef]: ...
+
+
+@dataclass(slots=True)
+class LoopState:
+    """Everything a paused loop needs to carry on exactly where it stopped."""
+
+    iterations: int = 0
+    tool_rounds: int = 0
+    answered_by: list[str] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    tool_records: list[dict[str, Any]] = field(default_factory=list)
+    headless_denials: list[dict[str, Any]] = field(default_factory=list)
+    text_emitted: bool = False
+    iteration_limit_reached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iterations": self.iterations, "tool_rounds": self.tool_rounds, "answered_by": self.answered_by,
+            "attempts": self.attempts, "usage": [self.usage.prompt_tokens, self.usage.completion_tokens,
+                                                 self.usage.cached_tokens, self.usage.reasoning_tokens],
+            "tool_records": self.tool_records, "headless_denials": self.headless_denials,
+            "text_emitted": self.text_emitted, "iteration_limit_reached": self.iteration_limit_reached,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoopState:
+        state = cls(**{k: v for k, v in data.items() if k != "usage"})
+        state.usage = Usage(*data.get("usage", (0, 0, 0, 0)))
+        return state
+
+
+@dataclass(slots=True)
+class LoopRequest:
+    plan: RoutePlan
+    messages: list[Message]
+    client_tools: list[ToolDef]
+    tool_choice: Any
+    params: dict[str, Any]
+    max_iterations: int
+    headless: bool
+    tenant: str
+    stream: bool
+    deadline: float
+    state: LoopState = field(default_factory=LoopState)
+
+
+@dataclass(slots=True)
+class PendingCall:
+    call: ToolCall
+    reason: str  # "client" | "approval"
+
+
+PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]
+ExecuteHook = Callable[[Any, str], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class LoopDeps:
+    router: Router
+    tools: ToolRunner
+    run_tool: ExecuteHook
+    pause: PauseHook
+
+
+def _is_forced(tool_choice: Any) -> bool:
+    return tool_choice == "required" or isinstance(tool_choice, dict)
+
+
+def headless_denial(name: str, reason: str) -> str:
+    who = "a human's approval" if reason == "approval" else "the client to run it"
+    return (f"Tool '{name}' was not run: it needs {who}, and this request runs headless with no one to "
+            "answer. Continue without it.")
+
+
+def gateway_extension(state: LoopState, status: str, continuation_id: str | None = None,
+                      pending: list[PendingCall] | None = None) -> dict[str, Any]:
+    extension: dict[str, Any] = {
+        "status": status,
+        "iterations": state.iterations,
+        "answered_by": state.answered_by,
+        "attempts": state.attempts,
+        "tool_calls": state.tool_records,
+        "headless_denials": state.headless_denials,
+        "iteration_limit_reached": state.iteration_limit_reached,
+    }
+    if continuation_id is not None:
+        extension["continuation_id"] = continuation_id
+        extension["pending"] = [{"tool_call_id": p.call["id"], "name": p.call["function"]["name"],
+                                 "reason": p.reason} for p in pending or ()]
+    return extension
+
+
+async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEvent]:
+    """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place."""
+    state = request.state
+    plan = request.plan
+    server_names = set(plan.server_tools)
+    client_names = {t.get("function", {}).get("name") for t in request.client_tools}
+    tool_defs = deps.tools.definitions(plan.server_tools) + request.client_tools
+    transcript = request.messages
+    while True:
+        finalize = state.tool_rounds >= request.max_iterations
+        messages = [*transcript, {"role": "user", "content": FINALIZE_INSTRUCTION}] if finalize else transcript
+        if finalize:
+            choice: Any = "none"
+            state.iteration_limit_reached = True
+        elif state.iterations and _is_forced(request.tool_choice):
+            choice = "auto"
+        else:
+            choice = request.tool_choice
+        model_request = ModelRequest(messages=messages, tools=tool_defs, tool_choice=choice if tool_defs else None,
+                                     params=request.params)
+        attempts: list[Attempt] = []
+        answer: Answer | None = None
+        try:
+            if request.stream:
+                separate = state.text_emitted
+                async for item in deps.router.stream(plan.targets, model_request, attempts, plan.retries,
+                                                     request.deadline):
+                    if isinstance(item, Answer):
+                        answer = item
+                    elif isinstance(item, TextDelta):
+                        if separate:
+                            separate = False
+                            yield TextDelta(ITERATION_SEPARATOR)
+                        state.text_emitted = True
+                        yield item
+                    else:
+                        yield item
+            else:
+                answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
+                                                    request.deadline)
+                reasoning = answer.response.message.get("reasoning_content")
+                if reasoning:
+                    yield ReasoningDelta(reasoning)
+                text = text_of(answer.response.message.get("content"))
+                if text:
+                    if state.text_emitted:
+                        yield TextDelta(ITERATION_SEPARATOR)
+                    state.text_emitted = True
+                    yield TextDelta(text)
+        finally:
+            state.attempts.extend(a.to_dict() for a in attempts)
+        assert answer is not None
+        response = answer.response
+        state.iterations += 1
+        state.usage.add(response.usage)
+        state.answered_by.append(answer.target.label)
+        calls = response.tool_calls
+        if finalize or not calls:
+            metrics.LOOP_ITERATIONS.observe(state.iterations)
+            finish = "stop" if calls else response.finish_reason
+            yield Finished(LoopResult("completed", finish, state.usage, gateway_extension(state, "completed")))
+            return
+
+        assistant = response.message
+        if assistant.get("content") is None:
+            assistant["content"] = None
+        results: dict[str, ToolResult] = {}
+        runnable: list[tuple[ToolCall, Any]] = []
+        pending: list[PendingCall] = []
+        for call in calls:
+            name = call["function"]["name"]
+            tool = deps.tools.get(name) if name in server_names else None
+            if tool is not None and tool.spec.approval != "required":
+                runnable.append((call, tool))
+                continue
+            reason = "approval" if tool is not None else "client" if name in client_names else None
+            if reason is None:
+                available = ", ".join(sorted(server_names | client_names)) or "none"
+                results[call["id"]] = ToolResult("error", f"Unknown tool '{name}'. Available tools: {available}.")
+                _record(state, call, "error", 0.0)
+            elif request.headless:
+                results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
+                state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
+                _record(state, call, "denied", 0.0)
+            else:
+                pending.append(PendingCall(call, reason))
+
+        async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results, state):
+            yield event
+
+        if pending:
+            continuation_id = await deps.pause(request, assistant, results, pending)
+            metrics.LOOP_ITERATIONS.observe(state.iterations)
+            handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
+            yield Finished(LoopResult("paused", "tool_calls", state.usage,
+                                      gateway_extension(state, "paused", continuation_id, pending), handed))
+            return
+        transcript.extend(tool_turn(assistant, results))
+        state.tool_rounds += 1
+
+
+def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float) -> None:
+    name = call["function"]["name"]
+    state.tool_records.append({"id": call["id"], "name": name, "status": status, "elapsed_ms": round(elapsed_ms, 2)})
+    metrics.TOOL_CALLS.inc(name, status)
+
+
+async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, concurrency: int,
+                    results: dict[str, ToolResult], state: LoopState) -> AsyncIterator[LoopEvent]:
+    """Run a turn's server tools concurrently, reporting each as it finishes; results keyed by call id."""
+    if not runnable:
+        return
+    semaphore = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(call: ToolCall, tool: Any) -> tuple[ToolCall, Any, float]:
+        async with semaphore:
+            started = time.perf_counter()
+            outcome = await execute(tool, call["function"]["arguments"])
+            return call, outcome, (time.perf_counter() - started) * 1000
+
+    for call, _ in runnable:
+        yield ToolStarted(call["id"], call["function"]["name"])
+    tasks = [asyncio.ensure_future(one(call, tool)) for call, tool in runnable]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            call, outcome, elapsed_ms = await next_done
+            elapsed_ms = getattr(outcome, "elapsed_ms", elapsed_ms)
+            results[call["id"]] = ToolResult(outcome.status, outcome.content, elapsed_ms)
+            _record(state, call, outcome.status, elapsed_ms)
+            yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,0 +1,48 @@
+"""What the loop engine yields. Renderers turn these into a chat.completion or a chunk stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.canonical import ReasoningDelta, TextDelta, ToolCall, Usage
+
+
+@dataclass(slots=True)
+class ToolStarted:
+    tool_call_id: str
+    name: str
+
+
+@dataclass(slots=True)
+class ToolFinished:
+    tool_call_id: str
+    name: str
+    status: str
+    elapsed_ms: float
+
+
+@dataclass(slots=True)
+class Notice:
+    """A progress event with no text (context_compressed, tools_skipped, ...)."""
+
+    event: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LoopResult:
+    status: Literal["completed", "paused"]
+    finish_reason: str
+    usage: Usage
+    gateway: dict[str, Any]
+    # Calls handed to the client: the pending ones when paused.
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Finished:
+    result: LoopResult
+
+
+LoopEvent = TextDelta | ReasoningDelta | ToolStarted | ToolFinished | Notice | Finished

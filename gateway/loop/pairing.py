@@ -1,0 +1,82 @@
+"""The one place where an assistant turn and its tool results are put into the transcript.
+
+Every path (ok, error, invalid arguments, unknown tool, denied, skipped, client output on
+resume) produces a ``ToolResult`` per call and goes through ``tool_turn``, so a call can never
+lack its result and no result can lack its call. ``pairing_problem`` checks the same invariant
+on any message list: on client input (a 400 naming the index) and, in tests, on every request
+an upstream receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.canonical import Message
+
+ToolStatus = Literal["ok", "error", "denied", "skipped", "client"]
+
+
+@dataclass(slots=True)
+class ToolResult:
+    status: ToolStatus
+    content: str
+    elapsed_ms: float = 0.0
+
+
+class PairingError(ValueError):
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def tool_turn(assistant: Message, results: dict[str, ToolResult]) -> list[Message]:
+    """The assistant message with all its calls, then exactly one tool message per call, in call order."""
+    messages: list[Message] = [assistant]
+    for call in assistant.get("tool_calls") or ():
+        result = results.get(call["id"])
+        if result is None:
+            raise PairingError(-1, f"tool call {call['id']} ({call['function']['name']}) has no result")
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
+    return messages
+
+
+def pairing_problem(messages: list[Message]) -> PairingError | None:
+    """The first violation of OpenAI's pairing rule, or None.
+
+    After an assistant message with ``tool_calls`` the next messages must be ``tool`` messages
+    answering each of its ids (in any order) before anything else; a ``tool`` message may
+    only answer an id of the closest preceding assistant ``tool_calls``.
+    """
+    open_ids: set[str] = set()
+    open_at = -1
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            tool_call_id = message.get("tool_call_id")
+            if not isinstance(tool_call_id, str) or not tool_call_id:
+                return PairingError(index, f"messages[{index}]: a 'tool' message needs a 'tool_call_id'")
+            if tool_call_id not in open_ids:
+                return PairingError(index, f"messages[{index}]: 'tool' message answers '{tool_call_id}', which no "
+                                    "preceding assistant 'tool_calls' left unanswered")
+            open_ids.discard(tool_call_id)
+            continue
+        if open_ids:
+            missing = ", ".join(sorted(open_ids))
+            return PairingError(open_at, f"messages[{open_at}]: an assistant message with 'tool_calls' must be "
+                                f"followed by tool messages answering each id; missing: {missing}")
+        if role == "assistant" and message.get("tool_calls"):
+            open_ids = set()
+            for call in message["tool_calls"]:
+                call_id = call.get("id") if isinstance(call, dict) else None
+                if not isinstance(call_id, str) or not call_id:
+                    return PairingError(index, f"messages[{index}]: every tool call needs an 'id'")
+                if call_id in open_ids:
+                    return PairingError(index, f"messages[{index}]: duplicate tool call id '{call_id}'")
+                open_ids.add(call_id)
+            open_at = index
+    if open_ids:
+        missing = ", ".join(sorted(open_ids))
+        return PairingError(open_at, f"messages[{open_at}]: an assistant message with 'tool_calls' must be "
+                            f"followed by tool messages answering each id; missing: {missing}")
+    return None

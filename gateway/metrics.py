@@ -1,0 +1,111 @@
+"""A minimal Prometheus registry: counters, gauges and histograms keyed by label tuples.
+
+prometheus_client would add a lock and a label-validation pass per increment; here an
+increment is one dict operation, which matters on a path every request takes. Each worker
+process keeps its own registry (scrape each worker, or run one worker per pod).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+
+class Counter:
+    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
+        self.name, self.help, self.labels = name, help_text, tuple(labels)
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, *label_values: str, amount: float = 1.0) -> None:
+        self.values[label_values] = self.values.get(label_values, 0.0) + amount
+
+    def get(self, *label_values: str) -> float:
+        return self.values.get(label_values, 0.0)
+
+    def render(self, kind: str = "counter") -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {kind}"]
+        for key, value in self.values.items():
+            lines.append(f"{self.name}{_labels(self.labels, key)} {_num(value)}")
+        return lines
+
+
+class Gauge(Counter):
+    def set(self, value: float, *label_values: str) -> None:
+        self.values[label_values] = value
+
+    def render(self, kind: str = "gauge") -> list[str]:
+        return super().render(kind)
+
+
+class Histogram:
+    def __init__(self, name: str, help_text: str, labels: Sequence[str] = (),
+                 buckets: Sequence[float] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+                 ) -> None:
+        self.name, self.help, self.labels = name, help_text, tuple(labels)
+        self.buckets = tuple(buckets)
+        self.series: dict[tuple[str, ...], list[float]] = {}  # bucket counts..., +Inf count, sum
+
+    def observe(self, value: float, *label_values: str) -> None:
+        series = self.series.get(label_values)
+        if series is None:
+            series = self.series[label_values] = [0.0] * (len(self.buckets) + 2)
+        series[bisect.bisect_left(self.buckets, value)] += 1
+        series[-1] += value
+
+    def count(self, *label_values: str) -> float:
+        series = self.series.get(label_values)
+        return sum(series[:-1]) if series else 0.0
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        for key, series in self.series.items():
+            cumulative = 0.0
+            for bound, count in zip((*self.buckets, float("inf")), series[:-1], strict=True):
+                cumulative += count
+                le = "+Inf" if bound == float("inf") else _num(bound)
+                lines.append(f"{self.name}_bucket{_labels((*self.labels, 'le'), (*key, le))} {_num(cumulative)}")
+            lines.append(f"{self.name}_sum{_labels(self.labels, key)} {series[-1]}")
+            lines.append(f"{self.name}_count{_labels(self.labels, key)} {_num(cumulative)}")
+        return lines
+
+
+def _labels(names: Sequence[str], values: Sequence[str]) -> str:
+    if not names:
+        return ""
+    inner = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=False))
+    return "{" + inner + "}"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+REQUESTS = Counter("loopgate_requests_total", "HTTP requests by route, model and status", ("path", "model", "status"))
+LATENCY = Histogram("loopgate_request_duration_seconds", "Request latency (to last byte)", ("path",))
+UPSTREAM_ATTEMPTS = Counter("loopgate_upstream_attempts_total", "Upstream model calls by target and outcome",
+                            ("target", "outcome"))
+UPSTREAM_ERRORS = Counter("loopgate_upstream_errors_total", "Upstream failures by target and error class",
+                          ("target", "error_class"))
+FAILOVERS = Counter("loopgate_failovers_total", "Moves from one target to the next", ("from_target", "error_class"))
+CIRCUIT_STATE = Gauge("loopgate_circuit_open", "1 while a target's circuit is open or half-open", ("target",))
+STREAM_ABORTS = Counter("loopgate_stream_aborts_total", "Streams ended with an error after bytes reached the client",
+                        ("target", "error_class"))
+TOOL_CALLS = Counter("loopgate_tool_calls_total", "Server-side tool executions by tool and status", ("tool", "status"))
+LOOP_ITERATIONS = Histogram("loopgate_loop_iterations", "Model calls per request", (),
+                            buckets=(1, 2, 3, 5, 8, 13, 25, 50))
+CONTINUATIONS = Counter("loopgate_continuations_total", "Continuation events", ("event",))
+CONTEXT_ACTIONS = Counter("loopgate_context_actions_total", "Context guard actions", ("action",))
+
+ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, STREAM_ABORTS, TOOL_CALLS,
+       LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS)
+
+
+def render_all() -> str:
+    lines: list[str] = []
+    for metric in ALL:
+        lines.extend(metric.render())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,240 @@
+"""Failover across a route's targets; every answer is parsed by the adapter of the target that gave it.
+
+Decisions are driven by canonical error classes, never by exception types:
+
+* caller's own bad request -> returned at once (another provider would reject it too);
+* context overflow -> the next target (a larger window may exist), no retry on the same one;
+* rate limit, overload, 5xx, timeout, connection, invalid body -> retry the same target up
+  to ``retries`` times with exponential backoff and jitter (``Retry-After`` honoured up to a
+  cap; a longer demand moves on), then the next target;
+* the target's own auth / not-found errors -> the next target without retrying.
+
+Streaming has a commit point: until the first delta has been yielded, any failure fails
+over transparently (including a 200 followed by an in-stream error). After it, the stream
+is never replayed: ``StreamInterrupted`` tells the renderer to end the stream with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gateway import metrics
+from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, ProviderError
+from gateway.providers.http import UpstreamPool
+from gateway.providers.registry import adapter_for
+from gateway.providers.sse import SSEDecoder
+from gateway.routing.health import TargetHealth
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTarget:
+    label: str
+    provider: ProviderConfig
+    model: str
+    adapter: Adapter
+
+
+@dataclass(slots=True)
+class Attempt:
+    target: str
+    error_class: str | None
+    status: int | None
+    elapsed_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "error_class": self.error_class, "status": self.status,
+                "elapsed_ms": round(self.elapsed_ms, 2)}
+
+
+@dataclass(slots=True)
+class Answer:
+    """The end of a model call: who answered and what, already in canonical form."""
+
+    target: ResolvedTarget
+    response: ModelResponse
+
+
+class AllTargetsFailed(Exception):
+    def __init__(self, last: ProviderError, target: str) -> None:
+        super().__init__(f"every target failed; last: {target}: {last.message}")
+        self.last = last
+        self.target = target
+
+
+class StreamInterrupted(Exception):
+    """A stream failed after some of it reached the client; it must not be replayed."""
+
+    def __init__(self, error: ProviderError, target: str) -> None:
+        super().__init__(f"{target}: {error.message}")
+        self.error = error
+        self.target = target
+
+
+class DeadlineExceeded(ProviderError):
+    def __init__(self) -> None:
+        super().__init__(ErrorClass.TIMEOUT, "the request deadline passed before any target answered")
+
+
+Decision = Literal["retry", "next", "raise"]
+
+
+class Router:
+    def __init__(self, providers: dict[str, ProviderConfig], policy: RoutingConfig, pool: UpstreamPool,
+                 health: TargetHealth) -> None:
+        self._providers = providers
+        self._policy = policy
+        self._pool = pool
+        self.health = health
+
+    def resolve(self, targets: Sequence[TargetConfig]) -> tuple[ResolvedTarget, ...]:
+        """Done once per route at start-up, so the hot path does no lookups."""
+        resolved = []
+        for target in targets:
+            provider = self._providers[target.provider]
+            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter_for(provider.type)))
+        return tuple(resolved)
+
+    async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> list[ResolvedTarget]:
+        admitted = []
+        for target in targets:
+            if await self.health.admit(target.label):
+                admitted.append(target)
+            else:
+                attempts.append(Attempt(target.label, "circuit_open", None, 0.0))
+        # Every circuit open: trying is still better than failing without asking anyone.
+        return admitted or list(targets)
+
+    async def _decide(self, target: ResolvedTarget, error: ProviderError, attempt_no: int, retries: int,
+                      deadline: float) -> Decision:
+        metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
+        if isinstance(error, DeadlineExceeded):
+            return "raise"
+        if error.error_class is ErrorClass.BAD_REQUEST:
+            await self.health.record(target.label, failed=False)  # it answered; the request was wrong
+            return "raise"
+        if error.error_class is ErrorClass.CONTEXT_LENGTH:
+            await self.health.record(target.label, failed=False)
+            return "next"
+        if error.error_class in TARGET_FAULTS or not error.retryable:
+            await self.health.record(target.label, failed=True)
+            return "next"
+        if attempt_no < retries:
+            delay = min(self._policy.backoff_max_s, self._policy.backoff_base_s * (2 ** attempt_no))
+            delay *= random.uniform(0.75, 1.25)
+            if error.retry_after is not None:
+                if error.retry_after > self._policy.retry_after_cap_s:
+                    await self.health.record(target.label, failed=True)
+                    return "next"
+                delay = max(delay, error.retry_after)
+            if time.monotonic() + delay < deadline:
+                await asyncio.sleep(delay)
+                return "retry"
+        await self.health.record(target.label, failed=True)
+        return "next"
+
+    async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
+                       retries: int, deadline: float) -> Answer:
+        last: tuple[ProviderError, str] | None = None
+        for position, target in enumerate(await self._plan(targets, attempts)):
+            if position and last:
+                metrics.FAILOVERS.inc(last[1], last[0].error_class.value)
+            for attempt_no in range(retries + 1):
+                started = time.monotonic()
+                try:
+                    response = await self._call(target, request, deadline)
+                except ProviderError as error:
+                    attempts.append(Attempt(target.label, error.error_class.value, error.status,
+                                            (time.monotonic() - started) * 1000))
+                    last = (error, target.label)
+                    decision = await self._decide(target, error, attempt_no, retries, deadline)
+                    if decision == "raise":
+                        raise AllTargetsFailed(error, target.label) from None
+                    if decision == "next":
+                        break
+                    continue
+                attempts.append(Attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
+                metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
+                await self.health.record(target.label, failed=False)
+                return Answer(target, response)
+        assert last is not None
+        raise AllTargetsFailed(*last)
+
+    async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
+        native = target.adapter.build_request(request, target.provider, target.model, stream=False)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded()
+        try:
+            async with asyncio.timeout(remaining):
+                reply = await self._pool.post(target.provider, native)
+        except TimeoutError:
+            raise DeadlineExceeded() from None
+        if reply.status >= 400:
+            raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
+        return target.adapter.parse_response(reply.body)
+
+    async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
+                     retries: int, deadline: float) -> AsyncIterator[StreamDelta | Answer]:
+        last: tuple[ProviderError, str] | None = None
+        for position, target in enumerate(await self._plan(targets, attempts)):
+            if position and last:
+                metrics.FAILOVERS.inc(last[1], last[0].error_class.value)
+            for attempt_no in range(retries + 1):
+                started = time.monotonic()
+                committed = False
+                try:
+                    native = target.adapter.build_request(request, target.provider, target.model, stream=True)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise DeadlineExceeded()
+                    # No asyncio.timeout around the yields: it would cancel the consumer, not this
+                    # generator. The header wait is bounded by ``remaining``, stalls by the
+                    # provider's read timeout, and the deadline is checked between chunks.
+                    async with self._pool.stream(target.provider, native, remaining) as upstream:
+                        if upstream.status >= 400:
+                            raise target.adapter.parse_error(upstream.status, upstream.headers,
+                                                             await upstream.read())
+                        parser = target.adapter.new_stream_parser()
+                        decoder = SSEDecoder()
+                        async for chunk in upstream.chunks():
+                            for event in decoder.feed(chunk):
+                                for delta in parser.feed(event):
+                                    committed = True
+                                    yield delta
+                            if time.monotonic() > deadline:
+                                raise DeadlineExceeded()
+                        for event in decoder.close():
+                            for delta in parser.feed(event):
+                                committed = True
+                                yield delta
+                        response = parser.finish()
+                except ProviderError as caught:
+                    error: ProviderError = caught
+                else:
+                    attempts.append(Attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
+                    metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
+                    await self.health.record(target.label, failed=False)
+                    yield Answer(target, response)
+                    return
+                attempts.append(Attempt(target.label, error.error_class.value, error.status,
+                                        (time.monotonic() - started) * 1000))
+                if committed:
+                    metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
+                    metrics.STREAM_ABORTS.inc(target.label, error.error_class.value)
+                    await self.health.record(target.label, failed=error.error_class is not ErrorClass.BAD_REQUEST)
+                    raise StreamInterrupted(error, target.label)
+                last = (error, target.label)
+                decision = await self._decide(target, error, attempt_no, retries, deadline)
+                if decision == "raise":
+                    raise AllTargetsFailed(error, target.label)
+                if decision == "next":
+                    break
+        assert last is not None
+        raise AllTargetsFailed(*last)

@@ -1,0 +1,57 @@
+"""From the ``model`` a client sends to a plan: targets (resolved once), server tools and limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config.model import Config, RouteConfig, TargetConfig
+from gateway.routing.router import ResolvedTarget, Router
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    name: str
+    targets: tuple[ResolvedTarget, ...]
+    server_tools: tuple[str, ...] = ()
+    max_tool_iterations: int = 25
+    retries: int = 0
+    tool_concurrency: int = 8
+    route: RouteConfig | None = None
+
+
+class RouteTable:
+    """Routes from config, plus ``PROVIDER/UPSTREAM_MODEL`` straight to one provider (no failover, no tools)."""
+
+    _DIRECT_CACHE_LIMIT = 1024
+
+    def __init__(self, config: Config, router: Router) -> None:
+        self._router = router
+        self._providers = config.providers
+        self._routes: dict[str, RoutePlan] = {
+            name: RoutePlan(
+                name=name,
+                targets=router.resolve(route.targets),
+                server_tools=route.tools,
+                max_tool_iterations=route.max_tool_iterations,
+                retries=route.retries,
+                tool_concurrency=route.tool_concurrency,
+                route=route,
+            )
+            for name, route in config.models.items()
+        }
+        self._direct: dict[str, RoutePlan] = {}
+
+    def names(self) -> list[str]:
+        return list(self._routes)
+
+    def lookup(self, model: str) -> RoutePlan | None:
+        plan = self._routes.get(model) or self._direct.get(model)
+        if plan is not None:
+            return plan
+        provider, sep, upstream_model = model.partition("/")
+        if not sep or not upstream_model or provider not in self._providers:
+            return None
+        plan = RoutePlan(name=model, targets=self._router.resolve([TargetConfig(provider, upstream_model)]))
+        if len(self._direct) < self._DIRECT_CACHE_LIMIT:
+            self._direct[model] = plan
+        return plan
