@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.base import Adapter
+from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.openai import OpenAIAdapter
 
 ADAPTERS: dict[str, Adapter] = {
     "openai": OpenAIAdapter(),
+    "anthropic": AnthropicAdapter(),
+    "gemini": GeminiAdapter(),
 }
 
 

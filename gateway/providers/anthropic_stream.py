@@ -1,0 +1,264 @@
+"""Anthropic Messages, response side: a native message -> canonical turn, in-body errors, streaming.
+
+The stream parser rebuilds the native ``content`` array block by block and hands the finished
+message to the same function that converts a non-stream body, so a streamed turn and the same
+turn fetched whole produce equal ``ModelResponse`` objects (same text, same calls, same thinking
+blocks with their full signatures) by construction rather than by two parallel code paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.canonical import (
+    FinishReason,
+    Message,
+    ModelResponse,
+    ReasoningDelta,
+    StreamDelta,
+    TextDelta,
+    ToolCallAccumulator,
+    Usage,
+    normalize_finish_reason,
+)
+from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, looks_like_context_overflow
+
+# Unknown values (Anthropic adds them) fall back to "stop"; tool_use blocks override it anyway.
+STOP_REASONS: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+ERROR_TYPES: dict[str, ErrorClass] = {
+    "invalid_request_error": ErrorClass.BAD_REQUEST,
+    "request_too_large": ErrorClass.BAD_REQUEST,
+    "authentication_error": ErrorClass.AUTH,
+    "permission_error": ErrorClass.AUTH,
+    "not_found_error": ErrorClass.NOT_FOUND,
+    "rate_limit_error": ErrorClass.RATE_LIMITED,
+    # Out of credit: like the spend cap, another target may serve it but a retry here won't.
+    "billing_error": ErrorClass.RATE_LIMITED,
+    "api_error": ErrorClass.SERVER_ERROR,
+    "timeout_error": ErrorClass.TIMEOUT,
+    "overloaded_error": ErrorClass.OVERLOADED,
+}
+
+THINKING_TYPES = ("thinking", "redacted_thinking")
+SPEND_LIMIT = "enforced_spend_limit_reached"
+
+
+def is_context_overflow(message: str) -> bool:
+    # "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000" is not in the shared list.
+    return looks_like_context_overflow(message) or "context limit" in message.lower()
+
+
+def no_retry_for(error: Mapping[str, Any]) -> bool:
+    """Errors that look retryable by class but are not: the monthly spend cap and billing."""
+    details = error.get("details")
+    code = details.get("error_code") if isinstance(details, dict) else None
+    return code == SPEND_LIMIT or error.get("type") == "billing_error"
+
+
+def error_from_body(error: Any) -> ProviderError:
+    """The ``error`` object of a ``{"type": "error"}`` body or stream event, classified by its type."""
+    if not isinstance(error, dict):
+        return ProviderError(ErrorClass.SERVER_ERROR, str(error or "upstream error"))
+    message = str(error.get("message") or error.get("type") or "upstream error")
+    error_class = ERROR_TYPES.get(str(error.get("type")), ErrorClass.SERVER_ERROR)
+    if error_class is ErrorClass.BAD_REQUEST and is_context_overflow(message):
+        error_class = ErrorClass.CONTEXT_LENGTH
+    return ProviderError(error_class, message, no_retry=no_retry_for(error))
+
+
+def parse_usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    details = raw.get("output_tokens_details")
+    return Usage(
+        # input_tokens excludes cached tokens; the OpenAI prompt count includes them.
+        prompt_tokens=int(raw.get("input_tokens") or 0) + int(raw.get("cache_creation_input_tokens") or 0)
+        + int(raw.get("cache_read_input_tokens") or 0),
+        completion_tokens=int(raw.get("output_tokens") or 0),
+        cached_tokens=int(raw.get("cache_read_input_tokens") or 0),
+        reasoning_tokens=int(details.get("thinking_tokens") or 0) if isinstance(details, dict) else 0,
+    )
+
+
+def _arguments(tool_input: Any) -> str:
+    if tool_input is None or isinstance(tool_input, str):  # str: a streamed input that did not parse
+        return tool_input or ""
+    return orjson.dumps(tool_input).decode()
+
+
+def response_from_message(native: Any) -> ModelResponse:
+    """Convert one native assistant message (non-stream body, or a stream rebuilt) to canonical form."""
+    if not isinstance(native, dict):
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
+    if native.get("type") == "error":
+        raise error_from_body(native.get("error"))
+    content = native.get("content")
+    if not isinstance(content, list):
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream message has no content array")
+    texts: list[str] = []
+    reasoning: list[str] = []
+    thinking_blocks: list[dict[str, Any]] = []
+    calls = ToolCallAccumulator()
+    tool_index = 0  # the OpenAI tool-call index counts tool_use blocks only, not content positions
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text") or ""))
+        elif kind == "tool_use":
+            calls.add(tool_index, block.get("id"), block.get("name"), _arguments(block.get("input")))
+            tool_index += 1
+        elif kind in THINKING_TYPES:
+            thinking_blocks.append(block)  # verbatim: the signature is replayed byte for byte
+            if kind == "thinking" and block.get("thinking"):
+                reasoning.append(str(block["thinking"]))
+        # server_tool_use, web_search_tool_result, ...: results of server tools, nothing to hand on
+    response_id = str(native.get("id") or "")
+    message: Message = {"role": "assistant", "content": "".join(texts) or None}
+    tool_calls = calls.result(response_id or "".join(texts))
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if thinking_blocks:
+        message["thinking_blocks"] = thinking_blocks
+    if reasoning:
+        message["reasoning_content"] = "\n\n".join(reasoning)
+    stop_reason = native.get("stop_reason")
+    native_finish = STOP_REASONS.get(stop_reason, "stop") if stop_reason else None
+    return ModelResponse(
+        message=message,
+        finish_reason=normalize_finish_reason(native_finish, bool(tool_calls)),
+        usage=parse_usage(native.get("usage")),
+        model=str(native.get("model") or ""),
+        id=response_id,
+    )
+
+
+class AnthropicStreamParser:
+    """Rebuilds the native message from ``message_start`` / ``content_block_*`` / ``message_delta`` events."""
+
+    __slots__ = ("_blocks", "_done", "_json", "_last_reasoning", "_message", "_stop_reason", "_usage")
+
+    def __init__(self) -> None:
+        self._message: dict[str, Any] = {}
+        self._blocks: dict[int, dict[str, Any]] = {}  # content index -> block being assembled
+        self._json: dict[int, list[str]] = {}  # content index -> input_json_delta fragments
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+        self._last_reasoning: int | None = None  # block whose thinking text was streamed last
+        self._done = False
+
+    def feed(self, event: SSEEvent) -> list[StreamDelta]:
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream sent a malformed stream event") from None
+        if not isinstance(data, dict):
+            return []
+        kind = data.get("type") or event.event
+        if kind == "content_block_delta":
+            return self._delta(data.get("index"), data.get("delta"))
+        if kind == "content_block_start":
+            return self._start(data.get("index"), data.get("content_block"))
+        if kind == "content_block_stop":
+            self._close(data.get("index"))
+        elif kind == "message_start":
+            message = data.get("message")
+            if isinstance(message, dict):
+                self._message = {k: v for k, v in message.items() if k not in ("content", "usage")}
+                self._merge_usage(message.get("usage"))
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                self._stop_reason = str(delta["stop_reason"])
+            self._merge_usage(data.get("usage"))
+        elif kind == "message_stop":
+            self._done = True
+        elif kind == "error":
+            raise error_from_body(data.get("error"))
+        return []  # ping and event types added after this was written
+
+    def _start(self, index: Any, block: Any) -> list[StreamDelta]:
+        if not isinstance(index, int) or not isinstance(block, dict):
+            return []
+        block = dict(block)
+        self._blocks[index] = block
+        if "input" in block:  # tool_use, server_tool_use: ``input: {}`` at start is a placeholder
+            self._json[index] = []
+        if block.get("type") == "text" and block.get("text"):
+            return [TextDelta(str(block["text"]))]
+        if block.get("type") == "thinking" and block.get("thinking"):
+            return [self._reasoning(index, str(block["thinking"]))]
+        return []  # redacted_thinking arrives complete here, with no deltas
+
+    def _delta(self, index: Any, delta: Any) -> list[StreamDelta]:
+        if not isinstance(delta, dict) or not isinstance(index, int):
+            return []
+        kind = delta.get("type")
+        block = self._blocks.get(index)
+        if block is None:  # a delta without its start: keep text/thinking rather than lose it
+            if kind not in ("text_delta", "thinking_delta"):
+                return []
+            block = self._blocks[index] = {"type": "text", "text": ""} if kind == "text_delta" else {
+                "type": "thinking", "thinking": "", "signature": ""}
+        if kind == "text_delta":
+            text = str(delta.get("text") or "")
+            block["text"] = str(block.get("text") or "") + text
+            return [TextDelta(text)] if text else []
+        if kind == "thinking_delta":
+            text = str(delta.get("thinking") or "")
+            block["thinking"] = str(block.get("thinking") or "") + text
+            return [self._reasoning(index, text)] if text else []
+        if kind == "signature_delta":
+            block["signature"] = str(block.get("signature") or "") + str(delta.get("signature") or "")
+        elif kind == "input_json_delta":
+            self._json.setdefault(index, []).append(str(delta.get("partial_json") or ""))
+        return []  # citations_delta and unknown delta types
+
+    def _reasoning(self, index: int, text: str) -> ReasoningDelta:
+        # Thinking blocks are joined with a blank line in the whole message; the stream says the same.
+        if self._last_reasoning is not None and self._last_reasoning != index:
+            text = "\n\n" + text
+        self._last_reasoning = index
+        return ReasoningDelta(text)
+
+    def _close(self, index: Any) -> None:
+        fragments = self._json.pop(index, None) if isinstance(index, int) else None
+        if fragments is None or index not in self._blocks:
+            return
+        raw = "".join(fragments)
+        tool_input: Any = {}
+        if raw.strip():
+            try:
+                tool_input = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                tool_input = raw  # truncated at max_tokens: hand on the text, finish_reason says length
+            if not isinstance(tool_input, dict):
+                tool_input = raw
+        self._blocks[index]["input"] = tool_input
+
+    def _merge_usage(self, usage: Any) -> None:
+        # message_delta usage is cumulative and may repeat input counts; null means "not reported here".
+        if isinstance(usage, dict):
+            self._usage.update({k: v for k, v in usage.items() if v is not None})
+
+    def finish(self) -> ModelResponse:
+        if not self._done:
+            raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before message_stop")
+        for index in list(self._json):
+            self._close(index)
+        native = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)],
+                  "stop_reason": self._stop_reason, "usage": self._usage}
+        return response_from_message(native)

@@ -1,0 +1,416 @@
+"""Google Gemini API (generativelanguage v1beta): ``generateContent`` / ``streamGenerateContent``.
+
+Translation is structural: OpenAI messages become ``contents`` of ``user``/``model`` parts, tool
+results become ``functionResponse`` parts in the user content after the call, and the opaque
+state Gemini needs back rides on the canonical transcript (see ``gemini_stream``):
+
+* thought signatures go back on the part they came on; a model step whose first functionCall has
+  no signature of Gemini's own (history from another provider, hand-built, compacted) gets the
+  documented placeholder, because Gemini 3 rejects an unsigned function-call step with 400;
+* a ``functionCall.id`` is echoed only when Gemini minted it (the ``function_call_id`` marker);
+* ``reasoning_content`` and ``thinking_blocks`` are never sent: Gemini cannot read another
+  provider's reasoning and its own thought summaries carry no state (the signature does).
+
+Thinking policy for ``reasoning_effort``: Gemini 3+ models (version read from the model name) get
+``thinkingLevel`` with the effort passed through (``none`` -> ``minimal``, since Gemini 3 cannot
+switch thinking off; ``xhigh`` -> ``high``); a level a model does not support comes back as the
+upstream's 400. Older or unrecognised names get ``thinkingBudget`` with the budgets Google's own
+OpenAI-compatible endpoint uses (none 0, minimal/low 1024, medium 8192, high 24576): a budget is
+what 2.5 understands and Gemini 3 still accepts. Thought summaries (``includeThoughts``) are
+requested only when the client asks with ``include_reasoning: true``, the common gateway flag.
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+import re
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, text_of
+from gateway.config.model import ProviderConfig
+from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status
+from gateway.providers.gemini_stream import (
+    GeminiStreamParser,
+    GeminiTurn,
+    api_key_invalid,
+    load_payload,
+)
+
+# The placeholder the Gemini and Vertex AI docs allow for function calls Gemini did not produce.
+DUMMY_THOUGHT_SIGNATURE = "skip_thought_signature_validator"
+
+_BUDGETS = {"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576, "xhigh": 24576}
+_LEVELS = {"none": "minimal", "minimal": "minimal", "low": "low", "medium": "medium", "high": "high",
+           "xhigh": "high"}
+_VERSION = re.compile(r"gemini-(\d+)")
+
+# Keywords whose value is a schema, a map of schemas, or a list of schemas (for the cleaner's walk).
+_SUB_SCHEMA = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else",
+               "unevaluatedProperties", "unevaluatedItems")
+_SCHEMA_MAP = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_LIST = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+_SIMPLE_GENERATION = (("temperature", "temperature"), ("top_p", "topP"), ("top_k", "topK"), ("seed", "seed"),
+                      ("n", "candidateCount"), ("presence_penalty", "presencePenalty"),
+                      ("frequency_penalty", "frequencyPenalty"))
+
+
+def _bad_request(message: str) -> ProviderError:
+    return ProviderError(ErrorClass.BAD_REQUEST, message, status=400)
+
+
+def clean_schema(schema: Any) -> Any:
+    """JSON Schema for ``parametersJsonSchema`` / ``responseJsonSchema``.
+
+    Gemini rejects ``$schema`` and any sibling of ``$ref`` other than ``$``-keywords; everything
+    else it either supports or ignores. Only schema positions are walked, so a property that
+    happens to be named ``$schema`` survives.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        return {k: v for k, v in schema.items() if k.startswith("$") and k != "$schema"}
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$schema":
+            continue
+        if key in _SUB_SCHEMA:
+            value = clean_schema(value)
+        elif key in _SCHEMA_MAP and isinstance(value, dict):
+            value = {name: clean_schema(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LIST and isinstance(value, list):
+            value = [clean_schema(sub) for sub in value]
+        out[key] = value
+    return out
+
+
+def _takes_arguments(parameters: Any) -> bool:
+    if not isinstance(parameters, dict) or not parameters:
+        return False
+    if parameters.get("properties"):
+        return True
+    return any(key in parameters for key in ("anyOf", "oneOf", "allOf", "$ref", "patternProperties"))
+
+
+def _declarations(tools: list[dict[str, Any]], allowed: set[str] | None) -> list[dict[str, Any]]:
+    declarations = []
+    for tool in tools:
+        function = tool.get("function") if tool.get("type", "function") == "function" else None
+        if not isinstance(function, dict) or not function.get("name"):
+            continue  # custom / built-in tool types have no Gemini equivalent here
+        if allowed is not None and function["name"] not in allowed:
+            continue
+        declaration: dict[str, Any] = {"name": function["name"]}
+        if function.get("description"):
+            declaration["description"] = function["description"]
+        if _takes_arguments(function.get("parameters")):  # no-arg functions: omit the schema
+            declaration["parametersJsonSchema"] = clean_schema(function["parameters"])
+        declarations.append(declaration)  # "strict" is dropped: Gemini has no such switch
+    return declarations
+
+
+def _tool_config(choice: Any) -> tuple[dict[str, Any] | None, set[str] | None]:
+    """(functionCallingConfig, names to keep among the declarations)."""
+    if choice in ("auto", "none", "required"):
+        return {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]}, None
+    if not isinstance(choice, dict):
+        return None, None
+    if choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        return ({"mode": "ANY", "allowedFunctionNames": [name]}, None) if name else (None, None)
+    if choice.get("type") == "allowed_tools":
+        spec = choice.get("allowed_tools") or {}
+        names = [(t.get("function") or {}).get("name") for t in spec.get("tools") or () if isinstance(t, dict)]
+        names = [n for n in names if n]
+        if spec.get("mode") == "required":
+            return {"mode": "ANY", "allowedFunctionNames": names}, None
+        # Names are honoured only in ANY mode, so "auto" over a subset filters the declarations.
+        return {"mode": "AUTO"}, set(names)
+    return None, None
+
+
+def _thinking_config(params: Mapping[str, Any], model: str) -> dict[str, Any] | None:
+    config: dict[str, Any] = {}
+    effort = params.get("reasoning_effort")
+    if isinstance(effort, str) and effort.lower() in _BUDGETS:
+        effort = effort.lower()
+        version = _VERSION.search(model)
+        if version and int(version.group(1)) >= 3:
+            config["thinkingLevel"] = _LEVELS[effort]
+        else:
+            config["thinkingBudget"] = _BUDGETS[effort]
+    if params.get("include_reasoning") is True and effort != "none":
+        config["includeThoughts"] = True
+    return config or None
+
+
+def _generation_config(params: Mapping[str, Any], model: str) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    limit = params.get("max_completion_tokens")
+    if limit is None:
+        limit = params.get("max_tokens")
+    if limit is not None:
+        config["maxOutputTokens"] = limit
+    for source, target in _SIMPLE_GENERATION:
+        if params.get(source) is not None:
+            config[target] = params[source]
+    stop = params.get("stop")
+    if isinstance(stop, str):
+        config["stopSequences"] = [stop]
+    elif isinstance(stop, list):
+        config["stopSequences"] = stop
+    response_format = params.get("response_format")
+    if isinstance(response_format, dict):
+        kind = response_format.get("type")
+        if kind in ("json_object", "json_schema"):
+            config["responseMimeType"] = "application/json"
+        schema = (response_format.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
+        if isinstance(schema, dict):
+            config["responseJsonSchema"] = clean_schema(schema)
+    thinking = _thinking_config(params, model)
+    if thinking:
+        config["thinkingConfig"] = thinking
+    return config
+
+
+# --- messages -> contents -------------------------------------------------------------
+
+
+def _media_part(url: str) -> dict[str, Any]:
+    if url.startswith("data:"):
+        header, _, data = url[5:].partition(",")
+        mime, _, encoding = header.partition(";")
+        if "base64" not in encoding:
+            data = base64.b64encode(urllib.parse.unquote_to_bytes(data)).decode()
+        return {"inlineData": {"mimeType": mime or "application/octet-stream", "data": data}}
+    file_data = {"fileUri": url}
+    mime = mimetypes.guess_type(urllib.parse.urlsplit(url).path)[0]
+    if mime:
+        file_data = {"mimeType": mime, "fileUri": url}
+    return {"fileData": file_data}
+
+
+def _user_parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    parts: list[dict[str, Any]] = []
+    for item in content or ():
+        if isinstance(item, str):
+            item = {"type": "text", "text": item}
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind in ("text", "input_text") and item.get("text"):
+            parts.append({"text": item["text"]})
+        elif kind == "image_url":
+            image = item.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if isinstance(url, str) and url:
+                parts.append(_media_part(url))
+        elif kind == "input_audio" and isinstance(item.get("input_audio"), dict):
+            audio = item["input_audio"]
+            parts.append({"inlineData": {"mimeType": f"audio/{audio.get('format') or 'wav'}",
+                                         "data": audio.get("data") or ""}})
+        elif kind == "file" and isinstance(item.get("file"), dict) and item["file"].get("file_data"):
+            parts.append(_media_part(str(item["file"]["file_data"])))
+    return parts
+
+
+def _google(holder: Mapping[str, Any]) -> Mapping[str, Any]:
+    extra = holder.get("extra_content")
+    google = extra.get("google") if isinstance(extra, dict) else None
+    return google if isinstance(google, dict) else {}
+
+
+def _call_part(call: ToolCall, where: str) -> dict[str, Any]:
+    function = call.get("function") or {}
+    name = function.get("name") or ""
+    raw = function.get("arguments")
+    if isinstance(raw, dict):
+        args: Any = raw
+    elif raw is None or (isinstance(raw, str) and not raw.strip()):
+        args = {}
+    else:
+        try:
+            args = orjson.loads(raw)
+        except (orjson.JSONDecodeError, TypeError):
+            raise _bad_request(f"{where}: arguments of tool call '{name}' ({call.get('id')}) are not valid "
+                               "JSON") from None
+    if not isinstance(args, dict):
+        raise _bad_request(f"{where}: arguments of tool call '{name}' ({call.get('id')}) must be a JSON object")
+    google = _google(call)
+    function_call: dict[str, Any] = {"name": name, "args": args}
+    if google.get("function_call_id"):
+        function_call = {"id": google["function_call_id"], **function_call}
+    part: dict[str, Any] = {"functionCall": function_call}
+    if google.get("thought_signature"):
+        part["thoughtSignature"] = google["thought_signature"]
+    return part
+
+
+def _model_parts(message: Message, where: str) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    text = text_of(message.get("content"))
+    if text:
+        part: dict[str, Any] = {"text": text}
+        signature = _google(message).get("thought_signature")
+        if signature:
+            part["thoughtSignature"] = signature
+        parts.append(part)
+    calls = [_call_part(call, where) for call in message.get("tool_calls") or ()]
+    if calls and "thoughtSignature" not in calls[0]:
+        calls[0]["thoughtSignature"] = DUMMY_THOUGHT_SIGNATURE
+    return parts + calls
+
+
+def _tool_output(content: Any) -> Any:
+    text = text_of(content)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _function_responses(calls: list[ToolCall], results: dict[str, Message], where: str) -> list[dict[str, Any]]:
+    """One functionResponse per call, in call order: Gemini pairs them by count and position."""
+    parts = []
+    for call in calls:
+        result = results.pop(call.get("id") or "", None)
+        name = (call.get("function") or {}).get("name") or ""
+        if result is None:
+            raise _bad_request(f"{where}: tool call '{name}' ({call.get('id')}) has no tool message answering it")
+        response: dict[str, Any] = {"name": name, "response": {"output": _tool_output(result.get("content"))}}
+        gemini_id = _google(call).get("function_call_id")
+        if gemini_id:
+            response = {"id": gemini_id, **response}
+        parts.append({"functionResponse": response})
+    if results:
+        raise _bad_request(f"{where}: tool message(s) {sorted(results)} answer no call of that assistant message")
+    return parts
+
+
+def build_contents(messages: list[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(systemInstruction parts, contents)."""
+    system: list[dict[str, Any]] = []
+    contents: list[dict[str, Any]] = []
+    results_content: dict[str, Any] | None = None  # the user content user text may join
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        role = message.get("role")
+        where = f"messages[{i}]"
+        i += 1
+        if role in ("system", "developer"):
+            text = text_of(message.get("content"))
+            if text:
+                system.append({"text": text})
+            continue
+        if role == "user":
+            parts = _user_parts(message.get("content"))
+            if results_content is not None:
+                results_content["parts"].extend(parts)
+            elif parts:
+                contents.append({"role": "user", "parts": parts})
+            continue
+        results_content = None
+        if role == "tool":
+            raise _bad_request(f"{where}: tool message does not follow an assistant message with tool_calls")
+        if role != "assistant":
+            raise _bad_request(f"{where}: unsupported role '{role}'")
+        parts = _model_parts(message, where)
+        if parts:
+            contents.append({"role": "model", "parts": parts})
+        calls = message.get("tool_calls") or []
+        if not calls:
+            continue
+        results: dict[str, Message] = {}
+        while i < len(messages) and messages[i].get("role") == "tool":
+            results.setdefault(str(messages[i].get("tool_call_id") or ""), messages[i])
+            i += 1
+        results_content = {"role": "user", "parts": _function_responses(calls, results, where)}
+        contents.append(results_content)
+    return system, contents
+
+
+class GeminiAdapter:
+    wire_format = "gemini"
+
+    def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
+                      stream: bool) -> UpstreamRequest:
+        model = model.removeprefix("models/")
+        system, contents = build_contents(request.messages)
+        body: dict[str, Any] = {}
+        if system:
+            body["systemInstruction"] = {"parts": system}
+        body["contents"] = contents
+        if request.tools:
+            calling, allowed = _tool_config(request.tool_choice)
+            declarations = _declarations(request.tools, allowed)
+            if declarations:
+                body["tools"] = [{"functionDeclarations": declarations}]
+                if calling is not None:
+                    body["toolConfig"] = {"functionCallingConfig": calling}
+        generation = _generation_config(request.params, model)
+        if generation:
+            body["generationConfig"] = generation
+        action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        headers = {"content-type": "application/json"}
+        if provider.api_key:
+            headers["x-goog-api-key"] = provider.api_key
+        headers.update(provider.headers)
+        return UpstreamRequest(url=f"{provider.base_url}/v1beta/models/{model}:{action}", headers=headers,
+                               body=orjson.dumps(body))
+
+    def parse_response(self, body: bytes) -> ModelResponse:
+        payload = load_payload(body, "a body")
+        if payload is None:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
+        turn = GeminiTurn()
+        turn.add(payload)
+        if not payload.get("candidates") and not turn.finished:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream response has no candidates")
+        return turn.result()
+
+    def new_stream_parser(self) -> GeminiStreamParser:
+        return GeminiStreamParser()
+
+    def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        try:
+            payload = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            payload = None
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if not isinstance(error, dict):
+            text = body[:500].decode("utf-8", "replace").strip()
+            return error_from_status(status, headers, text or f"upstream returned HTTP {status}")
+        message = str(error.get("message") or f"upstream returned HTTP {status}")
+        details = [d for d in error.get("details") or () if isinstance(d, dict)]
+        # Daily quotas do not clear within any retry window: fail over instead of retrying.
+        per_day = any("PerDay" in str(v.get("quotaId") or "") for d in details
+                      for v in d.get("violations") or () if isinstance(v, dict))
+        result = error_from_status(status, headers, message, error.get("status"), no_retry=per_day)
+        if result.error_class is ErrorClass.BAD_REQUEST and api_key_invalid(error):
+            result.error_class = ErrorClass.AUTH
+        if result.retry_after is None:
+            result.retry_after = _retry_delay(details)
+        return result
+
+
+def _retry_delay(details: list[dict[str, Any]]) -> float | None:
+    """``google.rpc.RetryInfo.retryDelay`` is a protobuf Duration in JSON: ``"37s"``, ``"0.5s"``."""
+    for detail in details:
+        if str(detail.get("@type") or "").endswith("google.rpc.RetryInfo"):
+            delay = detail.get("retryDelay")
+            if isinstance(delay, str) and delay.endswith("s"):
+                try:
+                    return max(0.0, float(delay[:-1]))
+                except ValueError:
+                    return None
+            if isinstance(delay, dict):  # the proto-JSON object form some relays emit
+                return max(0.0, float(delay.get("seconds") or 0) + float(delay.get("nanos") or 0) / 1e9)
+    return None

@@ -1,0 +1,267 @@
+"""Gemini responses -> canonical turns, whole or streamed, through one assembler.
+
+``generateContent`` and every ``streamGenerateContent?alt=sse`` event are the same document
+(``GenerateContentResponse``); a stream event simply holds only the parts that are new since
+the previous one. So both paths feed chunks to one ``GeminiTurn``: a streamed turn then equals
+the parsed whole response by construction, not by two implementations agreeing.
+
+Artifacts kept on the canonical message (see ``gateway.canonical``):
+
+* a ``thoughtSignature`` on a ``functionCall`` part -> ``tool_calls[i].extra_content.google.
+  thought_signature`` (the convention of Google's own OpenAI-compatible endpoint);
+* Gemini's own ``functionCall.id`` -> ``tool_calls[i].extra_content.google.function_call_id``.
+  The marker is what tells the request builder an id is real and may be echoed to Gemini; ids
+  the gateway generated (or other providers produced) are never sent;
+* a signature on any other part (text, thought, or the empty trailing text part a stream may
+  end with) -> ``message.extra_content.google.thought_signature``. Gemini recommends but does not
+  require returning it, so only the last one is kept and it goes back on the text part.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.canonical import (
+    FinishReason,
+    Message,
+    ModelResponse,
+    ReasoningDelta,
+    StreamDelta,
+    TextDelta,
+    ToolCall,
+    Usage,
+    normalize_finish_reason,
+    stable_tool_call_id,
+)
+from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, class_for_status, looks_like_context_overflow
+
+# Gemini has no "tool_calls" reason: calls are inferred from the parts (normalize_finish_reason).
+# MALFORMED_FUNCTION_CALL / UNEXPECTED_TOOL_CALL / TOO_MANY_TOOL_CALLS end a turn without a usable
+# call; they map to "stop" here and the loop sees an answer without calls.
+_FINISH: dict[str, FinishReason] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "LANGUAGE": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+}
+
+# google.rpc.Code name -> canonical class, for errors that arrive inside a 200 (stream or body).
+_STATUS_CLASS: dict[str, ErrorClass] = {
+    "RESOURCE_EXHAUSTED": ErrorClass.RATE_LIMITED,
+    "UNAVAILABLE": ErrorClass.OVERLOADED,
+    "INTERNAL": ErrorClass.SERVER_ERROR,
+    "UNKNOWN": ErrorClass.SERVER_ERROR,
+    "DEADLINE_EXCEEDED": ErrorClass.TIMEOUT,
+    "INVALID_ARGUMENT": ErrorClass.BAD_REQUEST,
+    "FAILED_PRECONDITION": ErrorClass.BAD_REQUEST,
+    "OUT_OF_RANGE": ErrorClass.BAD_REQUEST,
+    "PERMISSION_DENIED": ErrorClass.AUTH,
+    "UNAUTHENTICATED": ErrorClass.AUTH,
+    "NOT_FOUND": ErrorClass.NOT_FOUND,
+}
+
+
+def finish_reason_for(native: str | None) -> FinishReason:
+    if not native:
+        return "stop"
+    if native.startswith("IMAGE_"):
+        return "content_filter"
+    return _FINISH.get(native, "stop")
+
+
+def parse_usage(raw: Any) -> Usage:
+    """``candidatesTokenCount`` excludes thoughts, so completion = candidates + thoughts."""
+    if not isinstance(raw, dict):
+        return Usage()
+    thoughts = int(raw.get("thoughtsTokenCount") or 0)
+    return Usage(
+        prompt_tokens=int(raw.get("promptTokenCount") or 0) + int(raw.get("toolUsePromptTokenCount") or 0),
+        completion_tokens=int(raw.get("candidatesTokenCount") or 0) + thoughts,
+        cached_tokens=int(raw.get("cachedContentTokenCount") or 0),
+        reasoning_tokens=thoughts,
+    )
+
+
+def api_key_invalid(error: dict[str, Any]) -> bool:
+    """Gemini answers a bad key with 400 INVALID_ARGUMENT; it is a target fault, not the caller's."""
+    if "api key not valid" in str(error.get("message") or "").lower():
+        return True
+    return any(isinstance(d, dict) and d.get("reason") == "API_KEY_INVALID" for d in error.get("details") or ())
+
+
+def google_error(error: Any, status: int | None = None) -> ProviderError:
+    """A google.rpc ``{"code", "message", "status", "details"}`` object found inside a 200 response."""
+    if not isinstance(error, dict):
+        return ProviderError(ErrorClass.SERVER_ERROR, str(error), status=status)
+    message = str(error.get("message") or "upstream error")
+    rpc_status = str(error.get("status") or "")
+    code = error.get("code")
+    if rpc_status in _STATUS_CLASS:
+        error_class = _STATUS_CLASS[rpc_status]
+    elif isinstance(code, int) and code >= 400:
+        error_class = class_for_status(code)
+    else:
+        error_class = ErrorClass.SERVER_ERROR
+    if error_class is ErrorClass.BAD_REQUEST:
+        if api_key_invalid(error):
+            error_class = ErrorClass.AUTH
+        elif looks_like_context_overflow(message, rpc_status):
+            error_class = ErrorClass.CONTEXT_LENGTH
+    return ProviderError(error_class, message, status=status if status is not None else
+                         (code if isinstance(code, int) else None))
+
+
+def _first_candidate(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate with index 0 (``index`` is omitted for it in some responses)."""
+    for candidate in payload.get("candidates") or ():
+        if isinstance(candidate, dict) and (candidate.get("index") or 0) == 0:
+            return candidate
+    return None
+
+
+class GeminiTurn:
+    """Accumulates one model turn from whole or partial ``GenerateContentResponse`` documents."""
+
+    __slots__ = ("_blocked", "_calls", "_finish", "_id", "_model", "_reasoning", "_signature", "_text",
+                 "_usage")
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._signature: str | None = None
+        self._finish: str | None = None
+        self._blocked = False
+        self._usage = Usage()
+        self._id = ""
+        self._model = ""
+
+    @property
+    def finished(self) -> bool:
+        return self._finish is not None or self._blocked
+
+    def add(self, payload: dict[str, Any]) -> list[StreamDelta]:
+        if "error" in payload:
+            raise google_error(payload["error"])
+        self._id = self._id or str(payload.get("responseId") or "")
+        self._model = self._model or str(payload.get("modelVersion") or "")
+        if isinstance(payload.get("usageMetadata"), dict):
+            self._usage = parse_usage(payload["usageMetadata"])
+        feedback = payload.get("promptFeedback")
+        if not payload.get("candidates") and isinstance(feedback, dict) and feedback.get("blockReason"):
+            self._blocked = True
+        candidate = _first_candidate(payload)
+        if candidate is None:
+            return []
+        if candidate.get("finishReason"):
+            self._finish = str(candidate["finishReason"])
+        content = candidate.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        return self._add_parts(parts) if isinstance(parts, list) else []
+
+    def _add_parts(self, parts: list[Any]) -> list[StreamDelta]:
+        deltas: list[StreamDelta] = []
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            signature = part.get("thoughtSignature")
+            call = part.get("functionCall")
+            if isinstance(call, dict):
+                self._add_call(call, signature)
+                continue
+            # Checked before the text: a signature may ride on an empty text part (stream tail).
+            if signature:
+                self._signature = str(signature)
+            text = part.get("text")
+            if not isinstance(text, str) or not text:
+                continue
+            if part.get("thought"):
+                self._reasoning.append(text)
+                deltas.append(ReasoningDelta(text))
+            else:
+                self._text.append(text)
+                deltas.append(TextDelta(text))
+        return deltas
+
+    def _add_call(self, call: dict[str, Any], signature: Any) -> None:
+        args = call.get("args")
+        google: dict[str, Any] = {}
+        if call.get("id"):
+            google["function_call_id"] = str(call["id"])
+        if signature:
+            google["thought_signature"] = str(signature)
+        tool_call: ToolCall = {
+            "id": str(call.get("id") or ""),
+            "type": "function",
+            "function": {"name": str(call.get("name") or ""),
+                         "arguments": orjson.dumps(args if isinstance(args, dict) else {}).decode()},
+        }
+        if google:
+            tool_call["extra_content"] = {"google": google}
+        self._calls.append(tool_call)
+
+    def result(self) -> ModelResponse:
+        text = "".join(self._text)
+        message: Message = {"role": "assistant", "content": text or None}
+        if self._calls:
+            # Without a responseId the seed must still differ between turns: text plus the calls.
+            seed = self._id or text + "".join(c["function"]["name"] + c["function"]["arguments"]
+                                              for c in self._calls)
+            for position, call in enumerate(self._calls):
+                if not call["id"]:
+                    call["id"] = stable_tool_call_id(seed, position)
+            message["tool_calls"] = self._calls
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
+        if self._signature:
+            message["extra_content"] = {"google": {"thought_signature": self._signature}}
+        # A blocked prompt has no candidate: an empty, filtered answer rather than an error, since
+        # neither a retry nor another target of the same model would answer it differently.
+        native: FinishReason = "content_filter" if self._blocked and self._finish is None else \
+            finish_reason_for(self._finish)
+        return ModelResponse(
+            message=message,
+            finish_reason=normalize_finish_reason(native, bool(self._calls)),
+            usage=self._usage,
+            model=self._model,
+            id=self._id,
+        )
+
+
+def load_payload(data: bytes, what: str) -> dict[str, Any] | None:
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream sent {what} that is not JSON") from None
+    return payload if isinstance(payload, dict) else None
+
+
+class GeminiStreamParser:
+    """One ``streamGenerateContent?alt=sse`` stream.
+
+    Each event is a complete response holding only new parts: text is incremental, a
+    ``functionCall`` arrives whole and without an index, so every one is a new call. There is no
+    ``[DONE]``: the chunk with ``finishReason`` (or a blocked prompt) is the end marker.
+    """
+
+    __slots__ = ("_turn",)
+
+    def __init__(self) -> None:
+        self._turn = GeminiTurn()
+
+    def feed(self, event: SSEEvent) -> list[StreamDelta]:
+        if event.data.strip() == b"[DONE]":  # not Gemini's, but harmless from a relaying proxy
+            return []
+        payload = load_payload(event.data, "a stream chunk")
+        return self._turn.add(payload) if payload is not None else []
+
+    def finish(self) -> ModelResponse:
+        if not self._turn.finished:
+            raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before the response was complete")
+        return self._turn.result()

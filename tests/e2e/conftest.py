@@ -1,0 +1,171 @@
+"""End-to-end fixtures: fake providers over real HTTP and the gateway as a real ``loopgate serve`` process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.openai_rules import openai_request_problems
+from tests.fakes.upstream import FakeUpstream
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "test-key"
+OTHER_KEY = "other-key"
+HEADLESS_KEY = "cron-key"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Gateway:
+    """A ``python -m gateway serve`` subprocess on a free port."""
+
+    def __init__(self, config_text: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._dir = tempfile.mkdtemp(prefix="loopgate-test-")
+        self.config_path = Path(self._dir) / "gateway.yaml"
+        self.config_path.write_text(config_text.replace("__PORT__", str(self.port)))
+        self.log_path = Path(self._dir) / "gateway.log"
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *extra: str) -> Gateway:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path), "--port", str(self.port),
+             *extra], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited early:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"gateway did not start:\n{self.logs()}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def client(self, key: str = KEY, **kwargs: object) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, timeout=20, **kwargs)
+
+    def async_client(self, key: str = KEY) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, timeout=20)
+
+    def post(self, path: str, json: object, key: str | None = KEY, **kwargs: object) -> httpx.Response:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        headers.update(kwargs.pop("headers", {}) or {})  # type: ignore[arg-type]
+        return httpx.post(f"{self.url}{path}", json=json, headers=headers, timeout=20, **kwargs)  # type: ignore[arg-type]
+
+
+TOOLS_YAML = """
+tools:
+  get_weather:
+    description: Current weather for a city
+    parameters: {type: object, properties: {city: {type: string}}, required: [city]}
+    python: "tests.e2e.sample_tools:get_weather"
+  add:
+    description: Add two integers
+    parameters: {type: object, properties: {a: {type: integer}, b: {type: integer}}, required: [a, b]}
+    python: "tests.e2e.sample_tools:add"
+  slow:
+    description: Takes a while
+    parameters: {type: object, properties: {seconds: {type: number}}}
+    python: "tests.e2e.sample_tools:slow"
+    timeout_s: 0.3
+  explode:
+    description: Always fails
+    python: "tests.e2e.sample_tools:explode"
+  sleepy:
+    description: Sleeps for ms milliseconds
+    parameters: {type: object, properties: {ms: {type: integer}}, required: [ms]}
+    python: "tests.e2e.sample_tools:sleepy"
+  delete_record:
+    description: Delete a record
+    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
+    python: "tests.e2e.sample_tools:delete_record"
+    approval: required
+"""
+
+
+def gateway_config(fakes: dict[str, FakeUpstream], store_url: str = "memory://", routing: str = "",
+                   extra_models: str = "") -> str:
+    providers = "\n".join(
+        f"  {name}: {{type: {fake.wire}, base_url: '{fake.url}', api_key: upstream-{name}, timeout_s: 1.5, "
+        f"connect_timeout_s: 1}}" for name, fake in fakes.items())
+    routing = routing or ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 1000, "
+                          "breaker_cooldown_s: 1, request_timeout_s: 30}")
+    return f"""
+server: {{host: 127.0.0.1, port: __PORT__, max_body_bytes: 200000}}
+auth:
+  keys:
+    - {{key: {KEY}, tenant: team-a}}
+    - {{key: {OTHER_KEY}, tenant: team-b}}
+    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}
+store: {{url: "{store_url}", continuation_ttl_s: 600}}
+routing: {routing}
+providers:
+{providers}
+{TOOLS_YAML}
+models:
+  plain: {{targets: [{{provider: primary, model: up-model}}]}}
+  agent:
+    targets: [{{provider: primary, model: up-model}}]
+    tools: [get_weather, add, slow, explode, sleepy, delete_record]
+    max_tool_iterations: 4
+  failover: {{targets: [{{provider: primary, model: m1}}, {{provider: secondary, model: m2}}], retries: 1}}
+{extra_models}
+"""
+
+
+@pytest.fixture(scope="session")
+def fakes() -> Iterator[dict[str, FakeUpstream]]:
+    started = {
+        "primary": FakeUpstream("openai", openai_request_problems).start(),
+        "secondary": FakeUpstream("openai", openai_request_problems).start(),
+    }
+    yield started
+    for fake in started.values():
+        fake.stop()
+
+
+@pytest.fixture(autouse=True)
+def _reset_fakes(request: pytest.FixtureRequest) -> None:
+    if "fakes" in request.fixturenames:
+        for fake in request.getfixturevalue("fakes").values():
+            fake.reset()
+
+
+@pytest.fixture(scope="session")
+def gateway(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
+    gw = Gateway(gateway_config(fakes)).start()
+    yield gw
+    gw.stop()

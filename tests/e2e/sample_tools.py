@@ -1,0 +1,35 @@
+"""Server-side tools the end-to-end gateway loads by import path."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+RUNS: list[str] = []
+_lock = threading.Lock()
+
+
+def get_weather(city: str) -> str:
+    return f"{city}: 18C, sunny"
+
+
+async def add(a: int, b: int) -> dict[str, int]:
+    return {"sum": a + b}
+
+
+async def slow(seconds: float = 5.0) -> str:
+    await asyncio.sleep(seconds)
+    return "finished"
+
+
+def explode() -> str:
+    raise RuntimeError("database is on fire")
+
+
+async def sleepy(ms: int) -> str:
+    await asyncio.sleep(ms / 1000)
+    return f"slept {ms}"
+
+
+def delete_record(id: str) -> str:
+    return f"deleted {id}"

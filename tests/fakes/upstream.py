@@ -1,0 +1,330 @@
+"""A scriptable fake LLM provider speaking OpenAI, Anthropic or Gemini over real HTTP.
+
+It runs an aiohttp server on 127.0.0.1 in a background thread, so the gateway under test (a
+real uvicorn subprocess) talks to it exactly as to a real provider. Each test queues
+``Reply`` objects; every request body is recorded, and a strict ``rules`` function (pairing,
+Anthropic or Gemini validation) can reject bad requests with a 400 like the real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+Rules = Callable[[dict[str, Any], str], list[str]]
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    tool_calls: list[tuple[str, Any]] = field(default_factory=list)  # (name, arguments dict or raw string)
+    reasoning: str = ""
+    status: int = 200
+    error_body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    # cut: stream breaks after the first content chunk (non-stream: connection closed mid-body);
+    # stall: stream sends one chunk then nothing; error_event: 200 then an in-stream error first;
+    # invalid_json: a body/chunk that is not JSON; reset: connection closed before any response.
+    fault: str | None = None
+    usage: tuple[int, int] = (10, 5)
+    finish: str | None = None  # override the native finish/stop reason
+
+
+@dataclass
+class Recorded:
+    path: str
+    body: dict[str, Any]
+    problems: list[str]
+
+
+class FakeUpstream:
+    def __init__(self, wire: str = "openai", rules: Rules | None = None) -> None:
+        self.wire = wire
+        self.rules = rules
+        self.requests: list[Recorded] = []
+        self.script: deque[Reply] = deque()
+        self.default = Reply(text="ok")
+        self._ids = itertools.count(1)
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self.in_flight = 0
+        self.cancelled = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> FakeUpstream:
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        ready.wait(10)
+        return self
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("POST", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+        self._loop.run_forever()
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reset(self) -> None:
+        self.requests.clear()
+        self.script.clear()
+        self.cancelled = 0
+
+    def queue(self, *replies: Reply) -> None:
+        self.script.extend(replies)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r.body for r in self.requests]
+
+    # -- serving ---------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        path = request.path
+        model = body.get("model") or path.split("/models/")[-1].split(":")[0]
+        stream = bool(body.get("stream")) or "streamGenerateContent" in path
+        problems = self.rules(body, model) if self.rules else []
+        self.requests.append(Recorded(path, body, problems))
+        reply = self.script.popleft() if self.script else self.default
+        if problems:
+            return web.json_response(self._error_payload(400, "; ".join(problems)), status=400)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.fault == "reset":
+            request.transport.close()  # type: ignore[union-attr]
+            return web.Response(status=500)
+        if reply.status != 200:
+            payload = reply.error_body if reply.error_body is not None else self._error_payload(reply.status, "boom")
+            return web.Response(body=orjson.dumps(payload), status=reply.status, headers=reply.headers,
+                                content_type="application/json")
+        n = next(self._ids)
+        if not stream:
+            if reply.fault == "invalid_json":
+                return web.Response(body=b"{not json", content_type="application/json")
+            raw = orjson.dumps(self._whole(reply, model, n))
+            if reply.fault == "cut":
+                response = web.StreamResponse(headers={"content-type": "application/json",
+                                                       "content-length": str(len(raw))})
+                await response.prepare(request)
+                await response.write(raw[: len(raw) // 2])
+                request.transport.close()  # type: ignore[union-attr]
+                return response
+            return web.Response(body=raw, content_type="application/json")
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        self.in_flight += 1
+        try:
+            frames = self._frames(reply, model, n)
+            if reply.fault == "error_event":
+                frames = [self._stream_error()]
+            elif reply.fault == "invalid_json":
+                frames = [b"data: {broken\n\n"]
+            for position, frame in enumerate(frames):
+                await response.write(frame)
+                await asyncio.sleep(0.002)
+                if position == 1 and reply.fault in ("cut", "stall"):
+                    if reply.fault == "stall":
+                        await asyncio.sleep(30)
+                    request.transport.close()  # type: ignore[union-attr]
+                    return response
+            await response.write_eof()
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.cancelled += 1
+            raise
+        finally:
+            self.in_flight -= 1
+        return response
+
+    def _error_payload(self, status: int, message: str) -> dict[str, Any]:
+        if self.wire == "anthropic":
+            kind = {400: "invalid_request_error", 429: "rate_limit_error", 529: "overloaded_error"}.get(status,
+                                                                                                         "api_error")
+            return {"type": "error", "error": {"type": kind, "message": message}}
+        if self.wire == "gemini":
+            name = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}.get(status, "INTERNAL")
+            return {"error": {"code": status, "message": message, "status": name}}
+        return {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
+                          "param": None, "code": None}}
+
+    def _stream_error(self) -> bytes:
+        if self.wire == "anthropic":
+            return (b"event: error\ndata: "
+                    + orjson.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+                    + b"\n\n")
+        if self.wire == "gemini":
+            return b"data: " + orjson.dumps({"error": {"code": 503, "message": "overloaded",
+                                                       "status": "UNAVAILABLE"}}) + b"\n\n"
+        return b"data: " + orjson.dumps({"error": {"message": "overloaded", "type": "server_error",
+                                                   "code": "server_is_overloaded"}}) + b"\n\n"
+
+    # -- native payloads -------------------------------------------------------------
+    @staticmethod
+    def _args(arguments: Any) -> tuple[str, Any]:
+        if isinstance(arguments, str):
+            try:
+                return arguments, orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                return arguments, {}
+        return orjson.dumps(arguments).decode(), arguments
+
+    def _whole(self, reply: Reply, model: str, n: int) -> dict[str, Any]:
+        prompt, completion = reply.usage
+        if self.wire == "anthropic":
+            content: list[dict[str, Any]] = []
+            if reply.reasoning:
+                content.append({"type": "thinking", "thinking": reply.reasoning, "signature": f"sig-{n}"})
+            if reply.text:
+                content.append({"type": "text", "text": reply.text})
+            for i, (name, args) in enumerate(reply.tool_calls):
+                content.append({"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": self._args(args)[1]})
+            stop = reply.finish or ("tool_use" if reply.tool_calls else "end_turn")
+            return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
+                    "stop_reason": stop, "stop_sequence": None,
+                    "usage": {"input_tokens": prompt, "output_tokens": completion}}
+        if self.wire == "gemini":
+            parts: list[dict[str, Any]] = []
+            if reply.reasoning:
+                parts.append({"text": reply.reasoning, "thought": True})
+            if reply.text:
+                parts.append({"text": reply.text})
+            for i, (name, args) in enumerate(reply.tool_calls):
+                part: dict[str, Any] = {"functionCall": {"name": name, "args": self._args(args)[1]}}
+                if i == 0:
+                    part["thoughtSignature"] = f"gsig-{n}"
+                parts.append(part)
+            return {"candidates": [{"content": {"role": "model", "parts": parts},
+                                    "finishReason": reply.finish or "STOP", "index": 0}],
+                    "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": completion,
+                                      "totalTokenCount": prompt + completion},
+                    "modelVersion": model, "responseId": f"resp-{n}"}
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
+        if reply.tool_calls:
+            message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function",
+                                      "function": {"name": name, "arguments": self._args(args)[0]}}
+                                     for i, (name, args) in enumerate(reply.tool_calls)]
+        finish = reply.finish or ("tool_calls" if reply.tool_calls else "stop")
+        return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion}}
+
+    def _frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
+        if self.wire == "anthropic":
+            return self._anthropic_frames(reply, model, n)
+        if self.wire == "gemini":
+            return self._gemini_frames(reply, model, n)
+        return self._openai_frames(reply, model, n)
+
+    @staticmethod
+    def _halves(text: str) -> list[str]:
+        middle = max(1, len(text) // 2)
+        return [piece for piece in (text[:middle], text[middle:]) if piece]
+
+    def _openai_frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
+        head = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return b"data: " + orjson.dumps({**head, "choices": [{"index": 0, "delta": delta,
+                                                                   "finish_reason": finish}]}) + b"\n\n"
+
+        frames = [chunk({"role": "assistant", "content": ""})]
+        frames += [chunk({"reasoning_content": piece}) for piece in self._halves(reply.reasoning)]
+        frames += [chunk({"content": piece}) for piece in self._halves(reply.text)]
+        for i, (name, args) in enumerate(reply.tool_calls):
+            raw = self._args(args)[0]
+            frames.append(chunk({"tool_calls": [{"index": i, "id": f"call_{n}_{i}", "type": "function",
+                                                 "function": {"name": name, "arguments": ""}}]}))
+            frames += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+                       for piece in self._halves(raw)]
+        frames.append(chunk({}, reply.finish or ("tool_calls" if reply.tool_calls else "stop")))
+        prompt, completion = reply.usage
+        frames.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": {
+            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}) + b"\n\n")
+        frames.append(b"data: [DONE]\n\n")
+        return frames
+
+    def _anthropic_frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
+        def event(name: str, payload: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: ".encode() + orjson.dumps({"type": name, **payload}) + b"\n\n"
+
+        prompt, completion = reply.usage
+        frames = [event("message_start", {"message": {"id": f"msg_{n}", "type": "message", "role": "assistant",
+                                                      "model": model, "content": [], "stop_reason": None,
+                                                      "usage": {"input_tokens": prompt, "output_tokens": 1}}})]
+        index = 0
+        if reply.reasoning:
+            frames.append(event("content_block_start", {"index": index, "content_block": {
+                "type": "thinking", "thinking": "", "signature": ""}}))
+            frames += [event("content_block_delta", {"index": index, "delta": {"type": "thinking_delta",
+                                                                               "thinking": piece}})
+                       for piece in self._halves(reply.reasoning)]
+            frames.append(event("content_block_delta", {"index": index, "delta": {"type": "signature_delta",
+                                                                                  "signature": f"sig-{n}"}}))
+            frames.append(event("content_block_stop", {"index": index}))
+            index += 1
+        if reply.text:
+            frames.append(event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}))
+            frames += [event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": piece}})
+                       for piece in self._halves(reply.text)]
+            frames.append(event("content_block_stop", {"index": index}))
+            index += 1
+        for i, (name, args) in enumerate(reply.tool_calls):
+            frames.append(event("content_block_start", {"index": index, "content_block": {
+                "type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": {}}}))
+            frames += [event("content_block_delta", {"index": index, "delta": {"type": "input_json_delta",
+                                                                               "partial_json": piece}})
+                       for piece in self._halves(self._args(args)[0])]
+            frames.append(event("content_block_stop", {"index": index}))
+            index += 1
+        stop = reply.finish or ("tool_use" if reply.tool_calls else "end_turn")
+        frames.append(event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                                              "usage": {"output_tokens": completion}}))
+        frames.append(event("message_stop", {}))
+        return frames
+
+    def _gemini_frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
+        def chunk(parts: list[dict[str, Any]], final: bool = False) -> bytes:
+            payload: dict[str, Any] = {"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
+                                       "modelVersion": model, "responseId": f"resp-{n}"}
+            if final:
+                prompt, completion = reply.usage
+                payload["candidates"][0]["finishReason"] = reply.finish or "STOP"
+                payload["usageMetadata"] = {"promptTokenCount": prompt, "candidatesTokenCount": completion,
+                                            "totalTokenCount": prompt + completion}
+            return b"data: " + orjson.dumps(payload) + b"\r\n\r\n"
+
+        frames = [chunk([{"text": piece, "thought": True}]) for piece in self._halves(reply.reasoning)]
+        frames += [chunk([{"text": piece}]) for piece in self._halves(reply.text)]
+        for i, (name, args) in enumerate(reply.tool_calls):
+            part: dict[str, Any] = {"functionCall": {"name": name, "args": self._args(args)[1]}}
+            if i == 0:
+                part["thoughtSignature"] = f"gsig-{n}"
+            frames.append(chunk([part]))
+        frames.append(chunk([{"text": ""}], final=True))
+        return frames

@@ -1,0 +1,304 @@
+"""The store contract, run identically against the memory store and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, Store
+
+StoreFactory = Callable[..., Awaitable[Store]]
+
+TENANT = "acme"
+OTHER = "globex"
+
+
+def make_cont(tenant: str = TENANT, ids: tuple[str, ...] = ("call_1", "call_2"), ttl: float = 60,
+              data: dict[str, Any] | None = None) -> Continuation:
+    pending = [{"tool_call_id": tc, "name": f"tool_{i}", "reason": "client" if i else "approval",
+                "arguments": '{"city": "Zürich"}'} for i, tc in enumerate(ids)]
+    return Continuation.new(tenant, "smart", pending, data if data is not None else {"messages": []}, ttl)
+
+
+async def saved(store: Store, **kwargs: Any) -> Continuation:
+    c = make_cont(**kwargs)
+    await store.save_continuation(c, int(kwargs.get("ttl", 60)))
+    return c
+
+
+# -- save / get --------------------------------------------------------------------------------------
+
+async def test_save_get_round_trip(store: Store) -> None:
+    data = {
+        "messages": [{"role": "user", "content": "héllo ✓"},
+                     {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function"}]}],
+        "params": {"temperature": 0.7, "max_tokens": 100, "stop": [], "nested": {"empty": {}}},
+        "iterations": 3,
+    }
+    c = make_cont(data=data)
+    await store.save_continuation(c, 60)
+    got = await store.get_continuation(c.id, TENANT)
+    assert got == c
+    assert got.status == "pending" and got.claimed_until is None
+    assert got.data["params"]["stop"] == [] and got.data["params"]["nested"] == {"empty": {}}
+
+
+async def test_get_unknown_is_not_found(store: Store) -> None:
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation("cont_doesnotexist", TENANT)
+
+
+async def test_save_rejects_non_json_data(store: Store) -> None:
+    c = make_cont(data={"bad": object()})
+    with pytest.raises(TypeError):
+        await store.save_continuation(c, 60)
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, TENANT)
+
+
+async def test_ttl_expiry_of_everything(store: Store) -> None:
+    c = await saved(store, ttl=1)
+    await store.ledger_put(TENANT, "call_1", {"status": "ok"}, 1)
+    await store.put_artifacts(TENANT, {"call_1": {"sig": "x"}}, 1)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == c.id
+    await asyncio.sleep(1.2)
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, TENANT)
+    with pytest.raises(ContinuationNotFound):
+        await store.claim_continuation(c.id, TENANT, 30)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None
+    assert await store.ledger_get(TENANT, "call_1") is None
+    assert await store.get_artifacts(TENANT, ["call_1"]) == {}
+
+
+# -- claim / release / finish / cancel -------------------------------------------------------------
+
+async def test_claim_then_second_claim_conflicts(store: Store) -> None:
+    c = await saved(store)
+    before = time.time()
+    claimed = await store.claim_continuation(c.id, TENANT, 30)
+    assert claimed.status == "claimed" and claimed.claimed_until is not None
+    assert before + 29 < claimed.claimed_until < time.time() + 31
+    assert claimed.data == c.data and claimed.pending == c.pending
+    with pytest.raises(ContinuationConflict) as exc:
+        await store.claim_continuation(c.id, TENANT, 30)
+    assert exc.value.status == "claimed"
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "claimed" and got.claimed_until == pytest.approx(claimed.claimed_until)
+
+
+async def test_concurrent_claims_exactly_one_wins(store_factory: StoreFactory) -> None:
+    # Two stores on one backend: for Redis these are two "replicas" with their own pools.
+    a, b = await store_factory(), await store_factory()
+    c = await saved(a)
+    results = await asyncio.gather(*(s.claim_continuation(c.id, TENANT, 30) for s in [a, b] * 10),
+                                   return_exceptions=True)
+    wins = [r for r in results if isinstance(r, Continuation)]
+    conflicts = [r for r in results if isinstance(r, ContinuationConflict)]
+    assert len(wins) == 1 and len(conflicts) == 19, results
+
+
+async def test_release_makes_it_claimable_again(store: Store) -> None:
+    c = await saved(store)
+    await store.claim_continuation(c.id, TENANT, 30)
+    await store.release_continuation(c.id, TENANT)
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "pending" and got.claimed_until is None
+    again = await store.claim_continuation(c.id, TENANT, 30)
+    assert again.status == "claimed"
+    await store.release_continuation(c.id, TENANT)
+    await store.release_continuation(c.id, TENANT)  # releasing a pending one is a no-op
+    assert (await store.get_continuation(c.id, TENANT)).status == "pending"
+
+
+async def test_finish_then_claim_conflicts_and_get_shows_resumed(store: Store) -> None:
+    c = await saved(store)
+    await store.claim_continuation(c.id, TENANT, 30)
+    await store.finish_continuation(c.id, TENANT)
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "resumed" and got.data == c.data
+    with pytest.raises(ContinuationConflict) as exc:
+        await store.claim_continuation(c.id, TENANT, 30)
+    assert exc.value.status == "resumed"
+    for op in (store.finish_continuation, store.release_continuation, store.cancel_continuation):
+        with pytest.raises(ContinuationConflict):
+            await op(c.id, TENANT)
+
+
+async def test_finish_requires_a_claim(store: Store) -> None:
+    c = await saved(store)
+    with pytest.raises(ContinuationConflict):
+        await store.finish_continuation(c.id, TENANT)
+    assert (await store.get_continuation(c.id, TENANT)).status == "pending"
+
+
+async def test_cancel_then_not_found(store: Store) -> None:
+    c = await saved(store)
+    assert await store.cancel_continuation(c.id, TENANT) is True
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, TENANT)
+    with pytest.raises(ContinuationNotFound):
+        await store.claim_continuation(c.id, TENANT, 30)
+    with pytest.raises(ContinuationNotFound):
+        await store.cancel_continuation(c.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None
+
+
+async def test_cancel_claimed_conflicts(store: Store) -> None:
+    c = await saved(store)
+    await store.claim_continuation(c.id, TENANT, 30)
+    with pytest.raises(ContinuationConflict):
+        await store.cancel_continuation(c.id, TENANT)
+    assert (await store.get_continuation(c.id, TENANT)).status == "claimed"
+
+
+async def test_other_tenant_sees_nothing(store: Store) -> None:
+    c = await saved(store)
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, OTHER)
+    with pytest.raises(ContinuationNotFound):
+        await store.claim_continuation(c.id, OTHER, 30)
+    with pytest.raises(ContinuationNotFound):
+        await store.cancel_continuation(c.id, OTHER)
+    with pytest.raises(ContinuationNotFound):
+        await store.release_continuation(c.id, OTHER)
+    with pytest.raises(ContinuationNotFound):
+        await store.finish_continuation(c.id, OTHER)
+    assert await store.find_continuation_by_tool_call(OTHER, "call_1") is None
+    # ... and none of that touched the owner's continuation.
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "pending"
+    assert (await store.claim_continuation(c.id, TENANT, 30)).status == "claimed"
+
+
+async def test_expired_lease_can_be_reclaimed(store: Store) -> None:
+    c = await saved(store)
+    first = await store.claim_continuation(c.id, TENANT, 0.2)
+    with pytest.raises(ContinuationConflict):
+        await store.claim_continuation(c.id, TENANT, 0.2)
+    await asyncio.sleep(0.3)  # the replica holding the claim "crashed"
+    second = await store.claim_continuation(c.id, TENANT, 30)
+    assert second.claimed_until is not None and first.claimed_until is not None
+    assert second.claimed_until > first.claimed_until
+
+
+async def test_expired_lease_can_be_cancelled(store: Store) -> None:
+    c = await saved(store)
+    await store.claim_continuation(c.id, TENANT, 0.2)
+    await asyncio.sleep(0.3)
+    assert await store.cancel_continuation(c.id, TENANT) is True
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, TENANT)
+
+
+# -- index (resume way A) --------------------------------------------------------------------------
+
+async def test_index_lookup_and_removal_after_finish(store: Store) -> None:
+    c = await saved(store, ids=("call_a", "call_b"))
+    other = await saved(store, ids=("call_z",))
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_b") == c.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_z") == other.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_unknown") is None
+    await store.claim_continuation(c.id, TENANT, 30)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id  # a claim keeps the index
+    await store.finish_continuation(c.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") is None
+    assert await store.find_continuation_by_tool_call(TENANT, "call_b") is None
+    assert await store.find_continuation_by_tool_call(TENANT, "call_z") == other.id
+
+
+async def test_index_is_per_tenant(store: Store) -> None:
+    mine = await saved(store, ids=("call_same",))
+    theirs = await saved(store, tenant=OTHER, ids=("call_same",))
+    assert await store.find_continuation_by_tool_call(TENANT, "call_same") == mine.id
+    assert await store.find_continuation_by_tool_call(OTHER, "call_same") == theirs.id
+
+
+async def test_index_entry_repointed_to_a_newer_continuation_is_kept(store: Store) -> None:
+    old = await saved(store, ids=("call_1",))
+    new = await saved(store, ids=("call_1",))
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id
+    await store.cancel_continuation(old.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id
+
+
+# -- ledger, artifacts, audit ----------------------------------------------------------------------
+
+async def test_ledger(store: Store) -> None:
+    assert await store.ledger_get(TENANT, "call_1") is None
+    await store.ledger_put(TENANT, "call_1", {"status": "ok", "result": "sunny", "ms": 12.5}, 60)
+    assert await store.ledger_get(TENANT, "call_1") == {"status": "ok", "result": "sunny", "ms": 12.5}
+    await store.ledger_put(TENANT, "call_1", {"status": "error"}, 60)
+    assert await store.ledger_get(TENANT, "call_1") == {"status": "error"}
+    assert await store.ledger_get(OTHER, "call_1") is None
+
+
+async def test_artifacts_round_trip_with_missing_ids(store: Store) -> None:
+    items = {"call_1": {"thought_signature": "c2ln"}, "call_2": {"thinking": [{"type": "thinking", "signature": "s"}]}}
+    await store.put_artifacts(TENANT, items, 60)
+    await store.put_artifacts(TENANT, {}, 60)
+    got = await store.get_artifacts(TENANT, ["call_2", "call_missing", "call_1"])
+    assert got == items
+    assert await store.get_artifacts(TENANT, []) == {}
+    assert await store.get_artifacts(OTHER, ["call_1"]) == {}
+
+
+async def test_audit_append_read_order(store: Store) -> None:
+    for i in range(5):
+        await store.append_audit({"tenant": TENANT, "event": "headless_denial", "n": i})
+    await store.append_audit({"tenant": OTHER, "event": "headless_denial", "n": 99, "ts": 1.0})
+    entries = await store.read_audit(TENANT)
+    assert [e["n"] for e in entries] == [0, 1, 2, 3, 4]
+    assert all(isinstance(e["ts"], float) for e in entries)
+    assert [e["n"] for e in await store.read_audit(TENANT, limit=2)] == [3, 4]
+    assert await store.read_audit(OTHER) == [{"tenant": OTHER, "event": "headless_denial", "n": 99, "ts": 1.0}]
+    assert await store.read_audit("nobody") == []
+    with pytest.raises(ValueError):
+        await store.append_audit({"event": "no tenant"})
+
+
+async def test_audit_is_capped(store_factory: StoreFactory) -> None:
+    store = await store_factory(audit_max=3)
+    for i in range(10):
+        await store.append_audit({"tenant": TENANT, "n": i})
+    assert [e["n"] for e in await store.read_audit(TENANT, limit=100)] == [7, 8, 9]
+
+
+# -- shared target health --------------------------------------------------------------------------
+
+async def test_health_threshold_opens_and_success_resets(store: Store) -> None:
+    t = "openai:gpt-4.1"
+    assert await store.health_open_until(t) is None
+    assert await store.health_report(t, True, 3, 30) is None
+    assert await store.health_report(t, True, 3, 30) is None
+    assert await store.health_open_until(t) is None
+    before = time.time()
+    until = await store.health_report(t, True, 3, 30)
+    assert until is not None and before + 29 < until < time.time() + 31
+    assert await store.health_open_until(t) == pytest.approx(until)
+    assert await store.health_report(t, True, 3, 30) == pytest.approx(until)  # not extended while open
+    assert await store.health_open_until("claude:other") is None
+    # A success closes the circuit and resets the count: it takes `threshold` failures again.
+    assert await store.health_report(t, False, 3, 30) is None
+    assert await store.health_open_until(t) is None
+    assert await store.health_report(t, True, 3, 30) is None
+    assert await store.health_report(t, True, 3, 30) is None
+    assert await store.health_open_until(t) is None
+
+
+async def test_health_open_until_expires_after_cooldown(store_factory: StoreFactory) -> None:
+    a, b = await store_factory(), await store_factory()
+    t = "gemini:gemini-2.5-pro"
+    assert await a.health_report(t, True, 2, 1.0) is None
+    assert await b.health_report(t, True, 2, 1.0) is not None  # failures add up across replicas
+    assert await a.health_open_until(t) is not None
+    await asyncio.sleep(1.1)
+    assert await a.health_open_until(t) is None
+    assert await b.health_open_until(t) is None
+    # Half-open: the count outlives the cooldown, so the first failed probe re-opens at once.
+    assert await a.health_report(t, True, 2, 1.0) is not None
