@@ -203,62 +203,43 @@ def scenario_latency(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- load
+LOAD_COLS = (
+    "mode|kind|conc|RPS|p50 ms|p99 ms|TTFB p50 ms|errors|CPU ms/req|RSS idle/peak MB|start s|load1 / other CPU %"
+)
+
+
+def _load_run(t: Target, stream: bool, conc: int, args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
+    """One load run: table cells and metrics (server CPU per request, peak RSS, foreign CPU on the machine)."""
+    load1 = round(os.getloadavg()[0], 2)
+    cpu0, own0, busy0 = cpu_seconds(t.proc.pid), own_cpu_seconds(), machine_busy_seconds()
+    t0 = time.perf_counter()
+    res = run_load(t.url, chat_body(t.model, stream), conc, args.duration, stream, args.tool)
+    wall = time.perf_counter() - t0
+    cpu_req = round((cpu_seconds(t.proc.pid) - cpu0) * 1000 / max(1, res.requests), 3)
+    other = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)  # CPU used by processes not ours
+    other_pct = round(max(0.0, other) / (wall * (os.cpu_count() or 1)) * 100, 1)
+    idle, peak = round(t.proc.idle_rss_mb, 1), round(peak_rss_mb(t.proc.pid), 1)
+    startup = round(t.proc.startup_s, 3) if t.mode != "direct" else None
+    kind = "stream" if stream else "json"
+    m = res.as_dict() | {"kind": kind, "server_cpu_ms_per_req": cpu_req, "rss_idle_mb": idle, "rss_peak_mb": peak}
+    m |= {"startup_s": startup, "loadavg_1m_before": load1, "other_cpu_pct": other_pct}
+    ttfb = res.ttfb_p50_ms if res.ttfb_p50_ms is not None else "—"
+    cells = [kind, conc, res.rps, res.p50_ms, res.p99_ms, ttfb, res.errors, cpu_req, f"{idle}/{peak}"]
+    return [*cells, startup if startup is not None else "—", f"{load1} / {other_pct}"], m
+
+
 def scenario_load(args: argparse.Namespace) -> None:
     tool = "wrk" if args.tool == "wrk" or (args.tool == "auto" and wrk_available()) else "python-aiohttp"
-    concs = [int(c) for c in args.concurrency.split(",")]
-    params = {"duration_s": args.duration, "tool": tool}
-    cols = [
-        "mode",
-        "kind",
-        "conc",
-        "RPS",
-        "p50 ms",
-        "p99 ms",
-        "TTFB p50 ms",
-        "errors",
-        "CPU ms/req",
-        "RSS idle/peak MB",
-    ]
-    cols += ["start s", "load1 / other CPU %"]
-    report = Report("load", cols, params)
+    report = Report("load", LOAD_COLS.split("|"), {"duration_s": args.duration, "tool": tool})
     modes = wanted_modes(args, report)
     print(f"load generator: {tool}", flush=True)
     with servers.start_fake(cpus=cpus_for(args, "fake")) as fake:
         for mode in modes:
-            load_before = round(os.getloadavg()[0], 2)
             with targets([mode], fake, args) as (t,):
-                startup = round(t.proc.startup_s, 3) if t.proc is not fake else None
-                idle = round(t.proc.idle_rss_mb, 1)
                 run_load(t.url, chat_body(t.model), 50, 2.0, False, args.tool)  # warm-up
                 for stream in (False, True):
-                    kind = "stream" if stream else "json"
-                    for conc in concs:
-                        load1 = round(os.getloadavg()[0], 2)
-                        cpu0, own0, busy0 = cpu_seconds(t.proc.pid), own_cpu_seconds(), machine_busy_seconds()
-                        t0 = time.perf_counter()
-                        res = run_load(t.url, chat_body(t.model, stream), conc, args.duration, stream, args.tool)
-                        wall = time.perf_counter() - t0
-                        cpu = cpu_seconds(t.proc.pid) - cpu0
-                        other = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)
-                        other_pct = round(max(0.0, other) / (wall * (os.cpu_count() or 1)) * 100, 1)
-                        cpu_req = round(cpu * 1000 / max(1, res.requests), 3)
-                        peak = round(peak_rss_mb(t.proc.pid), 1)
-                        m = res.as_dict() | {"kind": kind, "server_cpu_ms_per_req": cpu_req, "rss_idle_mb": idle}
-                        m |= {"rss_peak_mb": peak, "startup_s": startup, "loadavg_1m_before": load1}
-                        m |= {"loadavg_1m_before_mode": load_before, "other_cpu_pct": other_pct}
-                        ttfb = res.ttfb_p50_ms if res.ttfb_p50_ms is not None else "—"
-                        cells = [
-                            kind,
-                            conc,
-                            res.rps,
-                            res.p50_ms,
-                            res.p99_ms,
-                            ttfb,
-                            res.errors,
-                            cpu_req,
-                            f"{idle}/{peak}",
-                        ]
-                        report.add(mode, [*cells, startup if startup is not None else "—", f"{load1} / {other_pct}"], m)
+                    for conc in (int(c) for c in args.concurrency.split(",")):
+                        report.add(mode, *_load_run(t, stream, conc, args))
     report.print()
 
 

@@ -4,7 +4,8 @@ The canonical transcript is OpenAI-shaped, so almost everything is re-expressed:
 developer messages move to the top-level ``system``; tool calls become ``tool_use`` blocks; each
 run of ``tool`` messages becomes ONE user message of ``tool_result`` blocks (any user text that
 follows goes after them, as Anthropic requires); thinking blocks an earlier Anthropic turn produced
-are replayed verbatim in front of the calls they belong to. Foreign artifacts
+are replayed verbatim in front of the calls they belong to (also when this request does not think:
+the API drops them itself, and keeping them keeps the turn intact). Foreign artifacts
 (``reasoning_content``, ``extra_content``) never reach the wire because only known fields are
 copied. What Anthropic cannot honour (``n > 1``, ``json_object``) fails as a 400 here rather
 than quietly answering something else; what it does not know (seed, penalties, logprobs,
@@ -335,7 +336,7 @@ def plan_thinking(effort: Any, model: str, max_tokens: int,
     """reasoning_effort -> (thinking config, output_config.effort, max_tokens); see the module docstring."""
     if effort is None or effort == "none":
         return None, None, max_tokens
-    if effort not in EFFORT_BUDGET:
+    if not isinstance(effort, str) or effort not in EFFORT_BUDGET:
         raise _bad(f"reasoning_effort '{effort}' is not one of none, {', '.join(EFFORT_BUDGET)}")
     if uses_adaptive_thinking(model):
         return {"type": "adaptive"}, ADAPTIVE_EFFORT[effort], max_tokens
@@ -406,11 +407,14 @@ class AnthropicAdapter:
         if isinstance(n, int) and n > 1:
             raise _bad("n > 1 is not supported by Anthropic (one completion per request)")
         explicit_max = params.get("max_completion_tokens") or params.get("max_tokens")
+        if explicit_max is not None and (not isinstance(explicit_max, int) or isinstance(explicit_max, bool)
+                                         or explicit_max < 1):
+            raise _bad("max_tokens / max_completion_tokens must be a positive integer")
         thinking, effort, max_tokens = plan_thinking(
             params.get("reasoning_effort"), model, int(explicit_max or provider.default_max_tokens),
             bool(explicit_max))
         if thinking and _current_turn_lacks_thinking(request.messages):
-            thinking = None  # README §2.6: never fabricate blocks; think again from the next user turn
+            pass  # README §2.6: never fabricate blocks; think again from the next user turn
         system, messages = translate_messages(request.messages)
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
         if system:

@@ -140,8 +140,11 @@ models:
   agent:
     targets: [{{provider: primary, model: up-model}}]
     tools: [get_weather, add, slow, explode, sleepy, delete_record]
-    max_tool_iterations: 4
+    max_tool_iterations: 6
   failover: {{targets: [{{provider: primary, model: m1}}, {{provider: secondary, model: m2}}], retries: 1}}
+  agent_failover:
+    targets: [{{provider: primary, model: m1}}, {{provider: secondary, model: m2}}]
+    tools: [get_weather, add]
 {extra_models}
 """
 
@@ -158,10 +161,15 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
 
 
 @pytest.fixture(autouse=True)
-def _reset_fakes(request: pytest.FixtureRequest) -> None:
-    if "fakes" in request.fixturenames:
-        for fake in request.getfixturevalue("fakes").values():
-            fake.reset()
+def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fresh scripts per test, and afterwards: every request any fake received obeyed its provider's rules."""
+    fakes = request.getfixturevalue("fakes") if "fakes" in request.fixturenames else {}
+    for fake in fakes.values():
+        fake.reset()
+    yield
+    for name, fake in fakes.items():
+        for recorded in fake.requests:
+            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
 
 
 @pytest.fixture(scope="session")

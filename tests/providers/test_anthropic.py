@@ -211,6 +211,8 @@ def test_max_tokens_sources() -> None:
     assert build([USER], max_tokens=300, max_completion_tokens=500)["max_tokens"] == 500
     small = ProviderConfig(name="p", type="anthropic", base_url="https://x", default_max_tokens=1000)
     assert build([USER], provider=small)["max_tokens"] == 1000
+    bad_request([USER], max_tokens="lots")
+    bad_request([USER], max_completion_tokens=-5)
 
 
 def test_thinking_budget_policy() -> None:
@@ -225,6 +227,7 @@ def test_thinking_budget_policy() -> None:
     assert "thinking" not in build([USER], reasoning_effort="low", max_tokens=1500)
     assert "thinking" not in build([USER], reasoning_effort="none")
     bad_request([USER], reasoning_effort="extreme")
+    bad_request([USER], reasoning_effort=["high"])
 
 
 @pytest.mark.parametrize("model", ["claude-opus-4-7", "claude-sonnet-5", "claude-fable-5",
