@@ -27,7 +27,7 @@ ToolDef = dict[str, Any]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
-ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "thinking_blocks")
+ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "thinking_blocks", "extra_content")
 
 
 @dataclass(slots=True)

@@ -414,7 +414,7 @@ class AnthropicAdapter:
             params.get("reasoning_effort"), model, int(explicit_max or provider.default_max_tokens),
             bool(explicit_max))
         if thinking and _current_turn_lacks_thinking(request.messages):
-            pass  # README §2.6: never fabricate blocks; think again from the next user turn
+            thinking = None  # README §2.6: never fabricate blocks; think again from the next user turn
         system, messages = translate_messages(request.messages)
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
         if system:
