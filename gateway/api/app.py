@@ -16,6 +16,7 @@ from starlette.routing import Route
 from gateway import metrics
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions, error_response, to_gateway_error
+from gateway.api.continuations import continuation_routes
 from gateway.api.runtime import Runtime
 from gateway.config.model import Config
 from gateway.errors import GatewayError
@@ -82,6 +83,7 @@ def create_app(config: Config) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *continuation_routes(),
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={HTTPException: _http_error, Exception: _unexpected})

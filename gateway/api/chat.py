@@ -17,6 +17,7 @@ from gateway.api.render import ChunkEncoder, collect, completion_id, stream_fram
 from gateway.api.request import parse_chat_request
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, from_upstream
+from gateway.loop.continuations import CLAIM_LEASE_S
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
@@ -52,6 +53,30 @@ def error_response(error: GatewayError) -> Response:
     return Response(error.body(), status_code=error.status, media_type="application/json", headers=error.headers)
 
 
+async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, path: str,
+                  started: float) -> Response:
+    """Render the loop's events as one response or as a stream (shared by chat and continuation resumes)."""
+    response_id = completion_id()
+    if not stream:
+        try:
+            payload = await collect(events, response_id, model)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        _done(path, model, 200, started)
+        return Response(orjson.dumps(payload), media_type="application/json")
+    # Pull the first event before answering, so a request that fails before any byte
+    # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
+    try:
+        first = await anext(events, None)
+    except BaseException:
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    encoder = ChunkEncoder(response_id, model)
+    frames = stream_frames(first, events, encoder, include_usage, to_gateway_error)
+    return StreamingResponse(_timed(frames, events, path, model, started), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
 async def chat_completions(request: Request) -> Response:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
@@ -71,36 +96,39 @@ async def chat_completions(request: Request) -> Response:
             if tool["function"]["name"] in server:
                 raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool of "
                                   f"model '{chat.model}'; rename it", f"tools[{index}]")
-        max_iterations = plan.max_tool_iterations
-        if chat.max_tool_iterations is not None:
-            max_iterations = min(max_iterations, chat.max_tool_iterations)
         headless = (key.headless or chat.headless
                     or request.headers.get("x-gateway-headless", "").lower() in _TRUE)
-        loop_request = LoopRequest(
-            plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
-            params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-            stream=chat.stream, deadline=time.monotonic() + runtime.config.routing.request_timeout_s,
-        )
-        events = run_loop(loop_request, runtime.deps)
-        response_id = completion_id()
-        if not chat.stream:
-            payload = await collect(events, response_id, chat.model)
-            _done(model, 200, started)
-            return Response(orjson.dumps(payload), media_type="application/json")
-        # Pull the first event before answering, so a request that fails before any byte
-        # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
-        first = await anext(events, None)
-        encoder = ChunkEncoder(response_id, chat.model)
-        frames = stream_frames(first, events, encoder, chat.include_usage, to_gateway_error)
-        return StreamingResponse(_timed(frames, events, model, started), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+        continuations = runtime.continuations
+        match = await continuations.match_way_a(key.tenant, chat.messages) if chat.messages[-1]["role"] == "tool" \
+            else None
+        if match is not None:
+            # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
+            stored = await runtime.store.get_continuation(match[0], key.tenant)
+            results = continuations.outputs_to_results(stored, match[1])
+            plan = runtime.routes.lookup(stored.model) or plan
+            claimed = await runtime.store.claim_continuation(stored.id, key.tenant, CLAIM_LEASE_S)
+            loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
+                                                         key.tenant, headless)
+            events = continuations.run_resumed(claimed, loop_request, runtime.deps)
+        else:
+            max_iterations = plan.max_tool_iterations
+            if chat.max_tool_iterations is not None:
+                max_iterations = min(max_iterations, chat.max_tool_iterations)
+            loop_request = LoopRequest(
+                plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
+                params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
+                stream=chat.stream, deadline=deadline,
+            )
+            events = run_loop(loop_request, runtime.deps)
+        return await respond(events, chat.stream, chat.include_usage, chat.model, PATH, started)
     except Exception as exc:
         error = to_gateway_error(exc)
-        _done(model, error.status, started)
+        _done(PATH, model, error.status, started)
         return error_response(error)
 
 
-async def _timed(frames: AsyncIterator[bytes], events: AsyncIterator[LoopEvent], model: str,
+async def _timed(frames: AsyncIterator[bytes], events: AsyncIterator[LoopEvent], path: str, model: str,
                  started: float) -> AsyncIterator[bytes]:
     try:
         async for frame in frames:
@@ -109,9 +137,9 @@ async def _timed(frames: AsyncIterator[bytes], events: AsyncIterator[LoopEvent],
         # Closing the engine here (also on client disconnect) cancels running tools and
         # releases the upstream connection at once rather than at garbage collection.
         await events.aclose()  # type: ignore[attr-defined]
-        _done(model, 200, started)
+        _done(path, model, 200, started)
 
 
-def _done(model: str, status: int, started: float) -> None:
-    metrics.REQUESTS.inc(PATH, model, str(status))
-    metrics.LATENCY.observe(time.perf_counter() - started, PATH)
+def _done(path: str, model: str, status: int, started: float) -> None:
+    metrics.REQUESTS.inc(path, model, str(status))
+    metrics.LATENCY.observe(time.perf_counter() - started, path)

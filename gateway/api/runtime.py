@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from gateway.canonical import ToolCall
 from gateway.config.model import ApiKey, Config
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
@@ -15,10 +16,15 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store.base import Store, open_store
+from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
-from gateway.tools.registry import ToolRegistry
+from gateway.tools.registry import RegisteredTool, ToolRegistry
 
 log = logging.getLogger("loopgate")
+
+
+async def _run_tool(call: ToolCall, tool: RegisteredTool) -> ToolOutcome:
+    return await run_tool(tool, call["function"]["arguments"])
 
 
 @dataclass(slots=True)
@@ -47,7 +53,8 @@ class Runtime:
         router = Router(config.providers, config.routing, pool, health)
         routes = RouteTable(config, router)
         continuations = Continuations(store, config.store.continuation_ttl_s)
-        deps = LoopDeps(router=router, tools=tools, run_tool=run_tool, pause=continuations.pause)
+        deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
+                        audit=continuations.audit_denial, run_approved=continuations.ledgered)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps)
 

@@ -1,20 +1,50 @@
-"""Pausing a loop into the store, and rebuilding it to resume.
+"""Pausing a loop into the store, and resuming it exactly once.
 
 A continuation holds the whole transcript, including the hidden server-side exchanges and
 provider artifacts, the turn's finished results and the loop state, so a resume on any
 replica continues exactly where the pause stopped. It is written before the pause is
 reported to the client: a pause the client sees always exists.
+
+Resuming claims the continuation atomically (a concurrent or repeated resume gets 409). The
+claim is finished when the resumed loop reaches its end (completed, or paused again) and
+released on any failure, so a resume that failed upstream can simply be retried. Calls a
+human approved are recorded in the tool ledger when they run, so the retry never runs them
+again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway import metrics
-from gateway.canonical import Message
-from gateway.loop.engine import LoopRequest, PendingCall
+from gateway.canonical import Message, ToolCall, text_of
+from gateway.errors import bad_request
+from gateway.loop.engine import (
+    ExecuteHook,
+    LoopDeps,
+    LoopRequest,
+    LoopState,
+    PendingCall,
+    ResumeTurn,
+    run_loop,
+)
+from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.pairing import ToolResult
+from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, Store
+from gateway.tools.base import ToolOutcome
+from gateway.tools.executor import run_tool
+
+# How long a claim protects a resume in progress; a replica that dies mid-resume frees it after this.
+CLAIM_LEASE_S = 900.0
+
+
+def declined(reason: str | None) -> str:
+    text = "The user declined to run this tool call."
+    return f"{text} Reason: {reason}" if reason else text
 
 
 class Continuations:
@@ -22,6 +52,7 @@ class Continuations:
         self.store = store
         self.ttl_s = ttl_s
 
+    # -- pausing -------------------------------------------------------------------------
     async def pause(self, request: LoopRequest, assistant: Message, results: dict[str, ToolResult],
                     pending: list[PendingCall]) -> str:
         data: dict[str, Any] = {
@@ -32,7 +63,6 @@ class Continuations:
             "tool_choice": request.tool_choice,
             "params": request.params,
             "max_iterations": request.max_iterations,
-            "headless": request.headless,
             "state": request.state.to_dict(),
         }
         items = [{"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason,
@@ -41,3 +71,130 @@ class Continuations:
         await self.store.save_continuation(continuation, self.ttl_s)
         metrics.CONTINUATIONS.inc("paused")
         return continuation.id
+
+    async def audit_denial(self, tenant: str, call: ToolCall, reason: str) -> None:
+        arguments = call["function"]["arguments"].encode()
+        await self.store.append_audit({
+            "tenant": tenant, "ts": time.time(), "event": "headless_denial", "tool": call["function"]["name"],
+            "tool_call_id": call["id"], "reason": reason,
+            "arguments_sha256": hashlib.sha256(arguments).hexdigest(),
+        })
+        metrics.CONTINUATIONS.inc("headless_denial")
+
+    def ledgered(self, tenant: str) -> ExecuteHook:
+        async def execute(call: ToolCall, tool: Any) -> Any:
+            record = await self.store.ledger_get(tenant, call["id"])
+            if record is not None:
+                metrics.CONTINUATIONS.inc("ledger_replay")
+                return ToolOutcome(record["status"], record["content"], 0.0)
+            outcome = await run_tool(tool, call["function"]["arguments"])
+            await self.store.ledger_put(tenant, call["id"], {"status": outcome.status, "content": outcome.content,
+                                                             "ts": time.time()}, self.ttl_s)
+            return outcome
+
+        return execute
+
+    # -- resuming ------------------------------------------------------------------------
+    @staticmethod
+    def decisions_to_results(continuation: Continuation, decisions: Any) -> tuple[dict[str, ToolResult], list[str]]:
+        """Way B: check the decisions against the pending calls; returns (results, approved ids)."""
+        if not isinstance(decisions, list):
+            raise bad_request("'decisions' must be an array", "decisions")
+        pending = {p["tool_call_id"]: p for p in continuation.pending}
+        results: dict[str, ToolResult] = {}
+        approved: list[str] = []
+        for index, decision in enumerate(decisions):
+            param = f"decisions[{index}]"
+            if not isinstance(decision, dict) or not isinstance(decision.get("tool_call_id"), str):
+                raise bad_request(f"{param} needs a 'tool_call_id'", param)
+            call_id = decision["tool_call_id"]
+            item = pending.get(call_id)
+            if item is None:
+                raise bad_request(f"{param}: '{call_id}' is not a pending call of this continuation", param)
+            if call_id in results or call_id in approved:
+                raise bad_request(f"{param}: '{call_id}' has more than one decision", param)
+            if "output" in decision:
+                output = decision["output"]
+                if not isinstance(output, str):
+                    raise bad_request(f"{param}.output must be a string", f"{param}.output")
+                if item["reason"] == "approval":
+                    raise bad_request(f"{param}: '{call_id}' needs approval; answer with 'approve'", param)
+                results[call_id] = ToolResult("client", output)
+            elif isinstance(decision.get("approve"), bool):
+                if decision["approve"]:
+                    if item["reason"] != "approval":
+                        raise bad_request(f"{param}: '{call_id}' is a client tool; send its 'output'", param)
+                    approved.append(call_id)
+                else:
+                    reason = decision.get("reason")
+                    results[call_id] = ToolResult("denied", declined(reason if isinstance(reason, str) else None))
+            else:
+                raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
+        missing = [p for p in pending if p not in results and p not in approved]
+        if missing:
+            raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
+        return results, approved
+
+    async def match_way_a(self, tenant: str, messages: list[Message]) -> tuple[str, dict[str, str]] | None:
+        """A follow-up whose trailing tool messages answer a stored continuation: (its id, outputs by call id)."""
+        trailing: dict[str, str] = {}
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                break
+            content = message.get("content")
+            trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
+        if not trailing:
+            return None
+        for call_id in trailing:
+            found = await self.store.find_continuation_by_tool_call(tenant, call_id)
+            if found is not None:
+                return found, trailing
+        return None
+
+    @staticmethod
+    def outputs_to_results(continuation: Continuation, outputs: dict[str, str]) -> dict[str, ToolResult]:
+        """Way A: one client ``tool`` message per pending call (approval calls too: the client answered them)."""
+        missing = [p["tool_call_id"] for p in continuation.pending if p["tool_call_id"] not in outputs]
+        if missing:
+            raise bad_request(f"the follow-up must answer every pending tool call of continuation {continuation.id}; "
+                              f"missing: {', '.join(missing)}", "messages")
+        return {p["tool_call_id"]: ToolResult("client", outputs[p["tool_call_id"]]) for p in continuation.pending}
+
+    def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
+                        approved: list[str], stream: bool, deadline: float, tenant: str,
+                        headless: bool = False) -> LoopRequest:
+        data = continuation.data
+        stored = LoopState.from_dict(data["state"])
+        # Counters describe this response; the tool-round budget spans the whole loop.
+        state = LoopState(tool_rounds=stored.tool_rounds)
+        results = {k: ToolResult(v[0], v[1], v[2]) for k, v in data["results"].items()}
+        results.update(given)
+        assistant = data["assistant"]
+        calls = {c["id"]: c for c in assistant.get("tool_calls") or ()}
+        for call_id, result in given.items():
+            if result.status == "denied":
+                state.tool_records.append({"id": call_id, "name": calls[call_id]["function"]["name"],
+                                           "status": "denied", "elapsed_ms": 0.0})
+        return LoopRequest(
+            plan=plan, messages=list(data["transcript"]), client_tools=data["client_tools"],
+            tool_choice=data["tool_choice"], params=data["params"], max_iterations=data["max_iterations"],
+            headless=headless, tenant=tenant, stream=stream, deadline=deadline, state=state,
+            resume=ResumeTurn(assistant=assistant, results=results, approved=[calls[i] for i in approved]),
+        )
+
+    async def run_resumed(self, continuation: Continuation, request: LoopRequest,
+                          deps: LoopDeps) -> AsyncIterator[LoopEvent]:
+        """The resumed loop; the claim is finished at its end and released on any failure or disconnect."""
+        finished = False
+        try:
+            async for event in run_loop(request, deps):
+                if isinstance(event, Finished):
+                    await self.store.finish_continuation(continuation.id, continuation.tenant)
+                    finished = True
+                    metrics.CONTINUATIONS.inc("resumed")
+                yield event
+        finally:
+            if not finished:
+                metrics.CONTINUATIONS.inc("resume_failed")
+                await self.store.release_continuation(continuation.id, continuation.tenant)
+

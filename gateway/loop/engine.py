@@ -88,6 +88,15 @@ class LoopState:
 
 
 @dataclass(slots=True)
+class ResumeTurn:
+    """The paused turn, completed by the resume: results so far plus the approved calls to run now."""
+
+    assistant: Message
+    results: dict[str, ToolResult]
+    approved: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class LoopRequest:
     plan: RoutePlan
     messages: list[Message]
@@ -100,6 +109,7 @@ class LoopRequest:
     stream: bool
     deadline: float
     state: LoopState = field(default_factory=LoopState)
+    resume: ResumeTurn | None = None
 
 
 @dataclass(slots=True)
@@ -109,7 +119,9 @@ class PendingCall:
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]
-ExecuteHook = Callable[[Any, str], Awaitable[Any]]
+AuditHook = Callable[[str, ToolCall, str], Awaitable[None]]
+# (call, registered tool) -> outcome with .status, .content, .elapsed_ms
+ExecuteHook = Callable[[ToolCall, Any], Awaitable[Any]]
 
 
 @dataclass(slots=True)
@@ -118,6 +130,9 @@ class LoopDeps:
     tools: ToolRunner
     run_tool: ExecuteHook
     pause: PauseHook
+    audit: AuditHook
+    # Executes calls a human approved on resume; records each in the ledger so a retried resume never re-runs one.
+    run_approved: Callable[[str], ExecuteHook] | None = None
 
 
 def _is_forced(tool_choice: Any) -> bool:
@@ -156,6 +171,20 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     client_names = {t.get("function", {}).get("name") for t in request.client_tools}
     tool_defs = deps.tools.definitions(plan.server_tools) + request.client_tools
     transcript = request.messages
+    if request.resume is not None:
+        turn, request.resume = request.resume, None
+        approved = [(call, deps.tools.get(call["function"]["name"])) for call in turn.approved]
+        for call, tool in approved:
+            if tool is None:
+                turn.results[call["id"]] = ToolResult("error", f"Tool '{call['function']['name']}' is no longer "
+                                                      "available on this gateway.")
+                _record(state, call, "error", 0.0)
+        execute = deps.run_approved(request.tenant) if deps.run_approved else deps.run_tool
+        runnable = [(call, tool) for call, tool in approved if tool is not None]
+        async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
+            yield event
+        transcript.extend(tool_turn(turn.assistant, turn.results))
+        state.tool_rounds += 1
     while True:
         finalize = state.tool_rounds >= request.max_iterations
         messages = [*transcript, {"role": "user", "content": FINALIZE_INSTRUCTION}] if finalize else transcript
@@ -232,6 +261,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
                 state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
                 _record(state, call, "denied", 0.0)
+                await deps.audit(request.tenant, call, reason)
             else:
                 pending.append(PendingCall(call, reason))
 
@@ -265,7 +295,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, 
     async def one(call: ToolCall, tool: Any) -> tuple[ToolCall, Any, float]:
         async with semaphore:
             started = time.perf_counter()
-            outcome = await execute(tool, call["function"]["arguments"])
+            outcome = await execute(call, tool)
             return call, outcome, (time.perf_counter() - started) * 1000
 
     for call, _ in runnable:

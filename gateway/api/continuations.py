@@ -1,0 +1,93 @@
+"""``/v1/continuations/{id}``: inspect (GET), resume with decisions (POST, way B), cancel (DELETE)."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway import metrics
+from gateway.api.auth import authenticate
+from gateway.api.body import read_json
+from gateway.api.chat import error_response, respond, to_gateway_error
+from gateway.api.runtime import Runtime
+from gateway.errors import GatewayError, bad_request
+from gateway.loop.continuations import CLAIM_LEASE_S
+from gateway.store.base import Continuation
+
+PATH = "/v1/continuations"
+
+
+def _view(continuation: Continuation) -> dict[str, object]:
+    return {"id": continuation.id, "object": "continuation", "status": continuation.status,
+            "model": continuation.model, "pending": continuation.pending,
+            "created_at": int(continuation.created_at), "expires_at": int(continuation.expires_at)}
+
+
+async def get_continuation(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    try:
+        key = authenticate(request, runtime.keys)
+        continuation = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
+        return Response(orjson.dumps(_view(continuation)), media_type="application/json")
+    except Exception as exc:
+        return error_response(to_gateway_error(exc))
+
+
+async def delete_continuation(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    try:
+        key = authenticate(request, runtime.keys)
+        await runtime.store.cancel_continuation(request.path_params["id"], key.tenant)
+        metrics.CONTINUATIONS.inc("cancelled")
+        return Response(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
+                                      "deleted": True}), media_type="application/json")
+    except Exception as exc:
+        return error_response(to_gateway_error(exc))
+
+
+async def resume_continuation(request: Request) -> Response:
+    started = time.perf_counter()
+    runtime: Runtime = request.app.state.runtime
+    try:
+        key = authenticate(request, runtime.keys)
+        body = await read_json(request, runtime.config.server.max_body_bytes)
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise bad_request("'stream' must be a boolean", "stream")
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        continuations = runtime.continuations
+        stored = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
+        if stored.status == "resumed":
+            raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
+        results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
+        plan = runtime.routes.lookup(stored.model)
+        if plan is None:
+            raise GatewayError(404, f"the model '{stored.model}' of this continuation is no longer configured",
+                               code="model_not_found")
+        claimed = await runtime.store.claim_continuation(stored.id, key.tenant, CLAIM_LEASE_S)
+        deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+        headless = key.headless or request.headers.get("x-gateway-headless", "").lower() in ("1", "true", "yes")
+        loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
+                                                     headless)
+        events = continuations.run_resumed(claimed, loop_request, runtime.deps)
+        return await respond(events, stream, include_usage, stored.model, PATH, started)
+    except Exception as exc:
+        error = to_gateway_error(exc)
+        if error.status == 409:
+            metrics.CONTINUATIONS.inc("conflict")
+        return error_response(error)
+
+
+def continuation_routes() -> list[Route]:
+    return [
+        Route("/v1/continuations/{id}", get_continuation, methods=["GET"]),
+        Route("/v1/continuations/{id}", resume_continuation, methods=["POST"]),
+        Route("/v1/continuations/{id}", delete_continuation, methods=["DELETE"]),
+    ]
