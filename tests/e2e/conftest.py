@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from tests.fakes.openai_rules import openai_request_problems
+from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +118,7 @@ tools:
 
 
 def gateway_config(fakes: dict[str, FakeUpstream], store_url: str = "memory://", routing: str = "",
-                   extra_models: str = "") -> str:
+                   extra_models: str = "", tool_server: str = "http://127.0.0.1:9", ttl_s: int = 600) -> str:
     providers = "\n".join(
         f"  {name}: {{type: {fake.wire}, base_url: '{fake.url}', api_key: upstream-{name}, timeout_s: 1.5, "
         f"connect_timeout_s: 1}}" for name, fake in fakes.items())
@@ -130,16 +131,21 @@ auth:
     - {{key: {KEY}, tenant: team-a}}
     - {{key: {OTHER_KEY}, tenant: team-b}}
     - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}
-store: {{url: "{store_url}", continuation_ttl_s: 600}}
+store: {{url: "{store_url}", continuation_ttl_s: {ttl_s}}}
 routing: {routing}
 providers:
 {providers}
 {TOOLS_YAML}
+  delete_remote:
+    description: Delete a remote record (needs approval)
+    parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}
+    http: {{url: "{tool_server}/delete", timeout_s: 5}}
+    approval: required
 models:
   plain: {{targets: [{{provider: primary, model: up-model}}]}}
   agent:
     targets: [{{provider: primary, model: up-model}}]
-    tools: [get_weather, add, slow, explode, sleepy, delete_record]
+    tools: [get_weather, add, slow, explode, sleepy, delete_record, delete_remote]
     max_tool_iterations: 6
   failover: {{targets: [{{provider: primary, model: m1}}, {{provider: secondary, model: m2}}], retries: 1}}
   agent_failover:
@@ -173,7 +179,14 @@ def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def gateway(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
-    gw = Gateway(gateway_config(fakes)).start()
+def tool_server() -> Iterator[ToolServer]:
+    server = ToolServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
+    gw = Gateway(gateway_config(fakes, tool_server=tool_server.url)).start()
     yield gw
     gw.stop()
