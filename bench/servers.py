@@ -176,14 +176,15 @@ def start_loopgate(upstream: str, tool_source: str = "python", cpus: set[int] | 
 
 def ensure_litellm_venv(log: Callable[[str], None] = print) -> Path:
     """bench/.venv-litellm with litellm[proxy] installed (created once); returns its ``litellm`` script."""
-    exe = LITELLM_VENV / "bin" / "litellm"
-    if exe.exists():
+    exe, marker = LITELLM_VENV / "bin" / "litellm", LITELLM_VENV / ".bench-installed"
+    if exe.exists() and marker.exists():
         return exe
     log(f"creating {LITELLM_VENV} and installing litellm[proxy] (a few minutes)...")
     subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
     pip = [str(LITELLM_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, "litellm[proxy]"], check=True)
+    marker.write_text("litellm[proxy]\n")
     return exe
 
 
@@ -200,6 +201,8 @@ def start_litellm(upstream: str, cpus: set[int] | None = None) -> Proc:
             }
         ],
         "litellm_settings": {"drop_params": True, "telemetry": False},
+        # no auth, like the Loopgate config (loopback only): LiteLLM refuses to start keyless without this
+        "general_settings": {"dangerously_permit_weak_or_unset_master_key": True},
     }
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
