@@ -18,14 +18,16 @@ release, finish, cancel) runs as Lua scripts on the one record key: the check an
 are atomic, and the tenant comparison happens inside the script. The body is an opaque blob
 the scripts never parse (no cjson round trip can alter the transcript).
 
-Outages fail fast: bounded connect/read timeouts and a single retry (for a pooled connection
-the server dropped), and every connection or timeout error surfaces as ``StoreUnavailable``.
+Outages fail fast: bounded connect/read timeouts, a single retry (for a pooled connection the
+server dropped) and a deadline over each whole operation; every connection or timeout error
+surfaces as ``StoreUnavailable``.
 Time comes from the replica's clock (``time.time()``); leases and cooldowns are seconds long,
 so NTP-level skew between replicas does not matter.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -152,9 +154,9 @@ class RedisStore(Store):
 
     kind = "redis"
 
-    def __init__(self, url: str, *, socket_connect_timeout: float = 2.0, socket_timeout: float = 3.0,
-                 max_connections: int = 256, pool_timeout: float = 5.0, audit_max: int = 10_000,
-                 health_check_interval: float = 30.0) -> None:
+    def __init__(self, url: str, *, socket_connect_timeout: float = 2.0, socket_timeout: float = 2.0,
+                 op_timeout: float = 3.0, max_connections: int = 256, pool_timeout: float = 2.0,
+                 audit_max: int = 10_000, health_check_interval: float = 30.0) -> None:
         self._pool = aioredis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
@@ -166,6 +168,9 @@ class RedisStore(Store):
             health_check_interval=health_check_interval,
         )
         self._r = aioredis.Redis(connection_pool=self._pool)
+        # A deadline for each whole operation: redis-py retries at the command and the connect level,
+        # so against a hung server the socket timeouts alone would add up to several times their value.
+        self._op_timeout = op_timeout
         self._audit_max = audit_max
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
         self._save = self._r.register_script(_SAVE)
@@ -180,13 +185,16 @@ class RedisStore(Store):
     async def _guard(self, op: str) -> AsyncIterator[None]:
         """Turn "Redis is not there" into ``StoreUnavailable``; other Redis errors are bugs and propagate."""
         try:
-            yield
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"redis unavailable during {op}: {exc}") from exc
+            async with asyncio.timeout(self._op_timeout):
+                yield
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:  # builtin TimeoutError is an OSError
+            cause = str(exc) or f"no answer within {self._op_timeout}s"  # our deadline has no message
+            raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc
 
     async def ping(self) -> bool:
         try:
-            return bool(await self._r.ping())
+            async with self._guard("ping"):
+                return bool(await self._r.ping())
         except Exception:
             return False
 

@@ -15,6 +15,8 @@ import httpx
 import openai
 import pytest
 
+from tests.fakes.anthropic_rules import anthropic_request_problems
+from tests.fakes.gemini_rules import gemini_request_problems
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream
@@ -151,8 +153,23 @@ models:
   agent_failover:
     targets: [{{provider: primary, model: m1}}, {{provider: secondary, model: m2}}]
     tools: [get_weather, add]
+{cross_provider_routes()}
 {extra_models}
 """
+
+
+PROVIDER_MODELS = {"primary": "gpt-x", "claude": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview"}
+
+
+def cross_provider_routes() -> str:
+    """``solo_<p>`` (one target) and ``chain_<a>_<b>`` (a then b) with server tools, for every provider pair."""
+    lines = []
+    for name, model in PROVIDER_MODELS.items():
+        lines.append(f"  solo_{name}: {{targets: [{{provider: {name}, model: {model}}}], tools: [get_weather, add]}}")
+        for other, other_model in PROVIDER_MODELS.items():
+            lines.append(f"  chain_{name}_{other}: {{targets: [{{provider: {name}, model: {model}}}, "
+                         f"{{provider: {other}, model: {other_model}}}], tools: [get_weather, add]}}")
+    return "\n".join(lines)
 
 
 @pytest.fixture(scope="session")
@@ -160,6 +177,8 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
     started = {
         "primary": FakeUpstream("openai", openai_request_problems).start(),
         "secondary": FakeUpstream("openai", openai_request_problems).start(),
+        "claude": FakeUpstream("anthropic", lambda body, model: anthropic_request_problems(body)).start(),
+        "gemini": FakeUpstream("gemini", gemini_request_problems).start(),
     }
     yield started
     for fake in started.values():

@@ -174,7 +174,7 @@ def test_upstream_unreachable_is_502(fakes: dict[str, FakeUpstream]) -> None:
 
     dead = FakeUpstream("openai")
     dead.port = free_port()  # never started: connection refused
-    gw = Gateway(gateway_config({"primary": dead, "secondary": dead})).start()
+    gw = Gateway(gateway_config(dict.fromkeys(fakes, dead))).start()
     try:
         with pytest.raises(openai.APIStatusError) as caught:
             gw.client().chat.completions.create(model="plain", messages=USER)

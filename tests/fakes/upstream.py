@@ -93,6 +93,7 @@ class FakeUpstream:
         self.requests.clear()
         self.script.clear()
         self.cancelled = 0
+        self._ids = itertools.count(1)
 
     def queue(self, *replies: Reply) -> None:
         self.script.extend(replies)

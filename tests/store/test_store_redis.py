@@ -87,6 +87,21 @@ async def test_hung_redis_times_out_instead_of_hanging(silent_server: int) -> No
         await store.aclose()
 
 
+async def test_operation_deadline_caps_retries_against_a_hung_redis(silent_server: int) -> None:
+    # Socket timeouts alone would add up (command retry x connect retry); the deadline bounds the whole call.
+    store = RedisStore(f"redis://127.0.0.1:{silent_server}/0", socket_timeout=10, op_timeout=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"no answer within 0\.5s"):
+            await store.claim_continuation("cont_x", "acme", 30)
+        assert time.monotonic() - started < 1.5
+        started = time.monotonic()
+        assert await store.ping() is False
+        assert time.monotonic() - started < 1.5
+    finally:
+        await store.aclose()
+
+
 async def test_key_layout_namespaced_cluster_safe_with_ttls(redis_raw: aioredis.Redis, redis_url: str) -> None:
     store = RedisStore(redis_url)
     try:
