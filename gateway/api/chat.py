@@ -17,6 +17,7 @@ from gateway.api.render import ChunkEncoder, collect, completion_id, stream_fram
 from gateway.api.request import parse_chat_request
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, from_upstream
+from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import CLAIM_LEASE_S
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
@@ -112,6 +113,8 @@ async def chat_completions(request: Request) -> Response:
                                                          key.tenant, headless)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
+            if plan.needs_artifacts:
+                await reattach(runtime.store, key.tenant, chat.messages)
             max_iterations = plan.max_tool_iterations
             if chat.max_tool_iterations is not None:
                 max_iterations = min(max_iterations, chat.max_tool_iterations)

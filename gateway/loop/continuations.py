@@ -22,6 +22,7 @@ from typing import Any
 from gateway import metrics
 from gateway.canonical import Message, ToolCall, text_of
 from gateway.errors import bad_request
+from gateway.loop.artifacts import artifacts_of
 from gateway.loop.engine import (
     ExecuteHook,
     LoopDeps,
@@ -69,6 +70,9 @@ class Continuations:
                   "arguments": p.call["function"]["arguments"]} for p in pending]
         continuation = Continuation.new(request.tenant, request.plan.name, items, data, self.ttl_s)
         await self.store.save_continuation(continuation, self.ttl_s)
+        kept = artifacts_of(assistant)
+        if kept:
+            await self.store.put_artifacts(request.tenant, kept, self.ttl_s)
         metrics.CONTINUATIONS.inc("paused")
         return continuation.id
 

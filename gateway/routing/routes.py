@@ -18,6 +18,11 @@ class RoutePlan:
     tool_concurrency: int = 8
     route: RouteConfig | None = None
 
+    @property
+    def needs_artifacts(self) -> bool:
+        """Whether a target of this route needs provider artifacts a client may have dropped."""
+        return any(t.provider.type in ("anthropic", "gemini") or t.provider.reasoning_passback for t in self.targets)
+
 
 class RouteTable:
     """Routes from config, plus ``PROVIDER/UPSTREAM_MODEL`` straight to one provider (no failover, no tools)."""

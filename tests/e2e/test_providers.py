@@ -169,3 +169,38 @@ def test_reasoning_is_not_sent_to_strict_openai_servers(gateway: Gateway, fakes:
     fakes["primary"].queue(Reply(reasoning="hmm", tool_calls=[("get_weather", {"city": "Paris"})]), Reply(text="ok"))
     gateway.client().chat.completions.create(model="agent", messages=USER)
     assert all("reasoning_content" not in m for m in fakes["primary"].bodies[1]["messages"])
+
+
+def _client_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str,
+                       **kwargs: Any) -> FakeUpstream:
+    """Pause on a client tool, cancel the continuation, then come back with a plain stateless follow-up."""
+    fake = fakes[provider]
+    fake.queue(Reply(reasoning="I will look it up.", tool_calls=[("lookup", {"q": "Paris"})]))
+    client = gateway.client()
+    paused = client.chat.completions.create(model=direct(provider), messages=USER, tools=LOOKUP, **kwargs)
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    client.delete(f"/continuations/{continuation_id}", cast_to=object)  # way A no longer applies
+    message = paused.choices[0].message
+    # What a typical client sends back: the standard fields only, every artifact dropped.
+    history = [*USER, {"role": "assistant", "content": message.content,
+                       "tool_calls": [{"id": c.id, "type": "function", "function": {
+                           "name": c.function.name, "arguments": c.function.arguments}} for c in message.tool_calls]},
+               {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "sunny"}]
+    fake.queue(Reply(text="Sunny in Paris."))
+    done = client.chat.completions.create(model=direct(provider), messages=history, tools=LOOKUP, **kwargs)
+    assert done.choices[0].message.content == "Sunny in Paris."
+    return fake
+
+
+def test_gemini_signature_survives_the_client_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fake = _client_round_trip(gateway, fakes, "gemini")
+    model_turn = [c for c in fake.requests[-1].body["contents"] if c["role"] == "model"][-1]
+    assert next(p for p in model_turn["parts"] if "functionCall" in p)["thoughtSignature"] == "gsig-1"
+
+
+def test_claude_thinking_survives_the_client_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fake = _client_round_trip(gateway, fakes, "claude", reasoning_effort="high", max_tokens=20000)
+    body = fake.requests[-1].body
+    assert body.get("thinking"), "thinking stays on because the blocks came back"
+    assistant = [m for m in body["messages"] if m["role"] == "assistant"][-1]
+    assert assistant["content"][0]["type"] == "thinking" and assistant["content"][0]["signature"] == "sig-1"
