@@ -169,6 +169,8 @@ def cross_provider_routes() -> str:
         for other, other_model in PROVIDER_MODELS.items():
             lines.append(f"  chain_{name}_{other}: {{targets: [{{provider: {name}, model: {model}}}, "
                          f"{{provider: {other}, model: {other_model}}}], tools: [get_weather, add]}}")
+    lines.append("  chain_primary_secondary: {targets: [{provider: primary, model: gpt-x}, "
+                 "{provider: secondary, model: gpt-y}], tools: [get_weather, add]}")
     return "\n".join(lines)
 
 

@@ -32,8 +32,9 @@ class Reply:
     error_body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
-    # cut: stream breaks after the first content chunk (non-stream: connection closed mid-body);
-    # stall: stream sends one chunk then nothing; error_event: 200 then an in-stream error first;
+    # cut: stream breaks after the first text chunk (non-stream: connection closed mid-body);
+    # stall: stream stops after the first text chunk (non-stream: no answer at all);
+    # error_event: 200 then an in-stream error before any content (non-stream: a 200 error body);
     # invalid_json: a body/chunk that is not JSON; reset: connection closed before any response.
     fault: str | None = None
     usage: tuple[int, int] = (10, 5)
@@ -126,6 +127,11 @@ class FakeUpstream:
         if not stream:
             if reply.fault == "invalid_json":
                 return web.Response(body=b"{not json", content_type="application/json")
+            if reply.fault == "error_event":  # a 200 whose body is the provider's error object
+                return web.Response(body=self._stream_error().split(b"data: ", 1)[1].strip(),
+                                    content_type="application/json")
+            if reply.fault == "stall":
+                await asyncio.sleep(30)
             raw = orjson.dumps(self._whole(reply, model, n))
             if reply.fault == "cut":
                 response = web.StreamResponse(headers={"content-type": "application/json",
@@ -144,10 +150,12 @@ class FakeUpstream:
                 frames = [self._stream_error()]
             elif reply.fault == "invalid_json":
                 frames = [b"data: {broken\n\n"]
-            for position, frame in enumerate(frames):
+            first_text = orjson.dumps(self._halves(reply.text)[0])[1:-1] if reply.text else b"\x00"
+            for frame in frames:
                 await response.write(frame)
                 await asyncio.sleep(0.002)
-                if position == 1 and reply.fault in ("cut", "stall"):
+                # cut / stall strike right after the first frame carrying model text.
+                if reply.fault in ("cut", "stall") and first_text in frame:
                     if reply.fault == "stall":
                         await asyncio.sleep(30)
                     request.transport.close()  # type: ignore[union-attr]

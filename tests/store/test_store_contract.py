@@ -302,3 +302,16 @@ async def test_health_open_until_expires_after_cooldown(store_factory: StoreFact
     assert await b.health_open_until(t) is None
     # Half-open: the count outlives the cooldown, so the first failed probe re-opens at once.
     assert await a.health_report(t, True, 2, 1.0) is not None
+
+
+async def test_non_positive_ttl_is_rejected(store: Store) -> None:
+    c = make_cont()
+    for ttl in (0, -5):
+        with pytest.raises(ValueError):
+            await store.save_continuation(c, ttl)
+        with pytest.raises(ValueError):
+            await store.ledger_put(TENANT, "call_1", {}, ttl)
+        with pytest.raises(ValueError):
+            await store.put_artifacts(TENANT, {"call_1": {}}, ttl)
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, TENANT)

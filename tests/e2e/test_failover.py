@@ -1,0 +1,207 @@
+"""Failover fault matrix, circuit breaker and deadlines, against fake upstreams over real HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.conftest import PROVIDER_MODELS, Gateway, gateway_config
+from tests.e2e.test_continuations import REDIS_URL, require_redis
+from tests.fakes.upstream import FakeUpstream, Reply
+
+USER = [{"role": "user", "content": "hi"}]
+MODELS = {**PROVIDER_MODELS, "secondary": "gpt-y"}
+PAIRS = [("primary", "secondary"), ("primary", "claude"), ("primary", "gemini"), ("claude", "primary")]
+# fault -> (reply that fails, error class the gateway records)
+FAULTS: dict[str, tuple[Reply, str]] = {
+    "429": (Reply(status=429, headers={"retry-after": "1"}), "rate_limited"),
+    "500": (Reply(status=500), "server_error"),
+    "503": (Reply(status=503), "overloaded"),
+    "529": (Reply(status=529), "overloaded"),
+    "read-timeout": (Reply(text="late", delay_s=3), "timeout"),
+    "connection-reset": (Reply(fault="reset"), "connection"),
+    "invalid-json": (Reply(text="x", fault="invalid_json"), "invalid_response"),
+    "200-then-error": (Reply(text="never", fault="error_event"), "overloaded"),
+    "cut-after-first-chunk": (Reply(text="Partial answer that breaks", fault="cut"), "connection"),
+    "stalled": (Reply(text="Partial answer that stalls", fault="stall"), "timeout"),
+}
+MID_STREAM = {"cut-after-first-chunk", "stalled"}
+
+
+def sse_events(response: httpx.Response) -> list[Any]:
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            payload = line[6:]
+            events.append(payload if payload == "[DONE]" else orjson.loads(payload))
+    return events
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
+def test_fault_matrix(gateway: Gateway, fakes: dict[str, FakeUpstream], first: str, second: str, stream: bool,
+                      fault: str) -> None:
+    failing, error_class = FAULTS[fault]
+    fakes[first].queue(failing)
+    fakes[second].queue(Reply(text="Answer from the fallback.", tool_calls=[("lookup", {"q": "x"})]))
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    body = {"model": f"chain_{first}_{second}", "messages": USER, "tools": tools, "stream": stream}
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=20,
+                      headers={"authorization": "Bearer test-key"}) as response:
+        if not stream:
+            response.read()
+            assert response.status_code == 200, response.text
+            payload = response.json()
+            extension, text = payload["gateway"], payload["choices"][0]["message"]["content"]
+            calls = [c["function"]["arguments"] for c in payload["choices"][0]["message"]["tool_calls"]]
+        else:
+            assert response.status_code == 200
+            events = sse_events(response)
+            assert events[-1] == "[DONE]"
+            text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1]
+                           if isinstance(e, dict) and e.get("choices"))
+            errors = [e["error"] for e in events[:-1] if "error" in e]
+            if fault in MID_STREAM:
+                # Bytes already reached the client: no replay, no fallback, a clean error and [DONE].
+                assert len(errors) == 1 and errors[0]["code"] == "stream_interrupted"
+                assert error_class in errors[0]["message"]
+                assert text == FAULTS[fault][0].text[: max(1, len(FAULTS[fault][0].text) // 2)]
+                assert not fakes[second].requests, "a committed stream must not fail over"
+                return
+            assert not errors
+            extension = next(e["gateway"] for e in events[:-1] if e.get("gateway", {}).get("status"))
+            calls = [d["function"]["arguments"] for e in events[:-1] if e.get("choices")
+                     for d in e["choices"][0]["delta"].get("tool_calls") or []]
+    assert text == "Answer from the fallback."
+    assert calls == ['{"q":"x"}'], "the fallback's tool call must not be lost"
+    assert extension["answered_by"] == [f"{second}:{MODELS[second]}"]
+    assert [a["error_class"] for a in extension["attempts"]] == [error_class, None]
+    assert extension["attempts"][0]["target"] == f"{first}:{MODELS[first]}"
+
+
+def test_no_target_answers_gives_the_last_cause(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(status=500))
+    fakes["secondary"].queue(Reply(status=503, headers={"retry-after": "2"}))
+    response = gateway.post("/v1/chat/completions", {"model": "chain_primary_secondary", "messages": USER})
+    assert response.status_code == 503
+    assert "secondary:gpt-y" in response.json()["error"]["message"]
+    assert response.headers["retry-after"] == "2"
+
+
+def test_callers_bad_request_is_not_failed_over(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(status=400, error_body={"error": {"message": "bad temperature",
+                                                                   "type": "invalid_request_error"}}))
+    response = gateway.post("/v1/chat/completions", {"model": "chain_primary_secondary", "messages": USER})
+    assert response.status_code == 400 and "bad temperature" in response.json()["error"]["message"]
+    assert not fakes["secondary"].requests
+
+
+def test_context_length_moves_to_the_next_target(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(status=400, error_body={"error": {
+        "message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}}))
+    fakes["secondary"].queue(Reply(text="bigger window"))
+    completion = gateway.client().chat.completions.create(model="chain_primary_secondary", messages=USER)
+    assert completion.choices[0].message.content == "bigger window"
+    assert completion.model_extra["gateway"]["attempts"][0]["error_class"] == "context_length_exceeded"
+
+
+def test_retries_with_backoff_on_the_same_target(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(status=500))
+    completion = gateway.client().chat.completions.create(model="failover", messages=USER)  # retries: 1
+    extension = completion.model_extra["gateway"]
+    assert extension["answered_by"] == ["primary:m1"]
+    assert [a["error_class"] for a in extension["attempts"]] == ["server_error", None]
+    assert not fakes["secondary"].requests
+
+
+def test_retry_after_beyond_the_cap_moves_on(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(status=429, headers={"retry-after": "120"}))
+    started = time.monotonic()
+    completion = gateway.client().chat.completions.create(model="failover", messages=USER)
+    assert time.monotonic() - started < 2
+    assert completion.model_extra["gateway"]["answered_by"] == ["secondary:m2"]
+
+
+BREAKER = ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 2, breaker_cooldown_s: 1, "
+           "request_timeout_s: 30}")
+
+
+@pytest.fixture
+def breaker_gateway(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
+    gw = Gateway(gateway_config(fakes, routing=BREAKER)).start()
+    yield gw
+    gw.stop()
+
+
+def test_breaker_opens_skips_and_recovers(breaker_gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    client = breaker_gateway.client()
+    fakes["primary"].queue(Reply(status=500), Reply(status=500))
+    for _ in range(2):
+        client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    assert len(fakes["primary"].requests) == 2
+    skipped = client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    assert len(fakes["primary"].requests) == 2, "an open circuit must not be tried"
+    assert skipped.model_extra["gateway"]["attempts"][0]["error_class"] == "circuit_open"
+    ready = httpx.get(f"{breaker_gateway.url}/readyz").json()
+    assert ready["circuits"]["primary:gpt-x"] == "open"
+    metrics = httpx.get(f"{breaker_gateway.url}/metrics").text
+    assert 'loopgate_circuit_open{target="primary:gpt-x"} 1' in metrics
+    assert 'loopgate_failovers_total{from_target="primary:gpt-x",error_class="server_error"}' in metrics
+    time.sleep(1.1)
+    # Half-open: one probe goes to the primary; its success closes the circuit.
+    probe = client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    assert probe.model_extra["gateway"]["answered_by"] == ["primary:gpt-x"]
+    assert httpx.get(f"{breaker_gateway.url}/readyz").json()["circuits"]["primary:gpt-x"] == "closed"
+
+
+def test_failed_probe_reopens_at_once(breaker_gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    client = breaker_gateway.client()
+    fakes["primary"].queue(Reply(status=500), Reply(status=500), Reply(status=500))
+    for _ in range(2):
+        client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    time.sleep(1.1)
+    client.chat.completions.create(model="chain_primary_secondary", messages=USER)  # the probe fails
+    assert len(fakes["primary"].requests) == 3
+    client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    assert len(fakes["primary"].requests) == 3, "one failed probe re-opens the circuit"
+
+
+def test_replicas_share_a_dead_target_through_redis(fakes: dict[str, FakeUpstream]) -> None:
+    require_redis()
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    config = gateway_config(fakes, store_url=REDIS_URL, routing=BREAKER.replace("breaker_cooldown_s: 1",
+                                                                                "breaker_cooldown_s: 30"))
+    first, second = Gateway(config).start(), Gateway(config).start()
+    try:
+        fakes["primary"].queue(Reply(status=500), Reply(status=500))
+        for _ in range(2):
+            first.client().chat.completions.create(model="chain_primary_secondary", messages=USER)
+        assert len(fakes["primary"].requests) == 2
+        answer = second.client().chat.completions.create(model="chain_primary_secondary", messages=USER)
+        assert len(fakes["primary"].requests) == 2, "the second replica learned from the first one's failures"
+        assert answer.model_extra["gateway"]["attempts"][0]["error_class"] == "circuit_open"
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_request_deadline(fakes: dict[str, FakeUpstream]) -> None:
+    routing = "{backoff_base_s: 0.01, breaker_failures: 1000, request_timeout_s: 1}"
+    gw = Gateway(gateway_config(fakes, routing=routing)).start()
+    try:
+        fakes["primary"].queue(Reply(text="slow", delay_s=1.3))
+        fakes["secondary"].queue(Reply(text="never asked"))
+        started = time.monotonic()
+        response = gw.post("/v1/chat/completions", {"model": "chain_primary_secondary", "messages": USER})
+        assert response.status_code == 504
+        assert time.monotonic() - started < 1.3
+    finally:
+        gw.stop()
