@@ -21,7 +21,7 @@ from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import CLAIM_LEASE_S
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
-from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
+from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, StoreUnavailable
 
 log = logging.getLogger("loopgate.api")
 PATH = "/v1/chat/completions"
@@ -103,9 +103,9 @@ async def chat_completions(request: Request) -> Response:
         continuations = runtime.continuations
         match = await continuations.match_way_a(key.tenant, chat.messages) if chat.messages[-1]["role"] == "tool" \
             else None
-        if match is not None:
+        stored = await _stored_or_none(runtime, match[0], key.tenant) if match is not None else None
+        if stored is not None and match is not None and continuations.history_matches(stored, chat.messages):
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
-            stored = await runtime.store.get_continuation(match[0], key.tenant)
             results = continuations.outputs_to_results(stored, match[1])
             plan = runtime.routes.lookup(stored.model) or plan
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, CLAIM_LEASE_S)
@@ -129,6 +129,14 @@ async def chat_completions(request: Request) -> Response:
         error = to_gateway_error(exc)
         _done(PATH, model, error.status, started)
         return error_response(error)
+
+
+async def _stored_or_none(runtime: Runtime, continuation_id: str, tenant: str) -> Continuation | None:
+    """Way A lookups race with expiry and cancellation; a vanished continuation means a stateless request."""
+    try:
+        return await runtime.store.get_continuation(continuation_id, tenant)
+    except ContinuationNotFound:
+        return None
 
 
 async def _timed(frames: AsyncIterator[bytes], events: AsyncIterator[LoopEvent], path: str, model: str,

@@ -85,15 +85,22 @@ class Continuations:
         })
         metrics.CONTINUATIONS.inc("headless_denial")
 
-    def ledgered(self, tenant: str) -> ExecuteHook:
+    def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
+        """Executes approved calls at most once per continuation.
+
+        Keyed by continuation and call id, not call id alone: some servers reuse ids such as
+        ``call_0`` across conversations, and one conversation's record must never answer another's.
+        """
+
         async def execute(call: ToolCall, tool: Any) -> Any:
-            record = await self.store.ledger_get(tenant, call["id"])
+            key = f"{continuation_id}:{call['id']}"
+            record = await self.store.ledger_get(tenant, key)
             if record is not None:
                 metrics.CONTINUATIONS.inc("ledger_replay")
                 return ToolOutcome(record["status"], record["content"], 0.0)
             outcome = await run_tool(tool, call["function"]["arguments"])
-            await self.store.ledger_put(tenant, call["id"], {"status": outcome.status, "content": outcome.content,
-                                                             "ts": time.time()}, self.ttl_s)
+            await self.store.ledger_put(tenant, key, {"status": outcome.status, "content": outcome.content,
+                                                      "ts": time.time()}, self.ttl_s)
             return outcome
 
         return execute
@@ -156,6 +163,27 @@ class Continuations:
         return None
 
     @staticmethod
+    def history_matches(continuation: Continuation, messages: list[Message]) -> bool:
+        """Does the client's paused assistant turn hold exactly the stored pending calls?
+
+        Guards way A against servers that reuse tool-call ids (``call_0``) across conversations:
+        an id alone must not pull another conversation's continuation into this one.
+        """
+        index = len(messages) - 1
+        while index >= 0 and messages[index].get("role") == "tool":
+            index -= 1
+        if index < 0 or messages[index].get("role") != "assistant":
+            return False
+        sent = {c.get("id"): c.get("function", {}) for c in messages[index].get("tool_calls") or ()}
+        for item in continuation.pending:
+            function = sent.get(item["tool_call_id"])
+            if function is None or function.get("name") != item["name"]:
+                return False
+            if (function.get("arguments") or "{}") != (item["arguments"] or "{}"):
+                return False
+        return True
+
+    @staticmethod
     def outputs_to_results(continuation: Continuation, outputs: dict[str, str]) -> dict[str, ToolResult]:
         """Way A: one client ``tool`` message per pending call (approval calls too: the client answered them)."""
         missing = [p["tool_call_id"] for p in continuation.pending if p["tool_call_id"] not in outputs]
@@ -183,7 +211,8 @@ class Continuations:
             plan=plan, messages=list(data["transcript"]), client_tools=data["client_tools"],
             tool_choice=data["tool_choice"], params=data["params"], max_iterations=data["max_iterations"],
             headless=headless, tenant=tenant, stream=stream, deadline=deadline, state=state,
-            resume=ResumeTurn(assistant=assistant, results=results, approved=[calls[i] for i in approved]),
+            resume=ResumeTurn(assistant=assistant, results=results, approved=[calls[i] for i in approved],
+                              continuation_id=continuation.id),
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest,

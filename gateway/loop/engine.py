@@ -94,6 +94,7 @@ class ResumeTurn:
     assistant: Message
     results: dict[str, ToolResult]
     approved: list[ToolCall] = field(default_factory=list)
+    continuation_id: str = ""
 
 
 @dataclass(slots=True)
@@ -132,7 +133,7 @@ class LoopDeps:
     pause: PauseHook
     audit: AuditHook
     # Executes calls a human approved on resume; records each in the ledger so a retried resume never re-runs one.
-    run_approved: Callable[[str], ExecuteHook] | None = None
+    run_approved: Callable[[str, str], ExecuteHook] | None = None
 
 
 def _is_forced(tool_choice: Any) -> bool:
@@ -179,7 +180,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 turn.results[call["id"]] = ToolResult("error", f"Tool '{call['function']['name']}' is no longer "
                                                       "available on this gateway.")
                 _record(state, call, "error", 0.0)
-        execute = deps.run_approved(request.tenant) if deps.run_approved else deps.run_tool
+        execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
         runnable = [(call, tool) for call, tool in approved if tool is not None]
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
             yield event

@@ -167,10 +167,12 @@ class Router:
         raise AllTargetsFailed(*last)
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        native = target.adapter.build_request(request, target.provider, target.model, stream=False)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DeadlineExceeded()
+        if target.provider.type == "litellm":
+            return await target.adapter.complete(request, target.provider, target.model, remaining)
+        native = target.adapter.build_request(request, target.provider, target.model, stream=False)
         try:
             async with asyncio.timeout(remaining):
                 reply = await self._pool.post(target.provider, native)
@@ -179,6 +181,26 @@ class Router:
         if reply.status >= 400:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)
+
+    async def _http_stream(self, target: ResolvedTarget, request: ModelRequest,
+                           remaining: float) -> AsyncIterator[StreamDelta | ModelResponse]:
+        """Deltas as they arrive, then the whole turn. No asyncio.timeout around the yields: it
+        would cancel the consumer, not this generator; the header wait is bounded by ``remaining``,
+        stalls by the provider's read timeout, and the caller checks the deadline between deltas."""
+        native = target.adapter.build_request(request, target.provider, target.model, stream=True)
+        async with self._pool.stream(target.provider, native, remaining) as upstream:
+            if upstream.status >= 400:
+                raise target.adapter.parse_error(upstream.status, upstream.headers, await upstream.read())
+            parser = target.adapter.new_stream_parser()
+            decoder = SSEDecoder()
+            async for chunk in upstream.chunks():
+                for event in decoder.feed(chunk):
+                    for delta in parser.feed(event):
+                        yield delta
+            for event in decoder.close():
+                for delta in parser.feed(event):
+                    yield delta
+            yield parser.finish()
 
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[StreamDelta | Answer]:
@@ -190,31 +212,25 @@ class Router:
                 started = time.monotonic()
                 committed = False
                 try:
-                    native = target.adapter.build_request(request, target.provider, target.model, stream=True)
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise DeadlineExceeded()
-                    # No asyncio.timeout around the yields: it would cancel the consumer, not this
-                    # generator. The header wait is bounded by ``remaining``, stalls by the
-                    # provider's read timeout, and the deadline is checked between chunks.
-                    async with self._pool.stream(target.provider, native, remaining) as upstream:
-                        if upstream.status >= 400:
-                            raise target.adapter.parse_error(upstream.status, upstream.headers,
-                                                             await upstream.read())
-                        parser = target.adapter.new_stream_parser()
-                        decoder = SSEDecoder()
-                        async for chunk in upstream.chunks():
-                            for event in decoder.feed(chunk):
-                                for delta in parser.feed(event):
-                                    committed = True
-                                    yield delta
+                    source = (target.adapter.stream(request, target.provider, target.model, remaining)
+                              if target.provider.type == "litellm" else self._http_stream(target, request, remaining))
+                    response: ModelResponse | None = None
+                    try:
+                        async for item in source:
+                            if isinstance(item, ModelResponse):
+                                response = item
+                                continue
+                            committed = True
+                            yield item
                             if time.monotonic() > deadline:
                                 raise DeadlineExceeded()
-                        for event in decoder.close():
-                            for delta in parser.feed(event):
-                                committed = True
-                                yield delta
-                        response = parser.finish()
+                    finally:
+                        await source.aclose()  # type: ignore[attr-defined]  # releases the connection now
+                    if response is None:
+                        raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
                 except ProviderError as caught:
                     error: ProviderError = caught
                 else:

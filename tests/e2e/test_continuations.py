@@ -368,3 +368,23 @@ def test_store_outage_is_503_and_readyz_recovers(fakes: dict[str, FakeUpstream],
         gw.stop()
         server.terminate()
         server.wait(5)
+
+
+def test_reused_tool_call_ids_do_not_resume_another_conversation(gateway: Gateway,
+                                                                 fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "conversation X"})]))
+    paused = gateway.client().chat.completions.create(model="agent", messages=USER, tools=LOOKUP)
+    call_id = paused.choices[0].message.tool_calls[0].id
+    # Another conversation whose server reused the same id for a different call.
+    other = [{"role": "user", "content": "something else"},
+             {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+                 "name": "lookup", "arguments": '{"q": "conversation Y"}'}}]},
+             {"role": "tool", "tool_call_id": call_id, "content": "Y result"}]
+    fakes["primary"].queue(Reply(text="Y answered statelessly."))
+    answer = gateway.client().chat.completions.create(model="agent", messages=other, tools=LOOKUP)
+    assert answer.choices[0].message.content == "Y answered statelessly."
+    assert [m["role"] for m in fakes["primary"].bodies[-1]["messages"]] == ["user", "assistant", "tool"]
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    shown = httpx.get(f"{gateway.url}/v1/continuations/{continuation_id}",
+                      headers={"authorization": "Bearer test-key"}).json()
+    assert shown["status"] == "pending", "conversation X must still be waiting for its own result"

@@ -1,0 +1,99 @@
+"""The long tail (Bedrock, Vertex, Cohere, ...) through LiteLLM, an optional extra.
+
+LiteLLM is not a wire format but a client library that speaks many of them, so this
+adapter calls it instead of building HTTP requests. It is imported lazily, the first time
+a ``litellm`` target is actually called: ``import litellm`` costs seconds and hundreds of
+MB, which the default install and the hot path never pay. Its responses are already
+OpenAI-shaped, so they are parsed by the OpenAI adapter's parsers, and its exceptions carry
+HTTP statuses, which map to the same canonical error classes as every other provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.config.model import ProviderConfig
+from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, class_for_status, looks_like_context_overflow
+from gateway.providers.openai import OpenAIAdapter
+
+_openai = OpenAIAdapter()
+
+
+def _library() -> Any:
+    # Never fetch LiteLLM's model cost map from the internet at import (a gateway often has no egress).
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.drop_params = True  # parameters a provider does not support are dropped, not fatal
+    return litellm
+
+
+def _dump(value: Any) -> bytes:
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(exclude_none=True)
+    return orjson.dumps(value, default=str)
+
+
+def _error(exc: Exception) -> ProviderError:
+    if isinstance(exc, ProviderError):
+        return exc
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "message", None) or exc)
+    name = type(exc).__name__
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or name == "Timeout":
+        return ProviderError(ErrorClass.TIMEOUT, message, status)
+    if name == "APIConnectionError":
+        return ProviderError(ErrorClass.CONNECTION, message, status)
+    if name == "ContextWindowExceededError" or looks_like_context_overflow(message):
+        return ProviderError(ErrorClass.CONTEXT_LENGTH, message, status)
+    if isinstance(status, int) and status >= 400:
+        return ProviderError(class_for_status(status), message, status)
+    return ProviderError(ErrorClass.SERVER_ERROR, f"{name}: {message}", status if isinstance(status, int) else None)
+
+
+class LiteLLMAdapter:
+    wire_format = "litellm"
+
+    def _kwargs(self, request: ModelRequest, provider: ProviderConfig, model: str, timeout: float) -> dict[str, Any]:
+        body = orjson.loads(_openai.build_request(request, provider, model, stream=False).body)
+        body["timeout"] = timeout
+        if provider.api_key:
+            body["api_key"] = provider.api_key
+        if provider.base_url:
+            body["api_base"] = provider.base_url
+        if provider.headers:
+            body["extra_headers"] = provider.headers
+        return body
+
+    async def complete(self, request: ModelRequest, provider: ProviderConfig, model: str,
+                       timeout: float) -> ModelResponse:
+        litellm = _library()
+        try:
+            response = await litellm.acompletion(**self._kwargs(request, provider, model, timeout))
+        except Exception as exc:
+            raise _error(exc) from None
+        return _openai.parse_response(_dump(response))
+
+    async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
+                     timeout: float) -> AsyncIterator[StreamDelta | ModelResponse]:
+        litellm = _library()
+        parser = _openai.new_stream_parser()
+        try:
+            kwargs = self._kwargs(request, provider, model, timeout)
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+            chunks = await litellm.acompletion(**kwargs)
+            async for chunk in chunks:
+                for delta in parser.feed(SSEEvent(None, _dump(chunk))):
+                    yield delta
+        except Exception as exc:
+            raise _error(exc) from None
+        parser.feed(SSEEvent(None, b"[DONE]"))
+        yield parser.finish()
