@@ -18,6 +18,7 @@ continuation, because once the lease has expired another claim may take it over.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from abc import ABC, abstractmethod
@@ -237,6 +238,13 @@ class Store(ABC):
     @abstractmethod
     async def health_open_until(self, target: str) -> float | None:
         """The timestamp until which ``target``'s circuit is open, or None when it is closed."""
+
+
+def check_ttl(ttl_s: float) -> int:
+    """Whole seconds, at least 1: Redis ``EX`` takes integers, and a zero TTL would delete what was just written."""
+    if not ttl_s > 0:
+        raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
+    return max(1, math.ceil(ttl_s))
 
 
 def audit_entry(entry: dict[str, Any], now: float) -> tuple[str, dict[str, Any]]:

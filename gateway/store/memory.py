@@ -31,6 +31,7 @@ from gateway.store.base import (
     ContinuationStatus,
     Store,
     audit_entry,
+    check_ttl,
     failure_window,
 )
 
@@ -134,7 +135,7 @@ class MemoryStore(Store):
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         now = self._clock()
-        deadline = now + ttl_s
+        deadline = now + check_ttl(ttl_s)
         ids = c.tool_call_ids
         rec = _Record(tenant=c.tenant, status=c.status, claimed_until=c.claimed_until, body=c.to_bytes(),
                       tool_call_ids=ids)
@@ -189,14 +190,15 @@ class MemoryStore(Store):
 
     async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
         now = self._clock()
-        self._ledger.set((tenant, tool_call_id), orjson.dumps(record), now + ttl_s, now)
+        self._ledger.set((tenant, tool_call_id), orjson.dumps(record), now + check_ttl(ttl_s), now)
 
     # -- artifacts -------------------------------------------------------------------------------
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
         now = self._clock()
+        deadline = now + check_ttl(ttl_s)
         encoded = {tc: orjson.dumps(a) for tc, a in items.items()}  # all or nothing on bad data
         for tc, raw in encoded.items():
-            self._artifacts.set((tenant, tc), raw, now + ttl_s, now)
+            self._artifacts.set((tenant, tc), raw, deadline, now)
 
     async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         now = self._clock()

@@ -48,6 +48,7 @@ from gateway.store.base import (
     Store,
     StoreUnavailable,
     audit_entry,
+    check_ttl,
     failure_window,
 )
 
@@ -220,13 +221,14 @@ class RedisStore(Store):
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         ids = c.tool_call_ids
+        ex = check_ttl(ttl_s)
         args = [c.tenant, c.status, "" if c.claimed_until is None else _f(c.claimed_until), c.to_bytes(),
-                orjson.dumps(ids), int(ttl_s)]
+                orjson.dumps(ids), ex]
         # One round trip: the record (atomic, with its TTL) and every index entry.
         async with self._guard("save_continuation"), self._r.pipeline(transaction=False) as pipe:
             await self._save(keys=[record_key(c.id)], args=args, client=pipe)
             for tc in ids:
-                pipe.set(tenant_key(c.tenant, "tc", tc), c.id, ex=int(ttl_s))
+                pipe.set(tenant_key(c.tenant, "tc", tc), c.id, ex=ex)
             await pipe.execute()
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
@@ -279,18 +281,19 @@ class RedisStore(Store):
         return None if raw is None else orjson.loads(raw)
 
     async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
-        raw = orjson.dumps(record)
+        raw, ex = orjson.dumps(record), check_ttl(ttl_s)
         async with self._guard("ledger_put"):
-            await self._r.set(tenant_key(tenant, "ledger", tool_call_id), raw, ex=int(ttl_s))
+            await self._r.set(tenant_key(tenant, "ledger", tool_call_id), raw, ex=ex)
 
     # -- artifacts -------------------------------------------------------------------------------
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
         if not items:
             return
+        ex = check_ttl(ttl_s)
         encoded = {tenant_key(tenant, "art", tc): orjson.dumps(a) for tc, a in items.items()}
         async with self._guard("put_artifacts"), self._r.pipeline(transaction=False) as pipe:
             for key, raw in encoded.items():
-                pipe.set(key, raw, ex=int(ttl_s))
+                pipe.set(key, raw, ex=ex)
             await pipe.execute()
 
     async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
