@@ -58,12 +58,15 @@ class Target:
 
 # ----------------------------------------------------------------------------- output
 def machine() -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=servers.REPO, capture_output=True, text=True)
+    git = ["git", "-C", str(servers.REPO)]  # read-only git calls
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "gateway"], capture_output=True).returncode != 0
     return {
         "cpus": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "commit": commit.stdout.strip() or None,
+        "gateway_uncommitted_changes": dirty,
     }
 
 

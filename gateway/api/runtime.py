@@ -9,6 +9,7 @@ import aiohttp
 
 from gateway.canonical import ToolCall
 from gateway.config.model import ApiKey, Config
+from gateway.context import ContextGuard
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.providers.http import UpstreamPool
@@ -53,8 +54,11 @@ class Runtime:
         router = Router(config.providers, config.routing, pool, health)
         routes = RouteTable(config, router)
         continuations = Continuations(store, config.store.continuation_ttl_s)
+        # Tokenizer tables (~80 MB for o200k) load lazily, on a worker thread, the first time a
+        # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
-                        audit=continuations.audit_denial, run_approved=continuations.ledgered)
+                        audit=continuations.audit_denial, run_approved=continuations.ledgered,
+                        context=ContextGuard(), route_lookup=routes.lookup)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps)
 

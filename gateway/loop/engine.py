@@ -37,6 +37,8 @@ from gateway.canonical import (
     strip_artifacts,
     text_of,
 )
+from gateway.context import ContextGuard
+from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
 from gateway.loop.pairing import ToolResult, tool_turn
 from gateway.routing.router import Answer, Attempt, Router
@@ -47,6 +49,8 @@ FINALIZE_INSTRUCTION = (
     "Answer the user now with the information gathered so far."
 )
 ITERATION_SEPARATOR = "\n\n"
+SKIPPED_RESULT = ("Skipped: the conversation is too long for the model's context window to take this tool's "
+                  "result. Answer with what you have.")
 
 
 class ToolRunner(Protocol):
@@ -70,6 +74,7 @@ class LoopState:
     headless_denials: list[dict[str, Any]] = field(default_factory=list)
     text_emitted: bool = False
     iteration_limit_reached: bool = False
+    context: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +83,7 @@ class LoopState:
                                                  self.usage.cached_tokens, self.usage.reasoning_tokens],
             "tool_records": self.tool_records, "headless_denials": self.headless_denials,
             "text_emitted": self.text_emitted, "iteration_limit_reached": self.iteration_limit_reached,
+            "context": self.context,
         }
 
     @classmethod
@@ -134,6 +140,8 @@ class LoopDeps:
     audit: AuditHook
     # Executes calls a human approved on resume; records each in the ledger so a retried resume never re-runs one.
     run_approved: Callable[[str, str], ExecuteHook] | None = None
+    context: ContextGuard | None = None
+    route_lookup: Callable[[str], RoutePlan | None] | None = None
 
 
 def _is_forced(tool_choice: Any) -> bool:
@@ -157,6 +165,8 @@ def gateway_extension(state: LoopState, status: str, continuation_id: str | None
         "headless_denials": state.headless_denials,
         "iteration_limit_reached": state.iteration_limit_reached,
     }
+    if state.context:
+        extension["context"] = state.context
     if continuation_id is not None:
         extension["continuation_id"] = continuation_id
         extension["pending"] = [{"tool_call_id": p.call["id"], "name": p.call["function"]["name"],
@@ -172,6 +182,12 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     client_names = {t.get("function", {}).get("name") for t in request.client_tools}
     tool_defs = deps.tools.definitions(plan.server_tools) + request.client_tools
     transcript = request.messages
+    context = (ContextStep(deps.context, deps.router, plan, request.params, request.deadline, deps.route_lookup,
+                           state.usage) if deps.context is not None else None)
+    if context is not None:
+        state.context = context.report
+    cap = context.cap if context is not None else _unchanged
+    force_finalize = False
     if request.resume is not None:
         turn, request.resume = request.resume, None
         approved = [(call, deps.tools.get(call["function"]["name"])) for call in turn.approved]
@@ -184,10 +200,15 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         runnable = [(call, tool) for call, tool in approved if tool is not None]
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
             yield event
-        transcript.extend(tool_turn(turn.assistant, turn.results))
+        transcript.extend(cap(tool_turn(turn.assistant, turn.results)))
         state.tool_rounds += 1
     while True:
-        finalize = state.tool_rounds >= request.max_iterations
+        finalize = force_finalize or state.tool_rounds >= request.max_iterations
+        if context is not None:
+            overflow, notices = await context.before_call(transcript, tool_defs)
+            for notice in notices:
+                yield notice
+            finalize = finalize or overflow
         messages = [*transcript, {"role": "user", "content": FINALIZE_INSTRUCTION}] if finalize else transcript
         if finalize:
             choice: Any = "none"
@@ -234,6 +255,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         state.iterations += 1
         state.usage.add(response.usage)
         state.answered_by.append(answer.target.label)
+        if context is not None:
+            context.observe(answer.target.label, answer.target.model, messages, tool_defs,
+                            response.usage.prompt_tokens)
         calls = response.tool_calls
         if finalize or not calls:
             metrics.LOOP_ITERATIONS.observe(state.iterations)
@@ -266,6 +290,22 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             else:
                 pending.append(PendingCall(call, reason))
 
+        if context is not None and (runnable or pending):
+            no_room, notices = await context.before_tools(transcript, assistant, tool_defs)
+            for notice in notices:
+                yield notice
+            if no_room:
+                # No room for these results: every call not yet answered gets a skipped result,
+                # and the next call is the finalize call.
+                for call, _ in runnable:
+                    results[call["id"]] = ToolResult("skipped", SKIPPED_RESULT)
+                    _record(state, call, "skipped", 0.0)
+                for item in pending:
+                    results[item.call["id"]] = ToolResult("skipped", SKIPPED_RESULT)
+                    _record(state, item.call, "skipped", 0.0)
+                yield context.skipped(len(runnable) + len(pending))
+                runnable, pending, force_finalize = [], [], True
+
         async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results, state):
             yield event
 
@@ -276,8 +316,12 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             yield Finished(LoopResult("paused", "tool_calls", state.usage,
                                       gateway_extension(state, "paused", continuation_id, pending), handed))
             return
-        transcript.extend(tool_turn(assistant, results))
+        transcript.extend(cap(tool_turn(assistant, results)))
         state.tool_rounds += 1
+
+
+def _unchanged(messages: list[Message]) -> list[Message]:
+    return messages
 
 
 def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float) -> None:
