@@ -17,7 +17,7 @@ from gateway import metrics
 from gateway.canonical import Message, ModelRequest, ToolDef, text_of
 from gateway.config.model import ContextConfig
 from gateway.context import ContextGuard, GuardOutcome, cap_tool_messages, effective_window, encoding_for_model
-from gateway.context.summary import summary_prompt
+from gateway.context.summary import is_summary, summary_message, summary_prompt
 from gateway.loop.events import Notice
 from gateway.routing.router import Attempt, Router
 from gateway.routing.routes import RoutePlan
@@ -49,10 +49,11 @@ class ContextStep:
         self.report = {"compressions": 0, "pruned_messages": 0, "skipped_tools": 0, "estimated_tokens": 0}
         self._encoding: Any = None
 
-    def _far_below(self, messages: list[Message], tools: list[ToolDef]) -> bool:
+    def _bound(self, messages: list[Message], tools: list[ToolDef]) -> float:
+        """An upper bound of the estimate without tokenizing: a token is at least one byte."""
         size = len(orjson.dumps(messages)) + (len(orjson.dumps(tools)) if tools else 0)
         ratio = max(1.0, self._guard.estimator.ratio(self._label))
-        return size * ratio + self.reserve + 4 * len(messages) < self._limit
+        return size * ratio + self.reserve + 4 * len(messages)
 
     async def _summarize(self, old: list[Message]) -> str:
         assert self._summarizer is not None
@@ -63,8 +64,8 @@ class ContextStep:
         self._usage.add(answer.response.usage)
         return text_of(answer.response.message.get("content"))
 
-    async def _fit(self, messages: list[Message], tools: list[ToolDef]) -> GuardOutcome | None:
-        if self._far_below(messages, tools):
+    async def _fit(self, messages: list[Message], tools: list[ToolDef], headroom: int = 0) -> GuardOutcome | None:
+        if self._bound(messages, tools) + headroom < self._limit:
             return None
         outcome = await self._guard.fit(messages, tools, window=self.window, threshold=self.config.threshold,
                                         reserve_output=self.reserve, target_label=self._label,
@@ -90,22 +91,96 @@ class ContextStep:
         outcome = await self._fit(transcript, tools)
         if outcome is None or outcome.action == "none":
             return False, []
-        if outcome.action == "skip":
-            metrics.CONTEXT_ACTIONS.inc("finalize")
-            transcript[:] = outcome.transcript
-            self.report["pruned_messages"] += outcome.pruned_messages
-            return True, []
-        return False, self._apply(outcome, transcript, 0)
+        if outcome.action != "skip":
+            return False, self._apply(outcome, transcript, 0)
+        # The current request's own tool rounds are too large: fold the older rounds, then fit again.
+        notices = await self._compact_turn(transcript)
+        if notices:
+            outcome = await self._fit(transcript, tools)
+            if outcome is None or outcome.action == "none":
+                return False, notices
+            if outcome.action != "skip":
+                return False, notices + self._apply(outcome, transcript, 0)
+        metrics.CONTEXT_ACTIONS.inc("finalize")
+        self.report["pruned_messages"] += outcome.pruned_messages
+        transcript[:] = self._squeeze(outcome)
+        return True, notices
 
-    async def before_tools(self, transcript: list[Message], assistant: Message,
-                           tools: list[ToolDef]) -> tuple[bool, list[Notice]]:
-        """Before a tool batch: True when its calls must be skipped (no room for their results)."""
-        outcome = await self._fit([*transcript, assistant], tools)
-        if outcome is None or outcome.action == "none":
-            return False, []
+    async def _compact_turn(self, transcript: list[Message]) -> list[Notice]:
+        """Replace all but the last tool round of the current request with a summary (or a note).
+
+        The guard keeps the current turn whole, which is right for a turn that fits; a long agent
+        loop outgrows it. Whole rounds (an assistant message with its calls and all their results)
+        go, so pairing holds, and the kept last round keeps its artifacts. A round summary sits
+        after the user's message, where Gemini counts it as the start of the current turn.
+        """
+        user = max((i for i, m in enumerate(transcript) if m.get("role") == "user" and not is_summary(m)),
+                   default=-1)
+        rounds = [i for i in range(user + 1, len(transcript))
+                  if transcript[i].get("role") == "assistant" and transcript[i].get("tool_calls")]
+        if len(rounds) < 2:
+            return []
+        old = transcript[rounds[0]:rounds[-1]]
+        text = ""
+        if self._summarizer is not None:
+            try:
+                text = await self._summarize(old)
+            except Exception:  # a failed summary falls back to a plain note
+                text = ""
+        compressed = bool(text.strip())
+        if not compressed:
+            text = (f"{len(rounds) - 1} earlier tool round(s) of this request were removed to fit the context "
+                    "window; repeat a tool call if its result is needed again.")
+        transcript[rounds[0]:rounds[-1]] = [summary_message(text)]
+        metrics.CONTEXT_ACTIONS.inc("compressed" if compressed else "pruned")
+        if compressed:
+            self.report["compressions"] += 1
+            return [Notice("context_compressed", {"summarized_messages": len(old)})]
+        self.report["pruned_messages"] += len(old)
+        return [Notice("context_pruned", {"pruned_messages": len(old)})]
+
+    def _squeeze(self, outcome: GuardOutcome) -> list[Message]:
+        """Last resort for the finalize call: the current turn alone is too large, so its tool
+        results share what room is left (each cut in the middle), rather than overflowing."""
+        minimal = outcome.transcript
+        over = outcome.estimated_tokens - self._limit
+        tool_messages = [m for m in minimal if m.get("role") == "tool" and isinstance(m.get("content"), str)]
+        if over <= 0 or not tool_messages:
+            return minimal
+        if self._encoding is None:
+            self._encoding = encoding_for_model(self._model)
+        sizes = [len(self._encoding.encode_ordinary(m["content"])) for m in tool_messages]
+        ratio = max(1.0, self._guard.estimator.ratio(self._label))
+        budget = max(32, int((sum(sizes) - over / ratio) // len(tool_messages)))
+        return cap_tool_messages(minimal, budget, self._encoding)
+
+    async def before_tools(self, transcript: list[Message], assistant: Message, tools: list[ToolDef],
+                           calls: int) -> tuple[int, list[Notice]]:
+        """Before a tool batch: how many of its calls have room for their results (the rest are skipped).
+
+        Each result is assumed to take up to ``max_tool_result_tokens`` (when configured), so the
+        batch is cut before running rather than overflowing the next call.
+        """
+        per_result = self.config.max_tool_result_tokens or 0
+        headroom = calls * per_result
+        outcome = await self._fit([*transcript, assistant], tools, headroom)
+        if outcome is None:
+            return calls, []
+        notices: list[Notice] = []
+        if outcome.action == "skip" or self._limit - outcome.estimated_tokens < max(headroom, 1):
+            notices = await self._compact_turn(transcript)
+            if notices:
+                outcome = await self._fit([*transcript, assistant], tools, headroom)
+                if outcome is None:
+                    return calls, notices
         if outcome.action == "skip":
-            return True, []
-        return False, self._apply(outcome, transcript, 1)
+            return 0, notices
+        if outcome.action != "none":
+            notices += self._apply(outcome, transcript, 1)
+        room = self._limit - outcome.estimated_tokens
+        if room <= 0:
+            return 0, notices
+        return (min(calls, room // per_result) if per_result else calls), notices
 
     def skipped(self, count: int) -> Notice:
         self.report["skipped_tools"] += count

@@ -291,20 +291,19 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 pending.append(PendingCall(call, reason))
 
         if context is not None and (runnable or pending):
-            no_room, notices = await context.before_tools(transcript, assistant, tool_defs)
+            room, notices = await context.before_tools(transcript, assistant, tool_defs, len(runnable) + len(pending))
             for notice in notices:
                 yield notice
-            if no_room:
-                # No room for these results: every call not yet answered gets a skipped result,
-                # and the next call is the finalize call.
-                for call, _ in runnable:
+            if room < len(runnable) + len(pending):
+                # No room for every result: the calls beyond it get a skipped result (server calls
+                # first keep their place), and the next call is the finalize call.
+                skipped = [call for call, _ in runnable[room:]] + [p.call for p in pending]
+                runnable = runnable[:room]
+                for call in skipped:
                     results[call["id"]] = ToolResult("skipped", SKIPPED_RESULT)
                     _record(state, call, "skipped", 0.0)
-                for item in pending:
-                    results[item.call["id"]] = ToolResult("skipped", SKIPPED_RESULT)
-                    _record(state, item.call, "skipped", 0.0)
-                yield context.skipped(len(runnable) + len(pending))
-                runnable, pending, force_finalize = [], [], True
+                yield context.skipped(len(skipped))
+                pending, force_finalize = [], True
 
         async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results, state):
             yield event

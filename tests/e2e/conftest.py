@@ -111,6 +111,10 @@ tools:
     description: Sleeps for ms milliseconds
     parameters: {type: object, properties: {ms: {type: integer}}, required: [ms]}
     python: "tests.e2e.sample_tools:sleepy"
+  big:
+    description: Returns a large text result
+    parameters: {type: object, properties: {kb: {type: integer}, tag: {type: string}}, required: [kb]}
+    python: "tests.e2e.sample_tools:big"
   delete_record:
     description: Delete a record
     parameters: {type: object, properties: {id: {type: string}}, required: [id]}
@@ -154,6 +158,21 @@ models:
     targets: [{{provider: primary, model: m1}}, {{provider: secondary, model: m2}}]
     tools: [get_weather, add]
 {cross_provider_routes()}
+  summarizer: {{targets: [{{provider: secondary, model: sum-model}}]}}
+  ctx_compress:
+    targets: [{{provider: primary, model: ctx-model}}]
+    tools: [get_weather, big]
+    context_window: 4000
+    max_tool_iterations: 25
+    context: {{threshold: 0.8, compress_with: summarizer, max_tool_result_tokens: 400}}
+  ctx_prune:
+    targets: [{{provider: primary, model: ctx-model}}]
+    tools: [get_weather, big]
+    context_window: 4000
+    context: {{threshold: 0.8, max_tool_result_tokens: 500}}
+  ctx_small_fallback:
+    targets: [{{provider: primary, model: gpt-4.1}}, {{provider: secondary, model: gpt-4}}]
+    tools: [big]
 {extra_models}
 """
 

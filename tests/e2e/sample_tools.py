@@ -33,3 +33,17 @@ async def sleepy(ms: int) -> str:
 
 def delete_record(id: str) -> str:
     return f"deleted {id}"
+
+
+def big(kb: int, tag: str = "row") -> str:
+    """About ``kb`` KB of varied text (several times a small window once a few are in the transcript)."""
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+    lines = []
+    size = 0
+    i = 0
+    while size < kb * 1024:
+        line = f"{tag} {i}: " + " ".join(words[(i * 7 + j) % len(words)] for j in range(12)) + f" value={i * 31 % 997}"
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+    return "\n".join(lines)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -37,7 +37,9 @@ class Reply:
     # error_event: 200 then an in-stream error before any content (non-stream: a 200 error body);
     # invalid_json: a body/chunk that is not JSON; reset: connection closed before any response.
     fault: str | None = None
-    usage: tuple[int, int] = (10, 5)
+    # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
+    # so a gateway calibrating its token estimates against usage is not misled.
+    usage: tuple[int, int] | None = None
     finish: str | None = None  # override the native finish/stop reason
 
 
@@ -112,6 +114,8 @@ class FakeUpstream:
         problems = self.rules(body, model) if self.rules else []
         self.requests.append(Recorded(path, body, problems))
         reply = self.script.popleft() if self.script else self.default
+        if reply.usage is None:
+            reply = replace(reply, usage=(max(1, len(orjson.dumps(body)) // 3), 5))
         if problems:
             return web.json_response(self._error_payload(400, "; ".join(problems)), status=400)
         if reply.delay_s:
