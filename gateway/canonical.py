@@ -202,10 +202,16 @@ class ToolCallAccumulator:
 
 def strip_artifacts(message: Message) -> Message:
     """A copy of ``message`` without provider artifacts, for strict upstreams and clients."""
-    if not any(key in message for key in ARTIFACT_MESSAGE_KEYS) and not any(
-        "extra_content" in call for call in message.get("tool_calls") or ()
-    ):
-        return message
+    # Plain membership tests, no generators: this runs for every message of every upstream request.
+    if "reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message:
+        calls = message.get("tool_calls")
+        if not calls:
+            return message
+        for call in calls:
+            if "extra_content" in call:
+                break
+        else:
+            return message
     clean = {k: v for k, v in message.items() if k not in ARTIFACT_MESSAGE_KEYS}
     if "tool_calls" in clean:
         clean["tool_calls"] = [

@@ -73,8 +73,15 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         await events.aclose()  # type: ignore[attr-defined]
         raise
     encoder = ChunkEncoder(response_id, model)
-    frames = stream_frames(first, events, encoder, include_usage, to_gateway_error)
-    return StreamingResponse(_timed(frames, events, path, model, started), media_type="text/event-stream",
+
+    async def on_close() -> None:
+        # Closing the engine here (also on client disconnect) cancels running tools and
+        # releases the upstream connection at once rather than at garbage collection.
+        await events.aclose()  # type: ignore[attr-defined]
+        _done(path, model, 200, started)
+
+    frames = stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close)
+    return StreamingResponse(frames, media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
@@ -137,18 +144,6 @@ async def _stored_or_none(runtime: Runtime, continuation_id: str, tenant: str) -
         return await runtime.store.get_continuation(continuation_id, tenant)
     except ContinuationNotFound:
         return None
-
-
-async def _timed(frames: AsyncIterator[bytes], events: AsyncIterator[LoopEvent], path: str, model: str,
-                 started: float) -> AsyncIterator[bytes]:
-    try:
-        async for frame in frames:
-            yield frame
-    finally:
-        # Closing the engine here (also on client disconnect) cancels running tools and
-        # releases the upstream connection at once rather than at garbage collection.
-        await events.aclose()  # type: ignore[attr-defined]
-        _done(path, model, 200, started)
 
 
 def _done(path: str, model: str, status: int, started: float) -> None:

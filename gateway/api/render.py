@@ -29,12 +29,13 @@ async def collect(events: AsyncIterator[LoopEvent], response_id: str, model: str
     reasoning: list[str] = []
     result: LoopResult | None = None
     async for event in events:
-        if isinstance(event, TextDelta):
-            text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            reasoning.append(event.text)
-        elif isinstance(event, Finished):
-            result = event.result
+        for item in event if isinstance(event, list) else (event,):
+            if isinstance(item, TextDelta):
+                text.append(item.text)
+            elif isinstance(item, ReasoningDelta):
+                reasoning.append(item.text)
+            elif isinstance(item, Finished):
+                result = item.result
     assert result is not None, "the loop ended without a result"
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if result.tool_calls:
@@ -82,23 +83,31 @@ def error_frame(error: GatewayError) -> bytes:
 
 
 async def stream_frames(first: LoopEvent | None, events: AsyncIterator[LoopEvent], encoder: ChunkEncoder,
-                        include_usage: bool, on_error: Any) -> AsyncIterator[bytes]:
+                        include_usage: bool, on_error: Any, on_close: Any) -> AsyncIterator[bytes]:
     """Encode events as they come. ``first`` was already pulled (so failures before it got a real status).
 
-    A failure after bytes went out cannot change the status any more: it ends the stream with
-    an OpenAI-shaped error frame and ``[DONE]``; nothing is replayed.
+    Each event becomes one write (a batch of deltas from one upstream read included). A failure
+    after bytes went out cannot change the status any more: it ends the stream with an
+    OpenAI-shaped error frame and ``[DONE]``; nothing is replayed. ``on_close`` runs however the
+    stream ends, client disconnect included.
     """
-    yield encoder.delta({"role": "assistant", "content": ""})
     try:
-        if first is not None:
-            for frame in _frames(first, encoder, include_usage):
-                yield frame
-        async for event in events:
-            for frame in _frames(event, encoder, include_usage):
-                yield frame
-    except Exception as exc:
-        yield error_frame(on_error(exc))
-    yield DONE
+        head = encoder.delta({"role": "assistant", "content": ""})
+        yield head + _encode(first, encoder, include_usage) if first is not None else head
+        try:
+            async for event in events:
+                yield _encode(event, encoder, include_usage)
+        except Exception as exc:  # every failure becomes an in-stream error, never a traceback
+            yield error_frame(on_error(exc))
+        yield DONE
+    finally:
+        await on_close()
+
+
+def _encode(event: LoopEvent, encoder: ChunkEncoder, include_usage: bool) -> bytes:
+    if isinstance(event, list):
+        return b"".join(frame for item in event for frame in _frames(item, encoder, include_usage))
+    return b"".join(_frames(event, encoder, include_usage))
 
 
 def _frames(event: LoopEvent, encoder: ChunkEncoder, include_usage: bool) -> list[bytes]:

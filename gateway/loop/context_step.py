@@ -27,6 +27,20 @@ _SLACK_TOKENS = 64
 _SUMMARY_MAX_TOKENS = 2048
 
 
+_WINDOWS: dict[str, int] = {}
+
+
+def _window(plan: RoutePlan) -> int:
+    """The smallest window among the route's targets (a fallback must fit too), computed once per route."""
+    window = _WINDOWS.get(plan.name)
+    if window is None:
+        route_window = plan.route.context_window if plan.route else None
+        window = min(effective_window(route_window, t.provider.type, t.model) for t in plan.targets)
+        if len(_WINDOWS) < 4096:  # direct "provider/model" names come from clients: stay bounded
+            _WINDOWS[plan.name] = window
+    return window
+
+
 class ContextStep:
     def __init__(self, guard: ContextGuard, router: Router, plan: RoutePlan, params: dict[str, Any],
                  deadline: float, lookup: Callable[[str], RoutePlan | None] | None, usage_sink: Any) -> None:
@@ -37,8 +51,7 @@ class ContextStep:
         self._usage = usage_sink
         route = plan.route
         self.config = route.context if route else ContextConfig()
-        route_window = route.context_window if route else None
-        self.window = min(effective_window(route_window, t.provider.type, t.model) for t in plan.targets)
+        self.window = _window(plan)
         primary = plan.targets[0]
         self._label, self._model = primary.label, primary.model
         requested = params.get("max_completion_tokens") or params.get("max_tokens")

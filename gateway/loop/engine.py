@@ -228,14 +228,13 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                                                      request.deadline):
                     if isinstance(item, Answer):
                         answer = item
-                    elif isinstance(item, TextDelta):
+                        continue
+                    if any(isinstance(delta, TextDelta) for delta in item):
                         if separate:
                             separate = False
-                            yield TextDelta(ITERATION_SEPARATOR)
+                            item = [TextDelta(ITERATION_SEPARATOR), *item]
                         state.text_emitted = True
-                        yield item
-                    else:
-                        yield item
+                    yield item
             else:
                 answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
                                                     request.deadline)

@@ -45,4 +45,6 @@ class Finished:
     result: LoopResult
 
 
-LoopEvent = TextDelta | ReasoningDelta | ToolStarted | ToolFinished | Notice | Finished
+# A list is a batch of deltas that arrived together (one upstream read): rendered as one write.
+LoopEvent = (TextDelta | ReasoningDelta | list[TextDelta | ReasoningDelta] | ToolStarted | ToolFinished | Notice
+             | Finished)

@@ -82,7 +82,7 @@ class LiteLLMAdapter:
         return _openai.parse_response(_dump(response))
 
     async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
-                     timeout: float) -> AsyncIterator[StreamDelta | ModelResponse]:
+                     timeout: float) -> AsyncIterator[list[StreamDelta] | ModelResponse]:
         litellm = _library()
         parser = _openai.new_stream_parser()
         try:
@@ -91,8 +91,9 @@ class LiteLLMAdapter:
             kwargs["stream_options"] = {"include_usage": True}
             chunks = await litellm.acompletion(**kwargs)
             async for chunk in chunks:
-                for delta in parser.feed(SSEEvent(None, _dump(chunk))):
-                    yield delta
+                deltas = parser.feed(SSEEvent(None, _dump(chunk)))
+                if deltas:
+                    yield deltas
         except Exception as exc:
             raise _error(exc) from None
         parser.feed(SSEEvent(None, b"[DONE]"))

@@ -183,8 +183,9 @@ class Router:
         return target.adapter.parse_response(reply.body)
 
     async def _http_stream(self, target: ResolvedTarget, request: ModelRequest,
-                           remaining: float) -> AsyncIterator[StreamDelta | ModelResponse]:
-        """Deltas as they arrive, then the whole turn. No asyncio.timeout around the yields: it
+                           remaining: float) -> AsyncIterator[list[StreamDelta] | ModelResponse]:
+        """Deltas as they arrive (one list per upstream read, so a read that carried several events
+        becomes one write to the client), then the whole turn. No asyncio.timeout around the yields: it
         would cancel the consumer, not this generator; the header wait is bounded by ``remaining``,
         stalls by the provider's read timeout, and the caller checks the deadline between deltas."""
         native = target.adapter.build_request(request, target.provider, target.model, stream=True)
@@ -194,16 +195,20 @@ class Router:
             parser = target.adapter.new_stream_parser()
             decoder = SSEDecoder()
             async for chunk in upstream.chunks():
+                deltas: list[StreamDelta] = []
                 for event in decoder.feed(chunk):
-                    for delta in parser.feed(event):
-                        yield delta
+                    deltas += parser.feed(event)
+                if deltas:
+                    yield deltas
+            deltas = []
             for event in decoder.close():
-                for delta in parser.feed(event):
-                    yield delta
+                deltas += parser.feed(event)
+            if deltas:
+                yield deltas
             yield parser.finish()
 
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
-                     retries: int, deadline: float) -> AsyncIterator[StreamDelta | Answer]:
+                     retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
         last: tuple[ProviderError, str] | None = None
         for position, target in enumerate(await self._plan(targets, attempts)):
             if position and last:
