@@ -12,16 +12,20 @@ from gateway.errors import GatewayError, bad_request
 
 async def read_json(request: Request, limit: int) -> Any:
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+    if declared is not None and declared.isdigit():
+        if int(declared) > limit:
             raise _too_large(limit)
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+        raw = await request.body()  # the server enforces the declared length
+    else:
+        # Chunked upload: count while reading, so an endless body is cut off at the limit.
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+        raw = b"".join(chunks)
     if not raw:
         raise bad_request("the request body is empty; send a JSON object")
     try:

@@ -74,8 +74,7 @@ class UpstreamPool:
                                              keepalive_timeout=60, ttl_dns_cache=300)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=provider.connect_timeout_s,
                                             sock_read=provider.timeout_s)
-            session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True,
-                                            skip_auto_headers=("User-Agent",))
+            session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=True)
             self._sessions[provider.name] = session
         return session
 

@@ -173,11 +173,15 @@ class Router:
         if target.provider.type == "litellm":
             return await target.adapter.complete(request, target.provider, target.model, remaining)
         native = target.adapter.build_request(request, target.provider, target.model, stream=False)
-        try:
-            async with asyncio.timeout(remaining):
-                reply = await self._pool.post(target.provider, native)
-        except TimeoutError:
-            raise DeadlineExceeded() from None
+        if remaining >= target.provider.timeout_s:
+            # The provider's own read timeout fires first: no extra timer on the common path.
+            reply = await self._pool.post(target.provider, native)
+        else:
+            try:
+                async with asyncio.timeout(remaining):
+                    reply = await self._pool.post(target.provider, native)
+            except TimeoutError:
+                raise DeadlineExceeded() from None
         if reply.status >= 400:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)

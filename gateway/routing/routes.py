@@ -17,11 +17,12 @@ class RoutePlan:
     retries: int = 0
     tool_concurrency: int = 8
     route: RouteConfig | None = None
+    # A target needs provider artifacts a client may have dropped (set by the route table).
+    needs_artifacts: bool = False
 
-    @property
-    def needs_artifacts(self) -> bool:
-        """Whether a target of this route needs provider artifacts a client may have dropped."""
-        return any(t.provider.type in ("anthropic", "gemini") or t.provider.reasoning_passback for t in self.targets)
+
+def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
+    return any(t.provider.type in ("anthropic", "gemini") or t.provider.reasoning_passback for t in targets)
 
 
 class RouteTable:
@@ -32,18 +33,19 @@ class RouteTable:
     def __init__(self, config: Config, router: Router) -> None:
         self._router = router
         self._providers = config.providers
-        self._routes: dict[str, RoutePlan] = {
-            name: RoutePlan(
+        self._routes: dict[str, RoutePlan] = {}
+        for name, route in config.models.items():
+            targets = router.resolve(route.targets)
+            self._routes[name] = RoutePlan(
                 name=name,
-                targets=router.resolve(route.targets),
+                targets=targets,
                 server_tools=route.tools,
                 max_tool_iterations=route.max_tool_iterations,
                 retries=route.retries,
                 tool_concurrency=route.tool_concurrency,
                 route=route,
+                needs_artifacts=_needs_artifacts(targets),
             )
-            for name, route in config.models.items()
-        }
         self._direct: dict[str, RoutePlan] = {}
 
     def names(self) -> list[str]:
@@ -56,7 +58,8 @@ class RouteTable:
         provider, sep, upstream_model = model.partition("/")
         if not sep or not upstream_model or provider not in self._providers:
             return None
-        plan = RoutePlan(name=model, targets=self._router.resolve([TargetConfig(provider, upstream_model)]))
+        targets = self._router.resolve([TargetConfig(provider, upstream_model)])
+        plan = RoutePlan(name=model, targets=targets, needs_artifacts=_needs_artifacts(targets))
         if len(self._direct) < self._DIRECT_CACHE_LIMIT:
             self._direct[model] = plan
         return plan
