@@ -21,6 +21,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 Message = dict[str, Any]
 ToolCall = dict[str, Any]
 ToolDef = dict[str, Any]
@@ -121,9 +123,26 @@ def normalize_arguments(arguments: Any) -> str:
         return "{}"
     if isinstance(arguments, str):
         return arguments if arguments.strip() else "{}"
-    import orjson  # local: only non-string arguments (rare) pay for this
-
     return orjson.dumps(arguments).decode()
+
+
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as the JSON object Anthropic and Gemini need; ValueError says what is wrong.
+
+    Empty or missing arguments are ``{}``; anything that is not a JSON object is refused rather
+    than guessed at.
+    """
+    if isinstance(arguments, dict):
+        return arguments
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except (orjson.JSONDecodeError, TypeError):
+        raise ValueError("are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON object")
+    return value
 
 
 def stable_tool_call_id(seed: str, index: int) -> str:

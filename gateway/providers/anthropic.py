@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, text_of
+from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, arguments_object, text_of
 from gateway.config.model import ProviderConfig
 from gateway.providers.anthropic_stream import (
     THINKING_TYPES,
@@ -172,19 +172,11 @@ def _tool_use(call: Any, where: str) -> dict[str, Any]:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
         raise _bad(f"{where}: a tool call needs an id and a function name")
-    arguments = function.get("arguments")
-    if isinstance(arguments, dict):
-        tool_input = arguments
-    elif arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-        tool_input = {}
-    else:
-        try:
-            tool_input = orjson.loads(arguments)
-        except (orjson.JSONDecodeError, TypeError):
-            raise _bad(f"{where} ({function['name']}): arguments are not valid JSON; "
-                       "Anthropic needs the tool input as a JSON object") from None
-        if not isinstance(tool_input, dict):
-            raise _bad(f"{where} ({function['name']}): arguments must be a JSON object for Anthropic")
+    try:
+        tool_input = arguments_object(function.get("arguments"))
+    except ValueError as problem:
+        raise _bad(f"{where} ({function['name']}): arguments {problem}; Anthropic needs the tool input as a "
+                   "JSON object") from None
     return {"type": "tool_use", "id": sanitize_tool_id(str(call["id"])), "name": function["name"],
             "input": tool_input}
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, text_of
+from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, arguments_object, text_of
 from gateway.config.model import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status
 from gateway.providers.gemini_stream import (
@@ -230,19 +230,10 @@ def _google(holder: Mapping[str, Any]) -> Mapping[str, Any]:
 def _call_part(call: ToolCall, where: str) -> dict[str, Any]:
     function = call.get("function") or {}
     name = function.get("name") or ""
-    raw = function.get("arguments")
-    if isinstance(raw, dict):
-        args: Any = raw
-    elif raw is None or (isinstance(raw, str) and not raw.strip()):
-        args = {}
-    else:
-        try:
-            args = orjson.loads(raw)
-        except (orjson.JSONDecodeError, TypeError):
-            raise _bad_request(f"{where}: arguments of tool call '{name}' ({call.get('id')}) are not valid "
-                               "JSON") from None
-    if not isinstance(args, dict):
-        raise _bad_request(f"{where}: arguments of tool call '{name}' ({call.get('id')}) must be a JSON object")
+    try:
+        args = arguments_object(function.get("arguments"))
+    except ValueError as problem:
+        raise _bad_request(f"{where}: arguments of tool call '{name}' ({call.get('id')}) {problem}") from None
     google = _google(call)
     function_call: dict[str, Any] = {"name": name, "args": args}
     if google.get("function_call_id"):
