@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers or config.server.workers
     common = {"host": host, "port": port, "loop": "uvloop", "http": "httptools", "log_level": args.log_level,
               "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30}
+    if workers > 1 and config.store.kind == "memory":
+        logging.getLogger("loopgate").warning(
+            "%d workers with the memory:// store: each worker keeps its own continuations and circuit "
+            "state, so a resume that reaches another worker finds nothing. Use a redis:// store.", workers)
     if workers > 1:
         # Worker processes re-import the app: hand them the config path through the environment.
         if args.config:

@@ -223,3 +223,18 @@ def test_health_ready_metrics(gateway: Gateway, fakes: dict[str, FakeUpstream]) 
     assert 'loopgate_requests_total{path="/v1/chat/completions",model="plain",status="200"}' in text
     assert "loopgate_request_duration_seconds_bucket" in text
     assert 'loopgate_upstream_attempts_total{target="primary:up-model",outcome="ok"}' in text
+
+
+def test_two_workers_serve(fakes: dict[str, FakeUpstream]) -> None:
+    from tests.e2e.conftest import gateway_config
+
+    gw = Gateway(gateway_config(fakes)).start("--workers", "2")
+    try:
+        fakes["primary"].default = Reply(text="from a worker")
+        answers = {gw.client().chat.completions.create(model="plain", messages=USER).choices[0].message.content
+                   for _ in range(6)}
+        assert answers == {"from a worker"}
+        assert "each worker keeps its own continuations" in gw.logs()
+    finally:
+        fakes["primary"].default = Reply(text="ok")
+        gw.stop()
