@@ -26,6 +26,7 @@ from typing import Any, Literal
 from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.context.windows import known_window
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, ProviderError
 from gateway.providers.http import UpstreamPool
 from gateway.providers.registry import adapter_for
@@ -39,6 +40,9 @@ class ResolvedTarget:
     provider: ProviderConfig
     model: str
     adapter: Adapter
+    # The model's context window when the built-in table knows it (after a context overflow,
+    # only a target with a larger window is worth asking).
+    window: int | None = None
 
 
 @dataclass(slots=True)
@@ -98,7 +102,8 @@ class Router:
         resolved = []
         for target in targets:
             provider = self._providers[target.provider]
-            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter_for(provider.type)))
+            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter_for(provider.type),
+                                           known_window(provider.type, target.model)))
         return tuple(resolved)
 
     async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> list[ResolvedTarget]:
@@ -139,12 +144,26 @@ class Router:
         await self.health.record(target.label, failed=True)
         return "next"
 
+    @staticmethod
+    def _too_small(target: ResolvedTarget, last: tuple[ProviderError, ResolvedTarget] | None,
+                   attempts: list[Attempt]) -> bool:
+        """After a context overflow, skip targets known to have no larger window than the one that overflowed."""
+        if last is None or last[0].error_class is not ErrorClass.CONTEXT_LENGTH:
+            return False
+        overflowed = last[1].window
+        if overflowed is None or target.window is None or target.window > overflowed:
+            return False
+        attempts.append(Attempt(target.label, "window_too_small", None, 0.0))
+        return True
+
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                        retries: int, deadline: float) -> Answer:
-        last: tuple[ProviderError, str] | None = None
+        last: tuple[ProviderError, ResolvedTarget] | None = None
         for position, target in enumerate(await self._plan(targets, attempts)):
+            if self._too_small(target, last, attempts):
+                continue
             if position and last:
-                metrics.FAILOVERS.inc(last[1], last[0].error_class.value)
+                metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
             for attempt_no in range(retries + 1):
                 started = time.monotonic()
                 try:
@@ -152,7 +171,7 @@ class Router:
                 except ProviderError as error:
                     attempts.append(Attempt(target.label, error.error_class.value, error.status,
                                             (time.monotonic() - started) * 1000))
-                    last = (error, target.label)
+                    last = (error, target)
                     decision = await self._decide(target, error, attempt_no, retries, deadline)
                     if decision == "raise":
                         raise AllTargetsFailed(error, target.label) from None
@@ -164,7 +183,7 @@ class Router:
                 await self.health.record(target.label, failed=False)
                 return Answer(target, response)
         assert last is not None
-        raise AllTargetsFailed(*last)
+        raise AllTargetsFailed(last[0], last[1].label)
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
         remaining = deadline - time.monotonic()
@@ -213,10 +232,12 @@ class Router:
 
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
-        last: tuple[ProviderError, str] | None = None
+        last: tuple[ProviderError, ResolvedTarget] | None = None
         for position, target in enumerate(await self._plan(targets, attempts)):
+            if self._too_small(target, last, attempts):
+                continue
             if position and last:
-                metrics.FAILOVERS.inc(last[1], last[0].error_class.value)
+                metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
             for attempt_no in range(retries + 1):
                 started = time.monotonic()
                 committed = False
@@ -255,11 +276,11 @@ class Router:
                     metrics.STREAM_ABORTS.inc(target.label, error.error_class.value)
                     await self.health.record(target.label, failed=error.error_class is not ErrorClass.BAD_REQUEST)
                     raise StreamInterrupted(error, target.label)
-                last = (error, target.label)
+                last = (error, target)
                 decision = await self._decide(target, error, attempt_no, retries, deadline)
                 if decision == "raise":
                     raise AllTargetsFailed(error, target.label)
                 if decision == "next":
                     break
         assert last is not None
-        raise AllTargetsFailed(*last)
+        raise AllTargetsFailed(last[0], last[1].label)

@@ -205,3 +205,20 @@ def test_request_deadline(fakes: dict[str, FakeUpstream]) -> None:
         assert time.monotonic() - started < 1.3
     finally:
         gw.stop()
+
+
+def test_context_overflow_skips_targets_without_a_larger_window(fakes: dict[str, FakeUpstream]) -> None:
+    extra = ("  window_chain:\n    targets: [{provider: primary, model: gpt-4o}, "
+             "{provider: secondary, model: gpt-4o-mini}, {provider: claude, model: claude-sonnet-4-5}]\n")
+    gw = Gateway(gateway_config(fakes, extra_models=extra)).start()
+    try:
+        fakes["primary"].queue(Reply(status=400, error_body={"error": {
+            "message": "maximum context length exceeded", "code": "context_length_exceeded"}}))
+        fakes["claude"].queue(Reply(text="200K window"))
+        completion = gw.client().chat.completions.create(model="window_chain", messages=USER)
+        assert completion.choices[0].message.content == "200K window"
+        classes = [a["error_class"] for a in completion.model_extra["gateway"]["attempts"]]
+        assert classes == ["context_length_exceeded", "window_too_small", None]
+        assert not fakes["secondary"].requests, "a target with the same 128K window cannot help"
+    finally:
+        gw.stop()
