@@ -82,6 +82,8 @@ async def resume_continuation(request: Request) -> Response:
         error = to_gateway_error(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
+        elif error.code == "continuation_not_found":
+            metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
         return error_response(error)
 
 
