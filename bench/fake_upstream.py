@@ -8,7 +8,9 @@ Serves, on 127.0.0.1 only:
 
 Options: --port, --latency-ms (before each chat completion), --chunk-delay-ms (between stream chunks),
 --chunks N, --agent-tools N (when the request carries ``tools`` and the conversation holds fewer than
-N ``tool`` messages, answer with one ``bench_tool`` call ``{"step": k}``; otherwise answer with text).
+N ``tool`` messages, answer with one ``bench_tool`` call ``{"step": k}``; otherwise answer with text),
+--fail-status N (answer every chat completion at once with HTTP N and an OpenAI error body; the failing
+target of the failover benchmark. /healthz still answers 200).
 
 It does as little work as possible per request so that it is never the bottleneck of a benchmark:
 one process, one core, >15k requests/s for non-stream completions on this machine.
@@ -32,7 +34,15 @@ except ImportError:  # pragma: no cover - falls back to the default loop
     uvloop = None  # type: ignore[assignment]
 
 TEXT = "Hello from the fake upstream."
-_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found"}
+_REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    404: b"Not Found",
+    429: b"Too Many Requests",
+    500: b"Internal Server Error",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class Options:
     chunk_delay_s: float = 0.0
     chunks: int = 8
     agent_tools: int = 0
+    fail_status: int = 0
 
 
 def _response(status: int, body: bytes, content_type: bytes = b"application/json", keep_alive: bool = True) -> bytes:
@@ -59,6 +70,10 @@ _STREAM_HEAD = (
 )
 _MODELS = orjson.dumps(
     {"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "bench"}]}
+)
+
+_FAIL_BODY = orjson.dumps(
+    {"error": {"message": "the fake upstream is failing on purpose", "type": "server_error", "code": None}}
 )
 
 
@@ -188,7 +203,9 @@ class FakeProtocol(asyncio.Protocol):
         keep_alive = self._parser.should_keep_alive()
         body = b"".join(self._body)
         opts = self._opts
-        if method == b"POST" and path.endswith(b"/chat/completions"):
+        if method == b"POST" and path.endswith(b"/chat/completions") and opts.fail_status:
+            out = _response(opts.fail_status, _FAIL_BODY, keep_alive=keep_alive)
+        elif method == b"POST" and path.endswith(b"/chat/completions"):
             try:
                 req = orjson.loads(body)
             except orjson.JSONDecodeError:
@@ -278,6 +295,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk-delay-ms", type=float, default=0.0, help="delay between stream chunks")
     p.add_argument("--chunks", type=int, default=8, help="content chunks per stream")
     p.add_argument("--agent-tools", type=int, default=0, help="ask for bench_tool until N tool results exist")
+    p.add_argument("--fail-status", type=int, default=0, help="answer every chat completion with this HTTP status")
     return p.parse_args(argv)
 
 
@@ -285,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         raise SystemExit("the fake upstream only listens on loopback")
-    opts = Options(args.latency_ms / 1000, args.chunk_delay_ms / 1000, args.chunks, args.agent_tools)
+    opts = Options(args.latency_ms / 1000, args.chunk_delay_ms / 1000, args.chunks, args.agent_tools, args.fail_status)
     run = uvloop.run if uvloop is not None else asyncio.run
     with contextlib.suppress(KeyboardInterrupt):
         run(serve(args.host, args.port, opts))

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from bench.loadgen import rss_mb, wait_healthy
+from bench.loadgen import cpu_seconds, descendants, rss_mb, wait_healthy
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -52,7 +52,7 @@ class Proc:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         self.log_path = LOG_DIR / f"{name}-{port}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        t0 = time.perf_counter()
+        t0 = self.t_spawn = time.perf_counter()
         self.popen = subprocess.Popen(
             cmd,
             cwd=REPO,
@@ -111,11 +111,13 @@ def start_fake(
     chunks: int = 8,
     agent_tools: int = 0,
     cpus: set[int] | None = None,
+    fail_status: int = 0,
 ) -> Proc:
     port = free_port()
     cmd = [sys.executable, "-m", "bench.fake_upstream", "--port", str(port), "--latency-ms", str(latency_ms)]
     cmd += ["--chunk-delay-ms", str(chunk_delay_ms), "--chunks", str(chunks), "--agent-tools", str(agent_tools)]
-    return Proc("fake", cmd, port, cpus=cpus)
+    cmd += ["--fail-status", str(fail_status)]
+    return Proc("fake-fail" if fail_status else "fake", cmd, port, cpus=cpus)
 
 
 def start_bare(upstream: str, cpus: set[int] | None = None) -> Proc:
@@ -165,13 +167,63 @@ def gateway_runnable() -> tuple[bool, str]:
     return True, "ok"
 
 
-def start_loopgate(upstream: str, tool_source: str = "python", cpus: set[int] | None = None) -> Proc:
+def start_loopgate(
+    upstream: str,
+    tool_source: str = "python",
+    cpus: set[int] | None = None,
+    workers: int = 1,
+    config: dict[str, Any] | None = None,
+) -> Proc:
+    """Loopgate with ``gateway_config(upstream, tool_source)`` (or ``config``); with workers > 1 this
+    returns once every worker process exists and start-up CPU has settled."""
     port = free_port()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     cfg_path = LOG_DIR / f"loopgate-{port}.yaml"
-    cfg_path.write_text(yaml.safe_dump(gateway_config(upstream, tool_source), sort_keys=False))
+    cfg_path.write_text(yaml.safe_dump(config or gateway_config(upstream, tool_source), sort_keys=False))
     cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(cfg_path), "--host", HOST, "--port", str(port)]
-    return Proc("loopgate", cmd, port, cpus=cpus)
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
+    proc = Proc("loopgate", cmd, port, cpus=cpus)
+    if workers > 1:
+        try:
+            wait_workers(proc, workers)
+        except Exception:
+            proc.stop()
+            raise
+    return proc
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The processes serving requests: pid itself when it has no children, else its children except
+    multiprocessing's resource tracker (uvicorn --workers: a supervisor plus N spawned workers)."""
+    out = []
+    for p in descendants(pid)[1:]:
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if b"resource_tracker" in f.read():
+                    continue
+        except OSError:
+            continue
+        out.append(p)
+    return out or [pid]
+
+
+def wait_workers(proc: Proc, workers: int, timeout_s: float = 60.0) -> None:
+    """Until ``workers`` worker processes exist and the tree's CPU use settles (imports done)."""
+    deadline = time.perf_counter() + timeout_s
+    while len(worker_pids(proc.pid)) < workers:
+        if time.perf_counter() > deadline or proc.popen.poll() is not None:
+            raise RuntimeError(f"loopgate: {workers} workers did not start; log:\n{proc.log_tail()}")
+        time.sleep(0.05)
+    last = cpu_seconds(proc.pid)
+    while time.perf_counter() < deadline:
+        time.sleep(0.5)
+        now = cpu_seconds(proc.pid)
+        if now - last < 0.05:
+            break
+        last = now
+    proc.startup_s = time.perf_counter() - proc.t_spawn
+    proc.idle_rss_mb = rss_mb(proc.pid)
 
 
 def ensure_litellm_venv(log: Callable[[str], None] = print) -> Path:

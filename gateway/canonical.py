@@ -176,7 +176,7 @@ class ToolCallAccumulator:
         index: int | None,
         id: str | None = None,
         name: str | None = None,
-        arguments: str | None = None,
+        arguments: Any = None,
         extra_content: dict[str, Any] | None = None,
     ) -> None:
         call: ToolCall | None = None
@@ -202,7 +202,8 @@ class ToolCallAccumulator:
             if name and not call["function"]["name"]:
                 call["function"]["name"] = name
         if arguments:
-            call["function"]["arguments"] += arguments
+            # Ollama and some compat servers send arguments as an object, not a JSON string.
+            call["function"]["arguments"] += arguments if isinstance(arguments, str) else normalize_arguments(arguments)
         if extra_content:
             call.setdefault("extra_content", {}).update(extra_content)
         self._last = call

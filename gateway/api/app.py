@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from gateway import metrics
 from gateway.api.auth import authenticate
@@ -66,7 +67,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(to_gateway_error(exc))
 
 
-def create_app(config: Config) -> Starlette:
+def create_app(config: Config) -> FastChatPath:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.runtime = await Runtime.start(config)
@@ -85,5 +86,30 @@ def create_app(config: Config) -> Starlette:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: _http_error, Exception: _unexpected})
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Exception: _unexpected})
+    return FastChatPath(app)
+
+
+class FastChatPath:
+    """Serves ``POST /v1/chat/completions`` without Starlette's routing and middleware layers.
+
+    That endpoint is the hot path and its handler already turns every failure into an
+    OpenAI-shaped response, so the router, the two exception middlewares and the endpoint
+    wrapper only cost time there (about a tenth of a proxied request's CPU, measured with
+    py-spy). Everything else, lifespan included, goes to the Starlette app.
+    """
+
+    _PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+        self.state = app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
+            scope["app"] = self.app
+            response = await chat_completions(Request(scope, receive))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

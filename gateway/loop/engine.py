@@ -41,7 +41,7 @@ from gateway.context import ContextGuard
 from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
 from gateway.loop.pairing import ToolResult, tool_turn
-from gateway.routing.router import Answer, Attempt, Router
+from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
 
 FINALIZE_INSTRUCTION = (
@@ -219,36 +219,33 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             choice = request.tool_choice
         model_request = ModelRequest(messages=messages, tools=tool_defs, tool_choice=choice if tool_defs else None,
                                      params=request.params)
-        attempts: list[Attempt] = []
+        attempts = state.attempts
         answer: Answer | None = None
-        try:
-            if request.stream:
-                separate = state.text_emitted
-                async for item in deps.router.stream(plan.targets, model_request, attempts, plan.retries,
-                                                     request.deadline):
-                    if isinstance(item, Answer):
-                        answer = item
-                        continue
-                    if any(isinstance(delta, TextDelta) for delta in item):
-                        if separate:
-                            separate = False
-                            item = [TextDelta(ITERATION_SEPARATOR), *item]
-                        state.text_emitted = True
-                    yield item
-            else:
-                answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
-                                                    request.deadline)
-                reasoning = answer.response.message.get("reasoning_content")
-                if reasoning:
-                    yield ReasoningDelta(reasoning)
-                text = text_of(answer.response.message.get("content"))
-                if text:
-                    if state.text_emitted:
-                        yield TextDelta(ITERATION_SEPARATOR)
+        if request.stream:
+            separate = state.text_emitted
+            async for item in deps.router.stream(plan.targets, model_request, attempts, plan.retries,
+                                                 request.deadline):
+                if isinstance(item, Answer):
+                    answer = item
+                    continue
+                if any(isinstance(delta, TextDelta) for delta in item):
+                    if separate:
+                        separate = False
+                        item = [TextDelta(ITERATION_SEPARATOR), *item]
                     state.text_emitted = True
-                    yield TextDelta(text)
-        finally:
-            state.attempts.extend(a.to_dict() for a in attempts)
+                yield item
+        else:
+            answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
+                                                request.deadline)
+            reasoning = answer.response.message.get("reasoning_content")
+            if reasoning:
+                yield ReasoningDelta(reasoning)
+            text = text_of(answer.response.message.get("content"))
+            if text:
+                if state.text_emitted:
+                    yield TextDelta(ITERATION_SEPARATOR)
+                state.text_emitted = True
+                yield TextDelta(text)
         assert answer is not None
         response = answer.response
         state.iterations += 1

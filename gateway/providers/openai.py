@@ -24,6 +24,7 @@ from gateway.canonical import (
     Usage,
     normalize_finish_reason,
     strip_artifacts,
+    text_of,
 )
 from gateway.config.model import ProviderConfig
 from gateway.providers.base import (
@@ -41,6 +42,8 @@ _FINISH: dict[str, FinishReason] = {
     "tool_calls": "tool_calls",
     "function_call": "tool_calls",
     "content_filter": "content_filter",
+    # DeepSeek: generation cut short by server load; the output is truncated, not finished.
+    "insufficient_system_resource": "length",
 }
 
 
@@ -91,11 +94,12 @@ def _in_stream_error(error: Any) -> ProviderError:
 
 
 class OpenAIStreamParser:
-    __slots__ = ("_calls", "_done", "_finish", "_id", "_model", "_reasoning", "_text", "_usage")
+    __slots__ = ("_calls", "_done", "_finish", "_id", "_model", "_reasoning", "_refusal", "_text", "_usage")
 
     def __init__(self) -> None:
         self._text: list[str] = []
         self._reasoning: list[str] = []
+        self._refusal: list[str] = []
         self._calls = ToolCallAccumulator()
         self._finish: FinishReason | None = None
         self._usage = Usage()
@@ -119,7 +123,8 @@ class OpenAIStreamParser:
         if not self._id:
             self._id = chunk.get("id") or ""
             self._model = chunk.get("model") or ""
-        usage = chunk.get("usage")
+        # Groq may report usage only in x_groq.usage on the final chunk.
+        usage = chunk.get("usage") or (chunk.get("x_groq") or {}).get("usage")
         if usage:
             self._usage = parse_usage(usage)
         deltas: list[StreamDelta] = []
@@ -131,6 +136,11 @@ class OpenAIStreamParser:
             if text:
                 self._text.append(text)
                 deltas.append(TextDelta(text))
+            refusal = delta.get("refusal")
+            if refusal and isinstance(refusal, str):
+                # The non-stream parse turns a refusal into content; the client must see its text too.
+                self._refusal.append(refusal)
+                deltas.append(TextDelta(refusal))
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning and isinstance(reasoning, str):
                 self._reasoning.append(reasoning)
@@ -147,8 +157,8 @@ class OpenAIStreamParser:
     def finish(self) -> ModelResponse:
         if not self._done and self._finish is None:
             raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before the response was complete")
-        message: Message = {"role": "assistant", "content": "".join(self._text) or None}
-        calls = self._calls.result(self._id or "".join(self._text))
+        message: Message = {"role": "assistant", "content": "".join(self._text) or "".join(self._refusal) or None}
+        calls = self._calls.result(self._id or message["content"] or "")
         if calls:
             message["tool_calls"] = calls
         if self._reasoning:
@@ -206,7 +216,8 @@ class OpenAIAdapter:
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream response has no choices")
         choice = choices[0]
         native = choice.get("message") or {}
-        message: Message = {"role": "assistant", "content": native.get("content")}
+        # "" (DeepSeek beside tool calls) is None, as a stream without text parses.
+        message: Message = {"role": "assistant", "content": native.get("content") or None}
         if native.get("refusal") and not message["content"]:
             message["content"] = native["refusal"]
         accumulator = ToolCallAccumulator()
@@ -214,7 +225,8 @@ class OpenAIAdapter:
             function = call.get("function") or {}
             accumulator.add(position, call.get("id"), function.get("name"), function.get("arguments"),
                             call.get("extra_content"))
-        calls = accumulator.result(payload.get("id") or str(message["content"]))
+        # Same seed as the stream parser, so both parses of one turn mint the same ids.
+        calls = accumulator.result(payload.get("id") or text_of(message["content"]))
         if calls:
             message["tool_calls"] = calls
         reasoning = native.get("reasoning_content") or native.get("reasoning")
@@ -235,6 +247,10 @@ class OpenAIAdapter:
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         message, code, kind = _error_fields(body)
         no_retry = "insufficient_quota" in f"{code} {kind}"
+        if code == "tool_use_failed":
+            # Groq could not parse the model's own tool call: an upstream failure, not the client's 400.
+            return ProviderError(ErrorClass.INVALID_RESPONSE, message or "upstream failed to parse a tool call",
+                                 status=status)
         return error_from_status(status, headers, message or f"upstream returned HTTP {status}", code, no_retry)
 
 

@@ -55,6 +55,13 @@ class TargetHealth:
             return "half_open"
         return "closed"
 
+    def healthy(self, target: str) -> bool:
+        """The common case, decided without awaiting: a closed circuit and no shared state to refresh."""
+        if self._shared is not None:
+            return False
+        state = self._states.get(target)
+        return state is None or not state.open_until
+
     async def admit(self, target: str) -> bool:
         """May a request go to ``target`` now? After the cooldown exactly one probe is let through."""
         state = self._state(target)

@@ -45,16 +45,12 @@ class ResolvedTarget:
     window: int | None = None
 
 
-@dataclass(slots=True)
-class Attempt:
-    target: str
-    error_class: str | None
-    status: int | None
-    elapsed_ms: float
+Attempt = dict[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "error_class": self.error_class, "status": self.status,
-                "elapsed_ms": round(self.elapsed_ms, 2)}
+
+def attempt(target: str, error_class: str | None, status: int | None, elapsed_ms: float) -> Attempt:
+    """One upstream attempt as the ``gateway.attempts`` entry it becomes (built once, never converted)."""
+    return {"target": target, "error_class": error_class, "status": status, "elapsed_ms": round(elapsed_ms, 2)}
 
 
 @dataclass(slots=True)
@@ -106,13 +102,16 @@ class Router:
                                            known_window(provider.type, target.model)))
         return tuple(resolved)
 
-    async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> list[ResolvedTarget]:
+    async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> Sequence[ResolvedTarget]:
+        health = self.health
+        if all(health.healthy(target.label) for target in targets):
+            return targets
         admitted = []
         for target in targets:
-            if await self.health.admit(target.label):
+            if await health.admit(target.label):
                 admitted.append(target)
             else:
-                attempts.append(Attempt(target.label, "circuit_open", None, 0.0))
+                attempts.append(attempt(target.label, "circuit_open", None, 0.0))
         # Every circuit open: trying is still better than failing without asking anyone.
         return admitted or list(targets)
 
@@ -153,7 +152,7 @@ class Router:
         overflowed = last[1].window
         if overflowed is None or target.window is None or target.window > overflowed:
             return False
-        attempts.append(Attempt(target.label, "window_too_small", None, 0.0))
+        attempts.append(attempt(target.label, "window_too_small", None, 0.0))
         return True
 
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
@@ -169,7 +168,7 @@ class Router:
                 try:
                     response = await self._call(target, request, deadline)
                 except ProviderError as error:
-                    attempts.append(Attempt(target.label, error.error_class.value, error.status,
+                    attempts.append(attempt(target.label, error.error_class.value, error.status,
                                             (time.monotonic() - started) * 1000))
                     last = (error, target)
                     decision = await self._decide(target, error, attempt_no, retries, deadline)
@@ -178,7 +177,7 @@ class Router:
                     if decision == "next":
                         break
                     continue
-                attempts.append(Attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
+                attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
                 metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
                 await self.health.record(target.label, failed=False)
                 return Answer(target, response)
@@ -264,12 +263,12 @@ class Router:
                 except ProviderError as caught:
                     error: ProviderError = caught
                 else:
-                    attempts.append(Attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
+                    attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
                     metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
                     await self.health.record(target.label, failed=False)
                     yield Answer(target, response)
                     return
-                attempts.append(Attempt(target.label, error.error_class.value, error.status,
+                attempts.append(attempt(target.label, error.error_class.value, error.status,
                                         (time.monotonic() - started) * 1000))
                 if committed:
                     metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
