@@ -128,6 +128,8 @@ def class_for_status(status: int) -> ErrorClass:
         return ErrorClass.AUTH
     if status == 404:
         return ErrorClass.NOT_FOUND
+    if status == 409:  # a lock or concurrent-update conflict upstream: the SDKs retry it
+        return ErrorClass.SERVER_ERROR
     if status in (408, 504):
         return ErrorClass.TIMEOUT
     if status in (503, 529):

@@ -93,8 +93,12 @@ class UpstreamPool:
         """Open a streaming POST; leaving the block (or being cancelled) releases the connection."""
         session = self._session(provider)
         try:
-            async with asyncio.timeout(headers_timeout_s):
+            if headers_timeout_s >= provider.timeout_s:
+                # The read timeout fires first: no extra timer on the common path.
                 response = await session.post(request.url, data=request.body, headers=request.headers)
+            else:
+                async with asyncio.timeout(headers_timeout_s):
+                    response = await session.post(request.url, data=request.body, headers=request.headers)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _transport_error(exc) from None
         try:

@@ -47,12 +47,27 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+# Gemini's OpenAI-compatible endpoint returns thought signatures in tool_calls[].extra_content and
+# (Gemini 3) rejects a tool turn that comes back without them: the one OpenAI-format server to keep them for.
+_SIGNATURE_PASSBACK_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
+
+
+def _keeps_call_extra(provider: ProviderConfig) -> bool:
+    return any(host in provider.base_url for host in _SIGNATURE_PASSBACK_HOSTS)
+
+
 def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Message]:
-    if not provider.reasoning_passback:
+    keep_call_extra = _keeps_call_extra(provider)
+    if not provider.reasoning_passback and not keep_call_extra:
         return [strip_artifacts(m) for m in messages]
     out = []
     for message in messages:
         clean = strip_artifacts(message)
+        if keep_call_extra and clean is not message and message.get("tool_calls"):
+            clean = {**clean, "tool_calls": message["tool_calls"]}
+        if not provider.reasoning_passback:
+            out.append(clean)
+            continue
         if message.get("role") == "assistant" and message.get("tool_calls"):
             clean = {**clean, "reasoning_content": message.get("reasoning_content") or ""}
         elif "reasoning_content" in message:

@@ -751,6 +751,20 @@ def test_stream_split_inside_every_crlf(name: str) -> None:
     assert feed_in_pieces(data, list(range(len(data) + 1))) == expected  # one byte at a time
 
 
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+@pytest.mark.parametrize("final_blank_line", [True, False])
+def test_sse_decoder_multi_line_events_split_anywhere(newline: bytes, final_blank_line: bool) -> None:
+    # OpenAI events are single data lines; a split inside "\r\n" only shows on multi-line events.
+    lines = [b": keep-alive", b"event: chunk", b'data: {"a":', b"data:1}", b"", b"data: [DONE]", b""]
+    data = newline.join(lines if final_blank_line else lines[:-1]) + (newline if final_blank_line else b"")
+    expected = [SSEEvent("chunk", b'{"a":\n1}'), SSEEvent(None, b"[DONE]")]
+    for bounds in [[0, len(data)], list(range(len(data) + 1)),
+                   *([0, cut, len(data)] for cut in range(1, len(data)))]:
+        decoder = SSEDecoder()
+        events = [e for start, end in itertools.pairwise(bounds) for e in decoder.feed(data[start:end])]
+        assert events + decoder.close() == expected, bounds
+
+
 # --- errors ---------------------------------------------------------------------------
 
 
@@ -858,3 +872,21 @@ def test_groq_tool_use_failed_is_an_upstream_failure_not_a_client_400() -> None:
 def test_unusual_error_bodies(body: bytes, message: str) -> None:
     error = ADAPTER.parse_error(502, {}, body)
     assert (error.error_class, error.message) == (ErrorClass.SERVER_ERROR, message)
+
+
+def test_gemini_openai_compat_endpoint_keeps_thought_signatures() -> None:
+    """Gemini's OpenAI-compatible endpoint needs tool_calls[].extra_content back; other servers never get it."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"},
+            "extra_content": {"google": {"thought_signature": "sig"}}}
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": "r"},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    compat = ProviderConfig(name="gemini-compat", type="openai",
+                            base_url="https://generativelanguage.googleapis.com/v1beta/openai")
+    sent = orjson.loads(OpenAIAdapter().build_request(ModelRequest(messages=messages), compat, "gemini-3-pro",
+                                                      stream=False).body)
+    assert sent["messages"][1]["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "sig"}}
+    assert "reasoning_content" not in sent["messages"][1]
+    plain = orjson.loads(OpenAIAdapter().build_request(ModelRequest(messages=messages), PROVIDER, "gpt-4.1",
+                                                       stream=False).body)
+    assert "extra_content" not in plain["messages"][1]["tool_calls"][0]
