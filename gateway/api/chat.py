@@ -18,7 +18,6 @@ from gateway.api.request import parse_chat_request
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, from_upstream
 from gateway.loop.artifacts import reattach
-from gateway.loop.continuations import CLAIM_LEASE_S
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, StoreUnavailable
@@ -115,7 +114,7 @@ async def chat_completions(request: Request) -> Response:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             results = continuations.outputs_to_results(stored, match[1])
             plan = runtime.routes.lookup(stored.model) or plan
-            claimed = await runtime.store.claim_continuation(stored.id, key.tenant, CLAIM_LEASE_S)
+            claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)

@@ -15,7 +15,6 @@ from gateway.api.body import read_json
 from gateway.api.chat import error_response, respond, to_gateway_error
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request
-from gateway.loop.continuations import CLAIM_LEASE_S
 from gateway.store.base import Continuation
 
 PATH = "/v1/continuations"
@@ -71,7 +70,7 @@ async def resume_continuation(request: Request) -> Response:
         if plan is None:
             raise GatewayError(404, f"the model '{stored.model}' of this continuation is no longer configured",
                                code="model_not_found")
-        claimed = await runtime.store.claim_continuation(stored.id, key.tenant, CLAIM_LEASE_S)
+        claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or request.headers.get("x-gateway-headless", "").lower() in ("1", "true", "yes")
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,

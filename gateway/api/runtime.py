@@ -53,7 +53,7 @@ class Runtime:
         health = TargetHealth(config.routing.breaker_failures, config.routing.breaker_cooldown_s, shared)
         router = Router(config.providers, config.routing, pool, health)
         routes = RouteTable(config, router)
-        continuations = Continuations(store, config.store.continuation_ttl_s)
+        continuations = Continuations(store, config.store.continuation_ttl_s, config.routing.request_timeout_s)
         # Tokenizer tables (~80 MB for o200k) load lazily, on a worker thread, the first time a
         # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,

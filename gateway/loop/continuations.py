@@ -39,8 +39,9 @@ from gateway.store.base import Continuation, Store
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 
-# How long a claim protects a resume in progress; a replica that dies mid-resume frees it after this.
-CLAIM_LEASE_S = 900.0
+# A claim outlives the longest possible resume (the request deadline) by this much, so a live
+# resume never loses its claim, and a replica that dies mid-resume frees it soon after.
+CLAIM_LEASE_MARGIN_S = 60.0
 
 
 def declined(reason: str | None) -> str:
@@ -49,9 +50,10 @@ def declined(reason: str | None) -> str:
 
 
 class Continuations:
-    def __init__(self, store: Store, ttl_s: int) -> None:
+    def __init__(self, store: Store, ttl_s: int, request_timeout_s: float) -> None:
         self.store = store
         self.ttl_s = ttl_s
+        self.lease_s = request_timeout_s + CLAIM_LEASE_MARGIN_S
 
     # -- pausing -------------------------------------------------------------------------
     async def pause(self, request: LoopRequest, assistant: Message, results: dict[str, ToolResult],

@@ -388,3 +388,24 @@ def test_reused_tool_call_ids_do_not_resume_another_conversation(gateway: Gatewa
     shown = httpx.get(f"{gateway.url}/v1/continuations/{continuation_id}",
                       headers={"authorization": "Bearer test-key"}).json()
     assert shown["status"] == "pending", "conversation X must still be waiting for its own result"
+
+
+def test_way_b_resume_streams(gateway: Gateway, fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    continuation_id, call_id = approve_flow(gateway, fakes)
+    fakes["primary"].queue(Reply(text="Deleted, streamed."))
+    with httpx.stream("POST", f"{gateway.url}/v1/continuations/{continuation_id}", timeout=20,
+                      headers={"authorization": "Bearer test-key"},
+                      json={"decisions": [{"tool_call_id": call_id, "approve": True}], "stream": True,
+                            "stream_options": {"include_usage": True}}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [orjson.loads(line) for line in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert text == "Deleted, streamed."
+    events = [c["gateway"]["event"] for c in chunks if "event" in c.get("gateway", {})]
+    assert events == ["tool_started", "tool_finished"]
+    summary = next(c["gateway"] for c in chunks if "gateway" in c and "event" not in c["gateway"])
+    assert summary["status"] == "completed" and summary["tool_calls"][0]["status"] == "ok"
+    assert any(c.get("usage") for c in chunks)
