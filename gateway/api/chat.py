@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway import metrics
 from gateway.api.auth import authenticate
@@ -16,6 +16,7 @@ from gateway.api.body import read_json
 from gateway.api.render import ChunkEncoder, collect, completion_id, stream_frames
 from gateway.api.request import parse_chat_request
 from gateway.api.runtime import Runtime
+from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, from_upstream
 from gateway.loop.artifacts import reattach
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
@@ -54,7 +55,7 @@ def error_response(error: GatewayError) -> Response:
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, path: str,
-                  started: float) -> Response:
+                  started: float) -> Response | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes)."""
     response_id = completion_id()
     if not stream:
@@ -79,12 +80,10 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         await events.aclose()  # type: ignore[attr-defined]
         _done(path, model, 200, started)
 
-    frames = stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close)
-    return StreamingResponse(frames, media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
 
 
-async def chat_completions(request: Request) -> Response:
+async def chat_completions(request: Request) -> Response | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
     model = "-"

@@ -14,6 +14,7 @@ from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.chat import error_response, respond, to_gateway_error
 from gateway.api.runtime import Runtime
+from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request
 from gateway.store.base import Continuation
 
@@ -48,7 +49,7 @@ async def delete_continuation(request: Request) -> Response:
         return error_response(to_gateway_error(exc))
 
 
-async def resume_continuation(request: Request) -> Response:
+async def resume_continuation(request: Request) -> Response | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
     try:

@@ -42,12 +42,30 @@ class UpstreamStream:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _transport_error(exc) from None
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    def chunks(self) -> _Chunks:
+        """Body bytes as they arrive, with transport failures already in canonical form."""
+        return _Chunks(self._response.content)
+
+
+class _Chunks:
+    """An async iterator over a streaming body: a plain ``__anext__``, no generator frame per read."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: aiohttp.StreamReader) -> None:
+        self._content = content
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
+            chunk = await self._content.readany()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _transport_error(exc) from None
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
 
 
 def _transport_error(exc: BaseException) -> ProviderError:

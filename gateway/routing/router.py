@@ -204,31 +204,6 @@ class Router:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)
 
-    async def _http_stream(self, target: ResolvedTarget, request: ModelRequest,
-                           remaining: float) -> AsyncIterator[list[StreamDelta] | ModelResponse]:
-        """Deltas as they arrive (one list per upstream read, so a read that carried several events
-        becomes one write to the client), then the whole turn. No asyncio.timeout around the yields: it
-        would cancel the consumer, not this generator; the header wait is bounded by ``remaining``,
-        stalls by the provider's read timeout, and the caller checks the deadline between deltas."""
-        native = target.adapter.build_request(request, target.provider, target.model, stream=True)
-        async with self._pool.stream(target.provider, native, remaining) as upstream:
-            if upstream.status >= 400:
-                raise target.adapter.parse_error(upstream.status, upstream.headers, await upstream.read())
-            parser = target.adapter.new_stream_parser()
-            decoder = SSEDecoder()
-            async for chunk in upstream.chunks():
-                deltas: list[StreamDelta] = []
-                for event in decoder.feed(chunk):
-                    deltas += parser.feed(event)
-                if deltas:
-                    yield deltas
-            deltas = []
-            for event in decoder.close():
-                deltas += parser.feed(event)
-            if deltas:
-                yield deltas
-            yield parser.finish()
-
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
         last: tuple[ProviderError, ResolvedTarget] | None = None
@@ -244,20 +219,48 @@ class Router:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise DeadlineExceeded()
-                    source = (target.adapter.stream(request, target.provider, target.model, remaining)
-                              if target.provider.type == "litellm" else self._http_stream(target, request, remaining))
                     response: ModelResponse | None = None
-                    try:
-                        async for item in source:
-                            if isinstance(item, ModelResponse):
-                                response = item
-                                continue
-                            committed = True
-                            yield item
-                            if time.monotonic() > deadline:
-                                raise DeadlineExceeded()
-                    finally:
-                        await source.aclose()  # type: ignore[attr-defined]  # releases the connection now
+                    if target.provider.type == "litellm":
+                        source = target.adapter.stream(request, target.provider, target.model, remaining)
+                        try:
+                            async for item in source:
+                                if isinstance(item, ModelResponse):
+                                    response = item
+                                    continue
+                                committed = True
+                                yield item
+                                if time.monotonic() > deadline:
+                                    raise DeadlineExceeded()
+                        finally:
+                            await source.aclose()
+                    else:
+                        # Inlined rather than a nested generator: this loop runs once per upstream read.
+                        # No asyncio.timeout around the yields (it would cancel the consumer, not this
+                        # generator): the header wait is bounded by ``remaining``, stalls by the
+                        # provider's read timeout, and the deadline is checked between reads.
+                        native = target.adapter.build_request(request, target.provider, target.model, stream=True)
+                        async with self._pool.stream(target.provider, native, remaining) as upstream:
+                            if upstream.status >= 400:
+                                raise target.adapter.parse_error(upstream.status, upstream.headers,
+                                                                 await upstream.read())
+                            parser = target.adapter.new_stream_parser()
+                            decoder = SSEDecoder()
+                            async for chunk in upstream.chunks():
+                                deltas: list[StreamDelta] = []
+                                for event in decoder.feed(chunk):
+                                    deltas += parser.feed(event)
+                                if deltas:
+                                    committed = True
+                                    yield deltas  # one list per upstream read: one write to the client
+                                if time.monotonic() > deadline:
+                                    raise DeadlineExceeded()
+                            deltas = []
+                            for event in decoder.close():
+                                deltas += parser.feed(event)
+                            if deltas:
+                                committed = True
+                                yield deltas
+                            response = parser.finish()
                     if response is None:
                         raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
                 except ProviderError as caught:

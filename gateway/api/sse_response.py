@@ -1,0 +1,60 @@
+"""A lean ASGI streaming response for Server-Sent Events.
+
+Starlette's StreamingResponse watches for client disconnects with an anyio task group and
+cancel scopes per response, which showed up at ~10 % of a streamed request's CPU. This does the
+same job with one plain asyncio task: it waits for ``http.disconnect`` and cancels the sending
+task, whose cancellation unwinds the frame generator (closing the upstream connection and any
+running tools) at once. uvicorn silently drops writes to a closed connection, so without the
+watcher an abandoned stream would keep the upstream generating until it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from starlette.types import Receive, Scope, Send
+
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class SSEResponse:
+    __slots__ = ("_frames",)
+
+    def __init__(self, frames: AsyncIterator[bytes]) -> None:
+        self._frames = frames
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"finished": False, "disconnected": False}
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not state["finished"]:
+                        state["disconnected"] = True
+                        task.cancel()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        frames = self._frames
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            async for frame in frames:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            state["finished"] = True
+            watcher.cancel()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not state["disconnected"]:
+                raise
+            task.uncancel()  # the client left: a normal end for this request, not a cancellation
+        finally:
+            watcher.cancel()
+            await frames.aclose()  # type: ignore[attr-defined]
