@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -238,3 +239,16 @@ def test_two_workers_serve(fakes: dict[str, FakeUpstream]) -> None:
     finally:
         fakes["primary"].default = Reply(text="ok")
         gw.stop()
+
+
+def test_chunked_body_over_limit_is_413(gateway: Gateway) -> None:
+    def body() -> Iterator[bytes]:
+        yield b'{"model": "plain", "messages": [{"role": "user", "content": "'
+        for _ in range(40):
+            yield b"x" * 10_000
+        yield b'"}]}'
+
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", content=body(), timeout=20,
+                          headers={"authorization": "Bearer test-key", "content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
