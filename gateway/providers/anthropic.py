@@ -54,7 +54,14 @@ from gateway.providers.anthropic_stream import (
     no_retry_for,
     response_from_message,
 )
-from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status
+from gateway.providers.base import (
+    ErrorClass,
+    ProviderError,
+    UpstreamRequest,
+    error_from_status,
+    load_body,
+    load_error_body,
+)
 
 API_VERSION = "2023-06-01"
 MIN_THINKING_BUDGET = 1024
@@ -439,20 +446,13 @@ class AnthropicAdapter:
         return UpstreamRequest(url=url, headers=headers, body=orjson.dumps(body))
 
     def parse_response(self, body: bytes) -> ModelResponse:
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a body that is not JSON") from None
-        return response_from_message(payload)
+        return response_from_message(load_body(body))
 
     def new_stream_parser(self) -> AnthropicStreamParser:
         return AnthropicStreamParser()
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
-        try:
-            payload = orjson.loads(body) if body else None
-        except orjson.JSONDecodeError:
-            payload = None
+        payload = load_error_body(body)
         error = payload.get("error") if isinstance(payload, dict) else None
         if isinstance(error, dict):
             message, kind = str(error.get("message") or ""), error.get("type")

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+import orjson
+
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig
 
@@ -97,7 +99,24 @@ class Adapter(Protocol):
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError: ...
 
 
-# --- shared error helpers -------------------------------------------------------------
+# --- shared helpers ---------------------------------------------------------------------
+
+
+def load_body(body: bytes) -> Any:
+    """A 2xx body as JSON; anything else is the upstream's fault (retryable, not the caller's)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a body that is not JSON") from None
+
+
+def load_error_body(body: bytes) -> Any:
+    """An error body as JSON when it is JSON (proxies answer with HTML), else None."""
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None
+
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

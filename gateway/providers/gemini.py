@@ -33,7 +33,7 @@ import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, arguments_object, text_of
 from gateway.config.model import ProviderConfig
-from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status
+from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status, load_error_body
 from gateway.providers.gemini_stream import (
     GeminiStreamParser,
     GeminiTurn,
@@ -371,10 +371,7 @@ class GeminiAdapter:
         return GeminiStreamParser()
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
-        try:
-            payload = orjson.loads(body) if body else None
-        except orjson.JSONDecodeError:
-            payload = None
+        payload = load_error_body(body)
         error = payload.get("error") if isinstance(payload, dict) else None
         if not isinstance(error, dict):
             text = body[:500].decode("utf-8", "replace").strip()

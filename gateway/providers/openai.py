@@ -33,6 +33,7 @@ from gateway.providers.base import (
     SSEEvent,
     UpstreamRequest,
     error_from_status,
+    load_body,
     looks_like_context_overflow,
 )
 
@@ -218,10 +219,7 @@ class OpenAIAdapter:
         return UpstreamRequest(url=url, headers=headers, body=orjson.dumps(body))
 
     def parse_response(self, body: bytes) -> ModelResponse:
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a body that is not JSON") from None
+        payload = load_body(body)
         if not isinstance(payload, dict):
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
         if "error" in payload:
