@@ -233,14 +233,16 @@ class OpenAIAdapter:
         message: Message = {"role": "assistant", "content": native.get("content") or None}
         if native.get("refusal") and not message["content"]:
             message["content"] = native["refusal"]
-        accumulator = ToolCallAccumulator()
-        for position, call in enumerate(native.get("tool_calls") or ()):
-            function = call.get("function") or {}
-            accumulator.add(position, call.get("id"), function.get("name"), function.get("arguments"),
-                            call.get("extra_content"))
-        # Same seed as the stream parser, so both parses of one turn mint the same ids.
-        calls = accumulator.result(payload.get("id") or text_of(message["content"]))
-        if calls:
+        native_calls = native.get("tool_calls")
+        calls: list[Any] = []
+        if native_calls:
+            accumulator = ToolCallAccumulator()
+            for position, call in enumerate(native_calls):
+                function = call.get("function") or {}
+                accumulator.add(position, call.get("id"), function.get("name"), function.get("arguments"),
+                                call.get("extra_content"))
+            # Same seed as the stream parser, so both parses of one turn mint the same ids.
+            calls = accumulator.result(payload.get("id") or text_of(message["content"]))
             message["tool_calls"] = calls
         reasoning = native.get("reasoning_content") or native.get("reasoning")
         if isinstance(reasoning, str) and reasoning:

@@ -84,6 +84,11 @@ class TargetHealth:
         state.probing = True
         return True
 
+    def success_is_news(self, target: str) -> bool:
+        """Whether a success changes anything (after failures or a probe); False on the common path."""
+        state = self._states.get(target)
+        return state is not None and bool(state.failures or state.open_until or state.probing)
+
     async def record(self, target: str, failed: bool) -> None:
         state = self._state(target)
         if not failed:

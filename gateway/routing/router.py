@@ -179,7 +179,8 @@ class Router:
                     continue
                 attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
                 metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-                await self.health.record(target.label, failed=False)
+                if self.health.success_is_news(target.label):
+                    await self.health.record(target.label, failed=False)
                 return Answer(target, response)
         assert last is not None
         raise AllTargetsFailed(last[0], last[1].label)
@@ -268,7 +269,8 @@ class Router:
                 else:
                     attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
                     metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-                    await self.health.record(target.label, failed=False)
+                    if self.health.success_is_news(target.label):
+                        await self.health.record(target.label, failed=False)
                     yield Answer(target, response)
                     return
                 attempts.append(attempt(target.label, error.error_class.value, error.status,
