@@ -262,8 +262,6 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             return
 
         assistant = response.message
-        if assistant.get("content") is None:
-            assistant["content"] = None
         results: dict[str, ToolResult] = {}
         runnable: list[tuple[ToolCall, Any]] = []
         pending: list[PendingCall] = []
