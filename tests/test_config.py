@@ -170,3 +170,18 @@ def test_check_config_cli(tmp_path: Path) -> None:
     good = subprocess.run([sys.executable, "-m", "gateway", "check-config", "--config",
                            str(ROOT / "config" / "gateway.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert good.returncode == 0 and "config OK" in good.stdout
+
+
+def test_mcp_servers() -> None:
+    text = GOOD.replace("models:\n", "mcp_servers:\n  github: {url: 'https://mcp.example/mcp', approval: required}\n"
+                        "  files: {command: [python, -m, files_server], env: {ROOT: /srv}, refresh_s: 60}\nmodels:\n")
+    config = parse_config(text.replace("tools: [get_weather, delete_record]",
+                                       "tools: [get_weather, 'mcp:github', 'mcp:files']"), ENV)
+    assert config.models["smart"].tools == ("get_weather",)
+    assert config.models["smart"].mcp_servers == ("github", "files")
+    assert config.mcp_servers["github"].approval == "required"
+    assert config.mcp_servers["files"].command == ("python", "-m", "files_server")
+    assert mistake(text.replace("tools: [get_weather, delete_record]", "tools: ['mcp:gitlab']")) == (
+        "models.smart.tools[0]: unknown MCP server 'gitlab' (did you mean 'github'?)")
+    assert mistake("mcp_servers: {x: {timeout_s: 3}}") == (
+        "mcp_servers.x: needs exactly one of 'url' (streamable HTTP) or 'command' (stdio)")

@@ -19,7 +19,7 @@ from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, from_upstream
 from gateway.loop.artifacts import reattach
-from gateway.loop.engine import LoopEvent, LoopRequest, run_loop
+from gateway.loop.engine import LoopEvent, LoopRequest, run_loop, server_tool_names
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, StoreUnavailable
 
@@ -97,7 +97,7 @@ async def chat_completions(request: Request) -> Response | SSEResponse:
             raise GatewayError(404, f"The model '{chat.model}' does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
-        server = set(plan.server_tools)
+        server = set(server_tool_names(plan, runtime.tools))
         for index, tool in enumerate(chat.tools):
             if tool["function"]["name"] in server:
                 raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool of "

@@ -19,6 +19,7 @@ from gateway.routing.routes import RouteTable
 from gateway.store.base import Store, open_store
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
+from gateway.tools.mcp_servers import McpRefresher
 from gateway.tools.registry import RegisteredTool, ToolRegistry
 
 log = logging.getLogger("loopgate")
@@ -40,6 +41,7 @@ class Runtime:
     routes: RouteTable
     continuations: Continuations
     deps: LoopDeps
+    mcp: McpRefresher
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -49,6 +51,8 @@ class Runtime:
         pool = UpstreamPool(config.providers)
         tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
         tools = await ToolRegistry.from_config(config.tools, tool_session)
+        mcp = McpRefresher(tools, config.mcp_servers, tool_session)
+        await mcp.start()
         shared = store if store.kind == "redis" else None
         health = TargetHealth(config.routing.breaker_failures, config.routing.breaker_cooldown_s, shared)
         router = Router(config.providers, config.routing, pool, health)
@@ -60,9 +64,11 @@ class Runtime:
                         audit=continuations.audit_denial, run_approved=continuations.ledgered,
                         context=ContextGuard(), route_lookup=routes.lookup)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
-                   store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps)
+                   store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
+                   mcp=mcp)
 
     async def stop(self) -> None:
+        await self.mcp.stop()
         await self.pool.aclose()
         await self.tools.aclose()
         await self.tool_session.close()

@@ -87,6 +87,20 @@ class ToolConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """An MCP server whose tools become server tools: streamable HTTP (``url``) or stdio (``command``)."""
+
+    name: str
+    url: str | None = None
+    command: tuple[str, ...] = ()
+    headers: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 30.0
+    approval: Literal["never", "required"] = "never"
+    refresh_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
 class TargetConfig:
     provider: str
     model: str
@@ -108,6 +122,8 @@ class RouteConfig:
     name: str
     targets: tuple[TargetConfig, ...]
     tools: tuple[str, ...] = ()
+    # MCP servers whose every tool (as listed now and at each refresh) belongs to the route: ``mcp:NAME``.
+    mcp_servers: tuple[str, ...] = ()
     max_tool_iterations: int = 25
     context_window: int | None = None
     retries: int = 0
@@ -134,5 +150,6 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: dict[str, ToolConfig] = field(default_factory=dict)
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     models: dict[str, RouteConfig] = field(default_factory=dict)
     routing: RoutingConfig = field(default_factory=RoutingConfig)

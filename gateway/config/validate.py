@@ -18,6 +18,7 @@ from gateway.config.model import (
     Config,
     ContextConfig,
     HttpToolConfig,
+    McpServerConfig,
     ProviderConfig,
     RouteConfig,
     RoutingConfig,
@@ -235,8 +236,36 @@ def _check_schema(schema: dict[str, Any], path: str) -> None:
         raise ConfigError(path, f"invalid JSON Schema: {exc.message}") from None
 
 
+def _mcp_server(name: str, raw: Any) -> McpServerConfig:
+    path = f"mcp_servers.{name}"
+    section = _mapping(raw, path, {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"})
+    url = _get(section, "url", path, str, None)
+    command = _get(section, "command", path, list, None)
+    if (url is None) == (command is None):
+        raise ConfigError(path, "needs exactly one of 'url' (streamable HTTP) or 'command' (stdio)")
+    if url is not None:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"{path}.url", f"must be an http(s) URL, got '{url}'")
+    if command is not None and (not command or not all(isinstance(part, str) and part for part in command)):
+        raise ConfigError(f"{path}.command", "must be a non-empty list of strings")
+    approval = _get(section, "approval", path, str, "never")
+    if approval not in ("never", "required"):
+        raise ConfigError(f"{path}.approval", f"must be 'required' or 'never', got '{approval}'")
+    return McpServerConfig(
+        name=name,
+        url=url,
+        command=tuple(command or ()),
+        headers=_string_map(section.get("headers"), f"{path}.headers"),
+        env=_string_map(section.get("env"), f"{path}.env"),
+        timeout_s=_positive(_get(section, "timeout_s", path, float, 30.0), f"{path}.timeout_s"),
+        approval=approval,
+        refresh_s=_positive(_get(section, "refresh_s", path, float, 300.0), f"{path}.refresh_s"),
+    )
+
+
 def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
-           ) -> RouteConfig:
+           mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
     path = f"models.{name}"
     section = _mapping(raw, path, {"targets", "tools", "max_tool_iterations", "context_window", "retries",
                                    "tool_concurrency", "context"})
@@ -255,10 +284,19 @@ def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dic
         if not model:
             raise ConfigError(f"{tpath}.model", "is required")
         targets.append(TargetConfig(provider=provider, model=model))
-    tool_names = _get(section, "tools", path, list, [])
-    for i, tool in enumerate(tool_names):
-        if tool not in tools:
+    tool_names: list[str] = []
+    mcp_names: list[str] = []
+    for i, tool in enumerate(_get(section, "tools", path, list, [])):
+        if isinstance(tool, str) and tool.startswith("mcp:"):
+            server = tool[4:]
+            if server not in mcp_servers:
+                hint = _closest(server, set(mcp_servers))
+                raise ConfigError(f"{path}.tools[{i}]", f"unknown MCP server '{server}'{hint}")
+            mcp_names.append(server)
+        elif tool not in tools:
             raise ConfigError(f"{path}.tools[{i}]", f"unknown tool '{tool}'{_closest(str(tool), set(tools))}")
+        else:
+            tool_names.append(tool)
     iterations = _get(section, "max_tool_iterations", path, int, 25)
     window = _get(section, "context_window", path, int, None)
     ctx_raw = _mapping(section.get("context"), f"{path}.context",
@@ -270,6 +308,7 @@ def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dic
         name=name,
         targets=tuple(targets),
         tools=tuple(tool_names),
+        mcp_servers=tuple(mcp_names),
         max_tool_iterations=int(_positive(iterations, f"{path}.max_tool_iterations")),
         context_window=None if window is None else int(_positive(window, f"{path}.context_window")),
         retries=int(_positive(_get(section, "retries", path, int, 0), f"{path}.retries", allow_zero=True)),
@@ -313,10 +352,11 @@ def _named(raw: Any, section: str, build: Callable[[str, Any], T]) -> dict[str, 
 
 
 def build_config(raw: dict[str, Any]) -> Config:
-    _mapping(raw, "", {"server", "auth", "store", "providers", "tools", "models", "routing"})
+    _mapping(raw, "", {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"})
     providers = _named(raw.get("providers"), "providers", _provider)
     tools = _named(raw.get("tools"), "tools", _tool)
-    models = _named(raw.get("models"), "models", lambda n, v: _route(n, v, providers, tools))
+    mcp_servers = _named(raw.get("mcp_servers"), "mcp_servers", _mcp_server)
+    models = _named(raw.get("models"), "models", lambda n, v: _route(n, v, providers, tools, mcp_servers))
     for name, route in models.items():
         target = route.context.compress_with
         if target is not None and target not in models:
@@ -327,6 +367,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         store=_store(raw.get("store")),
         providers=providers,
         tools=tools,
+        mcp_servers=mcp_servers,
         models=models,
         routing=_routing(raw.get("routing")),
     )

@@ -60,6 +60,18 @@ class ToolRunner(Protocol):
 
     def definitions(self, names: Any) -> list[ToolDef]: ...
 
+    def source_tools(self, source: str) -> tuple[str, ...]: ...
+
+
+def server_tool_names(plan: RoutePlan, tools: ToolRunner) -> tuple[str, ...]:
+    """The route's server tools now: its configured tools plus what its MCP servers list at the moment."""
+    if not plan.tool_sources:
+        return plan.server_tools
+    names = list(plan.server_tools)
+    for source in plan.tool_sources:
+        names.extend(name for name in tools.source_tools(source) if name not in names)
+    return tuple(names)
+
 
 @dataclass(slots=True)
 class LoopState:
@@ -178,9 +190,10 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place."""
     state = request.state
     plan = request.plan
-    server_names = set(plan.server_tools)
+    route_tools = server_tool_names(plan, deps.tools)
+    server_names = set(route_tools)
     client_names = {t.get("function", {}).get("name") for t in request.client_tools}
-    tool_defs = deps.tools.definitions(plan.server_tools) + request.client_tools
+    tool_defs = deps.tools.definitions(route_tools) + request.client_tools
     transcript = request.messages
     context = (ContextStep(deps.context, deps.router, plan, request.params, request.deadline, deps.route_lookup,
                            state.usage) if deps.context is not None else None)

@@ -13,6 +13,8 @@ class RoutePlan:
     name: str
     targets: tuple[ResolvedTarget, ...]
     server_tools: tuple[str, ...] = ()
+    # Tool sources (``mcp:NAME``) whose every current tool also belongs to the route.
+    tool_sources: tuple[str, ...] = ()
     max_tool_iterations: int = 25
     retries: int = 0
     tool_concurrency: int = 8
@@ -40,6 +42,7 @@ class RouteTable:
                 name=name,
                 targets=targets,
                 server_tools=route.tools,
+                tool_sources=tuple(f"mcp:{name}" for name in route.mcp_servers),
                 max_tool_iterations=route.max_tool_iterations,
                 retries=route.retries,
                 tool_concurrency=route.tool_concurrency,

@@ -145,6 +145,11 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    def source_tools(self, source: str) -> tuple[str, ...]:
+        """The names a source listed at the last refresh (an MCP server's tools change over time)."""
+        return tuple(name for name, tool in self._listed.get(source, {}).items()
+                     if self._tools.get(name) is tool)
+
     def definitions(self, names: Iterable[str]) -> list[dict[str, Any]]:
         """OpenAI ``tools[]`` entries for ``names``, in that order; unknown names raise KeyError.
 

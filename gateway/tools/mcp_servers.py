@@ -1,0 +1,66 @@
+"""MCP servers from config as tool sources, listed at start-up and re-listed periodically.
+
+A server that cannot be reached at start-up does not stop the gateway: its routes simply have
+none of its tools until a refresh reaches it (logged), which is what an operator expects from a
+dependency that may restart independently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import aiohttp
+
+from gateway.config.model import McpServerConfig
+from gateway.tools.base import ToolSource
+from gateway.tools.mcp_source import McpHttpSource, McpStdioSource
+from gateway.tools.registry import ToolRegistry
+
+log = logging.getLogger("loopgate.tools")
+
+
+def mcp_sources(servers: dict[str, McpServerConfig], session: aiohttp.ClientSession) -> list[ToolSource]:
+    sources: list[ToolSource] = []
+    for server in servers.values():
+        name = f"mcp:{server.name}"
+        if server.url is not None:
+            sources.append(McpHttpSource(name, server.url, headers=server.headers, timeout_s=server.timeout_s,
+                                         approval=server.approval, session=session))
+        else:
+            sources.append(McpStdioSource(name, list(server.command), env=server.env or None,
+                                          timeout_s=server.timeout_s, approval=server.approval))
+    return sources
+
+
+class McpRefresher:
+    """Adds the MCP sources to the registry, lists them once, then refreshes on the shortest interval."""
+
+    def __init__(self, registry: ToolRegistry, servers: dict[str, McpServerConfig],
+                 session: aiohttp.ClientSession) -> None:
+        self._registry = registry
+        self._interval = min((s.refresh_s for s in servers.values()), default=0.0)
+        self._task: asyncio.Task[None] | None = None
+        for source in mcp_sources(servers, session):
+            registry.add_source(source)
+
+    async def start(self) -> None:
+        if not self._interval:
+            return
+        await self._registry.refresh()  # not strict: an unreachable server keeps its (empty) tool list
+        self._task = asyncio.create_task(self._loop(), name="loopgate-mcp-refresh")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self._registry.refresh()
+            except Exception:
+                log.exception("refreshing MCP tool lists failed")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,254 @@
+"""MCP sources against real fakes: an aiohttp Streamable-HTTP server and a stdio subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.tools import ToolFailure, ToolRegistry, ToolSource, run_tool
+from gateway.tools.mcp_source import McpHttpSource, McpStdioSource
+from tests.fakes.mcp_server import NUMBERS, FakeMcpServer
+from tests.tools.helpers import unused_port
+
+STDIO_SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "fakes" / "mcp_stdio_server.py")]
+ALL_TOOLS = ["add", "fail", "slow", "mixed"]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeMcpServer]:
+    fake = await FakeMcpServer().start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+@pytest.fixture
+async def http(server: FakeMcpServer) -> AsyncIterator[McpHttpSource]:
+    source = McpHttpSource("mcp", server.url, headers={"X-Api-Key": "k"}, timeout_s=5.0)
+    try:
+        yield source
+    finally:
+        await source.aclose()
+
+
+@pytest.fixture
+async def stdio() -> AsyncIterator[McpStdioSource]:
+    source = McpStdioSource("local", STDIO_SERVER, env={"FAKE_MCP": "1"}, timeout_s=5.0, approval="required")
+    try:
+        yield source
+    finally:
+        await source.aclose()
+
+
+# -- Streamable HTTP -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+async def test_lists_every_page_and_maps_tools_to_specs(server: FakeMcpServer, http: McpHttpSource,
+                                                        sse: bool) -> None:
+    server.sse = sse
+    specs = await http.list_tools()
+    assert [s.name for s in specs] == ALL_TOOLS
+    add = specs[0]
+    assert (add.description, add.parameters, add.source, add.approval, add.timeout_s) == (
+        "Add two numbers", NUMBERS, "mcp", "never", 5.0)
+    assert specs[2].description == "Sleep, then echo the tag"  # falls back to the title
+    assert server.methods() == ["initialize", "notifications/initialized", "tools/list", "tools/list"]
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+async def test_call_returns_text_and_is_error_raises(server: FakeMcpServer, http: McpHttpSource, sse: bool) -> None:
+    server.sse = sse
+    assert await http.call("add", {"a": 2, "b": 3}) == "5"
+    with pytest.raises(ToolFailure) as failure:
+        await http.call("fail", {})
+    assert failure.value.message == "boom: the tool failed"
+
+
+async def test_non_text_content_is_described_without_its_data(http: McpHttpSource) -> None:
+    assert await http.call("mixed", {}) == 'a chart:\n{"type":"image","mimeType":"image/png"}'
+
+
+async def test_json_rpc_error_becomes_tool_failure(http: McpHttpSource) -> None:
+    with pytest.raises(ToolFailure, match=r"MCP error -32602: Unknown tool: nope"):
+        await http.call("nope", {})
+
+
+async def test_session_id_and_protocol_version_are_sent_after_initialize(server: FakeMcpServer,
+                                                                         http: McpHttpSource) -> None:
+    await http.list_tools()
+    await http.call("add", {"a": 1, "b": 1})
+    first, *later = server.requests
+    assert (first.rpc_method, first.session_id, first.protocol_version) == ("initialize", None, None)
+    assert http.session_id in server.sessions
+    assert {(r.session_id, r.protocol_version) for r in later} == {(http.session_id, "2025-06-18")}
+    assert {r.accept for r in server.requests} == {"application/json, text/event-stream"}
+
+
+async def test_expired_session_reinitializes_once_and_retries(server: FakeMcpServer, http: McpHttpSource) -> None:
+    assert await http.call("add", {"a": 1, "b": 2}) == "3"
+    old = http.session_id
+    server.forget_sessions()
+    assert await http.call("add", {"a": 2, "b": 2}) == "4"
+    assert http.session_id not in (None, old)
+    assert server.methods() == ["initialize", "notifications/initialized", "tools/call",
+                                "tools/call", "initialize", "notifications/initialized", "tools/call"]
+    assert server.requests[-1].session_id == http.session_id
+
+
+async def test_concurrent_expiry_reinitializes_only_once(server: FakeMcpServer, http: McpHttpSource) -> None:
+    await http.list_tools()
+    server.forget_sessions()
+    results = await asyncio.gather(*(http.call("add", {"a": i, "b": 1}) for i in range(5)))
+    assert results == [str(i + 1) for i in range(5)]
+    assert server.methods().count("initialize") == 2
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+async def test_concurrent_calls_each_get_their_own_answer(server: FakeMcpServer, http: McpHttpSource,
+                                                          sse: bool) -> None:
+    server.sse = sse
+    calls = [http.call("slow", {"seconds": 0.05 * (5 - i), "tag": str(i)}) for i in range(5)]
+    started = asyncio.get_running_loop().time()
+    assert await asyncio.gather(*calls) == [f"done {i}" for i in range(5)]
+    assert asyncio.get_running_loop().time() - started < 0.6  # in parallel, not one after another
+    assert server.methods().count("initialize") == 1
+
+
+async def test_http_status_error_is_a_tool_failure(server: FakeMcpServer, http: McpHttpSource) -> None:
+    server.fail_status = 503
+    with pytest.raises(ToolFailure, match=r"^HTTP 503 from MCP server mcp \(initialize\): server on fire$"):
+        await http.call("add", {"a": 1, "b": 1})
+
+
+async def test_unreachable_server_is_a_clear_tool_failure() -> None:
+    source = McpHttpSource("down", f"http://127.0.0.1:{unused_port()}/mcp")
+    try:
+        with pytest.raises(ToolFailure, match=r"^Could not connect to MCP server down \(Connection refused\)$"):
+            await source.list_tools()
+    finally:
+        await source.aclose()
+
+
+async def test_aclose_deletes_the_session(server: FakeMcpServer, http: McpHttpSource) -> None:
+    await http.list_tools()
+    session_id = http.session_id
+    await http.aclose()
+    deletes = [r for r in server.requests if r.http_method == "DELETE"]
+    assert [r.session_id for r in deletes] == [session_id]
+    assert server.sessions == set()
+
+
+async def test_end_to_end_through_registry_and_executor(server: FakeMcpServer, http: McpHttpSource) -> None:
+    assert isinstance(http, ToolSource)
+    registry = ToolRegistry([http])
+    await registry.refresh(strict=True)
+    assert registry.names == ALL_TOOLS
+    ok = await run_tool(registry.get("add"), '{"a": 2, "b": 3}')
+    assert (ok.status, ok.content) == ("ok", "5")
+    bad = await run_tool(registry.get("add"), '{"a": "two", "b": 3}')
+    assert bad.status == "error" and "Invalid arguments for add" in bad.content
+    failed = await run_tool(registry.get("fail"), "{}")
+    assert (failed.status, failed.content) == ("error", "boom: the tool failed")
+    assert server.methods().count("tools/call") == 2  # the invalid call never reached the server
+
+
+async def test_executor_timeout_cancels_a_slow_mcp_call(server: FakeMcpServer) -> None:
+    source = McpHttpSource("mcp", server.url, timeout_s=0.2)
+    try:
+        registry = ToolRegistry([source])
+        await registry.refresh(strict=True)
+        outcome = await run_tool(registry.get("slow"), '{"seconds": 5}')
+        assert (outcome.status, outcome.content) == ("error", "Tool slow timed out after 0.2s")
+    finally:
+        await source.aclose()
+
+
+# -- stdio -----------------------------------------------------------------------------------
+
+
+async def test_stdio_lists_pages_and_calls(stdio: McpStdioSource) -> None:
+    specs = await stdio.list_tools()
+    assert [s.name for s in specs] == ALL_TOOLS
+    assert {(s.source, s.approval, s.timeout_s) for s in specs} == {("local", "required", 5.0)}
+    assert specs[0].parameters == NUMBERS
+    assert await stdio.call("add", {"a": 2, "b": 3}) == "5"
+    with pytest.raises(ToolFailure, match=r"^boom: the tool failed$"):
+        await stdio.call("fail", {})
+    with pytest.raises(ToolFailure, match=r"Unknown tool: nope"):
+        await stdio.call("nope", {})
+
+
+async def test_stdio_env_extends_the_gateway_environment_and_stderr_is_logged(
+        stdio: McpStdioSource, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="loopgate.tools.mcp")
+    assert await stdio.call("env", {"name": "FAKE_MCP"}) == "1"
+    assert await stdio.call("env", {"name": "PATH"}) == os.environ["PATH"]
+    for _ in range(100):
+        if "fake MCP stdio server starting" in caplog.text:
+            break
+        await asyncio.sleep(0.01)
+    assert "MCP server local stderr: fake MCP stdio server starting" in caplog.text
+
+
+async def test_stdio_concurrent_calls_are_matched_by_id(stdio: McpStdioSource) -> None:
+    # Reverse sleeps: the answers arrive in the opposite order of the requests.
+    calls = [stdio.call("slow", {"seconds": 0.05 * (5 - i), "tag": str(i)}) for i in range(5)]
+    assert await asyncio.gather(*calls) == [f"done {i}" for i in range(5)]
+
+
+async def test_stdio_restarts_a_killed_process_on_next_call(stdio: McpStdioSource) -> None:
+    first = int(await stdio.call("pid", {}))
+    assert first == stdio.pid
+    os.kill(first, signal.SIGKILL)
+    for _ in range(200):
+        if not stdio.running:
+            break
+        await asyncio.sleep(0.01)
+    assert not stdio.running
+    second = int(await stdio.call("pid", {}))
+    assert second != first and second == stdio.pid
+
+
+async def test_stdio_call_in_flight_when_process_dies_fails_then_recovers(stdio: McpStdioSource) -> None:
+    await stdio.list_tools()
+    pid = stdio.pid
+    assert pid is not None
+    call = asyncio.create_task(stdio.call("slow", {"seconds": 5}))
+    await asyncio.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ToolFailure, match=r"^MCP server local exited"):
+        await asyncio.wait_for(call, 3)
+    assert await stdio.call("add", {"a": 1, "b": 1}) == "2"
+
+
+async def test_stdio_aclose_terminates_the_process(stdio: McpStdioSource) -> None:
+    pid = int(await stdio.call("pid", {}))
+    await stdio.aclose()
+    assert stdio.pid is None and not stdio.running
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: the pid no longer exists
+    with pytest.raises(ToolFailure, match="closed"):
+        await stdio.call("add", {"a": 1, "b": 1})
+
+
+async def test_stdio_command_that_cannot_start_is_a_tool_failure() -> None:
+    source = McpStdioSource("ghost", ["/nonexistent/mcp-server"])
+    with pytest.raises(ToolFailure, match=r"^Could not start MCP server ghost \(No such file or directory\)$"):
+        await source.list_tools()
+    await source.aclose()
+
+
+async def test_stdio_end_to_end_through_registry(stdio: McpStdioSource) -> None:
+    assert isinstance(stdio, ToolSource)
+    registry = ToolRegistry([stdio])
+    await registry.refresh(strict=True)
+    outcome = await run_tool(registry.get("add"), '{"a": 2, "b": 3}')
+    assert (outcome.status, outcome.content) == ("ok", "5")
