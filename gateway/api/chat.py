@@ -21,7 +21,7 @@ from gateway.errors import GatewayError, bad_request, from_upstream
 from gateway.loop.artifacts import reattach
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop, server_tool_names
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
-from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, StoreUnavailable
+from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
 
 log = logging.getLogger("loopgate.api")
 PATH = "/v1/chat/completions"
@@ -106,12 +106,10 @@ async def chat_completions(request: Request) -> Response | SSEResponse:
                     or request.headers.get("x-gateway-headless", "").lower() in _TRUE)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations
-        match = await continuations.match_way_a(key.tenant, chat.messages) if chat.messages[-1]["role"] == "tool" \
-            else None
-        stored = await _stored_or_none(runtime, match[0], key.tenant) if match is not None else None
-        if stored is not None and match is not None and continuations.history_matches(stored, chat.messages):
+        way_a = await continuations.way_a(key.tenant, chat.messages)
+        if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
-            results = continuations.outputs_to_results(stored, match[1])
+            stored, results = way_a
             plan = runtime.routes.lookup(stored.model) or plan
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
@@ -134,14 +132,6 @@ async def chat_completions(request: Request) -> Response | SSEResponse:
         error = to_gateway_error(exc)
         _done(PATH, model, error.status, started)
         return error_response(error)
-
-
-async def _stored_or_none(runtime: Runtime, continuation_id: str, tenant: str) -> Continuation | None:
-    """Way A lookups race with expiry and cancellation; a vanished continuation means a stateless request."""
-    try:
-        return await runtime.store.get_continuation(continuation_id, tenant)
-    except ContinuationNotFound:
-        return None
 
 
 def _done(path: str, model: str, status: int, started: float) -> None:

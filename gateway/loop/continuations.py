@@ -35,7 +35,7 @@ from gateway.loop.engine import (
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.pairing import ToolResult
 from gateway.routing.routes import RoutePlan
-from gateway.store.base import Continuation, Store
+from gateway.store.base import Continuation, ContinuationNotFound, Store
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 
@@ -148,8 +148,28 @@ class Continuations:
             raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
         return results, approved
 
-    async def match_way_a(self, tenant: str, messages: list[Message]) -> tuple[str, dict[str, str]] | None:
-        """A follow-up whose trailing tool messages answer a stored continuation: (its id, outputs by call id)."""
+    async def way_a(self, tenant: str, messages: list[Message]) -> tuple[Continuation, dict[str, ToolResult]] | None:
+        """Resume way A: the continuation a plain follow-up answers, with the client's results; else None.
+
+        None means an ordinary stateless conversation: no trailing tool messages, ids that match no
+        live continuation of this tenant (expired and cancelled ones included), or a paused turn that
+        is not the one the client sent back.
+        """
+        if messages[-1].get("role") != "tool":
+            return None
+        match = await self._match(tenant, messages)
+        if match is None:
+            return None
+        try:
+            stored = await self.store.get_continuation(match[0], tenant)
+        except ContinuationNotFound:
+            return None  # expired or cancelled between the index lookup and now
+        if not self.history_matches(stored, messages):
+            return None
+        return stored, self.outputs_to_results(stored, match[1])
+
+    async def _match(self, tenant: str, messages: list[Message]) -> tuple[str, dict[str, str]] | None:
+        """The continuation id the trailing tool messages point at, and the outputs by call id."""
         trailing: dict[str, str] = {}
         for message in reversed(messages):
             if message.get("role") != "tool":
