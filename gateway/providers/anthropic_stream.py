@@ -195,7 +195,7 @@ class AnthropicStreamParser:
             return []
         block = dict(block)
         self._blocks[index] = block
-        if "input" in block:  # tool_use, server_tool_use: ``input: {}`` at start is a placeholder
+        if "input" in block:  # tool_use, server_tool_use: ``input: {}`` at start is not the real input
             self._json[index] = []
         if block.get("type") == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]

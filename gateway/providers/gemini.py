@@ -6,7 +6,7 @@ state Gemini needs back rides on the canonical transcript (see ``gemini_stream``
 
 * thought signatures go back on the part they came on; a model step whose first functionCall has
   no signature of Gemini's own (history from another provider, hand-built, compacted) gets the
-  documented placeholder, because Gemini 3 rejects an unsigned function-call step with 400;
+  documented dummy value, because Gemini 3 rejects an unsigned function-call step with 400;
 * a ``functionCall.id`` is echoed only when Gemini minted it (the ``function_call_id`` marker);
 * ``reasoning_content`` and ``thinking_blocks`` are never sent: Gemini cannot read another
   provider's reasoning and its own thought summaries carry no state (the signature does).
@@ -41,7 +41,7 @@ from gateway.providers.gemini_stream import (
     load_payload,
 )
 
-# The placeholder the Gemini and Vertex AI docs allow for function calls Gemini did not produce.
+# The dummy value the Gemini and Vertex AI docs allow for function calls Gemini did not produce.
 DUMMY_THOUGHT_SIGNATURE = "skip_thought_signature_validator"
 
 _BUDGETS = {"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576, "xhigh": 24576}

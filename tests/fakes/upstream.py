@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,6 +18,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.fakes.threaded import ThreadedApp
 
 Rules = Callable[[dict[str, Any], str], list[str]]
 
@@ -50,47 +51,22 @@ class Recorded:
     problems: list[str]
 
 
-class FakeUpstream:
+class FakeUpstream(ThreadedApp):
     def __init__(self, wire: str = "openai", rules: Rules | None = None) -> None:
+        super().__init__()
         self.wire = wire
         self.rules = rules
         self.requests: list[Recorded] = []
         self.script: deque[Reply] = deque()
         self.default = Reply(text="ok")
         self._ids = itertools.count(1)
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self.port = 0
         self.in_flight = 0
         self.cancelled = 0
 
-    # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> FakeUpstream:
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        ready.wait(10)
-        return self
-
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
+    def build(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("POST", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        ready.set()
-        self._loop.run_forever()
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return app
 
     def reset(self) -> None:
         self.requests.clear()
