@@ -16,7 +16,14 @@ import orjson
 from gateway import metrics
 from gateway.canonical import Message, ModelRequest, ToolDef, text_of
 from gateway.config.model import ContextConfig
-from gateway.context import ContextGuard, GuardOutcome, cap_tool_messages, effective_window, encoding_for_model
+from gateway.context import (
+    ContextGuard,
+    GuardOutcome,
+    cap_tool_messages,
+    effective_window,
+    encoding_for_model,
+    known_window,
+)
 from gateway.context.summary import is_summary, summary_message, summary_prompt
 from gateway.loop.events import Notice
 from gateway.routing.router import Attempt, Router
@@ -27,18 +34,21 @@ _SLACK_TOKENS = 64
 _SUMMARY_MAX_TOKENS = 2048
 
 
-_WINDOWS: dict[str, int] = {}
+_WINDOWS: dict[str, tuple[int, bool]] = {}
 
 
-def _window(plan: RoutePlan) -> int:
-    """The smallest window among the route's targets (a fallback must fit too), computed once per route."""
-    window = _WINDOWS.get(plan.name)
-    if window is None:
+def _window(plan: RoutePlan) -> tuple[int, bool]:
+    """The smallest window among the route's targets (a fallback must fit too), and whether it is known
+    (configured, or every target in the model table) rather than the conservative default."""
+    cached = _WINDOWS.get(plan.name)
+    if cached is None:
         route_window = plan.route.context_window if plan.route else None
         window = min(effective_window(route_window, t.provider.type, t.model) for t in plan.targets)
+        known = route_window is not None or all(known_window(t.provider.type, t.model) for t in plan.targets)
+        cached = (window, known)
         if len(_WINDOWS) < 4096:  # direct "provider/model" names come from clients: stay bounded
-            _WINDOWS[plan.name] = window
-    return window
+            _WINDOWS[plan.name] = cached
+    return cached
 
 
 class ContextStep:
@@ -51,7 +61,7 @@ class ContextStep:
         self._usage = usage_sink
         route = plan.route
         self.config = route.context if route else ContextConfig()
-        self.window = _window(plan)
+        self.window, self.window_known = _window(plan)
         primary = plan.targets[0]
         self._label, self._model = primary.label, primary.model
         requested = params.get("max_completion_tokens") or params.get("max_tokens")
@@ -99,10 +109,21 @@ class ContextStep:
         return [Notice("context_pruned", {"pruned_messages": outcome.pruned_messages,
                                           "estimated_tokens": outcome.estimated_tokens})]
 
-    async def before_call(self, transcript: list[Message], tools: list[ToolDef]) -> tuple[bool, list[Notice]]:
-        """Make the transcript fit; True when even the minimum does not fit and the call must finalize."""
+    async def before_call(self, transcript: list[Message], tools: list[ToolDef],
+                          first: bool = False) -> tuple[bool, list[Notice]]:
+        """Make the transcript fit; True when even the minimum does not fit and the call must finalize.
+
+        The first call of a request carries only what the client sent. With an unknown window (a
+        self-hosted model the table does not know) that is not second-guessed, and a client request
+        that alone cannot fit is sent as it is: the upstream's own limit, and failover to a larger
+        target on ``context_length_exceeded``, decide. Only what the loop adds is guarded there.
+        """
+        if first and not self.window_known:
+            return False, []
         outcome = await self._fit(transcript, tools)
         if outcome is None or outcome.action == "none":
+            return False, []
+        if first and outcome.action == "skip":
             return False, []
         if outcome.action != "skip":
             return False, self._apply(outcome, transcript, 0)

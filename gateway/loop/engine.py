@@ -218,7 +218,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     while True:
         finalize = force_finalize or state.tool_rounds >= request.max_iterations
         if context is not None:
-            overflow, notices = await context.before_call(transcript, tool_defs)
+            overflow, notices = await context.before_call(transcript, tool_defs, first=state.iterations == 0
+                                                          and state.tool_rounds == 0)
             for notice in notices:
                 yield notice
             finalize = finalize or overflow

@@ -164,3 +164,16 @@ def test_token_counting_works_without_network() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "8"]
     assert socket.socket.connect is not None
+
+
+def test_unknown_window_leaves_the_clients_own_request_alone(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    """A model the table does not know (a self-hosted one) gets the client's request as sent, however long."""
+    history = [{"role": "user", "content": f"q{n} " + filler(f"x{n}", 900)} for n in range(5)]
+    for n in range(4):
+        history.insert(2 * n + 1, {"role": "assistant", "content": f"a{n}"})
+    assert count_messages(history, ENCODING) > 8192  # beyond the conservative default window
+    fakes["primary"].queue(Reply(text="long context ok"))
+    text, extension, _ = run(gateway, False, model="plain", messages=history)
+    assert text == "long context ok"
+    assert fakes["primary"].bodies[0]["messages"] == history
+    assert extension.get("context", {}).get("pruned_messages", 0) == 0
