@@ -8,6 +8,7 @@ from the limit (a token is at least one byte), so plain proxy traffic pays nothi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,8 @@ from gateway.routing.routes import RoutePlan
 # Room for the finalize instruction and per-message framing on top of the estimate.
 _SLACK_TOKENS = 64
 _SUMMARY_MAX_TOKENS = 2048
+# Tool results larger than this many bytes (about 8K tokens, ~1 ms of encoding) are capped on a worker thread.
+_OFFLOAD_BYTES = 32_768
 
 
 _WINDOWS: dict[str, tuple[int, bool]] = {}
@@ -221,13 +224,24 @@ class ContextStep:
         metrics.CONTEXT_ACTIONS.inc("skip", amount=count)
         return Notice("tools_skipped", {"count": count})
 
-    def cap(self, messages: list[Message]) -> list[Message]:
-        """Cut tool results over ``max_tool_result_tokens`` in the middle before they enter the transcript."""
+    async def cap(self, messages: list[Message]) -> list[Message]:
+        """Cut tool results over ``max_tool_result_tokens`` in the middle before they enter the transcript.
+
+        Results that cannot be over the cap (fewer bytes than tokens allowed) are not encoded
+        at all; large ones are encoded on a worker thread (tiktoken releases the GIL), so a tool that
+        returns megabytes does not stall every other request on this worker.
+        """
         limit = self.config.max_tool_result_tokens
         if not limit:
             return messages
+        size = sum(len(m["content"].encode()) for m in messages
+                   if m.get("role") == "tool" and isinstance(m.get("content"), str))
+        if size <= limit:
+            return messages  # a token is at least one byte: nothing can be over the cap
         if self._encoding is None:
-            self._encoding = encoding_for_model(self._model)
+            self._encoding = await asyncio.to_thread(encoding_for_model, self._model)
+        if size > _OFFLOAD_BYTES:
+            return await asyncio.to_thread(cap_tool_messages, messages, limit, self._encoding)
         return cap_tool_messages(messages, limit, self._encoding)
 
     def observe(self, label: str, model: str, messages: list[Message], tools: list[ToolDef],

@@ -213,7 +213,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         runnable = [(call, tool) for call, tool in approved if tool is not None]
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
             yield event
-        transcript.extend(cap(tool_turn(turn.assistant, turn.results)))
+        transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
         state.tool_rounds += 1
     while True:
         finalize = force_finalize or state.tool_rounds >= request.max_iterations
@@ -323,11 +323,11 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             yield Finished(LoopResult("paused", "tool_calls", state.usage,
                                       gateway_extension(state, "paused", continuation_id, pending), handed))
             return
-        transcript.extend(cap(tool_turn(assistant, results)))
+        transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1
 
 
-def _unchanged(messages: list[Message]) -> list[Message]:
+async def _unchanged(messages: list[Message]) -> list[Message]:
     return messages
 
 
