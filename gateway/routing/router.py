@@ -85,6 +85,40 @@ class DeadlineExceeded(ProviderError):
 Decision = Literal["retry", "next", "raise"]
 
 
+class _FailoverChain:
+    """The bookkeeping every walk over a route's targets shares, for one model call.
+
+    It remembers the last failure, counts each move to the next target, and after a context
+    overflow skips targets known to have no larger window than the one that overflowed.
+    """
+
+    __slots__ = ("_attempts", "_last", "_tried")
+
+    def __init__(self, attempts: list[Attempt]) -> None:
+        self._attempts = attempts
+        self._last: tuple[ProviderError, ResolvedTarget] | None = None
+        self._tried = False
+
+    def worth_trying(self, target: ResolvedTarget) -> bool:
+        last = self._last
+        if last is not None and last[0].error_class is ErrorClass.CONTEXT_LENGTH:
+            overflowed = last[1].window
+            if overflowed is not None and target.window is not None and target.window <= overflowed:
+                self._attempts.append(attempt(target.label, "window_too_small", None, 0.0))
+                return False
+        if self._tried and last is not None:
+            metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
+        self._tried = True
+        return True
+
+    def failed(self, error: ProviderError, target: ResolvedTarget) -> None:
+        self._last = (error, target)
+
+    def exhausted(self) -> AllTargetsFailed:
+        assert self._last is not None
+        return AllTargetsFailed(self._last[0], self._last[1].label)
+
+
 class Router:
     def __init__(self, providers: dict[str, ProviderConfig], policy: RoutingConfig, pool: UpstreamPool,
                  health: TargetHealth) -> None:
@@ -143,26 +177,13 @@ class Router:
         await self.health.record(target.label, failed=True)
         return "next"
 
-    @staticmethod
-    def _too_small(target: ResolvedTarget, last: tuple[ProviderError, ResolvedTarget] | None,
-                   attempts: list[Attempt]) -> bool:
-        """After a context overflow, skip targets known to have no larger window than the one that overflowed."""
-        if last is None or last[0].error_class is not ErrorClass.CONTEXT_LENGTH:
-            return False
-        overflowed = last[1].window
-        if overflowed is None or target.window is None or target.window > overflowed:
-            return False
-        attempts.append(attempt(target.label, "window_too_small", None, 0.0))
-        return True
 
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                        retries: int, deadline: float) -> Answer:
-        last: tuple[ProviderError, ResolvedTarget] | None = None
-        for position, target in enumerate(await self._plan(targets, attempts)):
-            if self._too_small(target, last, attempts):
+        chain = _FailoverChain(attempts)
+        for target in await self._plan(targets, attempts):
+            if not chain.worth_trying(target):
                 continue
-            if position and last:
-                metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
             for attempt_no in range(retries + 1):
                 started = time.monotonic()
                 try:
@@ -170,7 +191,7 @@ class Router:
                 except ProviderError as error:
                     attempts.append(attempt(target.label, error.error_class.value, error.status,
                                             (time.monotonic() - started) * 1000))
-                    last = (error, target)
+                    chain.failed(error, target)
                     decision = await self._decide(target, error, attempt_no, retries, deadline)
                     if decision == "raise":
                         raise AllTargetsFailed(error, target.label) from None
@@ -182,8 +203,7 @@ class Router:
                 if self.health.success_is_news(target.label):
                     await self.health.record(target.label, failed=False)
                 return Answer(target, response)
-        assert last is not None
-        raise AllTargetsFailed(last[0], last[1].label)
+        raise chain.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
         remaining = deadline - time.monotonic()
@@ -207,12 +227,10 @@ class Router:
 
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
-        last: tuple[ProviderError, ResolvedTarget] | None = None
-        for position, target in enumerate(await self._plan(targets, attempts)):
-            if self._too_small(target, last, attempts):
+        chain = _FailoverChain(attempts)
+        for target in await self._plan(targets, attempts):
+            if not chain.worth_trying(target):
                 continue
-            if position and last:
-                metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
             for attempt_no in range(retries + 1):
                 started = time.monotonic()
                 committed = False
@@ -280,11 +298,10 @@ class Router:
                     metrics.STREAM_ABORTS.inc(target.label, error.error_class.value)
                     await self.health.record(target.label, failed=error.error_class is not ErrorClass.BAD_REQUEST)
                     raise StreamInterrupted(error, target.label)
-                last = (error, target)
+                chain.failed(error, target)
                 decision = await self._decide(target, error, attempt_no, retries, deadline)
                 if decision == "raise":
                     raise AllTargetsFailed(error, target.label)
                 if decision == "next":
                     break
-        assert last is not None
-        raise AllTargetsFailed(last[0], last[1].label)
+        raise chain.exhausted()
