@@ -7,7 +7,6 @@ strict Anthropic server enforces, so "translates as intended" and "would be acce
 from __future__ import annotations
 
 import copy
-import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from gateway.canonical import ModelRequest, ModelResponse, ReasoningDelta, Strea
 from gateway.config.model import ProviderConfig
 from gateway.providers.anthropic import AnthropicAdapter, sanitize_tool_id
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
-from gateway.providers.sse import SSEDecoder
 from tests.fakes.anthropic_rules import anthropic_request_problems
+from tests.providers.streams import parse_in_pieces, parse_stream, sse_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
 ADAPTER = AnthropicAdapter()
@@ -460,17 +459,8 @@ def test_parse_error_body_with_status_200() -> None:
 # --- streaming ------------------------------------------------------------------------------
 
 
-def sse_events(raw: bytes) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    return decoder.feed(raw) + decoder.close()
-
-
 def run_stream(events: list[SSEEvent]) -> tuple[ModelResponse, list[StreamDelta]]:
-    parser = ADAPTER.new_stream_parser()
-    deltas: list[StreamDelta] = []
-    for event in events:
-        deltas.extend(parser.feed(event))
-    return parser.finish(), deltas
+    return parse_stream(ADAPTER, events)
 
 
 def event(payload: dict[str, Any]) -> SSEEvent:
@@ -634,16 +624,8 @@ WHOLE = run_stream(sse_events(STREAM_BYTES))
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM_BYTES)), max_size=40))
 def test_stream_split_at_arbitrary_bytes_gives_the_same_response(cuts: list[int]) -> None:
-    decoder = SSEDecoder()
-    parser = ADAPTER.new_stream_parser()
-    deltas: list[StreamDelta] = []
     bounds = [0, *sorted(cuts), len(STREAM_BYTES)]
-    for start, end in itertools.pairwise(bounds):
-        for item in decoder.feed(STREAM_BYTES[start:end]):
-            deltas.extend(parser.feed(item))
-    for item in decoder.close():
-        deltas.extend(parser.feed(item))
-    assert (parser.finish(), deltas) == WHOLE
+    assert parse_in_pieces(ADAPTER, STREAM_BYTES, bounds) == WHOLE
 
 
 # --- HTTP errors ----------------------------------------------------------------------------

@@ -7,7 +7,6 @@ rules), so a translation that would earn a 400 from Gemini fails the test that p
 from __future__ import annotations
 
 import copy
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from gateway.config.model import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 from gateway.providers.gemini import DUMMY_THOUGHT_SIGNATURE, GeminiAdapter, clean_schema
 from gateway.providers.registry import adapter_for
-from gateway.providers.sse import SSEDecoder
 from tests.fakes.gemini_rules import gemini_request_problems
+from tests.providers.streams import parse_in_pieces, parse_stream, sse_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gemini"
 BASE_URL = "https://generativelanguage.googleapis.com"
@@ -54,17 +53,9 @@ def fixture_json(name: str) -> Any:
     return orjson.loads(fixture_bytes(name))
 
 
-def sse_events(data: bytes) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    return decoder.feed(data) + decoder.close()
-
-
 def run_stream(events: list[SSEEvent]) -> tuple[list[StreamDelta], ModelResponse]:
-    parser = ADAPTER.new_stream_parser()
-    deltas: list[StreamDelta] = []
-    for event in events:
-        deltas.extend(parser.feed(event))
-    return deltas, parser.finish()
+    response, deltas = parse_stream(ADAPTER, events)
+    return deltas, response
 
 
 def build(messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
@@ -679,16 +670,9 @@ def test_stream_split_at_any_byte_boundary_equals_whole(name: str, cuts: list[in
     data = fixture_bytes(name)
     whole_deltas, whole = run_stream(sse_events(data))
     bounds = sorted({min(cut, len(data)) for cut in cuts} | {0, len(data)})
-    decoder = SSEDecoder()
-    parser = ADAPTER.new_stream_parser()
-    deltas: list[StreamDelta] = []
-    for start, end in itertools.pairwise(bounds):
-        for event in decoder.feed(data[start:end]):
-            deltas.extend(parser.feed(event))
-    for event in decoder.close():
-        deltas.extend(parser.feed(event))
+    response, deltas = parse_in_pieces(ADAPTER, data, bounds)
     assert deltas == whole_deltas
-    assert parser.finish() == whole
+    assert response == whole
 
 
 # --- errors ---------------------------------------------------------------------------

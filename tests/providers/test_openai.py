@@ -25,6 +25,7 @@ from gateway.providers.openai import OpenAIAdapter
 from gateway.providers.registry import adapter_for
 from gateway.providers.sse import SSEDecoder
 from tests.fakes.openai_rules import openai_request_problems
+from tests.providers.streams import parse_in_pieces, parse_stream, sse_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai"
 ADAPTER = OpenAIAdapter()
@@ -102,17 +103,8 @@ def compat_stream(which: str) -> bytes:
     return sse_data(vllm if which == "vllm" else gemini)
 
 
-def sse_events(data: bytes) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    return decoder.feed(data) + decoder.close()
-
-
 def run_stream(events: list[SSEEvent]) -> tuple[ModelResponse, list[StreamDelta]]:
-    parser = ADAPTER.new_stream_parser()
-    deltas: list[StreamDelta] = []
-    for event in events:
-        deltas.extend(parser.feed(event))
-    return parser.finish(), deltas
+    return parse_stream(ADAPTER, events)
 
 
 def stream_of(data: bytes) -> tuple[ModelResponse, list[StreamDelta]]:
@@ -719,15 +711,7 @@ STREAMS = {
 
 
 def feed_in_pieces(data: bytes, bounds: list[int]) -> tuple[ModelResponse, list[StreamDelta]]:
-    decoder = SSEDecoder()
-    parser = ADAPTER.new_stream_parser()
-    deltas: list[StreamDelta] = []
-    for start, end in itertools.pairwise(bounds):
-        for event in decoder.feed(data[start:end]):
-            deltas.extend(parser.feed(event))
-    for event in decoder.close():
-        deltas.extend(parser.feed(event))
-    return parser.finish(), deltas
+    return parse_in_pieces(ADAPTER, data, bounds)
 
 
 @settings(max_examples=150, deadline=None)
