@@ -184,19 +184,19 @@ def test_get_delete_and_tenancy(gateway: Gateway, fakes: dict[str, FakeUpstream]
         {"tool_call_id": call_id, "approve": True}]}).status_code == 404
 
 
-def test_concurrent_resumes_exactly_one_wins(gateway: Gateway, fakes: dict[str, FakeUpstream],
-                                             tool_server: ToolServer) -> None:
+def race_resumes(gateways: list[Gateway], fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    """Six simultaneous approvals of one continuation through ``gateways``: one wins, the tool runs once."""
     before = len(tool_server.calls)
-    continuation_id, call_id = approve_flow(gateway, fakes)
+    continuation_id, call_id = approve_flow(gateways[0], fakes)
     fakes["primary"].default = Reply(text="done", delay_s=0.3)
     statuses: list[int] = []
 
-    def resume() -> None:
-        statuses.append(gateway.post(f"/v1/continuations/{continuation_id}", {"decisions": [
+    def resume(gw: Gateway) -> None:
+        statuses.append(gw.post(f"/v1/continuations/{continuation_id}", {"decisions": [
             {"tool_call_id": call_id, "approve": True}]}).status_code)
 
     try:
-        threads = [threading.Thread(target=resume) for _ in range(6)]
+        threads = [threading.Thread(target=resume, args=(gateways[i % len(gateways)],)) for i in range(6)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -205,6 +205,11 @@ def test_concurrent_resumes_exactly_one_wins(gateway: Gateway, fakes: dict[str, 
         fakes["primary"].default = Reply(text="ok")
     assert sorted(statuses) == [200, 409, 409, 409, 409, 409]
     assert len(tool_server.calls) == before + 1
+
+
+def test_concurrent_resumes_exactly_one_wins(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                             tool_server: ToolServer) -> None:
+    race_resumes([gateway], fakes, tool_server)
 
 
 def test_failed_resume_can_be_retried_and_the_tool_ran_once(gateway: Gateway, fakes: dict[str, FakeUpstream],
@@ -274,26 +279,7 @@ def test_way_b_across_processes_and_restart(redis_gateways: tuple[Gateway, Gatew
 
 def test_concurrent_resumes_across_processes(redis_gateways: tuple[Gateway, Gateway],
                                              fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
-    first, second = redis_gateways
-    before = len(tool_server.calls)
-    continuation_id, call_id = approve_flow(first, fakes)
-    fakes["primary"].default = Reply(text="done", delay_s=0.3)
-    statuses: list[int] = []
-
-    def resume(gw: Gateway) -> None:
-        statuses.append(gw.post(f"/v1/continuations/{continuation_id}", {"decisions": [
-            {"tool_call_id": call_id, "approve": True}]}).status_code)
-
-    try:
-        threads = [threading.Thread(target=resume, args=(gw,)) for gw in (first, second) * 3]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        fakes["primary"].default = Reply(text="ok")
-    assert sorted(statuses) == [200, 409, 409, 409, 409, 409]
-    assert len(tool_server.calls) == before + 1
+    race_resumes(list(redis_gateways), fakes, tool_server)
 
 
 def test_headless_denials_are_audited_in_redis(redis_gateways: tuple[Gateway, Gateway],
