@@ -10,7 +10,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -18,19 +18,27 @@ from gateway import metrics
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions, error_response, to_gateway_error
 from gateway.api.continuations import continuation_routes
+from gateway.api.incoming import Incoming
+from gateway.api.json_response import JSONResponse
 from gateway.api.runtime import Runtime
+from gateway.api.sse_response import SSEResponse
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 
 
-def _json(payload: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+def _json(payload: object, status: int = 200) -> JSONResponse:
+    return JSONResponse(orjson.dumps(payload), status)
 
 
-async def list_models(request: Request) -> Response:
+async def chat_endpoint(request: Request) -> JSONResponse | SSEResponse:
+    """Reached only for what ``FastChatPath`` passes on (it serves every POST itself)."""
+    return await chat_completions(Incoming(request.scope, request.receive), request.app.state.runtime)
+
+
+async def list_models(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
-        authenticate(request, runtime.keys)
+        authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
     except GatewayError as error:
         return error_response(error)
     created = request.app.state.started
@@ -38,11 +46,11 @@ async def list_models(request: Request) -> Response:
                                               "owned_by": "loopgate"} for name in runtime.routes.names()]})
 
 
-async def healthz(request: Request) -> Response:
+async def healthz(request: Request) -> JSONResponse:
     return _json({"status": "ok"})
 
 
-async def readyz(request: Request) -> Response:
+async def readyz(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     ready = await runtime.store.ping()
     body = {"ready": ready, "store": {"kind": runtime.store.kind, "reachable": ready},
@@ -50,20 +58,20 @@ async def readyz(request: Request) -> Response:
     return _json(body, 200 if ready else 503)
 
 
-async def metrics_endpoint(request: Request) -> Response:
+async def metrics_endpoint(request: Request) -> PlainTextResponse:
     runtime: Runtime = request.app.state.runtime
     for target, state in runtime.router.health.snapshot().items():
         metrics.CIRCUIT_STATE.set(0.0 if state == "closed" else 1.0, target)
     return PlainTextResponse(metrics.render_all(), media_type="text/plain; version=0.0.4")
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     return error_response(GatewayError(exc.status_code, str(exc.detail), kind))
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(to_gateway_error(exc))
 
 
@@ -78,8 +86,8 @@ def create_app(config: Config) -> FastChatPath:
             await app.state.runtime.stop()
 
     routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
+        Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -108,8 +116,7 @@ class FastChatPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
-            scope["app"] = self.app
-            response = await chat_completions(Request(scope, receive))
+            response = await chat_completions(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
 
+from gateway.api.incoming import Incoming
 from gateway.errors import GatewayError, bad_request
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
+async def read_json(request: Incoming, limit: int) -> Any:
+    declared = request.content_length
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     # Straight from the ASGI receive channel: Request.body()'s generator and aclosing wrapper

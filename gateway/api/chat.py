@@ -7,12 +7,12 @@ import time
 from collections.abc import AsyncIterator
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
 
 from gateway import metrics
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
+from gateway.api.incoming import Incoming
+from gateway.api.json_response import JSONResponse
 from gateway.api.render import ChunkEncoder, collect, completion_id, stream_frames
 from gateway.api.request import parse_chat_request
 from gateway.api.runtime import Runtime
@@ -25,7 +25,6 @@ from gateway.store.base import ContinuationConflict, ContinuationNotFound, Store
 
 log = logging.getLogger("loopgate.api")
 PATH = "/v1/chat/completions"
-_TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 def to_gateway_error(exc: BaseException) -> GatewayError:
@@ -50,12 +49,12 @@ def to_gateway_error(exc: BaseException) -> GatewayError:
                         "server_error", code="internal_error")
 
 
-def error_response(error: GatewayError) -> Response:
-    return Response(error.body(), status_code=error.status, media_type="application/json", headers=error.headers)
+def error_response(error: GatewayError) -> JSONResponse:
+    return JSONResponse(error.body(), error.status, error.headers)
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, path: str,
-                  started: float) -> Response | SSEResponse:
+                  started: float) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes)."""
     response_id = completion_id()
     if not stream:
@@ -64,7 +63,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         _done(path, model, 200, started)
-        return Response(orjson.dumps(payload), media_type="application/json")
+        return JSONResponse(orjson.dumps(payload))
     # Pull the first event before answering, so a request that fails before any byte
     # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
     try:
@@ -83,12 +82,11 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
     return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
 
 
-async def chat_completions(request: Request) -> Response | SSEResponse:
+async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
-    runtime: Runtime = request.app.state.runtime
     model = "-"
     try:
-        key = authenticate(request, runtime.keys)
+        key = authenticate(request.authorization, runtime.keys)
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
         model = chat.model
@@ -102,8 +100,7 @@ async def chat_completions(request: Request) -> Response | SSEResponse:
             if tool["function"]["name"] in server:
                 raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool of "
                                   f"model '{chat.model}'; rename it", f"tools[{index}]")
-        headless = (key.headless or chat.headless
-                    or request.headers.get("x-gateway-headless", "").lower() in _TRUE)
+        headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations
         way_a = await continuations.way_a(key.tenant, chat.messages)

@@ -6,13 +6,14 @@ import time
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import metrics
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.chat import error_response, respond, to_gateway_error
+from gateway.api.incoming import Incoming
+from gateway.api.json_response import JSONResponse
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request
@@ -27,34 +28,35 @@ def _view(continuation: Continuation) -> dict[str, object]:
             "created_at": int(continuation.created_at), "expires_at": int(continuation.expires_at)}
 
 
-async def get_continuation(request: Request) -> Response:
+async def get_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
-        key = authenticate(request, runtime.keys)
+        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
         continuation = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
-        return Response(orjson.dumps(_view(continuation)), media_type="application/json")
+        return JSONResponse(orjson.dumps(_view(continuation)))
     except Exception as exc:
         return error_response(to_gateway_error(exc))
 
 
-async def delete_continuation(request: Request) -> Response:
+async def delete_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
-        key = authenticate(request, runtime.keys)
+        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
         await runtime.store.cancel_continuation(request.path_params["id"], key.tenant)
         metrics.CONTINUATIONS.inc("cancelled")
-        return Response(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
-                                      "deleted": True}), media_type="application/json")
+        return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
+                                          "deleted": True}))
     except Exception as exc:
         return error_response(to_gateway_error(exc))
 
 
-async def resume_continuation(request: Request) -> Response | SSEResponse:
+async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
     try:
-        key = authenticate(request, runtime.keys)
-        body = await read_json(request, runtime.config.server.max_body_bytes)
+        incoming = Incoming(request.scope, request.receive)
+        key = authenticate(incoming.authorization, runtime.keys)
+        body = await read_json(incoming, runtime.config.server.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
         stream = body.get("stream", False)
@@ -73,7 +75,7 @@ async def resume_continuation(request: Request) -> Response | SSEResponse:
                                code="model_not_found")
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
-        headless = key.headless or request.headers.get("x-gateway-headless", "").lower() in ("1", "true", "yes")
+        headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
         events = continuations.run_resumed(claimed, loop_request, runtime.deps)

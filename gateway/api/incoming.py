@@ -1,0 +1,25 @@
+"""The few parts of an HTTP request the API reads, taken from the raw ASGI scope in one pass.
+
+Starlette's ``Request.headers.get`` scans the header list and raises and catches ``KeyError``
+for a header that is absent; for the optional ``x-gateway-headless`` that alone was 7 % of a
+proxied request's CPU (py-spy). One ``dict`` over the raw pairs answers every lookup at C speed.
+ASGI servers lower-case header names, so the bytes keys below match as they are.
+"""
+
+from __future__ import annotations
+
+from starlette.types import Receive, Scope
+
+_TRUE = frozenset({b"1", b"true", b"yes", b"on"})
+
+
+class Incoming:
+    __slots__ = ("authorization", "content_length", "headless", "receive")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        headers: dict[bytes, bytes] = dict(scope["headers"])
+        self.receive = receive
+        self.authorization: str = headers.get(b"authorization", b"").decode("latin-1")
+        self.content_length: bytes | None = headers.get(b"content-length")
+        #: the ``x-gateway-headless`` header asks for a headless run (approvals auto-granted)
+        self.headless: bool = headers.get(b"x-gateway-headless", b"").strip().lower() in _TRUE
