@@ -1,5 +1,9 @@
 """The floor: a bare Starlette + uvicorn (uvloop, httptools) + aiohttp + orjson pass-through.
 
+``--client http1`` swaps aiohttp for Loopgate's own upstream client (gateway/providers/http1.py):
+the bench mode ``bare-http1``, the floor with the same client Loopgate uses, so the price of
+Loopgate's features is visible apart from the gain of its client.
+
 POST /v1/chat/completions -> POST {upstream}/chat/completions with ``model`` substituted; streams are
 passed through byte for byte. GET /healthz answers at once. Nothing else: no auth, no routing, no
 tool loop. Whatever a real gateway costs above this is the price of its features.
@@ -20,19 +24,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.providers.http1 import Http1Client
+
 UPSTREAM = os.environ.get("BARE_UPSTREAM", "http://127.0.0.1:9100")
 MODEL = os.environ.get("BARE_MODEL", "fake-model")
+CLIENT = "aiohttp"
 _session: aiohttp.ClientSession | None = None
+_http1: Http1Client | None = None
 
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    global _session
+    global _session, _http1
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     _session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
+    _http1 = Http1Client(limit=100_000, connect_timeout_s=10, read_timeout_s=600, extra_head="", tls=None)
     try:
         yield
     finally:
+        _http1.close()
         await _session.close()
 
 
@@ -50,6 +60,8 @@ async def chat(request: Request) -> Response:
     payload = orjson.dumps(body)
     headers = {"Content-Type": "application/json"}
     url = f"{UPSTREAM}/chat/completions"
+    if CLIENT == "http1":
+        return await _chat_http1(url, headers, payload, bool(body.get("stream")))
     if not body.get("stream"):
         async with _session.post(url, data=payload, headers=headers) as resp:
             data = await resp.read()
@@ -66,6 +78,24 @@ async def chat(request: Request) -> Response:
     return StreamingResponse(relay(), status_code=resp.status, media_type="text/event-stream")
 
 
+async def _chat_http1(url: str, headers: dict[str, str], payload: bytes, stream: bool) -> Response:
+    assert _http1 is not None
+    client = _http1
+    if not stream:
+        status, _, data = await client.post(url, headers, payload)
+        return Response(data, status_code=status, media_type="application/json")
+    conn = await client.open_stream(url, headers, payload, headers_timeout_s=600)
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await conn.read_some():
+                yield chunk
+        finally:
+            client.release(conn)
+
+    return StreamingResponse(relay(), status_code=conn.status, media_type="text/event-stream")
+
+
 app = Starlette(
     routes=[Route("/healthz", healthz), Route("/v1/chat/completions", chat, methods=["POST"])],
     lifespan=lifespan,
@@ -73,13 +103,14 @@ app = Starlette(
 
 
 def main() -> None:
-    global UPSTREAM, MODEL
+    global UPSTREAM, MODEL, CLIENT
     p = argparse.ArgumentParser(description="bare pass-through proxy (the benchmark floor)")
     p.add_argument("--port", type=int, default=9200)
     p.add_argument("--upstream", default=UPSTREAM)
     p.add_argument("--model", default=MODEL)
+    p.add_argument("--client", choices=("aiohttp", "http1"), default="aiohttp")
     args = p.parse_args()
-    UPSTREAM, MODEL = args.upstream.rstrip("/"), args.model
+    UPSTREAM, MODEL, CLIENT = args.upstream.rstrip("/"), args.model, args.client
     uvicorn.run(
         app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools", log_level="warning", access_log=False
     )

@@ -114,12 +114,14 @@ def start_target(mode: str, fake: servers.Proc, args: argparse.Namespace) -> Tar
         return Target(mode, f"{fake.base}/chat/completions", "fake-model", fake)
     if mode == "bare":
         proc = servers.start_bare(fake.base, cpus)
+    elif mode == "bare-http1":
+        proc = servers.start_bare(fake.base, cpus, client="http1")
     elif mode == "loopgate":
         proc = servers.start_loopgate(fake.base, getattr(args, "tool_source", "python"), cpus)
     elif mode == "litellm":
         proc = servers.start_litellm(fake.base, cpus)
     else:
-        raise SystemExit(f"unknown mode {mode!r} (direct, bare, loopgate, litellm)")
+        raise SystemExit(f"unknown mode {mode!r} (direct, bare, bare-http1, loopgate, litellm)")
     return Target(mode, f"{proc.base}/v1/chat/completions", "bench", proc)
 
 

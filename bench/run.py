@@ -224,7 +224,8 @@ def scenario_ttft(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--modes", default="direct,bare,loopgate", help="comma list of direct,bare,loopgate,litellm")
+    common.add_argument("--modes", default="direct,bare,bare-http1,loopgate",
+                        help="comma list of direct,bare,bare-http1,loopgate,litellm")
     common.add_argument("--litellm", action="store_true", help="also bench LiteLLM (installs bench/.venv-litellm)")
     common.add_argument("--pin", action="store_true", help="server under test on CPU 1, everything else on CPU 0")
     common.add_argument("--tool-source", choices=["python", "http"], default="python", help="Loopgate's bench_tool")

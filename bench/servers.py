@@ -120,10 +120,10 @@ def start_fake(
     return Proc("fake-fail" if fail_status else "fake", cmd, port, cpus=cpus)
 
 
-def start_bare(upstream: str, cpus: set[int] | None = None) -> Proc:
+def start_bare(upstream: str, cpus: set[int] | None = None, client: str = "aiohttp") -> Proc:
     port = free_port()
-    cmd = [sys.executable, "-m", "bench.bare_proxy", "--port", str(port), "--upstream", upstream]
-    return Proc("bare", cmd, port, cpus=cpus)
+    cmd = [sys.executable, "-m", "bench.bare_proxy", "--port", str(port), "--upstream", upstream, "--client", client]
+    return Proc("bare" if client == "aiohttp" else f"bare-{client}", cmd, port, cpus=cpus)
 
 
 def gateway_config(upstream: str, tool_source: str = "python") -> dict[str, Any]:
