@@ -18,20 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import math
+import socket
 import ssl
 import zlib
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
+import aiohappyeyeballs
 import httptools
 
 from gateway.providers.base import ErrorClass, ProviderError
 
 KEEPALIVE_S = 60.0  # idle connections older than this are closed, not reused
+DNS_TTL_S = 300.0
 _READ_HIGH_WATER = 256 * 1024  # a stream's unread body above this pauses the socket
 _URL_CACHE_SIZE = 1024
+
+AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +333,7 @@ class Http1Client:
         self._open: set[Connection] = set()
         self._in_use = 0
         self._queue: deque[asyncio.Future[None]] = deque()
+        self._dns: dict[tuple[str, int], tuple[float, list[AddrInfo]]] = {}
         self._closed = False
 
     def origin(self, url: str) -> Origin:
@@ -403,8 +410,13 @@ class Http1Client:
         """Back to the idle list when the exchange finished cleanly; otherwise closed (a
         response abandoned mid-body cannot be reused, and closing stops the upstream's work)."""
         if conn.reusable and not self._closed:
-            conn.idle_since = asyncio.get_running_loop().time()
-            self._idle.setdefault(conn.origin_key, []).append(conn)
+            now = conn.idle_since = asyncio.get_running_loop().time()
+            idle = self._idle.setdefault(conn.origin_key, [])
+            idle.append(conn)
+            # Reuse is LIFO, so connections at the bottom may sit unused after a burst: drop
+            # those the server closed or that idled past the keep-alive, oldest first.
+            while idle[0].closed or now - idle[0].idle_since >= KEEPALIVE_S:
+                self._drop(idle.pop(0))
         else:
             self._drop(conn)
         self._free_slot()
@@ -421,16 +433,41 @@ class Http1Client:
             tls = self._tls if self._tls is not None else _default_tls()
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                await loop.create_connection(lambda: conn, origin.host, origin.port, ssl=tls,
-                                             server_hostname=origin.host if tls else None)
+                addresses = await self._resolve(origin, loop)
+                # Happy eyeballs (RFC 8305): a host whose IPv6 route is broken still connects
+                # over IPv4 quickly, instead of hanging on the first address until the timeout.
+                sock = await aiohappyeyeballs.start_connection(addresses, happy_eyeballs_delay=0.25, interleave=1)
+                try:
+                    await loop.create_connection(lambda: conn, sock=sock, ssl=tls,
+                                                 server_hostname=origin.host if tls else None)
+                except BaseException:
+                    sock.close()
+                    raise
         except TimeoutError:
             conn.close()
+            self._dns.pop((origin.host, origin.port), None)
             raise ProviderError(ErrorClass.TIMEOUT, "upstream did not accept the connection in time") from None
         except OSError as exc:  # refused, unreachable, DNS (gaierror), TLS (SSLError)
             conn.close()
+            self._dns.pop((origin.host, origin.port), None)
             raise ProviderError(ErrorClass.CONNECTION, f"cannot connect to upstream: {exc}") from None
         self._open.add(conn)
         return conn
+
+    async def _resolve(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> list[AddrInfo]:
+        """Addresses cached for ``DNS_TTL_S`` (dropped at once when a connect fails): new
+        connections are rare with keep-alive, but a burst after idle would otherwise queue on
+        the resolver's thread pool."""
+        key = (origin.host, origin.port)
+        cached = self._dns.get(key)
+        now = loop.time()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        if not infos:
+            raise OSError(f"no address for {origin.host}")
+        self._dns[key] = (now + DNS_TTL_S, infos)
+        return infos
 
     async def _wait_for_slot(self) -> None:
         waiter = asyncio.get_running_loop().create_future()

@@ -467,3 +467,25 @@ async def test_tls_handshake_that_never_completes_hits_the_connect_timeout() -> 
         assert caught.value.error_class is ErrorClass.TIMEOUT
         assert http._in_use == 0
         http.close()
+
+
+async def test_idle_connections_the_server_closed_are_swept_not_kept() -> None:
+    async def first_closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        closes = server.connections == 1
+        while await server.read_request(reader) is not None:
+            await asyncio.sleep(0.02)  # both requests in flight together: two connections
+            writer.write(response(b"{}"))
+            await writer.drain()
+            if closes:
+                return
+
+    async with Server(first_closes) as server:
+        http = client()
+        await asyncio.gather(http.post(server.url, HEADERS, BODY), http.post(server.url, HEADERS, BODY))
+        assert server.connections == 2
+        await asyncio.sleep(0.05)  # the first connection's FIN arrives while it is idle
+        for _ in range(3):
+            assert (await http.post(server.url, HEADERS, BODY))[0] == 200
+        assert server.connections == 2  # the live one was reused, the closed one never
+        assert len(http._open) == 1 and sum(len(v) for v in http._idle.values()) == 1
+        http.close()
