@@ -149,11 +149,16 @@ class Connection(asyncio.Protocol):
         self._streaming = streaming
         self._last_data = self._loop.time()
         transport = self._transport
-        assert transport is not None
-        if len(body) <= 65536:
-            transport.write(head + body)
-        else:
-            transport.writelines((head, body))
+        try:
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("the connection is closed")
+            if len(body) <= 65536:
+                transport.write(head + body)
+            else:
+                transport.writelines((head, body))
+        except (OSError, RuntimeError) as exc:
+            self.close()
+            raise ProviderError(ErrorClass.CONNECTION, f"upstream connection failed while sending: {exc}") from None
 
     async def wait_headers(self, timeout_s: float) -> None:
         self._deadline = self._loop.time() + timeout_s if timeout_s < self._read_timeout_s else math.inf
@@ -234,6 +239,9 @@ class Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.complete:  # bytes nobody asked for on an idle connection: it cannot be trusted
+            self.close()
+            return
         self._last_data = self._loop.time()
         try:
             self._parser.feed_data(data)
@@ -248,6 +256,7 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def eof_received(self) -> bool:
+        self.closed = True  # not reusable from now on, even before connection_lost runs
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -262,10 +271,18 @@ class Connection(asyncio.Protocol):
 
     # --- httptools callbacks ---
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response to one request: answer this one, then drop the connection
+            self._keep_alive = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.complete:
+            return
         self.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:
             self._informational = True  # 100 Continue / 103 Early Hints: the real answer follows
@@ -285,6 +302,8 @@ class Connection(asyncio.Protocol):
         self.headers_done = True
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            return
         if self._decoder is not None:
             body = self._decoder.decompress(body)
             if not body:
@@ -297,6 +316,8 @@ class Connection(asyncio.Protocol):
                 self._transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
         if self._informational:
             self._informational = False
             return

@@ -489,3 +489,36 @@ async def test_idle_connections_the_server_closed_are_swept_not_kept() -> None:
         assert server.connections == 2  # the live one was reused, the closed one never
         assert len(http._open) == 1 and sum(len(v) for v in http._idle.values()) == 1
         http.close()
+
+
+async def test_a_second_unrequested_response_is_ignored_and_the_connection_dropped() -> None:
+    async def doubled(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        while await server.read_request(reader) is not None:
+            writer.write(response(b'{"n":1}') + response(b'{"n":2}', "500 Internal Server Error"))
+            await writer.drain()
+
+    async with Server(doubled) as server:
+        http = client()
+        for _ in range(2):
+            status, _, body = await http.post(server.url, HEADERS, BODY)
+            assert (status, body) == (200, b'{"n":1}')
+        assert server.connections == 2  # the first connection was not trusted again
+        http.close()
+
+
+async def test_unsolicited_bytes_on_an_idle_connection_retire_it() -> None:
+    async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        while await server.read_request(reader) is not None:
+            writer.write(response(b"{}"))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+            writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+
+    async with Server(chatty) as server:
+        http = client()
+        assert (await http.post(server.url, HEADERS, BODY))[0] == 200
+        await asyncio.sleep(0.05)
+        assert (await http.post(server.url, HEADERS, BODY))[0] == 200  # on a new connection
+        assert server.connections == 2
+        http.close()
