@@ -169,6 +169,11 @@ class Connection(asyncio.Protocol):
             self._deadline = math.inf
 
     async def read_all(self) -> bytes:
+        if self._streaming:  # the whole body is wanted now: no read pausing
+            self._streaming = False
+            if self._paused and self._transport is not None:
+                self._paused = False
+                self._transport.resume_reading()
         while not self.complete:
             await self._wait()
         body = b"".join(self._body) if len(self._body) != 1 else self._body[0]

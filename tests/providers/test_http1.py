@@ -522,3 +522,21 @@ async def test_unsolicited_bytes_on_an_idle_connection_retire_it() -> None:
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200  # on a new connection
         assert server.connections == 2
         http.close()
+
+
+async def test_a_large_error_body_of_a_stream_is_read_whole() -> None:
+    body = b'{"error":"' + b"e" * (1024 * 1024) + b'"}'
+
+    async def big_error(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader)
+        writer.write(response(body, "500 Internal Server Error"))
+        await writer.drain()
+        await reader.read()
+
+    async with Server(big_error) as server:
+        http = client(read_timeout_s=1.0)
+        conn = await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=5)
+        await asyncio.sleep(0.1)  # let the socket fill past the pause threshold first
+        assert (conn.status, await conn.read_all()) == (500, body)
+        http.release(conn)
+        http.close()
