@@ -152,6 +152,9 @@ class Connection(asyncio.Protocol):
         try:
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("the connection is closed")
+            if self._paused:  # the last stream was left unread after it completed
+                self._paused = False
+                transport.resume_reading()
             if len(body) <= 65536:
                 transport.write(head + body)
             else:

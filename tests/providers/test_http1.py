@@ -540,3 +540,18 @@ async def test_a_large_error_body_of_a_stream_is_read_whole() -> None:
         assert (conn.status, await conn.read_all()) == (500, body)
         http.release(conn)
         http.close()
+
+
+async def test_a_connection_left_paused_by_its_last_stream_reads_again() -> None:
+    async with Server(keep_answering) as server:
+        http = client(read_timeout_s=1.0)
+        conn = await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=5)
+        assert await conn.read_all() == b'{"ok":true}'
+        # The state a stream leaves when its last read crossed the pause threshold and
+        # completed the body in the same read: complete (so reusable) but not reading.
+        conn._transport.pause_reading()  # type: ignore[union-attr]
+        conn._paused = True
+        http.release(conn)
+        assert (await http.post(server.url, HEADERS, BODY))[2] == b'{"ok":true}'
+        assert server.connections == 1
+        http.close()
