@@ -254,11 +254,14 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream sent invalid HTTP: {exc}"))
-            self.close()
-            return
-        except ProviderError as exc:  # raised by a callback (an unsupported Content-Encoding)
-            self._fail(exc)
+            cause = exc.__context__  # what a callback raised: an unsupported or corrupt Content-Encoding
+            if isinstance(cause, ProviderError):
+                self._fail(cause)
+            elif isinstance(cause, zlib.error):
+                self._fail(ProviderError(ErrorClass.INVALID_RESPONSE,
+                                         f"upstream sent a corrupt compressed body: {cause}"))
+            else:
+                self._fail(ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream sent invalid HTTP: {exc}"))
             self.close()
             return
         self._wake()

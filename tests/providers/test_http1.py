@@ -555,3 +555,21 @@ async def test_a_connection_left_paused_by_its_last_stream_reads_again() -> None
         assert (await http.post(server.url, HEADERS, BODY))[2] == b'{"ok":true}'
         assert server.connections == 1
         http.close()
+
+
+@pytest.mark.parametrize(("coding", "payload", "why"), [(b"br", b"\x1b\x00", "unsupported Content-Encoding"),
+                                                        (b"gzip", b"not gzip at all", "corrupt compressed body")])
+async def test_undecodable_body_is_an_invalid_response(coding: bytes, payload: bytes, why: str) -> None:
+    async def encoded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader)
+        writer.write(response(payload, extra=b"Content-Encoding: " + coding + b"\r\n"))
+        await writer.drain()
+        await reader.read()
+
+    async with Server(encoded) as server:
+        http = client()
+        with pytest.raises(ProviderError) as caught:
+            await http.post(server.url, HEADERS, BODY)
+        assert caught.value.error_class is ErrorClass.INVALID_RESPONSE and why in caught.value.message
+        assert http._in_use == 0
+        http.close()
