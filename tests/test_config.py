@@ -103,6 +103,17 @@ def test_bad_url() -> None:
     assert mistake(GOOD.replace("https://api.openai.com/v1", "api.openai.com")).startswith("providers.openai.base_url:")
 
 
+def test_line_breaks_in_header_values_are_refused() -> None:
+    base = "providers:\n  p: {type: openai, base_url: 'http://h/v1', api_key: '${KEY}'%s}\n"
+    assert mistake(base % "", {"KEY": "sk-secret\n"}) == ("providers.p.api_key: contains a line break (a trailing "
+                                                         "newline from a secret file or an environment variable?)")
+    assert mistake(base % ", headers: {X-Team: '${TEAM}'}", {"KEY": "k", "TEAM": "a\r\nInjected: 1"}).startswith(
+        "providers.p.headers.X-Team: contains a line break")
+    tool = "tools:\n  t: {description: d, http: {url: 'http://h/run', headers: {A: '${V}'}}}\n"
+    assert mistake(tool, {"V": "x\n"}).startswith("tools.t.http.headers.A: contains a line break")
+    assert parse_config(base % "", {"KEY": "sk-fine"}).providers["p"].api_key == "sk-fine"
+
+
 def test_unknown_tool_on_route() -> None:
     assert mistake(GOOD.replace("tools: [get_weather, delete_record]", "tools: [get_wether]")) == (
         "models.smart.tools[0]: unknown tool 'get_wether' (did you mean 'get_weather'?)")

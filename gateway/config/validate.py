@@ -99,6 +99,22 @@ def _string_map(value: Any, path: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _header_map(value: Any, path: str) -> dict[str, str]:
+    headers = _string_map(value, path)
+    for name, text in headers.items():
+        _one_line(name, f"{path}.{name}")
+        _one_line(text, f"{path}.{name}")
+    return headers
+
+
+def _one_line(text: str, path: str) -> str:
+    """Header values end up in an HTTP request head, where a line break would end the header."""
+    if "\r" in text or "\n" in text:
+        raise ConfigError(path, "contains a line break (a trailing newline from a secret file or "
+                                "an environment variable?)")
+    return text
+
+
 def _server(raw: Any) -> ServerConfig:
     section = _mapping(raw, "server", {"host", "port", "max_body_bytes", "workers"})
     port = _get(section, "port", "server", int, 8080)
@@ -172,11 +188,11 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
         name=name,
         type=kind,
         base_url=base_url,
-        api_key=_get(section, "api_key", path, str, ""),
+        api_key=_one_line(_get(section, "api_key", path, str, ""), f"{path}.api_key"),
         timeout_s=_positive(_get(section, "timeout_s", path, float, 600.0), f"{path}.timeout_s"),
         connect_timeout_s=_positive(_get(section, "connect_timeout_s", path, float, 10.0),
                                     f"{path}.connect_timeout_s"),
-        headers=_string_map(section.get("headers"), f"{path}.headers"),
+        headers=_header_map(section.get("headers"), f"{path}.headers"),
         max_connections=int(_positive(_get(section, "max_connections", path, int, 1000),
                                       f"{path}.max_connections")),
         default_max_tokens=int(_positive(_get(section, "default_max_tokens", path, int, 4096),
@@ -208,7 +224,7 @@ def _tool(name: str, raw: Any) -> ToolConfig:
         http = HttpToolConfig(
             url=url,
             timeout_s=_positive(_get(hsec, "timeout_s", hpath, float, 30.0), f"{hpath}.timeout_s"),
-            headers=_string_map(hsec.get("headers"), f"{hpath}.headers"),
+            headers=_header_map(hsec.get("headers"), f"{hpath}.headers"),
         )
     if python is not None and (":" not in python or not all(python.split(":", 1))):
         raise ConfigError(f"{path}.python", f"must look like 'package.module:function', got '{python}'")
@@ -256,7 +272,7 @@ def _mcp_server(name: str, raw: Any) -> McpServerConfig:
         name=name,
         url=url,
         command=tuple(command or ()),
-        headers=_string_map(section.get("headers"), f"{path}.headers"),
+        headers=_header_map(section.get("headers"), f"{path}.headers"),
         env=_string_map(section.get("env"), f"{path}.env"),
         timeout_s=_positive(_get(section, "timeout_s", path, float, 30.0), f"{path}.timeout_s"),
         approval=approval,

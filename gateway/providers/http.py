@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from gateway.config.model import ProviderConfig
 from gateway.providers.base import UpstreamRequest
-from gateway.providers.http1 import Connection, Http1Client, ResponseHeaders, default_tls_context
+from gateway.providers.http1 import Http1Client, default_tls_context
+from gateway.providers.http1_connection import Connection, ResponseHeaders
 
 _USER_AGENT = "loopgate/0.1"
 

@@ -409,7 +409,7 @@ async def test_a_line_break_in_a_header_is_refused_before_sending() -> None:
         http = client()
         with pytest.raises(ProviderError) as caught:
             await http.post(server.url, {"x-custom": "a\r\nInjected: yes"}, BODY)
-        assert caught.value.error_class is ErrorClass.BAD_REQUEST
+        assert caught.value.error_class is ErrorClass.AUTH
         assert server.connections == 0
         http.close()
 
