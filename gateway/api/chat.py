@@ -95,15 +95,18 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             raise GatewayError(404, f"The model '{chat.model}' does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
-        server = set(server_tool_names(plan, runtime.tools))
-        for index, tool in enumerate(chat.tools):
-            if tool["function"]["name"] in server:
-                raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool of "
-                                  f"model '{chat.model}'; rename it", f"tools[{index}]")
+        if chat.tools:
+            server = set(server_tool_names(plan, runtime.tools))
+            for index, tool in enumerate(chat.tools):
+                if tool["function"]["name"] in server:
+                    raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool "
+                                      f"of model '{chat.model}'; rename it", f"tools[{index}]")
         headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations
-        way_a = await continuations.way_a(key.tenant, chat.messages)
+        # Only trailing tool results can resume a paused turn (way A): skip the lookup otherwise.
+        way_a = (await continuations.way_a(key.tenant, chat.messages)
+                 if chat.messages[-1].get("role") == "tool" else None)
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a

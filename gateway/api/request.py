@@ -117,6 +117,9 @@ def _tools(value: Any) -> list[ToolDef]:
 
 
 def _check_message(index: int, message: Any) -> None:
+    if (isinstance(message, dict) and message.get("role") in ("user", "system", "developer")
+            and type(message.get("content")) is str and "tool_calls" not in message):
+        return  # the common case, valid by the checks below: no error text built for it
     param = f"messages[{index}]"
     if not isinstance(message, dict):
         raise bad_request(f"{param} must be an object, not {_type_name(message)}", param)

@@ -53,8 +53,15 @@ _FINISH: dict[str, FinishReason] = {
 _SIGNATURE_PASSBACK_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
 
 
+_CALL_EXTRA_BY_URL: dict[str, bool] = {}
+
+
 def _keeps_call_extra(provider: ProviderConfig) -> bool:
-    return any(host in provider.base_url for host in _SIGNATURE_PASSBACK_HOSTS)
+    keeps = _CALL_EXTRA_BY_URL.get(provider.base_url)
+    if keeps is None:  # base URLs come from the config: a handful, decided once each
+        keeps = _CALL_EXTRA_BY_URL[provider.base_url] = any(host in provider.base_url
+                                                            for host in _SIGNATURE_PASSBACK_HOSTS)
+    return keeps
 
 
 def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Message]:

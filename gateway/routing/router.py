@@ -136,10 +136,14 @@ class Router:
                                            known_window(provider.type, target.model)))
         return tuple(resolved)
 
+    def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:
+        """The common case, checked without a coroutine: every circuit closed, nothing to admit."""
+        healthy = self.health.healthy
+        return all(healthy(target.label) for target in targets)
+
     async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> Sequence[ResolvedTarget]:
+        """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
         health = self.health
-        if all(health.healthy(target.label) for target in targets):
-            return targets
         admitted = []
         for target in targets:
             if await health.admit(target.label):
@@ -181,7 +185,7 @@ class Router:
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                        retries: int, deadline: float) -> Answer:
         chain = _FailoverChain(attempts)
-        for target in await self._plan(targets, attempts):
+        for target in targets if self._all_healthy(targets) else await self._plan(targets, attempts):
             if not chain.worth_trying(target):
                 continue
             for attempt_no in range(retries + 1):
@@ -228,7 +232,7 @@ class Router:
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
         chain = _FailoverChain(attempts)
-        for target in await self._plan(targets, attempts):
+        for target in targets if self._all_healthy(targets) else await self._plan(targets, attempts):
             if not chain.worth_trying(target):
                 continue
             for attempt_no in range(retries + 1):
