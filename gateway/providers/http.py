@@ -18,6 +18,7 @@ from gateway.config.model import ProviderConfig
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.http1 import Http1Client, default_tls_context
 from gateway.providers.http1_connection import Connection, ResponseHeaders
+from gateway.providers.http1_proxy import environment_proxies
 
 _USER_AGENT = "loopgate/0.1"
 
@@ -74,6 +75,7 @@ class UpstreamPool:
         # Loading the trust store reads files: once, at start-up, and only if a provider needs it.
         needs_tls = any(p.base_url.startswith("https:") for p in providers.values())
         self._tls: ssl.SSLContext | None = default_tls_context() if needs_tls else None
+        self._proxies = environment_proxies()  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, read once
 
     def _client(self, provider: ProviderConfig) -> Http1Client:
         client = self._clients.get(provider.name)
@@ -83,7 +85,8 @@ class UpstreamPool:
             if "accept-encoding" not in custom:
                 extra += "Accept-Encoding: gzip, deflate\r\n"
             client = Http1Client(limit=provider.max_connections, connect_timeout_s=provider.connect_timeout_s,
-                                 read_timeout_s=provider.timeout_s, extra_head=extra, tls=self._tls)
+                                 read_timeout_s=provider.timeout_s, extra_head=extra, tls=self._tls,
+                                 proxies=self._proxies)
             self._clients[provider.name] = client
         return client
 

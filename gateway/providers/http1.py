@@ -23,7 +23,7 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +31,7 @@ import aiohappyeyeballs
 
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.http1_connection import Connection, ResponseHeaders
+from gateway.providers.http1_proxy import Proxy, open_tunnel, proxy_for
 
 KEEPALIVE_S = 60.0  # idle connections older than this are closed, not reused
 DNS_TTL_S = 300.0
@@ -41,13 +42,16 @@ AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
 @dataclass(frozen=True, slots=True)
 class Origin:
-    """Where a URL's request goes, and the first two lines of its request head."""
+    """Where a URL's request goes, and the first lines of its request head."""
 
     key: tuple[str, int, bool]
     host: str
     port: int
     tls: bool
-    head: str  # "POST <path> HTTP/1.1\r\nHost: <host>\r\n"
+    authority: str  # host[:port] as in the Host header
+    path: str
+    head: str  # "POST <path> HTTP/1.1\r\nHost: <authority>\r\n"
+    proxy: Proxy | None = None
 
 
 def parse_url(url: str) -> Origin:
@@ -63,22 +67,34 @@ def parse_url(url: str) -> Origin:
     if parts.query:
         path = f"{path}?{parts.query}"
     host = parts.hostname
-    host_header = f"[{host}]" if ":" in host else host
+    authority = f"[{host}]" if ":" in host else host
     if parts.port is not None:
-        host_header = f"{host_header}:{port}"
-    return Origin((host, port, tls), host, port, tls, f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n")
+        authority = f"{authority}:{port}"
+    return Origin((host, port, tls), host, port, tls, authority, path,
+                  f"POST {path} HTTP/1.1\r\nHost: {authority}\r\n")
+
+
+def through_proxy(origin: Origin, proxy: Proxy) -> Origin:
+    """An HTTPS origin keeps its head (the proxy only tunnels); a plain-HTTP one is sent to the
+    proxy in absolute form, with the proxy's credentials."""
+    if origin.tls:
+        return replace(origin, proxy=proxy)
+    auth = f"Proxy-Authorization: {proxy.authorization}\r\n" if proxy.authorization else ""
+    head = f"POST http://{origin.authority}{origin.path} HTTP/1.1\r\nHost: {origin.authority}\r\n{auth}"
+    return replace(origin, proxy=proxy, head=head)
 
 
 class Http1Client:
     """The connections of one provider: keep-alive per origin, at most ``limit`` in use at once."""
 
     def __init__(self, *, limit: int, connect_timeout_s: float, read_timeout_s: float,
-                 extra_head: str, tls: ssl.SSLContext | None) -> None:
+                 extra_head: str, tls: ssl.SSLContext | None, proxies: Mapping[str, str] | None = None) -> None:
         self._limit = limit
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._extra_head = extra_head  # constant header lines, e.g. User-Agent, Accept-Encoding
         self._tls = tls
+        self._proxies = dict(proxies or {})  # as http1_proxy.environment_proxies() gives them
         self._origins: dict[str, Origin] = {}
         self._idle: dict[tuple[str, int, bool], list[Connection]] = {}
         self._open: set[Connection] = set()
@@ -91,6 +107,9 @@ class Http1Client:
         origin = self._origins.get(url)
         if origin is None:
             origin = parse_url(url)
+            proxy = proxy_for(origin.host, origin.tls, self._proxies) if self._proxies else None
+            if proxy is not None:
+                origin = through_proxy(origin, proxy)
             if len(self._origins) >= _URL_CACHE_SIZE:
                 self._origins.clear()
             self._origins[url] = origin
@@ -101,7 +120,7 @@ class Http1Client:
                         f"Content-Length: {body_length}\r\n\r\n"])
         # Every line ends in exactly one CRLF: a CR or LF inside a name or value (header
         # injection from a configured header) shows up as an extra one.
-        lines = len(headers) + self._extra_head.count("\n") + 4
+        lines = origin.head.count("\n") + self._extra_head.count("\n") + len(headers) + 2
         if text.count("\n") != lines or text.count("\r") != lines:
             # The provider's own configuration (its key, its headers) is unusable: a target fault.
             raise ProviderError(ErrorClass.AUTH, "a request header for this provider contains a line break")
@@ -183,41 +202,52 @@ class Http1Client:
         tls = None
         if origin.tls:
             tls = self._tls if self._tls is not None else _default_tls()
+        proxy = origin.proxy
+        host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                addresses = await self._resolve(origin, loop)
+                addresses = await self._resolve(host, port, loop)
                 # Happy eyeballs (RFC 8305): a host whose IPv6 route is broken still connects
                 # over IPv4 quickly, instead of hanging on the first address until the timeout.
                 sock = await aiohappyeyeballs.start_connection(addresses, happy_eyeballs_delay=0.25, interleave=1)
                 try:
-                    await loop.create_connection(lambda: conn, sock=sock, ssl=tls,
-                                                 server_hostname=origin.host if tls else None)
+                    if proxy is not None and tls is not None:
+                        host_part = f"[{origin.host}]" if ":" in origin.host else origin.host
+                        tunnel = await open_tunnel(loop, sock, f"{host_part}:{origin.port}", proxy)
+                        conn.connection_made(await loop.start_tls(tunnel, conn, tls, server_hostname=origin.host))
+                    else:
+                        await loop.create_connection(lambda: conn, sock=sock, ssl=tls,
+                                                     server_hostname=origin.host if tls else None)
                 except BaseException:
                     sock.close()
                     raise
         except TimeoutError:
             conn.close()
-            self._dns.pop((origin.host, origin.port), None)
+            self._dns.pop((host, port), None)
             raise ProviderError(ErrorClass.TIMEOUT, "upstream did not accept the connection in time") from None
         except OSError as exc:  # refused, unreachable, DNS (gaierror), TLS (SSLError)
             conn.close()
-            self._dns.pop((origin.host, origin.port), None)
-            raise ProviderError(ErrorClass.CONNECTION, f"cannot connect to upstream: {exc}") from None
+            self._dns.pop((host, port), None)
+            via = f" through the proxy {proxy.host}:{proxy.port}" if proxy is not None else ""
+            raise ProviderError(ErrorClass.CONNECTION, f"cannot connect to upstream{via}: {exc}") from None
+        except ProviderError:
+            conn.close()
+            raise
         self._open.add(conn)
         return conn
 
-    async def _resolve(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> list[AddrInfo]:
+    async def _resolve(self, host: str, port: int, loop: asyncio.AbstractEventLoop) -> list[AddrInfo]:
         """Addresses cached for ``DNS_TTL_S`` (dropped at once when a connect fails): new
         connections are rare with keep-alive, but a burst after idle would otherwise queue on
         the resolver's thread pool."""
-        key = (origin.host, origin.port)
+        key = (host, port)
         cached = self._dns.get(key)
         now = loop.time()
         if cached is not None and cached[0] > now:
             return cached[1]
-        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         if not infos:
-            raise OSError(f"no address for {origin.host}")
+            raise OSError(f"no address for {host}")
         self._dns[key] = (now + DNS_TTL_S, infos)
         return infos
 
