@@ -92,6 +92,9 @@ UPSTREAM_ERRORS = Counter("loopgate_upstream_errors_total", "Upstream failures b
                           ("target", "error_class"))
 FAILOVERS = Counter("loopgate_failovers_total", "Moves from one target to the next", ("from_target", "error_class"))
 CIRCUIT_STATE = Gauge("loopgate_circuit_open", "1 while a target's circuit is open or half-open", ("target",))
+UPSTREAM_CONNECTIONS = Gauge("loopgate_upstream_connections", "Upstream connections per provider: in_use, idle "
+                             "(kept alive), waiting (requests queued for a connection at max_connections)",
+                             ("provider", "state"))
 STREAM_ABORTS = Counter("loopgate_stream_aborts_total", "Streams ended with an error after bytes reached the client",
                         ("target", "error_class"))
 TOOL_CALLS = Counter("loopgate_tool_calls_total", "Server-side tool executions by tool and status", ("tool", "status"))
@@ -100,7 +103,8 @@ LOOP_ITERATIONS = Histogram("loopgate_loop_iterations", "Model calls per request
 CONTINUATIONS = Counter("loopgate_continuations_total", "Continuation events", ("event",))
 CONTEXT_ACTIONS = Counter("loopgate_context_actions_total", "Context guard actions", ("action",))
 
-ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, STREAM_ABORTS, TOOL_CALLS,
+ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
+       STREAM_ABORTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS)
 
 

@@ -62,6 +62,10 @@ async def metrics_endpoint(request: Request) -> PlainTextResponse:
     runtime: Runtime = request.app.state.runtime
     for target, state in runtime.router.health.snapshot().items():
         metrics.CIRCUIT_STATE.set(0.0 if state == "closed" else 1.0, target)
+    for provider, (in_use, idle, waiting) in runtime.pool.stats().items():
+        metrics.UPSTREAM_CONNECTIONS.set(in_use, provider, "in_use")
+        metrics.UPSTREAM_CONNECTIONS.set(idle, provider, "idle")
+        metrics.UPSTREAM_CONNECTIONS.set(waiting, provider, "waiting")
     return PlainTextResponse(metrics.render_all(), media_type="text/plain; version=0.0.4")
 
 

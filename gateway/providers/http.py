@@ -108,6 +108,10 @@ class UpstreamPool:
         finally:
             client.release(conn)
 
+    def stats(self) -> dict[str, tuple[int, int, int]]:
+        """Per provider that was called: connections (in use, idle, waiting)."""
+        return {name: client.stats() for name, client in self._clients.items()}
+
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:

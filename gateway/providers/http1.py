@@ -271,6 +271,11 @@ class Http1Client:
                 return
         self._in_use -= 1
 
+    def stats(self) -> tuple[int, int, int]:
+        """(in use, idle, waiting): read at scrape time, so the hot path keeps no extra counters."""
+        waiting = sum(1 for waiter in self._queue if not waiter.done())
+        return self._in_use, sum(len(idle) for idle in self._idle.values()), waiting
+
     def close(self) -> None:
         self._closed = True
         for conn in list(self._open):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -224,6 +225,12 @@ def test_health_ready_metrics(gateway: Gateway, fakes: dict[str, FakeUpstream]) 
     assert 'loopgate_requests_total{path="/v1/chat/completions",model="plain",status="200"}' in text
     assert "loopgate_request_duration_seconds_bucket" in text
     assert 'loopgate_upstream_attempts_total{target="primary:up-model",outcome="ok"}' in text
+    # The answered call's connection went back to the provider's pool, kept alive (the gateway
+    # is shared by the session's tests, so earlier concurrent calls may have left more idle ones).
+    connections = {state: float(value) for state, value in
+                   re.findall(r'loopgate_upstream_connections\{provider="primary",state="(\w+)"\} (\S+)', text)}
+    assert set(connections) == {"in_use", "idle", "waiting"}
+    assert connections["waiting"] == 0 and connections["idle"] >= 1
 
 
 def test_two_workers_serve(fakes: dict[str, FakeUpstream]) -> None:

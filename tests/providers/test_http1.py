@@ -304,7 +304,11 @@ async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn
 
     async with Server(slow) as server:
         http = client(limit=2)
-        results = await asyncio.gather(*(http.post(server.url, HEADERS, BODY) for _ in range(8)))
+        calls = [asyncio.create_task(http.post(server.url, HEADERS, BODY)) for _ in range(8)]
+        await asyncio.sleep(0.01)
+        assert http.stats() == (2, 0, 6)  # two in flight, six queued for a connection
+        results = await asyncio.gather(*calls)
+        assert http.stats() == (0, 2, 0)
         assert [r[0] for r in results] == [200] * 8
         assert server.most_open <= 2 and server.connections == 2
         assert http._in_use == 0 and not http._queue
