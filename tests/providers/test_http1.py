@@ -13,6 +13,7 @@ import ssl
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Self
 
 import pytest
 
@@ -22,20 +23,14 @@ from gateway.providers.http1 import Http1Client, parse_url
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 
 
-class Server:
-    """Accepts connections, parses each request head and body, lets ``handler`` answer."""
+class LocalServer:
+    """A socket server on 127.0.0.1 for the length of an ``async with``; subclasses serve."""
 
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.open = 0
-        self.most_open = 0
-        self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
-        self.closed_by_peer = asyncio.Event()
+    def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self.port = 0
 
-    async def __aenter__(self) -> Server:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -43,6 +38,22 @@ class Server:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class Server(LocalServer):
+    """Accepts connections, parses each request head and body, lets ``handler`` answer."""
+
+    def __init__(self, handler: Handler) -> None:
+        super().__init__()
+        self.handler = handler
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+        self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
+        self.closed_by_peer = asyncio.Event()
 
     @property
     def url(self) -> str:
@@ -295,14 +306,18 @@ async def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
         http.close()
 
 
-async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn() -> None:
+def answering_after(delay_s: float) -> Handler:
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
         while await server.read_request(reader) is not None:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(delay_s)
             writer.write(response(b"{}"))
             await writer.drain()
 
-    async with Server(slow) as server:
+    return slow
+
+
+async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn() -> None:
+    async with Server(answering_after(0.02)) as server:
         http = client(limit=2)
         calls = [asyncio.create_task(http.post(server.url, HEADERS, BODY)) for _ in range(8)]
         await asyncio.sleep(0.01)
@@ -316,13 +331,7 @@ async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn
 
 
 async def test_a_cancelled_waiter_gives_its_turn_away() -> None:
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        while await server.read_request(reader) is not None:
-            await asyncio.sleep(0.1)
-            writer.write(response(b"{}"))
-            await writer.drain()
-
-    async with Server(slow) as server:
+    async with Server(answering_after(0.1)) as server:
         http = client(limit=1)
         first = asyncio.create_task(http.post(server.url, HEADERS, BODY))
         await asyncio.sleep(0.02)

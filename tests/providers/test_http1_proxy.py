@@ -16,27 +16,17 @@ import pytest
 
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.http1_proxy import parse_proxy, proxy_for
-from tests.providers.test_http1 import BODY, HEADERS, Server, client, keep_answering
+from tests.providers.test_http1 import BODY, HEADERS, LocalServer, Server, client, keep_answering
 
 
-class ForwardProxy:
+class ForwardProxy(LocalServer):
     """CONNECT tunnels and absolute-form HTTP, both piped to ``routes[host:port]``."""
 
     def __init__(self, routes: dict[str, tuple[str, int]], refuse: bytes | None = None) -> None:
+        super().__init__()
         self.routes = routes
         self.refuse = refuse
         self.heads: list[bytes] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> ForwardProxy:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
