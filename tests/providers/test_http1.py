@@ -586,3 +586,14 @@ async def test_undecodable_body_is_an_invalid_response(coding: bytes, payload: b
         assert caught.value.error_class is ErrorClass.INVALID_RESPONSE and why in caught.value.message
         assert http._in_use == 0
         http.close()
+
+
+async def test_a_large_request_body_arrives_whole() -> None:
+    big = b'{"messages":"' + b"m" * (3 * 1024 * 1024) + b'"}'  # past the single-write size: head and body apart
+    async with Server(keep_answering) as server:
+        http = client()
+        assert (await http.post(server.url, HEADERS, big))[0] == 200
+        assert server.requests[0][1] == big
+        assert (await http.post(server.url, HEADERS, BODY))[0] == 200  # and the connection is still in step
+        assert server.connections == 1
+        http.close()
