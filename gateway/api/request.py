@@ -15,6 +15,8 @@ from gateway.errors import bad_request
 from gateway.loop.pairing import pairing_problem
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Roles whose message is valid with just text content and no tool calls.
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "tool", "assistant"})
 # Fields the gateway owns or rewrites; everything else is a parameter sent on every call.
 _OWN_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "stream_options", "gateway",
                          "functions", "function_call"})
@@ -117,7 +119,7 @@ def _tools(value: Any) -> list[ToolDef]:
 
 
 def _check_message(index: int, message: Any) -> None:
-    if (isinstance(message, dict) and message.get("role") in ("user", "system", "developer")
+    if (isinstance(message, dict) and message.get("role") in _PLAIN_ROLES
             and type(message.get("content")) is str and "tool_calls" not in message):
         return  # the common case, valid by the checks below: no error text built for it
     param = f"messages[{index}]"
