@@ -19,6 +19,7 @@ from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, from_upstream
 from gateway.loop.artifacts import reattach
+from gateway.loop.continuations import may_resume_way_a
 from gateway.loop.engine import LoopEvent, LoopRequest, run_loop, server_tool_names
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
@@ -104,9 +105,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations
-        # Only trailing tool results can resume a paused turn (way A): skip the lookup otherwise.
         way_a = (await continuations.way_a(key.tenant, chat.messages)
-                 if chat.messages[-1].get("role") == "tool" else None)
+                 if may_resume_way_a(chat.messages) else None)  # no coroutine for a plain request
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a

@@ -49,6 +49,11 @@ def declined(reason: str | None) -> str:
     return f"{text} Reason: {reason}" if reason else text
 
 
+def may_resume_way_a(messages: list[Message]) -> bool:
+    """Only trailing tool results can answer a paused turn: anything else needs no store lookup."""
+    return messages[-1].get("role") == "tool"
+
+
 class Continuations:
     def __init__(self, store: Store, ttl_s: int, request_timeout_s: float) -> None:
         self.store = store
@@ -155,7 +160,7 @@ class Continuations:
         live continuation of this tenant (expired and cancelled ones included), or a paused turn that
         is not the one the client sent back.
         """
-        if messages[-1].get("role") != "tool":
+        if not may_resume_way_a(messages):
             return None
         match = await self._match(tenant, messages)
         if match is None:

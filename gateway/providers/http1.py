@@ -201,7 +201,9 @@ class Http1Client:
         conn = Connection(loop, origin.key, self._read_timeout_s)
         tls = None
         if origin.tls:
-            tls = self._tls if self._tls is not None else _default_tls()
+            if self._tls is None:  # a client built without one: the system trust store, loaded once
+                self._tls = default_tls_context()
+            tls = self._tls
         proxy = origin.proxy
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         try:
@@ -221,13 +223,11 @@ class Http1Client:
                 except BaseException:
                     sock.close()
                     raise
-        except TimeoutError:
+        except OSError as exc:  # timeout, refused, unreachable, DNS (gaierror), TLS (SSLError)
             conn.close()
-            self._dns.pop((host, port), None)
-            raise ProviderError(ErrorClass.TIMEOUT, "upstream did not accept the connection in time") from None
-        except OSError as exc:  # refused, unreachable, DNS (gaierror), TLS (SSLError)
-            conn.close()
-            self._dns.pop((host, port), None)
+            self._dns.pop((host, port), None)  # the address may have moved: resolve afresh next time
+            if isinstance(exc, TimeoutError):
+                raise ProviderError(ErrorClass.TIMEOUT, "upstream did not accept the connection in time") from None
             via = f" through the proxy {proxy.host}:{proxy.port}" if proxy is not None else ""
             raise ProviderError(ErrorClass.CONNECTION, f"cannot connect to upstream{via}: {exc}") from None
         except ProviderError:
@@ -282,17 +282,6 @@ class Http1Client:
             conn.close()
         self._open.clear()
         self._idle.clear()
-
-
-_tls_context: ssl.SSLContext | None = None
-
-
-def _default_tls() -> ssl.SSLContext:
-    """The system trust store, loaded once (it reads certificate files: start-up, not per call)."""
-    global _tls_context
-    if _tls_context is None:
-        _tls_context = default_tls_context()
-    return _tls_context
 
 
 def default_tls_context() -> ssl.SSLContext:

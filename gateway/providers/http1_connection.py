@@ -101,9 +101,7 @@ class Connection(asyncio.Protocol):
         try:
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("the connection is closed")
-            if self._paused:  # the last stream was left unread after it completed
-                self._paused = False
-                transport.resume_reading()
+            self._resume_reading()  # the last stream may have been left unread after it completed
             if len(body) <= 65536:
                 transport.write(head + body)
             else:
@@ -123,9 +121,7 @@ class Connection(asyncio.Protocol):
     async def read_all(self) -> bytes:
         if self._streaming:  # the whole body is wanted now: no read pausing
             self._streaming = False
-            if self._paused and self._transport is not None:
-                self._paused = False
-                self._transport.resume_reading()
+            self._resume_reading()
         while not self.complete:
             await self._wait()
         body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
@@ -140,14 +136,17 @@ class Connection(asyncio.Protocol):
             await self._wait()
         chunks, self._body = self._body, []
         self._buffered = 0
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
+        self._resume_reading()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     @property
     def reusable(self) -> bool:
         return self.complete and self._keep_alive and not self.closed and self._error is None
+
+    def _resume_reading(self) -> None:
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
 
     def close(self) -> None:
         self.closed = True
@@ -159,7 +158,7 @@ class Connection(asyncio.Protocol):
             raise self._error
         waiter = self._loop.create_future()
         self._waiter = waiter
-        self._timer = self._loop.call_at(min(self._last_data + self._read_timeout_s, self._deadline), self._timed_out)
+        self._timer = self._loop.call_at(self._due(), self._timed_out)
         try:
             await waiter
         finally:
@@ -168,8 +167,12 @@ class Connection(asyncio.Protocol):
                 self._timer.cancel()
                 self._timer = None
 
+    def _due(self) -> float:
+        """When the wait fails: a read timeout after the last data, or the header deadline."""
+        return min(self._last_data + self._read_timeout_s, self._deadline)
+
     def _timed_out(self) -> None:
-        due = min(self._last_data + self._read_timeout_s, self._deadline)
+        due = self._due()
         if self._loop.time() < due:  # data arrived since the timer was set: wait the rest
             self._timer = self._loop.call_at(due, self._timed_out)
             return

@@ -7,6 +7,7 @@ that require it (``reasoning_passback``; DeepSeek answers 400 without it, others
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,19 +54,13 @@ _FINISH: dict[str, FinishReason] = {
 _SIGNATURE_PASSBACK_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
 
 
-_CALL_EXTRA_BY_URL: dict[str, bool] = {}
-
-
-def _keeps_call_extra(provider: ProviderConfig) -> bool:
-    keeps = _CALL_EXTRA_BY_URL.get(provider.base_url)
-    if keeps is None:  # base URLs come from the config: a handful, decided once each
-        keeps = _CALL_EXTRA_BY_URL[provider.base_url] = any(host in provider.base_url
-                                                            for host in _SIGNATURE_PASSBACK_HOSTS)
-    return keeps
+@functools.cache  # base URLs come from the config: a handful, each decided once
+def _keeps_call_extra(base_url: str) -> bool:
+    return any(host in base_url for host in _SIGNATURE_PASSBACK_HOSTS)
 
 
 def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Message]:
-    keep_call_extra = _keeps_call_extra(provider)
+    keep_call_extra = _keeps_call_extra(provider.base_url)
     if not provider.reasoning_passback and not keep_call_extra:
         return [strip_artifacts(m) for m in messages]
     out = []
