@@ -96,6 +96,22 @@ async def keep_answering(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         await writer.drain()
 
 
+def answer_once(*parts: bytes, pause_s: float = 0.0, hold_s: float = 0.0) -> Handler:
+    """Reads one request, writes ``parts`` (``pause_s`` apart), keeps the connection ``hold_s``
+    seconds, then closes it."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader)
+        for index, part in enumerate(parts):
+            if index and pause_s:
+                await asyncio.sleep(pause_s)
+            writer.write(part)
+            await writer.drain()
+        if hold_s:
+            await asyncio.sleep(hold_s)
+
+    return handler
+
+
 def client(**overrides: object) -> Http1Client:
     options: dict[str, object] = {"limit": 10, "connect_timeout_s": 2.0, "read_timeout_s": 5.0,
                                   "extra_head": "User-Agent: loopgate-test\r\n", "tls": None}
@@ -151,14 +167,7 @@ async def test_chunked_body_is_decoded_and_the_connection_reused() -> None:
 
 
 async def test_body_delimited_by_close_is_read_to_the_end_and_not_reused() -> None:
-    async def until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"until\":")
-        await writer.drain()
-        await asyncio.sleep(0.01)
-        writer.write(b'"eof"}')
-        await writer.drain()
-
+    until_close = answer_once(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"until\":", b'"eof"}', pause_s=0.01)
     async with Server(until_close) as server:
         http = client()
         for _ in range(2):
@@ -182,11 +191,8 @@ async def test_gzip_body_is_decompressed() -> None:
 
 
 async def test_informational_response_is_skipped() -> None:
-    async def early_hints(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + response(b"{}", extra=b"X-Final: yes\r\n"))
-        await writer.drain()
-
+    early_hints = answer_once(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                              + response(b"{}", extra=b"X-Final: yes\r\n"))
     async with Server(early_hints) as server:
         http = client()
         status, headers, body = await http.post(server.url, HEADERS, BODY)
@@ -195,11 +201,7 @@ async def test_informational_response_is_skipped() -> None:
 
 
 async def test_error_status_keeps_headers_case_insensitive() -> None:
-    async def limited(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        writer.write(response(b'{"error":{}}', "429 Too Many Requests", b"Retry-After: 7\r\nX-A: 1\r\nX-A: 2\r\n"))
-        await writer.drain()
-
+    limited = answer_once(response(b'{"error":{}}', "429 Too Many Requests", b"Retry-After: 7\r\nX-A: 1\r\nX-A: 2\r\n"))
     async with Server(limited) as server:
         http = client()
         status, headers, _ = await http.post(server.url, HEADERS, BODY)
@@ -218,11 +220,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
 
 
 async def test_silent_server_hits_the_read_timeout_and_frees_the_slot() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        await asyncio.sleep(5)
-
-    async with Server(silent) as server:
+    async with Server(answer_once(hold_s=5)) as server:  # reads the request, never answers
         http = client(read_timeout_s=0.2, limit=1)
         with pytest.raises(ProviderError) as caught:
             await http.post(server.url, HEADERS, BODY)
@@ -251,11 +249,7 @@ async def test_read_timeout_is_per_read_not_for_the_whole_body() -> None:
 
 
 async def test_headers_timeout_of_a_stream() -> None:
-    async def slow_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        await asyncio.sleep(5)
-
-    async with Server(slow_head) as server:
+    async with Server(answer_once(hold_s=5)) as server:  # no response head in time
         http = client(read_timeout_s=30)
         started = asyncio.get_running_loop().time()
         with pytest.raises(ProviderError) as caught:
@@ -266,12 +260,7 @@ async def test_headers_timeout_of_a_stream() -> None:
 
 
 async def test_connection_closed_mid_body_is_a_connection_error() -> None:
-    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial")
-        await writer.drain()
-
-    async with Server(cut) as server:
+    async with Server(answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial")) as server:
         with pytest.raises(ProviderError) as caught:
             await client().post(server.url, HEADERS, BODY)
         assert caught.value.error_class is ErrorClass.CONNECTION
@@ -279,25 +268,14 @@ async def test_connection_closed_mid_body_is_a_connection_error() -> None:
 
 
 async def test_invalid_http_is_an_invalid_response() -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        writer.write(b"SMTP ready\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(1)
-
-    async with Server(garbage) as server:
+    async with Server(answer_once(b"SMTP ready\r\n\r\n", hold_s=1)) as server:
         with pytest.raises(ProviderError) as caught:
             await client().post(server.url, HEADERS, BODY)
         assert caught.value.error_class is ErrorClass.INVALID_RESPONSE
 
 
 async def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
-    async def one_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        writer.write(response(b"{}"))  # says keep-alive, then closes while idle
-        await writer.drain()
-
-    async with Server(one_per_connection) as server:
+    async with Server(answer_once(response(b"{}"))) as server:  # says keep-alive, then closes while idle
         http = client()
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200
         await asyncio.sleep(0.05)  # the server's FIN arrives while the connection is idle
