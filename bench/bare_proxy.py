@@ -1,6 +1,6 @@
 """The floor: a bare Starlette + uvicorn (uvloop, httptools) + aiohttp + orjson pass-through.
 
-``--client http1`` swaps aiohttp for Loopgate's own upstream client (gateway/providers/http1.py):
+``--client http1`` swaps aiohttp for Loopgate's own upstream client (gateway/upstream/http1.py):
 the bench mode ``bare-http1``, the floor with the same client Loopgate uses, so the price of
 Loopgate's features is visible apart from the gain of its client.
 
@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.providers.http1 import Http1Client
+from gateway.upstream.http1 import Http1Client
 
 UPSTREAM = os.environ.get("BARE_UPSTREAM", "http://127.0.0.1:9100")
 MODEL = os.environ.get("BARE_MODEL", "fake-model")

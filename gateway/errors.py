@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gateway.providers.base import ErrorClass, ProviderError
+from gateway.upstream.errors import ErrorClass, ProviderError
 
 
 class GatewayError(Exception):

@@ -21,5 +21,5 @@ class Incoming:
         self.receive = receive
         self.authorization: str = headers.get(b"authorization", b"").decode("latin-1")
         self.content_length: bytes | None = headers.get(b"content-length")
-        #: the ``x-gateway-headless`` header asks for a headless run (approvals auto-granted)
+        #: ``x-gateway-headless`` asks for a headless run (nothing pauses: such calls are denied)
         self.headless: bool = headers.get(b"x-gateway-headless", b"").strip().lower() in _TRUE

@@ -12,15 +12,15 @@ from gateway.config.model import ApiKey, Config
 from gateway.context import ContextGuard
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
-from gateway.providers.http import UpstreamPool
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
-from gateway.store.base import Store, open_store
+from gateway.store import Store, open_store
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
-from gateway.tools.mcp_servers import McpRefresher
+from gateway.tools.mcp.servers import McpRefresher
 from gateway.tools.registry import RegisteredTool, ToolRegistry
+from gateway.upstream.pool import UpstreamPool
 
 log = logging.getLogger("loopgate")
 

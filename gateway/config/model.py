@@ -78,13 +78,6 @@ class ToolConfig:
     approval: Literal["never", "required"] = "never"
     timeout_s: float = 30.0
 
-    def definition(self) -> dict[str, Any]:
-        """The OpenAI ``tools[]`` entry the model sees."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:

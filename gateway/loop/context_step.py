@@ -16,7 +16,6 @@ import orjson
 
 from gateway import metrics
 from gateway.canonical import Message, ModelRequest, ToolDef, text_of
-from gateway.config.model import ContextConfig
 from gateway.context import (
     ContextGuard,
     GuardOutcome,
@@ -45,7 +44,7 @@ def _window(plan: RoutePlan) -> tuple[int, bool]:
     (configured, or every target in the model table) rather than the conservative default."""
     cached = _WINDOWS.get(plan.name)
     if cached is None:
-        route_window = plan.route.context_window if plan.route else None
+        route_window = plan.route.context_window
         window = min(effective_window(route_window, t.provider.type, t.model) for t in plan.targets)
         known = route_window is not None or all(known_window(t.provider.type, t.model) for t in plan.targets)
         cached = (window, known)
@@ -62,8 +61,7 @@ class ContextStep:
         self._plan = plan
         self._deadline = deadline
         self._usage = usage_sink
-        route = plan.route
-        self.config = route.context if route else ContextConfig()
+        self.config = plan.route.context
         self.window, self.window_known = _window(plan)
         primary = plan.targets[0]
         self._label, self._model = primary.label, primary.model

@@ -25,7 +25,7 @@ Policies the reference leaves to the gateway:
   ``any``/``tool`` with manual thinking and some models with adaptive thinking too.
 * Thinking on + a tool call in the current turn (after the last user message) that carries no
   thinking blocks (history from another provider, an edited transcript) -> the request is sent
-  without ``thinking`` (README §2.6 fallback; omitted rather than ``{"type": "disabled"}``,
+  without ``thinking`` (the documented fallback for foreign history; omitted rather than ``{"type": "disabled"}``,
   which some newer models reject). Fabricating blocks is impossible: signatures are checked.
 * With thinking on, temperature is only sent when it is 1 and top_k not at all; top_p is raised
   to at least 0.95 (Anthropic's limits). When both temperature and top_p are set, only
@@ -413,7 +413,7 @@ class AnthropicAdapter:
             params.get("reasoning_effort"), model, int(explicit_max or provider.default_max_tokens),
             bool(explicit_max))
         if thinking and _current_turn_lacks_thinking(request.messages):
-            thinking = None  # README §2.6: never fabricate blocks; think again from the next user turn
+            thinking = None  # never fabricate blocks; think again from the next user turn
         system, messages = translate_messages(request.messages)
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
         if system:

@@ -10,68 +10,18 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 import orjson
 
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig
+from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
+from gateway.upstream.pool import UpstreamRequest
+from gateway.upstream.sse import SSEEvent
 
-
-class ErrorClass(StrEnum):
-    RATE_LIMITED = "rate_limited"
-    OVERLOADED = "overloaded"
-    SERVER_ERROR = "server_error"
-    TIMEOUT = "timeout"
-    CONNECTION = "connection"
-    AUTH = "auth"
-    BAD_REQUEST = "bad_request"
-    CONTEXT_LENGTH = "context_length_exceeded"
-    NOT_FOUND = "not_found"
-    INVALID_RESPONSE = "invalid_response"
-
-
-# Failures that say nothing about the caller's request: another attempt or target may succeed.
-RETRYABLE = frozenset({ErrorClass.RATE_LIMITED, ErrorClass.OVERLOADED, ErrorClass.SERVER_ERROR,
-                       ErrorClass.TIMEOUT, ErrorClass.CONNECTION, ErrorClass.INVALID_RESPONSE})
-# Failures of the target itself (its key, its model name): the next target may succeed, a retry won't.
-TARGET_FAULTS = frozenset({ErrorClass.AUTH, ErrorClass.NOT_FOUND})
-
-
-class ProviderError(Exception):
-    """An upstream failure in canonical form."""
-
-    def __init__(self, error_class: ErrorClass, message: str, status: int | None = None,
-                 retry_after: float | None = None, no_retry: bool = False) -> None:
-        super().__init__(message)
-        self.error_class = error_class
-        self.message = message
-        self.status = status
-        self.retry_after = retry_after
-        # Set when the provider says retrying is pointless (quota exhausted, x-should-retry: false).
-        self.no_retry = no_retry
-
-    @property
-    def retryable(self) -> bool:
-        return self.error_class in RETRYABLE and not self.no_retry
-
-    def __repr__(self) -> str:
-        return f"ProviderError({self.error_class.value}, {self.status}, {self.message!r})"
-
-
-@dataclass(slots=True)
-class UpstreamRequest:
-    url: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass(slots=True)
-class SSEEvent:
-    event: str | None
-    data: bytes
+__all__ = ["RETRYABLE", "TARGET_FAULTS", "Adapter", "ErrorClass", "ProviderError", "SSEEvent", "StreamParser",
+           "UpstreamRequest"]
 
 
 class StreamParser(Protocol):

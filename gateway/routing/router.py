@@ -28,10 +28,10 @@ from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
 from gateway.context.windows import known_window
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, ProviderError
-from gateway.providers.http import UpstreamPool
 from gateway.providers.registry import adapter_for
-from gateway.providers.sse import SSEDecoder
 from gateway.routing.health import TargetHealth
+from gateway.upstream.pool import UpstreamPool
+from gateway.upstream.sse import SSEDecoder
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,17 +10,26 @@ from gateway.routing.router import ResolvedTarget, Router
 
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
+    """A route ready for the hot path. Its limits are copied from ``route`` (where their defaults live)."""
+
     name: str
     targets: tuple[ResolvedTarget, ...]
-    server_tools: tuple[str, ...] = ()
+    route: RouteConfig
+    server_tools: tuple[str, ...]
     # Tool sources (``mcp:NAME``) whose every current tool also belongs to the route.
-    tool_sources: tuple[str, ...] = ()
-    max_tool_iterations: int = 25
-    retries: int = 0
-    tool_concurrency: int = 8
-    route: RouteConfig | None = None
-    # A target needs provider artifacts a client may have dropped (set by the route table).
-    needs_artifacts: bool = False
+    tool_sources: tuple[str, ...]
+    max_tool_iterations: int
+    retries: int
+    tool_concurrency: int
+    # A target needs provider artifacts a client may have dropped.
+    needs_artifacts: bool
+
+    @classmethod
+    def build(cls, route: RouteConfig, targets: tuple[ResolvedTarget, ...]) -> RoutePlan:
+        return cls(name=route.name, targets=targets, route=route, server_tools=route.tools,
+                   tool_sources=tuple(f"mcp:{name}" for name in route.mcp_servers),
+                   max_tool_iterations=route.max_tool_iterations, retries=route.retries,
+                   tool_concurrency=route.tool_concurrency, needs_artifacts=_needs_artifacts(targets))
 
 
 def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
@@ -37,18 +46,7 @@ class RouteTable:
         self._providers = config.providers
         self._routes: dict[str, RoutePlan] = {}
         for name, route in config.models.items():
-            targets = router.resolve(route.targets)
-            self._routes[name] = RoutePlan(
-                name=name,
-                targets=targets,
-                server_tools=route.tools,
-                tool_sources=tuple(f"mcp:{name}" for name in route.mcp_servers),
-                max_tool_iterations=route.max_tool_iterations,
-                retries=route.retries,
-                tool_concurrency=route.tool_concurrency,
-                route=route,
-                needs_artifacts=_needs_artifacts(targets),
-            )
+            self._routes[name] = RoutePlan.build(route, router.resolve(route.targets))
         self._direct: dict[str, RoutePlan] = {}
 
     def names(self) -> list[str]:
@@ -61,8 +59,8 @@ class RouteTable:
         provider, sep, upstream_model = model.partition("/")
         if not sep or not upstream_model or provider not in self._providers:
             return None
-        targets = self._router.resolve([TargetConfig(provider, upstream_model)])
-        plan = RoutePlan(name=model, targets=targets, needs_artifacts=_needs_artifacts(targets))
+        target = TargetConfig(provider, upstream_model)
+        plan = RoutePlan.build(RouteConfig(name=model, targets=(target,)), self._router.resolve([target]))
         if len(self._direct) < self._DIRECT_CACHE_LIMIT:
             self._direct[model] = plan
         return plan

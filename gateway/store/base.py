@@ -264,21 +264,3 @@ def failure_window(cooldown_s: float) -> float:
     circuit at once; bounded, so failures days apart do not add up to an outage.
     """
     return max(60.0, 2.0 * cooldown_s)
-
-
-def open_store(url: str, **options: Any) -> Store:
-    """The store for ``store.url``: ``memory://`` (the embedded default) or ``redis://``/``rediss://``/``unix://``.
-
-    ``options`` go to the implementation's constructor (timeouts, caps, an injected clock in tests).
-    Imports are local so the embedded default never needs a Redis connection.
-    """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme == "memory":
-        from gateway.store.memory import MemoryStore
-
-        return MemoryStore(**options)
-    if scheme in ("redis", "rediss", "unix"):
-        from gateway.store.redis import RedisStore
-
-        return RedisStore(url, **options)
-    raise ValueError(f"unsupported store url {url!r}: expected memory:// or redis://, rediss://, unix://")

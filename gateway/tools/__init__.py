@@ -1,7 +1,7 @@
-"""Server-side tools: sources (HTTP, Python; MCP later), the registry, and the executor."""
+"""Server-side tools: sources (HTTP, Python, MCP servers), the registry, and the executor."""
 
 from gateway.tools.base import Approval, ToolFailure, ToolOutcome, ToolSource, ToolSpec
-from gateway.tools.executor import run_batch, run_tool
+from gateway.tools.executor import run_tool
 from gateway.tools.http_source import HttpToolSource
 from gateway.tools.python_source import PythonToolSource
 from gateway.tools.registry import RegisteredTool, ToolRegistry
@@ -16,6 +16,5 @@ __all__ = [
     "ToolRegistry",
     "ToolSource",
     "ToolSpec",
-    "run_batch",
     "run_tool",
 ]

@@ -57,29 +57,6 @@ async def run_tool(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
     return ToolOutcome("ok", content, elapsed)
 
 
-async def run_batch(items: list[tuple[RegisteredTool, str]], concurrency: int) -> list[ToolOutcome]:
-    """Run calls concurrently, at most ``concurrency`` at a time; outcomes in input order.
-
-    Cancelling the batch cancels every call still running (TaskGroup), then propagates.
-    """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    if not items:
-        return []
-    if len(items) == 1:
-        tool, arguments_json = items[0]
-        return [await run_tool(tool, arguments_json)]
-    semaphore = asyncio.Semaphore(min(concurrency, len(items)))
-
-    async def bounded(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
-        async with semaphore:
-            return await run_tool(tool, arguments_json)
-
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(bounded(tool, arguments_json)) for tool, arguments_json in items]
-    return [task.result() for task in tasks]
-
-
 def _parse(name: str, arguments_json: str) -> dict[str, Any] | str:
     """The arguments object, or (a str) a message for the model saying why there is none."""
     if not arguments_json.strip():

@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.canonical import ModelResponse, StreamDelta
 from gateway.providers.base import SSEEvent
-from gateway.providers.sse import SSEDecoder
+from gateway.upstream.sse import SSEDecoder
 
 
 def sse_events(data: bytes) -> list[SSEEvent]:

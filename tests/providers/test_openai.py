@@ -23,7 +23,7 @@ from gateway.config.model import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 from gateway.providers.openai import OpenAIAdapter
 from gateway.providers.registry import adapter_for
-from gateway.providers.sse import SSEDecoder
+from gateway.upstream.sse import SSEDecoder
 from tests.fakes.openai_rules import openai_request_problems
 from tests.providers.streams import parse_in_pieces, parse_stream, sse_events
 

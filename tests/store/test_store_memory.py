@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.store.base import Continuation, ContinuationNotFound, new_continuation_id, open_store
+from gateway.store import Continuation, ContinuationNotFound, new_continuation_id, open_store
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 

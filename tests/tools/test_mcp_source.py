@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.tools import ToolFailure, ToolRegistry, ToolSource, run_tool
-from gateway.tools.mcp_source import McpHttpSource, McpStdioSource
+from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from tests.fakes.mcp_server import NUMBERS, FakeMcpServer
 from tests.tools.helpers import unused_port
 

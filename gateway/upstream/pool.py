@@ -2,7 +2,7 @@
 
 One ``Http1Client`` (a lean keep-alive HTTP/1.1 client, ``http1.py``) per provider. Measured on
 this machine a pass-through spends ~0.26 ms CPU per request with aiohttp against ~1.6 ms with
-httpx (NOTES), and the lean client halves aiohttp's figure again: the same pass-through does
+httpx (measured on this machine), and the lean client halves aiohttp's figure again: the same pass-through does
 2.3x the requests/s with it, and Loopgate's instructions per request fell 38 % (bench/README.md).
 Routing and the adapters see only this module's small surface and canonical ``ProviderError``s,
 so the client can be swapped without touching them.
@@ -16,12 +16,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.config.model import ProviderConfig
-from gateway.providers.base import UpstreamRequest
-from gateway.providers.http1 import Http1Client, default_tls_context
-from gateway.providers.http1_connection import Connection, ResponseHeaders
-from gateway.providers.http1_proxy import environment_proxies
+from gateway.upstream.connection import Connection, ResponseHeaders
+from gateway.upstream.http1 import Http1Client, default_tls_context
+from gateway.upstream.proxy import environment_proxies
 
 _USER_AGENT = "loopgate/0.1"
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    url: str
+    headers: dict[str, str]
+    body: bytes
 
 
 @dataclass(slots=True)

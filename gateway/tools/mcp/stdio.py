@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.tools.base import Approval, ToolFailure, ToolSpec
-from gateway.tools.mcp_protocol import (
+from gateway.tools.mcp.protocol import (
     CLOSE_GRACE_S,
     STDIO_LINE_LIMIT,
     call_params,

@@ -18,7 +18,7 @@ from typing import Self
 import pytest
 
 from gateway.providers.base import ErrorClass, ProviderError
-from gateway.providers.http1 import Http1Client, parse_url
+from gateway.upstream.http1 import Http1Client, parse_url
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 

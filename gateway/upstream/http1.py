@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 
 import aiohappyeyeballs
 
-from gateway.providers.base import ErrorClass, ProviderError
-from gateway.providers.http1_connection import Connection, ResponseHeaders
-from gateway.providers.http1_proxy import Proxy, open_tunnel, proxy_for
+from gateway.upstream.connection import Connection, ResponseHeaders
+from gateway.upstream.errors import ErrorClass, ProviderError
+from gateway.upstream.proxy import Proxy, open_tunnel, proxy_for
 
 KEEPALIVE_S = 60.0  # idle connections older than this are closed, not reused
 DNS_TTL_S = 300.0

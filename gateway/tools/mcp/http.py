@@ -19,7 +19,7 @@ import orjson
 from multidict import CIMultiDict
 
 from gateway.tools.base import Approval, ToolFailure, ToolSpec
-from gateway.tools.mcp_protocol import (
+from gateway.tools.mcp.protocol import (
     CLOSE_GRACE_S,
     NO_TIMEOUT,
     PROTOCOL_VERSION,

@@ -6,7 +6,13 @@ decoder works on bytes and hands ``data`` to orjson as bytes, so no text is deco
 
 from __future__ import annotations
 
-from gateway.providers.base import SSEEvent
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    event: str | None
+    data: bytes
 
 
 class SSEDecoder:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway.providers.base import ErrorClass, ProviderError
-from gateway.providers.http1_proxy import parse_proxy, proxy_for
-from tests.providers.test_http1 import BODY, HEADERS, LocalServer, Server, client, keep_answering
+from gateway.upstream.proxy import parse_proxy, proxy_for
+from tests.upstream.test_http1 import BODY, HEADERS, LocalServer, Server, client, keep_answering
 
 
 class ForwardProxy(LocalServer):

@@ -15,7 +15,7 @@ import aiohttp
 
 from gateway.config.model import McpServerConfig
 from gateway.tools.base import ToolSource
-from gateway.tools.mcp_source import McpHttpSource, McpStdioSource
+from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from gateway.tools.registry import ToolRegistry
 
 log = logging.getLogger("loopgate.tools")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from gateway.providers.base import ErrorClass, ProviderError
+from gateway.upstream.errors import ErrorClass, ProviderError
 
 _MAX_REPLY_HEAD = 16 * 1024
 

@@ -19,8 +19,8 @@ broken connection becomes a ToolFailure with a short reason, never a traceback.
 
 from __future__ import annotations
 
-from gateway.tools.mcp_http import McpHttpSource
-from gateway.tools.mcp_protocol import CLIENT_INFO, PROTOCOL_VERSION
-from gateway.tools.mcp_stdio import McpStdioSource
+from gateway.tools.mcp.http import McpHttpSource
+from gateway.tools.mcp.protocol import CLIENT_INFO, PROTOCOL_VERSION
+from gateway.tools.mcp.stdio import McpStdioSource
 
 __all__ = ["CLIENT_INFO", "PROTOCOL_VERSION", "McpHttpSource", "McpStdioSource"]

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 
 import httptools
 
-from gateway.providers.base import ErrorClass, ProviderError
+from gateway.upstream.errors import ErrorClass, ProviderError
 
 _READ_HIGH_WATER = 256 * 1024  # a stream's unread body above this pauses the socket
 
