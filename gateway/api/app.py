@@ -16,8 +16,9 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import metrics
 from gateway.api.auth import authenticate
-from gateway.api.chat import chat_completions, error_response, to_gateway_error
+from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
+from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.runtime import Runtime

@@ -4,83 +4,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 
-import orjson
-
-from gateway import metrics
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
+from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.render import ChunkEncoder, collect, completion_id, stream_frames
 from gateway.api.request import parse_chat_request
+from gateway.api.respond import finished, respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request, from_upstream
+from gateway.errors import GatewayError, bad_request
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import may_resume_way_a
-from gateway.loop.engine import LoopEvent, LoopRequest, run_loop, server_tool_names
-from gateway.routing.router import AllTargetsFailed, StreamInterrupted
-from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
+from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
 
 log = logging.getLogger("loopgate.api")
 PATH = "/v1/chat/completions"
-
-
-def to_gateway_error(exc: BaseException) -> GatewayError:
-    """Every exception a request can end with, as the error the client should see."""
-    if isinstance(exc, GatewayError):
-        return exc
-    if isinstance(exc, AllTargetsFailed):
-        return from_upstream(exc.last, exc.target)
-    if isinstance(exc, StreamInterrupted):
-        return GatewayError(502, f"the upstream stream from {exc.target} failed after it started "
-                            f"({exc.error.error_class.value}): {exc.error.message}", "upstream_error",
-                            code="stream_interrupted")
-    if isinstance(exc, StoreUnavailable):
-        return GatewayError(503, "the continuation store is unavailable; nothing was paused or resumed, retry later",
-                            "service_unavailable_error", code="store_unavailable")
-    if isinstance(exc, ContinuationNotFound):
-        return GatewayError(404, str(exc), "invalid_request_error", code="continuation_not_found")
-    if isinstance(exc, ContinuationConflict):
-        return GatewayError(409, str(exc), "invalid_request_error", code="continuation_conflict")
-    log.error("unexpected error while serving a request", exc_info=exc)
-    return GatewayError(500, "internal gateway error (logged); nothing about it is your request's fault",
-                        "server_error", code="internal_error")
-
-
-def error_response(error: GatewayError) -> JSONResponse:
-    return JSONResponse(error.body(), error.status, error.headers)
-
-
-async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, path: str,
-                  started: float) -> JSONResponse | SSEResponse:
-    """Render the loop's events as one response or as a stream (shared by chat and continuation resumes)."""
-    response_id = completion_id()
-    if not stream:
-        try:
-            payload = await collect(events, response_id, model)
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-        _done(path, model, 200, started)
-        return JSONResponse(orjson.dumps(payload))
-    # Pull the first event before answering, so a request that fails before any byte
-    # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
-    try:
-        first = await anext(events, None)
-    except BaseException:
-        await events.aclose()  # type: ignore[attr-defined]
-        raise
-    encoder = ChunkEncoder(response_id, model)
-
-    async def on_close() -> None:
-        # Closing the engine here (also on client disconnect) cancels running tools and
-        # releases the upstream connection at once rather than at garbage collection.
-        await events.aclose()  # type: ignore[attr-defined]
-        _done(path, model, 200, started)
-
-    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
 
 
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
@@ -130,10 +70,5 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         return await respond(events, chat.stream, chat.include_usage, chat.model, PATH, started)
     except Exception as exc:
         error = to_gateway_error(exc)
-        _done(PATH, model, error.status, started)
+        finished(PATH, model, error.status, started)
         return error_response(error)
-
-
-def _done(path: str, model: str, status: int, started: float) -> None:
-    metrics.REQUESTS.inc(path, model, str(status))
-    metrics.LATENCY.observe(time.perf_counter() - started, path)

@@ -11,9 +11,10 @@ from starlette.routing import Route
 from gateway import metrics
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
-from gateway.api.chat import error_response, respond, to_gateway_error
+from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request

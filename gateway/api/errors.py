@@ -1,0 +1,38 @@
+"""Every exception a request can end with, mapped to the OpenAI-shaped HTTP error the client sees."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.api.json_response import JSONResponse
+from gateway.errors import GatewayError, from_upstream
+from gateway.routing.router import AllTargetsFailed, StreamInterrupted
+from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
+
+log = logging.getLogger("loopgate.api")
+
+
+def to_gateway_error(exc: BaseException) -> GatewayError:
+    """Every exception a request can end with, as the error the client should see."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, AllTargetsFailed):
+        return from_upstream(exc.last, exc.target)
+    if isinstance(exc, StreamInterrupted):
+        return GatewayError(502, f"the upstream stream from {exc.target} failed after it started "
+                            f"({exc.error.error_class.value}): {exc.error.message}", "upstream_error",
+                            code="stream_interrupted")
+    if isinstance(exc, StoreUnavailable):
+        return GatewayError(503, "the continuation store is unavailable; nothing was paused or resumed, retry later",
+                            "service_unavailable_error", code="store_unavailable")
+    if isinstance(exc, ContinuationNotFound):
+        return GatewayError(404, str(exc), "invalid_request_error", code="continuation_not_found")
+    if isinstance(exc, ContinuationConflict):
+        return GatewayError(409, str(exc), "invalid_request_error", code="continuation_conflict")
+    log.error("unexpected error while serving a request", exc_info=exc)
+    return GatewayError(500, "internal gateway error (logged); nothing about it is your request's fault",
+                        "server_error", code="internal_error")
+
+
+def error_response(error: GatewayError) -> JSONResponse:
+    return JSONResponse(error.body(), error.status, error.headers)

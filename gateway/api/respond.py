@@ -1,0 +1,49 @@
+"""Driving a loop's events into one response or a stream: shared by every endpoint that runs the loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+
+from gateway import metrics
+from gateway.api.errors import to_gateway_error
+from gateway.api.json_response import JSONResponse
+from gateway.api.render import ChunkEncoder, collect, completion_id, stream_frames
+from gateway.api.sse_response import SSEResponse
+from gateway.loop.engine import LoopEvent
+
+
+async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, path: str,
+                  started: float) -> JSONResponse | SSEResponse:
+    """Render the loop's events as one response or as a stream (shared by chat and continuation resumes)."""
+    response_id = completion_id()
+    if not stream:
+        try:
+            payload = await collect(events, response_id, model)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        finished(path, model, 200, started)
+        return JSONResponse(orjson.dumps(payload))
+    # Pull the first event before answering, so a request that fails before any byte
+    # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
+    try:
+        first = await anext(events, None)
+    except BaseException:
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    encoder = ChunkEncoder(response_id, model)
+
+    async def on_close() -> None:
+        # Closing the engine here (also on client disconnect) cancels running tools and
+        # releases the upstream connection at once rather than at garbage collection.
+        await events.aclose()  # type: ignore[attr-defined]
+        finished(path, model, 200, started)
+
+    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
+
+
+def finished(path: str, model: str, status: int, started: float) -> None:
+    metrics.REQUESTS.inc(path, model, str(status))
+    metrics.LATENCY.observe(time.perf_counter() - started, path)
