@@ -31,7 +31,7 @@ def artifacts_of(assistant: Message) -> dict[str, dict[str, Any]]:
 
 
 def _bare_calls(messages: list[Message]) -> list[tuple[Message, dict[str, Any]]]:
-    found = []
+    found: list[tuple[Message, dict[str, Any]]] = []
     for message in messages:
         if message.get("role") != "assistant" or not message.get("tool_calls"):
             continue

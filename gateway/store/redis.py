@@ -222,8 +222,9 @@ class RedisStore(Store):
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         ids = c.tool_call_ids
         ex = check_ttl(ttl_s)
-        args = [c.tenant, c.status, "" if c.claimed_until is None else _f(c.claimed_until), c.to_bytes(),
-                orjson.dumps(ids), ex]
+        args: list[bytes | str | int | float] = [
+            c.tenant, c.status, "" if c.claimed_until is None else _f(c.claimed_until), c.to_bytes(),
+            orjson.dumps(ids), ex]
         # One round trip: the record (atomic, with its TTL) and every index entry.
         async with self._guard("save_continuation"), self._r.pipeline(transaction=False) as pipe:
             await self._save(keys=[record_key(c.id)], args=args, client=pipe)
@@ -233,8 +234,10 @@ class RedisStore(Store):
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self._guard("get_continuation"):
-            t, s, cu, body = await self._r.hmget(record_key(continuation_id), ["t", "s", "cu", "b"])
-        if t is None or body is None or t.decode() != tenant or s == b"cancelled":
+            # The client is built without decode_responses: every value is bytes (or None).
+            fields = cast(list[bytes | None], await self._r.hmget(record_key(continuation_id), ["t", "s", "cu", "b"]))
+        t, s, cu, body = fields
+        if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
             raise ContinuationNotFound(continuation_id)
         c = Continuation.from_bytes(body)
         c.status = cast(ContinuationStatus, s.decode())
@@ -271,7 +274,7 @@ class RedisStore(Store):
 
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         async with self._guard("find_continuation_by_tool_call"):
-            raw = await self._r.get(tenant_key(tenant, "tc", tool_call_id))
+            raw = cast(bytes | None, await self._r.get(tenant_key(tenant, "tc", tool_call_id)))
         return None if raw is None else raw.decode()
 
     # -- ledger ----------------------------------------------------------------------------------
