@@ -216,15 +216,7 @@ class Router:
         if target.provider.type == "litellm":
             return await target.adapter.complete(request, target.provider, target.model, remaining)
         native = target.adapter.build_request(request, target.provider, target.model, stream=False)
-        if remaining >= target.provider.timeout_s:
-            # The provider's own read timeout fires first: no extra timer on the common path.
-            reply = await self._pool.post(target.provider, native)
-        else:
-            try:
-                async with asyncio.timeout(remaining):
-                    reply = await self._pool.post(target.provider, native)
-            except TimeoutError:
-                raise DeadlineExceeded() from None
+        reply = await self._pool.post(target.provider, native, deadline)
         if reply.status >= 400:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)
@@ -259,10 +251,10 @@ class Router:
                     else:
                         # Inlined rather than a nested generator: this loop runs once per upstream read.
                         # No asyncio.timeout around the yields (it would cancel the consumer, not this
-                        # generator): the header wait is bounded by ``remaining``, stalls by the
+                        # generator): the pool ends every wait by the deadline, stalls by the
                         # provider's read timeout, and the deadline is checked between reads.
                         native = target.adapter.build_request(request, target.provider, target.model, stream=True)
-                        async with self._pool.stream(target.provider, native, remaining) as upstream:
+                        async with self._pool.stream(target.provider, native, deadline) as upstream:
                             if upstream.status >= 400:
                                 raise target.adapter.parse_error(upstream.status, upstream.headers,
                                                                  await upstream.read())
