@@ -188,9 +188,11 @@ class _Walk:
             self._probes.discard(target.label)
             self._health.release_probe(target.label)
 
-    async def failed(self, target: ResolvedTarget, error: ProviderError, started: float,
+    async def failed(self, target: ResolvedTarget, error: ProviderError, started: float, head_seen: bool = False,
                      committed: bool = False) -> None:
-        """Record a failed attempt, then return (``tries`` retries or moves on) or raise what the call ends with."""
+        """Record a failed attempt, then return (``tries`` retries or moves on) or raise what the call ends with.
+
+        ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status)."""
         now = time.monotonic()
         label = target.label
         error_class = error.error_class
@@ -214,7 +216,8 @@ class _Walk:
         if now >= self._deadline:
             raise self._out_of_time(target) from None
         if (self._attempt_no >= self._retries or not error.retryable or error_class in TARGET_FAULTS
-                or (error_class is ErrorClass.TIMEOUT and not error.responded) or health.is_open(label)):
+                or (error_class is ErrorClass.TIMEOUT and not (error.responded or head_seen or error.status))
+                or health.is_open(label)):
             return
         delay = self._backoff(error)
         if delay is None or not self._retry_fits(delay, now, started):
@@ -304,19 +307,10 @@ class Router:
         raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        remaining = deadline - time.monotonic()
         if target.provider.type == "litellm":
-            return await target.adapter.complete(request, target.provider, target.model, remaining)
+            return await target.adapter.complete(request, target.provider, target.model, deadline - time.monotonic())
         native = target.adapter.build_request(request, target.provider, target.model, stream=False)
-        if remaining >= target.provider.timeout_s:
-            # The provider's own read timeout fires first: no extra timer on the common path.
-            reply = await self._pool.post(target.provider, native)
-        else:
-            try:
-                async with asyncio.timeout(remaining):
-                    reply = await self._pool.post(target.provider, native)
-            except TimeoutError:
-                raise DeadlineExceeded("no answer before the request deadline") from None
+        reply = await self._pool.post(target.provider, native, deadline)
         if reply.status >= 400:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)
@@ -326,7 +320,7 @@ class Router:
         walk = _Walk(self.health, self._policy, attempts, retries, deadline)
         for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
             started = time.monotonic()
-            committed = False
+            head_seen = committed = False
             try:
                 response: ModelResponse | None = None
                 if target.provider.type == "litellm":
@@ -346,10 +340,11 @@ class Router:
                 else:
                     # Inlined rather than a nested generator: this loop runs once per upstream read.
                     # No asyncio.timeout around the yields (it would cancel the consumer, not this
-                    # generator): the header wait is bounded by the remaining deadline, stalls by the
+                    # generator): the pool ends every wait by the deadline, stalls by the
                     # provider's read timeout, and the deadline is checked between reads.
                     native = target.adapter.build_request(request, target.provider, target.model, stream=True)
-                    async with self._pool.stream(target.provider, native, deadline - time.monotonic()) as upstream:
+                    async with self._pool.stream(target.provider, native, deadline) as upstream:
+                        head_seen = True
                         if upstream.status >= 400:
                             raise target.adapter.parse_error(upstream.status, upstream.headers,
                                                              await upstream.read())
@@ -374,7 +369,7 @@ class Router:
                 if response is None:
                     raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
             except ProviderError as error:
-                await walk.failed(target, error, started, committed)
+                await walk.failed(target, error, started, head_seen, committed)
                 continue
             except BaseException:
                 walk.abandoned(target)

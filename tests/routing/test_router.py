@@ -115,6 +115,15 @@ async def test_retries_still_happen_when_the_deadline_covers_them(upstreams: dic
     assert classes(attempts) == [("a:m", "server_error"), ("a:m", "server_error"), ("a:m", None)]
 
 
+async def test_a_timeout_the_upstream_answered_with_is_retried(upstreams: dict[str, Upstream]) -> None:
+    upstreams["a"].queue(Reply(status=504))  # type: ignore[union-attr]
+    async with router_for(upstreams) as router:
+        attempts: list[Attempt] = []
+        answer = await call(router, route(router, "a", "b"), attempts, stream=False, retries=1)
+    assert answer.target.label == "a:m", "a 504 is an answer: the target is reachable, a retry may succeed"
+    assert classes(attempts) == [("a:m", "timeout"), ("a:m", None)]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_no_retry_goes_to_a_circuit_that_just_opened(upstreams: dict[str, Upstream], stream: bool) -> None:
     upstreams["a"].queue(Reply(status=500))  # type: ignore[union-attr]
