@@ -133,16 +133,21 @@ class _Walk:
         """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
         health = self._health
         admitted = []
-        for target in targets:
-            admission = await health.admit(target.label)
-            if admission == "refused":
-                self._attempts.append(attempt(target.label, "circuit_open", None, 0.0))
-                continue
-            if admission == "probe":
-                if self._probes is None:
-                    self._probes = set()
-                self._probes.add(target.label)
-            admitted.append(target)
+        try:
+            for target in targets:
+                admission = await health.admit(target.label)
+                if admission == "refused":
+                    self._attempts.append(attempt(target.label, "circuit_open", None, 0.0))
+                    continue
+                if admission == "probe":
+                    if self._probes is None:
+                        self._probes = set()
+                    self._probes.add(target.label)
+                admitted.append(target)
+        except BaseException:  # cancelled while asking the shared store: give back the probes already granted
+            for target in admitted:
+                self.abandoned(target)
+            raise
         # Every circuit open: trying is still better than failing without asking anyone.
         return admitted or list(targets)
 
@@ -253,13 +258,10 @@ class _Walk:
             return AllTargetsFailed(DeadlineExceeded("the request deadline passed before any upstream was called"),
                                     target.label)
         error, failed = last
-        if isinstance(error, DeadlineExceeded):
-            return AllTargetsFailed(error, failed.label)
-        if error.error_class is ErrorClass.TIMEOUT:
-            cause = f"the request deadline passed while waiting for it ({error.message})"
-        else:
-            cause = f"the request deadline passed after it failed ({error.error_class.value}: {error.message})"
-        return AllTargetsFailed(DeadlineExceeded(cause, error.status), failed.label)
+        if error.error_class is not ErrorClass.TIMEOUT:
+            error = DeadlineExceeded(f"the request deadline passed after it failed ({error.error_class.value}: "
+                                     f"{error.message})", error.status)
+        return AllTargetsFailed(error, failed.label)
 
     def exhausted(self) -> AllTargetsFailed:
         assert self._last is not None
