@@ -13,7 +13,9 @@ The request deadline (``routing.request_timeout_s``) bounds the whole walk, and 
 can still buy an answer:
 
 * every upstream call runs under the remaining deadline; a call it cuts off ends the walk with
-  a timeout naming that target (a target that was never called is never blamed);
+  a timeout naming that target (a target that was never called is never blamed). No attempt
+  starts with less than ``MIN_ATTEMPT_S`` left: nobody answers that fast, and the event loop's
+  timers (uvloop's are millisecond-grained) may end a cut-off call a hair before the deadline;
 * a timeout before any response byte (connect or head timeout: the target is not answering)
   moves to the next target at once, without spending ``retries`` on it;
 * a same-target retry happens only if, after its backoff, the remaining deadline still covers
@@ -52,6 +54,8 @@ from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
+
+MIN_ATTEMPT_S = 0.05  # the least deadline an attempt may start with (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +116,7 @@ class _Walk:
     (cancelled or closed mid-attempt). ``tries`` yields the target of every attempt to make.
     """
 
-    __slots__ = ("_attempt_no", "_attempts", "_deadline", "_health", "_last", "_next", "_policy", "_probes",
+    __slots__ = ("_attempt_no", "_attempts", "_cutoff", "_health", "_last", "_next", "_policy", "_probes",
                  "_retries", "_retry", "_tried")
 
     def __init__(self, health: TargetHealth, policy: RoutingConfig, attempts: list[Attempt], retries: int,
@@ -121,7 +125,7 @@ class _Walk:
         self._policy = policy
         self._attempts = attempts
         self._retries = retries
-        self._deadline = deadline
+        self._cutoff = deadline - MIN_ATTEMPT_S  # when no further attempt may start
         self._last: tuple[ProviderError, ResolvedTarget] | None = None
         self._next: ResolvedTarget | None = None
         self._probes: set[str] | None = None  # half-open probes this walk was let through
@@ -160,7 +164,7 @@ class _Walk:
             self._next = order[index + 1] if index < last_index else None
             self._attempt_no = 0
             while True:
-                if time.monotonic() >= self._deadline:
+                if time.monotonic() >= self._cutoff:
                     raise self._out_of_time(target)
                 self._retry = False
                 yield target
@@ -218,7 +222,7 @@ class _Walk:
             await health.record(label, failed=False)
             return
         await health.record(label, failed=True)
-        if now >= self._deadline:
+        if now >= self._cutoff:
             raise self._out_of_time(target) from None
         if (self._attempt_no >= self._retries or not error.retryable or error_class in TARGET_FAULTS
                 or (error_class is ErrorClass.TIMEOUT and not (error.responded or head_seen or error.status))
@@ -249,13 +253,13 @@ class _Walk:
         following = self._next
         if following is not None:
             after += (now - started) + following.provider.connect_timeout_s
-        return after < self._deadline
+        return after < self._cutoff
 
     def _out_of_time(self, target: ResolvedTarget) -> AllTargetsFailed:
         """The deadline passed: blame the target whose attempt used it up, never one about to be called."""
         last = self._last
         if last is None:
-            return AllTargetsFailed(DeadlineExceeded("the request deadline passed before any upstream was called"),
+            return AllTargetsFailed(DeadlineExceeded("the request deadline left no time to call any upstream"),
                                     target.label)
         error, failed = last
         if error.error_class is not ErrorClass.TIMEOUT:

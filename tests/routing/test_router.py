@@ -158,7 +158,7 @@ async def test_a_deadline_already_passed_calls_no_one(upstreams: dict[str, Upstr
         with pytest.raises(AllTargetsFailed) as caught:
             await call(router, route(router, "a", "b"), attempts, stream=False, budget_s=-0.1)
     assert caught.value.last.error_class is ErrorClass.TIMEOUT
-    assert "before any upstream was called" in caught.value.last.message
+    assert "left no time to call any upstream" in caught.value.last.message
     assert attempts == []
     assert not upstreams["a"].requests  # type: ignore[union-attr]
 
