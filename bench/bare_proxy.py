@@ -84,7 +84,7 @@ async def _chat_http1(url: str, headers: dict[str, str], payload: bytes, stream:
     if not stream:
         status, _, data = await client.post(url, headers, payload)
         return Response(data, status_code=status, media_type="application/json")
-    conn = await client.open_stream(url, headers, payload, headers_timeout_s=600)
+    conn = await client.open_stream(url, headers, payload)
 
     async def relay() -> AsyncIterator[bytes]:
         try:

@@ -9,6 +9,7 @@ import sys
 
 from gateway import __version__
 from gateway.config import DEFAULT_PATH, ConfigError, load_config
+from gateway.config.validate import deadline_warnings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-config":
         print(f"config OK: {len(config.providers)} providers, {len(config.models)} models, "
               f"{len(config.tools)} tools, store {config.store.kind}")
+        for warning in deadline_warnings(config):
+            print(f"loopgate: warning: {warning}", file=sys.stderr)
         return 0
 
     import uvicorn

@@ -387,3 +387,19 @@ def build_config(raw: dict[str, Any]) -> Config:
         models=models,
         routing=_routing(raw.get("routing")),
     )
+
+
+def deadline_warnings(config: Config) -> list[str]:
+    """Targets that can use up the whole request deadline on their own (valid, but failover then never happens)."""
+    limit = config.routing.request_timeout_s
+    warnings = []
+    for name, route in config.models.items():
+        for index, target in enumerate(route.targets):
+            worst = (route.retries + 1) * config.providers[target.provider].timeout_s
+            if worst >= limit:
+                consequence = ("the targets after it may never be tried" if index < len(route.targets) - 1
+                               else "its retries cannot all happen")
+                warnings.append(f"models.{name}: target {target.label}: (retries + 1) x timeout_s = {worst:g} s >= "
+                                f"routing.request_timeout_s = {limit:g} s; a target that stalls uses up the request "
+                                f"deadline, so {consequence}")
+    return warnings

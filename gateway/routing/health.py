@@ -5,6 +5,11 @@ reported there and the shared "open until" is read back at most once a second pe
 so every replica skips a target that any replica found dead. Successes are written to the
 shared store only when they change something (after failures or a probe), keeping the
 common path free of store round trips.
+
+A half-open circuit lets exactly one probe through. The probe always ends in a verdict or a
+release: an answer closes the circuit, a failure (a timeout at the request deadline included)
+re-opens it, and a probe abandoned without a verdict (the request cancelled, the client gone)
+is released, so the next request probes again instead of the target staying skipped for good.
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 log = logging.getLogger("loopgate.health")
+
+
+# What ``admit`` lets through: a closed circuit, the one half-open probe, or nothing.
+Admission = Literal["closed", "probe", "refused"]
 
 
 class SharedHealth(Protocol):
@@ -62,7 +71,12 @@ class TargetHealth:
         state = self._states.get(target)
         return state is None or not state.open_until
 
-    async def admit(self, target: str) -> bool:
+    def is_open(self, target: str) -> bool:
+        """Whether requests must skip ``target`` now (checked before a retry, so none goes to a just-opened circuit)."""
+        state = self._states.get(target)
+        return state is not None and state.open_until > time.time()
+
+    async def admit(self, target: str) -> Admission:
         """May a request go to ``target`` now? After the cooldown exactly one probe is let through."""
         state = self._state(target)
         now = time.time()
@@ -76,13 +90,17 @@ class TargetHealth:
             if shared_until and shared_until > state.open_until:
                 state.open_until = shared_until
         if not state.open_until:
-            return True
-        if now < state.open_until:
-            return False
-        if state.probing:
-            return False
+            return "closed"
+        if now < state.open_until or state.probing:
+            return "refused"
         state.probing = True
-        return True
+        return "probe"
+
+    def release_probe(self, target: str) -> None:
+        """The probe ended without a verdict (cancelled, the client left): let the next request probe."""
+        state = self._states.get(target)
+        if state is not None:
+            state.probing = False
 
     def success_is_news(self, target: str) -> bool:
         """Whether a success changes anything (after failures or a probe); False on the common path."""

@@ -9,9 +9,31 @@ Decisions are driven by canonical error classes, never by exception types:
   cap; a longer demand moves on), then the next target;
 * the target's own auth / not-found errors -> the next target without retrying.
 
+The request deadline (``routing.request_timeout_s``) bounds the whole walk, and is spent where it
+can still buy an answer:
+
+* every upstream call runs under the remaining deadline; a call it cuts off ends the walk with
+  a timeout naming that target (a target that was never called is never blamed). No attempt
+  starts with less than ``MIN_ATTEMPT_S`` left: nobody answers that fast, and the event loop's
+  timers (uvloop's are millisecond-grained) may end a cut-off call a hair before the deadline;
+* a timeout before any response byte (connect or head timeout: the target is not answering)
+  moves to the next target at once, without spending ``retries`` on it;
+* a same-target retry happens only if, after its backoff, the remaining deadline still covers
+  a retry as slow as the attempt that failed plus the next target's ``connect_timeout_s``
+  (on the last target: only the backoff must fit);
+* no retry goes to a target whose circuit is open, e.g. opened by the failure just recorded.
+
+Every failed attempt counts towards the target's circuit breaker (``health.py``).
+
 Streaming has a commit point: until the first delta has been yielded, any failure fails
 over transparently (including a 200 followed by an in-stream error). After it, the stream
 is never replayed: ``StreamInterrupted`` tells the renderer to end the stream with an error.
+
+``complete()`` and ``stream()`` run their attempts the same way and share one walk
+(``_Walk``): it decides which target and attempt come next, keeps ``gateway.attempts``, the
+retries and backoff, the circuit breaker and the error the call ends with. On the common
+path (every circuit closed, the first attempt answers) it costs one small object and one
+plain generator, no extra coroutine.
 """
 
 from __future__ import annotations
@@ -19,9 +41,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
@@ -32,6 +54,8 @@ from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
+
+MIN_ATTEMPT_S = 0.05  # the least deadline an attempt may start with (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,28 +102,78 @@ class StreamInterrupted(Exception):
 
 
 class DeadlineExceeded(ProviderError):
-    def __init__(self) -> None:
-        super().__init__(ErrorClass.TIMEOUT, "the request deadline passed before any target answered")
+    """The request deadline ended the walk; it is reported against the target that used the time up."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(ErrorClass.TIMEOUT, message, status)
 
 
-Decision = Literal["retry", "next", "raise"]
+class _Walk:
+    """One model call's walk over a route's targets (see the module docstring for the rules).
 
-
-class _FailoverChain:
-    """The bookkeeping every walk over a route's targets shares, for one model call.
-
-    It remembers the last failure, counts each move to the next target, and after a context
-    overflow skips targets known to have no larger window than the one that overflowed.
+    The caller runs each attempt and reports how it ended: ``answered``, ``failed`` (which
+    returns to retry or move on, or raises the error the call ends with) or ``abandoned``
+    (cancelled or closed mid-attempt). ``tries`` yields the target of every attempt to make.
     """
 
-    __slots__ = ("_attempts", "_last", "_tried")
+    __slots__ = ("_attempt_no", "_attempts", "_cutoff", "_health", "_last", "_next", "_policy", "_probes",
+                 "_retries", "_retry", "_tried")
 
-    def __init__(self, attempts: list[Attempt]) -> None:
+    def __init__(self, health: TargetHealth, policy: RoutingConfig, attempts: list[Attempt], retries: int,
+                 deadline: float) -> None:
+        self._health = health
+        self._policy = policy
         self._attempts = attempts
+        self._retries = retries
+        self._cutoff = deadline - MIN_ATTEMPT_S  # when no further attempt may start
         self._last: tuple[ProviderError, ResolvedTarget] | None = None
+        self._next: ResolvedTarget | None = None
+        self._probes: set[str] | None = None  # half-open probes this walk was let through
         self._tried = False
+        self._retry = False
+        self._attempt_no = 0
 
-    def worth_trying(self, target: ResolvedTarget) -> bool:
+    async def plan(self, targets: Sequence[ResolvedTarget]) -> Sequence[ResolvedTarget]:
+        """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
+        health = self._health
+        admitted = []
+        try:
+            for target in targets:
+                admission = await health.admit(target.label)
+                if admission == "refused":
+                    self._attempts.append(attempt(target.label, "circuit_open", None, 0.0))
+                    continue
+                if admission == "probe":
+                    if self._probes is None:
+                        self._probes = set()
+                    self._probes.add(target.label)
+                admitted.append(target)
+        except BaseException:  # cancelled while asking the shared store: give back the probes already granted
+            for target in admitted:
+                self.abandoned(target)
+            raise
+        # Every circuit open: trying is still better than failing without asking anyone.
+        return admitted or list(targets)
+
+    def tries(self, order: Sequence[ResolvedTarget]) -> Iterator[ResolvedTarget]:
+        """The target of each attempt, in order; a retry only when ``failed`` chose one."""
+        last_index = len(order) - 1
+        for index, target in enumerate(order):
+            if not self._worth_trying(target):
+                continue
+            self._next = order[index + 1] if index < last_index else None
+            self._attempt_no = 0
+            while True:
+                if time.monotonic() >= self._cutoff:
+                    raise self._out_of_time(target)
+                self._retry = False
+                yield target
+                if not self._retry:
+                    break
+                self._attempt_no += 1
+
+    def _worth_trying(self, target: ResolvedTarget) -> bool:
+        """After a context overflow, skip targets known to have no larger window than the one that overflowed."""
         last = self._last
         if last is not None and last[0].error_class is ErrorClass.CONTEXT_LENGTH:
             overflowed = last[1].window
@@ -111,8 +185,87 @@ class _FailoverChain:
         self._tried = True
         return True
 
-    def failed(self, error: ProviderError, target: ResolvedTarget) -> None:
+    def answered(self, target: ResolvedTarget, started: float) -> bool:
+        """Record an answer; True when the circuit breaker must hear about it (after failures or a probe)."""
+        self._attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
+        metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
+        return self._health.success_is_news(target.label)
+
+    def abandoned(self, target: ResolvedTarget) -> None:
+        """The attempt was cancelled or closed (client gone): a probe it held gets no verdict and is released."""
+        if self._probes is not None and target.label in self._probes:
+            self._probes.discard(target.label)
+            self._health.release_probe(target.label)
+
+    async def failed(self, target: ResolvedTarget, error: ProviderError, started: float, head_seen: bool = False,
+                     committed: bool = False) -> None:
+        """Record a failed attempt, then return (``tries`` retries or moves on) or raise what the call ends with.
+
+        ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status)."""
+        now = time.monotonic()
+        label = target.label
+        error_class = error.error_class
+        self._attempts.append(attempt(label, error_class.value, error.status, (now - started) * 1000))
+        metrics.UPSTREAM_ERRORS.inc(label, error_class.value)
+        if self._probes is not None:
+            self._probes.discard(label)  # every branch below gives the probe its verdict
+        health = self._health
+        if committed:
+            metrics.STREAM_ABORTS.inc(label, error_class.value)
+            await health.record(label, failed=error_class is not ErrorClass.BAD_REQUEST)
+            raise StreamInterrupted(error, label)
         self._last = (error, target)
+        if error_class is ErrorClass.BAD_REQUEST:
+            await health.record(label, failed=False)  # it answered; the request was wrong
+            raise AllTargetsFailed(error, label) from None
+        if error_class is ErrorClass.CONTEXT_LENGTH:
+            await health.record(label, failed=False)
+            return
+        await health.record(label, failed=True)
+        if now >= self._cutoff:
+            raise self._out_of_time(target) from None
+        if (self._attempt_no >= self._retries or not error.retryable or error_class in TARGET_FAULTS
+                or (error_class is ErrorClass.TIMEOUT and not (error.responded or head_seen or error.status))
+                or health.is_open(label)):
+            return
+        delay = self._backoff(error)
+        if delay is None or not self._retry_fits(delay, now, started):
+            return
+        await asyncio.sleep(delay)
+        # Another request may have opened the circuit during the backoff.
+        self._retry = not health.is_open(label)
+
+    def _backoff(self, error: ProviderError) -> float | None:
+        """Exponential with jitter, at least ``Retry-After``; None when the provider asks for more than the cap."""
+        policy = self._policy
+        delay = min(policy.backoff_max_s, policy.backoff_base_s * (2 ** self._attempt_no))
+        delay *= random.uniform(0.75, 1.25)
+        if error.retry_after is not None:
+            if error.retry_after > policy.retry_after_cap_s:
+                return None
+            delay = max(delay, error.retry_after)
+        return delay
+
+    def _retry_fits(self, delay: float, now: float, started: float) -> bool:
+        """After the backoff, the deadline must still cover a retry as slow as the failed attempt plus
+        connecting to the next target; on the last target only the backoff must fit."""
+        after = now + delay
+        following = self._next
+        if following is not None:
+            after += (now - started) + following.provider.connect_timeout_s
+        return after < self._cutoff
+
+    def _out_of_time(self, target: ResolvedTarget) -> AllTargetsFailed:
+        """The deadline passed: blame the target whose attempt used it up, never one about to be called."""
+        last = self._last
+        if last is None:
+            return AllTargetsFailed(DeadlineExceeded("the request deadline left no time to call any upstream"),
+                                    target.label)
+        error, failed = last
+        if error.error_class is not ErrorClass.TIMEOUT:
+            error = DeadlineExceeded(f"the request deadline passed after it failed ({error.error_class.value}: "
+                                     f"{error.message})", error.status)
+        return AllTargetsFailed(error, failed.label)
 
     def exhausted(self) -> AllTargetsFailed:
         assert self._last is not None
@@ -141,171 +294,94 @@ class Router:
         healthy = self.health.healthy
         return all(healthy(target.label) for target in targets)
 
-    async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> Sequence[ResolvedTarget]:
-        """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
-        health = self.health
-        admitted = []
-        for target in targets:
-            if await health.admit(target.label):
-                admitted.append(target)
-            else:
-                attempts.append(attempt(target.label, "circuit_open", None, 0.0))
-        # Every circuit open: trying is still better than failing without asking anyone.
-        return admitted or list(targets)
-
-    async def _decide(self, target: ResolvedTarget, error: ProviderError, attempt_no: int, retries: int,
-                      deadline: float) -> Decision:
-        metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
-        if isinstance(error, DeadlineExceeded):
-            return "raise"
-        if error.error_class is ErrorClass.BAD_REQUEST:
-            await self.health.record(target.label, failed=False)  # it answered; the request was wrong
-            return "raise"
-        if error.error_class is ErrorClass.CONTEXT_LENGTH:
-            await self.health.record(target.label, failed=False)
-            return "next"
-        if error.error_class in TARGET_FAULTS or not error.retryable:
-            await self.health.record(target.label, failed=True)
-            return "next"
-        if attempt_no < retries:
-            delay = min(self._policy.backoff_max_s, self._policy.backoff_base_s * (2 ** attempt_no))
-            delay *= random.uniform(0.75, 1.25)
-            if error.retry_after is not None:
-                if error.retry_after > self._policy.retry_after_cap_s:
-                    await self.health.record(target.label, failed=True)
-                    return "next"
-                delay = max(delay, error.retry_after)
-            if time.monotonic() + delay < deadline:
-                await asyncio.sleep(delay)
-                return "retry"
-        await self.health.record(target.label, failed=True)
-        return "next"
-
-
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                        retries: int, deadline: float) -> Answer:
-        chain = _FailoverChain(attempts)
-        for target in targets if self._all_healthy(targets) else await self._plan(targets, attempts):
-            if not chain.worth_trying(target):
+        walk = _Walk(self.health, self._policy, attempts, retries, deadline)
+        for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
+            started = time.monotonic()
+            try:
+                response = await self._call(target, request, deadline)
+            except ProviderError as error:
+                await walk.failed(target, error, started)
                 continue
-            for attempt_no in range(retries + 1):
-                started = time.monotonic()
-                try:
-                    response = await self._call(target, request, deadline)
-                except ProviderError as error:
-                    attempts.append(attempt(target.label, error.error_class.value, error.status,
-                                            (time.monotonic() - started) * 1000))
-                    chain.failed(error, target)
-                    decision = await self._decide(target, error, attempt_no, retries, deadline)
-                    if decision == "raise":
-                        raise AllTargetsFailed(error, target.label) from None
-                    if decision == "next":
-                        break
-                    continue
-                attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
-                metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-                if self.health.success_is_news(target.label):
-                    await self.health.record(target.label, failed=False)
-                return Answer(target, response)
-        raise chain.exhausted()
+            except BaseException:
+                walk.abandoned(target)
+                raise
+            if walk.answered(target, started):
+                await self.health.record(target.label, failed=False)
+            return Answer(target, response)
+        raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise DeadlineExceeded()
         if target.provider.type == "litellm":
-            return await target.adapter.complete(request, target.provider, target.model, remaining)
+            return await target.adapter.complete(request, target.provider, target.model, deadline - time.monotonic())
         native = target.adapter.build_request(request, target.provider, target.model, stream=False)
-        if remaining >= target.provider.timeout_s:
-            # The provider's own read timeout fires first: no extra timer on the common path.
-            reply = await self._pool.post(target.provider, native)
-        else:
-            try:
-                async with asyncio.timeout(remaining):
-                    reply = await self._pool.post(target.provider, native)
-            except TimeoutError:
-                raise DeadlineExceeded() from None
+        reply = await self._pool.post(target.provider, native, deadline)
         if reply.status >= 400:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)
 
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
-        chain = _FailoverChain(attempts)
-        for target in targets if self._all_healthy(targets) else await self._plan(targets, attempts):
-            if not chain.worth_trying(target):
-                continue
-            for attempt_no in range(retries + 1):
-                started = time.monotonic()
-                committed = False
-                try:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise DeadlineExceeded()
-                    response: ModelResponse | None = None
-                    if target.provider.type == "litellm":
-                        source = target.adapter.stream(request, target.provider, target.model, remaining)
-                        try:
-                            async for item in source:
-                                if isinstance(item, ModelResponse):
-                                    response = item
-                                    continue
-                                committed = True
-                                yield item
-                                if time.monotonic() > deadline:
-                                    raise DeadlineExceeded()
-                        finally:
-                            await source.aclose()
-                    else:
-                        # Inlined rather than a nested generator: this loop runs once per upstream read.
-                        # No asyncio.timeout around the yields (it would cancel the consumer, not this
-                        # generator): the header wait is bounded by ``remaining``, stalls by the
-                        # provider's read timeout, and the deadline is checked between reads.
-                        native = target.adapter.build_request(request, target.provider, target.model, stream=True)
-                        async with self._pool.stream(target.provider, native, remaining) as upstream:
-                            if upstream.status >= 400:
-                                raise target.adapter.parse_error(upstream.status, upstream.headers,
-                                                                 await upstream.read())
-                            parser = target.adapter.new_stream_parser()
-                            decoder = SSEDecoder()
-                            async for chunk in upstream.chunks():
-                                deltas: list[StreamDelta] = []
-                                for event in decoder.feed(chunk):
-                                    deltas += parser.feed(event)
-                                if deltas:
-                                    committed = True
-                                    yield deltas  # one list per upstream read: one write to the client
-                                if time.monotonic() > deadline:
-                                    raise DeadlineExceeded()
-                            deltas = []
-                            for event in decoder.close():
+        walk = _Walk(self.health, self._policy, attempts, retries, deadline)
+        for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
+            started = time.monotonic()
+            head_seen = committed = False
+            try:
+                response: ModelResponse | None = None
+                if target.provider.type == "litellm":
+                    source = target.adapter.stream(request, target.provider, target.model,
+                                                   deadline - time.monotonic())
+                    try:
+                        async for item in source:
+                            if isinstance(item, ModelResponse):
+                                response = item
+                                continue
+                            committed = True
+                            yield item
+                            if time.monotonic() > deadline:
+                                raise DeadlineExceeded("the request deadline passed while the answer was streaming")
+                    finally:
+                        await source.aclose()
+                else:
+                    # Inlined rather than a nested generator: this loop runs once per upstream read.
+                    # No asyncio.timeout around the yields (it would cancel the consumer, not this
+                    # generator): the pool ends every wait by the deadline, stalls by the
+                    # provider's read timeout, and the deadline is checked between reads.
+                    native = target.adapter.build_request(request, target.provider, target.model, stream=True)
+                    async with self._pool.stream(target.provider, native, deadline) as upstream:
+                        head_seen = True
+                        if upstream.status >= 400:
+                            raise target.adapter.parse_error(upstream.status, upstream.headers,
+                                                             await upstream.read())
+                        parser = target.adapter.new_stream_parser()
+                        decoder = SSEDecoder()
+                        async for chunk in upstream.chunks():
+                            deltas: list[StreamDelta] = []
+                            for event in decoder.feed(chunk):
                                 deltas += parser.feed(event)
                             if deltas:
                                 committed = True
-                                yield deltas
-                            response = parser.finish()
-                    if response is None:
-                        raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
-                except ProviderError as caught:
-                    error: ProviderError = caught
-                else:
-                    attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
-                    metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-                    if self.health.success_is_news(target.label):
-                        await self.health.record(target.label, failed=False)
-                    yield Answer(target, response)
-                    return
-                attempts.append(attempt(target.label, error.error_class.value, error.status,
-                                        (time.monotonic() - started) * 1000))
-                if committed:
-                    metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
-                    metrics.STREAM_ABORTS.inc(target.label, error.error_class.value)
-                    await self.health.record(target.label, failed=error.error_class is not ErrorClass.BAD_REQUEST)
-                    raise StreamInterrupted(error, target.label)
-                chain.failed(error, target)
-                decision = await self._decide(target, error, attempt_no, retries, deadline)
-                if decision == "raise":
-                    raise AllTargetsFailed(error, target.label)
-                if decision == "next":
-                    break
-        raise chain.exhausted()
+                                yield deltas  # one list per upstream read: one write to the client
+                            if time.monotonic() > deadline:
+                                raise DeadlineExceeded("the request deadline passed while the answer was streaming")
+                        deltas = []
+                        for event in decoder.close():
+                            deltas += parser.feed(event)
+                        if deltas:
+                            committed = True
+                            yield deltas
+                        response = parser.finish()
+                if response is None:
+                    raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
+            except ProviderError as error:
+                await walk.failed(target, error, started, head_seen, committed)
+                continue
+            except BaseException:
+                walk.abandoned(target)
+                raise
+            if walk.answered(target, started):
+                await self.health.record(target.label, failed=False)
+            yield Answer(target, response)
+            return
+        raise walk.exhausted()

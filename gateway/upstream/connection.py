@@ -1,8 +1,9 @@
 """One upstream HTTP/1.1 connection: an asyncio protocol around an llhttp response parser.
 
 The client (``http1.py``) owns pooling and connecting; this module owns one exchange at a time
-on one socket: writing the request, parsing the response as it arrives, timeouts per read,
-read pausing for slow stream consumers, and deciding whether the connection can be reused.
+on one socket: writing the request, parsing the response as it arrives, timeouts per read
+and the exchange's deadline, read pausing for slow stream consumers, and deciding whether the
+connection can be reused.
 """
 
 from __future__ import annotations
@@ -90,11 +91,15 @@ class Connection(asyncio.Protocol):
         self._decoder: zlib._Decompress | None = None
         self._error: ProviderError | None = None
         self._last_data = 0.0
+        self._received = False  # any byte of the response: failures say ``responded``
 
     # --- the exchange, driven by the task that holds the connection ---
 
-    def send(self, head: bytes, body: bytes, streaming: bool) -> None:
+    def send(self, head: bytes, body: bytes, streaming: bool, deadline: float) -> None:
+        """Start an exchange that must end by ``deadline`` (loop time): every wait on this
+        connection until the next ``send`` fails at it, whatever the read timeout allows."""
         self._begin()
+        self._deadline = deadline
         self._streaming = streaming
         self._last_data = self._loop.time()
         transport = self._transport
@@ -110,13 +115,9 @@ class Connection(asyncio.Protocol):
             self.close()
             raise ProviderError(ErrorClass.CONNECTION, f"upstream connection failed while sending: {exc}") from None
 
-    async def wait_headers(self, timeout_s: float) -> None:
-        self._deadline = self._loop.time() + timeout_s if timeout_s < self._read_timeout_s else math.inf
-        try:
-            while not self.headers_done:
-                await self._wait()
-        finally:
-            self._deadline = math.inf
+    async def wait_headers(self) -> None:
+        while not self.headers_done:
+            await self._wait()
 
     async def read_all(self) -> bytes:
         if self._streaming:  # the whole body is wanted now: no read pausing
@@ -168,20 +169,28 @@ class Connection(asyncio.Protocol):
                 self._timer = None
 
     def _due(self) -> float:
-        """When the wait fails: a read timeout after the last data, or the header deadline."""
+        """When the wait fails: a read timeout after the last data, or the exchange's deadline."""
         return min(self._last_data + self._read_timeout_s, self._deadline)
 
     def _timed_out(self) -> None:
+        now = self._loop.time()
         due = self._due()
-        if self._loop.time() < due:  # data arrived since the timer was set: wait the rest
+        if now < due:  # data arrived since the timer was set: wait the rest
             self._timer = self._loop.call_at(due, self._timed_out)
             return
         self._timer = None
-        self._fail(ProviderError(ErrorClass.TIMEOUT, "upstream did not answer in time"))
+        if now >= self._deadline:
+            self._fail_with(ErrorClass.TIMEOUT, "the request deadline passed while waiting for upstream")
+        else:
+            self._fail_with(ErrorClass.TIMEOUT, "upstream did not answer in time")
         self.close()
+
+    def _fail_with(self, error_class: ErrorClass, message: str) -> None:
+        self._fail(ProviderError(error_class, message, responded=self._received))
 
     def _fail(self, error: ProviderError) -> None:
         if self._error is None:
+            error.responded = self._received
             self._error = error
         self._wake()
 
@@ -203,6 +212,7 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self._last_data = self._loop.time()
+        self._received = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -210,10 +220,9 @@ class Connection(asyncio.Protocol):
             if isinstance(cause, ProviderError):
                 self._fail(cause)
             elif isinstance(cause, zlib.error):
-                self._fail(ProviderError(ErrorClass.INVALID_RESPONSE,
-                                         f"upstream sent a corrupt compressed body: {cause}"))
+                self._fail_with(ErrorClass.INVALID_RESPONSE, f"upstream sent a corrupt compressed body: {cause}")
             else:
-                self._fail(ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream sent invalid HTTP: {exc}"))
+                self._fail_with(ErrorClass.INVALID_RESPONSE, f"upstream sent invalid HTTP: {exc}")
             self.close()
             return
         self._wake()
@@ -228,8 +237,8 @@ class Connection(asyncio.Protocol):
             if self.headers_done and not self._framed:
                 self.complete = True  # a body delimited by the connection's close
             else:
-                self._fail(ProviderError(ErrorClass.CONNECTION, "upstream closed the connection mid-response"
-                                         if self.headers_done else "upstream closed the connection without answering"))
+                self._fail_with(ErrorClass.CONNECTION, "upstream closed the connection mid-response"
+                                if self.headers_done else "upstream closed the connection without answering")
         self._wake()
 
     # --- httptools callbacks ---

@@ -33,7 +33,7 @@ class ProviderError(Exception):
     """An upstream failure in canonical form."""
 
     def __init__(self, error_class: ErrorClass, message: str, status: int | None = None,
-                 retry_after: float | None = None, no_retry: bool = False) -> None:
+                 retry_after: float | None = None, no_retry: bool = False, responded: bool = False) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
@@ -41,6 +41,10 @@ class ProviderError(Exception):
         self.retry_after = retry_after
         # Set when the provider says retrying is pointless (quota exhausted, x-should-retry: false).
         self.no_retry = no_retry
+        # Set by the transport when some of the upstream's response (its status line or later)
+        # had arrived before the failure: a timeout without it means the target is not answering
+        # at all, and the router moves on at once instead of retrying it.
+        self.responded = responded
 
     @property
     def retryable(self) -> bool:

@@ -10,7 +10,9 @@ chunked encoding or connection close, gzip/deflate, connect and read timeouts, T
 what this module does, with the response parsed by ``httptools`` (llhttp, the parser uvicorn
 and Node use). Bifrost makes the same choice in Go (fasthttp instead of net/http).
 
-Failures surface as canonical ``ProviderError``s. POSTs are never resent on another
+Every exchange runs under a deadline (an absolute ``time.monotonic()`` instant, the request's):
+the wait for a pooled connection, connecting, and every wait for the response end by it, each
+also bounded by its own timeout. Failures surface as canonical ``ProviderError``s. POSTs are never resent on another
 connection: a request that fails after it was written may have reached the model, and the
 router decides about retries (as aiohttp does for non-idempotent methods).
 """
@@ -21,6 +23,7 @@ import asyncio
 import math
 import socket
 import ssl
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -126,9 +129,10 @@ class Http1Client:
             raise ProviderError(ErrorClass.AUTH, "a request header for this provider contains a line break")
         return text.encode()
 
-    async def post(self, url: str, headers: Mapping[str, str], body: bytes) -> tuple[int, ResponseHeaders, bytes]:
-        """One whole exchange: status, headers and the complete body."""
-        conn = await self._send(url, headers, body, streaming=False, headers_timeout_s=math.inf)
+    async def post(self, url: str, headers: Mapping[str, str], body: bytes,
+                   deadline: float = math.inf) -> tuple[int, ResponseHeaders, bytes]:
+        """One whole exchange, ended by ``deadline``: status, headers and the complete body."""
+        conn = await self._send(url, headers, body, streaming=False, deadline=deadline)
         try:
             data = await conn.read_all()
         except BaseException:
@@ -138,29 +142,34 @@ class Http1Client:
         return conn.status, ResponseHeaders(conn.raw_headers), data
 
     async def open_stream(self, url: str, headers: Mapping[str, str], body: bytes,
-                          headers_timeout_s: float) -> Connection:
-        """Send a POST and wait for the response head; the caller reads the body and must
-        ``release`` the connection (an unfinished body closes it)."""
-        return await self._send(url, headers, body, streaming=True, headers_timeout_s=headers_timeout_s)
+                          deadline: float = math.inf) -> Connection:
+        """Send a POST and wait for the response head; the caller reads the body (every read
+        also ends by ``deadline``) and must ``release`` the connection (an unfinished body closes it)."""
+        return await self._send(url, headers, body, streaming=True, deadline=deadline)
 
     async def _send(self, url: str, headers: Mapping[str, str], body: bytes, *, streaming: bool,
-                    headers_timeout_s: float) -> Connection:
+                    deadline: float) -> Connection:
         origin = self.origin(url)
         head = self.head(origin, headers, len(body))
-        conn = await self.acquire(origin)
+        loop = asyncio.get_running_loop()
+        if deadline != math.inf:  # the caller's monotonic instant on the loop's clock (uvloop keeps its own)
+            deadline += loop.time() - time.monotonic()
+        conn = await self.acquire(origin, deadline)
         try:
-            conn.send(head, body, streaming)
-            await conn.wait_headers(headers_timeout_s)
+            conn.send(head, body, streaming, deadline)
+            await conn.wait_headers()
         except BaseException:
             self.release(conn)
             raise
         return conn
 
-    async def acquire(self, origin: Origin) -> Connection:
+    async def acquire(self, origin: Origin, deadline: float = math.inf) -> Connection:
+        """A connection to ``origin`` (pooled or new), waiting for a free slot and connecting
+        by ``deadline`` (loop time)."""
         if self._closed:
             raise ProviderError(ErrorClass.CONNECTION, "the upstream client is shut down")
         if self._in_use >= self._limit or self._queue:
-            await self._wait_for_slot()  # the slot is handed over already counted
+            await self._wait_for_slot(deadline)  # the slot is handed over already counted
         else:
             self._in_use += 1
         try:
@@ -172,7 +181,7 @@ class Http1Client:
                     if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
                         return conn
                     self._drop(conn)
-            return await self._connect(origin)
+            return await self._connect(origin, deadline)
         except BaseException:
             self._free_slot()
             raise
@@ -196,7 +205,7 @@ class Http1Client:
         conn.close()
         self._open.discard(conn)
 
-    async def _connect(self, origin: Origin) -> Connection:
+    async def _connect(self, origin: Origin, deadline: float) -> Connection:
         loop = asyncio.get_running_loop()
         conn = Connection(loop, origin.key, self._read_timeout_s)
         tls = None
@@ -207,7 +216,7 @@ class Http1Client:
         proxy = origin.proxy
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         try:
-            async with asyncio.timeout(self._connect_timeout_s):
+            async with asyncio.timeout_at(min(loop.time() + self._connect_timeout_s, deadline)):
                 addresses = await self._resolve(host, port, loop)
                 # Happy eyeballs (RFC 8305): a host whose IPv6 route is broken still connects
                 # over IPv4 quickly, instead of hanging on the first address until the timeout.
@@ -251,19 +260,25 @@ class Http1Client:
         self._dns[key] = (now + DNS_TTL_S, infos)
         return infos
 
-    async def _wait_for_slot(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
+    async def _wait_for_slot(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         self._queue.append(waiter)
+        timer = loop.call_at(deadline, _expire, waiter) if deadline != math.inf else None
         try:
             await waiter
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._free_slot()  # handed over just as we were cancelled: pass it on
-            else:
+            elif waiter in self._queue:  # a slot being freed may have skipped it already
                 self._queue.remove(waiter)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _free_slot(self) -> None:
+        # Waiters that timed out or were cancelled are done already and get skipped.
         while self._queue:
             waiter = self._queue.popleft()
             if not waiter.done():
@@ -282,6 +297,11 @@ class Http1Client:
             conn.close()
         self._open.clear()
         self._idle.clear()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(ProviderError(ErrorClass.TIMEOUT, "no upstream connection became free in time"))
 
 
 def default_tls_context() -> ssl.SSLContext:

@@ -97,19 +97,23 @@ class UpstreamPool:
             self._clients[provider.name] = client
         return client
 
-    async def post(self, provider: ProviderConfig, request: UpstreamRequest) -> UpstreamReply:
-        status, headers, body = await self._client(provider).post(request.url, request.headers, request.body)
+    async def post(self, provider: ProviderConfig, request: UpstreamRequest, deadline: float) -> UpstreamReply:
+        """The whole exchange, ended by ``deadline`` (a ``time.monotonic()`` instant): the wait
+        for a connection, connecting, sending and every read; past it, a ``TIMEOUT`` error."""
+        status, headers, body = await self._client(provider).post(request.url, request.headers, request.body,
+                                                                   deadline)
         return UpstreamReply(status, headers, body)
 
     @asynccontextmanager
     async def stream(self, provider: ProviderConfig, request: UpstreamRequest,
-                     headers_timeout_s: float) -> AsyncIterator[UpstreamStream]:
+                     deadline: float) -> AsyncIterator[UpstreamStream]:
         """Open a streaming POST; leaving the block (or being cancelled) releases the connection.
 
-        A response abandoned mid-body closes its connection, so the upstream stops generating
+        Opening and every later read end by ``deadline`` (a ``time.monotonic()`` instant). A
+        response abandoned mid-body closes its connection, so the upstream stops generating
         (and billing) for a client that went away."""
         client = self._client(provider)
-        conn = await client.open_stream(request.url, request.headers, request.body, headers_timeout_s)
+        conn = await client.open_stream(request.url, request.headers, request.body, deadline)
         try:
             yield UpstreamStream(conn)
         finally:

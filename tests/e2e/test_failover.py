@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import PROVIDER_MODELS, Gateway, gateway_config
 from tests.e2e.test_continuations import REDIS_URL, require_redis
+from tests.fakes.stalling import StallingUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "hi"}]
@@ -222,3 +223,80 @@ def test_context_overflow_skips_targets_without_a_larger_window(fakes: dict[str,
         assert not fakes["secondary"].requests, "a target with the same 128K window cannot help"
     finally:
         gw.stop()
+
+
+STALLING_ROUTES = ("  via_silent: {targets: [{provider: silent, model: s}, {provider: secondary, model: gpt-y}], "
+                   "retries: 3}\n"
+                   "  via_drip: {targets: [{provider: drip, model: d}, {provider: secondary, model: gpt-y}]}\n")
+
+
+@pytest.fixture(scope="module")
+def stalling(fakes: dict[str, FakeUpstream]) -> Iterator[tuple[Gateway, dict[str, StallingUpstream]]]:
+    """Providers that hold requests (see tests/fakes/stalling.py) behind a 2.5 s request deadline;
+    every provider's per-read timeout is 1.5 s."""
+    held = {"silent": StallingUpstream("silent").start(),
+            "drip": StallingUpstream("drip", interval_s=0.2, for_s=10).start()}
+    routing = "{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 1000, request_timeout_s: 2.5}"
+    gw = Gateway(gateway_config({**fakes, **held}, routing=routing, extra_models=STALLING_ROUTES)).start()
+    yield gw, held
+    gw.stop()
+    for upstream in held.values():
+        upstream.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+def test_a_target_that_never_answers_is_left_at_once(stalling: tuple[Gateway, dict[str, StallingUpstream]],
+                                                      fakes: dict[str, FakeUpstream], stream: bool) -> None:
+    gw, held = stalling
+    held["silent"].reset()
+    fakes["secondary"].queue(Reply(text="from the fallback"))
+    started = time.monotonic()
+    if stream:
+        chunks = list(gw.client().chat.completions.create(model="via_silent", messages=USER, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        extension = next(c.model_extra["gateway"] for c in chunks if (c.model_extra or {}).get("gateway"))
+    else:
+        completion = gw.client().chat.completions.create(model="via_silent", messages=USER)
+        text, extension = completion.choices[0].message.content, completion.model_extra["gateway"]
+    elapsed = time.monotonic() - started
+    assert text == "from the fallback"
+    # One head timeout (1.5 s), then the fallback: `retries: 3` is not spent on a silent target.
+    assert [(a["target"], a["error_class"]) for a in extension["attempts"]] == [("silent:s", "timeout"),
+                                                                               ("secondary:gpt-y", None)]
+    assert held["silent"].requests == 1
+    assert elapsed < 2.4, "moved on after the first head timeout, well before a second one could end"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+def test_a_dripping_upstream_is_cut_off_at_the_request_deadline(
+        stalling: tuple[Gateway, dict[str, StallingUpstream]], fakes: dict[str, FakeUpstream], stream: bool) -> None:
+    gw, held = stalling
+    held["drip"].reset()
+    started = time.monotonic()
+    response = gw.post("/v1/chat/completions", {"model": "via_drip", "messages": USER, "stream": stream})
+    elapsed = time.monotonic() - started
+    # Each drip resets the 1.5 s per-read timeout for 10 s: only the 2.5 s request deadline ends it.
+    assert response.status_code == 504, response.text
+    error = response.json()["error"]
+    assert error["code"] == "upstream_timeout"
+    assert "drip:d" in error["message"] and "secondary" not in error["message"], "blame the target that timed out"
+    assert not fakes["secondary"].requests, "no time was left for the fallback: it is not called"
+    assert 2.4 < elapsed < 5
+
+
+def test_a_probe_whose_client_disconnected_is_released(breaker_gateway: Gateway,
+                                                       fakes: dict[str, FakeUpstream]) -> None:
+    client = breaker_gateway.client()
+    fakes["primary"].queue(Reply(status=500), Reply(status=500))
+    for _ in range(2):
+        client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    time.sleep(1.1)
+    # The half-open probe streams a first piece, then stalls; the client hangs up mid-stream.
+    fakes["primary"].queue(Reply(text="Partial answer that stalls", fault="stall"))
+    body = {"model": "chain_primary_secondary", "messages": USER, "stream": True}
+    with httpx.stream("POST", f"{breaker_gateway.url}/v1/chat/completions", json=body, timeout=20,
+                      headers={"authorization": "Bearer test-key"}) as response:
+        assert any("Partial" in line for line in response.iter_lines())
+    probe = client.chat.completions.create(model="chain_primary_secondary", messages=USER)
+    assert probe.model_extra["gateway"]["answered_by"] == ["primary:gpt-x"], "the probe was released, not stuck"
+    assert httpx.get(f"{breaker_gateway.url}/readyz").json()["circuits"]["primary:gpt-x"] == "closed"

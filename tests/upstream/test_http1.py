@@ -11,116 +11,14 @@ import asyncio
 import gzip
 import ssl
 import subprocess
-from collections.abc import Awaitable, Callable
+import time
 from pathlib import Path
-from typing import Self
 
 import pytest
 
 from gateway.providers.base import ErrorClass, ProviderError
-from gateway.upstream.http1 import Http1Client, parse_url
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
-
-
-class LocalServer:
-    """A socket server on 127.0.0.1 for the length of an ``async with``; subclasses serve."""
-
-    def __init__(self) -> None:
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def __aenter__(self) -> Self:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        raise NotImplementedError
-
-
-class Server(LocalServer):
-    """Accepts connections, parses each request head and body, lets ``handler`` answer."""
-
-    def __init__(self, handler: Handler) -> None:
-        super().__init__()
-        self.handler = handler
-        self.connections = 0
-        self.open = 0
-        self.most_open = 0
-        self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
-        self.closed_by_peer = asyncio.Event()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
-
-    async def read_request(self, reader: asyncio.StreamReader) -> bytes | None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return None
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        body = await reader.readexactly(length)
-        self.requests.append((head, body))
-        return head
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self.open += 1
-        self.most_open = max(self.most_open, self.open)
-        try:
-            await self.handler(reader, writer, self)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self.open -= 1
-            writer.close()
-
-
-def response(body: bytes, status: str = "200 OK", extra: bytes = b"") -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n".encode()
-            + extra + b"\r\n" + body)
-
-
-async def keep_answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-    while await server.read_request(reader) is not None:
-        writer.write(response(b'{"ok":true}'))
-        await writer.drain()
-
-
-def answer_once(*parts: bytes, pause_s: float = 0.0, hold_s: float = 0.0) -> Handler:
-    """Reads one request, writes ``parts`` (``pause_s`` apart), keeps the connection ``hold_s``
-    seconds, then closes it."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        await server.read_request(reader)
-        for index, part in enumerate(parts):
-            if index and pause_s:
-                await asyncio.sleep(pause_s)
-            writer.write(part)
-            await writer.drain()
-        if hold_s:
-            await asyncio.sleep(hold_s)
-
-    return handler
-
-
-def client(**overrides: object) -> Http1Client:
-    options: dict[str, object] = {"limit": 10, "connect_timeout_s": 2.0, "read_timeout_s": 5.0,
-                                  "extra_head": "User-Agent: loopgate-test\r\n", "tls": None}
-    options.update(overrides)
-    return Http1Client(**options)  # type: ignore[arg-type]
-
-
-BODY = b'{"model":"m","messages":[]}'
-HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-test"}
+from gateway.upstream.http1 import parse_url
+from tests.upstream.hostile import BODY, HEADERS, Server, answer_once, answering_after, client, keep_answering, response
 
 
 async def test_request_head_and_body_are_sent_as_written() -> None:
@@ -253,7 +151,7 @@ async def test_headers_timeout_of_a_stream() -> None:
         http = client(read_timeout_s=30)
         started = asyncio.get_running_loop().time()
         with pytest.raises(ProviderError) as caught:
-            await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=0.2)
+            await http.open_stream(server.url, HEADERS, BODY, deadline=time.monotonic() + 0.2)
         assert caught.value.error_class is ErrorClass.TIMEOUT
         assert asyncio.get_running_loop().time() - started < 2
         http.close()
@@ -282,16 +180,6 @@ async def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200
         assert server.connections == 2
         http.close()
-
-
-def answering_after(delay_s: float) -> Handler:
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
-        while await server.read_request(reader) is not None:
-            await asyncio.sleep(delay_s)
-            writer.write(response(b"{}"))
-            await writer.drain()
-
-    return slow
 
 
 async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn() -> None:
@@ -360,7 +248,7 @@ async def test_stream_delivers_chunks_as_they_arrive_and_abandoning_it_closes_th
 
     async with Server(sse) as server:
         http = client()
-        conn = await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=5)
+        conn = await http.open_stream(server.url, HEADERS, BODY)
         assert conn.status == 200
         assert await conn.read_some() == b"data: 1\n\n"  # before the body is complete
         gate.set()
@@ -384,7 +272,7 @@ async def test_a_large_stream_read_slowly_arrives_whole() -> None:
 
     async with Server(big) as server:
         http = client()
-        conn = await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=5)
+        conn = await http.open_stream(server.url, HEADERS, BODY)
         received = 0
         while chunk := await conn.read_some():
             received += len(chunk)
@@ -526,7 +414,7 @@ async def test_a_large_error_body_of_a_stream_is_read_whole() -> None:
 
     async with Server(big_error) as server:
         http = client(read_timeout_s=1.0)
-        conn = await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=5)
+        conn = await http.open_stream(server.url, HEADERS, BODY)
         await asyncio.sleep(0.1)  # let the socket fill past the pause threshold first
         assert (conn.status, await conn.read_all()) == (500, body)
         http.release(conn)
@@ -536,7 +424,7 @@ async def test_a_large_error_body_of_a_stream_is_read_whole() -> None:
 async def test_a_connection_left_paused_by_its_last_stream_reads_again() -> None:
     async with Server(keep_answering) as server:
         http = client(read_timeout_s=1.0)
-        conn = await http.open_stream(server.url, HEADERS, BODY, headers_timeout_s=5)
+        conn = await http.open_stream(server.url, HEADERS, BODY)
         assert await conn.read_all() == b'{"ok":true}'
         # The state a stream leaves when its last read crossed the pause threshold and
         # completed the body in the same read: complete (so reusable) but not reading.

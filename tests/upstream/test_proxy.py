@@ -16,52 +16,7 @@ import pytest
 
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.upstream.proxy import parse_proxy, proxy_for
-from tests.upstream.test_http1 import BODY, HEADERS, LocalServer, Server, client, keep_answering
-
-
-class ForwardProxy(LocalServer):
-    """CONNECT tunnels and absolute-form HTTP, both piped to ``routes[host:port]``."""
-
-    def __init__(self, routes: dict[str, tuple[str, int]], refuse: bytes | None = None) -> None:
-        super().__init__()
-        self.routes = routes
-        self.refuse = refuse
-        self.heads: list[bytes] = []
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.heads.append(head)
-            method, target, _ = head.split(b"\r\n", 1)[0].decode().split(" ")
-            if self.refuse is not None:
-                writer.write(self.refuse)
-                await writer.drain()
-                return
-            if method == "CONNECT":
-                upstream_reader, upstream_writer = await asyncio.open_connection(*self.routes[target])
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                pending = b""
-            else:  # absolute form: http://host:port/path
-                authority = target.split("/")[2]
-                upstream_reader, upstream_writer = await asyncio.open_connection(*self.routes[authority])
-                pending = head
-            upstream_writer.write(pending)
-            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
+from tests.upstream.hostile import BODY, HEADERS, ForwardProxy, Server, client, keep_answering
 
 
 async def test_plain_http_goes_to_the_proxy_in_absolute_form_with_credentials() -> None:
