@@ -47,6 +47,7 @@ import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, arguments_object, text_of
 from gateway.config.model import ProviderConfig
+from gateway.providers import urls
 from gateway.providers.anthropic_stream import (
     THINKING_TYPES,
     AnthropicStreamParser,
@@ -441,9 +442,7 @@ class AnthropicAdapter:
         if provider.api_key:
             headers["x-api-key"] = provider.api_key
         headers.update(provider.headers)
-        base = provider.base_url.rstrip("/")
-        url = f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
-        return UpstreamRequest(url=url, headers=headers, body=orjson.dumps(body))
+        return UpstreamRequest(url=urls.anthropic_messages(provider.base_url), headers=headers, body=orjson.dumps(body))
 
     def parse_response(self, body: bytes) -> ModelResponse:
         return response_from_message(load_body(body))

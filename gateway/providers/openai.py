@@ -28,6 +28,7 @@ from gateway.canonical import (
     text_of,
 )
 from gateway.config.model import ProviderConfig
+from gateway.providers import urls
 from gateway.providers.base import (
     ErrorClass,
     ProviderError,
@@ -209,12 +210,11 @@ class OpenAIAdapter:
             body["stream_options"] = {"include_usage": True}
         headers = {"content-type": "application/json"}
         if provider.api_version:
-            url = (f"{provider.base_url}/openai/deployments/{model}/chat/completions"
-                   f"?api-version={provider.api_version}")
+            url = urls.azure_chat(provider.base_url, model, provider.api_version)
             if provider.api_key:
                 headers["api-key"] = provider.api_key
         else:
-            url = f"{provider.base_url}/chat/completions"
+            url = urls.openai_chat(provider.base_url)
             if provider.api_key:
                 headers["authorization"] = f"Bearer {provider.api_key}"
         headers.update(provider.headers)

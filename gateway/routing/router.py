@@ -40,6 +40,9 @@ class ResolvedTarget:
     provider: ProviderConfig
     model: str
     adapter: Adapter
+    # The target's name in metrics, /readyz and circuit-breaker state: ``label`` for a configured
+    # target, ``PROVIDER:*`` for a direct one (a caller's made-up model never becomes a new series).
+    metric_label: str
     # The model's context window when the built-in table knows it (after a context overflow,
     # only a target with a larger window is worth asking).
     window: int | None = None
@@ -107,7 +110,7 @@ class _FailoverChain:
                 self._attempts.append(attempt(target.label, "window_too_small", None, 0.0))
                 return False
         if self._tried and last is not None:
-            metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
+            metrics.FAILOVERS.inc(last[1].metric_label, last[0].error_class.value)
         self._tried = True
         return True
 
@@ -127,26 +130,31 @@ class Router:
         self._pool = pool
         self.health = health
 
-    def resolve(self, targets: Sequence[TargetConfig]) -> tuple[ResolvedTarget, ...]:
-        """Done once per route at start-up, so the hot path does no lookups."""
+    def resolve(self, targets: Sequence[TargetConfig], direct: bool = False) -> tuple[ResolvedTarget, ...]:
+        """Done once per route at start-up, so the hot path does no lookups.
+
+        ``direct``: the targets a caller named (``PROVIDER/UPSTREAM_MODEL``), labelled by provider
+        only for metrics and circuit state, so made-up names stay out of both.
+        """
         resolved = []
         for target in targets:
             provider = self._providers[target.provider]
             resolved.append(ResolvedTarget(target.label, provider, target.model, adapter_for(provider.type),
+                                           f"{target.provider}:*" if direct else target.label,
                                            known_window(provider.type, target.model)))
         return tuple(resolved)
 
     def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:
         """The common case, checked without a coroutine: every circuit closed, nothing to admit."""
         healthy = self.health.healthy
-        return all(healthy(target.label) for target in targets)
+        return all(healthy(target.metric_label) for target in targets)
 
     async def _plan(self, targets: Sequence[ResolvedTarget], attempts: list[Attempt]) -> Sequence[ResolvedTarget]:
         """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
         health = self.health
         admitted = []
         for target in targets:
-            if await health.admit(target.label):
+            if await health.admit(target.metric_label):
                 admitted.append(target)
             else:
                 attempts.append(attempt(target.label, "circuit_open", None, 0.0))
@@ -155,30 +163,30 @@ class Router:
 
     async def _decide(self, target: ResolvedTarget, error: ProviderError, attempt_no: int, retries: int,
                       deadline: float) -> Decision:
-        metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
+        metrics.UPSTREAM_ERRORS.inc(target.metric_label, error.error_class.value)
         if isinstance(error, DeadlineExceeded):
             return "raise"
         if error.error_class is ErrorClass.BAD_REQUEST:
-            await self.health.record(target.label, failed=False)  # it answered; the request was wrong
+            await self.health.record(target.metric_label, failed=False)  # it answered; the request was wrong
             return "raise"
         if error.error_class is ErrorClass.CONTEXT_LENGTH:
-            await self.health.record(target.label, failed=False)
+            await self.health.record(target.metric_label, failed=False)
             return "next"
         if error.error_class in TARGET_FAULTS or not error.retryable:
-            await self.health.record(target.label, failed=True)
+            await self.health.record(target.metric_label, failed=True)
             return "next"
         if attempt_no < retries:
             delay = min(self._policy.backoff_max_s, self._policy.backoff_base_s * (2 ** attempt_no))
             delay *= random.uniform(0.75, 1.25)
             if error.retry_after is not None:
                 if error.retry_after > self._policy.retry_after_cap_s:
-                    await self.health.record(target.label, failed=True)
+                    await self.health.record(target.metric_label, failed=True)
                     return "next"
                 delay = max(delay, error.retry_after)
             if time.monotonic() + delay < deadline:
                 await asyncio.sleep(delay)
                 return "retry"
-        await self.health.record(target.label, failed=True)
+        await self.health.record(target.metric_label, failed=True)
         return "next"
 
 
@@ -203,9 +211,9 @@ class Router:
                         break
                     continue
                 attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
-                metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-                if self.health.success_is_news(target.label):
-                    await self.health.record(target.label, failed=False)
+                metrics.UPSTREAM_ATTEMPTS.inc(target.metric_label, "ok")
+                if self.health.success_is_news(target.metric_label):
+                    await self.health.record(target.metric_label, failed=False)
                 return Answer(target, response)
         raise chain.exhausted()
 
@@ -290,17 +298,18 @@ class Router:
                     error: ProviderError = caught
                 else:
                     attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
-                    metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-                    if self.health.success_is_news(target.label):
-                        await self.health.record(target.label, failed=False)
+                    metrics.UPSTREAM_ATTEMPTS.inc(target.metric_label, "ok")
+                    if self.health.success_is_news(target.metric_label):
+                        await self.health.record(target.metric_label, failed=False)
                     yield Answer(target, response)
                     return
                 attempts.append(attempt(target.label, error.error_class.value, error.status,
                                         (time.monotonic() - started) * 1000))
                 if committed:
-                    metrics.UPSTREAM_ERRORS.inc(target.label, error.error_class.value)
-                    metrics.STREAM_ABORTS.inc(target.label, error.error_class.value)
-                    await self.health.record(target.label, failed=error.error_class is not ErrorClass.BAD_REQUEST)
+                    metrics.UPSTREAM_ERRORS.inc(target.metric_label, error.error_class.value)
+                    metrics.STREAM_ABORTS.inc(target.metric_label, error.error_class.value)
+                    await self.health.record(target.metric_label,
+                                             failed=error.error_class is not ErrorClass.BAD_REQUEST)
                     raise StreamInterrupted(error, target.label)
                 chain.failed(error, target)
                 decision = await self._decide(target, error, attempt_no, retries, deadline)
