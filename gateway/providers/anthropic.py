@@ -62,6 +62,7 @@ from gateway.providers.base import (
     error_from_status,
     load_body,
     load_error_body,
+    unreadable_error,
 )
 
 API_VERSION = "2023-06-01"
@@ -455,10 +456,10 @@ class AnthropicAdapter:
         error = payload.get("error") if isinstance(payload, dict) else None
         if isinstance(error, dict):
             message, kind = str(error.get("message") or ""), error.get("type")
-            no_retry = no_retry_for(error)
+            result = error_from_status(status, headers, message or f"upstream returned HTTP {status}", kind,
+                                       no_retry_for(error))
         else:
-            message, kind, no_retry = body[:500].decode("utf-8", "replace").strip(), None, False
-        result = error_from_status(status, headers, message or f"upstream returned HTTP {status}", kind, no_retry)
+            message, kind, result = "", None, unreadable_error(status, headers, body)
         if result.error_class is ErrorClass.BAD_REQUEST and is_context_overflow(message):
             result.error_class = ErrorClass.CONTEXT_LENGTH
         elif kind == "billing_error" or status == 402:

@@ -34,7 +34,14 @@ import orjson
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, arguments_object, text_of
 from gateway.config.model import ProviderConfig
 from gateway.providers import urls
-from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status, load_error_body
+from gateway.providers.base import (
+    ErrorClass,
+    ProviderError,
+    UpstreamRequest,
+    error_from_status,
+    load_error_body,
+    unreadable_error,
+)
 from gateway.providers.gemini_stream import (
     GeminiStreamParser,
     GeminiTurn,
@@ -375,8 +382,7 @@ class GeminiAdapter:
         payload = load_error_body(body)
         error = payload.get("error") if isinstance(payload, dict) else None
         if not isinstance(error, dict):
-            text = body[:500].decode("utf-8", "replace").strip()
-            return error_from_status(status, headers, text or f"upstream returned HTTP {status}")
+            return unreadable_error(status, headers, body)
         message = str(error.get("message") or f"upstream returned HTTP {status}")
         details = [d for d in error.get("details") or () if isinstance(d, dict)]
         # Daily quotas do not clear within any retry window: fail over instead of retrying.
