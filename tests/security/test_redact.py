@@ -16,7 +16,10 @@ from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.openai import OpenAIAdapter
 from gateway.redact import Redactor
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
+from gateway.tools import ToolRegistry, ToolSpec, run_tool
+from gateway.tools.base import ToolFailure
 from gateway.upstream.errors import ErrorClass, ProviderError
+from tests.tools.helpers import ScriptedSource
 
 CONFIG = """
 providers:
@@ -92,3 +95,19 @@ def test_a_plain_text_context_overflow_is_still_recognised(adapter: object) -> N
     error = adapter.parse_error(400, {"content-type": "text/plain"}, body)  # type: ignore[attr-defined]
     assert error.error_class is ErrorClass.CONTEXT_LENGTH
     assert "maximum context length" not in error.message
+
+
+async def test_a_tool_result_echoing_a_secret_is_scrubbed(installed: Redactor) -> None:
+    async def echo(arguments: dict[str, str]) -> str:
+        return "you sent authorization: Token tool-token-secret-04"
+
+    async def fail(arguments: dict[str, str]) -> str:
+        raise ToolFailure("401 for key mcp-header-secret-05")
+
+    specs = [ToolSpec(name, "d", {"type": "object"}, source="scripted") for name in ("echo", "fail")]
+    registry = ToolRegistry([ScriptedSource("scripted", specs, {"echo": echo, "fail": fail})])
+    await registry.refresh(strict=True)
+    ok = await run_tool(registry.get("echo"), "{}")
+    failed = await run_tool(registry.get("fail"), "{}")
+    assert (ok.status, ok.content) == ("ok", "you sent authorization: [redacted]")
+    assert failed.status == "error" and "mcp-header-secret-05" not in failed.content
