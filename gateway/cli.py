@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from gateway import __version__
+from gateway import __version__, logs
 from gateway.config import DEFAULT_PATH, ConfigError, load_config
 from gateway.config.validate import deadline_warnings
 
@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
 def _app_factory():
     from gateway.api.app import create_app
 
+    # A worker process starts with no logging set up: the same safe handler as a single process.
+    logs.configure(os.environ.get("LOOPGATE_LOG_LEVEL", "info"))
     return create_app(load_config(os.environ.get("LOOPGATE_CONFIG")))
 
 
@@ -54,12 +56,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from gateway.api.app import create_app
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
+    # log_config None: uvicorn's own records go to the root handler above, escaped and redacted like ours.
     common = {"host": host, "port": port, "loop": "uvloop", "http": "httptools", "log_level": args.log_level,
-              "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
+              "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
               # No client-address rewriting or Server header: neither is used, both cost per request.
               "proxy_headers": False, "server_header": False}
     if workers > 1 and config.store.kind == "memory":
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         # Worker processes re-import the app: hand them the config path through the environment.
         if args.config:
             os.environ["LOOPGATE_CONFIG"] = os.path.abspath(args.config)
+        os.environ["LOOPGATE_LOG_LEVEL"] = args.log_level
         uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
     else:
         uvicorn.run(create_app(config), **common)

@@ -10,7 +10,11 @@ from typing import Any
 
 import orjson
 
+from gateway import redact
 from gateway.upstream.errors import ErrorClass, ProviderError
+
+# How much of an upstream's error message a client sees.
+UPSTREAM_MESSAGE_CHARS = 1000
 
 
 class GatewayError(Exception):
@@ -50,16 +54,23 @@ _UPSTREAM_STATUS: dict[ErrorClass, tuple[int, str, str | None]] = {
 }
 
 
+def upstream_message(error: ProviderError) -> str:
+    """An upstream's error text as a client may see it: configured secrets redacted, length bounded."""
+    text = redact.scrub(error.message)
+    return text if len(text) <= UPSTREAM_MESSAGE_CHARS else f"{text[:UPSTREAM_MESSAGE_CHARS]}... (truncated)"
+
+
 def from_upstream(error: ProviderError, target: str) -> GatewayError:
     """The client's view of the last upstream failure, naming which target said it."""
+    text = upstream_message(error)
     if error.error_class is ErrorClass.BAD_REQUEST:
         status = error.status if error.status and 400 <= error.status < 500 else 400
-        return GatewayError(status, f"{target}: {error.message}", "invalid_request_error")
+        return GatewayError(status, f"{target}: {text}", "invalid_request_error")
     status, kind, code = _UPSTREAM_STATUS[error.error_class]
     headers = {}
     if error.retry_after is not None and status in (429, 503):
         headers["retry-after"] = str(max(1, round(error.retry_after)))
-    message = f"no upstream could answer; last error from {target}: {error.message}"
+    message = f"no upstream could answer; last error from {target}: {text}"
     if error.error_class in (ErrorClass.CONTEXT_LENGTH, ErrorClass.NOT_FOUND):
-        message = f"{target}: {error.message}"
+        message = f"{target}: {text}"
     return GatewayError(status, message, kind, None, code, headers)

@@ -25,17 +25,17 @@ PATH = "/v1/chat/completions"
 
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
-    model = "-"
+    label = "unknown"  # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
     try:
         key = authenticate(request.authorization, runtime.keys)
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
-        model = chat.model
         plan = runtime.routes.lookup(chat.model)
         if plan is None:
             raise GatewayError(404, f"The model '{chat.model}' does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
+        label = plan.metric_label
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
@@ -67,8 +67,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
                 stream=chat.stream, deadline=deadline,
             )
             events = run_loop(loop_request, runtime.deps)
-        return await respond(events, chat.stream, chat.include_usage, chat.model, PATH, started)
+        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started)
     except Exception as exc:
         error = to_gateway_error(exc)
-        finished(PATH, model, error.status, started)
+        finished(PATH, label, error.status, started)
         return error_response(error)

@@ -80,7 +80,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
         events = continuations.run_resumed(claimed, loop_request, runtime.deps)
-        return await respond(events, stream, include_usage, stored.model, PATH, started)
+        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started)
     except Exception as exc:
         error = to_gateway_error(exc)
         if error.status == 409:

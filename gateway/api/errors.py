@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from gateway.api.json_response import JSONResponse
-from gateway.errors import GatewayError, from_upstream
+from gateway.errors import GatewayError, from_upstream, upstream_message
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
 
@@ -17,10 +17,14 @@ def to_gateway_error(exc: BaseException) -> GatewayError:
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, AllTargetsFailed):
+        log.info("upstream failure from %s (%s, HTTP %s): %s", exc.target, exc.last.error_class.value,
+                 exc.last.status, upstream_message(exc.last))
         return from_upstream(exc.last, exc.target)
     if isinstance(exc, StreamInterrupted):
+        log.info("stream from %s interrupted (%s, HTTP %s): %s", exc.target, exc.error.error_class.value,
+                 exc.error.status, upstream_message(exc.error))
         return GatewayError(502, f"the upstream stream from {exc.target} failed after it started "
-                            f"({exc.error.error_class.value}): {exc.error.message}", "upstream_error",
+                            f"({exc.error.error_class.value}): {upstream_message(exc.error)}", "upstream_error",
                             code="stream_interrupted")
     if isinstance(exc, StoreUnavailable):
         return GatewayError(503, "the continuation store is unavailable; nothing was paused or resumed, retry later",

@@ -15,16 +15,19 @@ from gateway.api.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
 
 
-async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, path: str,
-                  started: float) -> JSONResponse | SSEResponse:
-    """Render the loop's events as one response or as a stream (shared by chat and continuation resumes)."""
+async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, label: str,
+                  path: str, started: float) -> JSONResponse | SSEResponse:
+    """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
+
+    ``model`` is what the response names; ``label`` the bounded name metrics use (``RoutePlan.metric_label``).
+    """
     response_id = completion_id()
     if not stream:
         try:
             payload = await collect(events, response_id, model)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-        finished(path, model, 200, started)
+        finished(path, label, 200, started)
         return JSONResponse(orjson.dumps(payload))
     # Pull the first event before answering, so a request that fails before any byte
     # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
@@ -39,11 +42,12 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         # Closing the engine here (also on client disconnect) cancels running tools and
         # releases the upstream connection at once rather than at garbage collection.
         await events.aclose()  # type: ignore[attr-defined]
-        finished(path, model, 200, started)
+        finished(path, label, 200, started)
 
     return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
 
 
-def finished(path: str, model: str, status: int, started: float) -> None:
-    metrics.REQUESTS.inc(path, model, str(status))
+def finished(path: str, label: str, status: int, started: float) -> None:
+    """Count a request; ``label`` is a configured route name, ``PROVIDER/*`` or ``unknown``, never caller text."""
+    metrics.REQUESTS.inc(path, label, str(status))
     metrics.LATENCY.observe(time.perf_counter() - started, path)

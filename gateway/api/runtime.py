@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from gateway import redact
 from gateway.canonical import ToolCall
 from gateway.config.model import ApiKey, Config
 from gateway.context import ContextGuard
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
+from gateway.redact import Redactor
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
@@ -45,6 +47,7 @@ class Runtime:
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
+        redact.install(Redactor.from_config(config))  # before anything can log upstream text
         if not config.auth.enabled:
             log.warning("auth is DISABLED: no keys configured, every caller is tenant 'default' (development only)")
         store = open_store(config.store.url)

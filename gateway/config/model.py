@@ -59,6 +59,8 @@ class ProviderConfig:
     api_version: str | None = None
     # OpenAI-format servers that require reasoning_content back on assistant turns (DeepSeek).
     reasoning_passback: bool = False
+    # Callers may name PROVIDER/UPSTREAM_MODEL directly (any upstream model, no failover, no tools).
+    direct: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from gateway.config.model import (
     TargetConfig,
     ToolConfig,
 )
+from gateway.providers.urls import model_problem
 
 T = TypeVar("T")
 
@@ -160,7 +161,7 @@ def _store(raw: Any) -> StoreConfig:
 
 
 _PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
-                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback"}
+                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct"}
 _DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
@@ -199,6 +200,7 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
                                          f"{path}.default_max_tokens")),
         api_version=_get(section, "api_version", path, str, None),
         reasoning_passback=_get(section, "reasoning_passback", path, bool, False),
+        direct=_get(section, "direct", path, bool, True),
     )
 
 
@@ -299,6 +301,9 @@ def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dic
         model = _get(item, "model", tpath, str, "")
         if not model:
             raise ConfigError(f"{tpath}.model", "is required")
+        problem = model_problem(model)
+        if problem is not None:
+            raise ConfigError(f"{tpath}.model", f"{model!r} {problem}")
         targets.append(TargetConfig(provider=provider, model=model))
     tool_names: list[str] = []
     mcp_names: list[str] = []

@@ -208,7 +208,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             if tool is None:
                 turn.results[call["id"]] = ToolResult("error", f"Tool '{call['function']['name']}' is no longer "
                                                       "available on this gateway.")
-                _record(state, call, "error", 0.0)
+                _record(state, call, "error", 0.0, "unknown")
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
         runnable = [(call, tool) for call, tool in approved if tool is not None]
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
@@ -289,11 +289,11 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             if reason is None:
                 available = ", ".join(sorted(server_names | client_names)) or "none"
                 results[call["id"]] = ToolResult("error", f"Unknown tool '{name}'. Available tools: {available}.")
-                _record(state, call, "error", 0.0)
+                _record(state, call, "error", 0.0, "unknown")
             elif request.headless:
                 results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
                 state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
-                _record(state, call, "denied", 0.0)
+                _record(state, call, "denied", 0.0, None if reason == "approval" else "client")
                 await deps.audit(request.tenant, call, reason)
             else:
                 pending.append(PendingCall(call, reason))
@@ -309,7 +309,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 runnable = runnable[:room]
                 for call in skipped:
                     results[call["id"]] = ToolResult("skipped", SKIPPED_RESULT)
-                    _record(state, call, "skipped", 0.0)
+                    _record(state, call, "skipped", 0.0,
+                            None if call["function"]["name"] in server_names else "client")
                 yield context.skipped(len(skipped))
                 pending, force_finalize = [], True
 
@@ -331,10 +332,12 @@ async def _unchanged(messages: list[Message]) -> list[Message]:
     return messages
 
 
-def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float) -> None:
+def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float, metric_name: str | None = None) -> None:
+    """``metric_name`` replaces a name that is not a server tool's (``unknown``, ``client``): a model or a
+    caller may invent any tool name, and each would become a new metrics series."""
     name = call["function"]["name"]
     state.tool_records.append({"id": call["id"], "name": name, "status": status, "elapsed_ms": round(elapsed_ms, 2)})
-    metrics.TOOL_CALLS.inc(name, status)
+    metrics.TOOL_CALLS.inc(metric_name or name, status)
 
 
 async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, concurrency: int,

@@ -47,6 +47,7 @@ import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, arguments_object, text_of
 from gateway.config.model import ProviderConfig
+from gateway.providers import urls
 from gateway.providers.anthropic_stream import (
     THINKING_TYPES,
     AnthropicStreamParser,
@@ -61,6 +62,7 @@ from gateway.providers.base import (
     error_from_status,
     load_body,
     load_error_body,
+    unreadable_error,
 )
 
 API_VERSION = "2023-06-01"
@@ -441,9 +443,7 @@ class AnthropicAdapter:
         if provider.api_key:
             headers["x-api-key"] = provider.api_key
         headers.update(provider.headers)
-        base = provider.base_url.rstrip("/")
-        url = f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
-        return UpstreamRequest(url=url, headers=headers, body=orjson.dumps(body))
+        return UpstreamRequest(url=urls.anthropic_messages(provider.base_url), headers=headers, body=orjson.dumps(body))
 
     def parse_response(self, body: bytes) -> ModelResponse:
         return response_from_message(load_body(body))
@@ -456,10 +456,10 @@ class AnthropicAdapter:
         error = payload.get("error") if isinstance(payload, dict) else None
         if isinstance(error, dict):
             message, kind = str(error.get("message") or ""), error.get("type")
-            no_retry = no_retry_for(error)
+            result = error_from_status(status, headers, message or f"upstream returned HTTP {status}", kind,
+                                       no_retry_for(error))
         else:
-            message, kind, no_retry = body[:500].decode("utf-8", "replace").strip(), None, False
-        result = error_from_status(status, headers, message or f"upstream returned HTTP {status}", kind, no_retry)
+            message, kind, result = "", None, unreadable_error(status, headers, body)
         if result.error_class is ErrorClass.BAD_REQUEST and is_context_overflow(message):
             result.error_class = ErrorClass.CONTEXT_LENGTH
         elif kind == "billing_error" or status == 402:

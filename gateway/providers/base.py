@@ -8,6 +8,7 @@ response can never be parsed by the wrong handler.
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -66,6 +67,28 @@ def load_error_body(body: bytes) -> Any:
         return orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         return None
+
+
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9.+-]{1,40}/[A-Za-z0-9.+-]{1,60}")
+
+
+def unreadable_error(status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+    """An error body the adapter cannot read (an HTML page, plain text, JSON of another shape).
+
+    The client is told what came back, never the bytes: a proxy's page may quote the request,
+    credentials included. The text still decides a context overflow, as a readable body would.
+    """
+    if not body:
+        return error_from_status(status, headers, f"upstream returned HTTP {status}")
+    kind = "a non-JSON body" if load_error_body(body) is None else "an error body of an unknown shape"
+    media = _MEDIA_TYPE.match(headers.get("content-type", "").strip())
+    described = (f"upstream answered {status} with {kind} "
+                 f"({media.group() if media else 'no content type'}, {len(body)} bytes)")
+    error = error_from_status(status, headers, described)
+    if error.error_class is ErrorClass.BAD_REQUEST and looks_like_context_overflow(
+            body[:2000].decode("utf-8", "replace")):
+        error.error_class = ErrorClass.CONTEXT_LENGTH
+    return error
 
 
 

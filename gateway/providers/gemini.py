@@ -33,7 +33,15 @@ import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, arguments_object, text_of
 from gateway.config.model import ProviderConfig
-from gateway.providers.base import ErrorClass, ProviderError, UpstreamRequest, error_from_status, load_error_body
+from gateway.providers import urls
+from gateway.providers.base import (
+    ErrorClass,
+    ProviderError,
+    UpstreamRequest,
+    error_from_status,
+    load_error_body,
+    unreadable_error,
+)
 from gateway.providers.gemini_stream import (
     GeminiStreamParser,
     GeminiTurn,
@@ -333,6 +341,7 @@ class GeminiAdapter:
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
+        url = urls.gemini_generate(provider.base_url, model, stream)
         model = model.removeprefix("models/")
         system, contents = build_contents(request.messages)
         body: dict[str, Any] = {}
@@ -349,12 +358,11 @@ class GeminiAdapter:
         generation = _generation_config(request.params, model)
         if generation:
             body["generationConfig"] = generation
-        action = "streamGenerateContent?alt=sse" if stream else "generateContent"
         headers = {"content-type": "application/json"}
         if provider.api_key:
             headers["x-goog-api-key"] = provider.api_key
         headers.update(provider.headers)
-        return UpstreamRequest(url=f"{provider.base_url}/v1beta/models/{model}:{action}", headers=headers,
+        return UpstreamRequest(url=url, headers=headers,
                                body=orjson.dumps(body))
 
     def parse_response(self, body: bytes) -> ModelResponse:
@@ -374,8 +382,7 @@ class GeminiAdapter:
         payload = load_error_body(body)
         error = payload.get("error") if isinstance(payload, dict) else None
         if not isinstance(error, dict):
-            text = body[:500].decode("utf-8", "replace").strip()
-            return error_from_status(status, headers, text or f"upstream returned HTTP {status}")
+            return unreadable_error(status, headers, body)
         message = str(error.get("message") or f"upstream returned HTTP {status}")
         details = [d for d in error.get("details") or () if isinstance(d, dict)]
         # Daily quotas do not clear within any retry window: fail over instead of retrying.

@@ -28,6 +28,7 @@ from gateway.canonical import (
     text_of,
 )
 from gateway.config.model import ProviderConfig
+from gateway.providers import urls
 from gateway.providers.base import (
     ErrorClass,
     ProviderError,
@@ -36,6 +37,7 @@ from gateway.providers.base import (
     error_from_status,
     load_body,
     looks_like_context_overflow,
+    unreadable_error,
 )
 
 _FINISH: dict[str, FinishReason] = {
@@ -209,12 +211,11 @@ class OpenAIAdapter:
             body["stream_options"] = {"include_usage": True}
         headers = {"content-type": "application/json"}
         if provider.api_version:
-            url = (f"{provider.base_url}/openai/deployments/{model}/chat/completions"
-                   f"?api-version={provider.api_version}")
+            url = urls.azure_chat(provider.base_url, model, provider.api_version)
             if provider.api_key:
                 headers["api-key"] = provider.api_key
         else:
-            url = f"{provider.base_url}/chat/completions"
+            url = urls.openai_chat(provider.base_url)
             if provider.api_key:
                 headers["authorization"] = f"Bearer {provider.api_key}"
         headers.update(provider.headers)
@@ -262,7 +263,10 @@ class OpenAIAdapter:
         return OpenAIStreamParser()
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
-        message, code, kind = _error_fields(body)
+        fields = _error_fields(body)
+        if fields is None:
+            return unreadable_error(status, headers, body)
+        message, code, kind = fields
         no_retry = "insufficient_quota" in f"{code} {kind}"
         if code == "tool_use_failed":
             # Groq could not parse the model's own tool call: an upstream failure, not the client's 400.
@@ -271,11 +275,12 @@ class OpenAIAdapter:
         return error_from_status(status, headers, message or f"upstream returned HTTP {status}", code, no_retry)
 
 
-def _error_fields(body: bytes) -> tuple[str, Any, Any]:
+def _error_fields(body: bytes) -> tuple[str, Any, Any] | None:
+    """(message, code, type) of an error body; None when it is not JSON."""
     try:
         payload = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
-        return body[:500].decode("utf-8", "replace").strip(), None, None
+        return None
     error = payload.get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict):
         return str(error.get("message") or ""), error.get("code"), error.get("type")

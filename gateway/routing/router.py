@@ -64,6 +64,9 @@ class ResolvedTarget:
     provider: ProviderConfig
     model: str
     adapter: Adapter
+    # The target's name in metrics, /readyz and circuit-breaker state: ``label`` for a configured
+    # target, ``PROVIDER:*`` for a direct one (a caller's made-up model never becomes a new series).
+    metric_label: str
     # The model's context window when the built-in table knows it (after a context overflow,
     # only a target with a larger window is worth asking).
     window: int | None = None
@@ -139,14 +142,14 @@ class _Walk:
         admitted = []
         try:
             for target in targets:
-                admission = await health.admit(target.label)
+                admission = await health.admit(target.metric_label)
                 if admission == "refused":
                     self._attempts.append(attempt(target.label, "circuit_open", None, 0.0))
                     continue
                 if admission == "probe":
                     if self._probes is None:
                         self._probes = set()
-                    self._probes.add(target.label)
+                    self._probes.add(target.metric_label)
                 admitted.append(target)
         except BaseException:  # cancelled while asking the shared store: give back the probes already granted
             for target in admitted:
@@ -181,21 +184,22 @@ class _Walk:
                 self._attempts.append(attempt(target.label, "window_too_small", None, 0.0))
                 return False
         if self._tried and last is not None:
-            metrics.FAILOVERS.inc(last[1].label, last[0].error_class.value)
+            metrics.FAILOVERS.inc(last[1].metric_label, last[0].error_class.value)
         self._tried = True
         return True
 
     def answered(self, target: ResolvedTarget, started: float) -> bool:
         """Record an answer; True when the circuit breaker must hear about it (after failures or a probe)."""
         self._attempts.append(attempt(target.label, None, 200, (time.monotonic() - started) * 1000))
-        metrics.UPSTREAM_ATTEMPTS.inc(target.label, "ok")
-        return self._health.success_is_news(target.label)
+        metrics.UPSTREAM_ATTEMPTS.inc(target.metric_label, "ok")
+        return self._health.success_is_news(target.metric_label)
 
     def abandoned(self, target: ResolvedTarget) -> None:
         """The attempt was cancelled or closed (client gone): a probe it held gets no verdict and is released."""
-        if self._probes is not None and target.label in self._probes:
-            self._probes.discard(target.label)
-            self._health.release_probe(target.label)
+        key = target.metric_label
+        if self._probes is not None and key in self._probes:
+            self._probes.discard(key)
+            self._health.release_probe(key)
 
     async def failed(self, target: ResolvedTarget, error: ProviderError, started: float, head_seen: bool = False,
                      committed: bool = False) -> None:
@@ -204,36 +208,37 @@ class _Walk:
         ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status)."""
         now = time.monotonic()
         label = target.label
+        key = target.metric_label  # metrics and circuit state: bounded even for direct routes
         error_class = error.error_class
         self._attempts.append(attempt(label, error_class.value, error.status, (now - started) * 1000))
-        metrics.UPSTREAM_ERRORS.inc(label, error_class.value)
+        metrics.UPSTREAM_ERRORS.inc(key, error_class.value)
         if self._probes is not None:
-            self._probes.discard(label)  # every branch below gives the probe its verdict
+            self._probes.discard(key)  # every branch below gives the probe its verdict
         health = self._health
         if committed:
-            metrics.STREAM_ABORTS.inc(label, error_class.value)
-            await health.record(label, failed=error_class is not ErrorClass.BAD_REQUEST)
+            metrics.STREAM_ABORTS.inc(key, error_class.value)
+            await health.record(key, failed=error_class is not ErrorClass.BAD_REQUEST)
             raise StreamInterrupted(error, label)
         self._last = (error, target)
         if error_class is ErrorClass.BAD_REQUEST:
-            await health.record(label, failed=False)  # it answered; the request was wrong
+            await health.record(key, failed=False)  # it answered; the request was wrong
             raise AllTargetsFailed(error, label) from None
         if error_class is ErrorClass.CONTEXT_LENGTH:
-            await health.record(label, failed=False)
+            await health.record(key, failed=False)
             return
-        await health.record(label, failed=True)
+        await health.record(key, failed=True)
         if now >= self._cutoff:
             raise self._out_of_time(target) from None
         if (self._attempt_no >= self._retries or not error.retryable or error_class in TARGET_FAULTS
                 or (error_class is ErrorClass.TIMEOUT and not (error.responded or head_seen or error.status))
-                or health.is_open(label)):
+                or health.is_open(key)):
             return
         delay = self._backoff(error)
         if delay is None or not self._retry_fits(delay, now, started):
             return
         await asyncio.sleep(delay)
         # Another request may have opened the circuit during the backoff.
-        self._retry = not health.is_open(label)
+        self._retry = not health.is_open(key)
 
     def _backoff(self, error: ProviderError) -> float | None:
         """Exponential with jitter, at least ``Retry-After``; None when the provider asks for more than the cap."""
@@ -280,19 +285,24 @@ class Router:
         self._pool = pool
         self.health = health
 
-    def resolve(self, targets: Sequence[TargetConfig]) -> tuple[ResolvedTarget, ...]:
-        """Done once per route at start-up, so the hot path does no lookups."""
+    def resolve(self, targets: Sequence[TargetConfig], direct: bool = False) -> tuple[ResolvedTarget, ...]:
+        """Done once per route at start-up, so the hot path does no lookups.
+
+        ``direct``: the targets a caller named (``PROVIDER/UPSTREAM_MODEL``), labelled by provider
+        only for metrics and circuit state, so made-up names stay out of both.
+        """
         resolved = []
         for target in targets:
             provider = self._providers[target.provider]
             resolved.append(ResolvedTarget(target.label, provider, target.model, adapter_for(provider.type),
+                                           f"{target.provider}:*" if direct else target.label,
                                            known_window(provider.type, target.model)))
         return tuple(resolved)
 
     def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:
         """The common case, checked without a coroutine: every circuit closed, nothing to admit."""
         healthy = self.health.healthy
-        return all(healthy(target.label) for target in targets)
+        return all(healthy(target.metric_label) for target in targets)
 
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                        retries: int, deadline: float) -> Answer:
@@ -308,7 +318,7 @@ class Router:
                 walk.abandoned(target)
                 raise
             if walk.answered(target, started):
-                await self.health.record(target.label, failed=False)
+                await self.health.record(target.metric_label, failed=False)
             return Answer(target, response)
         raise walk.exhausted()
 
@@ -381,7 +391,7 @@ class Router:
                 walk.abandoned(target)
                 raise
             if walk.answered(target, started):
-                await self.health.record(target.label, failed=False)
+                await self.health.record(target.metric_label, failed=False)
             yield Answer(target, response)
             return
         raise walk.exhausted()

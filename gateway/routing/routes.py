@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config.model import Config, RouteConfig, TargetConfig
+from gateway.errors import bad_request
+from gateway.providers.urls import model_problem
 from gateway.routing.router import ResolvedTarget, Router
+
+# How much of a refused model name an error message quotes.
+_QUOTED_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +28,16 @@ class RoutePlan:
     tool_concurrency: int
     # A target needs provider artifacts a client may have dropped.
     needs_artifacts: bool
+    # The ``model`` label in metrics: the route name, or ``PROVIDER/*`` for a direct route.
+    metric_label: str
 
     @classmethod
-    def build(cls, route: RouteConfig, targets: tuple[ResolvedTarget, ...]) -> RoutePlan:
+    def build(cls, route: RouteConfig, targets: tuple[ResolvedTarget, ...], metric_label: str = "") -> RoutePlan:
         return cls(name=route.name, targets=targets, route=route, server_tools=route.tools,
                    tool_sources=tuple(f"mcp:{name}" for name in route.mcp_servers),
                    max_tool_iterations=route.max_tool_iterations, retries=route.retries,
-                   tool_concurrency=route.tool_concurrency, needs_artifacts=_needs_artifacts(targets))
+                   tool_concurrency=route.tool_concurrency, needs_artifacts=_needs_artifacts(targets),
+                   metric_label=metric_label or route.name)
 
 
 def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
@@ -37,13 +45,18 @@ def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
 
 
 class RouteTable:
-    """Routes from config, plus ``PROVIDER/UPSTREAM_MODEL`` straight to one provider (no failover, no tools)."""
+    """Routes from config, plus ``PROVIDER/UPSTREAM_MODEL`` straight to one provider (no failover, no tools).
+
+    A direct route exists only for a provider whose ``direct`` is on, and only for a model name
+    that can be sent upstream as it is (``urls.model_problem``): anything else is refused before
+    it reaches a URL, a metric label or the circuit breaker.
+    """
 
     _DIRECT_CACHE_LIMIT = 1024
 
     def __init__(self, config: Config, router: Router) -> None:
         self._router = router
-        self._providers = config.providers
+        self._direct_providers = frozenset(name for name, p in config.providers.items() if p.direct)
         self._routes: dict[str, RoutePlan] = {}
         for name, route in config.models.items():
             self._routes[name] = RoutePlan.build(route, router.resolve(route.targets))
@@ -53,14 +66,21 @@ class RouteTable:
         return list(self._routes)
 
     def lookup(self, model: str) -> RoutePlan | None:
+        """The plan for ``model``; None when there is none (a 404). Raises a 400 for a direct name that
+        names an enabled provider but could not be sent upstream safely."""
         plan = self._routes.get(model) or self._direct.get(model)
         if plan is not None:
             return plan
         provider, sep, upstream_model = model.partition("/")
-        if not sep or not upstream_model or provider not in self._providers:
+        if not sep or provider not in self._direct_providers:
             return None
+        problem = model_problem(upstream_model)
+        if problem is not None:
+            shown = model if len(model) <= _QUOTED_CHARS else f"{model[:_QUOTED_CHARS]}..."
+            raise bad_request(f"model {shown!r}: the upstream model name {problem}", "model", "invalid_model")
         target = TargetConfig(provider, upstream_model)
-        plan = RoutePlan.build(RouteConfig(name=model, targets=(target,)), self._router.resolve([target]))
+        plan = RoutePlan.build(RouteConfig(name=model, targets=(target,)),
+                               self._router.resolve([target], direct=True), f"{provider}/*")
         if len(self._direct) < self._DIRECT_CACHE_LIMIT:
             self._direct[model] = plan
         return plan

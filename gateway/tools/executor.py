@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from jsonschema.exceptions import ValidationError
 
+from gateway import redact
 from gateway.tools.base import ToolFailure, ToolOutcome
 from gateway.tools.registry import RegisteredTool
 
@@ -43,18 +44,19 @@ async def run_tool(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
         async with timeout:
             content = await tool.source.call(name, arguments)
     except ToolFailure as exc:
-        return ToolOutcome("error", exc.message, _ms_since(start))
+        return ToolOutcome("error", redact.scrub(exc.message), _ms_since(start))
     except Exception as exc:
         # Our own deadline surfaces as TimeoutError; a TimeoutError the source raised itself
         # (its own client timeout) is not ours to describe as "timed out after Ns".
         if isinstance(exc, TimeoutError) and timeout.expired():
             return ToolOutcome("error", f"Tool {name} timed out after {tool.spec.timeout_s:g}s", _ms_since(start))
         log.exception("tool %s (source %s) failed unexpectedly", name, tool.spec.source)
-        detail = _clip(f"{type(exc).__name__}: {exc}", _MAX_MESSAGE_CHARS)
+        detail = _clip(redact.scrub(f"{type(exc).__name__}: {exc}"), _MAX_MESSAGE_CHARS)
         return ToolOutcome("error", f"Tool {name} failed with an internal error ({detail})", _ms_since(start))
     elapsed = _ms_since(start)
     log.debug("tool %s ok in %.1f ms", name, elapsed)
-    return ToolOutcome("ok", content, elapsed)
+    # A tool server may echo the request (its bearer token included): the model and the caller see the result.
+    return ToolOutcome("ok", redact.scrub(content), elapsed)
 
 
 def _parse(name: str, arguments_json: str) -> dict[str, Any] | str:

@@ -678,8 +678,8 @@ def test_error_edge_cases() -> None:
     billing = ADAPTER.parse_error(402, {}, b'{"type":"error","error":{"type":"billing_error","message":"credit"}}')
     assert (billing.error_class, billing.retryable) == (ErrorClass.RATE_LIMITED, False)
     proxy = ADAPTER.parse_error(502, {"retry-after": "2"}, b"<html>Bad Gateway</html>")
-    assert (proxy.error_class, proxy.message, proxy.retry_after) == (ErrorClass.SERVER_ERROR,
-                                                                    "<html>Bad Gateway</html>", 2.0)
+    assert (proxy.error_class, proxy.message, proxy.retry_after) == (
+        ErrorClass.SERVER_ERROR, "upstream answered 502 with a non-JSON body (no content type, 24 bytes)", 2.0)
     assert ADAPTER.parse_error(529, {}, b"").message == "upstream returned HTTP 529"
     assert ADAPTER.parse_error(529, {"x-should-retry": "false"}, b"").retryable is False
 

@@ -730,8 +730,9 @@ def test_error_mapping_cases(status: int, body: dict[str, Any], expected: ErrorC
 
 
 def test_non_json_error_body() -> None:
-    error = ADAPTER.parse_error(502, {}, b"<html>Bad Gateway</html>")
-    assert error.error_class is ErrorClass.SERVER_ERROR and "Bad Gateway" in error.message
+    error = ADAPTER.parse_error(502, {"content-type": "text/html; charset=utf-8"}, b"<html>Bad Gateway</html>")
+    assert error.error_class is ErrorClass.SERVER_ERROR
+    assert error.message == "upstream answered 502 with a non-JSON body (text/html, 24 bytes)"
     assert ADAPTER.parse_error(500, {}, b"").message == "upstream returned HTTP 500"
 
 

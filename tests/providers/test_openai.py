@@ -850,7 +850,8 @@ def test_groq_tool_use_failed_is_an_upstream_failure_not_a_client_400() -> None:
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    (b"<html>Bad Gateway</html>", "<html>Bad Gateway</html>"), (b"", "upstream returned HTTP 502"),
+    (b"<html>Bad Gateway</html>", "upstream answered 502 with a non-JSON body (no content type, 24 bytes)"),
+    (b"", "upstream returned HTTP 502"),
     (b'{"error": "plain string"}', "plain string"), (b'{"detail": "x"}', "upstream returned HTTP 502"),
     (b"[1]", "upstream returned HTTP 502")])
 def test_unusual_error_bodies(body: bytes, message: str) -> None:

@@ -1,0 +1,62 @@
+"""Log lines a caller cannot forge and that carry no configured secret.
+
+Caller text (a model name, a tool name, an upstream's error) reaches log messages. A line
+break in it would start what looks like a new record (``\\n2026-01-01 ... ERROR ...``), so the
+formatter escapes every control character in the rendered message (C0, DEL, C1 and the Unicode
+line/paragraph separators): one record is one line. A traceback keeps its line breaks (it is
+unreadable without them) but every line after its first is indented, so no text inside it can
+pass for the start of a record; its other control characters are escaped too. Everything the
+formatter writes goes through ``redact.scrub`` last.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gateway import redact
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _escapes(keep_newline: bool) -> dict[int, str]:
+    table = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+    table.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+    if keep_newline:
+        del table[0x0A]
+    return table
+
+
+_MESSAGE_ESCAPES = _escapes(keep_newline=False)
+_TRACE_ESCAPES = _escapes(keep_newline=True)
+TRACE_INDENT = "    "
+
+
+def escape(text: str) -> str:
+    """``text`` on one line: control characters as ``\\n``, ``\\r``, ``\\t``, ``\\xNN``."""
+    return text.translate(_MESSAGE_ESCAPES)
+
+
+class SafeFormatter(logging.Formatter):
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return redact.scrub(escape(super().formatMessage(record)))
+
+    def formatException(self, ei: logging._SysExcInfoType) -> str:
+        return _multiline(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _multiline(super().formatStack(stack_info))
+
+
+def _multiline(text: str) -> str:
+    return redact.scrub(text.translate(_TRACE_ESCAPES).replace("\n", "\n" + TRACE_INDENT))
+
+
+def configure(level: str) -> None:
+    """Root logging for ``loopgate serve`` (and each worker process): one safe handler on stderr."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(SafeFormatter(FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())

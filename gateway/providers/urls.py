@@ -1,0 +1,71 @@
+"""Every upstream URL, built here and only here, from percent-quoted path segments.
+
+A model name can come from a caller (a direct route ``PROVIDER/UPSTREAM_MODEL``), so it must
+never shape the request line: each piece of caller or config text becomes exactly one quoted
+path segment (``/``, ``?``, ``#``, ``%``, spaces and non-ASCII all percent-encoded), and
+names that could still mean something else to a server that decodes the path (``.``/``..``
+segments, backslashes, whitespace, control characters, ``?``, ``#``) are refused before any
+URL is built: :func:`model_problem` is checked at config load for configured targets and per
+new direct name at request time.
+
+Gemini names a model as a resource: ``gemini-2.5-pro``, ``models/gemini-2.5-pro`` or a tuned
+model ``tunedModels/NAME``. The collection (``models`` or ``tunedModels``) is kept as a path
+segment; everything after it is one quoted segment, so any other ``/`` is sent as ``%2F``.
+
+URLs are memoised (bounded): a configured target's URL is built once, not per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from urllib.parse import quote
+
+# Whitespace (any Unicode space), C0/C1 controls and DEL, plus the characters that end a path
+# (``?``, ``#``) or that some servers treat as a path separator (``\``).
+_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f-\x9f?#\\]")
+_CACHE_SIZE = 4096
+
+
+def model_problem(model: str) -> str | None:
+    """Why ``model`` cannot be an upstream model name, or None when it can."""
+    if not model:
+        return "is empty"
+    found = _FORBIDDEN.search(model)
+    if found is not None:
+        char = found.group()
+        what = f"'{char}'" if char in "?#\\" else "whitespace" if char.isspace() else "a control character"
+        return f"contains {what}; model names cannot contain whitespace, control characters, '?', '#' or '\\'"
+    if any(segment in (".", "..") for segment in model.split("/")):
+        return "has a '.' or '..' path segment"
+    return None
+
+
+def _segment(text: str) -> str:
+    return quote(text, safe="")
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def openai_chat(base_url: str) -> str:
+    return f"{base_url}/chat/completions"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def azure_chat(base_url: str, deployment: str, api_version: str) -> str:
+    return (f"{base_url}/openai/deployments/{_segment(deployment)}/chat/completions"
+            f"?api-version={_segment(api_version)}")
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def anthropic_messages(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def gemini_generate(base_url: str, model: str, stream: bool) -> str:
+    collection, slash, name = model.partition("/")
+    if not slash or collection not in ("models", "tunedModels"):
+        collection, name = "models", model
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return f"{base_url}/v1beta/{collection}/{_segment(name)}:{action}"
