@@ -145,6 +145,41 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
     return value
 
 
+def history_arguments(arguments: Any) -> dict[str, Any]:
+    """A history tool call's arguments as the JSON object every provider accepts: ``{}`` when invalid.
+
+    A model sometimes emits arguments that are not a JSON object (cut off at ``max_tokens``, or
+    simply malformed); the loop answered that call with an error result that quotes what it got.
+    Sent back verbatim, the call makes the next request invalid: OpenAI-compatible servers reject
+    a non-JSON ``function.arguments`` with a 400, Anthropic and Gemini need an object for
+    ``input``/``args``. So every adapter sends ``{}`` instead, and the canonical transcript (the
+    store, the client's view) keeps the original text. Not ``{"_raw": ...}``: the error result
+    already shows the model its text, a made-up key in its own history invites the model to
+    imitate it, and a truncated argument string is often the longest thing in the turn.
+    """
+    try:
+        return arguments_object(arguments)
+    except ValueError:
+        return {}
+
+
+def history_arguments_text(arguments: Any) -> str:
+    """``history_arguments`` for OpenAI-format servers: the original text when it is a JSON object, else ``"{}"``.
+
+    The original bytes stay when valid, so a provider's prompt cache sees the history it produced.
+    """
+    if isinstance(arguments, str):
+        try:
+            if isinstance(orjson.loads(arguments), dict):
+                return arguments
+        except orjson.JSONDecodeError:
+            pass
+        return "{}"
+    if isinstance(arguments, dict):
+        return orjson.dumps(arguments).decode()
+    return "{}"
+
+
 def stable_tool_call_id(seed: str, index: int) -> str:
     """A deterministic id for a provider that gave none (Gemini without ids, some compat servers).
 

@@ -7,6 +7,7 @@ import time
 
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
+from gateway.api.continuations import resume_plan
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
@@ -50,7 +51,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a
-            plan = runtime.routes.lookup(stored.model) or plan
+            plan = resume_plan(runtime, stored)  # before the claim: a refused resume leaves it pending
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)

@@ -17,10 +17,24 @@ from gateway.api.json_response import JSONResponse
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
+from gateway.errors import GatewayError, bad_request, quoted
+from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation
 
 PATH = "/v1/continuations"
+
+
+def resume_plan(runtime: Runtime, stored: Continuation) -> RoutePlan:
+    """The route a continuation resumes on: the one it paused on, by name (ways A and B alike).
+
+    Never the route of the follow-up request: the stored transcript belongs to its own route's
+    tools and targets. Called before the claim, so a refused resume leaves the continuation pending.
+    """
+    plan = runtime.routes.lookup(stored.model)
+    if plan is None:
+        raise GatewayError(404, f"the model {quoted(stored.model)} of continuation {stored.id} is no longer "
+                           "configured", param="model", code="model_not_found")
+    return plan
 
 
 def _view(continuation: Continuation) -> dict[str, object]:
@@ -70,10 +84,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         if stored.status == "resumed":
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
-        plan = runtime.routes.lookup(stored.model)
-        if plan is None:
-            raise GatewayError(404, f"the model '{stored.model}' of this continuation is no longer configured",
-                               code="model_not_found")
+        plan = resume_plan(runtime, stored)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless

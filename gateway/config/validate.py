@@ -20,6 +20,7 @@ from gateway.config.model import (
     HttpToolConfig,
     McpServerConfig,
     ProviderConfig,
+    ReasoningPassback,
     RouteConfig,
     RoutingConfig,
     ServerConfig,
@@ -198,8 +199,19 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
         default_max_tokens=int(_positive(_get(section, "default_max_tokens", path, int, 4096),
                                          f"{path}.default_max_tokens")),
         api_version=_get(section, "api_version", path, str, None),
-        reasoning_passback=_get(section, "reasoning_passback", path, bool, False),
+        reasoning_passback=_passback(section.get("reasoning_passback", "auto"), f"{path}.reasoning_passback"),
     )
+
+
+def _passback(value: Any, path: str) -> ReasoningPassback:
+    """``auto`` | ``true`` | ``false``; the strings too, as an environment variable delivers them."""
+    if value is None or value == "auto":
+        return "auto"
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(path, f"must be auto, true or false, got {value!r}")
 
 
 def _tool(name: str, raw: Any) -> ToolConfig:
