@@ -10,6 +10,9 @@ OpenAI-compatible endpoint and LiteLLM-style gateways already use:
   verbatim with their signatures.
 * ``tool_call["extra_content"]["google"]["thought_signature"]``: a Gemini thought signature
   bound to the call that carried it.
+* ``message["reasoning_origin"]``: the provider whose answer carried the ``reasoning_content``
+  (set by the loop; ``""`` when the server sent it as ``reasoning``, a field no server takes
+  back), so ``reasoning_passback: auto`` returns reasoning only to where it came from.
 
 Each key is produced by exactly one wire format, so its origin is implied by its name and
 an adapter that does not own a key strips it before sending.
@@ -29,7 +32,7 @@ ToolDef = dict[str, Any]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
-ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "thinking_blocks", "extra_content")
+ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content")
 
 
 @dataclass(slots=True)
@@ -258,7 +261,8 @@ class ToolCallAccumulator:
 def strip_artifacts(message: Message) -> Message:
     """A copy of ``message`` without provider artifacts, for strict upstreams and clients."""
     # Plain membership tests, no generators: this runs for every message of every upstream request.
-    if "reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message:
+    if ("reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message
+            and "reasoning_origin" not in message):
         calls = message.get("tool_calls")
         if not calls:
             return message
