@@ -47,7 +47,7 @@ def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
     and depth just to throw most of it away.
     """
     if isinstance(value, str):
-        return repr(value) if len(value) <= limit else repr(value[:limit]) + "…"
+        return repr(value) if len(value) <= limit else repr(value[:limit] + "…")
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):

@@ -15,7 +15,7 @@ from gateway.api.request import parse_chat_request
 from gateway.api.respond import finished, respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
+from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import may_resume_way_a
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
@@ -34,15 +34,15 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         model = chat.model
         plan = runtime.routes.lookup(chat.model)
         if plan is None:
-            raise GatewayError(404, f"The model '{chat.model}' does not exist. Known models: "
+            raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
                 if tool["function"]["name"] in server:
-                    raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool "
-                                      f"of model '{chat.model}'; rename it", f"tools[{index}]")
+                    raise bad_request(f"client tool {quoted(tool['function']['name'])} has the name of a server "
+                                      f"tool of model {quoted(chat.model)}; rename it", f"tools[{index}]")
         headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations

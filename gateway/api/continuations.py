@@ -74,11 +74,15 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
+        stream = body.get("stream")
+        if stream is None:
+            stream = False
+        elif not isinstance(stream, bool):
             raise bad_request("'stream' must be a boolean", "stream")
-        options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            raise bad_request("'stream_options' must be an object", "stream_options")
+        include_usage = bool((options or {}).get("include_usage"))
         continuations = runtime.continuations
         stored = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
         if stored.status == "resumed":

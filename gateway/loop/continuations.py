@@ -174,28 +174,33 @@ class Continuations:
         approved: list[str] = []
         for index, decision in enumerate(decisions):
             param = f"decisions[{index}]"
-            if not isinstance(decision, dict) or not isinstance(decision.get("tool_call_id"), str):
-                raise bad_request(f"{param} needs a 'tool_call_id'", param)
+            if not isinstance(decision, dict):
+                raise bad_request(f"{param} must be an object", param)
+            if not isinstance(decision.get("tool_call_id"), str):
+                raise bad_request(f"{param}.tool_call_id must be a string", f"{param}.tool_call_id")
             call_id = decision["tool_call_id"]
             item = pending.get(call_id)
             if item is None:
-                raise bad_request(f"{param}: '{call_id}' is not a pending call of this continuation", param)
+                raise bad_request(f"{param}: {quoted(call_id)} is not a pending call of this continuation",
+                                  f"{param}.tool_call_id")
             if call_id in results or call_id in approved:
-                raise bad_request(f"{param}: '{call_id}' has more than one decision", param)
+                raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
             if "output" in decision:
                 output = decision["output"]
                 if not isinstance(output, str):
                     raise bad_request(f"{param}.output must be a string", f"{param}.output")
                 if item["reason"] == "approval":
-                    raise bad_request(f"{param}: '{call_id}' needs approval; answer with 'approve'", param)
+                    raise bad_request(f"{param}: {quoted(call_id)} needs approval; answer with 'approve'", param)
                 results[call_id] = ToolResult("client", output)
             elif isinstance(decision.get("approve"), bool):
                 if decision["approve"]:
                     if item["reason"] != "approval":
-                        raise bad_request(f"{param}: '{call_id}' is a client tool; send its 'output'", param)
+                        raise bad_request(f"{param}: {quoted(call_id)} is a client tool; send its 'output'", param)
                     approved.append(call_id)
                 else:
                     reason = decision.get("reason")
+                    if reason is not None and not isinstance(reason, str):
+                        raise bad_request(f"{param}.reason must be a string", f"{param}.reason")
                     results[call_id] = ToolResult("denied", declined(reason if isinstance(reason, str) else None))
             else:
                 raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
