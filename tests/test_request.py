@@ -63,7 +63,7 @@ def test_caller_values_are_quoted_truncated() -> None:
     with pytest.raises(GatewayError) as caught:
         parse_chat_request(body(messages=[{"role": "x" * 60_000, "content": "hi"}]))
     assert len(caught.value.message) < 300 and "xxx…" in caught.value.message
-    assert quoted("a\nb") == "'a\\nb'" and quoted("é" * 150).endswith("…") and len(quoted("é" * 150)) == 103
+    assert quoted("a\nb") == "'a\\nb'" and quoted("é" * 150).endswith("…'") and len(quoted("é" * 150)) == 103
     assert (quoted([1]), quoted({"a": 1}), quoted(None), quoted(True), quoted(1.5)) == (
         "an array", "an object", "null", "true", "1.5")
 
