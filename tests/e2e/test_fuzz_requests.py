@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.fakes.tool_server import ToolServer
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 
 ROUTES = ["plain", "agent", "solo_claude", "solo_gemini", "solo_primary", "primary/up-model"]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
@@ -152,6 +152,30 @@ def test_deep_nesting_is_fine_or_a_clean_400(http: httpx.Client, fakes: dict[str
         assert response.status_code == 400
     for fake in fakes.values():
         fake.requests.clear()
+
+
+DECISION = st.fixed_dictionaries({}, optional={"tool_call_id": scalars, "approve": scalars, "output": json_values,
+                                              "reason": json_values})
+
+
+@pytest.fixture(scope="module")
+def paused_id(fuzz_gateway: Gateway, fakes: dict[str, FakeUpstream]) -> str:
+    fakes["primary"].queue(Reply(tool_calls=[("delete_record", {"id": "42"}), ("lookup", {"q": "x"})]))
+    paused = fuzz_gateway.client().chat.completions.create(model="agent", messages=BASE_MESSAGES[:2],
+                                                          tools=[LOOKUP])
+    return str(paused.model_extra["gateway"]["continuation_id"])
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=json_values | st.fixed_dictionaries(
+    {"decisions": json_values | st.lists(DECISION, max_size=3)},
+    optional={"stream": scalars, "stream_options": json_values}))
+def test_decision_bodies_never_5xx(http: httpx.Client, paused_id: str, body: Any) -> None:
+    response = http.post(f"/v1/continuations/{paused_id}", content=json.dumps(body).encode())
+    assert response.status_code < 500, (response.status_code, response.text[:500], body)
+    assert response.status_code == 400, "no arbitrary body answers every pending call"
+    assert_openai_error_shape(response)
 
 
 def test_no_traceback_was_logged(fuzz_gateway: Gateway) -> None:
