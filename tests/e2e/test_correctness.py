@@ -3,6 +3,7 @@ history, reasoning pass-back, and a resume whose route is gone."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from typing import Any
@@ -125,6 +126,8 @@ def test_resume_whose_route_is_gone_is_404_both_ways_and_stays_pending(fakes: di
     before = Gateway(gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url,
                                     extra_models=extra)).start()
     try:
+        # Ids unique in the shared Redis: other tests left continuations with the fake's usual call_1_0.
+        fakes["primary"]._ids = itertools.count(time.time_ns())
         fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "x"})]))
         paused = before.client().chat.completions.create(model="temporary", messages=USER, tools=LOOKUP)
     finally:
