@@ -19,7 +19,7 @@ from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.routing.routes import RoutePlan
-from gateway.store.base import Continuation
+from gateway.store.base import Continuation, ContinuationNotFound
 
 PATH = "/v1/continuations"
 
@@ -37,6 +37,17 @@ def resume_plan(runtime: Runtime, stored: Continuation) -> RoutePlan:
     return plan
 
 
+# Ids the gateway issues are far shorter; a longer one cannot exist, and is not echoed back whole.
+MAX_CONTINUATION_ID = 100
+
+
+def _continuation_id(request: Request) -> str:
+    continuation_id: str = request.path_params["id"]
+    if len(continuation_id) > MAX_CONTINUATION_ID:
+        raise ContinuationNotFound(continuation_id[:MAX_CONTINUATION_ID] + "…")
+    return continuation_id
+
+
 def _view(continuation: Continuation) -> dict[str, object]:
     return {"id": continuation.id, "object": "continuation", "status": continuation.status,
             "model": continuation.model, "pending": continuation.pending,
@@ -47,7 +58,7 @@ async def get_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
         key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-        continuation = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
+        continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
         return JSONResponse(orjson.dumps(_view(continuation)))
     except Exception as exc:
         return error_response(to_gateway_error(exc))
@@ -57,7 +68,7 @@ async def delete_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
         key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-        await runtime.store.cancel_continuation(request.path_params["id"], key.tenant)
+        await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
         metrics.CONTINUATIONS.inc("cancelled")
         return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
                                           "deleted": True}))
@@ -84,7 +95,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
             raise bad_request("'stream_options' must be an object", "stream_options")
         include_usage = bool((options or {}).get("include_usage"))
         continuations = runtime.continuations
-        stored = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
+        stored = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
         if stored.status == "resumed":
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))

@@ -140,11 +140,17 @@ def test_raw_bytes_never_5xx(http: httpx.Client, raw: bytes) -> None:
     post(http, raw)
 
 
-@pytest.mark.parametrize("depth", [150, 300, 1100, 5000])
+def test_a_huge_continuation_id_is_a_404_that_does_not_echo_it(http: httpx.Client) -> None:
+    response = http.get("/v1/continuations/" + "c" * 20_000)
+    assert response.status_code == 404 and len(response.text) < 400
+    assert_openai_error_shape(response)
+
+
+@pytest.mark.parametrize("depth", [150, 201, 300, 1100, 5000])
 def test_deep_nesting_is_fine_or_a_clean_400(http: httpx.Client, fakes: dict[str, FakeUpstream], depth: int) -> None:
     nested = "[" * depth + '"x"' + "]" * depth
-    raw = (f'{{"model": "plain", "messages": [{{"role": "user", "content": "hi", "metadata_x": {nested}}}],'
-           f' "user_data": {nested}}}').encode()
+    raw = (f'{{"model": "plain", "messages": [{{"role": "user", "content": [{{"type": "text", "text": "hi", '
+           f'"x": {nested}}}]}}], "user_data": {nested}}}').encode()
     response = post(http, raw)
     if depth <= 150:
         assert response.status_code == 200
