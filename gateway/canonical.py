@@ -10,6 +10,9 @@ OpenAI-compatible endpoint and LiteLLM-style gateways already use:
   verbatim with their signatures.
 * ``tool_call["extra_content"]["google"]["thought_signature"]``: a Gemini thought signature
   bound to the call that carried it.
+* ``message["reasoning_origin"]``: the provider whose answer carried the ``reasoning_content``
+  (set by the loop; ``""`` when the server sent it as ``reasoning``, a field no server takes
+  back), so ``reasoning_passback: auto`` returns reasoning only to where it came from.
 
 Each key is produced by exactly one wire format, so its origin is implied by its name and
 an adapter that does not own a key strips it before sending.
@@ -29,7 +32,7 @@ ToolDef = dict[str, Any]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
-ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "thinking_blocks", "extra_content")
+ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content")
 
 
 @dataclass(slots=True)
@@ -145,6 +148,41 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
     return value
 
 
+def history_arguments(arguments: Any) -> dict[str, Any]:
+    """A history tool call's arguments as the JSON object every provider accepts: ``{}`` when invalid.
+
+    A model sometimes emits arguments that are not a JSON object (cut off at ``max_tokens``, or
+    simply malformed); the loop answered that call with an error result that quotes what it got.
+    Sent back verbatim, the call makes the next request invalid: OpenAI-compatible servers reject
+    a non-JSON ``function.arguments`` with a 400, Anthropic and Gemini need an object for
+    ``input``/``args``. So every adapter sends ``{}`` instead, and the canonical transcript (the
+    store, the client's view) keeps the original text. Not ``{"_raw": ...}``: the error result
+    already shows the model its text, a made-up key in its own history invites the model to
+    imitate it, and a truncated argument string is often the longest thing in the turn.
+    """
+    try:
+        return arguments_object(arguments)
+    except ValueError:
+        return {}
+
+
+def history_arguments_text(arguments: Any) -> str:
+    """``history_arguments`` for OpenAI-format servers: the original text when it is a JSON object, else ``"{}"``.
+
+    The original bytes stay when valid, so a provider's prompt cache sees the history it produced.
+    """
+    if isinstance(arguments, str):
+        try:
+            if isinstance(orjson.loads(arguments), dict):
+                return arguments
+        except orjson.JSONDecodeError:
+            pass
+        return "{}"
+    if isinstance(arguments, dict):
+        return orjson.dumps(arguments).decode()
+    return "{}"
+
+
 def stable_tool_call_id(seed: str, index: int) -> str:
     """A deterministic id for a provider that gave none (Gemini without ids, some compat servers).
 
@@ -223,7 +261,8 @@ class ToolCallAccumulator:
 def strip_artifacts(message: Message) -> Message:
     """A copy of ``message`` without provider artifacts, for strict upstreams and clients."""
     # Plain membership tests, no generators: this runs for every message of every upstream request.
-    if "reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message:
+    if ("reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message
+            and "reasoning_origin" not in message):
         calls = message.get("tool_calls")
         if not calls:
             return message

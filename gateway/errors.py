@@ -39,6 +39,27 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return GatewayError(400, message, "invalid_request_error", param, code)
 
 
+# Caller values quoted in an error message or a log line are cut to this many characters (a 60 KB
+# model name is not echoed back whole, nor written whole to every log line).
+QUOTE_LIMIT = 100
+
+
+def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """A caller value for a message: a string escaped and quoted (``repr``), cut with an ellipsis.
+
+    Containers are named by type only: printing one would mean serialising something of any size
+    and depth just to throw most of it away.
+    """
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else repr(value[:limit] + "…")
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    text = "null" if value is None else "true" if value is True else "false" if value is False else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 # Upstream failure class -> (status, type, code) once no target could answer.
 _UPSTREAM_STATUS: dict[ErrorClass, tuple[int, str, str | None]] = {
     ErrorClass.RATE_LIMITED: (429, "rate_limit_error", "rate_limit_exceeded"),

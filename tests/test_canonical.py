@@ -238,10 +238,10 @@ def test_good_transcripts(messages: list[dict[str, Any]]) -> None:
     # A tool message after a user message that followed a fully answered turn.
     ([USER, assistant("call_1"), tool("call_1"), USER, tool("call_1")], 4, "answers 'call_1'"),
     # Unanswered calls: the assistant's index.
-    ([USER, assistant("call_1", "call_2"), tool("call_1"), USER], 1, "missing: call_2"),
-    ([USER, assistant("call_1"), USER, tool("call_1")], 1, "missing: call_1"),  # user between call and result
-    ([USER, assistant("call_1"), assistant(content="x")], 1, "missing: call_1"),
-    ([USER, assistant(content="a"), assistant("call_2", "call_1")], 2, "missing: call_1, call_2"),  # at the end
+    ([USER, assistant("call_1", "call_2"), tool("call_1"), USER], 1, "missing: 'call_2'"),
+    ([USER, assistant("call_1"), USER, tool("call_1")], 1, "missing: 'call_1'"),  # user between call and result
+    ([USER, assistant("call_1"), assistant(content="x")], 1, "missing: 'call_1'"),
+    ([USER, assistant(content="a"), assistant("call_2", "call_1")], 2, "missing: 'call_1', 'call_2'"),  # at the end
     # Duplicate ids and missing ids/tool_call_ids.
     ([USER, assistant("call_1", "call_1"), tool("call_1")], 1, "duplicate tool call id 'call_1'"),
     ([USER, {"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}], 1, "needs an 'id'"),

@@ -94,6 +94,45 @@ def test_unknown_key_is_a_typo() -> None:
         "models.smart.targts: unknown key (did you mean 'targets'?)")
 
 
+@pytest.mark.parametrize(("find", "replace", "expected"), [
+    ("    retries: 2\n", "    max_tool_result_tokens: 2000\n",
+     "models.smart.max_tool_result_tokens: unknown key (did you mean models.smart.context.max_tool_result_tokens?)"),
+    ("    retries: 2\n", "    request_timeout_s: 30\n",
+     "models.smart.request_timeout_s: unknown key (did you mean routing.request_timeout_s?)"),
+    ("{provider: openai, model: gpt-4.1}", "{provider: openai, model: gpt-4.1, retries: 1}",
+     "models.smart.targets[0].retries: unknown key (did you mean models.smart.retries?)"),
+    ("  smart:\n", "  gpt-4.1:\n", None),  # a route name with a dot: the hint keeps it whole
+    ("max_body_bytes: 1000}", "max_body_bytes: 1000, continuation_ttl_s: 5}",
+     "server.continuation_ttl_s: unknown key (did you mean store.continuation_ttl_s?)"),
+    ("claude: {type: anthropic, api_key: k}", "claude: {type: anthropic, api_key: k, retries: 1}",
+     "providers.claude.retries: unknown key (did you mean models.<name>.retries?)"),
+    ('http: {url: "http://weather.internal/run", timeout_s: 10}', 'url: "http://weather.internal/run"',
+     "tools.get_weather.url: unknown key (did you mean tools.get_weather.http.url?)"),
+])
+def test_a_key_in_the_wrong_section_names_the_right_one(find: str, replace: str, expected: str | None) -> None:
+    if expected is None:
+        text = GOOD.replace(find, replace).replace("    retries: 2\n", "    max_tool_result_tokens: 2000\n")
+        expected = ("models.gpt-4.1.max_tool_result_tokens: unknown key "
+                    "(did you mean models.gpt-4.1.context.max_tool_result_tokens?)")
+    else:
+        text = GOOD.replace(find, replace)
+    assert text != GOOD
+    assert mistake(text) == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", "auto"), ("reasoning_passback: auto", "auto"),
+                                                 ("reasoning_passback: true", True),
+                                                 ("reasoning_passback: 'false'", False)])
+def test_reasoning_passback(value: str, expected: object) -> None:
+    text = GOOD.replace("gemini: {type: gemini, timeout_s: 30}",
+                        "gemini: {type: gemini, timeout_s: 30}\n  ds: {type: openai" + (", " + value if value else "")
+                        + "}")
+    assert parse_config(text, ENV).providers["ds"].reasoning_passback == expected
+    bad = GOOD.replace("gemini: {type: gemini, timeout_s: 30}",
+                       "gemini: {type: gemini, timeout_s: 30}\n  ds: {type: openai, reasoning_passback: 1}")
+    assert mistake(bad) == "providers.ds.reasoning_passback: must be auto, true or false, got 1"
+
+
 def test_wrong_type() -> None:
     message = mistake(GOOD.replace("retries: 2", "retries: two"))
     assert message == "models.smart.retries: expected an integer, got a string"

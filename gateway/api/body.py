@@ -9,6 +9,11 @@ import orjson
 from gateway.api.incoming import Incoming
 from gateway.errors import GatewayError, bad_request
 
+# Arrays and objects nested deeper than this are refused. orjson parses up to 1024 levels but
+# serialises only up to 255, and every upstream request wraps the caller's values a few levels deeper:
+# 200 leaves that room, and no real request comes near it.
+MAX_DEPTH = 200
+
 
 async def read_json(request: Incoming, limit: int) -> Any:
     declared = request.content_length
@@ -35,9 +40,27 @@ async def read_json(request: Incoming, limit: int) -> Any:
     if not raw:
         raise bad_request("the request body is empty; send a JSON object")
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
+    # Only a body with more brackets than the limit can be nested that deep: one C-speed count skips the walk.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(value):
+        raise bad_request(f"the request body is nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _too_deep(value: Any) -> bool:
+    """Is any value nested deeper than MAX_DEPTH? Iterative: the depth is what is in question."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values() if isinstance(child, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
+    return False
 
 
 def _too_large(limit: int) -> GatewayError:

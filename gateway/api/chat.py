@@ -7,6 +7,7 @@ import time
 
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
+from gateway.api.continuations import resume_plan
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
@@ -14,7 +15,7 @@ from gateway.api.request import parse_chat_request
 from gateway.api.respond import finished, respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
+from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import may_resume_way_a
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
@@ -32,7 +33,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         chat = parse_chat_request(body)
         plan = runtime.routes.lookup(chat.model)
         if plan is None:
-            raise GatewayError(404, f"The model '{chat.model}' does not exist. Known models: "
+            raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
         label = plan.metric_label
@@ -40,8 +41,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
                 if tool["function"]["name"] in server:
-                    raise bad_request(f"client tool '{tool['function']['name']}' has the name of a server tool "
-                                      f"of model '{chat.model}'; rename it", f"tools[{index}]")
+                    raise bad_request(f"client tool {quoted(tool['function']['name'])} has the name of a server "
+                                      f"tool of model {quoted(chat.model)}; rename it", f"tools[{index}]")
         headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations
@@ -50,7 +51,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a
-            plan = runtime.routes.lookup(stored.model) or plan
+            plan = resume_plan(runtime, stored)  # before the claim: a refused resume leaves it pending
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)

@@ -17,10 +17,35 @@ from gateway.api.json_response import JSONResponse
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
-from gateway.store.base import Continuation
+from gateway.errors import GatewayError, bad_request, quoted
+from gateway.routing.routes import RoutePlan
+from gateway.store.base import Continuation, ContinuationNotFound
 
 PATH = "/v1/continuations"
+
+
+def resume_plan(runtime: Runtime, stored: Continuation) -> RoutePlan:
+    """The route a continuation resumes on: the one it paused on, by name (ways A and B alike).
+
+    Never the route of the follow-up request: the stored transcript belongs to its own route's
+    tools and targets. Called before the claim, so a refused resume leaves the continuation pending.
+    """
+    plan = runtime.routes.lookup(stored.model)
+    if plan is None:
+        raise GatewayError(404, f"the model {quoted(stored.model)} of continuation {stored.id} is no longer "
+                           "configured", param="model", code="model_not_found")
+    return plan
+
+
+# Ids the gateway issues are far shorter; a longer one cannot exist, and is not echoed back whole.
+MAX_CONTINUATION_ID = 100
+
+
+def _continuation_id(request: Request) -> str:
+    continuation_id: str = request.path_params["id"]
+    if len(continuation_id) > MAX_CONTINUATION_ID:
+        raise ContinuationNotFound(continuation_id[:MAX_CONTINUATION_ID] + "…")
+    return continuation_id
 
 
 def _view(continuation: Continuation) -> dict[str, object]:
@@ -33,7 +58,7 @@ async def get_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
         key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-        continuation = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
+        continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
         return JSONResponse(orjson.dumps(_view(continuation)))
     except Exception as exc:
         return error_response(to_gateway_error(exc))
@@ -43,7 +68,7 @@ async def delete_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
         key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-        await runtime.store.cancel_continuation(request.path_params["id"], key.tenant)
+        await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
         metrics.CONTINUATIONS.inc("cancelled")
         return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
                                           "deleted": True}))
@@ -60,20 +85,21 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
+        stream = body.get("stream")
+        if stream is None:
+            stream = False
+        elif not isinstance(stream, bool):
             raise bad_request("'stream' must be a boolean", "stream")
-        options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            raise bad_request("'stream_options' must be an object", "stream_options")
+        include_usage = bool((options or {}).get("include_usage"))
         continuations = runtime.continuations
-        stored = await runtime.store.get_continuation(request.path_params["id"], key.tenant)
+        stored = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
         if stored.status == "resumed":
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
-        plan = runtime.routes.lookup(stored.model)
-        if plan is None:
-            raise GatewayError(404, f"the model '{stored.model}' of this continuation is no longer configured",
-                               code="model_not_found")
+        plan = resume_plan(runtime, stored)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 ProviderType = Literal["openai", "anthropic", "gemini", "litellm"]
 PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm")
+ReasoningPassback = bool | Literal["auto"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +58,9 @@ class ProviderConfig:
     default_max_tokens: int = 4096
     # Azure OpenAI: deployment-style URL and the api-key header.
     api_version: str | None = None
-    # OpenAI-format servers that require reasoning_content back on assistant turns (DeepSeek).
-    reasoning_passback: bool = False
+    # Whether assistant turns go back to this OpenAI-format server with their ``reasoning_content``:
+    # "auto" (only to the target that produced it; see providers/openai.py), True (always), False (never).
+    reasoning_passback: ReasoningPassback = "auto"
     # Callers may name PROVIDER/UPSTREAM_MODEL directly (any upstream model, no failover, no tools).
     direct: bool = True
 

@@ -20,6 +20,7 @@ from gateway.config.model import (
     HttpToolConfig,
     McpServerConfig,
     ProviderConfig,
+    ReasoningPassback,
     RouteConfig,
     RoutingConfig,
     ServerConfig,
@@ -41,6 +42,31 @@ class ConfigError(Exception):
         self.problem = problem
 
 
+# The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
+# table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
+_TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
+_SERVER_KEYS = {"host", "port", "max_body_bytes", "workers"}
+_AUTH_KEYS = {"keys"}
+_API_KEY_KEYS = {"key", "tenant", "headless"}
+_STORE_KEYS = {"url", "continuation_ttl_s"}
+_PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
+                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct"}
+_TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
+_HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
+_MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
+_ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
+_TARGET_KEYS = {"provider", "model"}
+_CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
+_ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
+                 "request_timeout_s"}
+_SECTIONS: tuple[tuple[str, set[str]], ...] = (
+    ("", _TOP_KEYS), ("server", _SERVER_KEYS), ("auth", _AUTH_KEYS), ("auth.keys[N]", _API_KEY_KEYS),
+    ("store", _STORE_KEYS), ("providers.NAME", _PROVIDER_KEYS), ("tools.NAME", _TOOL_KEYS),
+    ("tools.NAME.http", _HTTP_TOOL_KEYS), ("mcp_servers.NAME", _MCP_KEYS), ("models.NAME", _ROUTE_KEYS),
+    ("models.NAME.targets[N]", _TARGET_KEYS), ("models.NAME.context", _CONTEXT_KEYS), ("routing", _ROUTING_KEYS),
+)
+
+
 def _mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
     if value is None:
         return {}
@@ -48,9 +74,38 @@ def _mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
         raise ConfigError(path, f"expected a mapping, got {_kind(value)}")
     for key in value:
         if key not in allowed:
-            hint = _closest(str(key), allowed)
+            hint = _elsewhere(str(key), path, allowed) or _closest(str(key), allowed)
             raise ConfigError(f"{path}.{key}" if path else str(key), "unknown key" + hint)
     return value
+
+
+def _elsewhere(key: str, path: str, allowed: set[str]) -> str:
+    """`` (did you mean models.x.context.KEY?)`` when ``key`` belongs to another section, else ``""``.
+
+    The section sharing most of this one's path wins (a route key that belongs in its ``context``,
+    a target key that belongs to its route); the shared part is filled in from ``path``.
+    """
+    here = next((template for template, keys in _SECTIONS if keys is allowed), None)
+    if here is None:
+        return ""
+    ours = here.split(".") if here else []
+    best: tuple[int, list[str]] | None = None
+    for template, keys in _SECTIONS:
+        if key not in keys or keys is allowed:
+            continue
+        theirs = template.split(".") if template else []
+        shared = 0
+        while shared < min(len(ours), len(theirs)) and ours[shared] == theirs[shared]:
+            shared += 1
+        if best is None or shared > best[0]:
+            best = (shared, theirs)
+    if best is None:
+        return ""
+    shared, theirs = best
+    # Names may contain dots (a route called gpt-4.1): cut the fixed-word tail off the path, not its head.
+    prefix = [path.rsplit(".", len(ours) - shared)[0] if len(ours) > shared else path] if shared else []
+    where = ".".join([*prefix, *theirs[shared:], key]).replace("NAME", "<name>").replace("[N]", "[<n>]")
+    return f" (did you mean {where}?)"
 
 
 def _closest(word: str, choices: set[str]) -> str:
@@ -117,7 +172,7 @@ def _one_line(text: str, path: str) -> str:
 
 
 def _server(raw: Any) -> ServerConfig:
-    section = _mapping(raw, "server", {"host", "port", "max_body_bytes", "workers"})
+    section = _mapping(raw, "server", _SERVER_KEYS)
     port = _get(section, "port", "server", int, 8080)
     if not 0 < port < 65536:
         raise ConfigError("server.port", f"must be between 1 and 65535, got {port}")
@@ -131,13 +186,13 @@ def _server(raw: Any) -> ServerConfig:
 
 
 def _auth(raw: Any) -> AuthConfig:
-    section = _mapping(raw, "auth", {"keys"})
+    section = _mapping(raw, "auth", _AUTH_KEYS)
     keys = _get(section, "keys", "auth", list, [])
     parsed: list[ApiKey] = []
     seen: set[str] = set()
     for i, entry in enumerate(keys):
         path = f"auth.keys[{i}]"
-        item = _mapping(entry, path, {"key", "tenant", "headless"})
+        item = _mapping(entry, path, _API_KEY_KEYS)
         key = _get(item, "key", path, str, "")
         if not key:
             raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
@@ -152,7 +207,7 @@ def _auth(raw: Any) -> AuthConfig:
 
 
 def _store(raw: Any) -> StoreConfig:
-    section = _mapping(raw, "store", {"url", "continuation_ttl_s"})
+    section = _mapping(raw, "store", _STORE_KEYS)
     url = _get(section, "url", "store", str, "memory://")
     if not url.startswith(("memory://", "redis://", "rediss://", "unix://")):
         raise ConfigError("store.url", f"unsupported store '{url}' (use memory:// or redis://HOST:PORT/DB)")
@@ -160,8 +215,6 @@ def _store(raw: Any) -> StoreConfig:
     return StoreConfig(url=url, continuation_ttl_s=int(_positive(ttl, "store.continuation_ttl_s")))
 
 
-_PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
-                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct"}
 _DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
@@ -199,14 +252,25 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
         default_max_tokens=int(_positive(_get(section, "default_max_tokens", path, int, 4096),
                                          f"{path}.default_max_tokens")),
         api_version=_get(section, "api_version", path, str, None),
-        reasoning_passback=_get(section, "reasoning_passback", path, bool, False),
+        reasoning_passback=_passback(section.get("reasoning_passback", "auto"), f"{path}.reasoning_passback"),
         direct=_get(section, "direct", path, bool, True),
     )
 
 
+def _passback(value: Any, path: str) -> ReasoningPassback:
+    """``auto`` | ``true`` | ``false``; the strings too, as an environment variable delivers them."""
+    if value is None or value == "auto":
+        return "auto"
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(path, f"must be auto, true or false, got {value!r}")
+
+
 def _tool(name: str, raw: Any) -> ToolConfig:
     path = f"tools.{name}"
-    section = _mapping(raw, path, {"description", "parameters", "http", "python", "approval", "timeout_s"})
+    section = _mapping(raw, path, _TOOL_KEYS)
     params = _get(section, "parameters", path, dict, {"type": "object", "properties": {}})
     if params.get("type", "object") != "object":
         raise ConfigError(f"{path}.parameters", "must be a JSON Schema of type object")
@@ -218,7 +282,7 @@ def _tool(name: str, raw: Any) -> ToolConfig:
     http = None
     if http_raw is not None:
         hpath = f"{path}.http"
-        hsec = _mapping(http_raw, hpath, {"url", "timeout_s", "headers"})
+        hsec = _mapping(http_raw, hpath, _HTTP_TOOL_KEYS)
         url = _get(hsec, "url", hpath, str, "")
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -256,7 +320,7 @@ def _check_schema(schema: dict[str, Any], path: str) -> None:
 
 def _mcp_server(name: str, raw: Any) -> McpServerConfig:
     path = f"mcp_servers.{name}"
-    section = _mapping(raw, path, {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"})
+    section = _mapping(raw, path, _MCP_KEYS)
     url = _get(section, "url", path, str, None)
     command = _get(section, "command", path, list, None)
     if (url is None) == (command is None):
@@ -285,15 +349,14 @@ def _mcp_server(name: str, raw: Any) -> McpServerConfig:
 def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
            mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
     path = f"models.{name}"
-    section = _mapping(raw, path, {"targets", "tools", "max_tool_iterations", "context_window", "retries",
-                                   "tool_concurrency", "context"})
+    section = _mapping(raw, path, _ROUTE_KEYS)
     raw_targets = _get(section, "targets", path, list, None)
     if not raw_targets:
         raise ConfigError(f"{path}.targets", "needs at least one target")
     targets = []
     for i, entry in enumerate(raw_targets):
         tpath = f"{path}.targets[{i}]"
-        item = _mapping(entry, tpath, {"provider", "model"})
+        item = _mapping(entry, tpath, _TARGET_KEYS)
         provider = _get(item, "provider", tpath, str, "")
         if provider not in providers:
             hint = _closest(provider, set(providers))
@@ -320,8 +383,7 @@ def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dic
             tool_names.append(tool)
     iterations = _get(section, "max_tool_iterations", path, int, 25)
     window = _get(section, "context_window", path, int, None)
-    ctx_raw = _mapping(section.get("context"), f"{path}.context",
-                       {"threshold", "compress_with", "max_tool_result_tokens"})
+    ctx_raw = _mapping(section.get("context"), f"{path}.context", _CONTEXT_KEYS)
     threshold = _get(ctx_raw, "threshold", f"{path}.context", float, 0.8)
     if not 0 < threshold <= 1:
         raise ConfigError(f"{path}.context.threshold", f"must be in (0, 1], got {threshold}")
@@ -344,8 +406,7 @@ def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dic
 
 
 def _routing(raw: Any) -> RoutingConfig:
-    section = _mapping(raw, "routing", {"backoff_base_s", "backoff_max_s", "retry_after_cap_s",
-                                        "breaker_failures", "breaker_cooldown_s", "request_timeout_s"})
+    section = _mapping(raw, "routing", _ROUTING_KEYS)
     defaults = RoutingConfig()
 
     def number(key: str) -> float:
@@ -373,7 +434,7 @@ def _named(raw: Any, section: str, build: Callable[[str, Any], T]) -> dict[str, 
 
 
 def build_config(raw: dict[str, Any]) -> Config:
-    _mapping(raw, "", {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"})
+    _mapping(raw, "", _TOP_KEYS)
     providers = _named(raw.get("providers"), "providers", _provider)
     tools = _named(raw.get("tools"), "tools", _tool)
     mcp_servers = _named(raw.get("mcp_servers"), "mcp_servers", _mcp_server)

@@ -15,13 +15,16 @@ again.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
+
 from gateway import metrics
 from gateway.canonical import Message, ToolCall, text_of
-from gateway.errors import bad_request
+from gateway.errors import bad_request, quoted
 from gateway.loop.artifacts import artifacts_of
 from gateway.loop.engine import (
     ExecuteHook,
@@ -42,11 +45,59 @@ from gateway.tools.executor import run_tool
 # A claim outlives the longest possible resume (the request deadline) by this much, so a live
 # resume never loses its claim, and a replica that dies mid-resume frees it soon after.
 CLAIM_LEASE_MARGIN_S = 60.0
+# Way A looks up at most this many trailing tool-call ids in the store: a paused turn's results come
+# last, and a follow-up with thousands of tool messages must not cost thousands of store round trips.
+MAX_WAY_A_LOOKUPS = 32
+
+log = logging.getLogger("loopgate.continuations")
 
 
 def declined(reason: str | None) -> str:
     text = "The user declined to run this tool call."
     return f"{text} Reason: {reason}" if reason else text
+
+
+def same_arguments(sent: Any, stored: Any) -> bool:
+    """Are two tool-call argument strings the same call? Compared as parsed JSON, else as text.
+
+    Clients re-serialise the assistant message they send back (compact separators, non-ASCII
+    unescaped, keys reordered), so bytes differ for the very same call. When either side is not
+    valid JSON there is no value to compare, and the text must match exactly.
+    """
+    sent = sent or "{}"
+    stored = stored or "{}"
+    if sent == stored:
+        return True
+    if not isinstance(sent, str) or not isinstance(stored, str):
+        return False
+    try:
+        return _same_json(orjson.loads(sent), orjson.loads(stored))
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _same_json(left: Any, right: Any) -> bool:
+    """JSON equality: key order is free, ``true`` is not ``1``, ``1.0`` is ``1`` (a JavaScript client writes 1).
+
+    Iterative, so arguments nested as deep as the parser allows cannot exhaust the stack.
+    """
+    stack = [(left, right)]
+    while stack:
+        a, b = stack.pop()
+        if isinstance(a, dict):
+            if not isinstance(b, dict) or a.keys() != b.keys():
+                return False
+            stack.extend((value, b[key]) for key, value in a.items())
+        elif isinstance(a, list):
+            if not isinstance(b, list) or len(a) != len(b):
+                return False
+            stack.extend(zip(a, b, strict=True))
+        elif isinstance(a, bool) or isinstance(b, bool):
+            if a is not b:
+                return False
+        elif isinstance(b, (dict, list)) or a != b:
+            return False
+    return True
 
 
 def may_resume_way_a(messages: list[Message]) -> bool:
@@ -123,28 +174,33 @@ class Continuations:
         approved: list[str] = []
         for index, decision in enumerate(decisions):
             param = f"decisions[{index}]"
-            if not isinstance(decision, dict) or not isinstance(decision.get("tool_call_id"), str):
-                raise bad_request(f"{param} needs a 'tool_call_id'", param)
+            if not isinstance(decision, dict):
+                raise bad_request(f"{param} must be an object", param)
+            if not isinstance(decision.get("tool_call_id"), str):
+                raise bad_request(f"{param}.tool_call_id must be a string", f"{param}.tool_call_id")
             call_id = decision["tool_call_id"]
             item = pending.get(call_id)
             if item is None:
-                raise bad_request(f"{param}: '{call_id}' is not a pending call of this continuation", param)
+                raise bad_request(f"{param}: {quoted(call_id)} is not a pending call of this continuation",
+                                  f"{param}.tool_call_id")
             if call_id in results or call_id in approved:
-                raise bad_request(f"{param}: '{call_id}' has more than one decision", param)
+                raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
             if "output" in decision:
                 output = decision["output"]
                 if not isinstance(output, str):
                     raise bad_request(f"{param}.output must be a string", f"{param}.output")
                 if item["reason"] == "approval":
-                    raise bad_request(f"{param}: '{call_id}' needs approval; answer with 'approve'", param)
+                    raise bad_request(f"{param}: {quoted(call_id)} needs approval; answer with 'approve'", param)
                 results[call_id] = ToolResult("client", output)
             elif isinstance(decision.get("approve"), bool):
                 if decision["approve"]:
                     if item["reason"] != "approval":
-                        raise bad_request(f"{param}: '{call_id}' is a client tool; send its 'output'", param)
+                        raise bad_request(f"{param}: {quoted(call_id)} is a client tool; send its 'output'", param)
                     approved.append(call_id)
                 else:
                     reason = decision.get("reason")
+                    if reason is not None and not isinstance(reason, str):
+                        raise bad_request(f"{param}.reason must be a string", f"{param}.reason")
                     results[call_id] = ToolResult("denied", declined(reason if isinstance(reason, str) else None))
             else:
                 raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
@@ -158,7 +214,8 @@ class Continuations:
 
         None means an ordinary stateless conversation: no trailing tool messages, ids that match no
         live continuation of this tenant (expired and cancelled ones included), or a paused turn that
-        is not the one the client sent back.
+        is not the one the client sent back. The last case is logged: it is either a reused id or a
+        client that changed the paused turn, and either way the continuation stays pending.
         """
         if not may_resume_way_a(messages):
             return None
@@ -169,7 +226,10 @@ class Continuations:
             stored = await self.store.get_continuation(match[0], tenant)
         except ContinuationNotFound:
             return None  # expired or cancelled between the index lookup and now
-        if not self.history_matches(stored, messages):
+        problem = self.history_mismatch(stored, messages)
+        if problem is not None:
+            log.warning("way-A follow-up names continuation %s but does not match it (%s); answered statelessly, "
+                        "the continuation stays pending", stored.id, problem)
             return None
         return stored, self.outputs_to_results(stored, match[1])
 
@@ -181,34 +241,37 @@ class Continuations:
                 break
             content = message.get("content")
             trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
-        if not trailing:
-            return None
-        for call_id in trailing:
+        for call_id in list(trailing)[:MAX_WAY_A_LOOKUPS]:
             found = await self.store.find_continuation_by_tool_call(tenant, call_id)
             if found is not None:
                 return found, trailing
         return None
 
     @staticmethod
-    def history_matches(continuation: Continuation, messages: list[Message]) -> bool:
-        """Does the client's paused assistant turn hold exactly the stored pending calls?
+    def history_mismatch(continuation: Continuation, messages: list[Message]) -> str | None:
+        """Why the client's paused assistant turn is not the stored one; None when it holds exactly its pending calls.
 
         Guards way A against servers that reuse tool-call ids (``call_0``) across conversations:
-        an id alone must not pull another conversation's continuation into this one.
+        an id alone must not pull another conversation's continuation into this one. Arguments
+        are compared as JSON values, not bytes: clients re-serialise the message they send back.
         """
         index = len(messages) - 1
         while index >= 0 and messages[index].get("role") == "tool":
             index -= 1
         if index < 0 or messages[index].get("role") != "assistant":
-            return False
-        sent = {c.get("id"): c.get("function", {}) for c in messages[index].get("tool_calls") or ()}
+            return "no assistant message before the tool messages"
+        sent = {c.get("id"): c.get("function") for c in messages[index].get("tool_calls") or ()
+                if isinstance(c, dict)}
         for item in continuation.pending:
-            function = sent.get(item["tool_call_id"])
-            if function is None or function.get("name") != item["name"]:
-                return False
-            if (function.get("arguments") or "{}") != (item["arguments"] or "{}"):
-                return False
-        return True
+            call_id = item["tool_call_id"]
+            function = sent.get(call_id)
+            if not isinstance(function, dict):
+                return f"the assistant message has no tool call {quoted(call_id)}"
+            if function.get("name") != item["name"]:
+                return f"tool call {quoted(call_id)} names {quoted(function.get('name'))}, not {quoted(item['name'])}"
+            if not same_arguments(function.get("arguments"), item["arguments"]):
+                return f"tool call {quoted(call_id)} has other arguments: {quoted(function.get('arguments'))}"
+        return None
 
     @staticmethod
     def outputs_to_results(continuation: Continuation, outputs: dict[str, str]) -> dict[str, ToolResult]:

@@ -265,6 +265,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         state.iterations += 1
         state.usage.add(response.usage)
         state.answered_by.append(answer.target.label)
+        if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto
+            response.message.setdefault("reasoning_origin", answer.target.provider.name)
         if context is not None:
             context.observe(answer.target.label, answer.target.model, messages, tool_defs,
                             response.usage.prompt_tokens)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.canonical import Message
+from gateway.errors import quoted
 
 ToolStatus = Literal["ok", "error", "denied", "skipped", "client"]
 
@@ -28,6 +29,12 @@ class PairingError(ValueError):
     def __init__(self, index: int, message: str) -> None:
         super().__init__(message)
         self.index = index
+
+
+def _listed(ids: set[str], limit: int = 5) -> str:
+    """Caller ids for a message: a few, each quoted and cut."""
+    shown = ", ".join(quoted(i) for i in sorted(ids)[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 def tool_turn(assistant: Message, results: dict[str, ToolResult]) -> list[Message]:
@@ -57,12 +64,12 @@ def pairing_problem(messages: list[Message]) -> PairingError | None:
             if not isinstance(tool_call_id, str) or not tool_call_id:
                 return PairingError(index, f"messages[{index}]: a 'tool' message needs a 'tool_call_id'")
             if tool_call_id not in open_ids:
-                return PairingError(index, f"messages[{index}]: 'tool' message answers '{tool_call_id}', which no "
-                                    "preceding assistant 'tool_calls' left unanswered")
+                return PairingError(index, f"messages[{index}]: 'tool' message answers {quoted(tool_call_id)}, which "
+                                    "no preceding assistant 'tool_calls' left unanswered")
             open_ids.discard(tool_call_id)
             continue
         if open_ids:
-            missing = ", ".join(sorted(open_ids))
+            missing = _listed(open_ids)
             return PairingError(open_at, f"messages[{open_at}]: an assistant message with 'tool_calls' must be "
                                 f"followed by tool messages answering each id; missing: {missing}")
         if role == "assistant" and message.get("tool_calls"):
@@ -72,11 +79,11 @@ def pairing_problem(messages: list[Message]) -> PairingError | None:
                 if not isinstance(call_id, str) or not call_id:
                     return PairingError(index, f"messages[{index}]: every tool call needs an 'id'")
                 if call_id in open_ids:
-                    return PairingError(index, f"messages[{index}]: duplicate tool call id '{call_id}'")
+                    return PairingError(index, f"messages[{index}]: duplicate tool call id {quoted(call_id)}")
                 open_ids.add(call_id)
             open_at = index
     if open_ids:
-        missing = ", ".join(sorted(open_ids))
+        missing = _listed(open_ids)
         return PairingError(open_at, f"messages[{open_at}]: an assistant message with 'tool_calls' must be "
                             f"followed by tool messages answering each id; missing: {missing}")
     return None

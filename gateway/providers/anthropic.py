@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, arguments_object, text_of
+from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, history_arguments, text_of
 from gateway.config.model import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.anthropic_stream import (
@@ -181,13 +181,8 @@ def _tool_use(call: Any, where: str) -> dict[str, Any]:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
         raise _bad(f"{where}: a tool call needs an id and a function name")
-    try:
-        tool_input = arguments_object(function.get("arguments"))
-    except ValueError as problem:
-        raise _bad(f"{where} ({function['name']}): arguments {problem}; Anthropic needs the tool input as a "
-                   "JSON object") from None
     return {"type": "tool_use", "id": sanitize_tool_id(str(call["id"])), "name": function["name"],
-            "input": tool_input}
+            "input": history_arguments(function.get("arguments"))}
 
 
 def _assistant_blocks(message: Message, where: str) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, arguments_object, text_of
+from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, history_arguments, text_of
 from gateway.config.model import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
@@ -238,12 +238,8 @@ def _google(holder: Mapping[str, Any]) -> Mapping[str, Any]:
 def _call_part(call: ToolCall, where: str) -> dict[str, Any]:
     function = call.get("function") or {}
     name = function.get("name") or ""
-    try:
-        args = arguments_object(function.get("arguments"))
-    except ValueError as problem:
-        raise _bad_request(f"{where}: arguments of tool call '{name}' ({call.get('id')}) {problem}") from None
     google = _google(call)
-    function_call: dict[str, Any] = {"name": name, "args": args}
+    function_call: dict[str, Any] = {"name": name, "args": history_arguments(function.get("arguments"))}
     if google.get("function_call_id"):
         function_call = {"id": google["function_call_id"], **function_call}
     part: dict[str, Any] = {"functionCall": function_call}

@@ -1,8 +1,9 @@
 """OpenAI Chat Completions and every server that speaks it (vLLM, Ollama, Groq, DeepSeek, Azure).
 
 The canonical transcript is already this shape, so translation is mostly *removal*: artifacts
-owned by other wire formats are stripped, and ``reasoning_content`` goes back only to servers
-that require it (``reasoning_passback``; DeepSeek answers 400 without it, others reject it).
+owned by other wire formats are stripped, and ``reasoning_content`` goes back per ``reasoning_passback``:
+by default (``auto``) only to the provider that produced it, for the current request's tool-call turns
+(DeepSeek answers 400 without it there; strict servers such as Groq answer 400 to the field).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gateway.canonical import (
     TextDelta,
     ToolCallAccumulator,
     Usage,
+    history_arguments_text,
     normalize_finish_reason,
     strip_artifacts,
     text_of,
@@ -61,24 +63,81 @@ def _keeps_call_extra(base_url: str) -> bool:
     return any(host in base_url for host in _SIGNATURE_PASSBACK_HOSTS)
 
 
+# Reasoning that arrived as ``reasoning`` (Groq, OpenRouter, Ollama), not ``reasoning_content``: its origin
+# is this marker, which names no provider, so ``auto`` never sends it back (Groq answers 400 to either field).
+_REASONING_NOT_TAKEN_BACK = ""
+
+
 def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Message]:
+    """The transcript as this server takes it: foreign artifacts stripped, reasoning per ``reasoning_passback``.
+
+    History tool calls whose arguments are not a JSON object go as ``{}`` (``history_arguments``):
+    OpenAI-compatible servers answer 400 to invalid JSON there.
+    """
     keep_call_extra = _keeps_call_extra(provider.base_url)
-    if not provider.reasoning_passback and not keep_call_extra:
-        return [strip_artifacts(m) for m in messages]
+    passback = provider.reasoning_passback
+    owned: int | None = None
+    if passback == "auto":
+        owned = _current_turn_start(provider.name, messages)
+        passback = owned is not None
     out = []
-    for message in messages:
+    for position, message in enumerate(messages):
         clean = strip_artifacts(message)
-        if keep_call_extra and clean is not message and message.get("tool_calls"):
-            clean = {**clean, "tool_calls": message["tool_calls"]}
-        if not provider.reasoning_passback:
+        calls = message.get("tool_calls")
+        if calls:
+            if keep_call_extra and clean is not message:
+                clean = {**clean, "tool_calls": calls}
+            clean = _valid_arguments(clean)
+        if not passback:
             out.append(clean)
             continue
-        if message.get("role") == "assistant" and message.get("tool_calls"):
+        if owned is not None:  # auto: only the current turn's tool calls, only this provider's own reasoning
+            if calls and position > owned:
+                mine = message.get("reasoning_origin") == provider.name
+                clean = {**clean, "reasoning_content": (message.get("reasoning_content") or "") if mine else ""}
+        elif message.get("role") == "assistant" and calls:
             clean = {**clean, "reasoning_content": message.get("reasoning_content") or ""}
         elif "reasoning_content" in message:
             clean = {**clean, "reasoning_content": message["reasoning_content"]}
         out.append(clean)
     return out
+
+
+def _current_turn_start(provider_name: str, messages: list[Message]) -> int | None:
+    """``auto``: the index of the last user message when a tool-call turn after it has this provider's reasoning.
+
+    None means nothing to pass back: reasoning goes only to the provider that produced it, and only
+    for the tool-call turns of the current request (after the last user message), where DeepSeek,
+    Kimi and vLLM reasoning parsers need it; every tool-call turn there then carries the field
+    (``""`` when it has no reasoning of this provider), as DeepSeek requires.
+    """
+    found = False
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        role = message.get("role")
+        if role == "user":
+            return position if found else None
+        if (role == "assistant" and message.get("reasoning_origin") == provider_name
+                and message.get("reasoning_content") and message.get("tool_calls")):
+            found = True
+    return -1 if found else None
+
+
+def _valid_arguments(message: Message) -> Message:
+    """``message`` with every tool call's arguments a JSON object string (a copy only when one was not)."""
+    calls = message["tool_calls"]
+    fixed = None
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        arguments = function.get("arguments")
+        text = history_arguments_text(arguments)
+        if text is not arguments:
+            if fixed is None:
+                fixed = list(calls)
+            fixed[index] = {**call, "function": {**function, "arguments": text}}
+    return message if fixed is None else {**message, "tool_calls": fixed}
 
 
 def parse_usage(raw: Mapping[str, Any] | None) -> Usage:
@@ -114,11 +173,13 @@ def _in_stream_error(error: Any) -> ProviderError:
 
 
 class OpenAIStreamParser:
-    __slots__ = ("_calls", "_done", "_finish", "_id", "_model", "_reasoning", "_refusal", "_text", "_usage")
+    __slots__ = ("_calls", "_done", "_finish", "_id", "_model", "_reasoning", "_reasoning_taken_back", "_refusal",
+                 "_text", "_usage")
 
     def __init__(self) -> None:
         self._text: list[str] = []
         self._reasoning: list[str] = []
+        self._reasoning_taken_back = True  # False once it arrives as ``reasoning``: see _REASONING_NOT_TAKEN_BACK
         self._refusal: list[str] = []
         self._calls = ToolCallAccumulator()
         self._finish: FinishReason | None = None
@@ -164,6 +225,8 @@ class OpenAIStreamParser:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning and isinstance(reasoning, str):
                 self._reasoning.append(reasoning)
+                if not delta.get("reasoning_content"):
+                    self._reasoning_taken_back = False
                 deltas.append(ReasoningDelta(reasoning))
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") or {}
@@ -183,6 +246,8 @@ class OpenAIStreamParser:
             message["tool_calls"] = calls
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
+            if not self._reasoning_taken_back:
+                message["reasoning_origin"] = _REASONING_NOT_TAKEN_BACK
         return ModelResponse(
             message=message,
             finish_reason=normalize_finish_reason(self._finish, bool(calls)),
@@ -250,6 +315,8 @@ class OpenAIAdapter:
         reasoning = native.get("reasoning_content") or native.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             message["reasoning_content"] = reasoning
+            if not native.get("reasoning_content"):
+                message["reasoning_origin"] = _REASONING_NOT_TAKEN_BACK
         return ModelResponse(
             message=message,
             finish_reason=normalize_finish_reason(_FINISH.get(choice.get("finish_reason") or ""),

@@ -41,7 +41,8 @@ class RoutePlan:
 
 
 def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
-    return any(t.provider.type in ("anthropic", "gemini") or t.provider.reasoning_passback for t in targets)
+    return any(t.provider.type in ("anthropic", "gemini") or t.provider.reasoning_passback is not False
+               for t in targets)
 
 
 class RouteTable:

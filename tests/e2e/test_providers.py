@@ -165,10 +165,20 @@ def test_deepseek_reasoning_is_passed_back(fakes: dict[str, FakeUpstream]) -> No
         gw.stop()
 
 
-def test_reasoning_is_not_sent_to_strict_openai_servers(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
-    fakes["primary"].queue(Reply(reasoning="hmm", tool_calls=[("get_weather", {"city": "Paris"})]), Reply(text="ok"))
-    gateway.client().chat.completions.create(model="agent", messages=USER)
-    assert all("reasoning_content" not in m for m in fakes["primary"].bodies[1]["messages"])
+def test_reasoning_passback_false_never_sends_it(fakes: dict[str, FakeUpstream]) -> None:
+    """A strict server that returns reasoning_content but rejects it back: ``reasoning_passback: false``."""
+    from tests.e2e.conftest import gateway_config
+
+    config = gateway_config(fakes).replace("primary: {type: openai,",
+                                           "primary: {type: openai, reasoning_passback: false,")
+    gw = Gateway(config).start()
+    try:
+        fakes["primary"].queue(Reply(reasoning="hmm", tool_calls=[("get_weather", {"city": "Paris"})]),
+                               Reply(text="ok"))
+        gw.client().chat.completions.create(model="agent", messages=USER)
+        assert all("reasoning_content" not in m for m in fakes["primary"].bodies[1]["messages"])
+    finally:
+        gw.stop()
 
 
 def _client_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str,

@@ -35,8 +35,9 @@ _RESULT_BLOCKS = {"text", "image", "document", "search_result"}
 _TOOL_KEYS = {"name", "description", "input_schema", "strict", "cache_control", "input_examples", "type"}
 _CHOICES = {"auto", "any", "tool", "none"}
 _THINKING = ("thinking", "redacted_thinking")
-_FOREIGN = {"reasoning_content", "thinking_blocks", "extra_content", "tool_calls", "tool_call_id", "image_url",
-            "function", "parameters", "response_format", "reasoning_effort", "stream_options"}
+_FOREIGN = {"reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content", "tool_calls",
+            "tool_call_id", "image_url", "function", "parameters", "response_format", "reasoning_effort",
+            "stream_options"}
 # Values that are free-form JSON (tool input, JSON Schema): their keys are user data, not fields.
 _OPAQUE = {"input", "input_schema", "schema"}
 _ID = re.compile(r"[a-zA-Z0-9_-]+")

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-_FOREIGN = ("thinking_blocks", "extra_content")
+import orjson
+
+_FOREIGN = ("thinking_blocks", "extra_content", "reasoning_origin")
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(orjson.loads(text), dict)
+    except orjson.JSONDecodeError:
+        return False
 
 
 def openai_request_problems(body: dict[str, Any], model: str = "") -> list[str]:
@@ -38,6 +47,9 @@ def openai_request_problems(body: dict[str, Any], model: str = "") -> list[str]:
                 arguments = call.get("function", {}).get("arguments")
                 if not isinstance(arguments, str):
                     problems.append(f"messages[{index}]: tool call arguments must be a string")
+                elif not _json_object(arguments):
+                    # vLLM, SGLang and other compat servers parse them for the chat template: 400.
+                    problems.append(f"messages[{index}]: tool call arguments are not a valid JSON object")
                 waiting.add(call.get("id"))
     if waiting:
         problems.append(f"tool_call_ids without response messages: {', '.join(sorted(waiting))}")

@@ -223,11 +223,73 @@ def test_foreign_artifacts_are_always_stripped(provider: ProviderConfig) -> None
     assert b"thinking_blocks" not in raw and b"extra_content" not in raw and b"thought_signature" not in raw
     assistant = orjson.loads(raw)["messages"][1]
     assert assistant["tool_calls"] == [call("call_1")]
-    if provider.reasoning_passback:
+    if provider.reasoning_passback is True:
         assert assistant["reasoning_content"] == "I should check."
     else:
         assert "reasoning_content" not in assistant
     assert messages == original
+
+
+@pytest.mark.parametrize("arguments", ['{"city": "Par', "not json", "[1, 2]", '"Paris"', "", None])
+def test_malformed_history_arguments_go_as_an_empty_object(arguments: Any) -> None:
+    """A model's invalid arguments (answered with an error result) would make a strict server answer 400."""
+    messages = [USER, {"role": "assistant", "content": None, "tool_calls": [call("call_1", arguments=arguments),
+                                                                              call("call_2")]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "invalid arguments"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "rain"}]
+    original = copy.deepcopy(messages)
+    sent = build(messages, tools=[WEATHER_TOOL])["messages"][1]["tool_calls"]  # build() applies the strict rules
+    assert [c["function"]["arguments"] for c in sent] == ["{}", '{"city": "Paris"}']
+    assert messages == original  # the transcript keeps what the model emitted
+
+
+def test_valid_history_arguments_keep_their_bytes() -> None:
+    arguments = '{ "city" :  "Zürich" }'
+    messages = [USER, {"role": "assistant", "content": None, "tool_calls": [call("call_1", arguments=arguments)]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "rain"}]
+    assert build(messages, tools=[WEATHER_TOOL])["messages"][1]["tool_calls"][0]["function"]["arguments"] == arguments
+
+
+AUTO = ProviderConfig(name="deepseek", type="openai", base_url="https://api.deepseek.com", api_key="sk-ds")
+
+
+def _turn(call_id: str, reasoning: str | None = None, origin: str | None = None) -> list[dict[str, Any]]:
+    assistant: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call(call_id)]}
+    if reasoning is not None:
+        assistant["reasoning_content"] = reasoning
+    if origin is not None:
+        assistant["reasoning_origin"] = origin
+    return [assistant, {"role": "tool", "tool_call_id": call_id, "content": "rain"}]
+
+
+def test_auto_passback_returns_reasoning_to_the_provider_that_produced_it() -> None:
+    assert AUTO.reasoning_passback == "auto"  # the default
+    messages = [USER, *_turn("c1", "first", "deepseek"), *_turn("c2"), *_turn("c3", "theirs", "kimi"),
+                *_turn("c4", "", None)]
+    sent = build(messages, tools=[WEATHER_TOOL], provider=AUTO)["messages"]
+    # Every tool-call turn of the current request carries the field; only this provider's text is sent.
+    assert [m.get("reasoning_content") for m in sent if m["role"] == "assistant"] == ["first", "", "", ""]
+    assert all("reasoning_origin" not in m for m in sent)
+
+
+def test_auto_passback_sends_nothing_without_own_reasoning_in_the_current_request() -> None:
+    earlier = [USER, *_turn("c1", "old", "deepseek"), {"role": "assistant", "content": "Rain."},
+               {"role": "user", "content": "And Rome?"}]
+    for messages in ([*earlier, *_turn("c2")],  # own reasoning only before the last user message
+                     [USER, *_turn("c1", "theirs", "groq")],  # another provider's reasoning
+                     [USER, *_turn("c1", "client-kept", None)],  # reasoning without provenance
+                     [USER, *_turn("c1", "as reasoning", "")]):  # arrived as ``reasoning``: goes back nowhere
+        sent = build(messages, tools=[WEATHER_TOOL], provider=AUTO)["messages"]
+        assert all("reasoning_content" not in m and "reasoning_origin" not in m for m in sent), messages
+
+
+@pytest.mark.parametrize(("passback", "expected"), [(True, ["mine", "theirs", ""]), (False, [None, None, None])])
+def test_passback_true_and_false(passback: bool, expected: list[str | None]) -> None:
+    provider = ProviderConfig(name="deepseek", type="openai", base_url="https://api.deepseek.com",
+                              reasoning_passback=passback)
+    messages = [USER, *_turn("c1", "mine", "deepseek"), *_turn("c2", "theirs", "kimi"), *_turn("c3")]
+    sent = build(messages, tools=[WEATHER_TOOL], provider=provider)["messages"]
+    assert [m.get("reasoning_content") for m in sent if m["role"] == "assistant"] == expected
 
 
 def test_messages_without_artifacts_are_sent_as_given() -> None:
@@ -376,8 +438,10 @@ def test_parse_refusal_becomes_content() -> None:
 
 @pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
 def test_reasoning_field_names(key: str) -> None:
+    # Reasoning sent as ``reasoning`` (Groq, OpenRouter) is marked as going back to no provider.
+    origin = {"reasoning_origin": ""} if key == "reasoning" else {}
     assert parse(completion({"content": "4", key: "2+2"})).message == {
-        "role": "assistant", "content": "4", "reasoning_content": "2+2"}
+        "role": "assistant", "content": "4", "reasoning_content": "2+2", **origin}
 
 
 @pytest.mark.parametrize(("native", "expected"), [
@@ -620,7 +684,7 @@ def test_streamed_refusal_is_text() -> None:
 @pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
 def test_streamed_reasoning_field_names(key: str) -> None:
     response, deltas = run_stream([delta_chunk({key: "2+2"}), delta_chunk({"content": "4"}, "stop"), DONE])
-    assert response == parse(completion({"content": "4", "reasoning_content": "2+2"}))
+    assert response == parse(completion({"content": "4", key: "2+2"}))
     assert deltas == [ReasoningDelta("2+2"), TextDelta("4")]
 
 
