@@ -50,12 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from gateway.api.app import create_app
+    from gateway.api.server_protocol import protocol_factory
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
-    common = {"host": host, "port": port, "loop": "uvloop", "http": "httptools", "log_level": args.log_level,
+    # httptools with a bounded head and read timeouts (gateway/api/server_protocol.py).
+    common = {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(config.server),
+              "timeout_keep_alive": config.server.keepalive_timeout_s, "log_level": args.log_level,
               "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
               # No client-address rewriting or Server header: neither is used, both cost per request.
               "proxy_headers": False, "server_header": False}

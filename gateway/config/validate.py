@@ -116,7 +116,8 @@ def _one_line(text: str, path: str) -> str:
 
 
 def _server(raw: Any) -> ServerConfig:
-    section = _mapping(raw, "server", {"host", "port", "max_body_bytes", "workers"})
+    section = _mapping(raw, "server", {"host", "port", "max_body_bytes", "workers", "max_header_bytes",
+                                       "header_timeout_s", "body_timeout_s", "keepalive_timeout_s"})
     port = _get(section, "port", "server", int, 8080)
     if not 0 < port < 65536:
         raise ConfigError("server.port", f"must be between 1 and 65535, got {port}")
@@ -126,6 +127,12 @@ def _server(raw: Any) -> ServerConfig:
         max_body_bytes=int(_positive(_get(section, "max_body_bytes", "server", int, 4 * 1024 * 1024),
                                      "server.max_body_bytes")),
         workers=int(_positive(_get(section, "workers", "server", int, 1), "server.workers")),
+        max_header_bytes=int(_positive(_get(section, "max_header_bytes", "server", int, 64 * 1024),
+                                       "server.max_header_bytes")),
+        header_timeout_s=_positive(_get(section, "header_timeout_s", "server", float, 10.0), "server.header_timeout_s"),
+        body_timeout_s=_positive(_get(section, "body_timeout_s", "server", float, 30.0), "server.body_timeout_s"),
+        keepalive_timeout_s=_positive(_get(section, "keepalive_timeout_s", "server", float, 5.0),
+                                      "server.keepalive_timeout_s"),
     )
 
 

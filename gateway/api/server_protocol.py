@@ -1,0 +1,203 @@
+"""The HTTP/1.1 connection protocol: uvicorn's httptools protocol with a bounded head and read timeouts.
+
+Why it exists: uvicorn's httptools protocol buffers a request head without limit (llhttp has
+none: 96 MiB of headers were held before the API key was even looked at) and has no read
+timeouts, so a connection that sends a head one byte at a time, stops halfway through a body, or
+never sends anything stays open forever (slowloris). This subclass adds, per connection:
+
+* ``server.max_header_bytes``: the request line and headers must fit; past it the caller gets
+  ``431`` and the connection is closed before any application work, having buffered at most
+  that many head bytes (a read that crosses the limit is fed only up to it).
+* ``server.header_timeout_s``: a whole head must arrive within this time, counted from the
+  connection's start for its first request and from the first byte of each later one. A
+  connection that sent nothing is closed silently; one that sent part of a head gets ``408``.
+* ``server.body_timeout_s``: the longest silence between two reads of a request body (the
+  meaning of nginx's ``client_body_timeout``), so a slow but moving upload is never cut off and
+  a stalled one gets ``408``. Time spent with reading paused by the server (back-pressure, a
+  pipelined request waiting for its turn) does not count against the caller.
+* Idle keep-alive connections are closed by uvicorn's own ``timeout_keep_alive``
+  (``server.keepalive_timeout_s``).
+
+Errors the server itself answers (these, and requests llhttp cannot parse, such as a duplicate
+``Content-Length``) use the OpenAI error shape like every other error.
+
+Cost on the hot path: one comparison per read while a head is pending, one ``loop.time()`` per
+body read, and timers armed only when a read leaves a head or body incomplete, so a request that
+arrives whole arms none (the first head of a connection shares one timer with the connect).
+
+The class is handed to uvicorn as ``functools.partial(BoundedHttpToolsProtocol, limits=...)``:
+uvicorn calls it with its own keyword arguments, and with ``--workers`` the partial pickles by
+reference into the worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+import httptools
+from uvicorn.config import Config as UvicornConfig
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from gateway.config.model import ServerConfig
+from gateway.errors import GatewayError
+
+# Connection phases. IDLE: no byte of the next head parsed yet; HEAD: a head is being parsed;
+# BODY: the head is complete and the body is not.
+_IDLE, _HEAD, _BODY = 0, 1, 2
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, config: UvicornConfig, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None, *, limits: ServerConfig) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._max_head = limits.max_header_bytes
+        self._header_timeout = limits.header_timeout_s
+        self._body_timeout = limits.body_timeout_s
+        self._phase = _IDLE
+        self._head_bytes = 0  # bytes read since the current head began (approximately: whole reads)
+        self._body_seen = 0.0  # loop time of the last read during a body
+        self._timer: asyncio.TimerHandle | None = None
+
+    # Connection lifecycle
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # The first head is due this long after the connect: also closes connections that send nothing.
+        self._timer = self.loop.call_later(self._header_timeout, self._expired)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase == _BODY:
+            self._body_seen = self.loop.time()
+            self._feed(data)
+        else:
+            room = self._max_head - self._head_bytes
+            if len(data) <= room:
+                self._head_bytes += len(data)
+                self._feed(data)
+            else:
+                self._feed_up_to_limit(data, room)
+                return
+        if self._timer is None and self._phase != _IDLE and not self.transport.is_closing():
+            self._arm()
+
+    def _feed_up_to_limit(self, data: bytes, room: int) -> None:
+        """Feed only what still fits a head; if the head then completed, feed the rest as usual."""
+        view = memoryview(data)
+        self._head_bytes = self._max_head
+        self._feed(view[:room])
+        if self.transport.is_closing():
+            return
+        # on_headers_complete resets the count: the head ended within the limit.
+        if self._head_bytes == self._max_head and self._phase != _BODY:
+            self._reject(431, f"the request head (request line and headers) is larger than the limit of "
+                              f"{self._max_head} bytes", "request_header_fields_too_large")
+            return
+        self.data_received(view[room:])  # type: ignore[arg-type]
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        # uvicorn's data_received, with the parser's reason kept in the 400 message.
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.logger.warning("Invalid HTTP request received: %s", str(exc)[:200])
+            self.send_400_response(f"invalid HTTP request: {str(exc)[:200]}")
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+
+    # Parser callbacks: phase changes
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase = _HEAD
+
+    def on_headers_complete(self) -> None:
+        self._phase = _BODY
+        self._head_bytes = 0
+        self._cancel_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._phase = _IDLE
+        self._cancel_timer()
+        super().on_message_complete()
+
+    # Timers
+
+    def _arm(self) -> None:
+        if self._phase == _BODY:
+            self._body_seen = self.loop.time()
+            self._timer = self.loop.call_later(self._body_timeout, self._expired)
+        else:
+            self._timer = self.loop.call_later(self._header_timeout, self._expired)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:
+            # Not the caller's delay: the server is not reading (back-pressure or a pipelined request).
+            self._arm()
+            return
+        if self._phase == _BODY:
+            silent = self.loop.time() - self._body_seen
+            if silent < self._body_timeout:
+                self._timer = self.loop.call_later(self._body_timeout - silent, self._expired)
+                return
+            self._reject(408, f"the request body stalled: nothing was received for {self._body_timeout:g} s "
+                              f"(server.body_timeout_s)", "request_timeout")
+        elif self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head while the previous request still runs: its clock starts when that ends.
+            self._arm()
+        elif self._phase == _HEAD:
+            self._reject(408, f"the request head did not arrive within {self._header_timeout:g} s "
+                              f"(server.header_timeout_s)", "request_timeout")
+        else:
+            self.transport.close()  # connected but never sent a byte: nothing to answer
+
+    # Responses the server writes itself
+
+    def _reject(self, status: int, message: str, code: str) -> None:
+        """Answer with an OpenAI-shaped error and close, unless a response is already on the wire."""
+        cycle = self.cycle
+        in_flight = cycle is not None and not cycle.response_complete and (
+            cycle.response_started or self._phase != _BODY)
+        if not in_flight:
+            kind = "timeout_error" if status == 408 else "invalid_request_error"
+            self.transport.write(_error_bytes(self.server_state.default_headers,
+                                              GatewayError(status, message, kind, code=code)))
+        if cycle is not None:
+            cycle.keep_alive = False
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        self._reject(400, msg, "invalid_http_request")
+
+
+def _error_bytes(default_headers: list[tuple[bytes, bytes]], error: GatewayError) -> bytes:
+    body = error.body()
+    head = [STATUS_LINE[error.status]]
+    for name, value in default_headers:
+        head.extend([name, b": ", value, b"\r\n"])
+    head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+    return b"".join(head) + body
+
+
+def protocol_factory(limits: ServerConfig) -> functools.partial[BoundedHttpToolsProtocol]:
+    """What to pass as uvicorn's ``http=`` setting."""
+    return functools.partial(BoundedHttpToolsProtocol, limits=limits)
