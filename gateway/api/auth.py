@@ -14,7 +14,8 @@ def authenticate(header: str | None, keys: dict[str, ApiKey]) -> ApiKey:
     """``header`` is the raw ``Authorization`` value: empty when absent, ``None`` when sent twice or more."""
     if header is None:
         raise GatewayError(400, "the request has more than one Authorization header; send exactly one "
-                                "'Authorization: Bearer <key>'", "invalid_request_error", code="duplicate_authorization")
+                                "'Authorization: Bearer <key>'", "invalid_request_error",
+                           code="duplicate_authorization")
     if not keys:
         return ANONYMOUS
     scheme, _, token = header.partition(" ")

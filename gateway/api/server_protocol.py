@@ -111,6 +111,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.send_400_response(f"invalid HTTP request: {str(exc)[:200]}")
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
+                self._cancel_timer()  # the connection now belongs to the WebSocket protocol
+                self._phase = _IDLE
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
