@@ -12,9 +12,13 @@ never sends anything stays open forever (slowloris). This subclass adds, per con
   connection's start for its first request and from the first byte of each later one. A
   connection that sent nothing is closed silently; one that sent part of a head gets ``408``.
 * ``server.body_timeout_s``: the longest silence between two reads of a request body (the
-  meaning of nginx's ``client_body_timeout``), so a slow but moving upload is never cut off and
-  a stalled one gets ``408``. Time spent with reading paused by the server (back-pressure, a
-  pipelined request waiting for its turn) does not count against the caller.
+  meaning of nginx's ``client_body_timeout``), so a slow but moving upload is not cut off and a
+  stalled one gets ``408``. A body dribbled a byte just inside that timeout would still hold the
+  connection for hours, so the whole body also has a deadline that grows with what arrived
+  (Apache's ``mod_reqtimeout`` rule): ``body_timeout_s`` plus one second per ``MIN_BODY_RATE``
+  bytes received, i.e. after the first ``body_timeout_s`` it must average 500 bytes/s, far
+  below any real link. Time spent with reading paused by the server (back-pressure, a pipelined
+  request waiting for its turn) does not count against the caller.
 * Idle keep-alive connections are closed by uvicorn's own ``timeout_keep_alive``
   (``server.keepalive_timeout_s``).
 
@@ -48,6 +52,9 @@ from gateway.errors import GatewayError
 # BODY: the head is complete and the body is not.
 _IDLE, _HEAD, _BODY = 0, 1, 2
 
+#: bytes/s a request body must average once its first ``body_timeout_s`` are over
+MIN_BODY_RATE = 500
+
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, config: UvicornConfig, server_state: ServerState, app_state: dict[str, Any],
@@ -59,6 +66,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._phase = _IDLE
         self._head_bytes = 0  # bytes read since the current head began (approximately: whole reads)
         self._body_seen = 0.0  # loop time of the last read during a body
+        self._body_since = 0.0  # loop time the body's clock started
+        self._body_bytes = 0  # bytes read since then
         self._timer: asyncio.TimerHandle | None = None
 
     # Connection lifecycle
@@ -75,6 +84,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._phase == _BODY:
             self._body_seen = self.loop.time()
+            self._body_bytes += len(data)
             self._feed(data)
         else:
             room = self._max_head - self._head_bytes
@@ -138,7 +148,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         if self._phase == _BODY:
-            self._body_seen = self.loop.time()
+            self._body_seen = self._body_since = self.loop.time()
+            self._body_bytes = 0
             self._timer = self.loop.call_later(self._body_timeout, self._expired)
         else:
             self._timer = self.loop.call_later(self._header_timeout, self._expired)
@@ -157,12 +168,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._arm()
             return
         if self._phase == _BODY:
-            silent = self.loop.time() - self._body_seen
-            if silent < self._body_timeout:
-                self._timer = self.loop.call_later(self._body_timeout - silent, self._expired)
+            now = self.loop.time()
+            silence_left = self._body_seen + self._body_timeout - now
+            rate_left = self._body_since + self._body_timeout + self._body_bytes / MIN_BODY_RATE - now
+            if silence_left > 0 and rate_left > 0:
+                self._timer = self.loop.call_later(min(silence_left, rate_left), self._expired)
                 return
-            self._reject(408, f"the request body stalled: nothing was received for {self._body_timeout:g} s "
-                              f"(server.body_timeout_s)", "request_timeout")
+            reason = (f"nothing was received for {self._body_timeout:g} s" if silence_left <= 0 else
+                      f"it arrived slower than {MIN_BODY_RATE} bytes/s")
+            self._reject(408, f"the request body stalled: {reason} (server.body_timeout_s)", "request_timeout")
         elif self.cycle is not None and not self.cycle.response_complete:
             # A pipelined head while the previous request still runs: its clock starts when that ends.
             self._arm()

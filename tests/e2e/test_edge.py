@@ -48,7 +48,9 @@ def _connect(gw: Gateway) -> socket.socket:
 
 
 def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One response with a Content-Length body; raises if the connection closes before it."""
+    """One response with a Content-Length body; raises if the connection closes before it.
+
+    Bytes after it are dropped: use it only where one response is outstanding."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -173,7 +175,10 @@ def test_small_head_with_a_large_body_in_one_write(edge: Gateway, fakes: dict[st
 def test_pipelined_requests_are_all_answered(edge: Gateway) -> None:
     sock = _connect(edge)
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n" * 3)
-    assert [_read_response(sock)[0] for _ in range(3)] == [200, 200, 200]
+    answers = b""
+    while answers.count(b"HTTP/1.1 ") < 3 and (chunk := sock.recv(65536)):  # until the keep-alive timeout
+        answers += chunk
+    assert answers.count(b"HTTP/1.1 200 OK\r\n") == 3, answers
     sock.close()
 
 
@@ -236,19 +241,33 @@ def test_stalled_chunked_body_gets_408(edge: Gateway) -> None:
 
 
 def test_slow_but_moving_body_is_not_cut_off(edge: Gateway, fakes: dict[str, FakeUpstream]) -> None:
-    """body_timeout_s bounds the silence between reads, not the whole upload (which takes ~3 s here)."""
+    """body_timeout_s bounds the silence between reads, not the whole upload (~3 s here, at ~7 KB/s)."""
     fakes["primary"].queue(Reply(text="patient"))
+    body = orjson.dumps({"model": "plain", "messages": [{"role": "user", "content": "y" * 20_000}]})
     sock = _connect(edge)
-    sock.sendall(_post_head("/v1/chat/completions", len(CHAT)))
-    pieces = [CHAT[i:i + 10] for i in range(0, len(CHAT), 10)]
-    step = 3.0 / len(pieces)
+    sock.sendall(_post_head("/v1/chat/completions", len(body)))
+    pieces = [body[i:i + 1000] for i in range(0, len(body), 1000)]
     for piece in pieces:
-        time.sleep(step)
+        time.sleep(3.0 / len(pieces))
         sock.sendall(piece)
     status, _, answer = _read_response(sock)
     assert status == 200, answer
     assert orjson.loads(answer)["choices"][0]["message"]["content"] == "patient"
     sock.close()
+
+
+def test_body_dribbled_within_the_silence_timeout_gets_408(edge: Gateway) -> None:
+    """A byte every 0.3 s never trips the 1 s silence timeout, but falls far below the 500 bytes/s floor."""
+    sock = _connect(edge)
+    sock.sendall(_post_head("/v1/chat/completions", 1000))
+    started = time.monotonic()
+    for _ in range(30):
+        if select.select([sock], [], [], 0.3)[0]:
+            break  # the gateway answered
+        sock.sendall(b" ")
+    status, _, body = _read_response(sock)
+    assert status == 408 and "500 bytes/s" in str(_error(body)["message"])
+    assert time.monotonic() - started < 5
 
 
 def test_idle_keep_alive_connection_is_closed(edge: Gateway) -> None:
