@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.config import ConfigError, parse_config
 from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -419,3 +420,21 @@ def test_limits_are_configurable_and_hold_in_every_worker(fakes: dict[str, FakeU
         assert _closed(sock, 5)
     finally:
         gw.stop()
+
+
+def test_server_limits_config() -> None:
+    base = "providers: {p: {type: openai, api_key: k}}\nmodels: {m: {targets: [{provider: p, model: x}]}}\n"
+    defaults = parse_config(base).server
+    assert (defaults.max_header_bytes, defaults.header_timeout_s, defaults.body_timeout_s,
+            defaults.keepalive_timeout_s) == (65536, 10.0, 30.0, 5.0)
+    tuned = parse_config("server: {max_header_bytes: 8192, header_timeout_s: 2.5, body_timeout_s: 60, "
+                         "keepalive_timeout_s: 1}\n" + base).server
+    assert (tuned.max_header_bytes, tuned.header_timeout_s, tuned.body_timeout_s, tuned.keepalive_timeout_s) == (
+        8192, 2.5, 60.0, 1.0)
+    for bad, path in [("max_header_bytes: 0", "server.max_header_bytes"), ("header_timeout_s: -1",
+                      "server.header_timeout_s"), ("body_timeout_s: .inf", "server.body_timeout_s"),
+                      ("keepalive_timeout_s: fast", "server.keepalive_timeout_s"),
+                      ("header_timout_s: 3", "server.header_timout_s")]:
+        with pytest.raises(ConfigError) as caught:
+            parse_config(f"server: {{{bad}}}\n" + base)
+        assert caught.value.path == path
