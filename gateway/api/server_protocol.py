@@ -48,9 +48,9 @@ from uvicorn.server import ServerState
 from gateway.config.model import ServerConfig
 from gateway.errors import GatewayError
 
-# Connection phases. IDLE: no byte of the next head parsed yet; HEAD: a head is being parsed;
-# BODY: the head is complete and the body is not.
-_IDLE, _HEAD, _BODY = 0, 1, 2
+# Connection phases. HEAD: reading a head (``_head_bytes`` > 0 once a byte of it arrived);
+# BODY: the head is complete and the body is not. Plain ints, tested for truth on the hot path.
+_HEAD, _BODY = 0, 1
 
 #: bytes/s a request body must average once its first ``body_timeout_s`` are over
 MIN_BODY_RATE = 500
@@ -63,7 +63,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._max_head = limits.max_header_bytes
         self._header_timeout = limits.header_timeout_s
         self._body_timeout = limits.body_timeout_s
-        self._phase = _IDLE
+        self._phase = _HEAD
         self._head_bytes = 0  # bytes read since the current head began (approximately: whole reads)
         self._body_seen = 0.0  # loop time of the last read during a body
         self._body_since = 0.0  # loop time the body's clock started
@@ -82,67 +82,62 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase == _BODY:
+        if self._phase:  # a body
             self._body_seen = self.loop.time()
             self._body_bytes += len(data)
-            self._feed(data)
+        elif len(data) > self._max_head - self._head_bytes:
+            self._feed_up_to_limit(data)
+            return
         else:
-            room = self._max_head - self._head_bytes
-            if len(data) <= room:
-                self._head_bytes += len(data)
-                self._feed(data)
-            else:
-                self._feed_up_to_limit(data, room)
-                return
-        if self._timer is None and self._phase != _IDLE and not self.transport.is_closing():
-            self._arm()
-
-    def _feed_up_to_limit(self, data: bytes, room: int) -> None:
-        """Feed only what still fits a head; if the head then completed, feed the rest as usual."""
-        view = memoryview(data)
-        self._head_bytes = self._max_head
-        self._feed(view[:room])
-        if self.transport.is_closing():
-            return
-        # on_headers_complete resets the count: the head ended within the limit.
-        if self._head_bytes == self._max_head and self._phase != _BODY:
-            self._reject(431, f"the request head (request line and headers) is larger than the limit of "
-                              f"{self._max_head} bytes", "request_header_fields_too_large")
-            return
-        self.data_received(view[room:])  # type: ignore[arg-type]
-
-    def _feed(self, data: bytes | memoryview) -> None:
-        # uvicorn's data_received, with the parser's reason kept in the 400 message.
-        self._unset_keepalive_if_required()
+            self._head_bytes += len(data)
+        # uvicorn's data_received (inlined: this is the hot path), keeping the parser's reason in the 400.
+        if self.timeout_keep_alive_task is not None:
+            self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self.logger.warning("Invalid HTTP request received: %s", str(exc)[:200])
             self.send_400_response(f"invalid HTTP request: {str(exc)[:200]}")
+            return
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
                 self._cancel_timer()  # the connection now belongs to the WebSocket protocol
-                self._phase = _IDLE
+                self._phase = _HEAD
+                self._head_bytes = 0
                 self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+                return
+            self._unsupported_upgrade_warning()
+        if self._timer is None and (self._phase or self._head_bytes) and not self.transport.is_closing():
+            self._arm()
+
+    def _feed_up_to_limit(self, data: bytes) -> None:
+        """Feed only what still fits a head; if the head then completed, feed the rest as usual."""
+        view = memoryview(data)
+        room = self._max_head - self._head_bytes
+        self.data_received(view[:room])  # type: ignore[arg-type]
+        if self.transport.is_closing():
+            return
+        # on_headers_complete resets the count: the head ended within the limit.
+        if self._head_bytes == self._max_head and not self._phase:
+            self._reject(431, f"the request head (request line and headers) is larger than the limit of "
+                              f"{self._max_head} bytes", "request_header_fields_too_large")
+            return
+        self.data_received(view[room:])  # type: ignore[arg-type]
 
     # Parser callbacks: phase changes
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._phase = _HEAD
 
     def on_headers_complete(self) -> None:
         self._phase = _BODY
         self._head_bytes = 0
-        self._cancel_timer()
-        super().on_headers_complete()
+        if self._timer is not None:
+            self._cancel_timer()
+        HttpToolsProtocol.on_headers_complete(self)
 
     def on_message_complete(self) -> None:
-        self._phase = _IDLE
-        self._cancel_timer()
-        super().on_message_complete()
+        self._phase = _HEAD
+        if self._timer is not None:
+            self._cancel_timer()
+        HttpToolsProtocol.on_message_complete(self)
 
     # Timers
 
@@ -180,7 +175,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         elif self.cycle is not None and not self.cycle.response_complete:
             # A pipelined head while the previous request still runs: its clock starts when that ends.
             self._arm()
-        elif self._phase == _HEAD:
+        elif self._head_bytes:
             self._reject(408, f"the request head did not arrive within {self._header_timeout:g} s "
                               f"(server.header_timeout_s)", "request_timeout")
         else:
