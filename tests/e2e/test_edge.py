@@ -6,6 +6,7 @@ within seconds; the time bounds asserted are generous (several times the timeout
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -321,6 +322,18 @@ def test_declared_body_over_the_limit_gets_413(edge: Gateway) -> None:
     status, _, body = _read_response(sock)
     assert status == 413 and _error(body)["code"] == "request_too_large"
     sock.close()
+
+
+def test_early_answer_then_a_stalled_body_closes_without_a_second_answer(edge: Gateway) -> None:
+    sock = _connect(edge)
+    sock.sendall(_post_head("/v1/chat/completions", 300_000) + b'{"model": "pla')
+    assert _read_response(sock)[0] == 413
+    sock.settimeout(5)
+    rest = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            rest += chunk
+    assert rest == b"", "a second response to one request"
 
 
 def test_chunked_body_over_the_limit_gets_413(edge: Gateway) -> None:
