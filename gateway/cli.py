@@ -55,14 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from gateway.api.app import create_app
+    from gateway.api.server_protocol import protocol_factory
 
     logs.configure(args.log_level)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
-    # log_config None: uvicorn's own records go to the root handler above, escaped and redacted like ours.
-    common = {"host": host, "port": port, "loop": "uvloop", "http": "httptools", "log_level": args.log_level,
+    # httptools with a bounded head and read timeouts (gateway/api/server_protocol.py); no WebSocket
+    # endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
+    # uvicorn's own records go to the root handler above, escaped and redacted like ours.
+    common = {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(config.server),
+              "timeout_keep_alive": config.server.keepalive_timeout_s, "log_level": args.log_level,
               "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
+              "ws": "none",
               # No client-address rewriting or Server header: neither is used, both cost per request.
               "proxy_headers": False, "server_header": False}
     if workers > 1 and config.store.kind == "memory":

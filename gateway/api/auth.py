@@ -10,8 +10,12 @@ from gateway.errors import GatewayError
 ANONYMOUS = ApiKey(key="", tenant="default")
 
 
-def authenticate(header: str, keys: dict[str, ApiKey]) -> ApiKey:
-    """``header`` is the raw ``Authorization`` value (empty when absent)."""
+def authenticate(header: str | None, keys: dict[str, ApiKey]) -> ApiKey:
+    """``header`` is the raw ``Authorization`` value: empty when absent, ``None`` when sent twice or more."""
+    if header is None:
+        raise GatewayError(400, "the request has more than one Authorization header; send exactly one "
+                                "'Authorization: Bearer <key>'", "invalid_request_error",
+                           code="duplicate_authorization")
     if not keys:
         return ANONYMOUS
     scheme, _, token = header.partition(" ")

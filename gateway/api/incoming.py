@@ -17,9 +17,14 @@ class Incoming:
     __slots__ = ("authorization", "content_length", "headless", "receive")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
-        headers: dict[bytes, bytes] = dict(scope["headers"])
+        raw: list[tuple[bytes, bytes]] = scope["headers"]
+        headers: dict[bytes, bytes] = dict(raw)
         self.receive = receive
-        self.authorization: str = headers.get(b"authorization", b"").decode("latin-1")
+        #: the ``Authorization`` value, empty when absent, ``None`` when sent more than once: the dict
+        #: keeps the last, and "the last one wins" must never pick a caller's key (auth.py rejects it)
+        self.authorization: str | None = headers.get(b"authorization", b"").decode("latin-1")
+        if len(headers) != len(raw) and sum(name == b"authorization" for name, _ in raw) > 1:
+            self.authorization = None
         self.content_length: bytes | None = headers.get(b"content-length")
         #: ``x-gateway-headless`` asks for a headless run (nothing pauses: such calls are denied)
         self.headless: bool = headers.get(b"x-gateway-headless", b"").strip().lower() in _TRUE

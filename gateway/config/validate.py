@@ -7,6 +7,7 @@ default and surface later as a confusing runtime behaviour.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -45,7 +46,8 @@ class ConfigError(Exception):
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
 _TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
-_SERVER_KEYS = {"host", "port", "max_body_bytes", "workers"}
+_SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
+                "keepalive_timeout_s"}
 _AUTH_KEYS = {"keys"}
 _API_KEY_KEYS = {"key", "tenant", "headless"}
 _STORE_KEYS = {"url", "continuation_ttl_s"}
@@ -182,7 +184,20 @@ def _server(raw: Any) -> ServerConfig:
         max_body_bytes=int(_positive(_get(section, "max_body_bytes", "server", int, 4 * 1024 * 1024),
                                      "server.max_body_bytes")),
         workers=int(_positive(_get(section, "workers", "server", int, 1), "server.workers")),
+        max_header_bytes=int(_positive(_get(section, "max_header_bytes", "server", int, 64 * 1024),
+                                       "server.max_header_bytes")),
+        header_timeout_s=_server_timeout(section, "header_timeout_s", 10.0),
+        body_timeout_s=_server_timeout(section, "body_timeout_s", 30.0),
+        keepalive_timeout_s=_server_timeout(section, "keepalive_timeout_s", 5.0),
     )
+
+
+def _server_timeout(section: dict[str, Any], key: str, default: float) -> float:
+    """A connection timer: positive and finite (an infinite one would switch the protection off)."""
+    value = _positive(_get(section, key, "server", float, default), f"server.{key}")
+    if not math.isfinite(value):
+        raise ConfigError(f"server.{key}", f"must be a finite number of seconds, got {value}")
+    return value
 
 
 def _auth(raw: Any) -> AuthConfig:
