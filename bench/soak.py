@@ -1,6 +1,6 @@
 """Randomized fault-injection soak of tool loops across the three wire formats.
 
-    python -m bench.soak --loops 3000 --seed 7 [--concurrency 16] [--store redis://127.0.0.1:6379/15]
+    python -m bench.soak --loops 3000 --seed 7 [--concurrency 16] [--store redis://127.0.0.1:6379/13 --workers 2]
     python -m bench.soak --seed 7 --only 1234        # replay one loop of that seed alone
 
 Runs scripted multi-turn tool loops (server, approval and client tools; pauses resumed through
@@ -24,12 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--store", default="memory://", help="the gateway's continuation store URL")
+    parser.add_argument("--workers", type=int, default=1, help="gateway worker processes (> 1 needs --store redis)")
     parser.add_argument("--only", type=int, nargs="+", help="run only these loop ids (to reproduce a failure)")
     parser.add_argument("--show", type=int, default=20, help="violations to print")
     args = parser.parse_args(argv)
-    result = run_soak(args.loops, args.seed, args.concurrency, args.store, args.only)
+    result = run_soak(args.loops, args.seed, args.concurrency, args.store, args.only, args.workers)
     print(f"python -m bench.soak --loops {args.loops} --seed {args.seed} --concurrency {args.concurrency}"
-          f" --store {args.store}\n")
+          f" --store {args.store} --workers {args.workers}\n")
     print(result.table())
     for violation in result.violations[: args.show]:
         print(f"\nVIOLATION: {violation}")

@@ -63,7 +63,7 @@ class Session:
     examples: dict[str, list[int]] = field(default_factory=dict)  # failure -> the first loops that saw it
 
 
-def _error_problems(payload: Any, where: str) -> tuple[str, list[str]]:
+def error_problems(payload: Any, where: str) -> tuple[str, list[str]]:
     """(code, problems) of an error body or event."""
     error = payload.get("error") if isinstance(payload, dict) else None
     if not isinstance(error, dict) or not error.keys() >= ERROR_KEYS:
@@ -74,12 +74,12 @@ def _error_problems(payload: Any, where: str) -> tuple[str, list[str]]:
     return code, []
 
 
-def _http_failure(status: int, raw: bytes, where: str) -> Answer:
+def http_failure(status: int, raw: bytes, where: str) -> Answer:
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return Answer("failed", failure=f"{status} ?", problems=[f"{where}: HTTP {status} with a non-JSON body"])
-    code, problems = _error_problems(payload, where)
+    code, problems = error_problems(payload, where)
     if status == 409 and code == "continuation_conflict":
         return Answer("conflict", failure=f"{status} {code}", problems=problems)
     if status not in FAILURE_STATUSES:
@@ -87,7 +87,7 @@ def _http_failure(status: int, raw: bytes, where: str) -> Answer:
     return Answer("failed", failure=f"{status} {code}", problems=problems)
 
 
-def _from_body(body: dict[str, Any]) -> Answer:
+def read_body(body: dict[str, Any]) -> Answer:
     choice = body["choices"][0]
     message, extension = choice["message"], body.get("gateway") or {}
     answer = Answer(extension.get("status", "?"), message.get("content") or "", list(message.get("tool_calls") or ()),
@@ -99,7 +99,7 @@ def _from_body(body: dict[str, Any]) -> Answer:
     return answer
 
 
-async def _from_lines(lines: AsyncIterator[str], where: str) -> Answer:
+async def read_stream(lines: AsyncIterator[str], where: str) -> Answer:
     """A chat.completion.chunk stream: its text, pending calls, summary, and how it ended."""
     text: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -133,7 +133,7 @@ async def _from_lines(lines: AsyncIterator[str], where: str) -> Answer:
     if not done:
         problems.append(f"{where}: the stream ended without [DONE]")
     if error is not None:
-        code, more = _error_problems(error, where)
+        code, more = error_problems(error, where)
         return Answer("failed", "".join(text), failure=f"stream {code}", problems=problems + more)
     answer = Answer(extension.get("status", "?"), "".join(text), calls, extension, problems=problems)
     if answer.kind == "completed" and (calls or finish == "tool_calls"):
@@ -162,11 +162,11 @@ class LoopRun:
         try:
             if not stream:
                 completion = await self.s.sdk.chat.completions.create(**kwargs)
-                return _from_body(completion.model_dump())
+                return read_body(completion.model_dump())
             async with self.s.sdk.chat.completions.with_streaming_response.create(stream=True, **kwargs) as response:
-                return await _from_lines(response.iter_lines(), "chat stream")
+                return await read_stream(response.iter_lines(), "chat stream")
         except openai.APIStatusError as exc:
-            return _http_failure(exc.status_code, await exc.response.aread(), "chat")
+            return http_failure(exc.status_code, await exc.response.aread(), "chat")
 
     async def _resume_b(self, continuation_id: str, decisions: list[dict[str, Any]], stream: bool) -> Answer:
         url = f"{self.s.url}/v1/continuations/{continuation_id}"
@@ -174,10 +174,10 @@ class LoopRun:
         headers = {"authorization": f"Bearer {self.s.key}"}
         async with self.s.http.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code != 200:
-                return _http_failure(response.status_code, await response.aread(), "resume B")
+                return http_failure(response.status_code, await response.aread(), "resume B")
             if not stream:
-                return _from_body(orjson.loads(await response.aread()))
-            return await _from_lines(response.aiter_lines(), "resume B stream")
+                return read_body(orjson.loads(await response.aread()))
+            return await read_stream(response.aiter_lines(), "resume B stream")
 
     async def _bounded(self, request: Callable[[], Awaitable[Answer]]) -> Answer:
         self.s.stats["requests"] += 1

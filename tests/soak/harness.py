@@ -85,7 +85,7 @@ class SoakResult:
     stats: Counter[str]
     faults: Counter[str]
     failures: Counter[str]
-    upstream_requests: int
+    upstream_requests: Counter[str]  # per fake provider
     examples: dict[str, list[int]]
     tool_runs: Counter[str]
     violations: list[str] = field(default_factory=list)
@@ -94,7 +94,9 @@ class SoakResult:
         """The counts as a markdown table."""
         rows = [("loops", self.loops), ("seed", self.seed), ("concurrency", self.concurrency),
                 ("wall time (s)", f"{self.elapsed_s:.1f}"), ("client requests", self.stats["requests"]),
-                ("upstream requests", self.upstream_requests)]
+                ("upstream requests", sum(self.upstream_requests.values()))]
+        rows += [(f"upstream requests: {name} ({MODELS[name]})", n)
+                 for name, n in sorted(self.upstream_requests.items())]
         rows += sorted((k, v) for k, v in self.stats.items() if k not in ("requests", "loops"))
         rows += [(f"server tool executions: {k}", v) for k, v in sorted(self.tool_runs.items())]
         rows += [(f"fault injected: {kind}", self.faults[kind]) for kind in FAULT_KINDS]
@@ -107,7 +109,7 @@ class SoakResult:
         return "\n".join(lines)
 
 
-def _record_violations(fakes: dict[str, SoakUpstream], tools: SoakToolServer, seed: int) -> list[str]:
+def record_violations(fakes: dict[str, SoakUpstream], tools: SoakToolServer, seed: int) -> list[str]:
     violations = []
     for fake in fakes.values():
         for record in fake.records:
@@ -155,8 +157,11 @@ async def _drive(gateway: Gateway, seed: int, loop_ids: list[int], concurrency: 
 
 
 def run_soak(loops: int, seed: int, concurrency: int = 16, store_url: str = "memory://",
-             only: list[int] | None = None) -> SoakResult:
-    """Run ``loops`` loops (or just the loop ids in ``only``) and check every invariant."""
+             only: list[int] | None = None, workers: int = 1) -> SoakResult:
+    """Run ``loops`` loops (or just the loop ids in ``only``) and check every invariant.
+
+    ``workers`` > 1 needs a shared store (Redis): a resume may land on another worker than its pause.
+    """
     fakes = {
         "oa": SoakUpstream("oa", "openai", openai_request_problems),
         "an": SoakUpstream("an", "anthropic", lambda body, model: anthropic_request_problems(body)),
@@ -168,7 +173,8 @@ def run_soak(loops: int, seed: int, concurrency: int = 16, store_url: str = "mem
         for fake in fakes.values():
             fake.start()
         tools.start()
-        gateway = Gateway(soak_config(fakes, tools.url, store_url)).start()
+        gateway = Gateway(soak_config(fakes, tools.url, store_url))
+        gateway.start(*(("--workers", str(workers)) if workers > 1 else ()))
         started = time.monotonic()
         session = asyncio.run(_drive(gateway, seed, only if only is not None else list(range(loops)), concurrency))
         elapsed = time.monotonic() - started
@@ -176,9 +182,10 @@ def run_soak(loops: int, seed: int, concurrency: int = 16, store_url: str = "mem
         faults = Counter(r.fault for fake in fakes.values() for r in fake.records if r.fault != "rejected")
         tool_runs = Counter({ECHO: sum(tools.executed("/echo").values()),
                              APPROVE: sum(tools.executed("/delete").values())})
-        violations = session.violations + _record_violations(fakes, tools, seed) + _log_violations(gateway, seed)
+        violations = session.violations + record_violations(fakes, tools, seed) + _log_violations(gateway, seed)
+        upstream = Counter({name: len(fake.records) for name, fake in fakes.items()})
         return SoakResult(seed, session.stats["loops"], concurrency, elapsed, session.stats, faults, session.failures,
-                          sum(len(f.records) for f in fakes.values()), session.examples, tool_runs, violations)
+                          upstream, session.examples, tool_runs, violations)
     finally:
         if gateway is not None:
             gateway.stop()
