@@ -25,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--store", default="memory://", help="the gateway's continuation store URL")
     parser.add_argument("--workers", type=int, default=1, help="gateway worker processes (> 1 needs --store redis)")
+    parser.add_argument("--reserialize-args", action="store_true",
+                        help="way-A follow-ups re-serialise the paused calls' arguments, as many clients do")
     parser.add_argument("--only", type=int, nargs="+", help="run only these loop ids (to reproduce a failure)")
     parser.add_argument("--show", type=int, default=20, help="violations to print")
     args = parser.parse_args(argv)
-    result = run_soak(args.loops, args.seed, args.concurrency, args.store, args.only, args.workers)
+    result = run_soak(args.loops, args.seed, args.concurrency, args.store, args.only, args.workers,
+                      args.reserialize_args)
     print(f"python -m bench.soak --loops {args.loops} --seed {args.seed} --concurrency {args.concurrency}"
           f" --store {args.store} --workers {args.workers}\n")
     print(result.table())

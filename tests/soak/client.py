@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,9 @@ class Session:
     failures: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
     examples: dict[str, list[int]] = field(default_factory=dict)  # failure -> the first loops that saw it
+    # Way A: send the paused calls' arguments back re-serialised (spaces after separators), as clients that
+    # parse and re-dump them do; the gateway must compare them as JSON, not as bytes.
+    reserialize: bool = False
 
 
 def error_problems(payload: Any, where: str) -> tuple[str, list[str]]:
@@ -280,8 +284,11 @@ class LoopRun:
             else:
                 decisions.append({"tool_call_id": call["id"], "approve": False, "reason": f"no {token}"})
         if plan.resume_way == "a":
-            assistant: dict[str, Any] = {"role": "assistant", "content": answer.text or None,
-                                         "tool_calls": answer.calls}
+            calls = answer.calls
+            if self.s.reserialize:
+                calls = [{**c, "function": {**c["function"], "arguments": json.dumps(
+                    json.loads(c["function"]["arguments"]), ensure_ascii=False)}} for c in calls]
+            assistant: dict[str, Any] = {"role": "assistant", "content": answer.text or None, "tool_calls": calls}
             self.messages = [*self.messages, assistant,
                              *({"role": "tool", "tool_call_id": d["tool_call_id"], "content": d["output"]}
                                for d in decisions)]

@@ -138,12 +138,12 @@ def _log_violations(gateway: Gateway, seed: int) -> list[str]:
             for i in bad[:5]]
 
 
-async def _drive(gateway: Gateway, seed: int, loop_ids: list[int], concurrency: int) -> Session:
+async def _drive(gateway: Gateway, seed: int, loop_ids: list[int], concurrency: int, reserialize: bool) -> Session:
     limits = httpx.Limits(max_connections=concurrency * 3, max_keepalive_connections=concurrency * 3)
     sdk = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0, timeout=BOUND_S + 5,
                              http_client=httpx.AsyncClient(limits=limits, timeout=BOUND_S + 5))
     async with httpx.AsyncClient(limits=limits, timeout=BOUND_S + 5) as http:
-        session = Session(sdk, http, gateway.url, KEY, BOUND_S)
+        session = Session(sdk, http, gateway.url, KEY, BOUND_S, reserialize=reserialize)
         gate = asyncio.Semaphore(concurrency)
 
         async def one(loop: int) -> None:
@@ -157,10 +157,11 @@ async def _drive(gateway: Gateway, seed: int, loop_ids: list[int], concurrency: 
 
 
 def run_soak(loops: int, seed: int, concurrency: int = 16, store_url: str = "memory://",
-             only: list[int] | None = None, workers: int = 1) -> SoakResult:
+             only: list[int] | None = None, workers: int = 1, reserialize: bool = False) -> SoakResult:
     """Run ``loops`` loops (or just the loop ids in ``only``) and check every invariant.
 
     ``workers`` > 1 needs a shared store (Redis): a resume may land on another worker than its pause.
+    ``reserialize``: way-A follow-ups carry the paused calls' arguments re-serialised (see ``Session``).
     """
     fakes = {
         "oa": SoakUpstream("oa", "openai", openai_request_problems),
@@ -176,7 +177,8 @@ def run_soak(loops: int, seed: int, concurrency: int = 16, store_url: str = "mem
         gateway = Gateway(soak_config(fakes, tools.url, store_url))
         gateway.start(*(("--workers", str(workers)) if workers > 1 else ()))
         started = time.monotonic()
-        session = asyncio.run(_drive(gateway, seed, only if only is not None else list(range(loops)), concurrency))
+        loop_ids = only if only is not None else list(range(loops))
+        session = asyncio.run(_drive(gateway, seed, loop_ids, concurrency, reserialize))
         elapsed = time.monotonic() - started
         gateway.stop()
         faults = Counter(r.fault for fake in fakes.values() for r in fake.records if r.fault != "rejected")
