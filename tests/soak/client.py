@@ -112,33 +112,39 @@ async def read_stream(lines: AsyncIterator[str], where: str) -> Answer:
     error: Any = None
     problems: list[str] = []
     done = False
-    async for line in lines:
-        if not line.startswith("data: "):
-            continue
-        data = line[6:]
-        if done or (error is not None and data != "[DONE]"):
-            problems.append(f"{where}: data after the end of the stream: {data[:120]}")
-        if data == "[DONE]":
-            done = True
-            continue
-        event = orjson.loads(data)
-        if "error" in event:
-            error = event
-            continue
-        summary = event.get("gateway")
-        if summary and "status" in summary:
-            extension = summary
-        for choice in event.get("choices") or ():
-            delta = choice.get("delta") or {}
-            text.append(delta.get("content") or "")
-            for call in delta.get("tool_calls") or ():
-                calls.append({"id": call["id"], "type": "function", "function": call["function"]})
-            finish = choice.get("finish_reason") or finish
+    received = 0
+    try:
+        async for line in lines:
+            received += 1
+            if line.startswith("data: "):
+                data = line[6:]
+                if done or (error is not None and data != "[DONE]"):
+                    problems.append(f"{where}: data after the end of the stream: {data[:120]}")
+                if data == "[DONE]":
+                    done = True
+                    continue
+                event = orjson.loads(data)
+                if "error" in event:
+                    error = event
+                    continue
+                summary = event.get("gateway")
+                if summary and "status" in summary:
+                    extension = summary
+                for choice in event.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    text.append(delta.get("content") or "")
+                    for call in delta.get("tool_calls") or ():
+                        calls.append({"id": call["id"], "type": "function", "function": call["function"]})
+                    finish = choice.get("finish_reason") or finish
+    except httpx.HTTPError as exc:
+        problems.append(f"{where}: the gateway dropped the stream after {received} lines: {exc!r}")
     if not done:
         problems.append(f"{where}: the stream ended without [DONE]")
     if error is not None:
         code, more = error_problems(error, where)
         return Answer("failed", "".join(text), failure=f"stream {code}", problems=problems + more)
+    if not done:
+        return Answer("failed", "".join(text), failure="stream dropped", problems=problems)
     answer = Answer(extension.get("status", "?"), "".join(text), calls, extension, problems=problems)
     if answer.kind == "completed" and (calls or finish == "tool_calls"):
         problems.append(f"{where}: completed stream with tool_calls deltas / finish {finish}")

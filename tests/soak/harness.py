@@ -139,7 +139,11 @@ def _log_violations(gateway: Gateway, seed: int) -> list[str]:
 
 
 async def _drive(gateway: Gateway, seed: int, loop_ids: list[int], concurrency: int, reserialize: bool) -> Session:
-    limits = httpx.Limits(max_connections=concurrency * 3, max_keepalive_connections=concurrency * 3)
+    # Idle connections are dropped well before the gateway's keep-alive timeout (uvicorn: 5 s, httpx's default
+    # expiry too): a request sent on a connection the server is closing at that instant is reset before the
+    # gateway ever sees it, a client-side race that would otherwise pass for a dropped request.
+    limits = httpx.Limits(max_connections=concurrency * 3, max_keepalive_connections=concurrency * 3,
+                          keepalive_expiry=1.0)
     sdk = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0, timeout=BOUND_S + 5,
                              http_client=httpx.AsyncClient(limits=limits, timeout=BOUND_S + 5))
     async with httpx.AsyncClient(limits=limits, timeout=BOUND_S + 5) as http:
