@@ -110,6 +110,7 @@ FAULT_WEIGHTS: dict[str, int] = {
     "cut": 5,  # stream: closed mid-way after some deltas; non-stream: mid-body
     "invalid_json": 3,  # the body, or the stream's only event, is not JSON
     "bad_event": 2,  # stream only: one malformed event among good ones
+    "stall": 2,  # stream: silent after some deltas; non-stream: silent mid-body (past the provider's timeout)
 }
 FAULT_KINDS = tuple(FAULT_WEIGHTS)
 _STATUSES = {"openai": (500, 502, 503), "anthropic": (500, 529, 503), "gemini": (500, 503, 504)}

@@ -25,6 +25,10 @@ from tests.fakes.soak_plan import ECHO, Fault, fault_for
 from tests.fakes.soak_transcript import read_transcript
 from tests.fakes.upstream import FakeUpstream, Reply, Rules
 
+# A stalled answer goes silent for longer than any bound of the soak: only the gateway's read timeout
+# (or the gateway leaving, which cancels this handler) ends it.
+STALL_S = 60.0
+
 
 @dataclass(frozen=True, slots=True)
 class SoakRecord:
@@ -122,12 +126,14 @@ class SoakUpstream(FakeUpstream):
             return web.Response(body=self._stream_error().split(b"data: ", 1)[1].strip(),
                                 content_type="application/json")
         raw = orjson.dumps(self._whole(reply, model, n))
-        if fault.kind in ("cut", "reset_after_head"):
+        if fault.kind in ("cut", "reset_after_head", "stall"):
             response = web.StreamResponse(headers={"content-type": "application/json",
                                                    "content-length": str(len(raw))})
             await response.prepare(request)
-            if fault.kind == "cut":
+            if fault.kind != "reset_after_head":
                 await response.write(raw[: len(raw) // 2])
+            if fault.kind == "stall":
+                await asyncio.sleep(STALL_S)
             request.transport.close()  # type: ignore[union-attr]
             return response
         return web.Response(body=raw, content_type="application/json")
@@ -142,7 +148,7 @@ class SoakUpstream(FakeUpstream):
             frames = [self._stream_error()]
         elif fault.kind == "invalid_json":
             frames, close_after = [b"data: {broken\n\n"], 1
-        elif fault.kind == "cut":
+        elif fault.kind in ("cut", "stall"):
             close_after = max(1, len(frames) // 2)
         elif fault.kind == "bad_event":
             middle = max(1, len(frames) // 2)
@@ -156,6 +162,8 @@ class SoakUpstream(FakeUpstream):
                 await response.write(frame)
                 await asyncio.sleep(0)
             if close_after is not None:
+                if fault.kind == "stall":
+                    await asyncio.sleep(STALL_S)
                 request.transport.close()  # type: ignore[union-attr]
                 return response
             await response.write_eof()
