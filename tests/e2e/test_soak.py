@@ -103,6 +103,17 @@ async def test_stream_check_wants_one_error_then_done() -> None:
     assert (await read_stream(_lines(internal, "data: [DONE]"), "s")).problems
 
 
+async def test_stream_check_pairs_tool_progress_events() -> None:
+    def event(name: str) -> str:
+        return "data: " + orjson.dumps({"choices": [], "gateway": {"event": name, "tool_call_id": "c1"}}).decode()
+
+    summary = 'data: {"choices": [], "gateway": {"status": "completed", "tool_calls": []}}'
+    paired = await read_stream(_lines(event("tool_started"), event("tool_finished"), summary, "data: [DONE]"), "s")
+    assert paired.kind == "completed" and not paired.problems
+    unfinished = await read_stream(_lines(event("tool_started"), summary, "data: [DONE]"), "s")
+    assert any("do not pair up" in p for p in unfinished.problems)
+
+
 def test_http_failure_check() -> None:
     def body(code: str) -> bytes:
         return orjson.dumps({"error": {"message": "m", "type": "t", "param": None, "code": code}})

@@ -113,6 +113,7 @@ async def read_stream(lines: AsyncIterator[str], where: str) -> Answer:
     problems: list[str] = []
     done = False
     received = 0
+    progress: dict[str, list[str]] = {"tool_started": [], "tool_finished": []}
     try:
         async for line in lines:
             received += 1
@@ -128,7 +129,9 @@ async def read_stream(lines: AsyncIterator[str], where: str) -> Answer:
                     error = event
                     continue
                 summary = event.get("gateway")
-                if summary and "status" in summary:
+                if summary and summary.get("event") in progress:
+                    progress[summary["event"]].append(summary["tool_call_id"])
+                elif summary and "event" not in summary:
                     extension = summary
                 for choice in event.get("choices") or ():
                     delta = choice.get("delta") or {}
@@ -145,6 +148,9 @@ async def read_stream(lines: AsyncIterator[str], where: str) -> Answer:
         return Answer("failed", "".join(text), failure=f"stream {code}", problems=problems + more)
     if not done:
         return Answer("failed", "".join(text), failure="stream dropped", problems=problems)
+    started, finished = progress["tool_started"], progress["tool_finished"]
+    if len(set(started)) != len(started) or sorted(started) != sorted(finished):
+        problems.append(f"{where}: tool progress events do not pair up: started {started}, finished {finished}")
     answer = Answer(extension.get("status", "?"), "".join(text), calls, extension, problems=problems)
     if answer.kind == "completed" and (calls or finish == "tool_calls"):
         problems.append(f"{where}: completed stream with tool_calls deltas / finish {finish}")
@@ -272,8 +278,12 @@ class LoopRun:
         expected = plan.expected_text(first, last)
         if answer.text != expected:
             self.violation(f"turns {first}..{last}: text {answer.text!r} != script {expected!r}")
-        for record in answer.extension.get("tool_calls") or ():
+        records = answer.extension.get("tool_calls") or ()
+        for record in records:
             self.s.stats[f"server tool {record['status']}"] += 1
+        ids = [record["id"] for record in records]
+        if len(set(ids)) != len(ids):
+            self.violation(f"gateway.tool_calls lists a call more than once: {ids}")
         return last
 
     def _resumption(self, answer: Answer) -> tuple[tuple[str, list[dict[str, Any]]],
