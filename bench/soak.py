@@ -13,9 +13,30 @@ was violated. The CI version is ``tests/e2e/test_soak.py``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import os
 import sys
+from pathlib import Path
 
-from tests.soak.harness import run_soak
+import orjson
+
+from bench.common import RESULTS_DIR, machine
+from tests.soak.harness import SoakResult, run_soak
+
+
+def append_row(result: SoakResult, params: dict[str, object]) -> Path:
+    """One JSON row per run, like the other scenarios: bench/results/<date>.jsonl or $BENCH_RESULTS_FILE."""
+    override = os.environ.get("BENCH_RESULTS_FILE")
+    path = Path(override).resolve() if override else RESULTS_DIR / f"{dt.date.today().isoformat()}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metrics = {"elapsed_s": round(result.elapsed_s, 1), "upstream_requests": dict(result.upstream_requests),
+               "counts": dict(result.stats), "faults": dict(result.faults), "failures": dict(result.failures),
+               "tool_runs": dict(result.tool_runs), "violations": len(result.violations)}
+    record = {"ts": dt.datetime.now().isoformat(timespec="seconds"), "scenario": "soak", "mode": "loopgate",
+              "machine": machine(), "params": params, "metrics": metrics}
+    with open(path, "ab") as f:
+        f.write(orjson.dumps(record) + b"\n")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python -m bench.soak --loops {args.loops} --seed {args.seed} --concurrency {args.concurrency}"
           f" --store {args.store} --workers {args.workers}\n")
     print(result.table())
+    params = {k: v for k, v in vars(args).items() if k != "show"}
+    print(f"\n(appended to {append_row(result, params)})")
     for violation in result.violations[: args.show]:
         print(f"\nVIOLATION: {violation}")
     if len(result.violations) > args.show:
