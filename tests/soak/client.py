@@ -224,7 +224,7 @@ class LoopRun:
             if answer.kind in ("failed", "conflict"):
                 self.s.failures[answer.failure] += 1
                 seen = self.s.examples.setdefault(answer.failure, [])
-                if len(seen) < 3:
+                if len(seen) < 3 and plan.loop not in seen:
                     seen.append(plan.loop)
                 if answer.kind == "conflict":
                     self.violation(f"a resume nobody else holds was refused ({answer.failure}); the continuation "
@@ -328,7 +328,7 @@ class LoopRun:
             if other.kind == "conflict":
                 self.s.stats["race losers refused (409)"] += 1
             elif accepted and other is not accepted[0]:
-                self.s.failures[f"race loser {other.failure}"] += 1
+                self.s.stats["race losers failed cleanly (before the winner's claim)"] += 1
         if accepted:
             return accepted[0]
         return next((a for a in both if a.kind == "failed"), both[0])
