@@ -30,6 +30,11 @@ from tests.fakes.upstream import FakeUpstream, Reply, Rules
 STALL_S = 60.0
 
 
+# Frames a little apart, as a real provider's are: the gateway then mostly reads them one by one, so
+# whether a stream fault strikes before or after its commit point (first delta forwarded) repeats run to run.
+FRAME_GAP_S = 0.001
+
+
 @dataclass(frozen=True, slots=True)
 class SoakRecord:
     upstream: str
@@ -160,7 +165,7 @@ class SoakUpstream(FakeUpstream):
                 if close_after is not None and index >= close_after:
                     break
                 await response.write(frame)
-                await asyncio.sleep(0)
+                await asyncio.sleep(FRAME_GAP_S)
             if close_after is not None:
                 if fault.kind == "stall":
                     await asyncio.sleep(STALL_S)
