@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
+from tests.e2e.test_continuations import REDIS_URL, require_redis
 from tests.fakes.soak_plan import ECHO, FAULT_KINDS, LoopPlan, plan_for
 from tests.fakes.soak_tools import SoakToolServer
 from tests.fakes.soak_transcript import read_transcript
@@ -38,6 +39,19 @@ def test_soak_of_tool_loops_under_faults() -> None:
                   "race losers refused (409)", "server tool ok", "server tool denied"):
         assert result.stats[count], count
     assert any(code.startswith("stream ") for code in result.failures), result.failures
+
+
+def test_soak_on_redis_across_two_workers() -> None:
+    """The production shape: pauses and resumes (and races of two resumes) land on either worker."""
+    require_redis()
+    loops = max(1, LOOPS // 3)
+    result = run_soak(loops, SEED + 1, concurrency=16, store_url=REDIS_URL, workers=2)
+    print(f"\nsoak on Redis, 2 workers: {loops} loops, seed {SEED + 1}\n{result.table()}")
+    assert not result.violations, (
+        f"{len(result.violations)} invariant violations; reproduce with `python -m bench.soak --loops {loops} "
+        f"--seed {SEED + 1} --store {REDIS_URL} --workers 2`:\n" + "\n".join(result.violations[:20]))
+    assert result.stats["resumes accepted"] and result.stats["race losers refused (409)"]
+    assert result.stats["loops completed"] + result.stats["loops failed cleanly"] == loops
 
 
 # -- the checks themselves ------------------------------------------------------------------
