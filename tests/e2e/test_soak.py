@@ -1,5 +1,7 @@
 """The randomized fault-injection soak of tool loops, a few hundred loops in CI (``python -m bench.soak``: thousands).
 
+300 loops on the memory store, and a third as many on Redis with two gateway workers.
+
 Seeded: a failure names its seed and loop, and ``python -m bench.soak --seed S --only L``
 replays that loop alone. ``LOOPGATE_SOAK_SEED`` / ``LOOPGATE_SOAK_LOOPS`` explore other runs.
 The checker tests below show each invariant check can fail.
