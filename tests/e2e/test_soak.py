@@ -27,7 +27,8 @@ LOOPS = int(os.environ.get("LOOPGATE_SOAK_LOOPS", "300"))
 
 
 def test_soak_of_tool_loops_under_faults() -> None:
-    result = run_soak(LOOPS, SEED, concurrency=16)
+    # Real clients re-serialise the arguments they send back: way A must still find the continuation.
+    result = run_soak(LOOPS, SEED, concurrency=16, reserialize=True)
     print(f"\nsoak: {LOOPS} loops, seed {SEED}\n{result.table()}")
     assert not result.violations, (
         f"{len(result.violations)} invariant violations; reproduce with `python -m bench.soak --loops {LOOPS} "
