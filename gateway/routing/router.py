@@ -266,7 +266,7 @@ class Router:
                             if upstream.status >= 400:
                                 raise target.adapter.parse_error(upstream.status, upstream.headers,
                                                                  await upstream.read())
-                            parser = target.adapter.new_stream_parser()
+                            parser = target.adapter.new_stream_parser(target.label, target.model)
                             decoder = SSEDecoder()
                             async for chunk in upstream.chunks():
                                 deltas: list[StreamDelta] = []
