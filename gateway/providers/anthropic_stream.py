@@ -28,6 +28,7 @@ from gateway.canonical import (
 )
 from gateway.providers.base import (
     MALFORMED,
+    STR_OR_NONE,
     ErrorClass,
     MalformedEvents,
     ProviderError,
@@ -132,9 +133,9 @@ def check_block(block: Any) -> dict[str, Any]:
         if not isinstance(block.get("text"), str):
             raise TypeError("text block")
     elif kind == "tool_use":
-        if not isinstance(block.get("id"), str | None) or not isinstance(block.get("name"), str):
+        if not isinstance(block.get("id"), STR_OR_NONE) or not isinstance(block.get("name"), str):
             raise TypeError("tool_use block")
-    elif kind == "thinking" and not isinstance(block.get("thinking"), str | None):
+    elif kind == "thinking" and not isinstance(block.get("thinking"), STR_OR_NONE):
         raise TypeError("thinking block")
     return block
 
@@ -271,7 +272,7 @@ class AnthropicStreamParser:
             raise TypeError("content_block_delta")
         kind = delta.get("type")
         field = _DELTA_FIELDS.get(kind)
-        if field is not None and not isinstance(delta.get(field), str | None):
+        if field is not None and not isinstance(delta.get(field), STR_OR_NONE):
             raise TypeError(kind)
         block = self._blocks.get(index)
         if block is None:  # a delta without its start: keep text/thinking rather than lose it

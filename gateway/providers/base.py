@@ -33,6 +33,9 @@ __all__ = ["MALFORMED", "RETRYABLE", "TARGET_FAULTS", "Adapter", "ErrorClass", "
 # them into INVALID_RESPONSE, so a wrong-shaped answer fails over instead of becoming a 500. A
 # try block costs nothing on the well-formed path (Python >= 3.11).
 MALFORMED = (TypeError, LookupError, AttributeError, ValueError, ArithmeticError)
+# isinstance() with a tuple is cheaper than with ``str | None`` (the parse path runs per stream event).
+STR_OR_NONE = (str, type(None))
+DICT_OR_NONE = (dict, type(None))
 
 # Retry-After beyond this is "not within any retry window" all the same; a larger value is capped to it.
 MAX_RETRY_AFTER_S = 86_400.0

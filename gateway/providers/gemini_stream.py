@@ -38,7 +38,9 @@ from gateway.canonical import (
     token_count,
 )
 from gateway.providers.base import (
+    DICT_OR_NONE,
     MALFORMED,
+    STR_OR_NONE,
     ErrorClass,
     MalformedEvents,
     ProviderError,
@@ -150,7 +152,7 @@ def _first_candidate(payload: dict[str, Any]) -> dict[str, Any] | None:
 
 def _parts(candidate: dict[str, Any]) -> list[dict[str, Any]]:
     """A candidate's parts, every field the turn reads type-checked before anything is kept."""
-    if not isinstance(candidate.get("finishReason"), str | None):
+    if not isinstance(candidate.get("finishReason"), STR_OR_NONE):
         raise TypeError("finishReason")
     content = candidate.get("content")
     if content is None:
@@ -162,10 +164,10 @@ def _parts(candidate: dict[str, Any]) -> list[dict[str, Any]]:
         raise TypeError("parts")
     for part in parts:
         call = part.get("functionCall")
-        if not isinstance(part.get("text"), str | None) or not isinstance(call, dict | None):
+        if not isinstance(part.get("text"), STR_OR_NONE) or not isinstance(call, DICT_OR_NONE):
             raise TypeError("part")
-        if call is not None and (not isinstance(call.get("name"), str) or not isinstance(call.get("args"), dict | None)
-                                 or not isinstance(call.get("id"), str | None)):
+        if call is not None and (not isinstance(call.get("name"), str) or not isinstance(call.get("args"), DICT_OR_NONE)
+                                 or not isinstance(call.get("id"), STR_OR_NONE)):
             raise TypeError("functionCall")
     return parts
 

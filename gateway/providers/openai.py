@@ -31,7 +31,9 @@ from gateway.canonical import (
 )
 from gateway.config.model import ProviderConfig
 from gateway.providers.base import (
+    DICT_OR_NONE,
     MALFORMED,
+    STR_OR_NONE,
     ErrorClass,
     MalformedEvents,
     ProviderError,
@@ -111,6 +113,7 @@ def _text(value: Any) -> str | None:
 
 
 Fragment = tuple[Any, Any, Any, Any, Any]
+_ARGUMENTS = (str, dict, type(None))
 
 
 def _fragment(call: Any, position: int | None) -> Fragment:
@@ -123,8 +126,8 @@ def _fragment(call: Any, position: int | None) -> Fragment:
     name, arguments = function.get("name"), function.get("arguments")
     call_id, extra = call.get("id"), call.get("extra_content")
     index = call.get("index") if position is None else position
-    if (not isinstance(name, str | None) or not isinstance(call_id, str | None)
-            or not isinstance(arguments, str | dict | None) or not isinstance(extra, dict | None)
+    if (not isinstance(name, STR_OR_NONE) or not isinstance(call_id, STR_OR_NONE)
+            or not isinstance(arguments, _ARGUMENTS) or not isinstance(extra, DICT_OR_NONE)
             or not (index is None or type(index) is int)):
         raise TypeError("tool call")
     return index, call_id, name, arguments, extra
@@ -200,13 +203,18 @@ class OpenAIStreamParser:
         fragments: list[Fragment] = []
         if choice is not None:
             delta = choice.get("delta") or {}
-            text = _text(delta.get("content"))
+            text = delta.get("content")
+            if text is not None and text.__class__ is not str:
+                text = _text(text)
             refusal = delta.get("refusal")
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            calls = delta.get("tool_calls") or []
-            fragments = [_fragment(call, None) for call in calls] if isinstance(calls, list) else _not_a_list()
+            calls = delta.get("tool_calls")
+            if calls:
+                if calls.__class__ is not list:
+                    raise TypeError("tool_calls")
+                fragments = [_fragment(call, None) for call in calls]
             finish = choice.get("finish_reason")
-            if not isinstance(finish, str | None):
+            if finish is not None and finish.__class__ is not str:
                 raise TypeError("finish_reason")
         if not self._id:
             self._id = _string(chunk.get("id"))
@@ -254,10 +262,6 @@ class OpenAIStreamParser:
 
 def _string(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _not_a_list() -> list[Fragment]:
-    raise TypeError("tool_calls")
 
 
 class OpenAIAdapter:
