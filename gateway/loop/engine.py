@@ -249,9 +249,10 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 if isinstance(item, Answer):
                     answer = item
                     continue
-                opens = isinstance(item[0], Answering)  # the first batch of the target that committed
-                if opens:
-                    announced = item[0].model
+                head = item[0]
+                opens = isinstance(head, Answering)  # the first batch of the target that committed
+                if isinstance(head, Answering):
+                    announced = head.model
                 if any(isinstance(delta, TextDelta) for delta in item):
                     if separate:
                         separate = False

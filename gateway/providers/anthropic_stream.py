@@ -271,9 +271,9 @@ class AnthropicStreamParser:
         if not isinstance(delta, dict) or not isinstance(index, int):
             raise TypeError("content_block_delta")
         kind = delta.get("type")
-        field = _DELTA_FIELDS.get(kind)
+        field = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
         if field is not None and not isinstance(delta.get(field), STR_OR_NONE):
-            raise TypeError(kind)
+            raise TypeError(field)
         block = self._blocks.get(index)
         if block is None:  # a delta without its start: keep text/thinking rather than lose it
             if kind not in ("text_delta", "thinking_delta"):

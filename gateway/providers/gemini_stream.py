@@ -204,7 +204,7 @@ class GeminiTurn:
 
     def add(self, payload: dict[str, Any]) -> list[StreamDelta]:
         """Add one document. A document of the wrong shape raises (one of ``MALFORMED``) and changes nothing."""
-        if "error" in payload:
+        if payload.get("error"):
             raise google_error(payload["error"])
         candidate = _first_candidate(payload)
         parts = _parts(candidate) if candidate is not None else []

@@ -179,7 +179,7 @@ class OpenAIStreamParser:
             chunk = orjson.loads(data)
             if not isinstance(chunk, dict):
                 raise TypeError("chunk")
-            if "error" in chunk:
+            if chunk.get("error"):  # "error": null beside an answer (some compatible servers) is no error
                 raise _in_stream_error(chunk["error"])
             deltas = self._apply(chunk)
         except MALFORMED as exc:  # skipped, as lenient clients do; an in-band error is a ProviderError
@@ -298,7 +298,7 @@ class OpenAIAdapter:
         payload = load_body(body)
         if not isinstance(payload, dict):
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
-        if "error" in payload:
+        if payload.get("error"):  # "error": null beside an answer (some compatible servers) is no error
             raise _in_stream_error(payload["error"])
         try:
             return _response(payload)

@@ -200,3 +200,11 @@ def test_without_a_plausible_reported_model_the_configured_one_is_named(reported
     parser = ADAPTER.new_stream_parser("t", "configured-model")
     assert parser.feed(delta("A", model=reported))[0] == Answering("configured-model")
 
+
+
+def test_an_error_field_that_is_null_is_no_error() -> None:
+    """Some compatible servers send ``"error": null`` beside a normal answer."""
+    assert ADAPTER.parse_response(body(error=None)).message["content"] == "Hi"
+    parser = ADAPTER.new_stream_parser()
+    payload = orjson.loads(delta("Hi", "stop").data)
+    assert parser.feed(event({**payload, "error": None}))[1:] == [TextDelta("Hi")]
