@@ -90,13 +90,14 @@ class ChunkEncoder:
         self._created = int(time.time())
         self._tail = b"}\n\n"
         self.route = route
-        self._model = ""
-        self.set_model(model)
+        self._use(model)
 
     def set_model(self, model: str) -> None:
         """The model the following chunks name (another target may answer the next call of a loop)."""
-        if model == self._model:
-            return
+        if model != self._model:
+            self._use(model)
+
+    def _use(self, model: str) -> None:
         self._model = model
         head = orjson.dumps({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
                              "model": model})
