@@ -142,7 +142,7 @@ def google_error(error: Any, status: int | None = None) -> ProviderError:
 def _first_candidate(payload: dict[str, Any]) -> dict[str, Any] | None:
     """The candidate with index 0 (``index`` is omitted for it in some responses); TypeError if malformed."""
     candidates = payload.get("candidates") or ()
-    if not isinstance(candidates, list | tuple):
+    if not isinstance(candidates, (list, tuple)):
         raise TypeError("candidates")
     for candidate in candidates:
         if (candidate.get("index") or 0) == 0:
