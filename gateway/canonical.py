@@ -35,6 +35,24 @@ FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content")
 
 
+# The largest token count believed from an upstream; anything else reported is treated as absent.
+MAX_TOKEN_COUNT = 2**31
+
+
+def token_count(value: Any) -> int:
+    """A usage number as an upstream reported it, or 0 when it is not a plausible count.
+
+    Usage is summed over a loop and reported to callers (and billing), so nonsense (negative,
+    fractional, 1e300, a string, a bool) counts as "not reported" instead of propagating.
+    """
+    kind = type(value)
+    if kind is int:
+        return value if 0 <= value <= MAX_TOKEN_COUNT else 0
+    if kind is float and value.is_integer() and 0 <= value <= MAX_TOKEN_COUNT:
+        return int(value)
+    return 0
+
+
 @dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
@@ -101,7 +119,17 @@ class ReasoningDelta:
     text: str
 
 
-StreamDelta = TextDelta | ReasoningDelta
+@dataclass(slots=True)
+class Answering:
+    """Not text: the model producing the deltas that follow (a stream parser's first batch starts with it).
+
+    It lets the renderer name the answering model on every chunk from the commit point on.
+    """
+
+    model: str
+
+
+StreamDelta = TextDelta | ReasoningDelta | Answering
 
 
 # --- helpers every adapter shares -----------------------------------------------------

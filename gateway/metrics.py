@@ -97,6 +97,9 @@ UPSTREAM_CONNECTIONS = Gauge("loopgate_upstream_connections", "Upstream connecti
                              ("provider", "state"))
 STREAM_ABORTS = Counter("loopgate_stream_aborts_total", "Streams ended with an error after bytes reached the client",
                         ("target", "error_class"))
+UPSTREAM_MALFORMED_EVENTS = Counter("loopgate_upstream_malformed_events_total",
+                                    "Stream events skipped because they were not JSON or had the wrong shape",
+                                    ("target",))
 TOOL_CALLS = Counter("loopgate_tool_calls_total", "Server-side tool executions by tool and status", ("tool", "status"))
 LOOP_ITERATIONS = Histogram("loopgate_loop_iterations", "Model calls per request", (),
                             buckets=(1, 2, 3, 5, 8, 13, 25, 50))
@@ -104,7 +107,7 @@ CONTINUATIONS = Counter("loopgate_continuations_total", "Continuation events", (
 CONTEXT_ACTIONS = Counter("loopgate_context_actions_total", "Context guard actions", ("action",))
 
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
-       STREAM_ABORTS, TOOL_CALLS,
+       STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS)
 
 

@@ -1,6 +1,13 @@
 """The two renderers of the one loop: a ``chat.completion`` object, or a ``chat.completion.chunk`` stream.
 
 Both consume the same events, so the text a client receives is identical in both modes.
+
+``model`` names the model that answered, as OpenAI's does (clients and billing read it): the
+upstream model of the final call (the one that produced the turn, when paused), as the upstream
+reported it, else the target's configured model. A stream names on every chunk the model that
+produced it: from the commit point on, the target that committed; the closing chunks name the
+final call's model, as the non-stream response does. The route the client asked for is
+``gateway.route``.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import ReasoningDelta, TextDelta
+from gateway.canonical import Answering, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
 
@@ -31,7 +38,7 @@ def completion_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
 
-async def collect(events: AsyncIterator[LoopEvent], response_id: str, model: str) -> dict[str, Any]:
+async def collect(events: AsyncIterator[LoopEvent], response_id: str, route: str) -> dict[str, Any]:
     text: list[str] = []
     reasoning: list[str] = []
     result: LoopResult | None = None
@@ -55,23 +62,46 @@ async def collect(events: AsyncIterator[LoopEvent], response_id: str, model: str
         "id": response_id,
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": model,
+        "model": result.model or route,
         "choices": [{"index": 0, "message": message, "finish_reason": result.finish_reason, "logprobs": None}],
         "usage": result.usage.to_openai(),
-        "gateway": result.gateway,
+        "gateway": {"route": route, **result.gateway},
     }
 
 
+def answering_model(event: LoopEvent) -> str | None:
+    """The model an event names, if it names one (an announcement, a committed stream's first batch, the end)."""
+    if isinstance(event, list):
+        return event[0].model if event and isinstance(event[0], Answering) else None
+    if isinstance(event, Answering):
+        return event.model
+    if isinstance(event, Finished):
+        return event.result.model or None
+    return None
+
+
 class ChunkEncoder:
-    """Builds SSE frames; the constant part of every chunk is serialised once per stream."""
+    """Builds SSE frames; the constant part of every chunk is serialised once per answering model."""
 
-    __slots__ = ("_content", "_head", "_tail")
+    __slots__ = ("_content", "_created", "_head", "_id", "_model", "_tail", "route")
 
-    def __init__(self, response_id: str, model: str) -> None:
-        head = orjson.dumps({"id": response_id, "object": "chat.completion.chunk", "created": int(time.time()),
+    def __init__(self, response_id: str, model: str, route: str = "") -> None:
+        self._id = response_id
+        self._created = int(time.time())
+        self._tail = b"}\n\n"
+        self.route = route
+        self._use(model)
+
+    def set_model(self, model: str) -> None:
+        """The model the following chunks name (another target may answer the next call of a loop)."""
+        if model != self._model:
+            self._use(model)
+
+    def _use(self, model: str) -> None:
+        self._model = model
+        head = orjson.dumps({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
                              "model": model})
         self._head = b"data: " + head[:-1] + b',"choices":'
-        self._tail = b"}\n\n"
         self._content = self._head + b'[{"index":0,"delta":{"content":'
 
     def text(self, text: str) -> bytes:
@@ -94,7 +124,7 @@ def error_frame(error: GatewayError) -> bytes:
     return b"data: " + error.body() + b"\n\n"
 
 
-async def stream_frames(first: LoopEvent | None, events: AsyncIterator[LoopEvent], encoder: ChunkEncoder,
+async def stream_frames(first: list[LoopEvent], events: AsyncIterator[LoopEvent], encoder: ChunkEncoder,
                         include_usage: bool, on_error: Any, on_close: Any) -> AsyncIterator[bytes]:
     """Encode events as they come. ``first`` was already pulled (so failures before it got a real status).
 
@@ -105,7 +135,7 @@ async def stream_frames(first: LoopEvent | None, events: AsyncIterator[LoopEvent
     """
     try:
         head = encoder.delta({"role": "assistant", "content": ""})
-        yield head + _encode(first, encoder, include_usage) if first is not None else head
+        yield head + b"".join(_encode(event, encoder, include_usage) for event in first)
         try:
             async for event in events:
                 yield _encode(event, encoder, include_usage)
@@ -136,14 +166,19 @@ def _frames(event: LoopEvent, encoder: ChunkEncoder, include_usage: bool) -> lis
                                        "elapsed_ms": round(event.elapsed_ms, 2)})]
     if isinstance(event, Notice):
         return [encoder.extra(gateway={"event": event.event, **event.detail})]
+    if isinstance(event, Answering):
+        encoder.set_model(event.model)
+        return []
     if isinstance(event, Finished):
         result = event.result
+        if result.model:
+            encoder.set_model(result.model)
         frames = []
         for index, call in enumerate(result.tool_calls):
             frames.append(encoder.delta({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                                                          "function": call["function"]}]}))
         frames.append(encoder.delta({}, result.finish_reason))
-        frames.append(encoder.extra(gateway=result.gateway))
+        frames.append(encoder.extra(gateway={"route": encoder.route, **result.gateway}))
         if include_usage:
             frames.append(encoder.extra(usage=result.usage.to_openai()))
         return frames

@@ -10,33 +10,46 @@ import orjson
 from gateway import metrics
 from gateway.api.errors import to_gateway_error
 from gateway.api.json_response import JSONResponse
-from gateway.api.render import ChunkEncoder, collect, completion_id, stream_frames
+from gateway.api.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
 from gateway.api.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
+from gateway.loop.events import Notice
 
 
-async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, model: str, label: str,
+async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str, label: str,
                   path: str, started: float) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
-    ``model`` is what the response names; ``label`` the bounded name metrics use (``RoutePlan.metric_label``).
+    ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
+    the model that answered (see ``render``); ``label`` is the bounded name metrics use
+    (``RoutePlan.metric_label``).
     """
     response_id = completion_id()
     if not stream:
         try:
-            payload = await collect(events, response_id, model)
+            payload = await collect(events, response_id, route)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         finished(path, label, 200, started)
         return JSONResponse(orjson.dumps(payload))
-    # Pull the first event before answering, so a request that fails before any byte
-    # (every target down, bad request upstream) gets a real HTTP status, not a 200 stream.
+    # Pull the first events before answering, so a request that fails before any byte (every
+    # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
+    # first chunk already names the answering model (progress notices before the first call wait).
+    first: list[LoopEvent] = []
+    model: str | None = None
     try:
-        first = await anext(events, None)
+        while model is None:
+            event = await anext(events, None)
+            if event is None:
+                break
+            first.append(event)
+            model = answering_model(event)
+            if not isinstance(event, Notice):
+                break
     except BaseException:
         await events.aclose()  # type: ignore[attr-defined]
         raise
-    encoder = ChunkEncoder(response_id, model)
+    encoder = ChunkEncoder(response_id, model or route, route)
 
     async def on_close() -> None:
         # Closing the engine here (also on client disconnect) cancels running tools and

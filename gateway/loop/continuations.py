@@ -288,7 +288,7 @@ class Continuations:
         data = continuation.data
         stored = LoopState.from_dict(data["state"])
         # Counters describe this response; the tool-round budget spans the whole loop.
-        state = LoopState(tool_rounds=stored.tool_rounds)
+        state = LoopState(tool_rounds=stored.tool_rounds, model=stored.model)
         results = {k: ToolResult(v[0], v[1], v[2]) for k, v in data["results"].items()}
         results.update(given)
         assistant = data["assistant"]

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from gateway import metrics
 from gateway.canonical import (
+    Answering,
     Message,
     ModelRequest,
     ReasoningDelta,
@@ -87,6 +88,8 @@ class LoopState:
     text_emitted: bool = False
     iteration_limit_reached: bool = False
     context: dict[str, int] = field(default_factory=dict)
+    # The model that answered the last call: the response's ``model`` (kept across a pause).
+    model: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +98,7 @@ class LoopState:
                                                  self.usage.cached_tokens, self.usage.reasoning_tokens],
             "tool_records": self.tool_records, "headless_denials": self.headless_denials,
             "text_emitted": self.text_emitted, "iteration_limit_reached": self.iteration_limit_reached,
-            "context": self.context,
+            "context": self.context, "model": self.model,
         }
 
     @classmethod
@@ -201,6 +204,10 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         state.context = context.report
     cap = context.cap if context is not None else _unchanged
     force_finalize = False
+    # Streams name the answering model on every chunk: the renderer follows these announcements.
+    announced = state.model
+    if request.stream and announced:
+        yield Answering(announced)  # a resume: tool activity before the next call belongs to the paused turn
     if request.resume is not None:
         turn, request.resume = request.resume, None
         approved = [(call, deps.tools.get(call["function"]["name"])) for call in turn.approved]
@@ -242,10 +249,15 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 if isinstance(item, Answer):
                     answer = item
                     continue
+                head = item[0]
+                opens = isinstance(head, Answering)  # the first batch of the target that committed
+                if isinstance(head, Answering):
+                    announced = head.model
                 if any(isinstance(delta, TextDelta) for delta in item):
                     if separate:
                         separate = False
-                        item = [TextDelta(ITERATION_SEPARATOR), *item]
+                        at = 1 if opens else 0  # the separator is text of the new call: after its announcement
+                        item = [*item[:at], TextDelta(ITERATION_SEPARATOR), *item[at:]]
                     state.text_emitted = True
                 yield item
         else:
@@ -267,6 +279,10 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         state.answered_by.append(answer.target.label)
         if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto
             response.message.setdefault("reasoning_origin", answer.target.provider.name)
+        state.model = response.model or answer.target.model
+        if request.stream and state.model != announced:
+            announced = state.model  # a call that streamed nothing (tool calls only) still names its model
+            yield Answering(announced)
         if context is not None:
             context.observe(answer.target.label, answer.target.model, messages, tool_defs,
                             response.usage.prompt_tokens)
@@ -274,7 +290,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         if finalize or not calls:
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             finish = "stop" if calls else response.finish_reason
-            yield Finished(LoopResult("completed", finish, state.usage, gateway_extension(state, "completed")))
+            yield Finished(LoopResult("completed", finish, state.usage, gateway_extension(state, "completed"),
+                                      model=state.model))
             return
 
         assistant = response.message
@@ -324,7 +341,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
             yield Finished(LoopResult("paused", "tool_calls", state.usage,
-                                      gateway_extension(state, "paused", continuation_id, pending), handed))
+                                      gateway_extension(state, "paused", continuation_id, pending), handed,
+                                      state.model))
             return
         transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.canonical import ReasoningDelta, TextDelta, ToolCall, Usage
+from gateway.canonical import Answering, ReasoningDelta, StreamDelta, TextDelta, ToolCall, Usage
 
 
 @dataclass(slots=True)
@@ -38,6 +38,8 @@ class LoopResult:
     gateway: dict[str, Any]
     # Calls handed to the client: the pending ones when paused.
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # The model that answered the final call (the one that produced the paused turn when paused).
+    model: str = ""
 
 
 @dataclass(slots=True)
@@ -46,5 +48,6 @@ class Finished:
 
 
 # A list is a batch of deltas that arrived together (one upstream read): rendered as one write.
-LoopEvent = (TextDelta | ReasoningDelta | list[TextDelta | ReasoningDelta] | ToolStarted | ToolFinished | Notice
+# ``Answering`` (alone, or first in a batch) names the model producing what follows, in streams.
+LoopEvent = (TextDelta | ReasoningDelta | Answering | list[StreamDelta] | ToolStarted | ToolFinished | Notice
              | Finished)

@@ -443,14 +443,15 @@ class AnthropicAdapter:
     def parse_response(self, body: bytes) -> ModelResponse:
         return response_from_message(load_body(body))
 
-    def new_stream_parser(self) -> AnthropicStreamParser:
-        return AnthropicStreamParser()
+    def new_stream_parser(self, target: str = "", model: str = "") -> AnthropicStreamParser:
+        return AnthropicStreamParser(target, model)
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         payload = load_error_body(body)
         error = payload.get("error") if isinstance(payload, dict) else None
         if isinstance(error, dict):
             message, kind = str(error.get("message") or ""), error.get("type")
+            kind = kind if isinstance(kind, str) else None
             result = error_from_status(status, headers, message or f"upstream returned HTTP {status}", kind,
                                        no_retry_for(error))
         else:

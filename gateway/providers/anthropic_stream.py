@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.canonical import (
+    Answering,
     FinishReason,
     Message,
     ModelResponse,
@@ -23,8 +24,19 @@ from gateway.canonical import (
     ToolCallAccumulator,
     Usage,
     normalize_finish_reason,
+    token_count,
 )
-from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, looks_like_context_overflow
+from gateway.providers.base import (
+    MALFORMED,
+    STR_OR_NONE,
+    ErrorClass,
+    MalformedEvents,
+    ProviderError,
+    SSEEvent,
+    invalid_response,
+    looks_like_context_overflow,
+    reported_model,
+)
 
 # Unknown values (Anthropic adds them) fall back to "stop"; tool_use blocks override it anyway.
 STOP_REASONS: dict[str, FinishReason] = {
@@ -52,6 +64,9 @@ ERROR_TYPES: dict[str, ErrorClass] = {
 }
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
+# The string field each delta type carries (checked before the block being rebuilt changes).
+_DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature",
+                 "input_json_delta": "partial_json"}
 SPEND_LIMIT = "enforced_spend_limit_reached"
 
 
@@ -79,27 +94,65 @@ def error_from_body(error: Any) -> ProviderError:
 
 
 def parse_usage(raw: Any) -> Usage:
+    """Counts that are not plausible token counts (``token_count``) are treated as not reported."""
     if not isinstance(raw, dict):
         return Usage()
     details = raw.get("output_tokens_details")
+    cache_read = token_count(raw.get("cache_read_input_tokens"))
     return Usage(
         # input_tokens excludes cached tokens; the OpenAI prompt count includes them.
-        prompt_tokens=int(raw.get("input_tokens") or 0) + int(raw.get("cache_creation_input_tokens") or 0)
-        + int(raw.get("cache_read_input_tokens") or 0),
-        completion_tokens=int(raw.get("output_tokens") or 0),
-        cached_tokens=int(raw.get("cache_read_input_tokens") or 0),
-        reasoning_tokens=int(details.get("thinking_tokens") or 0) if isinstance(details, dict) else 0,
+        prompt_tokens=token_count(raw.get("input_tokens")) + token_count(raw.get("cache_creation_input_tokens"))
+        + cache_read,
+        completion_tokens=token_count(raw.get("output_tokens")),
+        cached_tokens=cache_read,
+        reasoning_tokens=token_count(details.get("thinking_tokens")) if isinstance(details, dict) else 0,
     )
 
 
 def _arguments(tool_input: Any) -> str:
     if tool_input is None or isinstance(tool_input, str):  # str: a streamed input that did not parse
         return tool_input or ""
+    if not isinstance(tool_input, dict):
+        raise TypeError("tool_use input")
     return orjson.dumps(tool_input).decode()
 
 
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def check_block(block: Any) -> dict[str, Any]:
+    """A content block whose known fields have the types Anthropic documents; TypeError otherwise.
+
+    Unknown block types (server tools, added later) pass: they are skipped, not misread.
+    """
+    if not isinstance(block, dict):
+        raise TypeError("content block")
+    kind = block.get("type")
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            raise TypeError("text block")
+    elif kind == "tool_use":
+        if not isinstance(block.get("id"), STR_OR_NONE) or not isinstance(block.get("name"), str):
+            raise TypeError("tool_use block")
+    elif kind == "thinking" and not isinstance(block.get("thinking"), STR_OR_NONE):
+        raise TypeError("thinking block")
+    return block
+
+
 def response_from_message(native: Any) -> ModelResponse:
-    """Convert one native assistant message (non-stream body, or a stream rebuilt) to canonical form."""
+    """Convert one native assistant message (non-stream body, or a stream rebuilt) to canonical form.
+
+    A message the adapter cannot read (no content array, a block of the wrong shape) is an
+    INVALID_RESPONSE, never an empty answer.
+    """
+    try:
+        return _response(native)
+    except MALFORMED as exc:
+        raise invalid_response(exc) from None
+
+
+def _response(native: Any) -> ModelResponse:
     if not isinstance(native, dict):
         raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
     if native.get("type") == "error":
@@ -113,11 +166,9 @@ def response_from_message(native: Any) -> ModelResponse:
     calls = ToolCallAccumulator()
     tool_index = 0  # the OpenAI tool-call index counts tool_use blocks only, not content positions
     for block in content:
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
+        kind = check_block(block).get("type")
         if kind == "text":
-            texts.append(str(block.get("text") or ""))
+            texts.append(block["text"])
         elif kind == "tool_use":
             calls.add(tool_index, block.get("id"), block.get("name"), _arguments(block.get("input")))
             tool_index += 1
@@ -126,7 +177,7 @@ def response_from_message(native: Any) -> ModelResponse:
             if kind == "thinking" and block.get("thinking"):
                 reasoning.append(str(block["thinking"]))
         # server_tool_use, web_search_tool_result, ...: results of server tools, nothing to hand on
-    response_id = str(native.get("id") or "")
+    response_id = _string(native.get("id"))
     message: Message = {"role": "assistant", "content": "".join(texts) or None}
     tool_calls = calls.result(response_id or "".join(texts))
     if tool_calls:
@@ -136,12 +187,12 @@ def response_from_message(native: Any) -> ModelResponse:
     if reasoning:
         message["reasoning_content"] = "\n\n".join(reasoning)
     stop_reason = native.get("stop_reason")
-    native_finish = STOP_REASONS.get(stop_reason, "stop") if stop_reason else None
+    native_finish = STOP_REASONS.get(stop_reason, "stop") if stop_reason and isinstance(stop_reason, str) else None
     return ModelResponse(
         message=message,
         finish_reason=normalize_finish_reason(native_finish, bool(tool_calls)),
         usage=parse_usage(native.get("usage")),
-        model=str(native.get("model") or ""),
+        model=reported_model(native.get("model")),
         id=response_id,
     )
 
@@ -149,9 +200,10 @@ def response_from_message(native: Any) -> ModelResponse:
 class AnthropicStreamParser:
     """Rebuilds the native message from ``message_start`` / ``content_block_*`` / ``message_delta`` events."""
 
-    __slots__ = ("_blocks", "_done", "_json", "_last_reasoning", "_message", "_stop_reason", "_usage")
+    __slots__ = ("_announced", "_blocks", "_configured", "_done", "_json", "_last_reasoning", "_malformed",
+                 "_message", "_stop_reason", "_usage")
 
-    def __init__(self) -> None:
+    def __init__(self, target: str = "", model: str = "") -> None:
         self._message: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}  # content index -> block being assembled
         self._json: dict[int, list[str]] = {}  # content index -> input_json_delta fragments
@@ -159,14 +211,26 @@ class AnthropicStreamParser:
         self._stop_reason: str | None = None
         self._last_reasoning: int | None = None  # block whose thinking text was streamed last
         self._done = False
+        self._configured = model
+        self._announced = False
+        self._malformed = MalformedEvents(target)
 
     def feed(self, event: SSEEvent) -> list[StreamDelta]:
         try:
-            data = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream sent a malformed stream event") from None
-        if not isinstance(data, dict):
+            deltas = self._event(event)
+        except MALFORMED as exc:  # skipped, as lenient clients do; an in-band error is a ProviderError
+            self._malformed.skip(event.data, exc)
             return []
+        if deltas and not self._announced:
+            self._announced = True
+            deltas.insert(0, Answering(reported_model(self._message.get("model")) or self._configured))
+        return deltas
+
+    def _event(self, event: SSEEvent) -> list[StreamDelta]:
+        # Each handler type-checks what it reads before it changes the message being rebuilt.
+        data = orjson.loads(event.data)
+        if not isinstance(data, dict):
+            raise TypeError("event")
         kind = data.get("type") or event.event
         if kind == "content_block_delta":
             return self._delta(data.get("index"), data.get("delta"))
@@ -181,8 +245,8 @@ class AnthropicStreamParser:
                 self._merge_usage(message.get("usage"))
         elif kind == "message_delta":
             delta = data.get("delta")
-            if isinstance(delta, dict) and delta.get("stop_reason"):
-                self._stop_reason = str(delta["stop_reason"])
+            if isinstance(delta, dict) and delta.get("stop_reason") and isinstance(delta["stop_reason"], str):
+                self._stop_reason = delta["stop_reason"]
             self._merge_usage(data.get("usage"))
         elif kind == "message_stop":
             self._done = True
@@ -191,9 +255,9 @@ class AnthropicStreamParser:
         return []  # ping and event types added after this was written
 
     def _start(self, index: Any, block: Any) -> list[StreamDelta]:
-        if not isinstance(index, int) or not isinstance(block, dict):
-            return []
-        block = dict(block)
+        if not isinstance(index, int):
+            raise TypeError("index")
+        block = dict(check_block(block))
         self._blocks[index] = block
         if "input" in block:  # tool_use, server_tool_use: ``input: {}`` at start is not the real input
             self._json[index] = []
@@ -205,8 +269,11 @@ class AnthropicStreamParser:
 
     def _delta(self, index: Any, delta: Any) -> list[StreamDelta]:
         if not isinstance(delta, dict) or not isinstance(index, int):
-            return []
+            raise TypeError("content_block_delta")
         kind = delta.get("type")
+        field = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
+        if field is not None and not isinstance(delta.get(field), STR_OR_NONE):
+            raise TypeError(field)
         block = self._blocks.get(index)
         if block is None:  # a delta without its start: keep text/thinking rather than lose it
             if kind not in ("text_delta", "thinking_delta"):
@@ -255,6 +322,8 @@ class AnthropicStreamParser:
             self._usage.update({k: v for k, v in usage.items() if v is not None})
 
     def finish(self) -> ModelResponse:
+        if self._malformed.count and not self._blocks and not self._message:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream stream had no readable event")
         if not self._done:
             raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before message_stop")
         for index in list(self._json):

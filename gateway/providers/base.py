@@ -8,6 +8,8 @@ response can never be parsed by the wrong handler.
 from __future__ import annotations
 
 import email.utils
+import logging
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -15,21 +17,41 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig
 from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
 from gateway.upstream.pool import UpstreamRequest
 from gateway.upstream.sse import SSEEvent
 
-__all__ = ["RETRYABLE", "TARGET_FAULTS", "Adapter", "ErrorClass", "ProviderError", "SSEEvent", "StreamParser",
-           "UpstreamRequest"]
+log = logging.getLogger("loopgate.providers")
+
+__all__ = ["MALFORMED", "RETRYABLE", "TARGET_FAULTS", "Adapter", "ErrorClass", "ProviderError", "SSEEvent",
+           "StreamParser", "UpstreamRequest"]
+
+# What reading a document of the wrong shape raises (a list where a dict was expected, a number
+# where a string was, int("x"), int(inf)): each adapter entry point catches exactly these and turns
+# them into INVALID_RESPONSE, so a wrong-shaped answer fails over instead of becoming a 500. A
+# try block costs nothing on the well-formed path (Python >= 3.11).
+MALFORMED = (TypeError, LookupError, AttributeError, ValueError, ArithmeticError)
+# isinstance() with a tuple is cheaper than with ``str | None`` (the parse path runs per stream event).
+STR_OR_NONE = (str, type(None))
+DICT_OR_NONE = (dict, type(None))
+
+# Retry-After beyond this is "not within any retry window" all the same; a larger value is capped to it.
+MAX_RETRY_AFTER_S = 86_400.0
+MAX_MODEL_NAME = 256
 
 
 class StreamParser(Protocol):
     """Incremental parser for one native stream."""
 
     def feed(self, event: SSEEvent) -> list[StreamDelta]:
-        """Consume one SSE event; return text/reasoning deltas. Raises ProviderError on an in-stream error."""
+        """Consume one SSE event; return text/reasoning deltas. Raises ProviderError on an in-stream error.
+
+        An event that is not JSON or has the wrong shape is skipped and counted (``MalformedEvents``);
+        the first deltas of a stream are preceded by ``Answering`` (the model producing them).
+        """
         ...
 
     def finish(self) -> ModelResponse:
@@ -45,7 +67,9 @@ class Adapter(Protocol):
 
     def parse_response(self, body: bytes) -> ModelResponse: ...
 
-    def new_stream_parser(self) -> StreamParser: ...
+    def new_stream_parser(self, target: str = "", model: str = "") -> StreamParser:
+        """``target`` labels the malformed-event metric; ``model`` names the answer when the stream does not."""
+        ...
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError: ...
 
@@ -92,25 +116,74 @@ def unreadable_error(status: int, headers: Mapping[str, str], body: bytes) -> Pr
 
 
 
+def invalid_response(exc: BaseException) -> ProviderError:
+    """A document of the wrong shape; the message names the kind of fault, never upstream text."""
+    return ProviderError(ErrorClass.INVALID_RESPONSE,
+                         f"upstream returned a response of an unexpected shape ({type(exc).__name__})")
+
+
+def reported_model(value: Any) -> str:
+    """The model name an upstream reported, when it is a plausible name; else "" (the target's model stands)."""
+    if isinstance(value, str) and len(value) <= MAX_MODEL_NAME and value.isprintable():
+        return value
+    return ""
+
+
+def delay_seconds(value: Any, scale: float = 1.0) -> float | None:
+    """A delay an upstream asked for, in seconds: None unless a finite, non-negative number; capped."""
+    try:
+        seconds = float(value) / scale
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """``retry-after-ms`` first, then ``retry-after`` as seconds or an HTTP date (what the SDKs do)."""
+    """``retry-after-ms`` first, then ``retry-after`` as seconds or an HTTP date (what the SDKs do).
+
+    ``inf``, ``nan``, negative numbers and dates out of range are treated as absent; a delay over
+    a day is capped to a day (still longer than any retry window, so the router moves on).
+    """
     ms = headers.get("retry-after-ms")
     if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
+        seconds = delay_seconds(ms, 1000)
+        if seconds is not None:
+            return seconds
     value = headers.get("retry-after")
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    seconds = delay_seconds(value)
+    if seconds is not None:
+        return seconds
     parsed = email.utils.parsedate_tz(value)
     if parsed is None:
         return None
-    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+    try:
+        at = email.utils.mktime_tz(parsed)
+    except (ValueError, OverflowError):  # a year the platform cannot represent
+        return None
+    return min(MAX_RETRY_AFTER_S, max(0.0, at - time.time()))
+
+
+class MalformedEvents:
+    """Counts (metric) and logs the stream events a parser skipped: the first per stream as a warning."""
+
+    __slots__ = ("count", "target")
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.count = 0
+
+    def skip(self, data: bytes, exc: BaseException) -> None:
+        self.count += 1
+        metrics.UPSTREAM_MALFORMED_EVENTS.inc(self.target or "unknown")
+        # repr() escapes control characters: upstream text cannot forge log lines.
+        level = logging.WARNING if self.count == 1 else logging.DEBUG
+        if log.isEnabledFor(level):
+            log.log(level, "skipped a malformed stream event from %s (%s, %d bytes): %r", self.target or "unknown",
+                    type(exc).__name__, len(data), data[:80])
 
 
 def class_for_status(status: int) -> ErrorClass:

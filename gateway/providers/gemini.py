@@ -35,10 +35,13 @@ from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, hi
 from gateway.config.model import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
+    MALFORMED,
     ErrorClass,
     ProviderError,
     UpstreamRequest,
+    delay_seconds,
     error_from_status,
+    invalid_response,
     load_error_body,
     unreadable_error,
 )
@@ -46,6 +49,7 @@ from gateway.providers.gemini_stream import (
     GeminiStreamParser,
     GeminiTurn,
     api_key_invalid,
+    error_details,
     load_payload,
 )
 
@@ -366,13 +370,18 @@ class GeminiAdapter:
         if payload is None:
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
         turn = GeminiTurn()
-        turn.add(payload)
-        if not payload.get("candidates") and not turn.finished:
+        try:
+            turn.add(payload)
+        except MALFORMED as exc:
+            raise invalid_response(exc) from None
+        # No candidate 0 and no block reason: nothing was answered (never an empty 200). A blocked
+        # prompt (promptFeedback.blockReason) is an answer: empty, finish_reason content_filter.
+        if not turn.readable:
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream response has no candidates")
         return turn.result()
 
-    def new_stream_parser(self) -> GeminiStreamParser:
-        return GeminiStreamParser()
+    def new_stream_parser(self, target: str = "", model: str = "") -> GeminiStreamParser:
+        return GeminiStreamParser(target, model)
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         payload = load_error_body(body)
@@ -380,10 +389,10 @@ class GeminiAdapter:
         if not isinstance(error, dict):
             return unreadable_error(status, headers, body)
         message = str(error.get("message") or f"upstream returned HTTP {status}")
-        details = [d for d in error.get("details") or () if isinstance(d, dict)]
+        details = error_details(error)
         # Daily quotas do not clear within any retry window: fail over instead of retrying.
         per_day = any("PerDay" in str(v.get("quotaId") or "") for d in details
-                      for v in d.get("violations") or () if isinstance(v, dict))
+                      for v in _list(d.get("violations")) if isinstance(v, dict))
         result = error_from_status(status, headers, message, error.get("status"), no_retry=per_day)
         if result.error_class is ErrorClass.BAD_REQUEST and api_key_invalid(error):
             result.error_class = ErrorClass.AUTH
@@ -392,16 +401,21 @@ class GeminiAdapter:
         return result
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _retry_delay(details: list[dict[str, Any]]) -> float | None:
-    """``google.rpc.RetryInfo.retryDelay`` is a protobuf Duration in JSON: ``"37s"``, ``"0.5s"``."""
+    """``google.rpc.RetryInfo.retryDelay`` is a protobuf Duration in JSON: ``"37s"``, ``"0.5s"``.
+
+    Like ``Retry-After``: not a finite, non-negative number -> None; over a day -> capped.
+    """
     for detail in details:
         if str(detail.get("@type") or "").endswith("google.rpc.RetryInfo"):
             delay = detail.get("retryDelay")
             if isinstance(delay, str) and delay.endswith("s"):
-                try:
-                    return max(0.0, float(delay[:-1]))
-                except ValueError:
-                    return None
+                return delay_seconds(delay[:-1])
             if isinstance(delay, dict):  # the proto-JSON object form some relays emit
-                return max(0.0, float(delay.get("seconds") or 0) + float(delay.get("nanos") or 0) / 1e9)
+                seconds, nanos = delay_seconds(delay.get("seconds") or 0), delay_seconds(delay.get("nanos") or 0, 1e9)
+                return None if seconds is None or nanos is None else delay_seconds(seconds + nanos)
     return None

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from gateway.canonical import (
+    Answering,
     FinishReason,
     Message,
     ModelResponse,
@@ -34,8 +35,20 @@ from gateway.canonical import (
     Usage,
     normalize_finish_reason,
     stable_tool_call_id,
+    token_count,
 )
-from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, class_for_status, looks_like_context_overflow
+from gateway.providers.base import (
+    DICT_OR_NONE,
+    MALFORMED,
+    STR_OR_NONE,
+    ErrorClass,
+    MalformedEvents,
+    ProviderError,
+    SSEEvent,
+    class_for_status,
+    looks_like_context_overflow,
+    reported_model,
+)
 
 # Gemini has no "tool_calls" reason: calls are inferred from the parts (normalize_finish_reason).
 # MALFORMED_FUNCTION_CALL / UNEXPECTED_TOOL_CALL / TOO_MANY_TOOL_CALLS end a turn without a usable
@@ -76,23 +89,32 @@ def finish_reason_for(native: str | None) -> FinishReason:
 
 
 def parse_usage(raw: Any) -> Usage:
-    """``candidatesTokenCount`` excludes thoughts, so completion = candidates + thoughts."""
+    """``candidatesTokenCount`` excludes thoughts, so completion = candidates + thoughts.
+
+    Counts that are not plausible token counts (``token_count``) are treated as not reported.
+    """
     if not isinstance(raw, dict):
         return Usage()
-    thoughts = int(raw.get("thoughtsTokenCount") or 0)
+    thoughts = token_count(raw.get("thoughtsTokenCount"))
     return Usage(
-        prompt_tokens=int(raw.get("promptTokenCount") or 0) + int(raw.get("toolUsePromptTokenCount") or 0),
-        completion_tokens=int(raw.get("candidatesTokenCount") or 0) + thoughts,
-        cached_tokens=int(raw.get("cachedContentTokenCount") or 0),
+        prompt_tokens=token_count(raw.get("promptTokenCount")) + token_count(raw.get("toolUsePromptTokenCount")),
+        completion_tokens=token_count(raw.get("candidatesTokenCount")) + thoughts,
+        cached_tokens=token_count(raw.get("cachedContentTokenCount")),
         reasoning_tokens=thoughts,
     )
+
+
+def error_details(error: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``details`` objects of a google.rpc error (whatever else a relay put there is ignored)."""
+    details = error.get("details")
+    return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
 
 
 def api_key_invalid(error: dict[str, Any]) -> bool:
     """Gemini answers a bad key with 400 INVALID_ARGUMENT; it is a target fault, not the caller's."""
     if "api key not valid" in str(error.get("message") or "").lower():
         return True
-    return any(isinstance(d, dict) and d.get("reason") == "API_KEY_INVALID" for d in error.get("details") or ())
+    return any(d.get("reason") == "API_KEY_INVALID" for d in error_details(error))
 
 
 def google_error(error: Any, status: int | None = None) -> ProviderError:
@@ -118,17 +140,42 @@ def google_error(error: Any, status: int | None = None) -> ProviderError:
 
 
 def _first_candidate(payload: dict[str, Any]) -> dict[str, Any] | None:
-    """The candidate with index 0 (``index`` is omitted for it in some responses)."""
-    for candidate in payload.get("candidates") or ():
-        if isinstance(candidate, dict) and (candidate.get("index") or 0) == 0:
+    """The candidate with index 0 (``index`` is omitted for it in some responses); TypeError if malformed."""
+    candidates = payload.get("candidates") or ()
+    if not isinstance(candidates, (list, tuple)):
+        raise TypeError("candidates")
+    for candidate in candidates:
+        if (candidate.get("index") or 0) == 0:
             return candidate
     return None
+
+
+def _parts(candidate: dict[str, Any]) -> list[dict[str, Any]]:
+    """A candidate's parts, every field the turn reads type-checked before anything is kept."""
+    if not isinstance(candidate.get("finishReason"), STR_OR_NONE):
+        raise TypeError("finishReason")
+    content = candidate.get("content")
+    if content is None:
+        return []
+    parts = content.get("parts")
+    if parts is None:
+        return []
+    if not isinstance(parts, list):
+        raise TypeError("parts")
+    for part in parts:
+        call = part.get("functionCall")
+        if not isinstance(part.get("text"), STR_OR_NONE) or not isinstance(call, DICT_OR_NONE):
+            raise TypeError("part")
+        if call is not None and (not isinstance(call.get("name"), str) or not isinstance(call.get("args"), DICT_OR_NONE)
+                                 or not isinstance(call.get("id"), STR_OR_NONE)):
+            raise TypeError("functionCall")
+    return parts
 
 
 class GeminiTurn:
     """Accumulates one model turn from whole or partial ``GenerateContentResponse`` documents."""
 
-    __slots__ = ("_blocked", "_calls", "_finish", "_id", "_model", "_reasoning", "_signature", "_text",
+    __slots__ = ("_blocked", "_calls", "_finish", "_id", "_model", "_read", "_reasoning", "_signature", "_text",
                  "_usage")
 
     def __init__(self) -> None:
@@ -141,35 +188,43 @@ class GeminiTurn:
         self._usage = Usage()
         self._id = ""
         self._model = ""
+        self._read = False  # a candidate (or a blocked prompt) was read: the document was an answer
 
     @property
     def finished(self) -> bool:
         return self._finish is not None or self._blocked
 
+    @property
+    def readable(self) -> bool:
+        return self._read
+
+    @property
+    def model(self) -> str:
+        return self._model
+
     def add(self, payload: dict[str, Any]) -> list[StreamDelta]:
-        if "error" in payload:
+        """Add one document. A document of the wrong shape raises (one of ``MALFORMED``) and changes nothing."""
+        if payload.get("error"):
             raise google_error(payload["error"])
-        self._id = self._id or str(payload.get("responseId") or "")
-        self._model = self._model or str(payload.get("modelVersion") or "")
+        candidate = _first_candidate(payload)
+        parts = _parts(candidate) if candidate is not None else []
+        self._id = self._id or _string(payload.get("responseId"))
+        self._model = self._model or reported_model(payload.get("modelVersion"))
         if isinstance(payload.get("usageMetadata"), dict):
             self._usage = parse_usage(payload["usageMetadata"])
         feedback = payload.get("promptFeedback")
         if not payload.get("candidates") and isinstance(feedback, dict) and feedback.get("blockReason"):
-            self._blocked = True
-        candidate = _first_candidate(payload)
+            self._blocked = self._read = True
         if candidate is None:
             return []
+        self._read = True
         if candidate.get("finishReason"):
-            self._finish = str(candidate["finishReason"])
-        content = candidate.get("content")
-        parts = content.get("parts") if isinstance(content, dict) else None
-        return self._add_parts(parts) if isinstance(parts, list) else []
+            self._finish = candidate["finishReason"]
+        return self._add_parts(parts)
 
-    def _add_parts(self, parts: list[Any]) -> list[StreamDelta]:
+    def _add_parts(self, parts: list[dict[str, Any]]) -> list[StreamDelta]:
         deltas: list[StreamDelta] = []
         for part in parts:
-            if not isinstance(part, dict):
-                continue
             signature = part.get("thoughtSignature")
             call = part.get("functionCall")
             if isinstance(call, dict):
@@ -197,9 +252,9 @@ class GeminiTurn:
         if signature:
             google["thought_signature"] = str(signature)
         tool_call: ToolCall = {
-            "id": str(call.get("id") or ""),
+            "id": call.get("id") or "",
             "type": "function",
-            "function": {"name": str(call.get("name") or ""),
+            "function": {"name": call["name"],
                          "arguments": orjson.dumps(args if isinstance(args, dict) else {}).decode()},
         }
         if google:
@@ -234,6 +289,10 @@ class GeminiTurn:
         )
 
 
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def load_payload(data: bytes, what: str) -> dict[str, Any] | None:
     try:
         payload = orjson.loads(data)
@@ -250,18 +309,34 @@ class GeminiStreamParser:
     ``[DONE]``: the chunk with ``finishReason`` (or a blocked prompt) is the end marker.
     """
 
-    __slots__ = ("_turn",)
+    __slots__ = ("_announced", "_configured", "_malformed", "_turn")
 
-    def __init__(self) -> None:
+    def __init__(self, target: str = "", model: str = "") -> None:
         self._turn = GeminiTurn()
+        self._configured = model
+        self._announced = False
+        self._malformed = MalformedEvents(target)
 
     def feed(self, event: SSEEvent) -> list[StreamDelta]:
-        if event.data.strip() == b"[DONE]":  # not Gemini's, but harmless from a relaying proxy
+        data = event.data
+        if data.strip() == b"[DONE]":  # not Gemini's, but harmless from a relaying proxy
             return []
-        payload = load_payload(event.data, "a stream chunk")
-        return self._turn.add(payload) if payload is not None else []
+        try:
+            payload = orjson.loads(data)
+            if not isinstance(payload, dict):
+                raise TypeError("chunk")
+            deltas = self._turn.add(payload)
+        except MALFORMED as exc:  # skipped, as lenient clients do; an in-band error is a ProviderError
+            self._malformed.skip(data, exc)
+            return []
+        if deltas and not self._announced:
+            self._announced = True
+            deltas.insert(0, Answering(self._turn.model or self._configured))
+        return deltas
 
     def finish(self) -> ModelResponse:
+        if self._malformed.count and not self._turn.readable:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream stream had no readable event")
         if not self._turn.finished:
             raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before the response was complete")
         return self._turn.result()

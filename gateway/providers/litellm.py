@@ -84,7 +84,8 @@ class LiteLLMAdapter:
     async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
                      timeout: float) -> AsyncIterator[list[StreamDelta] | ModelResponse]:
         litellm = _library()
-        parser = _openai.new_stream_parser()
+        # The label a configured target of this provider and model has (metrics, malformed events).
+        parser = _openai.new_stream_parser(f"{provider.name}:{model}", model)
         try:
             kwargs = self._kwargs(request, provider, model, timeout)
             kwargs["stream"] = True

@@ -364,7 +364,7 @@ class Router:
                         if upstream.status >= 400:
                             raise target.adapter.parse_error(upstream.status, upstream.headers,
                                                              await upstream.read())
-                        parser = target.adapter.new_stream_parser()
+                        parser = target.adapter.new_stream_parser(target.metric_label, target.model)
                         decoder = SSEDecoder()
                         async for chunk in upstream.chunks():
                             deltas: list[StreamDelta] = []

@@ -27,6 +27,11 @@ FAULTS: dict[str, tuple[Reply, str]] = {
     "read-timeout": (Reply(text="late", delay_s=3), "timeout"),
     "connection-reset": (Reply(fault="reset"), "connection"),
     "invalid-json": (Reply(text="x", fault="invalid_json"), "invalid_response"),
+    # JSON of the wrong shape (every event of a stream): fails over, never a 500 or an empty answer.
+    "wrong-shape": (Reply(text="x", fault="wrong_shape"), "invalid_response"),
+    # A Retry-After date the platform cannot represent (a ValueError inside the date parser).
+    "absurd-retry-after": (Reply(status=429, headers={"retry-after": "Fri, 31 Dec 99999 23:59:59 GMT"}),
+                           "rate_limited"),
     "200-then-error": (Reply(text="never", fault="error_event"), "overloaded"),
     "cut-after-first-chunk": (Reply(text="Partial answer that breaks", fault="cut"), "connection"),
     "stalled": (Reply(text="Partial answer that stalls", fault="stall"), "timeout"),
@@ -60,6 +65,7 @@ def test_fault_matrix(gateway: Gateway, fakes: dict[str, FakeUpstream], first: s
             assert response.status_code == 200, response.text
             payload = response.json()
             extension, text = payload["gateway"], payload["choices"][0]["message"]["content"]
+            models = {payload["model"]}
             calls = [c["function"]["arguments"] for c in payload["choices"][0]["message"]["tool_calls"]]
         else:
             assert response.status_code == 200
@@ -77,11 +83,14 @@ def test_fault_matrix(gateway: Gateway, fakes: dict[str, FakeUpstream], first: s
                 return
             assert not errors
             extension = next(e["gateway"] for e in events[:-1] if e.get("gateway", {}).get("status"))
+            models = {e["model"] for e in events[:-1]}
             calls = [d["function"]["arguments"] for e in events[:-1] if e.get("choices")
                      for d in e["choices"][0]["delta"].get("tool_calls") or []]
     assert text == "Answer from the fallback."
     assert calls == ['{"q":"x"}'], "the fallback's tool call must not be lost"
     assert extension["answered_by"] == [f"{second}:{MODELS[second]}"]
+    assert models == {MODELS[second]}, "model names the fallback that answered (every chunk of a stream)"
+    assert extension["route"] == f"chain_{first}_{second}"
     assert [a["error_class"] for a in extension["attempts"]] == [error_class, None]
     assert extension["attempts"][0]["target"] == f"{first}:{MODELS[first]}"
 

@@ -36,7 +36,9 @@ class Reply:
     # cut: stream breaks after the first text chunk (non-stream: connection closed mid-body);
     # stall: stream stops after the first text chunk (non-stream: no answer at all);
     # error_event: 200 then an in-stream error before any content (non-stream: a 200 error body);
-    # invalid_json: a body/chunk that is not JSON; reset: connection closed before any response.
+    # invalid_json: a body/chunk that is not JSON; reset: connection closed before any response;
+    # wrong_shape: JSON of the wrong shape (non-stream: the whole body; stream: every event);
+    # malformed_event: a stream with an unreadable event in the middle (non-stream: no fault).
     fault: str | None = None
     # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
     # so a gateway calibrating its token estimates against usage is not misled.
@@ -107,6 +109,8 @@ class FakeUpstream(ThreadedApp):
         if not stream:
             if reply.fault == "invalid_json":
                 return web.Response(body=b"{not json", content_type="application/json")
+            if reply.fault == "wrong_shape":
+                return web.Response(body=orjson.dumps(self._wrong_shape()), content_type="application/json")
             if reply.fault == "error_event":  # a 200 whose body is the provider's error object
                 return web.Response(body=self._stream_error().split(b"data: ", 1)[1].strip(),
                                     content_type="application/json")
@@ -130,6 +134,12 @@ class FakeUpstream(ThreadedApp):
                 frames = [self._stream_error()]
             elif reply.fault == "invalid_json":
                 frames = [b"data: {broken\n\n"]
+            elif reply.fault == "wrong_shape":
+                frames = [b"data: " + orjson.dumps(self._wrong_shape(True)) + b"\n\n"] * 3
+            elif reply.fault == "malformed_event":
+                middle = len(frames) // 2
+                frames = [*frames[:middle], b"data: {broken\n\n", b"data: " + orjson.dumps(self._wrong_shape(True))
+                          + b"\n\n", *frames[middle:]]
             first_text = orjson.dumps(self._halves(reply.text)[0])[1:-1] if reply.text else b"\x00"
             for frame in frames:
                 await response.write(frame)
@@ -158,6 +168,16 @@ class FakeUpstream(ThreadedApp):
             return {"error": {"code": status, "message": message, "status": name}}
         return {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
                           "param": None, "code": None}}
+
+    def _wrong_shape(self, stream: bool = False) -> dict[str, Any]:
+        """A document with the right keys and the wrong types, as a broken compatible server sends."""
+        if self.wire == "anthropic" and stream:
+            return {"type": "content_block_delta", "index": "0", "delta": "plain text instead of a delta"}
+        if self.wire == "anthropic":
+            return {"type": "message", "role": "assistant", "content": "plain text instead of blocks"}
+        if self.wire == "gemini":
+            return {"candidates": [{"content": {"role": "model", "parts": "plain text"}, "index": 0}]}
+        return {"choices": {"0": {"message": {"content": 42}}}, "usage": {"prompt_tokens": "many"}}
 
     def _stream_error(self) -> bytes:
         if self.wire == "anthropic":

@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.canonical import ModelResponse, StreamDelta
+from gateway.canonical import Answering, ModelResponse, StreamDelta
 from gateway.providers.base import SSEEvent
 from gateway.upstream.sse import SSEDecoder
 
@@ -20,12 +20,17 @@ def sse_events(data: bytes) -> list[SSEEvent]:
     return decoder.feed(data) + decoder.close()
 
 
+def content(deltas: list[StreamDelta]) -> list[StreamDelta]:
+    """The text and reasoning deltas, without the ``Answering`` marker that opens a stream's first batch."""
+    return [delta for delta in deltas if not isinstance(delta, Answering)]
+
+
 def parse_stream(adapter: Any, events: Iterable[SSEEvent]) -> tuple[ModelResponse, list[StreamDelta]]:
     parser = adapter.new_stream_parser()
     deltas: list[StreamDelta] = []
     for event in events:
         deltas.extend(parser.feed(event))
-    return parser.finish(), deltas
+    return parser.finish(), content(deltas)
 
 
 def parse_in_pieces(adapter: Any, data: bytes, bounds: list[int]) -> tuple[ModelResponse, list[StreamDelta]]:
@@ -38,4 +43,4 @@ def parse_in_pieces(adapter: Any, data: bytes, bounds: list[int]) -> tuple[Model
             deltas.extend(parser.feed(event))
     for event in decoder.close():
         deltas.extend(parser.feed(event))
-    return parser.finish(), deltas
+    return parser.finish(), content(deltas)

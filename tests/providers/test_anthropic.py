@@ -21,7 +21,7 @@ from gateway.config.model import ProviderConfig
 from gateway.providers.anthropic import AnthropicAdapter, sanitize_tool_id
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 from tests.fakes.anthropic_rules import anthropic_request_problems
-from tests.providers.streams import parse_in_pieces, parse_stream, sse_events
+from tests.providers.streams import content, parse_in_pieces, parse_stream, sse_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
 ADAPTER = AnthropicAdapter()
@@ -533,7 +533,7 @@ def test_mid_stream_overloaded_error_raises() -> None:
         for item in events:
             deltas.extend(parser.feed(item))
     assert info.value.error_class is ErrorClass.OVERLOADED and info.value.retryable
-    assert deltas == [TextDelta("Paris is")]
+    assert content(deltas) == [TextDelta("Paris is")]
 
 
 def test_stream_cut_before_message_stop_raises_connection() -> None:
@@ -611,10 +611,9 @@ def test_stream_error_event_classes(error_type: str, message_text: str, expected
     assert (info.value.error_class, info.value.message) == (expected, message_text)
 
 
-def test_malformed_stream_event() -> None:
-    with pytest.raises(ProviderError) as info:
-        ADAPTER.new_stream_parser().feed(SSEEvent("content_block_delta", b"{not json"))
-    assert info.value.error_class is ErrorClass.INVALID_RESPONSE
+def test_malformed_stream_event_is_skipped() -> None:
+    """Lenient clients skip an event they cannot read (more in test_anthropic_answers)."""
+    assert ADAPTER.new_stream_parser().feed(SSEEvent("content_block_delta", b"{not json")) == []
 
 
 STREAM_BYTES = (FIXTURES / "03_stream_thinking_tool_use.sse").read_bytes()

@@ -21,7 +21,7 @@ from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 from gateway.providers.gemini import DUMMY_THOUGHT_SIGNATURE, GeminiAdapter, clean_schema
 from gateway.providers.registry import adapter_for
 from tests.fakes.gemini_rules import gemini_request_problems
-from tests.providers.streams import parse_in_pieces, parse_stream, sse_events
+from tests.providers.streams import content, parse_in_pieces, parse_stream, sse_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gemini"
 BASE_URL = "https://generativelanguage.googleapis.com"
@@ -612,7 +612,7 @@ def test_mid_stream_error_from_example() -> None:
     assert status == 200 and "streaming started" in title
     parser = ADAPTER.new_stream_parser()
     first, second = sse_events(body)
-    assert parser.feed(first) == [TextDelta("Paris is")]
+    assert content(parser.feed(first)) == [TextDelta("Paris is")]
     with pytest.raises(ProviderError) as caught:
         parser.feed(second)
     assert caught.value.error_class is ErrorClass.OVERLOADED
@@ -655,10 +655,9 @@ def test_stream_blocked_prompt_finishes_filtered() -> None:
     assert deltas == [] and response.finish_reason == "content_filter" and response.message["content"] is None
 
 
-def test_malformed_stream_chunk_is_invalid_response() -> None:
-    with pytest.raises(ProviderError) as caught:
-        ADAPTER.new_stream_parser().feed(SSEEvent(None, b'{"candidates": [{"content": '))
-    assert caught.value.error_class is ErrorClass.INVALID_RESPONSE
+def test_malformed_stream_chunk_is_skipped() -> None:
+    """Lenient clients skip an event they cannot read (more in test_gemini_answers)."""
+    assert ADAPTER.new_stream_parser().feed(SSEEvent(None, b'{"candidates": [{"content": ')) == []
 
 
 STREAMS = ["03_stream_function_calls.sse", "03b_stream_text_trailing_signature.sse"]
