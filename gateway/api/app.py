@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -99,8 +100,9 @@ def create_app(config: Config) -> FastChatPath:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_error, Exception: _unexpected})
+    # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
+    handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     return FastChatPath(app)
 
 

@@ -217,7 +217,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                                                       "available on this gateway.")
                 _record(state, call, "error", 0.0, "unknown")
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
-        runnable = [(call, tool) for call, tool in approved if tool is not None]
+        runnable: list[tuple[ToolCall, Any]] = [(call, tool) for call, tool in approved if tool is not None]
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
             yield event
         transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
@@ -296,7 +296,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
 
         assistant = response.message
         results: dict[str, ToolResult] = {}
-        runnable: list[tuple[ToolCall, Any]] = []
+        runnable = []
         pending: list[PendingCall] = []
         for call in calls:
             name = call["function"]["name"]

@@ -314,7 +314,7 @@ def translate_tool_choice(choice: Any, tools: list[dict[str, Any]], parallel: An
     elif isinstance(choice, dict) and choice.get("type") == "function" and _choice_name(choice):
         native = {"type": "tool", "name": _choice_name(choice)}
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        spec = choice.get("allowed_tools") if isinstance(choice.get("allowed_tools"), dict) else choice
+        spec: dict[str, Any] = choice["allowed_tools"] if isinstance(choice.get("allowed_tools"), dict) else choice
         allowed = {_choice_name(entry) for entry in spec.get("tools") or ()}
         tools = [tool for tool in tools if tool["name"] in allowed]
         native = {"type": "any" if spec.get("mode") == "required" else "auto"}

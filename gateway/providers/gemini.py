@@ -137,8 +137,8 @@ def _tool_config(choice: Any) -> tuple[dict[str, Any] | None, set[str] | None]:
         return ({"mode": "ANY", "allowedFunctionNames": [name]}, None) if name else (None, None)
     if choice.get("type") == "allowed_tools":
         spec = choice.get("allowed_tools") or {}
-        names = [(t.get("function") or {}).get("name") for t in spec.get("tools") or () if isinstance(t, dict)]
-        names = [n for n in names if n]
+        listed = [(t.get("function") or {}).get("name") for t in spec.get("tools") or () if isinstance(t, dict)]
+        names: list[str] = [n for n in listed if isinstance(n, str) and n]
         if spec.get("mode") == "required":
             return {"mode": "ANY", "allowedFunctionNames": names}, None
         # Names are honoured only in ANY mode, so "auto" over a subset filters the declarations.
@@ -201,9 +201,9 @@ def _media_part(url: str) -> dict[str, Any]:
             data = base64.b64encode(urllib.parse.unquote_to_bytes(data)).decode()
         return {"inlineData": {"mimeType": mime or "application/octet-stream", "data": data}}
     file_data = {"fileUri": url}
-    mime = mimetypes.guess_type(urllib.parse.urlsplit(url).path)[0]
-    if mime:
-        file_data = {"mimeType": mime, "fileUri": url}
+    guessed = mimetypes.guess_type(urllib.parse.urlsplit(url).path)[0]
+    if guessed:
+        file_data = {"mimeType": guessed, "fileUri": url}
     return {"fileData": file_data}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -82,7 +82,7 @@ class LiteLLMAdapter:
         return _openai.parse_response(_dump(response))
 
     async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
-                     timeout: float) -> AsyncIterator[list[StreamDelta] | ModelResponse]:
+                     timeout: float) -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
         litellm = _library()
         # The label a configured target of this provider and model has (metrics, malformed events).
         parser = _openai.new_stream_parser(f"{provider.name}:{model}", model)

@@ -43,7 +43,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
@@ -54,6 +54,9 @@ from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from gateway.providers.litellm import LiteLLMAdapter
 
 MIN_ATTEMPT_S = 0.05  # the least deadline an attempt may start with (module docstring)
 
@@ -324,7 +327,8 @@ class Router:
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
         if target.provider.type == "litellm":
-            return await target.adapter.complete(request, target.provider, target.model, deadline - time.monotonic())
+            library = cast("LiteLLMAdapter", target.adapter)  # wraps a client library: no bytes to parse here
+            return await library.complete(request, target.provider, target.model, deadline - time.monotonic())
         native = target.adapter.build_request(request, target.provider, target.model, stream=False)
         reply = await self._pool.post(target.provider, native, deadline)
         if reply.status >= 400:
@@ -340,8 +344,8 @@ class Router:
             try:
                 response: ModelResponse | None = None
                 if target.provider.type == "litellm":
-                    source = target.adapter.stream(request, target.provider, target.model,
-                                                   deadline - time.monotonic())
+                    source = cast("LiteLLMAdapter", target.adapter).stream(request, target.provider, target.model,
+                                                                           deadline - time.monotonic())
                     try:
                         async for item in source:
                             if isinstance(item, ModelResponse):
