@@ -32,11 +32,11 @@ from urllib.parse import urlsplit
 
 import aiohappyeyeballs
 
-from gateway.upstream.connection import Connection, ResponseHeaders
+from gateway.upstream.connection import Connection
 from gateway.upstream.errors import ErrorClass, ProviderError
+from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.proxy import Proxy, open_tunnel, proxy_for
 
-KEEPALIVE_S = 60.0  # idle connections older than this are closed, not reused
 DNS_TTL_S = 300.0
 _URL_CACHE_SIZE = 1024
 
@@ -91,10 +91,18 @@ class Http1Client:
     """The connections of one provider: keep-alive per origin, at most ``limit`` in use at once."""
 
     def __init__(self, *, limit: int, connect_timeout_s: float, read_timeout_s: float,
-                 extra_head: str, tls: ssl.SSLContext | None, proxies: Mapping[str, str] | None = None) -> None:
+                 extra_head: str, tls: ssl.SSLContext | None, proxies: Mapping[str, str] | None = None,
+                 write_timeout_s: float = 30.0, pool_timeout_s: float = 30.0, idle_timeout_s: float = 4.0,
+                 max_response_bytes: int = 32 * 1024 * 1024) -> None:
         self._limit = limit
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
+        self._write_timeout_s = write_timeout_s
+        self._pool_timeout_s = pool_timeout_s
+        # Idle keep-alive connections older than this are closed, never reused: below the
+        # server's own idle timeout, so a request is not written into a socket it is closing.
+        self._idle_timeout_s = idle_timeout_s
+        self._max_response_bytes = max_response_bytes
         self._extra_head = extra_head  # constant header lines, e.g. User-Agent, Accept-Encoding
         self._tls = tls
         self._proxies = dict(proxies or {})  # as http1_proxy.environment_proxies() gives them
@@ -169,7 +177,8 @@ class Http1Client:
         if self._closed:
             raise ProviderError(ErrorClass.CONNECTION, "the upstream client is shut down")
         if self._in_use >= self._limit or self._queue:
-            await self._wait_for_slot(deadline)  # the slot is handed over already counted
+            # The slot is handed over already counted; waiting for it is bounded on its own too.
+            await self._wait_for_slot(min(deadline, asyncio.get_running_loop().time() + self._pool_timeout_s))
         else:
             self._in_use += 1
         try:
@@ -178,7 +187,7 @@ class Http1Client:
                 now = asyncio.get_running_loop().time()
                 while idle:
                     conn = idle.pop()
-                    if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
+                    if not conn.closed and now - conn.idle_since < self._idle_timeout_s:
                         return conn
                     self._drop(conn)
             return await self._connect(origin, deadline)
@@ -195,7 +204,7 @@ class Http1Client:
             idle.append(conn)
             # Reuse is LIFO, so connections at the bottom may sit unused after a burst: drop
             # those the server closed or that idled past the keep-alive, oldest first.
-            while idle[0].closed or now - idle[0].idle_since >= KEEPALIVE_S:
+            while idle[0].closed or now - idle[0].idle_since >= self._idle_timeout_s:
                 self._drop(idle.pop(0))
         else:
             self._drop(conn)
@@ -207,7 +216,7 @@ class Http1Client:
 
     async def _connect(self, origin: Origin, deadline: float) -> Connection:
         loop = asyncio.get_running_loop()
-        conn = Connection(loop, origin.key, self._read_timeout_s)
+        conn = Connection(loop, origin.key, self._read_timeout_s, self._write_timeout_s, self._max_response_bytes)
         tls = None
         if origin.tls:
             if self._tls is None:  # a client built without one: the system trust store, loaded once
@@ -301,7 +310,8 @@ class Http1Client:
 
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
-        waiter.set_exception(ProviderError(ErrorClass.TIMEOUT, "no upstream connection became free in time"))
+        waiter.set_exception(ProviderError(ErrorClass.TIMEOUT, "no upstream connection became free in time "
+                                                               "(all max_connections busy)"))
 
 
 def default_tls_context() -> ssl.SSLContext:
