@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import zlib
 
 import httptools
 
@@ -222,8 +221,6 @@ class Connection(asyncio.Protocol):
             cause = exc.__context__  # what a callback raised: a limit, an unsupported or corrupt encoding
             if isinstance(cause, ProviderError):
                 self._fail(cause)
-            elif isinstance(cause, zlib.error):
-                self._fail_with(ErrorClass.INVALID_RESPONSE, f"upstream sent a corrupt compressed body: {cause}")
             else:
                 self._fail_with(ErrorClass.INVALID_RESPONSE, f"upstream sent invalid HTTP: {exc}")
             self.close()

@@ -2,7 +2,8 @@
 
 Bounded: a decoder never returns more than the caller's remaining budget (a small body that
 inflates to gigabytes stops at the limit, with memory held to it). Checked whole: a body that
-ends before its compressed stream does is truncated, never taken as complete.
+ends before its compressed stream does is truncated, never taken as complete. Corrupt data is
+an ``invalid_response``, never a ``zlib.error``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ class BodyDecoder:
                 return b""
             self._head = b""
             inflater = self._zlib = zlib.decompressobj(zlib.MAX_WBITS if _zlib_header(data) else -zlib.MAX_WBITS)
-        out = inflater.decompress(data, limit + 1)  # max_length: never inflate past the budget
+        try:
+            out = inflater.decompress(data, limit + 1)  # max_length: never inflate past the budget
+        except zlib.error as exc:
+            raise _corrupt(exc) from None
         if len(out) > limit:
             raise too_large()
         return out
@@ -47,7 +51,10 @@ class BodyDecoder:
         inflater = self._zlib
         if inflater is None:
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream sent a truncated compressed body")
-        tail = inflater.flush()
+        try:
+            tail = inflater.flush()
+        except zlib.error as exc:
+            raise _corrupt(exc) from None
         if len(tail) > limit:
             raise too_large()
         if not inflater.eof:
@@ -70,6 +77,10 @@ def decoder_for(value: bytes) -> BodyDecoder | None:
     if coding == b"deflate":
         return BodyDecoder(None)
     raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream used an unsupported Content-Encoding: {coding!r}")
+
+
+def _corrupt(exc: zlib.error) -> ProviderError:
+    return ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream sent a corrupt compressed body: {exc}")
 
 
 def too_large() -> ProviderError:

@@ -241,7 +241,7 @@ class Http1Client:
                 except BaseException:
                     sock.close()
                     raise
-        except OSError as exc:  # timeout, refused, unreachable, DNS (gaierror), TLS (SSLError)
+        except (OSError, ValueError) as exc:  # timeout, refused, unreachable, DNS, TLS, an IDNA-invalid name
             conn.close()
             self._dns.pop((host, port), None)  # the address may have moved: resolve afresh next time
             if isinstance(exc, TimeoutError):

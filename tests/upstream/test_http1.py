@@ -481,3 +481,12 @@ async def test_a_large_request_body_arrives_whole() -> None:
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200  # and the connection is still in step
         assert server.connections == 1
         http.close()
+
+
+async def test_a_host_name_the_resolver_cannot_encode_is_a_connection_error() -> None:
+    http = client()
+    with pytest.raises(ProviderError) as caught:  # an IDNA label over 63 characters: a UnicodeError, not an OSError
+        await http.post(f"http://{'a' * 64}.example/v1/chat/completions", HEADERS, BODY)
+    assert caught.value.error_class is ErrorClass.CONNECTION and not caught.value.responded
+    assert http._in_use == 0
+    http.close()
