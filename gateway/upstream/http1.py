@@ -198,7 +198,7 @@ class Http1Client:
     def release(self, conn: Connection) -> None:
         """Back to the idle list when the exchange finished cleanly; otherwise closed (a
         response abandoned mid-body cannot be reused, and closing stops the upstream's work)."""
-        if conn.reusable and not self._closed:
+        if conn.reusable and not self._closed and self._idle_timeout_s > 0:
             now = conn.idle_since = asyncio.get_running_loop().time()
             idle = self._idle.setdefault(conn.origin_key, [])
             idle.append(conn)

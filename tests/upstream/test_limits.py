@@ -280,6 +280,15 @@ async def test_idle_connections_past_the_idle_timeout_are_not_reused() -> None:
         http.close()
 
 
+async def test_an_idle_timeout_of_zero_never_reuses() -> None:
+    async with Server(keep_answering) as server:
+        http = client(idle_timeout_s=0)
+        for _ in range(2):
+            assert (await http.post(server.url, HEADERS, BODY))[0] == 200
+        assert server.connections == 2 and not http._open and not any(http._idle.values())
+        http.close()
+
+
 def test_an_sse_line_or_event_past_the_bound_fails_the_stream() -> None:
     decoder = SSEDecoder()
     piece = b"x" * 65536
