@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 import httptools
 
@@ -27,8 +28,18 @@ class Connection(asyncio.Protocol):
     """One keep-alive connection; serves one exchange at a time.
 
     The parser's callbacks fill the current response; the one task using the connection waits
-    on a single future that every arrival of data (or failure) resolves.
+    on a single future that every arrival of data (or failure) resolves. Slotted: the hot path
+    reads these attributes on every callback, and a plain instance dict of this many keys
+    loses CPython's attribute specialisation.
     """
+
+    __slots__ = (
+        "_body", "_body_left", "_buffered", "_deadline", "_decoded_left", "_decoder", "_early", "_eof", "_error",
+        "_framed", "_head_bytes", "_informational", "_keep_alive", "_last_data", "_loop", "_max_bytes", "_parser",
+        "_paused", "_read_timeout_s", "_received", "_streaming", "_timer", "_transport", "_unsent", "_waiter",
+        "_write_progress", "_write_timeout_s", "closed", "complete", "headers_done", "idle_since", "origin_key",
+        "raw_headers", "status"
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, origin_key: tuple[str, int, bool], read_timeout_s: float,
                  write_timeout_s: float = 30.0, max_response_bytes: int = 32 * 1024 * 1024) -> None:
@@ -46,6 +57,10 @@ class Connection(asyncio.Protocol):
         self._eof = False  # the peer's clean FIN: the only end of a body delimited by the close
         self.closed = False
         self.idle_since = 0.0
+        # Per exchange, but set only where they start to matter (fewer stores per request).
+        self._early = False  # answered while the request was still being sent: the connection's end
+        self._write_progress = 0.0  # when unsent request bytes last moved: set while some are left
+        self._decoded_left = 0  # budget of a compressed body's decoded bytes: set with its decoder
         self._begin()
 
     def _begin(self) -> None:
@@ -64,20 +79,18 @@ class Connection(asyncio.Protocol):
         self._last_data = 0.0
         self._received = False  # any byte of the response: failures say ``responded``
         self._head_bytes = 0  # received before the head was complete
-        self._body_left = self._decoded_left = self._max_bytes
+        self._body_left = self._max_bytes
         self._unsent = 0  # request bytes still in our write buffer, as last seen
-        self._write_progress = 0.0
-        self._early = False  # answered while the request was still being sent
 
     # --- the exchange, driven by the task that holds the connection ---
 
     def send(self, head: bytes, body: bytes, streaming: bool, deadline: float) -> None:
-        """Start an exchange that must end by ``deadline`` (loop time): every wait on this
-        connection until the next ``send`` fails at it, whatever the read timeout allows."""
+        """Start an exchange that must end by ``deadline`` (a ``time.monotonic()`` instant): every
+        wait on this connection until the next ``send`` fails at it, whatever the read timeout allows."""
         self._begin()
-        self._deadline = deadline
+        now = self._last_data = self._loop.time()
+        self._deadline = deadline + (now - time.monotonic())  # on the loop's clock; inf stays inf
         self._streaming = streaming
-        self._last_data = self._loop.time()
         transport = self._transport
         try:
             if transport is None or transport.is_closing():
@@ -89,8 +102,9 @@ class Connection(asyncio.Protocol):
                 transport.writelines((head, body))
             # What the kernel did not take at once leaves as the peer reads: watched for stalls
             # and for an answer that comes before it all left.
-            self._unsent = transport.get_write_buffer_size()
-            self._write_progress = self._last_data
+            self._unsent = unsent = transport.get_write_buffer_size()
+            if unsent:
+                self._write_progress = now
         except (OSError, RuntimeError) as exc:
             self.close()
             raise ProviderError(ErrorClass.CONNECTION, f"upstream connection failed while sending: {exc}") from None
@@ -209,12 +223,14 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self._last_data = self._loop.time()
+        if not self.headers_done:
+            self._head_bytes += len(data)  # (with any body bytes in the same read: an upper bound)
         if not self._received:
             self._received = True
             # An answer before the whole request left (an early 413): the peer has not read it
-            # all, so what follows on this socket is out of step. Never reused.
-            self._early = bool(self._unsent) and self._transport is not None \
-                and self._transport.get_write_buffer_size() > 0
+            # all, so what follows on this socket is out of step. Never reused (so never reset).
+            if self._unsent and self._transport is not None and self._transport.get_write_buffer_size():
+                self._early = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -225,13 +241,11 @@ class Connection(asyncio.Protocol):
                 self._fail_with(ErrorClass.INVALID_RESPONSE, f"upstream sent invalid HTTP: {exc}")
             self.close()
             return
-        if not self.headers_done:
-            # Counted here too, so a head that never ends is cut off before the parser holds much of it.
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD_BYTES:
-                self._fail(_head_too_large())
-                self.close()
-                return
+        if not self.headers_done and self._head_bytes > MAX_HEAD_BYTES:
+            # A head that never ends is cut off before the parser holds much of it.
+            self._fail(_head_too_large())
+            self.close()
+            return
         self._wake()
 
     def eof_received(self) -> bool:
@@ -277,9 +291,7 @@ class Connection(asyncio.Protocol):
         # Read now: llhttp resets its connection flags once the message is complete. A 413 is
         # often sent without reading the request body, which would then follow on this socket.
         self._keep_alive = self._parser.should_keep_alive() and not self._early and status != 413
-        size = 0
         for name, value in self.raw_headers:
-            size += len(name) + len(value) + 4
             lowered = name.lower()
             if lowered == b"content-length":
                 self._framed = True
@@ -287,7 +299,10 @@ class Connection(asyncio.Protocol):
                 self._framed = self._framed or b"chunked" in value.lower()
             elif lowered == b"content-encoding":
                 self._decoder = decoder_for(value)
-        if size > MAX_HEAD_BYTES:
+                self._decoded_left = self._max_bytes
+        # Exact only when the reads so far could hold more than the limit (one large read can
+        # carry a whole oversized head past the running count).
+        if self._head_bytes > MAX_HEAD_BYTES and sum(len(n) + len(v) + 4 for n, v in self.raw_headers) > MAX_HEAD_BYTES:
             raise _head_too_large()
         self.headers_done = True
 
@@ -315,7 +330,10 @@ class Connection(asyncio.Protocol):
         if self._informational:
             self._informational = False
             return
-        self._finish_body()
+        if self._decoder is None:
+            self.complete = True
+        else:
+            self._finish_body()
 
     def _finish_body(self) -> None:
         if self._decoder is not None:

@@ -159,9 +159,6 @@ class Http1Client:
                     deadline: float) -> Connection:
         origin = self.origin(url)
         head = self.head(origin, headers, len(body))
-        loop = asyncio.get_running_loop()
-        if deadline != math.inf:  # the caller's monotonic instant on the loop's clock (uvloop keeps its own)
-            deadline += loop.time() - time.monotonic()
         conn = await self.acquire(origin, deadline)
         try:
             conn.send(head, body, streaming, deadline)
@@ -173,12 +170,13 @@ class Http1Client:
 
     async def acquire(self, origin: Origin, deadline: float = math.inf) -> Connection:
         """A connection to ``origin`` (pooled or new), waiting for a free slot and connecting
-        by ``deadline`` (loop time)."""
+        by ``deadline`` (a ``time.monotonic()`` instant)."""
         if self._closed:
             raise ProviderError(ErrorClass.CONNECTION, "the upstream client is shut down")
         if self._in_use >= self._limit or self._queue:
             # The slot is handed over already counted; waiting for it is bounded on its own too.
-            await self._wait_for_slot(min(deadline, asyncio.get_running_loop().time() + self._pool_timeout_s))
+            loop = asyncio.get_running_loop()
+            await self._wait_for_slot(min(on_loop_clock(deadline, loop), loop.time() + self._pool_timeout_s))
         else:
             self._in_use += 1
         try:
@@ -225,7 +223,7 @@ class Http1Client:
         proxy = origin.proxy
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         try:
-            async with asyncio.timeout_at(min(loop.time() + self._connect_timeout_s, deadline)):
+            async with asyncio.timeout_at(min(loop.time() + self._connect_timeout_s, on_loop_clock(deadline, loop))):
                 addresses = await self._resolve(host, port, loop)
                 # Happy eyeballs (RFC 8305): a host whose IPv6 route is broken still connects
                 # over IPv4 quickly, instead of hanging on the first address until the timeout.
@@ -306,6 +304,11 @@ class Http1Client:
             conn.close()
         self._open.clear()
         self._idle.clear()
+
+
+def on_loop_clock(deadline: float, loop: asyncio.AbstractEventLoop) -> float:
+    """A ``time.monotonic()`` instant on the loop's clock (uvloop keeps its own); inf stays inf."""
+    return deadline + (loop.time() - time.monotonic())
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:

@@ -47,6 +47,8 @@ class LocalServer:
         self._tasks.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass  # the server is shutting down; a cancelled handler task would be logged by asyncio
         finally:
             self._tasks.discard(task)
 
