@@ -60,6 +60,14 @@ class ProviderConfig:
     api_key: str = ""
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
+    # Transport bounds (README "Providers"): sending a request body that makes no progress,
+    # waiting for a free pooled connection, reusing an idle keep-alive connection (below common
+    # server idle timeouts: uvicorn 5 s, nginx 75 s), and one response's size (raw, decompressed,
+    # or a whole stream).
+    write_timeout_s: float = 30.0
+    pool_timeout_s: float = 30.0
+    idle_timeout_s: float = 4.0
+    max_response_bytes: int = 32 * 1024 * 1024
     headers: dict[str, str] = field(default_factory=dict)
     max_connections: int = 1000
     # Anthropic requires max_tokens; used when the client sent none.

@@ -52,7 +52,8 @@ _AUTH_KEYS = {"keys"}
 _API_KEY_KEYS = {"key", "tenant", "headless"}
 _STORE_KEYS = {"url", "continuation_ttl_s"}
 _PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
-                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct"}
+                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
+                  "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes"}
 _TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
 _HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
 _MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
@@ -261,6 +262,12 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
         timeout_s=_positive(_get(section, "timeout_s", path, float, 600.0), f"{path}.timeout_s"),
         connect_timeout_s=_positive(_get(section, "connect_timeout_s", path, float, 10.0),
                                     f"{path}.connect_timeout_s"),
+        write_timeout_s=_positive(_get(section, "write_timeout_s", path, float, 30.0), f"{path}.write_timeout_s"),
+        pool_timeout_s=_positive(_get(section, "pool_timeout_s", path, float, 30.0), f"{path}.pool_timeout_s"),
+        idle_timeout_s=_positive(_get(section, "idle_timeout_s", path, float, 4.0), f"{path}.idle_timeout_s",
+                                 allow_zero=True),
+        max_response_bytes=int(_positive(_get(section, "max_response_bytes", path, int, 32 * 1024 * 1024),
+                                         f"{path}.max_response_bytes")),
         headers=_header_map(section.get("headers"), f"{path}.headers"),
         max_connections=int(_positive(_get(section, "max_connections", path, int, 1000),
                                       f"{path}.max_connections")),

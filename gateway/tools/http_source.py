@@ -3,13 +3,15 @@
 All HTTP tools share one pooled ``aiohttp.ClientSession`` (connection reuse matters when a
 turn fires several calls at the same service). The session is passed in by whoever owns the
 process's sessions; only when none is given does the source create, and then close, its own.
+Requests go through the egress proxy the environment names, exactly as provider calls do
+(``gateway.upstream.proxy``; loopback stays direct).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -18,6 +20,8 @@ from multidict import CIMultiDict
 
 from gateway.config.model import ToolConfig
 from gateway.tools.base import ToolFailure, ToolSpec
+from gateway.upstream.errors import ProviderError
+from gateway.upstream.proxy import ClientProxy, client_proxy, environment_proxies
 
 log = logging.getLogger("loopgate.tools")
 
@@ -31,16 +35,25 @@ class HttpToolSource:
     """Every ``http:`` tool of the config, behind one source named ``http``."""
 
     def __init__(self, tools: Iterable[ToolConfig], session: aiohttp.ClientSession | None = None,
-                 name: str = "http") -> None:
+                 name: str = "http", proxies: Mapping[str, str] | None = None) -> None:
         self._name = name
         self._specs: list[ToolSpec] = []
-        self._endpoints: dict[str, tuple[str, CIMultiDict[str]]] = {}
+        self._endpoints: dict[str, tuple[str, CIMultiDict[str], dict[str, Any]]] = {}
+        self._unreachable: dict[str, str] = {}  # tool -> why its proxy cannot be used
+        proxies = environment_proxies() if proxies is None else proxies
         for cfg in tools:
             if cfg.http is None:
                 raise ValueError(f"tool '{cfg.name}' has no 'http' section")
             headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json"})
             headers.update(cfg.http.headers)  # case-insensitive: a configured Content-Type wins
-            self._endpoints[cfg.name] = (cfg.http.url, headers)
+            try:
+                route = client_proxy(cfg.http.url, proxies)
+            except ProviderError as exc:  # never sent direct when the environment demands a proxy
+                log.error("tool %s: %s", cfg.name, exc.message)
+                self._unreachable[cfg.name] = exc.message
+                route = ClientProxy()
+            headers.update(route.headers)
+            self._endpoints[cfg.name] = (cfg.http.url, headers, route.options)
             self._specs.append(ToolSpec(cfg.name, cfg.description, cfg.parameters, cfg.approval,
                                         cfg.timeout_s, name))
         self._session = session
@@ -62,12 +75,14 @@ class HttpToolSource:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         try:
-            url, headers = self._endpoints[tool]
+            url, headers, proxy = self._endpoints[tool]
         except KeyError:
             raise ToolFailure(f"Unknown tool {tool}") from None
+        if tool in self._unreachable:
+            raise ToolFailure(f"Cannot reach the {tool} service: its egress proxy is misconfigured")
         body = orjson.dumps(arguments)
         try:
-            async with self._client().post(url, data=body, headers=headers, timeout=_NO_TIMEOUT) as resp:
+            async with self._client().post(url, data=body, headers=headers, timeout=_NO_TIMEOUT, **proxy) as resp:
                 text = await resp.text(errors="replace")
                 status = resp.status
         except aiohttp.ClientConnectorError as exc:

@@ -32,11 +32,11 @@ from urllib.parse import urlsplit
 
 import aiohappyeyeballs
 
-from gateway.upstream.connection import Connection, ResponseHeaders
+from gateway.upstream.connection import Connection
 from gateway.upstream.errors import ErrorClass, ProviderError
+from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.proxy import Proxy, open_tunnel, proxy_for
 
-KEEPALIVE_S = 60.0  # idle connections older than this are closed, not reused
 DNS_TTL_S = 300.0
 _URL_CACHE_SIZE = 1024
 
@@ -91,10 +91,18 @@ class Http1Client:
     """The connections of one provider: keep-alive per origin, at most ``limit`` in use at once."""
 
     def __init__(self, *, limit: int, connect_timeout_s: float, read_timeout_s: float,
-                 extra_head: str, tls: ssl.SSLContext | None, proxies: Mapping[str, str] | None = None) -> None:
+                 extra_head: str, tls: ssl.SSLContext | None, proxies: Mapping[str, str] | None = None,
+                 write_timeout_s: float = 30.0, pool_timeout_s: float = 30.0, idle_timeout_s: float = 4.0,
+                 max_response_bytes: int = 32 * 1024 * 1024) -> None:
         self._limit = limit
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
+        self._write_timeout_s = write_timeout_s
+        self._pool_timeout_s = pool_timeout_s
+        # Idle keep-alive connections older than this are closed, never reused: below the
+        # server's own idle timeout, so a request is not written into a socket it is closing.
+        self._idle_timeout_s = idle_timeout_s
+        self._max_response_bytes = max_response_bytes
         self._extra_head = extra_head  # constant header lines, e.g. User-Agent, Accept-Encoding
         self._tls = tls
         self._proxies = dict(proxies or {})  # as http1_proxy.environment_proxies() gives them
@@ -151,9 +159,6 @@ class Http1Client:
                     deadline: float) -> Connection:
         origin = self.origin(url)
         head = self.head(origin, headers, len(body))
-        loop = asyncio.get_running_loop()
-        if deadline != math.inf:  # the caller's monotonic instant on the loop's clock (uvloop keeps its own)
-            deadline += loop.time() - time.monotonic()
         conn = await self.acquire(origin, deadline)
         try:
             conn.send(head, body, streaming, deadline)
@@ -165,11 +170,13 @@ class Http1Client:
 
     async def acquire(self, origin: Origin, deadline: float = math.inf) -> Connection:
         """A connection to ``origin`` (pooled or new), waiting for a free slot and connecting
-        by ``deadline`` (loop time)."""
+        by ``deadline`` (a ``time.monotonic()`` instant)."""
         if self._closed:
             raise ProviderError(ErrorClass.CONNECTION, "the upstream client is shut down")
         if self._in_use >= self._limit or self._queue:
-            await self._wait_for_slot(deadline)  # the slot is handed over already counted
+            # The slot is handed over already counted; waiting for it is bounded on its own too.
+            loop = asyncio.get_running_loop()
+            await self._wait_for_slot(min(on_loop_clock(deadline, loop), loop.time() + self._pool_timeout_s))
         else:
             self._in_use += 1
         try:
@@ -178,7 +185,7 @@ class Http1Client:
                 now = asyncio.get_running_loop().time()
                 while idle:
                     conn = idle.pop()
-                    if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
+                    if not conn.closed and now - conn.idle_since < self._idle_timeout_s:
                         return conn
                     self._drop(conn)
             return await self._connect(origin, deadline)
@@ -189,13 +196,13 @@ class Http1Client:
     def release(self, conn: Connection) -> None:
         """Back to the idle list when the exchange finished cleanly; otherwise closed (a
         response abandoned mid-body cannot be reused, and closing stops the upstream's work)."""
-        if conn.reusable and not self._closed:
+        if conn.reusable and not self._closed and self._idle_timeout_s > 0:
             now = conn.idle_since = asyncio.get_running_loop().time()
             idle = self._idle.setdefault(conn.origin_key, [])
             idle.append(conn)
             # Reuse is LIFO, so connections at the bottom may sit unused after a burst: drop
             # those the server closed or that idled past the keep-alive, oldest first.
-            while idle[0].closed or now - idle[0].idle_since >= KEEPALIVE_S:
+            while idle[0].closed or now - idle[0].idle_since >= self._idle_timeout_s:
                 self._drop(idle.pop(0))
         else:
             self._drop(conn)
@@ -207,7 +214,7 @@ class Http1Client:
 
     async def _connect(self, origin: Origin, deadline: float) -> Connection:
         loop = asyncio.get_running_loop()
-        conn = Connection(loop, origin.key, self._read_timeout_s)
+        conn = Connection(loop, origin.key, self._read_timeout_s, self._write_timeout_s, self._max_response_bytes)
         tls = None
         if origin.tls:
             if self._tls is None:  # a client built without one: the system trust store, loaded once
@@ -216,7 +223,7 @@ class Http1Client:
         proxy = origin.proxy
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         try:
-            async with asyncio.timeout_at(min(loop.time() + self._connect_timeout_s, deadline)):
+            async with asyncio.timeout_at(min(loop.time() + self._connect_timeout_s, on_loop_clock(deadline, loop))):
                 addresses = await self._resolve(host, port, loop)
                 # Happy eyeballs (RFC 8305): a host whose IPv6 route is broken still connects
                 # over IPv4 quickly, instead of hanging on the first address until the timeout.
@@ -232,7 +239,7 @@ class Http1Client:
                 except BaseException:
                     sock.close()
                     raise
-        except OSError as exc:  # timeout, refused, unreachable, DNS (gaierror), TLS (SSLError)
+        except (OSError, ValueError) as exc:  # timeout, refused, unreachable, DNS, TLS, an IDNA-invalid name
             conn.close()
             self._dns.pop((host, port), None)  # the address may have moved: resolve afresh next time
             if isinstance(exc, TimeoutError):
@@ -299,9 +306,15 @@ class Http1Client:
         self._idle.clear()
 
 
+def on_loop_clock(deadline: float, loop: asyncio.AbstractEventLoop) -> float:
+    """A ``time.monotonic()`` instant on the loop's clock (uvloop keeps its own); inf stays inf."""
+    return deadline + (loop.time() - time.monotonic())
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
-        waiter.set_exception(ProviderError(ErrorClass.TIMEOUT, "no upstream connection became free in time"))
+        waiter.set_exception(ProviderError(ErrorClass.TIMEOUT, "no upstream connection became free in time "
+                                                               "(all max_connections busy)"))
 
 
 def default_tls_context() -> ssl.SSLContext:

@@ -16,7 +16,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.config.model import ProviderConfig
-from gateway.upstream.connection import Connection, ResponseHeaders
+from gateway.upstream.connection import Connection
+from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.http1 import Http1Client, default_tls_context
 from gateway.upstream.proxy import environment_proxies
 
@@ -93,7 +94,9 @@ class UpstreamPool:
                 extra += "Accept-Encoding: gzip, deflate\r\n"
             client = Http1Client(limit=provider.max_connections, connect_timeout_s=provider.connect_timeout_s,
                                  read_timeout_s=provider.timeout_s, extra_head=extra, tls=self._tls,
-                                 proxies=self._proxies)
+                                 proxies=self._proxies, write_timeout_s=provider.write_timeout_s,
+                                 pool_timeout_s=provider.pool_timeout_s, idle_timeout_s=provider.idle_timeout_s,
+                                 max_response_bytes=provider.max_response_bytes)
             self._clients[provider.name] = client
         return client
 

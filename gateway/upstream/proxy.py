@@ -4,7 +4,8 @@ Platform teams often may reach model providers only through an egress proxy. The
 are read once at start-up (``urllib``'s reading of them, the convention curl, requests, httpx
 and the OpenAI SDKs follow). HTTPS origins go through a ``CONNECT`` tunnel, so TLS stays end
 to end with the provider; plain-HTTP origins are sent to the proxy in absolute form. Loopback
-origins never use a proxy: a proxy cannot reach this machine's loopback.
+origins never use a proxy: a proxy cannot reach this machine's loopback. HTTP tools and MCP
+servers (aiohttp) follow the same rules through ``client_proxy``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import ipaddress
 import socket
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from gateway.upstream.errors import ErrorClass, ProviderError
@@ -59,6 +61,36 @@ def proxy_for(host: str, tls: bool, proxies: Mapping[str, str]) -> Proxy | None:
     if "no" in proxies and urllib.request.proxy_bypass_environment(host, dict(proxies)):
         return None
     return parse_proxy(url)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientProxy:
+    """How a general-purpose client (aiohttp) sends a request for one URL through its proxy."""
+
+    options: dict[str, Any] = field(default_factory=dict)  # ``proxy`` (and ``proxy_headers`` for CONNECT)
+    headers: dict[str, str] = field(default_factory=dict)  # on the request itself: plain HTTP via a proxy
+
+
+def client_proxy(url: str, proxies: Mapping[str, str]) -> ClientProxy:
+    """The proxy settings for requests to ``url`` (nothing for a direct connection); decided once
+    per URL. Credentials go on the ``CONNECT`` for HTTPS and on the request for plain HTTP, as
+    for provider calls. An unusable proxy URL raises ``ProviderError``."""
+    parts = urlsplit(url)
+    tls = parts.scheme == "https"
+    if not parts.hostname or parts.scheme not in ("http", "https"):
+        return ClientProxy()
+    proxy = proxy_for(parts.hostname, tls, proxies)
+    if proxy is None:
+        return ClientProxy()
+    host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+    options: dict[str, Any] = {"proxy": f"http://{host}:{proxy.port}"}
+    if proxy.authorization is None:
+        return ClientProxy(options)
+    credentials = {"Proxy-Authorization": proxy.authorization}
+    if tls:
+        options["proxy_headers"] = credentials
+        return ClientProxy(options)
+    return ClientProxy(options, credentials)
 
 
 def _is_loopback(host: str) -> bool:

@@ -2,11 +2,19 @@
 
 All three providers stream SSE, with different line endings (Gemini sends ``\\r\\n``). The
 decoder works on bytes and hands ``data`` to orjson as bytes, so no text is decoded twice.
+
+Bounded: a line, or one event's data, past ``MAX_EVENT_BYTES`` fails the stream as an
+``invalid_response`` (a provider's events are a few KiB; an endless line is not an event). The
+whole stream is bounded by the provider's ``max_response_bytes`` in the transport.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from gateway.upstream.errors import ErrorClass, ProviderError
+
+MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -16,12 +24,13 @@ class SSEEvent:
 
 
 class SSEDecoder:
-    __slots__ = ("_buffer", "_data", "_event")
+    __slots__ = ("_buffer", "_data", "_event", "_size")
 
     def __init__(self) -> None:
         self._buffer = b""
         self._data: list[bytes] = []
         self._event: str | None = None
+        self._size = 0  # of the event's data so far
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buffer = self._buffer + chunk if self._buffer else chunk
@@ -33,6 +42,9 @@ class SSEDecoder:
         # An unterminated last line, or a lone trailing "\r" whose "\n" may still be on its way.
         if not last.endswith((b"\n", b"\r")) or last.endswith(b"\r"):
             self._buffer = lines.pop()
+            if len(self._buffer) > MAX_EVENT_BYTES:
+                self._buffer = b""
+                raise _too_large()
         else:
             self._buffer = b""
         events: list[SSEEvent] = []
@@ -56,6 +68,7 @@ class SSEDecoder:
                 events.append(SSEEvent(self._event, b"\n".join(self._data)))
             self._data = []
             self._event = None
+            self._size = 0
             return
         if line[0] == 0x3A:  # ":" comment / keep-alive
             return
@@ -63,6 +76,14 @@ class SSEDecoder:
         if value[:1] == b" ":
             value = value[1:]
         if name == b"data":
+            self._size += len(value) + 1
+            if self._size > MAX_EVENT_BYTES:
+                raise _too_large()
             self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
+
+
+def _too_large() -> ProviderError:
+    return ProviderError(ErrorClass.INVALID_RESPONSE,
+                         f"upstream sent a stream event larger than {MAX_EVENT_BYTES} bytes")

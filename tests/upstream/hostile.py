@@ -9,6 +9,8 @@ connection handling are exercised exactly as against a provider; each test scrip
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Self
 
@@ -22,16 +24,33 @@ class LocalServer:
 
     def __init__(self) -> None:
         self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
 
     async def __aenter__(self) -> Self:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._track, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        # Handlers still holding a connection (a hostile one sleeps on it) end with the server.
+        tasks = [task for task in self._tasks if not task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _track(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass  # the server is shutting down; a cancelled handler task would be logged by asyncio
+        finally:
+            self._tasks.discard(task)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
@@ -189,3 +208,50 @@ def drip(head: bytes, byte: bytes = b" ", every_s: float = 0.05) -> Handler:
 async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
     """Accepts the connection and never says a thing (a TLS handshake or a head that never comes)."""
     await reader.read()
+
+
+def endless(head: bytes, piece: bytes) -> Handler:
+    """Reads one request, sends ``head`` and then ``piece`` again and again until the client goes."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader)
+        writer.write(head)
+        while not writer.is_closing():
+            writer.write(piece)
+            await writer.drain()
+
+    return handler
+
+
+def reset_after(*parts: bytes) -> Handler:
+    """Reads one request, sends ``parts``, then resets the connection (RST, not a clean FIN)."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader)
+        for part in parts:
+            writer.write(part)
+            await writer.drain()
+        await asyncio.sleep(0.05)  # let the client read what was sent before the reset hits
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    return handler
+
+
+def answer_before_the_body(answer: bytes, then: Handler) -> Handler:
+    """The first connection reads only the request head, answers at once (an early 413) and
+    never reads the body; later connections are served by ``then``."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        if server.connections > 1:
+            await then(reader, writer, server)
+            return
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    return handler
+
+
+async def never_reads_the_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+    """Reads the request head, then neither reads nor answers: the client's send stalls (window full)."""
+    await reader.readuntil(b"\r\n\r\n")
+    await asyncio.sleep(30)

@@ -335,6 +335,24 @@ async def test_tls_with_verification(certificate: tuple[Path, Path]) -> None:
         server.close()
 
 
+async def test_tls_body_delimited_by_a_clean_close_is_complete(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    until_close = answer_once(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"until\":", b'"eof"}', pause_s=0.01)
+    async with Server(until_close) as plain:
+        # The scripted handler over TLS: it closes with close_notify, then FIN.
+        server = await asyncio.start_server(lambda r, w: plain._track(r, w), "127.0.0.1", 0, ssl=server_tls)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            http = client(tls=ssl.create_default_context(cafile=str(cert)))
+            status, _, body = await http.post(f"https://localhost:{port}/v1/x", HEADERS, BODY)
+            assert (status, body) == (200, b'{"until":"eof"}')
+            http.close()
+        finally:
+            server.close()
+
+
 async def test_tls_handshake_that_never_completes_hits_the_connect_timeout() -> None:
     async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
         await asyncio.sleep(5)
@@ -463,3 +481,12 @@ async def test_a_large_request_body_arrives_whole() -> None:
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200  # and the connection is still in step
         assert server.connections == 1
         http.close()
+
+
+async def test_a_host_name_the_resolver_cannot_encode_is_a_connection_error() -> None:
+    http = client()
+    with pytest.raises(ProviderError) as caught:  # an IDNA label over 63 characters: a UnicodeError, not an OSError
+        await http.post(f"http://{'a' * 64}.example/v1/chat/completions", HEADERS, BODY)
+    assert caught.value.error_class is ErrorClass.CONNECTION and not caught.value.responded
+    assert http._in_use == 0
+    http.close()

@@ -1,7 +1,7 @@
 """MCP over Streamable HTTP: every message is a POST; the answer is one JSON body or an SSE stream
 that carries the response among notifications. The server's ``Mcp-Session-Id`` is echoed on
 every later request; a 404 for it means the session expired, so the source re-initializes once
-and retries.
+and retries. Requests go through the egress proxy the environment names, as provider calls do.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -35,6 +35,8 @@ from gateway.tools.mcp.protocol import (
     rpc_notification,
     rpc_request,
 )
+from gateway.upstream.errors import ProviderError
+from gateway.upstream.proxy import client_proxy, environment_proxies
 
 log = logging.getLogger("loopgate.tools.mcp")
 
@@ -47,13 +49,23 @@ class McpHttpSource:
     """
 
     def __init__(self, name: str, url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0,
-                 approval: Approval = "never", session: aiohttp.ClientSession | None = None) -> None:
+                 approval: Approval = "never", session: aiohttp.ClientSession | None = None,
+                 proxies: Mapping[str, str] | None = None) -> None:
         self._name = name
         self._url = url
         self._headers: CIMultiDict[str] = CIMultiDict(headers or {})
         # Required by the transport; set after the configured headers so they cannot be broken.
         self._headers["Content-Type"] = "application/json"
         self._headers["Accept"] = "application/json, text/event-stream"
+        self._proxy: dict[str, Any] = {}
+        self._proxy_error: str | None = None  # never sent direct when the environment demands a proxy
+        try:
+            route = client_proxy(url, environment_proxies() if proxies is None else proxies)
+            self._proxy = route.options
+            self._headers.update(route.headers)
+        except ProviderError as exc:
+            log.error("MCP server %s: %s", name, exc.message)
+            self._proxy_error = exc.message
         self._timeout_s = timeout_s
         self._approval: Approval = approval
         self._session = session
@@ -94,7 +106,7 @@ class McpHttpSource:
             try:
                 async with asyncio.timeout(min(self._timeout_s, CLOSE_GRACE_S)):
                     async with self._session.delete(self._url, headers=self._request_headers(session_id),
-                                                    timeout=NO_TIMEOUT) as resp:
+                                                    timeout=NO_TIMEOUT, **self._proxy) as resp:
                         await resp.read()
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.debug("MCP server %s: ending session failed: %r", self._name, exc)
@@ -179,9 +191,11 @@ class McpHttpSource:
     @contextlib.asynccontextmanager
     async def _send(self, body: bytes, session_id: str | None) -> AsyncIterator[aiohttp.ClientResponse]:
         """POST ``body``; connection problems become ToolFailure with a short reason."""
+        if self._proxy_error is not None:
+            raise ToolFailure(f"Cannot reach MCP server {self._name}: its egress proxy is misconfigured")
         try:
             async with self._client().post(self._url, data=body, headers=self._request_headers(session_id),
-                                           timeout=NO_TIMEOUT) as resp:
+                                           timeout=NO_TIMEOUT, **self._proxy) as resp:
                 yield resp
         except aiohttp.ClientConnectorError as exc:
             log.warning("MCP server %s: cannot connect to %s: %s", self._name, self._url, exc)
