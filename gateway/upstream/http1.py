@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import aiohappyeyeballs
@@ -232,7 +232,10 @@ class Http1Client:
                     if proxy is not None and tls is not None:
                         host_part = f"[{origin.host}]" if ":" in origin.host else origin.host
                         tunnel = await open_tunnel(loop, sock, f"{host_part}:{origin.port}", proxy)
-                        conn.connection_made(await loop.start_tls(tunnel, conn, tls, server_hostname=origin.host))
+                        secured = await loop.start_tls(tunnel, conn, tls, server_hostname=origin.host)
+                        if secured is None:  # only when the loop has no TLS at all
+                            raise OSError("TLS is not available on this event loop")
+                        conn.connection_made(secured)
                     else:
                         await loop.create_connection(lambda: conn, sock=sock, ssl=tls,
                                                      server_hostname=origin.host if tls else None)
@@ -261,7 +264,7 @@ class Http1Client:
         now = loop.time()
         if cached is not None and cached[0] > now:
             return cached[1]
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = cast(list[AddrInfo], await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
         if not infos:
             raise OSError(f"no address for {host}")
         self._dns[key] = (now + DNS_TTL_S, infos)

@@ -58,7 +58,9 @@ def proxy_for(host: str, tls: bool, proxies: Mapping[str, str]) -> Proxy | None:
     url = proxies.get("https" if tls else "http") or proxies.get("all")
     if not url or _is_loopback(host):
         return None
-    if "no" in proxies and urllib.request.proxy_bypass_environment(host, dict(proxies)):
+    # proxy_bypass_environment is public but missing from typeshed's stub.
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if "no" in proxies and bypass(host, dict(proxies)):
         return None
     return parse_proxy(url)
 
@@ -146,4 +148,4 @@ async def open_tunnel(loop: asyncio.AbstractEventLoop, sock: socket.socket, auth
     except BaseException:
         transport.close()
         raise
-    return transport  # type: ignore[return-value]
+    return transport
