@@ -20,6 +20,7 @@ from multidict import CIMultiDict
 
 from gateway.config.model import ToolConfig
 from gateway.tools.base import ToolFailure, ToolSpec
+from gateway.tools.bounded import read_bounded
 from gateway.upstream.errors import ProviderError
 from gateway.upstream.proxy import ClientProxy, client_proxy, environment_proxies
 
@@ -83,7 +84,7 @@ class HttpToolSource:
         body = orjson.dumps(arguments)
         try:
             async with self._client().post(url, data=body, headers=headers, timeout=_NO_TIMEOUT, **proxy) as resp:
-                text = await resp.text(errors="replace")
+                text = (await read_bounded(resp, f"the {tool} service")).decode("utf-8", "replace")
                 status = resp.status
         except aiohttp.ClientConnectorError as exc:
             # The URL stays in the log: it is operator knowledge, not something the model needs.

@@ -19,6 +19,7 @@ import orjson
 from multidict import CIMultiDict
 
 from gateway.tools.base import Approval, ToolFailure, ToolSpec
+from gateway.tools.bounded import read_bounded, sse_data
 from gateway.tools.mcp.protocol import (
     CLOSE_GRACE_S,
     NO_TIMEOUT,
@@ -208,7 +209,7 @@ class McpHttpSource:
                              method: str) -> dict[str, Any] | None:
         """The JSON-RPC response for ``rpc_id`` from a JSON or SSE body (None for a notification)."""
         if not 200 <= resp.status < 300:
-            text = await resp.text(errors="replace")
+            text = (await read_bounded(resp, f"MCP server {self._name}")).decode("utf-8", "replace")
             detail = f": {excerpt(text)}" if text else ""
             raise ToolFailure(f"HTTP {resp.status} from MCP server {self._name} ({method}){detail}")
         if rpc_id is None:
@@ -216,37 +217,18 @@ class McpHttpSource:
             return None
         content_type = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if content_type == "text/event-stream":
-            async for data in _sse_data(resp):
+            async for data in sse_data(resp, f"MCP server {self._name}"):
                 for message in parse_messages(data):
                     if is_response_to(message, rpc_id):
                         return message
                     log.debug("MCP server %s: ignoring message on %s stream: %.200r", self._name, method, message)
             raise ToolFailure(f"MCP server {self._name} closed the {method} stream without a response")
-        raw = await resp.read()
+        raw = await read_bounded(resp, f"MCP server {self._name}")
         for message in parse_messages(raw):
             if is_response_to(message, rpc_id):
                 return message
         raise ToolFailure(f"MCP server {self._name} sent no valid response to {method}: "
                           f"{excerpt(raw.decode('utf-8', 'replace'))}")
-
-
-async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The ``data`` of each SSE event (multi-line data joined by newlines), as it arrives."""
-    data: list[bytes] = []
-    async for raw_line in resp.content:
-        line = raw_line.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield b"\n".join(data)
-                data = []
-            continue
-        if line.startswith(b":"):
-            continue  # comment / keep-alive
-        field, _, value = line.partition(b":")
-        if field == b"data":
-            data.append(value[1:] if value.startswith(b" ") else value)
-    if data:
-        yield b"\n".join(data)
 
 
 def _reason(exc: aiohttp.ClientConnectorError) -> str:
