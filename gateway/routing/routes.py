@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config.model import Config, RouteConfig, TargetConfig
-from gateway.errors import bad_request
+from gateway.errors import bad_request, quoted
 from gateway.providers.urls import model_problem
 from gateway.routing.router import ResolvedTarget, Router
-
-# How much of a refused model name an error message quotes.
-_QUOTED_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +74,7 @@ class RouteTable:
             return None
         problem = model_problem(upstream_model)
         if problem is not None:
-            shown = model if len(model) <= _QUOTED_CHARS else f"{model[:_QUOTED_CHARS]}..."
-            raise bad_request(f"model {shown!r}: the upstream model name {problem}", "model", "invalid_model")
+            raise bad_request(f"model {quoted(model)}: the upstream model name {problem}", "model", "invalid_model")
         target = TargetConfig(provider, upstream_model)
         plan = RoutePlan.build(RouteConfig(name=model, targets=(target,)),
                                self._router.resolve([target], direct=True), f"{provider}/*")
