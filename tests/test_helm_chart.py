@@ -7,7 +7,9 @@ What runs here:
   (v4) through a shared library shipped in its wheel, so ``render`` is ``helm template`` (schema
   validation included) and ``lint`` is ``helm lint``, minus a cluster. Each rendered manifest must
   parse as YAML and carry the kinds and fields the chart promises.
-- The rendered gateway config loads with the gateway's own loader (what ``loopgate check-config`` runs).
+- The rendered gateway config loads with the gateway's own loader (what ``loopgate check-config`` runs),
+  and the rendered container (its args, env and config) runs as a real ``loopgate serve`` process
+  answering its probe paths and exiting cleanly on SIGTERM within the grace period.
 - When a ``helm`` binary is on PATH, ``helm lint --strict`` and ``helm template`` run too.
 Not checked here: the manifests against a Kubernetes API server's OpenAPI schemas (no cluster).
 """
@@ -20,14 +22,22 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from subprocess import STDOUT, Popen
 from types import ModuleType
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
+import redis
 import yaml
 
 from gateway.config import ConfigError, parse_config
@@ -37,6 +47,8 @@ CHART = ROOT / "helm" / "loopgate"
 CI_VALUES = sorted(CHART.glob("ci/*-values.yaml"))
 RELEASE, NAMESPACE = "demo", "prod"
 FULLNAME = "demo-loopgate"
+# Only PING is sent (the readiness check): no keys are written, so the db needs no lock or flush.
+TEST_REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
 
 
@@ -415,3 +427,88 @@ def test_helm_binary_lints_and_templates(path: Path | None) -> None:
                          capture_output=True, text=True, timeout=120).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(out) if d]
     assert {"Deployment", "Service", "ConfigMap"} <= set(kinds)
+
+
+# --- the rendered pod, run as a real gateway process ----------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _run_pod(manifests: dict[str, dict[str, Any]], store_url: str, tmp: Path) -> Iterator[tuple[str, Popen[bytes]]]:
+    """``loopgate serve`` with the container's args, env and rendered config (loopback, a free port, a test store)."""
+    container = _container(manifests)
+    config = yaml.safe_load(_gateway_yaml(manifests))
+    port = _free_port()
+    config["server"].update(host="127.0.0.1", port=port)
+    config["store"]["url"] = store_url
+    path = tmp / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    args = list(container["args"])
+    args[args.index("--config") + 1] = str(path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for entry in container["env"]:
+        env[entry["name"]] = entry.get("value", f"value-of-{entry['name'].lower()}")
+    env["LOOPGATE_CONFIG"] = str(path)
+    url = f"http://127.0.0.1:{port}"
+    with (tmp / "gateway.log").open("wb") as log:
+        process = Popen([sys.executable, "-m", "gateway", "serve", *args], cwd=ROOT, env=env, stdout=log,
+                        stderr=STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert process.poll() is None, (tmp / "gateway.log").read_text(errors="replace")
+                try:
+                    if httpx.get(url + container["startupProbe"]["httpGet"]["path"], timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the startup probe never passed"
+                time.sleep(0.05)
+            yield url, process
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleType, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(TEST_REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Redis not reachable at {TEST_REDIS_URL}")
+        pytest.skip(f"Redis not reachable at {TEST_REDIS_URL}")
+    finally:
+        client.close()
+    manifests = _manifests(helm)
+    container = _container(manifests)
+    with _run_pod(manifests, TEST_REDIS_URL, tmp_path) as (url, process):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert httpx.get(url + container[probe]["httpGet"]["path"], timeout=5).status_code == 200, probe
+        assert httpx.get(f"{url}/metrics", timeout=5).status_code == 200
+        assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+        key = {"Authorization": "Bearer value-of-loopgate_api_key"}
+        models = httpx.get(f"{url}/v1/models", headers=key, timeout=5).json()
+        assert {m["id"] for m in models["data"]} == {"smart", "fast"}
+        # SIGTERM comes after the preStop sleep: the process must be gone within what is left of the grace period.
+        pod = manifests["Deployment"]["spec"]["template"]["spec"]
+        left = pod["terminationGracePeriodSeconds"] - int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+        process.send_signal(signal.SIGTERM)
+        # uvicorn re-raises the signal once its graceful shutdown is done (exit 143 in a container).
+        assert process.wait(left) in (0, -signal.SIGTERM)
+    assert "Application shutdown complete" in (tmp_path / "gateway.log").read_text(errors="replace")
+
+
+def test_a_pod_whose_store_is_unreachable_is_live_but_not_ready(helm: ModuleType, tmp_path: Path) -> None:
+    manifests = _manifests(helm)
+    container = _container(manifests)
+    with _run_pod(manifests, f"redis://127.0.0.1:{_free_port()}/0", tmp_path) as (url, _):
+        assert httpx.get(url + container["livenessProbe"]["httpGet"]["path"], timeout=10).status_code == 200
+        assert httpx.get(url + container["readinessProbe"]["httpGet"]["path"], timeout=10).status_code == 503
