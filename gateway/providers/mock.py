@@ -21,11 +21,12 @@ conversation always gets the same reply, ids and usage. The rules (README, "Prov
 ``max_tokens``/``max_completion_tokens`` cut the text to that many pieces (``finish_reason:
 "length"``). A piece is a word with its leading whitespace (long words split every 12
 characters); a stream sends one piece per delta, ``tokens_per_s`` of them per second
-(0: all at once; an answer that is not streamed comes whole). ``latency_ms`` passes before anything is answered; more latency than the
-provider's ``timeout_s`` or the request's remaining time is a ``timeout`` error, so failover
-can be tried against it. Usage: ``prompt_tokens`` is a token per 4 bytes of the JSON of the
-messages and tools, ``completion_tokens`` the pieces of text plus a token per 4 bytes of
-each call's name and arguments.
+(0: all at once; an answer that is not streamed comes whole). ``latency_ms`` passes before
+anything is answered; more latency than the provider's ``timeout_s`` or the request's
+remaining time is a ``timeout`` error, so failover can be tried against it. Usage:
+``prompt_tokens`` is a token per 4 bytes of the JSON of the messages and tools,
+``completion_tokens`` the pieces of text plus a token per 4 bytes of each call's name and
+arguments.
 """
 
 from __future__ import annotations

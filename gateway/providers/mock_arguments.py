@@ -199,20 +199,26 @@ def _number(schema: dict[str, Any], preferred: float, integer: bool) -> int | fl
     high, high_open = _bound(schema, "maximum", "exclusiveMaximum")
     step = schema.get("multipleOf")
     step = float(step) if _is_number(step) and step > 0 else (1.0 if integer else None)
+
+    def inside(value: float) -> bool:
+        return ((low is None or value > low or (not low_open and value == low))
+                and (high is None or value < high or (not high_open and value == high)))
+
     value = preferred
-    if low is not None and (value < low or (low_open and value == low)):
-        value = low + (step or 1.0) if low_open else low
-    if high is not None and (value > high or (high_open and value == high)):
-        value = high - (step or 1.0) if high_open else high
-        if low is not None and value < low:  # a narrow open interval: its middle
-            value = (low + high) / 2
+    if not inside(value):
+        nudge = step or 1.0
+        candidates = []
+        if low is not None:
+            candidates.append(low + nudge if low_open else low)
+        if high is not None:
+            candidates.append(high - nudge if high_open else high)
+        middle = (low + high) / 2 if low is not None and high is not None else None
+        value = next((c for c in candidates if inside(c)), middle if middle is not None else candidates[0])
     if step is not None:
-        snapped = math.ceil(value / step) * step
-        if high is not None and (snapped > high or (high_open and snapped == high)):
-            snapped = math.floor(value / step) * step
-        value = snapped
+        value = next((c for c in (math.ceil(value / step) * step, math.floor(value / step) * step) if inside(c)),
+                     value)
     if integer:
-        return round(value)
+        return next((c for c in (round(value), math.ceil(value), math.floor(value)) if inside(c)), round(value))
     return round(value, 6)
 
 
