@@ -152,3 +152,10 @@ def test_latency_past_the_timeout_fails_over(mock_gateway: Gateway) -> None:
     assert reply.choices[0].message.content == "You said: anyone there?"
     attempts = reply.model_extra["gateway"]["attempts"]
     assert [(a["target"], a["error_class"]) for a in attempts] == [("stuck:never", "timeout"), ("mock:mock-1", None)]
+
+
+def test_direct_model_name_and_max_tokens(mock_gateway: Gateway) -> None:
+    reply = mock_gateway.client().chat.completions.create(
+        model="mock/any-name", max_tokens=2, messages=[{"role": "user", "content": "cut this answer short"}])
+    assert reply.choices[0].message.content == "You said:" and reply.choices[0].finish_reason == "length"
+    assert reply.model == "any-name" and reply.model_extra["gateway"]["answered_by"] == ["mock:any-name"]
