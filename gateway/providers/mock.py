@@ -79,7 +79,9 @@ def _last_user_text(messages: list[Message]) -> str:
 
 
 def _offered(tools: list[ToolDef]) -> list[ToolDef]:
-    return [tool for tool in tools if isinstance(tool.get("function"), dict) and tool["function"].get("name")]
+    return [tool for tool in tools
+            if isinstance(tool.get("function"), dict) and isinstance(tool["function"].get("name"), str)
+            and tool["function"]["name"]]
 
 
 def _choice_name(choice: Any) -> str | None:
