@@ -8,7 +8,9 @@ port 8080 becomes a free port (in the copied config and in the client commands),
 first command runs in two parts, the install with network and ``loopgate serve`` (after
 activating the venv again) with every proxy variable pointing at a closed port and no
 provider keys, so the answer provably needs no network: route ``smart`` fails in the same
-process while route ``demo`` answers from a real server-side tool loop.
+process while route ``demo`` answers from a real server-side tool loop. Where unprivileged
+network namespaces exist (``unshare -rn``), the installed gateway and the curl also run in one
+whose only interface is loopback.
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ def with_port(text: str, port: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    """The project copied, installed and served exactly as the README's first command says; yields (url, port)."""
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path]]:
+    """The project copied, installed and served as the README's first command says; yields (url, port, copy)."""
     project = tmp_path_factory.mktemp("first-run") / "loopgate"
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info",
@@ -111,7 +113,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, i
                 pass
             assert time.monotonic() < deadline, f"the gateway did not start:\n{log_path.read_text(errors='replace')}"
             time.sleep(0.1)
-        yield url, port
+        yield url, port, project
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the session started above: bash and the gateway it runs
         try:
@@ -131,8 +133,8 @@ def _assert_tool_loop_answer(answer: dict[str, object]) -> None:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the README's first-run request is a curl command")
-def test_the_readme_curl_gets_a_tool_loop_answer_without_keys_or_network(first_run: tuple[str, int]) -> None:
-    url, port = first_run
+def test_the_readme_curl_gets_a_tool_loop_answer_without_keys_or_network(first_run: tuple[str, int, Path]) -> None:
+    url, port, _ = first_run
     curl = with_port(readme_block("bash", "curl"), port)
     assert '"model": "demo"' in curl
     done = subprocess.run(["bash", "-c", curl], env=clean_env(), capture_output=True, timeout=60)
@@ -144,11 +146,45 @@ def test_the_readme_curl_gets_a_tool_loop_answer_without_keys_or_network(first_r
     assert smart.status_code >= 500, smart.text
 
 
-def test_the_readme_sdk_snippet_gets_the_same_answer(first_run: tuple[str, int]) -> None:
-    _, port = first_run
+def test_the_readme_sdk_snippet_gets_the_same_answer(first_run: tuple[str, int, Path]) -> None:
+    _, port, _ = first_run
     snippet = with_port(readme_block("python", 'model="demo"'), port)
     done = subprocess.run([sys.executable, "-c", snippet], env=clean_env(), capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     printed = done.stdout.decode()
     assert printed.startswith("The get_weather tool returned: {") and '"city":"Paris"' in printed
     assert "'name': 'get_weather'" in printed and "'status': 'ok'" in printed
+
+
+def _network_namespaces() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None or shutil.which("curl") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rn", "ip", "link", "set", "lo", "up"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _network_namespaces(), reason="needs unprivileged network namespaces (unshare -rn) and ip")
+def test_the_first_run_in_a_network_namespace_with_only_loopback(first_run: tuple[str, int, Path]) -> None:
+    """Stronger than closed proxies: no route to anywhere, DNS included; the installed gateway and the curl
+    run in a fresh network namespace whose only interface is loopback."""
+    _, port, project = first_run
+    _, serve = split_first_command(first_command())
+    activate, _, serve_step = serve.rpartition(" && ")
+    curl = with_port(readme_block("bash", "curl"), port)
+    script = f"""
+set -u
+ip link set lo up
+( {activate} && exec {serve_step} ) > netns-gateway.log 2>&1 &
+server=$!
+for _ in $(seq 1 300); do curl -sf http://127.0.0.1:{port}/healthz > /dev/null && break; sleep 0.1; done
+{curl}
+status=$?
+kill $server
+wait $server
+exit $status
+"""
+    done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=project, env=clean_env(),
+                          capture_output=True, timeout=120)
+    log = (project / "netns-gateway.log").read_text(errors="replace")
+    assert done.returncode == 0, done.stderr.decode() + log
+    _assert_tool_loop_answer(orjson.loads(done.stdout))
