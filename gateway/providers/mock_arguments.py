@@ -182,23 +182,25 @@ def _count(value: Any, default: int) -> int:
 def _bound(schema: dict[str, Any], key: str, exclusive_key: str) -> tuple[float | None, bool]:
     """A numeric bound and whether it is exclusive (draft 6+ numbers or draft 4 booleans)."""
     exclusive = schema.get(exclusive_key)
-    if _is_number(exclusive):
-        return float(exclusive), True
-    value = schema.get(key)
-    if _is_number(value):
-        return float(value), exclusive is True
-    return None, False
+    number = _finite(exclusive)
+    if number is not None:
+        return number, True
+    return _finite(schema.get(key)), exclusive is True
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite JSON number (not a boolean), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _number(schema: dict[str, Any], preferred: float, integer: bool) -> int | float:
     low, low_open = _bound(schema, "minimum", "exclusiveMinimum")
     high, high_open = _bound(schema, "maximum", "exclusiveMaximum")
-    step = schema.get("multipleOf")
-    step = float(step) if _is_number(step) and step > 0 else (1.0 if integer else None)
+    step = _finite(schema.get("multipleOf"))
+    if step is None or step <= 0:
+        step = 1.0 if integer else None
 
     def inside(value: float) -> bool:
         return ((low is None or value > low or (not low_open and value == low))
