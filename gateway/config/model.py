@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-ProviderType = Literal["openai", "anthropic", "gemini", "litellm"]
-PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm")
+ProviderType = Literal["openai", "anthropic", "gemini", "litellm", "mock"]
+PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm", "mock")
 ReasoningPassback = bool | Literal["auto"]
 
 
@@ -79,6 +79,10 @@ class ProviderConfig:
     reasoning_passback: ReasoningPassback = "auto"
     # Callers may name PROVIDER/UPSTREAM_MODEL directly (any upstream model, no failover, no tools).
     direct: bool = True
+    # ``type: mock`` only (gateway/providers/mock.py): the wait before answering, and the stream's pace
+    # in pieces per second (0: as fast as possible).
+    latency_ms: float = 0.0
+    tokens_per_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,12 @@ _API_KEY_KEYS = {"key", "tenant", "headless"}
 _STORE_KEYS = {"url", "continuation_ttl_s"}
 _PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
-                  "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes"}
+                  "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
+                  "tokens_per_s"}
+# Keys only ``type: mock`` reads; bounds keep a typo (60000000) from parking requests for days.
+_MOCK_KEYS = ("latency_ms", "tokens_per_s")
+_MAX_MOCK_LATENCY_MS = 600_000.0
+_MAX_MOCK_TOKENS_PER_S = 1_000_000.0
 _TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
 _HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
 _MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
@@ -236,6 +241,7 @@ _DEFAULT_BASE_URLS = {
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com",
     "litellm": "",
+    "mock": "",
 }
 
 
@@ -248,7 +254,14 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
     if kind not in PROVIDER_TYPES:
         raise ConfigError(f"{path}.type", f"unknown provider type '{kind}' (one of {', '.join(PROVIDER_TYPES)})")
     base_url = _get(section, "base_url", path, str, _DEFAULT_BASE_URLS[kind]).rstrip("/")
-    if kind != "litellm":
+    if kind == "mock":
+        latency_ms, tokens_per_s = _mock_pace(section, path)
+    else:
+        latency_ms = tokens_per_s = 0.0
+        for key in _MOCK_KEYS:
+            if key in section:
+                raise ConfigError(f"{path}.{key}", "is only for providers of type mock")
+    if kind not in ("litellm", "mock"):
         parsed = urlparse(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ConfigError(f"{path}.base_url", f"must be an http(s) URL, got '{base_url}'")
@@ -276,7 +289,20 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
         api_version=_get(section, "api_version", path, str, None),
         reasoning_passback=_passback(section.get("reasoning_passback", "auto"), f"{path}.reasoning_passback"),
         direct=_get(section, "direct", path, bool, True),
+        latency_ms=latency_ms,
+        tokens_per_s=tokens_per_s,
     )
+
+
+def _mock_pace(section: dict[str, Any], path: str) -> tuple[float, float]:
+    """``latency_ms`` (0 to 600000, default 0) and ``tokens_per_s`` (0 = unpaced, to 1000000, default 0)."""
+    pace = []
+    for key, ceiling in (("latency_ms", _MAX_MOCK_LATENCY_MS), ("tokens_per_s", _MAX_MOCK_TOKENS_PER_S)):
+        value = _positive(_get(section, key, path, float, 0.0), f"{path}.{key}", allow_zero=True)
+        if not value <= ceiling:  # also refuses nan
+            raise ConfigError(f"{path}.{key}", f"must be at most {ceiling:g}, got {value}")
+        pace.append(value)
+    return pace[0], pace[1]
 
 
 def _passback(value: Any, path: str) -> ReasoningPassback:

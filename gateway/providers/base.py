@@ -12,7 +12,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -26,8 +26,8 @@ from gateway.upstream.sse import SSEEvent
 
 log = logging.getLogger("loopgate.providers")
 
-__all__ = ["MALFORMED", "RETRYABLE", "TARGET_FAULTS", "Adapter", "ErrorClass", "ProviderError", "SSEEvent",
-           "StreamParser", "UpstreamRequest"]
+__all__ = ["MALFORMED", "RETRYABLE", "TARGET_FAULTS", "Adapter", "ErrorClass", "InProcessAdapter", "ProviderError",
+           "SSEEvent", "StreamParser", "UpstreamRequest"]
 
 # What reading a document of the wrong shape raises (a list where a dict was expected, a number
 # where a string was, int("x"), int(inf)): each adapter entry point catches exactly these and turns
@@ -72,6 +72,24 @@ class Adapter(Protocol):
         ...
 
     def parse_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError: ...
+
+
+class InProcessAdapter(Protocol):
+    """An adapter that answers without the HTTP transport (a client library, the mock): the router calls it.
+
+    ``in_process = True`` marks it; the router reads the flag once per target at start-up.
+    """
+
+    wire_format: str
+    in_process: bool
+
+    async def complete(self, request: ModelRequest, provider: ProviderConfig, model: str,
+                       timeout: float) -> ModelResponse: ...
+
+    def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
+               timeout: float) -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
+        """Delta lists (the first starting with ``Answering``), then the whole turn as a ``ModelResponse``."""
+        ...
 
 
 # --- shared helpers ---------------------------------------------------------------------

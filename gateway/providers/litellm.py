@@ -60,6 +60,7 @@ def _error(exc: Exception) -> ProviderError:
 
 class LiteLLMAdapter:
     wire_format = "litellm"
+    in_process = True  # the router calls complete()/stream(), not the HTTP transport
 
     def _kwargs(self, request: ModelRequest, provider: ProviderConfig, model: str, timeout: float) -> dict[str, Any]:
         body = orjson.loads(_openai.build_request(request, provider, model, stream=False).body)

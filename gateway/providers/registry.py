@@ -1,7 +1,8 @@
 """Wire format name -> adapter. Adapters are stateless, so one instance each serves every request.
 
-``litellm`` is the exception to "one adapter per wire format": it wraps a client library
-(imported only when such a target is first called) and the router calls it directly.
+``litellm`` and ``mock`` are the exceptions to "one adapter per wire format": ``in_process``
+adapters that the router calls directly instead of the HTTP transport (litellm wraps a client
+library imported only when such a target is first called; mock answers by itself).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.litellm import LiteLLMAdapter
+from gateway.providers.mock import MockAdapter
 from gateway.providers.openai import OpenAIAdapter
 
 ADAPTERS: dict[str, Any] = {
@@ -18,9 +20,10 @@ ADAPTERS: dict[str, Any] = {
     "anthropic": AnthropicAdapter(),
     "gemini": GeminiAdapter(),
     "litellm": LiteLLMAdapter(),
+    "mock": MockAdapter(),
 }
 
 
 def adapter_for(wire_format: str) -> Any:
-    """The adapter for a provider ``type`` (an ``Adapter``; for ``litellm`` a ``LiteLLMAdapter``)."""
+    """The adapter for a provider ``type`` (an ``Adapter``, or an ``InProcessAdapter`` for litellm and mock)."""
     return ADAPTERS[wire_format]

@@ -43,20 +43,17 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
 from gateway.context.windows import known_window
-from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, ProviderError
+from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError
 from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
-
-if TYPE_CHECKING:
-    from gateway.providers.litellm import LiteLLMAdapter
 
 MIN_ATTEMPT_S = 0.05  # the least deadline an attempt may start with (module docstring)
 
@@ -73,6 +70,8 @@ class ResolvedTarget:
     # The model's context window when the built-in table knows it (after a context overflow,
     # only a target with a larger window is worth asking).
     window: int | None = None
+    # The adapter answers by itself (litellm, mock): called directly, not through the HTTP transport.
+    in_process: bool = False
 
 
 Attempt = dict[str, Any]
@@ -297,9 +296,11 @@ class Router:
         resolved = []
         for target in targets:
             provider = self._providers[target.provider]
-            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter_for(provider.type),
+            adapter = adapter_for(provider.type)
+            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter,
                                            f"{target.provider}:*" if direct else target.label,
-                                           known_window(provider.type, target.model)))
+                                           known_window(provider.type, target.model),
+                                           getattr(adapter, "in_process", False)))
         return tuple(resolved)
 
     def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:
@@ -326,9 +327,9 @@ class Router:
         raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        if target.provider.type == "litellm":
-            library = cast("LiteLLMAdapter", target.adapter)  # wraps a client library: no bytes to parse here
-            return await library.complete(request, target.provider, target.model, deadline - time.monotonic())
+        if target.in_process:  # no bytes to parse here
+            local = cast(InProcessAdapter, target.adapter)
+            return await local.complete(request, target.provider, target.model, deadline - time.monotonic())
         native = target.adapter.build_request(request, target.provider, target.model, stream=False)
         reply = await self._pool.post(target.provider, native, deadline)
         if reply.status >= 400:
@@ -343,8 +344,8 @@ class Router:
             head_seen = committed = False
             try:
                 response: ModelResponse | None = None
-                if target.provider.type == "litellm":
-                    source = cast("LiteLLMAdapter", target.adapter).stream(request, target.provider, target.model,
+                if target.in_process:
+                    source = cast(InProcessAdapter, target.adapter).stream(request, target.provider, target.model,
                                                                            deadline - time.monotonic())
                     try:
                         async for item in source:

@@ -1,0 +1,190 @@
+"""The README's first run, as written, on a fresh venv: its first command, then its ``curl`` and SDK snippet.
+
+The commands are read out of README.md, so the test fails when the README drifts from what
+works. The project is copied to a temporary directory (the README's ``.venv`` is created
+there, not in the checkout) and installed from PyPI by the README's own ``pip install``
+(pip's cache makes a re-run quick; about 30 s). Two substitutions, both asserted to apply:
+port 8080 becomes a free port (in the copied config and in the client commands), and the
+first command runs in two parts, the install with network and ``loopgate serve`` (after
+activating the venv again) with every proxy variable pointing at a closed port and no
+provider keys, so the answer provably needs no network: route ``smart`` fails in the same
+process while route ``demo`` answers from a real server-side tool loop. Where unprivileged
+network namespaces exist (``unshare -rn``), the installed gateway and the curl also run in one
+whose only interface is loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+_BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.DOTALL)
+_PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "all_proxy",
+               "no_proxy")
+_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_URL", "LOOPGATE_STORE_URL",
+         "LOOPGATE_CONFIG")
+CLOSED = "http://127.0.0.1:9"
+
+
+def readme_block(language: str, must_contain: str) -> str:
+    """The first fenced block of ``language`` in the README that contains ``must_contain``."""
+    for found_language, body in _BLOCK.findall(README.read_text()):
+        if found_language == language and must_contain in body:
+            return body.strip()
+    raise AssertionError(f"README.md has no ```{language} block containing {must_contain!r}")
+
+
+def first_command() -> str:
+    block = readme_block("bash", "loopgate serve")
+    (line,) = [line for line in block.splitlines() if "loopgate serve" in line]
+    return line.strip()
+
+
+def split_first_command(command: str) -> tuple[str, str]:
+    """(install, serve): the steps before ``loopgate serve``, and the venv activation plus that step."""
+    steps = [step.strip() for step in command.split("&&")]
+    serve_at = next(i for i, step in enumerate(steps) if step.startswith("loopgate serve"))
+    activate = [step for step in steps[:serve_at] if step.startswith((". ", "source "))]
+    assert activate, f"the first command never activates its venv: {command}"
+    return " && ".join(steps[:serve_at]), " && ".join([*activate, *steps[serve_at:]])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without the test venv, the checkout on PYTHONPATH, proxies or provider keys."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", *_PROXY_VARS, *_KEYS)}
+    if sys.prefix != sys.base_prefix:
+        ours = str(Path(sys.prefix) / "bin")
+        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != ours)
+    env.update(extra)
+    return env
+
+
+def with_port(text: str, port: int) -> str:
+    assert "127.0.0.1:8080" in text, f"expected the README's address 127.0.0.1:8080 in: {text}"
+    return text.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path]]:
+    """The project copied, installed and served as the README's first command says; yields (url, port, copy)."""
+    project = tmp_path_factory.mktemp("first-run") / "loopgate"
+    shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info",
+        "build", "dist", ".ci-pytest.log"))
+    port = free_port()
+    config = project / "config" / "gateway.yaml"
+    text = config.read_text()
+    assert text.count("port: 8080") == 1, "config/gateway.yaml should listen on port 8080 as the README says"
+    config.write_text(text.replace("port: 8080", f"port: {port}"))
+    install, serve = split_first_command(first_command())
+    installed = subprocess.run(["bash", "-c", install], cwd=project, env=clean_env(), capture_output=True,
+                               timeout=900)
+    assert installed.returncode == 0, installed.stdout.decode()[-3000:] + installed.stderr.decode()[-3000:]
+    no_egress = {name: CLOSED for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")}
+    log_path = project / "gateway.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(["bash", "-c", serve], cwd=project, env=clean_env(**no_egress), stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, f"the gateway exited:\n{log_path.read_text(errors='replace')}"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"the gateway did not start:\n{log_path.read_text(errors='replace')}"
+            time.sleep(0.1)
+        yield url, port, project
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the session started above: bash and the gateway it runs
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(5)
+
+
+def _assert_tool_loop_answer(answer: dict[str, object]) -> None:
+    content = answer["choices"][0]["message"]["content"]  # type: ignore[index]
+    assert content.startswith("The get_weather tool returned: {"), content
+    assert orjson.loads(content.removeprefix("The get_weather tool returned: "))["city"] == "Paris"
+    gateway = answer["gateway"]
+    assert gateway["status"] == "completed" and gateway["iterations"] == 2  # type: ignore[index]
+    assert [(c["name"], c["status"]) for c in gateway["tool_calls"]] == [("get_weather", "ok")]  # type: ignore[index]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the README's first-run request is a curl command")
+def test_the_readme_curl_gets_a_tool_loop_answer_without_keys_or_network(first_run: tuple[str, int, Path]) -> None:
+    url, port, _ = first_run
+    curl = with_port(readme_block("bash", "curl"), port)
+    assert '"model": "demo"' in curl
+    done = subprocess.run(["bash", "-c", curl], env=clean_env(), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    _assert_tool_loop_answer(orjson.loads(done.stdout))
+    # The same process cannot reach any provider: the keyed routes fail while demo answered.
+    smart = httpx.post(f"{url}/v1/chat/completions", trust_env=False, timeout=120,
+                       json={"model": "smart", "messages": [{"role": "user", "content": "hi"}]})
+    assert smart.status_code >= 500, smart.text
+
+
+def test_the_readme_sdk_snippet_gets_the_same_answer(first_run: tuple[str, int, Path]) -> None:
+    _, port, _ = first_run
+    snippet = with_port(readme_block("python", 'model="demo"'), port)
+    done = subprocess.run([sys.executable, "-c", snippet], env=clean_env(), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    printed = done.stdout.decode()
+    assert printed.startswith("The get_weather tool returned: {") and '"city":"Paris"' in printed
+    assert "'name': 'get_weather'" in printed and "'status': 'ok'" in printed
+
+
+def _network_namespaces() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None or shutil.which("curl") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rn", "ip", "link", "set", "lo", "up"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _network_namespaces(), reason="needs unprivileged network namespaces (unshare -rn) and ip")
+def test_the_first_run_in_a_network_namespace_with_only_loopback(first_run: tuple[str, int, Path]) -> None:
+    """Stronger than closed proxies: no route to anywhere, DNS included; the installed gateway and the curl
+    run in a fresh network namespace whose only interface is loopback."""
+    _, port, project = first_run
+    _, serve = split_first_command(first_command())
+    activate, _, serve_step = serve.rpartition(" && ")
+    curl = with_port(readme_block("bash", "curl"), port)
+    script = f"""
+set -u
+ip link set lo up
+( {activate} && exec {serve_step} ) > netns-gateway.log 2>&1 &
+server=$!
+for _ in $(seq 1 300); do curl -sf http://127.0.0.1:{port}/healthz > /dev/null && break; sleep 0.1; done
+{curl}
+status=$?
+kill $server
+wait $server
+exit $status
+"""
+    done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=project, env=clean_env(),
+                          capture_output=True, timeout=120)
+    log = (project / "netns-gateway.log").read_text(errors="replace")
+    assert done.returncode == 0, done.stderr.decode() + log
+    _assert_tool_loop_answer(orjson.loads(done.stdout))
