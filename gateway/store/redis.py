@@ -366,7 +366,7 @@ class RedisStore(Store):
                 if index:
                     await self._unindex(keys=index, args=[c.id])
         except Exception as exc:  # the store is failing already: the record expires with its TTL
-            log.warning("could not delete unacknowledged continuation %s: %s", c.id, exc)
+            log.debug("could not delete unacknowledged continuation %s: %s", c.id, exc)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self._guard("get_continuation"):
