@@ -95,6 +95,8 @@ def test_parse_url() -> None:
     assert (parsed.username, parsed.password) == ("us@er", "p:ss") and parsed.tls
     assert "p:ss" not in repr(parsed)
     assert parse_url("redis://h/4").db == 4
+    assert parse_url("redis://:pw@/2").password == "pw"  # the Sentinel form: no host
+    assert store_of("{url: 'redis://:pw@/2', sentinel: {master: m, nodes: ['s:1']}}").url == "redis://:pw@/2"
     with pytest.raises(ValueError):
         parse_url("http://h")
     with pytest.raises(ValueError):
