@@ -247,13 +247,14 @@ class RedisStore(Store):
         """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
 
         Returns the replies and the number of replicas ``WAIT`` confirmed (None without durability).
-        One pipeline is one connection, which is what ``WAIT`` counts. On a Cluster, a MOVED answer
-        (the slot moved: a failover or a reshard) re-reads the slot map and tries once more, which is
-        safe because a MOVED command did not run.
+        One pipeline is one connection, which is what ``WAIT`` counts. On a Cluster, an answer that
+        says the slot is elsewhere now (MOVED, READONLY, a dead node: a failover or a reshard)
+        re-reads the slot map and, only if the slot has a new owner, tries once more there: the old
+        owner no longer accepts writes for it, so nothing runs twice.
         """
         wait = durable and self._wait_replicas > 0
+        client = await self._conn.owner(key)
         for attempt in (0, 1):
-            client = await self._conn.owner(key)
             try:
                 async with client.pipeline(transaction=False) as pipe:
                     await build(pipe)
@@ -261,12 +262,14 @@ class RedisStore(Store):
                         pipe.execute_command("WAIT", self._wait_replicas, self._wait_timeout_ms)
                     replies = await pipe.execute()
             except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
-                if not self._conn.cluster:
+                if not self._conn.cluster or attempt:
                     raise
                 with contextlib.suppress(Exception):
                     await self._conn.refresh()
-                if attempt:
+                moved_to = await self._conn.owner(key)
+                if moved_to is client:
                     raise
+                client = moved_to
                 continue
             if wait:
                 return list(replies[:-1]), int(replies[-1])

@@ -23,6 +23,7 @@ from tests.redis_servers import (
     ClusterHandle,
     RedisProcess,
     TlsCerts,
+    start_cluster,
     start_or_skip,
     start_redis,
     start_sentinel_group,
@@ -219,6 +220,40 @@ async def test_sentinel_failover_keeps_acknowledged_writes(tmp_path: Path) -> No
         after = _cont(ids=("call_after",))
         await _eventually(lambda: store.save_continuation(after, 60), 20)
         assert (await store.claim_continuation(after.id, "acme", 30)).status == "claimed"
+    finally:
+        await store.aclose()
+        manager.__exit__(None, None, None)
+
+
+async def test_cluster_failover_keeps_acknowledged_writes(tmp_path: Path) -> None:
+    # Its own cluster: killing a master must not disturb the shared one the contract suite uses.
+    manager = start_cluster(tmp_path, n_masters=3, replicas=1)
+    cluster = start_or_skip(manager.__enter__)
+    store = RedisStore(cluster.url, wait_replicas=1, wait_timeout_ms=2000)
+    try:
+        c = _cont(ids=("call_x",))
+        await store.save_continuation(c, 60)
+        await store.ledger_put("acme", "call_x", {"status": "ok", "content": "ran once"}, 60)
+        victim = cluster.master_of(record_key(c.id))
+        cluster.kill(victim)
+        promoted = cluster.wait_owner(record_key(c.id))
+        assert promoted.port != victim.port
+        # The store follows the new slot map (a refused connection or MOVED re-reads it) and finds the pause.
+        got = await _eventually(lambda: store.get_continuation(c.id, "acme"), 20)
+        assert got.status == "pending" and got.data == c.data
+        assert await store.ledger_get("acme", "call_x") == {"status": "ok", "content": "ran once"}
+        # The promoted master has no replica left: a waited claim is refused (and released), not left unprotected.
+        with pytest.raises(ReplicationUnconfirmed):
+            await store.claim_continuation(c.id, "acme", 30)
+        assert (await store.get_continuation(c.id, "acme")).status == "pending"
+        # Without waiting, the same pipeline path (one connection to the slot's new owner) works.
+        relaxed = RedisStore(cluster.url)
+        try:
+            assert (await _eventually(lambda: relaxed.claim_continuation(c.id, "acme", 30), 20)).status == "claimed"
+            await relaxed.finish_continuation(c.id, "acme")
+            assert await relaxed.find_continuation_by_tool_call("acme", "call_x") is None
+        finally:
+            await relaxed.aclose()
     finally:
         await store.aclose()
         manager.__exit__(None, None, None)
