@@ -374,7 +374,7 @@ class SentinelGroup:
     def current_master(self) -> RedisProcess:
         """The server the (first live) sentinel names as master."""
         sentinel = next(s for s in self.sentinels if s.alive)
-        with sentinel.client(password=None) as c:
+        with sentinel.client() as c:
             _host, port = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
         return next(s for s in self.servers if s.port == int(port))
 
@@ -403,11 +403,12 @@ class SentinelGroup:
 @contextmanager
 def start_sentinel_group(workdir: Path | str, *, replicas: int = 1, sentinels: int = 1, quorum: int | None = None,
                          master_name: str = "loopgate", tls: TlsCerts | None = None,
-                         password: str | None = None, down_after_ms: int = 1000) -> Iterator[SentinelGroup]:
+                         password: str | None = None, sentinel_password: str | None = None,
+                         down_after_ms: int = 1000) -> Iterator[SentinelGroup]:
     """A master, ``replicas`` replicas and ``sentinels`` sentinels watching them (fast failover settings).
 
-    The sentinels themselves need no password (``password`` protects the data nodes; the
-    sentinels are told it with ``auth-pass``); with ``tls`` every link, sentinels included, is TLS.
+    ``password`` protects the data nodes (the sentinels are told it with ``auth-pass``),
+    ``sentinel_password`` the sentinels themselves; with ``tls`` every link, sentinels included, is TLS.
     """
     group = SentinelGroup(master_name=master_name, servers=[], sentinels=[], tls=tls, password=password)
     try:
@@ -425,12 +426,15 @@ def start_sentinel_group(workdir: Path | str, *, replicas: int = 1, sentinels: i
                  "sentinel resolve-hostnames yes"]
         if password:
             lines.append(f"sentinel auth-pass {master_name} {password}")
+        if sentinel_password:
+            lines.append(f"sentinel sentinel-pass {sentinel_password}")
         for _ in range(sentinels):
-            group.sentinels.append(spawn_redis(workdir, tls=tls, sentinel=True, conf_lines=tuple(lines)))
+            group.sentinels.append(spawn_redis(workdir, tls=tls, sentinel=True, password=sentinel_password,
+                                               conf_lines=tuple(lines)))
 
         def known() -> bool:
             for s in group.sentinels:
-                with s.client(password=None) as c:
+                with s.client() as c:
                     fields = c.sentinel_master(master_name)  # parsed by redis-py into a dict
                     if int(fields.get("num-slaves", 0)) < replicas:
                         return False

@@ -90,6 +90,19 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 Build = Callable[[Any], Awaitable[None]]
 
 
+def _describe(exc: BaseException) -> str:
+    """A short, credential-free cause for logs and errors.
+
+    redis-py's "no master found" text embeds the whole client repr (secrets redacted, but a
+    kilobyte long); keep its head and the per-sentinel errors at its end.
+    """
+    text = str(exc)
+    head, sep, rest = text.partition(" : <")
+    if sep:
+        text = f"{head} ({rest.rpartition(' - ')[2]})" if " - " in rest else head
+    return text[:300]
+
+
 class ReplicationUnconfirmed(StoreUnavailable):
     """``WAIT`` confirmed fewer replicas than ``store.wait_replicas`` in time: the write is not acknowledged."""
 
@@ -240,7 +253,7 @@ class RedisStore(Store):
             async with asyncio.timeout(deadline):
                 yield
         except _UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
-            cause = str(exc) or f"no answer within {deadline}s"  # our deadline has no message
+            cause = _describe(exc) or f"no answer within {deadline}s"  # our deadline has no message
             raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc
 
     async def _run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:

@@ -225,6 +225,33 @@ async def test_sentinel_failover_keeps_acknowledged_writes(tmp_path: Path) -> No
         manager.__exit__(None, None, None)
 
 
+async def test_sentinel_over_tls_with_passwords(tmp_path: Path, tls_certs: TlsCerts) -> None:
+    manager = start_sentinel_group(tmp_path, replicas=1, sentinels=1, tls=tls_certs, password="data-pw",
+                                   sentinel_password="sentinel-pw")
+    group = start_or_skip(manager.__enter__)
+    nodes = tuple(("127.0.0.1", s.port) for s in group.sentinels)
+    tls = client_tls(tls_certs)
+    good = RedisStore("rediss://:data-pw@/0", tls=tls, wait_replicas=1, wait_timeout_ms=2000,
+                      sentinel=StoreSentinel(master=group.master_name, nodes=nodes, password="sentinel-pw", tls=True))
+    wrong = RedisStore("rediss://:data-pw@/0", tls=tls,
+                       sentinel=StoreSentinel(master=group.master_name, nodes=nodes, password="nope", tls=True))
+    try:
+        c = _cont()
+        await good.save_continuation(c, 60)
+        assert (await good.claim_continuation(c.id, "acme", 30)).status == "claimed"
+        assert "sentinel master" in good.description
+        # A sentinel that refuses us means no master can be found: a clean 503, not a traceback.
+        reason = await wrong.unavailable_reason()
+        assert reason is not None and "nope" not in reason and len(reason) < 400
+        assert "No master found for 'loopgate'" in reason and "AuthenticationError" in reason, reason
+        with pytest.raises(StoreUnavailable):
+            await wrong.get_continuation(c.id, "acme")
+    finally:
+        await good.aclose()
+        await wrong.aclose()
+        manager.__exit__(None, None, None)
+
+
 async def test_cluster_failover_keeps_acknowledged_writes(tmp_path: Path) -> None:
     # Its own cluster: killing a master must not disturb the shared one the contract suite uses.
     manager = start_cluster(tmp_path, n_masters=3, replicas=1)
