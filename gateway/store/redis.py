@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -56,6 +56,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoPermissionError,
+    NoScriptError,
     ReadOnlyError,
     RedisClusterException,
     TryAgainError,
@@ -87,7 +88,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     RedisClusterException, NoPermissionError, AuthenticationWrongNumberOfArgsError, MovedError, AskError,
 )
 
-Build = Callable[[Any], Awaitable[None]]
+Build = Callable[[Any], None]
 
 
 def _describe(exc: BaseException) -> str:
@@ -101,6 +102,11 @@ def _describe(exc: BaseException) -> str:
     if sep:
         text = f"{head} ({rest.rpartition(' - ')[2]})" if " - " in rest else head
     return text[:300]
+
+
+def _evalsha(pipe: Any, script: Any, keys: list[str], args: list[Any]) -> None:
+    """Queue a registered script by its SHA (``_run`` loads it on NOSCRIPT)."""
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
 
 
 class ReplicationUnconfirmed(StoreUnavailable):
@@ -244,6 +250,8 @@ class RedisStore(Store):
         self._unindex = self._r.register_script(_UNINDEX)
         self._audit = self._r.register_script(_AUDIT)
         self._health_fail = self._r.register_script(_HEALTH_FAIL)
+        self._scripts = (self._save, self._claim, self._release, self._finish, self._cancel, self._unindex,
+                         self._audit, self._health_fail)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
@@ -260,23 +268,35 @@ class RedisStore(Store):
         """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
 
         Returns the replies and the number of replicas ``WAIT`` confirmed (None without durability).
-        One pipeline is one connection, which is what ``WAIT`` counts. On a Cluster, an answer that
-        says the slot is elsewhere now (MOVED, READONLY, a dead node: a failover or a reshard)
-        re-reads the slot map and, only if the slot has a new owner, tries once more there: the old
-        owner no longer accepts writes for it, so nothing runs twice.
+        One pipeline is one connection, which is what ``WAIT`` counts. Scripts go in as plain
+        EVALSHA (no SCRIPT EXISTS round trip first); a node that lacks them (a flush, a promoted
+        replica: the script cache is not replicated) answers NOSCRIPT before running anything of
+        that script, gets them loaded and the pipeline runs again (its other writes are idempotent).
+        On a Cluster, an answer that says the slot is elsewhere now (MOVED, READONLY, a dead node:
+        a failover or a reshard) re-reads the slot map and, only if the slot has a new owner,
+        tries once more there: the old owner no longer accepts writes for it, so nothing runs twice.
         """
         wait = durable and self._wait_replicas > 0
         client = await self._conn.owner(key)
-        for attempt in (0, 1):
+        loaded = moved = False
+        while True:
             try:
                 async with client.pipeline(transaction=False) as pipe:
-                    await build(pipe)
+                    build(pipe)
                     if wait:
                         pipe.execute_command("WAIT", self._wait_replicas, self._wait_timeout_ms)
                     replies = await pipe.execute()
-            except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
-                if not self._conn.cluster or attempt:
+            except NoScriptError:
+                if loaded:
                     raise
+                loaded = True
+                for script in self._scripts:
+                    await client.script_load(script.script)
+                continue
+            except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
+                if not self._conn.cluster or moved:
+                    raise
+                moved = True
                 with contextlib.suppress(Exception):
                     await self._conn.refresh()
                 moved_to = await self._conn.owner(key)
@@ -287,7 +307,17 @@ class RedisStore(Store):
             if wait:
                 return list(replies[:-1]), int(replies[-1])
             return list(replies), None
-        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _script(self, script: Any, keys: list[str], args: list[Any], durable: bool) -> tuple[Any, int | None]:
+        """One script call; waited for through ``_run`` only when durability is on (else one plain EVALSHA)."""
+        if not (durable and self._wait_replicas > 0):
+            return await script(keys=keys, args=args), None
+
+        def call(pipe: Any) -> None:
+            _evalsha(pipe, script, keys, args)
+
+        replies, acked = await self._run(keys[0], call, True)
+        return replies[0], acked
 
     def _confirmed(self, acked: int | None) -> bool:
         return acked is None or acked >= self._wait_replicas
@@ -342,16 +372,16 @@ class RedisStore(Store):
         rec = record_key(c.id)
         index = [tenant_key(c.tenant, "tc", tc) for tc in ids]
 
-        async def write_record(pipe: Any) -> None:
-            await self._save(keys=[rec], args=args, client=pipe)
+        def write_record(pipe: Any) -> None:
+            _evalsha(pipe, self._save, [rec], args)
 
-        async def write_index(pipe: Any) -> None:
+        def write_index(pipe: Any) -> None:
             for key in index:
                 pipe.set(key, c.id, ex=ex)
 
-        async def write_both(pipe: Any) -> None:
-            await write_record(pipe)
-            await write_index(pipe)
+        def write_both(pipe: Any) -> None:
+            write_record(pipe)
+            write_index(pipe)
 
         async with self._guard("save_continuation", durable=True):
             try:
@@ -401,11 +431,8 @@ class RedisStore(Store):
         until = now + lease_s
         rec = record_key(continuation_id)
 
-        async def claim(pipe: Any) -> None:
-            await self._claim(keys=[rec], args=[tenant, _f(now), _f(until)], client=pipe)
-
         async with self._guard("claim_continuation", durable=True):
-            (reply,), acked = await self._run(rec, claim, True)
+            reply, acked = await self._script(self._claim, [rec], [tenant, _f(now), _f(until)], True)
             if reply[0] == b"ok" and not self._confirmed(acked):
                 # Not acknowledged, so not taken: leave it resumable (a failed release expires with the lease).
                 with contextlib.suppress(Exception):
@@ -449,11 +476,12 @@ class RedisStore(Store):
         raw, ex = orjson.dumps(record), check_ttl(ttl_s)
         key = tenant_key(tenant, "ledger", tool_call_id)
 
-        async def put(pipe: Any) -> None:
-            pipe.set(key, raw, ex=ex)
-
         async with self._guard("ledger_put", durable=True):
-            _, acked = await self._run(key, put, True)
+            if self._wait_replicas > 0:
+                _, acked = await self._run(key, lambda pipe: pipe.set(key, raw, ex=ex), True)
+            else:
+                await self._r.set(key, raw, ex=ex)
+                acked = None
         if not self._confirmed(acked):
             # Kept: the tool did run, and the entry can only stop a second run.
             raise self._unconfirmed("the tool ledger entry", acked)
@@ -465,7 +493,7 @@ class RedisStore(Store):
         ex = check_ttl(ttl_s)
         encoded = {tenant_key(tenant, "art", tc): orjson.dumps(a) for tc, a in items.items()}
 
-        async def put(pipe: Any) -> None:
+        def put(pipe: Any) -> None:
             for key, raw in encoded.items():
                 pipe.set(key, raw, ex=ex)
 
