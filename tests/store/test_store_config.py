@@ -9,6 +9,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import ConfigError, parse_config
 from gateway.config.model import StoreConfig, StoreSentinel, StoreTls
+from gateway.redact import Redactor
 from gateway.store import open_configured_store
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
@@ -58,6 +59,15 @@ def test_credentials_in_one_place_and_never_in_repr() -> None:
     assert error.path == "store.password" and "hunter2" not in str(error)
     assert problem("{url: 'redis://app@h/0', username: other}").path == "store.username"
     assert "hunter2" not in str(problem("{url: 'postgres://u:hunter2@h/0'}"))
+
+
+def test_store_passwords_are_redacted_from_logs() -> None:
+    config = parse_config("store: {url: 'redis://u:url%40secret1@h/0', sentinel: {master: m, nodes: ['s:1'], "
+                          "password: sentinel-secret}}", {})
+    scrubbed = Redactor.from_config(config).scrub("a url%40secret1 b url@secret1 c sentinel-secret d")
+    assert scrubbed == "a [redacted] b [redacted] c [redacted] d"
+    other = parse_config("store: {url: 'rediss://h', password: store-secret}", {})
+    assert Redactor.from_config(other).scrub("x store-secret") == "x [redacted]"
 
 
 def test_sentinel_section() -> None:
