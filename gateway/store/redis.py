@@ -397,7 +397,11 @@ class RedisStore(Store):
                 else:
                     # One round trip: the record (atomic, with its TTL), every index entry, the WAIT.
                     acked = [(await self._run(rec, write_both, True))[1]]
-            except BaseException:
+            except _UNAVAILABLE:
+                # Unreachable: a clean-up would only wait out another deadline. Whatever part landed
+                # expires with its TTL and is harmless, since the client never got its id.
+                raise
+            except Exception:
                 await self._forget(c, rec, index)
                 raise
             if not all(self._confirmed(a) for a in acked):
