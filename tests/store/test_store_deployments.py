@@ -284,3 +284,21 @@ async def test_cluster_failover_keeps_acknowledged_writes(tmp_path: Path) -> Non
     finally:
         await store.aclose()
         manager.__exit__(None, None, None)
+
+
+async def test_cluster_over_tls_with_a_password(tmp_path: Path, tls_certs: TlsCerts) -> None:
+    manager = start_cluster(tmp_path, n_masters=3, replicas=0, tls=tls_certs, password="cluster-pw")
+    cluster = start_or_skip(manager.__enter__)
+    assert cluster.url.startswith("rediss+cluster://:cluster-pw@")
+    store = RedisStore(cluster.url, tls=client_tls(tls_certs))
+    try:
+        c = _cont()
+        await store.save_continuation(c, 60)  # a pipeline per owning node: plain node clients, over TLS too
+        await store.put_artifacts("acme", {"call_1": {"sig": "s"}}, 60)
+        assert await store.get_artifacts("acme", ["call_1", "call_2"]) == {"call_1": {"sig": "s"}}
+        assert (await store.claim_continuation(c.id, "acme", 30)).status == "claimed"
+        await store.finish_continuation(c.id, "acme")
+        assert await store.find_continuation_by_tool_call("acme", "call_1") is None
+    finally:
+        await store.aclose()
+        manager.__exit__(None, None, None)
