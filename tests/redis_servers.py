@@ -186,7 +186,16 @@ def spawn_redis(workdir: Path | str, *, port: int | None = None, tls: TlsCerts |
     """
     if not os.path.exists(REDIS_SERVER):
         raise RedisServerError(f"redis-server not found at {REDIS_SERVER}")
-    port = port or free_port()
+    if port is None:
+        # A random free port can be taken by another process before the server binds it: try a few.
+        for attempt in range(3):
+            try:
+                return spawn_redis(workdir, port=free_port(), tls=tls, password=password, conf_lines=conf_lines,
+                                   sentinel=sentinel, wait=wait)
+            except RedisServerError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
     d = Path(workdir) / f"{'sentinel' if sentinel else 'redis'}-{port}"
     d.mkdir(parents=True, exist_ok=True)
     lines = [f"bind {HOST}", f"dir {d}", f"logfile {d / 'redis.log'}", "save \"\"", "appendonly no",
@@ -328,6 +337,8 @@ def start_cluster(workdir: Path | str, n_masters: int = 3, replicas: int = 0, *,
     """
     conf = ("cluster-enabled yes", f"cluster-node-timeout {node_timeout_ms}", "cluster-config-file nodes.conf",
             "cluster-replica-validity-factor 0", "cluster-require-full-coverage yes")
+    if not os.path.exists(REDIS_CLI):
+        raise RedisServerError(f"redis-cli not found at {REDIS_CLI} (needed to create a cluster)")
     handle = ClusterHandle(nodes=[], tls=tls, password=password)
     try:
         for _ in range(n_masters * (1 + replicas)):
