@@ -65,6 +65,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.model import StoreSentinel, StoreTls
+from gateway.store import redis_scripts as scripts
 from gateway.store.base import (
     Continuation,
     ContinuationConflict,
@@ -132,84 +133,6 @@ def health_keys(target: str) -> tuple[str, str]:
     return f"{base}:fails", f"{base}:open"
 
 
-# -- Lua -------------------------------------------------------------------------------------------
-# Replies are tables {code, payload}: code 'ok' | 'nf' (404) | 'conflict' (409, payload = status).
-# Missing hash fields read as false; an unknown key, another tenant or a cancelled record is 'nf'.
-_LOAD = """
-local v = redis.call('HMGET', KEYS[1], 't', 's', 'cu')
-if not v[1] or v[1] ~= ARGV[1] or v[2] == 'cancelled' then return {'nf'} end
-local s = v[2]
-local cu = tonumber(v[3] or '') or 0
-"""
-
-_SAVE = """
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 's', ARGV[2], 'cu', ARGV[3], 'b', ARGV[4], 'ids', ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-return 1
-"""
-
-# ARGV: tenant, now, claimed_until
-_CLAIM = _LOAD + """
-if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
-if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
-redis.call('HSET', KEYS[1], 's', 'claimed', 'cu', ARGV[3])
-return {'ok', redis.call('HGET', KEYS[1], 'b')}
-"""
-
-# ARGV: tenant
-_RELEASE = _LOAD + """
-if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
-redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
-return {'ok'}
-"""
-
-# ARGV: tenant
-_FINISH = _LOAD + """
-if s ~= 'claimed' then return {'conflict', s} end
-redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
-return {'ok', redis.call('HGET', KEYS[1], 'ids')}
-"""
-
-# ARGV: tenant, now
-_CANCEL = _LOAD + """
-if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
-if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
-local ids = redis.call('HGET', KEYS[1], 'ids')
-redis.call('DEL', KEYS[1])
-return {'ok', ids}
-"""
-
-# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id. Deletes only entries
-# that still point at this continuation.
-_UNINDEX = """
-local n = 0
-for _, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k); n = n + 1 end
-end
-return n
-"""
-
-# KEYS: the tenant's audit list. ARGV: entry, cap. One key, so it runs as it is on a Cluster too.
-_AUDIT = """
-redis.call('RPUSH', KEYS[1], ARGV[1])
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
-return 1
-"""
-
-# KEYS: fails, open. ARGV: threshold, window_ms, open_until (string), cooldown_ms.
-# Returns the open-until string while open, nil while closed.
-_HEALTH_FAIL = """
-local n = redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if n < tonumber(ARGV[1]) then return false end
-local cur = redis.call('GET', KEYS[2])
-if cur then return cur end
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-return ARGV[3]
-"""
-
-
 def _f(value: float) -> str:
     """A float as a string that round-trips exactly (Lua numbers returned to Redis become integers)."""
     return repr(float(value))
@@ -242,14 +165,14 @@ class RedisStore(Store):
         self._wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._audit_max = audit_max
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
-        self._save = self._r.register_script(_SAVE)
-        self._claim = self._r.register_script(_CLAIM)
-        self._release = self._r.register_script(_RELEASE)
-        self._finish = self._r.register_script(_FINISH)
-        self._cancel = self._r.register_script(_CANCEL)
-        self._unindex = self._r.register_script(_UNINDEX)
-        self._audit = self._r.register_script(_AUDIT)
-        self._health_fail = self._r.register_script(_HEALTH_FAIL)
+        self._save = self._r.register_script(scripts.SAVE)
+        self._claim = self._r.register_script(scripts.CLAIM)
+        self._release = self._r.register_script(scripts.RELEASE)
+        self._finish = self._r.register_script(scripts.FINISH)
+        self._cancel = self._r.register_script(scripts.CANCEL)
+        self._unindex = self._r.register_script(scripts.UNINDEX)
+        self._audit = self._r.register_script(scripts.AUDIT)
+        self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
         self._scripts = (self._save, self._claim, self._release, self._finish, self._cancel, self._unindex,
                          self._audit, self._health_fail)
 
