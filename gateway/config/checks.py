@@ -1,0 +1,156 @@
+"""The checks every config section shares: typed lookups, unknown-key errors with hints, key tables.
+
+One table per section lists its keys, so a key that is valid in another section can name where it
+belongs (``models.smart.max_tool_result_tokens`` -> ``models.smart.context.max_tool_result_tokens``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(Exception):
+    """A config mistake: ``path`` is the key path, ``problem`` what is wrong with it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+# The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
+# table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
+TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
+SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
+                "keepalive_timeout_s"}
+AUTH_KEYS = {"keys"}
+API_KEY_KEYS = {"key", "tenant", "headless"}
+STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
+               "wait_timeout_ms"}
+STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
+SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
+PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
+                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
+                  "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
+                  "tokens_per_s"}
+TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
+HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
+MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
+ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
+TARGET_KEYS = {"provider", "model"}
+CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
+ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
+                 "request_timeout_s"}
+SECTIONS: tuple[tuple[str, set[str]], ...] = (
+    ("", TOP_KEYS), ("server", SERVER_KEYS), ("auth", AUTH_KEYS), ("auth.keys[N]", API_KEY_KEYS),
+    ("store", STORE_KEYS), ("store.tls", STORE_TLS_KEYS), ("store.sentinel", SENTINEL_KEYS),
+    ("providers.NAME", PROVIDER_KEYS), ("tools.NAME", TOOL_KEYS),
+    ("tools.NAME.http", HTTP_TOOL_KEYS), ("mcp_servers.NAME", MCP_KEYS), ("models.NAME", ROUTE_KEYS),
+    ("models.NAME.targets[N]", TARGET_KEYS), ("models.NAME.context", CONTEXT_KEYS), ("routing", ROUTING_KEYS),
+)
+
+
+def mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {type_name(value)}")
+    for key in value:
+        if key not in allowed:
+            hint = elsewhere(str(key), path, allowed) or closest(str(key), allowed)
+            raise ConfigError(f"{path}.{key}" if path else str(key), "unknown key" + hint)
+    return value
+
+
+def elsewhere(key: str, path: str, allowed: set[str]) -> str:
+    """`` (did you mean models.x.context.KEY?)`` when ``key`` belongs to another section, else ``""``.
+
+    The section sharing most of this one's path wins (a route key that belongs in its ``context``,
+    a target key that belongs to its route); the shared part is filled in from ``path``.
+    """
+    here = next((template for template, keys in SECTIONS if keys is allowed), None)
+    if here is None:
+        return ""
+    ours = here.split(".") if here else []
+    best: tuple[int, list[str]] | None = None
+    for template, keys in SECTIONS:
+        if key not in keys or keys is allowed:
+            continue
+        theirs = template.split(".") if template else []
+        shared = 0
+        while shared < min(len(ours), len(theirs)) and ours[shared] == theirs[shared]:
+            shared += 1
+        if best is None or shared > best[0]:
+            best = (shared, theirs)
+    if best is None:
+        return ""
+    shared, theirs = best
+    # Names may contain dots (a route called gpt-4.1): cut the fixed-word tail off the path, not its head.
+    prefix = [path.rsplit(".", len(ours) - shared)[0] if len(ours) > shared else path] if shared else []
+    where = ".".join([*prefix, *theirs[shared:], key]).replace("NAME", "<name>").replace("[N]", "[<n>]")
+    return f" (did you mean {where}?)"
+
+
+def closest(word: str, choices: set[str]) -> str:
+    import difflib  # start-up only
+
+    found = difflib.get_close_matches(word, sorted(choices), n=1)
+    return f" (did you mean '{found[0]}'?)" if found else ""
+
+
+def type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def get(section: dict[str, Any], key: str, path: str, kind: type[T] | tuple[type, ...], default: Any) -> Any:
+    if key not in section or section[key] is None:
+        return default
+    value = section[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ConfigError(f"{path}.{key}", f"expected {names(kinds)}, got a boolean")
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kinds):
+        raise ConfigError(f"{path}.{key}", f"expected {names(kinds)}, got {type_name(value)}")
+    return value
+
+
+def names(kinds: tuple[type, ...]) -> str:
+    words = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", dict: "a mapping",
+             list: "a list"}
+    return " or ".join(words.get(k, k.__name__) for k in kinds)
+
+
+def positive(value: float, path: str, allow_zero: bool = False) -> float:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(path, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return value
+
+
+def string_map(value: Any, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {type_name(value)}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def header_map(value: Any, path: str) -> dict[str, str]:
+    headers = string_map(value, path)
+    for name, text in headers.items():
+        one_line(name, f"{path}.{name}")
+        one_line(text, f"{path}.{name}")
+    return headers
+
+
+def one_line(text: str, path: str) -> str:
+    """Header values end up in an HTTP request head, where a line break would end the header."""
+    if "\r" in text or "\n" in text:
+        raise ConfigError(path, "contains a line break (a trailing newline from a secret file or "
+                                "an environment variable?)")
+    return text
