@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 import pytest
 
 from gateway.config.model import ProviderConfig
-from gateway.upstream.connection import MAX_HEAD_BYTES
+from gateway.upstream.connection import _READ_HIGH_WATER, MAX_HEAD_BYTES
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.http1 import Http1Client
 from gateway.upstream.pool import UpstreamPool, UpstreamRequest
@@ -115,7 +115,9 @@ async def test_a_stream_fails_once_its_accumulated_size_passes_the_limit() -> No
                 received += len(chunk)
 
         await fails_within_memory(consume())
-        assert LIMIT - 70_000 < received <= LIMIT
+        # What arrived but was still unread when the limit struck is dropped with the connection; the
+        # socket pauses once that much piles up, so a lagging reader (a loaded machine) misses at most it.
+        assert LIMIT - 2 * _READ_HIGH_WATER < received <= LIMIT
         http.release(conn)
         await still_healthy(http)
 
