@@ -63,7 +63,8 @@ class RedisNode:
         log = (self.dir / "redis.log").open("ab")
         self.process = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
-             "--appendonly", "no", "--protected-mode", "no", "--repl-diskless-sync-delay", "0", *self.args], stdout=log, stderr=subprocess.STDOUT)
+             "--appendonly", "no", "--protected-mode", "no", "--repl-diskless-sync-delay", "0",
+             *self.args], stdout=log, stderr=subprocess.STDOUT)
         self.client().ping()
         return self
 
@@ -126,8 +127,12 @@ class Topology:
     def _start(self) -> Topology:
         raise NotImplementedError
 
-    def store_yaml(self, wait_replicas: int) -> str:
+    def store_yaml(self, wait_replicas: int | None) -> str:
         raise NotImplementedError
+
+    @staticmethod
+    def _durability(wait_replicas: int | None) -> str:
+        return "" if wait_replicas is None else f", wait_replicas: {wait_replicas}"
 
     def kill_master(self) -> int:
         """SIGKILL a master; returns its port."""
@@ -163,9 +168,9 @@ class ReplicaPair(Topology):
         self._wait_replication(self.replica)
         return self
 
-    def store_yaml(self, wait_replicas: int) -> str:
-        return f'{{url: "redis://127.0.0.1:{self.master.port}/0", continuation_ttl_s: 600, ' \
-               f'wait_replicas: {wait_replicas}}}'
+    def store_yaml(self, wait_replicas: int | None) -> str:
+        return f'{{url: "redis://127.0.0.1:{self.master.port}/0", continuation_ttl_s: 600' \
+               f'{self._durability(wait_replicas)}}}'
 
     def kill_master(self) -> int:
         raise RedisUnavailable("a replica pair has no failover: its master is not killed")
@@ -211,10 +216,10 @@ class RedisCluster(Topology):
     def masters(self) -> list[RedisNode]:
         return [node for node in self.nodes if node.alive and self._role(node) == "master"]
 
-    def store_yaml(self, wait_replicas: int) -> str:
+    def store_yaml(self, wait_replicas: int | None) -> str:
         # The first node is never killed: a gateway restarted after the failover starts from the same URL.
-        return f'{{url: "redis://127.0.0.1:{self.nodes[0].port}/0", cluster: true, continuation_ttl_s: 600, ' \
-               f'wait_replicas: {wait_replicas}}}'
+        return f'{{url: "redis://127.0.0.1:{self.nodes[0].port}/0", cluster: true, continuation_ttl_s: 600' \
+               f'{self._durability(wait_replicas)}}}'
 
     def kill_master(self) -> int:
         victim = next(node for node in self.masters() if node is not self.nodes[0])
@@ -273,14 +278,14 @@ class SentinelGroup(Topology):
         return int(fields.get("num-slaves", 0)) >= 1 and int(fields.get("num-other-sentinels", 0)) >= 2
 
     def master_port(self) -> int:
-        host, port = self.sentinels[0].client().execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+        _host, port = self.sentinels[0].client().execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
                                                                  SENTINEL_MASTER)
         return int(port)
 
-    def store_yaml(self, wait_replicas: int) -> str:
+    def store_yaml(self, wait_replicas: int | None) -> str:
         nodes = ", ".join(f'"127.0.0.1:{s.port}"' for s in self.sentinels)
         return f'{{url: "redis://127.0.0.1/0", sentinel: {{master: {SENTINEL_MASTER}, nodes: [{nodes}]}}, ' \
-               f'continuation_ttl_s: 600, wait_replicas: {wait_replicas}}}'
+               f'continuation_ttl_s: 600{self._durability(wait_replicas)}}}'
 
     def kill_master(self) -> int:
         port = self.master_port()
