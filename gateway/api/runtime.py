@@ -17,7 +17,7 @@ from gateway.redact import Redactor
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
-from gateway.store import Store, open_store
+from gateway.store import Store, open_configured_store
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -50,7 +50,12 @@ class Runtime:
         redact.install(Redactor.from_config(config))  # before anything can log upstream text
         if not config.auth.enabled:
             log.warning("auth is DISABLED: no keys configured, every caller is tenant 'default' (development only)")
-        store = open_store(config.store.url)
+        store = open_configured_store(config.store)
+        problem = await store.unavailable_reason()
+        if problem is not None:
+            # Not fatal: the gateway serves what needs no store, answers 503 store_unavailable for
+            # what does, and /readyz reports not ready until the store answers.
+            log.warning("the %s store is not usable at start-up: %s", store.kind, problem)
         pool = UpstreamPool(config.providers)
         tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
         tools = await ToolRegistry.from_config(config.tools, tool_session)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from gateway.config.model import (
     PROVIDER_TYPES,
+    REDIS_SCHEMES,
     ApiKey,
     AuthConfig,
     Config,
@@ -26,6 +28,8 @@ from gateway.config.model import (
     RoutingConfig,
     ServerConfig,
     StoreConfig,
+    StoreSentinel,
+    StoreTls,
     TargetConfig,
     ToolConfig,
 )
@@ -50,7 +54,10 @@ _SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes",
                 "keepalive_timeout_s"}
 _AUTH_KEYS = {"keys"}
 _API_KEY_KEYS = {"key", "tenant", "headless"}
-_STORE_KEYS = {"url", "continuation_ttl_s"}
+_STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
+               "wait_timeout_ms"}
+_STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
+_SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
 _PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct"}
 _TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
@@ -63,7 +70,8 @@ _ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breake
                  "request_timeout_s"}
 _SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("", _TOP_KEYS), ("server", _SERVER_KEYS), ("auth", _AUTH_KEYS), ("auth.keys[N]", _API_KEY_KEYS),
-    ("store", _STORE_KEYS), ("providers.NAME", _PROVIDER_KEYS), ("tools.NAME", _TOOL_KEYS),
+    ("store", _STORE_KEYS), ("store.tls", _STORE_TLS_KEYS), ("store.sentinel", _SENTINEL_KEYS),
+    ("providers.NAME", _PROVIDER_KEYS), ("tools.NAME", _TOOL_KEYS),
     ("tools.NAME.http", _HTTP_TOOL_KEYS), ("mcp_servers.NAME", _MCP_KEYS), ("models.NAME", _ROUTE_KEYS),
     ("models.NAME.targets[N]", _TARGET_KEYS), ("models.NAME.context", _CONTEXT_KEYS), ("routing", _ROUTING_KEYS),
 )
@@ -223,11 +231,117 @@ def _auth(raw: Any) -> AuthConfig:
 
 def _store(raw: Any) -> StoreConfig:
     section = _mapping(raw, "store", _STORE_KEYS)
-    url = _get(section, "url", "store", str, "memory://")
-    if not url.startswith(("memory://", "redis://", "rediss://", "unix://")):
-        raise ConfigError("store.url", f"unsupported store '{url}' (use memory:// or redis://HOST:PORT/DB)")
+    sentinel = _sentinel(section.get("sentinel"))
+    # With sentinels the URL only carries the scheme, credentials and database: the host comes from them.
+    url = _get(section, "url", "store", str, "redis://" if sentinel else "memory://")
+    if not url.startswith(("memory://", *REDIS_SCHEMES)):
+        raise ConfigError("store.url", f"unsupported store '{_redacted(url)}' (use memory://, "
+                          "redis://HOST:PORT/DB, rediss://, redis+cluster://, rediss+cluster:// or unix://)")
     ttl = _get(section, "continuation_ttl_s", "store", int, 86400)
-    return StoreConfig(url=url, continuation_ttl_s=int(_positive(ttl, "store.continuation_ttl_s")))
+    # An empty value (an unset environment variable) means "not configured".
+    username = _get(section, "username", "store", str, "") or None
+    password = _get(section, "password", "store", str, "") or None
+    cluster = _get(section, "cluster", "store", bool, False) or url.startswith(("redis+cluster://", "rediss+cluster://"))
+    tls = _store_tls(section.get("tls"))
+    wait_replicas = _get(section, "wait_replicas", "store", int, 0)
+    if not 0 <= wait_replicas <= 16:
+        raise ConfigError("store.wait_replicas", f"must be between 0 and 16, got {wait_replicas}")
+    wait_timeout_ms = _get(section, "wait_timeout_ms", "store", int, 500)
+    if not 1 <= wait_timeout_ms <= 60_000:
+        raise ConfigError("store.wait_timeout_ms", f"must be between 1 and 60000, got {wait_timeout_ms}")
+    config = StoreConfig(url=url, continuation_ttl_s=int(_positive(ttl, "store.continuation_ttl_s")),
+                         username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
+                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
+    _check_store(config, section)
+    return config
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced, for error messages."""
+    parts = urlparse(url)
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
+def _check_store(config: StoreConfig, section: dict[str, Any]) -> None:
+    """Combinations of store options that cannot work, reported at start-up rather than at the first request."""
+    url = config.url
+    if config.kind != "redis":
+        for key in ("username", "password", "tls", "cluster", "sentinel"):
+            if section.get(key) not in (None, False, "", {}):
+                raise ConfigError(f"store.{key}", "only applies to a Redis store (store.url redis://...)")
+        if config.wait_replicas:
+            raise ConfigError("store.wait_replicas", "needs a Redis store with replicas (store.url redis://...)")
+        return
+    try:
+        parts = urlparse(url)
+        port, db = parts.port, parts.path.strip("/")
+    except ValueError as exc:
+        raise ConfigError("store.url", f"cannot parse '{_redacted(url)}': {exc}") from None
+    if config.password is not None and parts.password is not None:
+        raise ConfigError("store.password", "the password is also in store.url: set it in one place")
+    if config.username is not None and parts.username:
+        raise ConfigError("store.username", "a username is also in store.url: set it in one place")
+    unix = url.startswith("unix://")
+    if not unix and db and not db.isdigit():
+        raise ConfigError("store.url", f"the database must be a number, got '{db}'")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError("store.url", f"port {port} is out of range")
+    tls_url = url.startswith(("rediss://", "rediss+cluster://"))
+    if config.tls is not None and not tls_url and not (config.sentinel and config.sentinel.tls):
+        raise ConfigError("store.tls", "TLS files need a rediss:// (or rediss+cluster://) store.url")
+    if config.cluster:
+        if unix:
+            raise ConfigError("store.cluster", "a Redis Cluster is reached over TCP, not a unix:// socket")
+        if config.sentinel is not None:
+            raise ConfigError("store.sentinel", "use either store.cluster or store.sentinel, not both")
+        if db not in ("", "0"):
+            raise ConfigError("store.url", f"a Redis Cluster has only database 0, got /{db}")
+    if config.sentinel is not None and unix:
+        raise ConfigError("store.url", "with store.sentinel use redis:// or rediss:// (the host comes from the "
+                          "sentinels)")
+
+
+def _store_tls(raw: Any) -> StoreTls | None:
+    if raw is None:
+        return None
+    section = _mapping(raw, "store.tls", _STORE_TLS_KEYS)
+    files: dict[str, str | None] = {}
+    for key in ("ca_file", "cert_file", "key_file"):
+        path = _get(section, key, "store.tls", str, "") or None
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"store.tls.{key}", f"file not found: '{path}'")
+        files[key] = path
+    if (files["cert_file"] is None) != (files["key_file"] is None):
+        raise ConfigError("store.tls", "a client certificate needs both cert_file and key_file")
+    return StoreTls(**files)
+
+
+def _sentinel(raw: Any) -> StoreSentinel | None:
+    if raw is None:
+        return None
+    section = _mapping(raw, "store.sentinel", _SENTINEL_KEYS)
+    master = _get(section, "master", "store.sentinel", str, "")
+    if not master:
+        raise ConfigError("store.sentinel.master", "is required: the name the sentinels monitor")
+    nodes_raw = _get(section, "nodes", "store.sentinel", list, [])
+    if not nodes_raw:
+        raise ConfigError("store.sentinel.nodes", "is required: a list of \"host:port\" sentinel addresses")
+    nodes: list[tuple[str, int]] = []
+    for i, node in enumerate(nodes_raw):
+        path = f"store.sentinel.nodes[{i}]"
+        if not isinstance(node, str):
+            raise ConfigError(path, f"expected a \"host:port\" string, got {_kind(node)}")
+        host, _, port_text = node.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(path, f"expected \"host:port\", got '{node}'")
+        nodes.append((host, int(port_text)))
+    return StoreSentinel(master=master, nodes=tuple(nodes),
+                         username=_get(section, "username", "store.sentinel", str, "") or None,
+                         password=_get(section, "password", "store.sentinel", str, "") or None,
+                         tls=_get(section, "tls", "store.sentinel", bool, False))
 
 
 _DEFAULT_BASE_URLS = {

@@ -139,6 +139,10 @@ class Store(ABC):
     async def ping(self) -> bool:
         """True when the backend answers (``/readyz``). Never raises."""
 
+    async def unavailable_reason(self) -> str | None:
+        """Why the backend cannot be used right now (for the start-up log), or None when it answers. Never raises."""
+        return None if await self.ping() else f"the {self.kind} store does not answer"
+
     @abstractmethod
     async def aclose(self) -> None:
         """Release connections. The store is unusable afterwards."""

@@ -18,9 +18,23 @@ release, finish, cancel) runs as Lua scripts on the one record key: the check an
 are atomic, and the tenant comparison happens inside the script. The body is an opaque blob
 the scripts never parse (no cjson round trip can alter the transcript).
 
+Deployments (gateway/store/redis_connect.py): one server, a Sentinel-managed master, or a
+Cluster. Keys used together share a hash tag, so every script and MGET touches one slot; the
+only write that spans two slots (a pause: its record, and its tenant's tool-call index) is
+sent as one pipeline per owning node.
+
+Durability (``wait_replicas`` > 0): a pause, a claim and a ledger entry are followed by ``WAIT
+N timeout`` in the same pipeline, hence on the same connection to the node that owns the key,
+and acknowledged only when N replicas confirmed it, so a failover cannot lose what a client was
+told. A shortfall is ``ReplicationUnconfirmed`` (a ``StoreUnavailable``: a 503) and is cleaned
+up: an unconfirmed pause is deleted (best effort; its id was never given out), an unconfirmed
+claim released; an unconfirmed ledger entry is kept, because the tool did run and the entry can
+only prevent a second run.
+
 Outages fail fast: bounded connect/read timeouts, a single retry (for a pooled connection the
-server dropped) and a deadline over each whole operation; every connection or timeout error
-surfaces as ``StoreUnavailable``.
+server dropped) and a deadline over each whole operation; every connection, timeout, failover
+(CLUSTERDOWN, TRYAGAIN, READONLY, MASTERDOWN), authentication or permission error surfaces as
+``StoreUnavailable`` with a message that never contains a credential.
 Time comes from the replica's clock (``time.time()``); leases and cooldowns are seconds long,
 so NTP-level skew between replicas does not matter.
 """
@@ -28,18 +42,28 @@ so NTP-level skew between replicas does not matter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import orjson
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    AskError,
+    AuthenticationWrongNumberOfArgsError,
+    ClusterDownError,
+    MovedError,
+    NoPermissionError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.config.model import StoreSentinel, StoreTls
 from gateway.store.base import (
     Continuation,
     ContinuationConflict,
@@ -51,8 +75,23 @@ from gateway.store.base import (
     check_ttl,
     failure_window,
 )
+from gateway.store.redis_connect import connect
 
 PREFIX = "loopgate:"
+log = logging.getLogger("loopgate.store")
+
+# Redis errors that mean "not available right now" (an outage, a failover in progress, a
+# misconfigured credential): a 503 for this request, never a 500 with a traceback.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    RedisConnectionError, RedisTimeoutError, OSError, ClusterDownError, TryAgainError, ReadOnlyError,
+    RedisClusterException, NoPermissionError, AuthenticationWrongNumberOfArgsError, MovedError, AskError,
+)
+
+Build = Callable[[Any], Awaitable[None]]
+
+
+class ReplicationUnconfirmed(StoreUnavailable):
+    """``WAIT`` confirmed fewer replicas than ``store.wait_replicas`` in time: the write is not acknowledged."""
 
 
 def _esc(value: str) -> str:
@@ -132,6 +171,13 @@ end
 return n
 """
 
+# KEYS: the tenant's audit list. ARGV: entry, cap. One key, so it runs as it is on a Cluster too.
+_AUDIT = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+return 1
+"""
+
 # KEYS: fails, open. ARGV: threshold, window_ms, open_until (string), cooldown_ms.
 # Returns the open-until string while open, nil while closed.
 _HEALTH_FAIL = """
@@ -151,27 +197,30 @@ def _f(value: float) -> str:
 
 
 class RedisStore(Store):
-    """``redis://``, ``rediss://`` or ``unix://`` URL; a blocking pool so load waits rather than errors."""
+    """A ``redis[s][+cluster]://`` or ``unix://`` URL, plus the deployment options of ``store`` (see README)."""
 
     kind = "redis"
 
-    def __init__(self, url: str, *, socket_connect_timeout: float = 2.0, socket_timeout: float = 2.0,
-                 op_timeout: float = 3.0, max_connections: int = 256, pool_timeout: float = 2.0,
-                 audit_max: int = 10_000, health_check_interval: float = 30.0) -> None:
-        self._pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=pool_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            socket_timeout=socket_timeout,
-            # One quick retry covers a pooled connection the server closed; an outage still fails fast.
-            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 1),
-            health_check_interval=health_check_interval,
-        )
-        self._r = aioredis.Redis(connection_pool=self._pool)
+    def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
+                 tls: StoreTls | None = None, cluster: bool = False, sentinel: StoreSentinel | None = None,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 500, socket_connect_timeout: float = 2.0,
+                 socket_timeout: float = 2.0, op_timeout: float = 3.0, max_connections: int = 256,
+                 pool_timeout: float = 2.0, audit_max: int = 10_000, health_check_interval: float = 30.0) -> None:
+        wait_s = wait_timeout_ms / 1000 if wait_replicas > 0 else 0.0
+        self._conn = connect(url, username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
+                             socket_connect_timeout=socket_connect_timeout,
+                             # A WAIT holds the connection for up to its timeout: the read must outlast it.
+                             socket_timeout=max(socket_timeout, wait_s + 1.0) if wait_s else socket_timeout,
+                             max_connections=max_connections, pool_timeout=pool_timeout,
+                             health_check_interval=health_check_interval)
+        self._r = self._conn.client
+        self.description = self._conn.description
         # A deadline for each whole operation: redis-py retries at the command and the connect level,
         # so against a hung server the socket timeouts alone would add up to several times their value.
         self._op_timeout = op_timeout
+        self._durable_timeout = op_timeout + wait_s
+        self._wait_replicas = max(0, int(wait_replicas))
+        self._wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._audit_max = audit_max
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
         self._save = self._r.register_script(_SAVE)
@@ -180,17 +229,67 @@ class RedisStore(Store):
         self._finish = self._r.register_script(_FINISH)
         self._cancel = self._r.register_script(_CANCEL)
         self._unindex = self._r.register_script(_UNINDEX)
+        self._audit = self._r.register_script(_AUDIT)
         self._health_fail = self._r.register_script(_HEALTH_FAIL)
 
     @asynccontextmanager
-    async def _guard(self, op: str) -> AsyncIterator[None]:
+    async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
         """Turn "Redis is not there" into ``StoreUnavailable``; other Redis errors are bugs and propagate."""
+        deadline = self._durable_timeout if durable else self._op_timeout
         try:
-            async with asyncio.timeout(self._op_timeout):
+            async with asyncio.timeout(deadline):
                 yield
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:  # builtin TimeoutError is an OSError
-            cause = str(exc) or f"no answer within {self._op_timeout}s"  # our deadline has no message
+        except _UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
+            cause = str(exc) or f"no answer within {deadline}s"  # our deadline has no message
             raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc
+
+    async def _run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:
+        """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
+
+        Returns the replies and the number of replicas ``WAIT`` confirmed (None without durability).
+        One pipeline is one connection, which is what ``WAIT`` counts. On a Cluster, a MOVED answer
+        (the slot moved: a failover or a reshard) re-reads the slot map and tries once more, which is
+        safe because a MOVED command did not run.
+        """
+        wait = durable and self._wait_replicas > 0
+        for attempt in (0, 1):
+            client = await self._conn.owner(key)
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    await build(pipe)
+                    if wait:
+                        pipe.execute_command("WAIT", self._wait_replicas, self._wait_timeout_ms)
+                    replies = await pipe.execute()
+            except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
+                if not self._conn.cluster:
+                    raise
+                with contextlib.suppress(Exception):
+                    await self._conn.refresh()
+                if attempt:
+                    raise
+                continue
+            if wait:
+                return list(replies[:-1]), int(replies[-1])
+            return list(replies), None
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _confirmed(self, acked: int | None) -> bool:
+        return acked is None or acked >= self._wait_replicas
+
+    def _unconfirmed(self, op: str, acked: int | None) -> ReplicationUnconfirmed:
+        return ReplicationUnconfirmed(
+            f"redis did not confirm {op} on {self._wait_replicas} replica(s) within {self._wait_timeout_ms} ms "
+            f"({acked or 0} confirmed); it was not acknowledged")
+
+    async def unavailable_reason(self) -> str | None:
+        try:
+            async with self._guard("ping"):
+                await self._r.ping()
+        except StoreUnavailable as exc:
+            return str(exc)
+        except Exception as exc:  # an unexpected reply is as unready as no reply; never raise from a probe
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     async def ping(self) -> bool:
         try:
@@ -200,8 +299,7 @@ class RedisStore(Store):
             return False
 
     async def aclose(self) -> None:
-        await self._r.aclose()
-        await self._pool.aclose()
+        await self._conn.aclose()
 
     # -- continuations ---------------------------------------------------------------------------
     @staticmethod
@@ -225,12 +323,50 @@ class RedisStore(Store):
         args: list[bytes | str | int | float] = [
             c.tenant, c.status, "" if c.claimed_until is None else _f(c.claimed_until), c.to_bytes(),
             orjson.dumps(ids), ex]
-        # One round trip: the record (atomic, with its TTL) and every index entry.
-        async with self._guard("save_continuation"), self._r.pipeline(transaction=False) as pipe:
-            await self._save(keys=[record_key(c.id)], args=args, client=pipe)
-            for tc in ids:
-                pipe.set(tenant_key(c.tenant, "tc", tc), c.id, ex=ex)
-            await pipe.execute()
+        rec = record_key(c.id)
+        index = [tenant_key(c.tenant, "tc", tc) for tc in ids]
+
+        async def write_record(pipe: Any) -> None:
+            await self._save(keys=[rec], args=args, client=pipe)
+
+        async def write_index(pipe: Any) -> None:
+            for key in index:
+                pipe.set(key, c.id, ex=ex)
+
+        async def write_both(pipe: Any) -> None:
+            await write_record(pipe)
+            await write_index(pipe)
+
+        async with self._guard("save_continuation", durable=True):
+            try:
+                if self._conn.cluster and index:
+                    # Two slots (the record's, the tenant's): one pipeline (and WAIT) per owning node.
+                    # Both run to completion before any clean-up, so none lands after the clean-up.
+                    done = await asyncio.gather(self._run(rec, write_record, True),
+                                                self._run(index[0], write_index, True), return_exceptions=True)
+                    failed = next((d for d in done if isinstance(d, BaseException)), None)
+                    if failed is not None:
+                        raise failed
+                    acked = [cast(tuple[list[Any], int | None], d)[1] for d in done]
+                else:
+                    # One round trip: the record (atomic, with its TTL), every index entry, the WAIT.
+                    acked = [(await self._run(rec, write_both, True))[1]]
+            except BaseException:
+                await self._forget(c, rec, index)
+                raise
+            if not all(self._confirmed(a) for a in acked):
+                await self._forget(c, rec, index)
+                raise self._unconfirmed("the pause", min(a or 0 for a in acked))
+
+    async def _forget(self, c: Continuation, rec: str, index: list[str]) -> None:
+        """Best effort: a pause that was not acknowledged must not stay resumable (the client never got its id)."""
+        try:
+            async with asyncio.timeout(self._op_timeout):
+                await self._r.delete(rec)
+                if index:
+                    await self._unindex(keys=index, args=[c.id])
+        except Exception as exc:  # the store is failing already: the record expires with its TTL
+            log.warning("could not delete unacknowledged continuation %s: %s", c.id, exc)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self._guard("get_continuation"):
@@ -247,8 +383,18 @@ class RedisStore(Store):
     async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
         now = time.time()
         until = now + lease_s
-        async with self._guard("claim_continuation"):
-            reply = await self._claim(keys=[record_key(continuation_id)], args=[tenant, _f(now), _f(until)])
+        rec = record_key(continuation_id)
+
+        async def claim(pipe: Any) -> None:
+            await self._claim(keys=[rec], args=[tenant, _f(now), _f(until)], client=pipe)
+
+        async with self._guard("claim_continuation", durable=True):
+            (reply,), acked = await self._run(rec, claim, True)
+            if reply[0] == b"ok" and not self._confirmed(acked):
+                # Not acknowledged, so not taken: leave it resumable (a failed release expires with the lease).
+                with contextlib.suppress(Exception):
+                    await self._release(keys=[rec], args=[tenant])
+                raise self._unconfirmed("the claim", acked)
         c = Continuation.from_bytes(self._check(reply, continuation_id)[1])
         c.status = "claimed"
         c.claimed_until = until
@@ -285,8 +431,16 @@ class RedisStore(Store):
 
     async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
         raw, ex = orjson.dumps(record), check_ttl(ttl_s)
-        async with self._guard("ledger_put"):
-            await self._r.set(tenant_key(tenant, "ledger", tool_call_id), raw, ex=ex)
+        key = tenant_key(tenant, "ledger", tool_call_id)
+
+        async def put(pipe: Any) -> None:
+            pipe.set(key, raw, ex=ex)
+
+        async with self._guard("ledger_put", durable=True):
+            _, acked = await self._run(key, put, True)
+        if not self._confirmed(acked):
+            # Kept: the tool did run, and the entry can only stop a second run.
+            raise self._unconfirmed("the tool ledger entry", acked)
 
     # -- artifacts -------------------------------------------------------------------------------
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
@@ -294,10 +448,13 @@ class RedisStore(Store):
             return
         ex = check_ttl(ttl_s)
         encoded = {tenant_key(tenant, "art", tc): orjson.dumps(a) for tc, a in items.items()}
-        async with self._guard("put_artifacts"), self._r.pipeline(transaction=False) as pipe:
+
+        async def put(pipe: Any) -> None:
             for key, raw in encoded.items():
                 pipe.set(key, raw, ex=ex)
-            await pipe.execute()
+
+        async with self._guard("put_artifacts"):  # one tenant, one slot, one pipeline
+            await self._run(next(iter(encoded)), put, False)
 
     async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         if not ids:
@@ -312,10 +469,8 @@ class RedisStore(Store):
         tenant, entry = audit_entry(entry, time.time())
         raw = orjson.dumps(entry)
         key = tenant_key(tenant, "audit")
-        async with self._guard("append_audit"), self._r.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, raw)
-            pipe.ltrim(key, -self._audit_max, -1)
-            await pipe.execute()
+        async with self._guard("append_audit"):
+            await self._audit(keys=[key], args=[raw, self._audit_max])
 
     async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
         if limit <= 0:

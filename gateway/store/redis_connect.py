@@ -1,0 +1,176 @@
+"""Building the Redis client for a deployment: one server, a Sentinel-managed master, or a Cluster.
+
+The store itself speaks to whatever this returns; only two things differ by deployment and are
+answered here: which client to send commands to, and (Cluster only) a plain client for the node
+that owns a key, so a write and its ``WAIT`` run on one connection to that node.
+
+Credentials come from the URL (``redis://user:pass@host``) or from ``username``/``password``
+(never both: the config loader rejects that). They never appear in ``describe()`` or error text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialBackoff
+
+from gateway.config.model import StoreSentinel, StoreTls
+
+DEFAULT_PORT = 6379
+
+
+@dataclass(frozen=True, slots=True)
+class RedisUrl:
+    """The parts of a store URL the client needs (``+cluster`` stripped into ``cluster``)."""
+
+    scheme: str  # redis | rediss | unix
+    cluster: bool
+    host: str
+    port: int
+    db: int
+    username: str | None
+    password: str | None = field(repr=False)
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "rediss"
+
+
+def parse_url(url: str) -> RedisUrl:
+    """Parse ``redis[s][+cluster]://[user[:password]@]host[:port][/db]`` or ``unix://path``; ``ValueError`` if bad."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    cluster = scheme.endswith("+cluster")
+    base = scheme.removesuffix("+cluster")
+    if base not in ("redis", "rediss", "unix") or (cluster and base == "unix"):
+        raise ValueError(f"unsupported scheme {scheme!r}")
+    db_text = parts.path.strip("/") if base != "unix" else ""
+    if db_text and not db_text.isdigit():
+        raise ValueError(f"the database must be a number, got {db_text!r}")
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError as exc:
+        raise ValueError("the port must be a number") from exc
+    return RedisUrl(scheme=base, cluster=cluster, host=parts.hostname or "localhost", port=port,
+                    db=int(db_text or 0), username=unquote(parts.username) if parts.username else None,
+                    password=unquote(parts.password) if parts.password is not None else None)
+
+
+def _tls_kwargs(tls: StoreTls | None) -> dict[str, Any]:
+    files = tls or StoreTls()
+    return {"ssl_cert_reqs": "required", "ssl_ca_certs": files.ca_file, "ssl_certfile": files.cert_file,
+            "ssl_keyfile": files.key_file}
+
+
+@dataclass(slots=True)
+class RedisClients:
+    """The client the store sends commands to, and how to reach the node owning a key (Cluster)."""
+
+    client: aioredis.Redis | RedisCluster
+    cluster: bool
+    description: str
+    # Cluster only: the connection options of a plain client for one node (TLS, credentials, timeouts).
+    node_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    _nodes: dict[tuple[str, int], aioredis.Redis] = field(default_factory=dict, repr=False)
+
+    async def owner(self, key: str) -> aioredis.Redis:
+        """A plain client for the master that owns ``key`` (the client itself unless clustered).
+
+        One pipeline on it runs on one connection, so a ``WAIT`` after a write counts that write.
+        """
+        if not self.cluster:
+            return self.client  # type: ignore[return-value]  # a Redis when not clustered
+        cluster: RedisCluster = self.client  # type: ignore[assignment]
+        await cluster.initialize()  # no-op once the slot map is known
+        node = cluster.get_node_from_key(key)
+        if node is None:
+            raise aioredis.ConnectionError(f"no cluster node serves the slot of {key!r}")
+        address = (node.host, int(node.port))
+        found = self._nodes.get(address)
+        if found is None:
+            found = aioredis.Redis(host=node.host, port=int(node.port), **self.node_kwargs)
+            self._nodes[address] = found
+        return found
+
+    async def refresh(self) -> None:
+        """Re-read the slot map after a node answered MOVED or went away (a failover)."""
+        if self.cluster:
+            cluster: RedisCluster = self.client  # type: ignore[assignment]
+            await cluster.nodes_manager.initialize()
+
+    async def aclose(self) -> None:
+        for node in self._nodes.values():
+            await node.aclose()
+        self._nodes.clear()
+        await self.client.aclose()
+
+
+def connect(url: str, *, username: str | None = None, password: str | None = None, tls: StoreTls | None = None,
+            cluster: bool = False, sentinel: StoreSentinel | None = None, socket_connect_timeout: float = 2.0,
+            socket_timeout: float = 2.0, max_connections: int = 256, pool_timeout: float = 2.0,
+            health_check_interval: float = 30.0) -> RedisClients:
+    """The clients for ``url`` and the deployment options; nothing connects until the first command."""
+    common: dict[str, Any] = {
+        "socket_connect_timeout": socket_connect_timeout,
+        "socket_timeout": socket_timeout,
+        "health_check_interval": health_check_interval,
+    }
+    parsed = parse_url(url)
+    user = username if username is not None else parsed.username
+    secret = password if password is not None else parsed.password
+    if user is not None:
+        common["username"] = user
+    if secret is not None:
+        common["password"] = secret
+    # One quick retry covers a pooled connection the server closed; an outage still fails fast.
+    retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 1)
+
+    if sentinel is not None:
+        master_kwargs = dict(common, db=parsed.db, retry=retry, max_connections=max_connections)
+        if parsed.tls:
+            master_kwargs.update(ssl=True, **_tls_kwargs(tls))
+        sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": socket_connect_timeout,
+                                           "socket_timeout": socket_timeout}
+        if sentinel.username is not None:
+            sentinel_kwargs["username"] = sentinel.username
+        if sentinel.password is not None:
+            sentinel_kwargs["password"] = sentinel.password
+        if sentinel.tls:
+            sentinel_kwargs.update(ssl=True, **_tls_kwargs(tls))
+        manager = Sentinel(list(sentinel.nodes), sentinel_kwargs=sentinel_kwargs, **master_kwargs)
+        client = manager.master_for(sentinel.master)
+        nodes = ", ".join(f"{h}:{p}" for h, p in sentinel.nodes)
+        return RedisClients(client=client, cluster=False,
+                            description=f"sentinel master {sentinel.master!r} via {nodes}")
+
+    if cluster or parsed.cluster:
+        if parsed.db:
+            raise ValueError("a Redis Cluster has only database 0")
+        node_kwargs = dict(common, retry=retry, max_connections=max_connections)
+        cluster_kwargs = dict(common, max_connections=max_connections)
+        if parsed.tls:
+            node_kwargs.update(ssl=True, **_tls_kwargs(tls))
+            cluster_kwargs.update(ssl=True, **_tls_kwargs(tls))
+        client = RedisCluster(host=parsed.host, port=parsed.port, **cluster_kwargs)
+        return RedisClients(client=client, cluster=True, node_kwargs=node_kwargs,
+                            description=f"cluster via {parsed.scheme}://{parsed.host}:{parsed.port}")
+
+    # One server (or a unix socket): a blocking pool, so load waits for a connection rather than failing.
+    # URL credentials are parsed by redis-py itself; only the separately configured ones are passed.
+    extra = {k: v for k, v in common.items() if k not in ("username", "password")}
+    if username is not None:
+        extra["username"] = username
+    if password is not None:
+        extra["password"] = password
+    if parsed.tls:
+        extra.update(_tls_kwargs(tls))
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=pool_timeout,
+                                                    retry=retry, **extra)
+    where = "unix socket" if parsed.scheme == "unix" else f"{parsed.scheme}://{parsed.host}:{parsed.port}/{parsed.db}"
+    return RedisClients(client=aioredis.Redis.from_pool(pool), cluster=False, description=where)
