@@ -6,13 +6,14 @@ replicas, or a Sentinel group), three separate ``python -m gateway serve`` proce
 It drives the soak's scripted loops; every request goes to a random live gateway and every
 resume to a gateway other than the one that paused. Meanwhile it SIGKILLs a gateway while it
 serves a resume (and restarts it on the same port), and SIGKILLs a Redis master (its replica is
-promoted by the cluster or the sentinels).
+promoted by the cluster or the sentinels), and restarts it once the failover is done: it rejoins as a
+replica. Until then the promoted master has no replica to confirm ``WAIT 1``, so writes to it are 503s.
 
 What counts as a clean failure (anything else is a violation):
 * an OpenAI-shaped 429/502/503/504 (e.g. 503 ``store_unavailable`` during a failover), as in the soak;
 * a dropped connection or a stream cut before ``[DONE]`` only from a gateway that was SIGKILLed while
   the request was in flight (or was down when it was sent): the client retries it on another gateway;
-* a 409 on such a retried resume when the killed gateway held the claim: the claim's lease (the
+* a 409 on a resume retried after such a kill or a 503 when the killed gateway held the claim: the claim's lease (the
   request timeout + ``CLAIM_LEASE_MARGIN_S``) must expire, then the retry must be accepted; or, if the
   killed gateway had finished the resume before it died (``GET`` says ``resumed``), the loop ends
   there ("answer lost with a killed gateway"): the resume was accepted once, its answer died with it.
@@ -80,7 +81,9 @@ class Chaos:
     rng: random.Random
     stats: Counter[str] = field(default_factory=Counter)
     acknowledged: dict[str, str] = field(default_factory=dict)  # continuation id -> "paused" | "resumed" | "ended"
+    acknowledged_at: dict[str, float] = field(default_factory=dict)
     done_loops: int = 0
+    redis_killed_at: float = float("inf")
     retired: list[httpx.AsyncClient | openai.AsyncOpenAI] = field(default_factory=list)
 
     def pick(self, avoid: Replica | None) -> Replica:
@@ -169,6 +172,7 @@ class ChaosLoopRun(LoopRun):
     def _resumption(self, answer: Answer) -> Any:
         self.continuation_id = answer.extension.get("continuation_id") or ""
         self.chaos.acknowledged[self.continuation_id] = "paused"
+        self.chaos.acknowledged_at[self.continuation_id] = time.monotonic()
         self.failed_at, self.killed_in_resume, self.waited_lease = None, False, False
         return super()._resumption(answer)
 
@@ -241,10 +245,16 @@ async def _faults(chaos: Chaos, topology: Topology, loops: int, gateway_kills: i
             await asyncio.sleep(0.05)
         await asyncio.to_thread(topology.kill_master)
         chaos.stats["Redis masters SIGKILLed"] += 1
-        started = time.monotonic()
+        chaos.redis_killed_at = time.monotonic()
         if await asyncio.to_thread(topology.wait_failover):
             chaos.stats["Redis failovers (replica promoted)"] += 1
-            chaos.stats["Redis failover time (s, rounded)"] = round(time.monotonic() - started)
+            chaos.stats["Redis failover time (s, rounded)"] = round(time.monotonic() - chaos.redis_killed_at)
+        # Until the killed master is back as a replica, the promoted one has none: WAIT 1 cannot be met and
+        # every write to it is a 503 (by design). Operators restart it; so does the run.
+        if await asyncio.to_thread(topology.restore):
+            chaos.stats["killed Redis master restarted, rejoined as a replica"] += 1
+            chaos.stats["Redis master kill to replica rejoined (s, rounded)"] = round(
+                time.monotonic() - chaos.redis_killed_at)
 
 
 async def _drive(chaos: Chaos, topology: Topology, seed: int, loops: int, concurrency: int, gateway_kills: int,
@@ -282,6 +292,8 @@ async def _lost_continuations(chaos: Chaos) -> list[str]:
         if status not in allowed:
             violations.append(f"continuation {continuation_id} (client saw: {seen}) is {status} at the end")
     chaos.stats["acknowledged continuations lost"] = lost
+    chaos.stats["continuations acknowledged before the Redis master was killed"] = sum(
+        at < chaos.redis_killed_at for at in chaos.acknowledged_at.values())
     return violations
 
 

@@ -142,6 +142,21 @@ class Topology:
         """Whether a replica took over the killed master within ``timeout_s``."""
         raise NotImplementedError
 
+    def restore(self, timeout_s: float = 30.0) -> bool:
+        """Restart the killed master's process; whether it rejoined as a replica of the promoted one in time."""
+        node = next(n for n in self.nodes if n.port == self.killed[-1])
+        node.start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                replication = node.client().info("replication")
+                if replication.get("role") == "slave" and replication.get("master_link_status") == "up":
+                    return True
+            except (redis.RedisError, RedisUnavailable):
+                pass
+            time.sleep(0.1)
+        return False
+
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
@@ -217,12 +232,14 @@ class RedisCluster(Topology):
         return [node for node in self.nodes if node.alive and self._role(node) == "master"]
 
     def store_yaml(self, wait_replicas: int | None) -> str:
-        # The first node is never killed: a gateway restarted after the failover starts from the same URL.
-        return f'{{url: "redis://127.0.0.1:{self.nodes[0].port}/0", cluster: true, continuation_ttl_s: 600' \
+        # A node that starts as a replica: never killed, so a gateway restarted after the failover can start.
+        seed = next(node for node in self.nodes if self._role(node) == "slave")
+        return f'{{url: "redis://127.0.0.1:{seed.port}/0", cluster: true, continuation_ttl_s: 600' \
                f'{self._durability(wait_replicas)}}}'
 
     def kill_master(self) -> int:
-        victim = next(node for node in self.masters() if node is not self.nodes[0])
+        # The master holding the most keys: the one whose loss tests the most acknowledged writes.
+        victim = max(self.masters(), key=lambda node: int(node.client().dbsize()))
         victim.kill()
         self.killed.append(victim.port)
         return victim.port

@@ -66,7 +66,7 @@ class Session:
     # parse and re-dump them do; the gateway must compare them as JSON, not as bytes.
     reserialize: bool = False
     retries: int = CLIENT_RETRIES  # clean failures of one request a loop retries before giving up
-    retry_pause_s: float = 0.0  # a pause before each retry (the chaos run waits out a store failover)
+    retry_pause_s: float = 0.0  # retry n waits n times this (the chaos run waits out a store failover)
 
 
 def error_problems(payload: Any, where: str) -> tuple[str, list[str]]:
@@ -261,7 +261,7 @@ class LoopRun:
                     return
                 self.s.stats["client retries" if resume is None else "resume retries"] += 1
                 if self.s.retry_pause_s:
-                    await asyncio.sleep(self.s.retry_pause_s)
+                    await asyncio.sleep(self.s.retry_pause_s * tries)
                 continue
             tries = 0
             if resume is not None:
