@@ -40,6 +40,7 @@ def _run(loops: int, store: str, gateway_kills: int) -> ChaosResult:
         "loops ended: resume finished by a killed gateway (answer lost with it)"] == loops
     assert stats["loops failed cleanly"] < loops // 10, stats
     assert stats["Redis masters SIGKILLed"] == 1 and stats["Redis failovers (replica promoted)"] == 1, stats
+    assert stats["continuations acknowledged before the Redis master was killed"], stats
     assert stats["resume requests sent to another replica"] and stats["resumes accepted"], stats
     assert stats["gateways seeing the dead target's circuit open"] == 3, stats
     return result
@@ -48,6 +49,7 @@ def _run(loops: int, store: str, gateway_kills: int) -> ChaosResult:
 def test_chaos_on_a_redis_cluster_with_a_gateway_and_a_master_killed() -> None:
     result = _run(LOOPS, "cluster", gateway_kills=1)
     assert result.stats["gateway processes SIGKILLed"] == 1 == result.stats["gateway processes restarted"]
+    assert result.stats["resumes in flight on the killed gateway (kill 1)"] >= 1, result.stats
 
 
 def test_chaos_on_a_sentinel_group_losing_its_master() -> None:

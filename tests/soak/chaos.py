@@ -367,7 +367,8 @@ def run_chaos(loops: int, seed: int, store: str = "cluster", concurrency: int = 
             violations += _log_violations(gateway, seed)
         tool_runs = Counter({ECHO: sum(tools.executed("/echo").values()),
                              APPROVE: sum(tools.executed("/delete").values())})
-        stats = session.stats + chaos.stats
+        stats = Counter(session.stats)
+        stats.update(chaos.stats)  # keeps zero counts (``+`` would drop "lost: 0")
         stats["upstream requests"] = sum(len(f.records) for f in fakes.values())
         return ChaosResult(store, seed, session.stats["loops"], elapsed, stats, session.failures, tool_runs,
                            violations)
