@@ -96,11 +96,11 @@ class Chaos:
         assert replica.gateway.process is not None
         replica.alive = False
         replica.generation += 1
-        replica.gateway.process.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(replica.gateway.process.wait, 10)
         self.stats["gateway processes SIGKILLed"] += 1
         self.stats[f"resumes in flight on the killed gateway (kill {self.stats['gateway processes SIGKILLed']})"] \
             = replica.resumes_in_flight
+        replica.gateway.process.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(replica.gateway.process.wait, 10)
         await asyncio.sleep(1.0)
         self.retired += [replica.sdk, replica.http]
         replica.sdk, replica.http = _clients(replica.gateway.url)
@@ -193,6 +193,21 @@ class ChaosLoopRun(LoopRun):
             return "ended"
         self.violation(f"resume of {continuation_id} refused with 409 after a failed attempt; status {status}")
         return "violation"
+
+    async def _replay(self, continuation_id: str, decisions: list[dict[str, Any]]) -> None:
+        """A completed resume sent again must be refused; a replay that failed cleanly (its gateway killed, a
+        503 during a failover) proves nothing either way and is sent again, to another live gateway."""
+        self.s.stats["replayed resumes"] += 1
+        again = Answer("failed")
+        for attempt in range(1, self.s.retries + 2):
+            again = await self._bounded(lambda: self._resume_b(continuation_id, decisions, False))
+            if again.kind != "failed" or again.problems:
+                break
+            self.chaos.stats["replays sent again after a clean failure"] += 1
+            await asyncio.sleep(self.s.retry_pause_s * attempt)
+        if again.kind != "conflict":
+            self.violation(f"resuming {continuation_id} again after it completed gave {again.kind} {again.failure} "
+                           f"{again.problems}")
 
     async def _status(self, continuation_id: str) -> str:
         replica = self.chaos.pick(None)
