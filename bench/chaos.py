@@ -50,13 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gateway-kills", type=int, default=3, help="gateways SIGKILLed mid-resume (restarted)")
     parser.add_argument("--no-redis-kill", action="store_true", help="keep every Redis master alive")
     parser.add_argument("--wait-replicas", type=int, default=1, help="store.wait_replicas (-1: leave it unset)")
+    parser.add_argument("--replica-lag", type=float, default=1.0,
+                        help="seconds the killed master's replicas are frozen (SIGSTOP) before it is killed")
     parser.add_argument("--show", type=int, default=20, help="violations to print")
     args = parser.parse_args(argv)
     result = run_chaos(args.loops, args.seed, args.store, args.concurrency, args.gateway_kills,
-                       not args.no_redis_kill, None if args.wait_replicas < 0 else args.wait_replicas)
+                       not args.no_redis_kill, None if args.wait_replicas < 0 else args.wait_replicas,
+                       args.replica_lag)
     print(f"python -m bench.chaos --loops {args.loops} --seed {args.seed} --store {args.store} "
           f"--concurrency {args.concurrency} --gateway-kills {args.gateway_kills}"
-          f"{' --no-redis-kill' if args.no_redis_kill else ''} --wait-replicas {args.wait_replicas}\n")
+          f"{' --no-redis-kill' if args.no_redis_kill else ''} --wait-replicas {args.wait_replicas} "
+          f"--replica-lag {args.replica_lag}\n")
     print(result.table())
     params = {k: v for k, v in vars(args).items() if k != "show"}
     print(f"\n(appended to {append_row(result, params)})")

@@ -245,7 +245,8 @@ class ChaosResult:
         return "\n".join(lines)
 
 
-async def _faults(chaos: Chaos, topology: Topology, loops: int, gateway_kills: int, kill_redis: bool) -> None:
+async def _faults(chaos: Chaos, topology: Topology, loops: int, gateway_kills: int, kill_redis: bool,
+                  replica_lag_s: float) -> None:
     """SIGKILL gateways mid-resume (spread over the first half of the run), then a Redis master."""
     for k in range(gateway_kills):
         while chaos.done_loops < loops * (0.1 + 0.3 * k / max(1, gateway_kills)):
@@ -258,7 +259,7 @@ async def _faults(chaos: Chaos, topology: Topology, loops: int, gateway_kills: i
     if kill_redis:
         while chaos.done_loops < loops * 0.5:
             await asyncio.sleep(0.05)
-        await asyncio.to_thread(topology.kill_master)
+        await asyncio.to_thread(topology.kill_master, replica_lag_s)
         chaos.stats["Redis masters SIGKILLed"] += 1
         chaos.redis_killed_at = time.monotonic()
         if await asyncio.to_thread(topology.wait_failover):
@@ -273,7 +274,7 @@ async def _faults(chaos: Chaos, topology: Topology, loops: int, gateway_kills: i
 
 
 async def _drive(chaos: Chaos, topology: Topology, seed: int, loops: int, concurrency: int, gateway_kills: int,
-                 kill_redis: bool) -> Session:
+                 kill_redis: bool, replica_lag_s: float) -> Session:
     first = chaos.replicas[0]
     session = Session(first.sdk, first.http, first.gateway.url, KEY, BOUND_S, retries=8, retry_pause_s=0.5)
     gate = asyncio.Semaphore(concurrency)
@@ -284,7 +285,7 @@ async def _drive(chaos: Chaos, topology: Topology, seed: int, loops: int, concur
             await ChaosLoopRun(session, chaos, loop, seed).run()
             chaos.done_loops += 1
 
-    faults = asyncio.create_task(_faults(chaos, topology, loops, gateway_kills, kill_redis))
+    faults = asyncio.create_task(_faults(chaos, topology, loops, gateway_kills, kill_redis, replica_lag_s))
     await asyncio.gather(*(one(loop) for loop in range(loops)))
     await faults
     return session
@@ -315,7 +316,7 @@ async def _lost_continuations(chaos: Chaos) -> list[str]:
 async def _shared_circuit(chaos: Chaos) -> list[str]:
     """Open the dead target's circuit through gateway 0; gateways 1 and 2 must see it open after one request."""
     violations = []
-    first, *others = chaos.replicas
+    first = chaos.replicas[0]
     body = {"model": DEAD_ROUTE, "messages": [{"role": "user", "content": "hello"}]}
     headers = {"authorization": f"Bearer {KEY}"}
     for _ in range(BREAKER_FAILURES + 2):
@@ -333,13 +334,15 @@ async def _shared_circuit(chaos: Chaos) -> list[str]:
         else:
             violations.append(f"gateway {replica.index} does not see the dead target's circuit open: {ready}")
     chaos.stats["circuit opened by failures through gateway 0 only"] = 1 if not violations else 0
-    del others
     return violations
 
 
 def run_chaos(loops: int, seed: int, store: str = "cluster", concurrency: int = 12, gateway_kills: int = 1,
-              kill_redis: bool = True, wait_replicas: int | None = 1) -> ChaosResult:
-    """Run ``loops`` soak loops across three gateways on the ``store`` topology under kills; check everything."""
+              kill_redis: bool = True, wait_replicas: int | None = 1, replica_lag_s: float = 1.0) -> ChaosResult:
+    """Run ``loops`` soak loops across three gateways on the ``store`` topology under kills; check everything.
+
+    ``replica_lag_s``: the killed master's replicas are frozen that long before it dies (see ``kill_master``).
+    """
     topology = TOPOLOGIES[store]()
     fakes = {
         "oa": SoakUpstream("oa", "openai", openai_request_problems),
@@ -366,7 +369,7 @@ def run_chaos(loops: int, seed: int, store: str = "cluster", concurrency: int = 
 
         async def scenario() -> Session:
             session = await _drive(chaos, topology, seed, loops, concurrency, gateway_kills,
-                                   kill_redis and store != "replica")
+                                   kill_redis and store != "replica", replica_lag_s)
             session.violations += await _lost_continuations(chaos)
             session.violations += await _shared_circuit(chaos)
             for client in [*chaos.retired, *(c for r in chaos.replicas for c in (r.sdk, r.http))]:

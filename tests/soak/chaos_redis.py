@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -134,9 +135,35 @@ class Topology:
     def _durability(wait_replicas: int | None) -> str:
         return "" if wait_replicas is None else f", wait_replicas: {wait_replicas}"
 
-    def kill_master(self) -> int:
-        """SIGKILL a master; returns its port."""
+    def victim(self) -> RedisNode:
+        """The master to kill."""
         raise NotImplementedError
+
+    def kill_master(self, lag_s: float = 0.0) -> int:
+        """SIGKILL a master; returns its port.
+
+        ``lag_s`` > 0: its replicas are frozen (SIGSTOP) and cut off (``CLIENT KILL TYPE replica``: what the
+        kernel had buffered for them still arrives, nothing after) for that long, then it dies and they
+        thaw: writes it took in that window never reached them, so only ``WAIT`` keeps such a write from
+        being acknowledged (and then lost when a replica is promoted).
+        """
+        victim = self.victim()
+        replicas = [node for node in self.nodes if node.alive and node is not victim
+                    and node.client().info("replication").get("master_port") == victim.port]
+        for node in replicas:
+            assert node.process is not None
+            node.process.send_signal(signal.SIGSTOP)
+        try:
+            if replicas and lag_s > 0:
+                victim.client().execute_command("CLIENT", "KILL", "TYPE", "replica")
+            time.sleep(lag_s)
+            victim.kill()
+        finally:
+            for node in replicas:
+                assert node.process is not None
+                node.process.send_signal(signal.SIGCONT)
+        self.killed.append(victim.port)
+        return victim.port
 
     def wait_failover(self, timeout_s: float = 30.0) -> bool:
         """Whether a replica took over the killed master within ``timeout_s``."""
@@ -187,7 +214,7 @@ class ReplicaPair(Topology):
         return f'{{url: "redis://127.0.0.1:{self.master.port}/0", continuation_ttl_s: 600' \
                f'{self._durability(wait_replicas)}}}'
 
-    def kill_master(self) -> int:
+    def victim(self) -> RedisNode:
         raise RedisUnavailable("a replica pair has no failover: its master is not killed")
 
     def wait_failover(self, timeout_s: float = 30.0) -> bool:
@@ -237,12 +264,9 @@ class RedisCluster(Topology):
         return f'{{url: "redis://127.0.0.1:{seed.port}/0", cluster: true, continuation_ttl_s: 600' \
                f'{self._durability(wait_replicas)}}}'
 
-    def kill_master(self) -> int:
+    def victim(self) -> RedisNode:
         # The master holding the most keys: the one whose loss tests the most acknowledged writes.
-        victim = max(self.masters(), key=lambda node: int(node.client().dbsize()))
-        victim.kill()
-        self.killed.append(victim.port)
-        return victim.port
+        return max(self.masters(), key=lambda node: int(node.client().dbsize()))
 
     def wait_failover(self, timeout_s: float = 30.0) -> bool:
         """A replica of the killed master serves its slots and the cluster is ok again."""
@@ -304,11 +328,9 @@ class SentinelGroup(Topology):
         return f'{{url: "redis://127.0.0.1/0", sentinel: {{master: {SENTINEL_MASTER}, nodes: [{nodes}]}}, ' \
                f'continuation_ttl_s: 600{self._durability(wait_replicas)}}}'
 
-    def kill_master(self) -> int:
+    def victim(self) -> RedisNode:
         port = self.master_port()
-        next(node for node in (self.master, self.replica) if node.port == port).kill()
-        self.killed.append(port)
-        return port
+        return next(node for node in (self.master, self.replica) if node.port == port)
 
     def wait_failover(self, timeout_s: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout_s
