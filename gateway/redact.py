@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from urllib.parse import unquote, urlsplit
 
 from gateway.config.model import Config
 
@@ -45,7 +46,13 @@ class Redactor:
 
 
 def _config_secrets(config: Config) -> Iterator[str]:
-    """Provider keys and header values, HTTP tool headers, MCP server headers and environment values."""
+    """Provider keys and header values, HTTP tool headers, MCP server headers and environment values,
+    and the store's passwords (Redis: in the URL, ``store.password``, ``store.sentinel.password``)."""
+    store = config.store
+    in_url = urlsplit(store.url).password or ""
+    for secret in (store.password, store.sentinel.password if store.sentinel else None, in_url, unquote(in_url)):
+        if secret:
+            yield secret
     for provider in config.providers.values():
         yield provider.api_key
         yield from _header_secrets(provider.headers.values())

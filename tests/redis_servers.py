@@ -186,7 +186,16 @@ def spawn_redis(workdir: Path | str, *, port: int | None = None, tls: TlsCerts |
     """
     if not os.path.exists(REDIS_SERVER):
         raise RedisServerError(f"redis-server not found at {REDIS_SERVER}")
-    port = port or free_port()
+    if port is None:
+        # A random free port can be taken by another process before the server binds it: try a few.
+        for attempt in range(3):
+            try:
+                return spawn_redis(workdir, port=free_port(), tls=tls, password=password, conf_lines=conf_lines,
+                                   sentinel=sentinel, wait=wait)
+            except RedisServerError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
     d = Path(workdir) / f"{'sentinel' if sentinel else 'redis'}-{port}"
     d.mkdir(parents=True, exist_ok=True)
     lines = [f"bind {HOST}", f"dir {d}", f"logfile {d / 'redis.log'}", "save \"\"", "appendonly no",
@@ -328,6 +337,8 @@ def start_cluster(workdir: Path | str, n_masters: int = 3, replicas: int = 0, *,
     """
     conf = ("cluster-enabled yes", f"cluster-node-timeout {node_timeout_ms}", "cluster-config-file nodes.conf",
             "cluster-replica-validity-factor 0", "cluster-require-full-coverage yes")
+    if not os.path.exists(REDIS_CLI):
+        raise RedisServerError(f"redis-cli not found at {REDIS_CLI} (needed to create a cluster)")
     handle = ClusterHandle(nodes=[], tls=tls, password=password)
     try:
         for _ in range(n_masters * (1 + replicas)):
@@ -374,7 +385,7 @@ class SentinelGroup:
     def current_master(self) -> RedisProcess:
         """The server the (first live) sentinel names as master."""
         sentinel = next(s for s in self.sentinels if s.alive)
-        with sentinel.client(password=None) as c:
+        with sentinel.client() as c:
             _host, port = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
         return next(s for s in self.servers if s.port == int(port))
 
@@ -403,11 +414,12 @@ class SentinelGroup:
 @contextmanager
 def start_sentinel_group(workdir: Path | str, *, replicas: int = 1, sentinels: int = 1, quorum: int | None = None,
                          master_name: str = "loopgate", tls: TlsCerts | None = None,
-                         password: str | None = None, down_after_ms: int = 1000) -> Iterator[SentinelGroup]:
+                         password: str | None = None, sentinel_password: str | None = None,
+                         down_after_ms: int = 1000) -> Iterator[SentinelGroup]:
     """A master, ``replicas`` replicas and ``sentinels`` sentinels watching them (fast failover settings).
 
-    The sentinels themselves need no password (``password`` protects the data nodes; the
-    sentinels are told it with ``auth-pass``); with ``tls`` every link, sentinels included, is TLS.
+    ``password`` protects the data nodes (the sentinels are told it with ``auth-pass``),
+    ``sentinel_password`` the sentinels themselves; with ``tls`` every link, sentinels included, is TLS.
     """
     group = SentinelGroup(master_name=master_name, servers=[], sentinels=[], tls=tls, password=password)
     try:
@@ -425,12 +437,15 @@ def start_sentinel_group(workdir: Path | str, *, replicas: int = 1, sentinels: i
                  "sentinel resolve-hostnames yes"]
         if password:
             lines.append(f"sentinel auth-pass {master_name} {password}")
+        if sentinel_password:
+            lines.append(f"sentinel sentinel-pass {sentinel_password}")
         for _ in range(sentinels):
-            group.sentinels.append(spawn_redis(workdir, tls=tls, sentinel=True, conf_lines=tuple(lines)))
+            group.sentinels.append(spawn_redis(workdir, tls=tls, sentinel=True, password=sentinel_password,
+                                               conf_lines=tuple(lines)))
 
         def known() -> bool:
             for s in group.sentinels:
-                with s.client(password=None) as c:
+                with s.client() as c:
                     fields = c.sentinel_master(master_name)  # parsed by redis-py into a dict
                     if int(fields.get("num-slaves", 0)) < replicas:
                         return False

@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -56,6 +56,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoPermissionError,
+    NoScriptError,
     ReadOnlyError,
     RedisClusterException,
     TryAgainError,
@@ -64,6 +65,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.model import StoreSentinel, StoreTls
+from gateway.store import redis_scripts as scripts
 from gateway.store.base import (
     Continuation,
     ContinuationConflict,
@@ -87,7 +89,25 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     RedisClusterException, NoPermissionError, AuthenticationWrongNumberOfArgsError, MovedError, AskError,
 )
 
-Build = Callable[[Any], Awaitable[None]]
+Build = Callable[[Any], None]
+
+
+def _describe(exc: BaseException) -> str:
+    """A short, credential-free cause for logs and errors.
+
+    redis-py's "no master found" text embeds the whole client repr (secrets redacted, but a
+    kilobyte long); keep its head and the per-sentinel errors at its end.
+    """
+    text = str(exc)
+    head, sep, rest = text.partition(" : <")
+    if sep:
+        text = f"{head} ({rest.rpartition(' - ')[2]})" if " - " in rest else head
+    return text[:300]
+
+
+def _evalsha(pipe: Any, script: Any, keys: list[str], args: list[Any]) -> None:
+    """Queue a registered script by its SHA (``_run`` loads it on NOSCRIPT)."""
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
 
 
 class ReplicationUnconfirmed(StoreUnavailable):
@@ -111,84 +131,6 @@ def tenant_key(tenant: str, kind: str, sub: str | None = None) -> str:
 def health_keys(target: str) -> tuple[str, str]:
     base = f"{PREFIX}{{h:{_esc(target)}}}"
     return f"{base}:fails", f"{base}:open"
-
-
-# -- Lua -------------------------------------------------------------------------------------------
-# Replies are tables {code, payload}: code 'ok' | 'nf' (404) | 'conflict' (409, payload = status).
-# Missing hash fields read as false; an unknown key, another tenant or a cancelled record is 'nf'.
-_LOAD = """
-local v = redis.call('HMGET', KEYS[1], 't', 's', 'cu')
-if not v[1] or v[1] ~= ARGV[1] or v[2] == 'cancelled' then return {'nf'} end
-local s = v[2]
-local cu = tonumber(v[3] or '') or 0
-"""
-
-_SAVE = """
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 's', ARGV[2], 'cu', ARGV[3], 'b', ARGV[4], 'ids', ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-return 1
-"""
-
-# ARGV: tenant, now, claimed_until
-_CLAIM = _LOAD + """
-if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
-if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
-redis.call('HSET', KEYS[1], 's', 'claimed', 'cu', ARGV[3])
-return {'ok', redis.call('HGET', KEYS[1], 'b')}
-"""
-
-# ARGV: tenant
-_RELEASE = _LOAD + """
-if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
-redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
-return {'ok'}
-"""
-
-# ARGV: tenant
-_FINISH = _LOAD + """
-if s ~= 'claimed' then return {'conflict', s} end
-redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
-return {'ok', redis.call('HGET', KEYS[1], 'ids')}
-"""
-
-# ARGV: tenant, now
-_CANCEL = _LOAD + """
-if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
-if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
-local ids = redis.call('HGET', KEYS[1], 'ids')
-redis.call('DEL', KEYS[1])
-return {'ok', ids}
-"""
-
-# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id. Deletes only entries
-# that still point at this continuation.
-_UNINDEX = """
-local n = 0
-for _, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k); n = n + 1 end
-end
-return n
-"""
-
-# KEYS: the tenant's audit list. ARGV: entry, cap. One key, so it runs as it is on a Cluster too.
-_AUDIT = """
-redis.call('RPUSH', KEYS[1], ARGV[1])
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
-return 1
-"""
-
-# KEYS: fails, open. ARGV: threshold, window_ms, open_until (string), cooldown_ms.
-# Returns the open-until string while open, nil while closed.
-_HEALTH_FAIL = """
-local n = redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if n < tonumber(ARGV[1]) then return false end
-local cur = redis.call('GET', KEYS[2])
-if cur then return cur end
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-return ARGV[3]
-"""
 
 
 def _f(value: float) -> str:
@@ -223,14 +165,16 @@ class RedisStore(Store):
         self._wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._audit_max = audit_max
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
-        self._save = self._r.register_script(_SAVE)
-        self._claim = self._r.register_script(_CLAIM)
-        self._release = self._r.register_script(_RELEASE)
-        self._finish = self._r.register_script(_FINISH)
-        self._cancel = self._r.register_script(_CANCEL)
-        self._unindex = self._r.register_script(_UNINDEX)
-        self._audit = self._r.register_script(_AUDIT)
-        self._health_fail = self._r.register_script(_HEALTH_FAIL)
+        self._save = self._r.register_script(scripts.SAVE)
+        self._claim = self._r.register_script(scripts.CLAIM)
+        self._release = self._r.register_script(scripts.RELEASE)
+        self._finish = self._r.register_script(scripts.FINISH)
+        self._cancel = self._r.register_script(scripts.CANCEL)
+        self._unindex = self._r.register_script(scripts.UNINDEX)
+        self._audit = self._r.register_script(scripts.AUDIT)
+        self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
+        self._scripts = (self._save, self._claim, self._release, self._finish, self._cancel, self._unindex,
+                         self._audit, self._health_fail)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
@@ -240,38 +184,63 @@ class RedisStore(Store):
             async with asyncio.timeout(deadline):
                 yield
         except _UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
-            cause = str(exc) or f"no answer within {deadline}s"  # our deadline has no message
+            cause = _describe(exc) or f"no answer within {deadline}s"  # our deadline has no message
             raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc
 
     async def _run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:
         """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
 
         Returns the replies and the number of replicas ``WAIT`` confirmed (None without durability).
-        One pipeline is one connection, which is what ``WAIT`` counts. On a Cluster, a MOVED answer
-        (the slot moved: a failover or a reshard) re-reads the slot map and tries once more, which is
-        safe because a MOVED command did not run.
+        One pipeline is one connection, which is what ``WAIT`` counts. Scripts go in as plain
+        EVALSHA (no SCRIPT EXISTS round trip first); a node that lacks them (a flush, a promoted
+        replica: the script cache is not replicated) answers NOSCRIPT before running anything of
+        that script, gets them loaded and the pipeline runs again (its other writes are idempotent).
+        On a Cluster, an answer that says the slot is elsewhere now (MOVED, READONLY, a dead node:
+        a failover or a reshard) re-reads the slot map and, only if the slot has a new owner,
+        tries once more there: the old owner no longer accepts writes for it, so nothing runs twice.
         """
         wait = durable and self._wait_replicas > 0
-        for attempt in (0, 1):
-            client = await self._conn.owner(key)
+        client = await self._conn.owner(key)
+        loaded = moved = False
+        while True:
             try:
                 async with client.pipeline(transaction=False) as pipe:
-                    await build(pipe)
+                    build(pipe)
                     if wait:
                         pipe.execute_command("WAIT", self._wait_replicas, self._wait_timeout_ms)
                     replies = await pipe.execute()
-            except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
-                if not self._conn.cluster:
+            except NoScriptError:
+                if loaded:
                     raise
+                loaded = True
+                for script in self._scripts:
+                    await client.script_load(script.script)
+                continue
+            except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
+                if not self._conn.cluster or moved:
+                    raise
+                moved = True
                 with contextlib.suppress(Exception):
                     await self._conn.refresh()
-                if attempt:
+                moved_to = await self._conn.owner(key)
+                if moved_to is client:
                     raise
+                client = moved_to
                 continue
             if wait:
                 return list(replies[:-1]), int(replies[-1])
             return list(replies), None
-        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _script(self, script: Any, keys: list[str], args: list[Any], durable: bool) -> tuple[Any, int | None]:
+        """One script call; waited for through ``_run`` only when durability is on (else one plain EVALSHA)."""
+        if not (durable and self._wait_replicas > 0):
+            return await script(keys=keys, args=args), None
+
+        def call(pipe: Any) -> None:
+            _evalsha(pipe, script, keys, args)
+
+        replies, acked = await self._run(keys[0], call, True)
+        return replies[0], acked
 
     def _confirmed(self, acked: int | None) -> bool:
         return acked is None or acked >= self._wait_replicas
@@ -326,16 +295,16 @@ class RedisStore(Store):
         rec = record_key(c.id)
         index = [tenant_key(c.tenant, "tc", tc) for tc in ids]
 
-        async def write_record(pipe: Any) -> None:
-            await self._save(keys=[rec], args=args, client=pipe)
+        def write_record(pipe: Any) -> None:
+            _evalsha(pipe, self._save, [rec], args)
 
-        async def write_index(pipe: Any) -> None:
+        def write_index(pipe: Any) -> None:
             for key in index:
                 pipe.set(key, c.id, ex=ex)
 
-        async def write_both(pipe: Any) -> None:
-            await write_record(pipe)
-            await write_index(pipe)
+        def write_both(pipe: Any) -> None:
+            write_record(pipe)
+            write_index(pipe)
 
         async with self._guard("save_continuation", durable=True):
             try:
@@ -351,7 +320,11 @@ class RedisStore(Store):
                 else:
                     # One round trip: the record (atomic, with its TTL), every index entry, the WAIT.
                     acked = [(await self._run(rec, write_both, True))[1]]
-            except BaseException:
+            except _UNAVAILABLE:
+                # Unreachable: a clean-up would only wait out another deadline. Whatever part landed
+                # expires with its TTL and is harmless, since the client never got its id.
+                raise
+            except Exception:
                 await self._forget(c, rec, index)
                 raise
             if not all(self._confirmed(a) for a in acked):
@@ -366,7 +339,7 @@ class RedisStore(Store):
                 if index:
                     await self._unindex(keys=index, args=[c.id])
         except Exception as exc:  # the store is failing already: the record expires with its TTL
-            log.warning("could not delete unacknowledged continuation %s: %s", c.id, exc)
+            log.debug("could not delete unacknowledged continuation %s: %s", c.id, exc)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self._guard("get_continuation"):
@@ -385,11 +358,8 @@ class RedisStore(Store):
         until = now + lease_s
         rec = record_key(continuation_id)
 
-        async def claim(pipe: Any) -> None:
-            await self._claim(keys=[rec], args=[tenant, _f(now), _f(until)], client=pipe)
-
         async with self._guard("claim_continuation", durable=True):
-            (reply,), acked = await self._run(rec, claim, True)
+            reply, acked = await self._script(self._claim, [rec], [tenant, _f(now), _f(until)], True)
             if reply[0] == b"ok" and not self._confirmed(acked):
                 # Not acknowledged, so not taken: leave it resumable (a failed release expires with the lease).
                 with contextlib.suppress(Exception):
@@ -433,11 +403,12 @@ class RedisStore(Store):
         raw, ex = orjson.dumps(record), check_ttl(ttl_s)
         key = tenant_key(tenant, "ledger", tool_call_id)
 
-        async def put(pipe: Any) -> None:
-            pipe.set(key, raw, ex=ex)
-
         async with self._guard("ledger_put", durable=True):
-            _, acked = await self._run(key, put, True)
+            if self._wait_replicas > 0:
+                _, acked = await self._run(key, lambda pipe: pipe.set(key, raw, ex=ex), True)
+            else:
+                await self._r.set(key, raw, ex=ex)
+                acked = None
         if not self._confirmed(acked):
             # Kept: the tool did run, and the entry can only stop a second run.
             raise self._unconfirmed("the tool ledger entry", acked)
@@ -449,7 +420,7 @@ class RedisStore(Store):
         ex = check_ttl(ttl_s)
         encoded = {tenant_key(tenant, "art", tc): orjson.dumps(a) for tc, a in items.items()}
 
-        async def put(pipe: Any) -> None:
+        def put(pipe: Any) -> None:
             for key, raw in encoded.items():
                 pipe.set(key, raw, ex=ex)
 

@@ -135,8 +135,9 @@ def connect(url: str, *, username: str | None = None, password: str | None = Non
         master_kwargs = dict(common, db=parsed.db, retry=retry, max_connections=max_connections)
         if parsed.tls:
             master_kwargs.update(ssl=True, **_tls_kwargs(tls))
+        # The same quick retry as the data connections (redis-py's default backs off for seconds).
         sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": socket_connect_timeout,
-                                           "socket_timeout": socket_timeout}
+                                           "socket_timeout": socket_timeout, "retry": retry}
         if sentinel.username is not None:
             sentinel_kwargs["username"] = sentinel.username
         if sentinel.password is not None:
