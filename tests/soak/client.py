@@ -65,6 +65,8 @@ class Session:
     # Way A: send the paused calls' arguments back re-serialised (spaces after separators), as clients that
     # parse and re-dump them do; the gateway must compare them as JSON, not as bytes.
     reserialize: bool = False
+    retries: int = CLIENT_RETRIES  # clean failures of one request a loop retries before giving up
+    retry_pause_s: float = 0.0  # retry n waits n times this (the chaos run waits out a store failover)
 
 
 def error_problems(payload: Any, where: str) -> tuple[str, list[str]]:
@@ -175,20 +177,21 @@ class LoopRun:
     # -- requests ----------------------------------------------------------------------
     async def _chat(self, messages: list[dict[str, Any]], stream: bool) -> Answer:
         kwargs: dict[str, Any] = {"model": self.plan.route, "messages": messages, "tools": [CLIENT_TOOL]}
+        sdk = self._sdk()
         try:
             if not stream:
-                completion = await self.s.sdk.chat.completions.create(**kwargs)
+                completion = await sdk.chat.completions.create(**kwargs)
                 return read_body(completion.model_dump())
-            async with self.s.sdk.chat.completions.with_streaming_response.create(stream=True, **kwargs) as response:
+            async with sdk.chat.completions.with_streaming_response.create(stream=True, **kwargs) as response:
                 return await read_stream(response.iter_lines(), "chat stream")
         except openai.APIStatusError as exc:
             return http_failure(exc.status_code, await exc.response.aread(), "chat")
 
     async def _resume_b(self, continuation_id: str, decisions: list[dict[str, Any]], stream: bool) -> Answer:
-        url = f"{self.s.url}/v1/continuations/{continuation_id}"
+        url = f"{self._url()}/v1/continuations/{continuation_id}"
         body = {"decisions": decisions, "stream": stream}
         headers = {"authorization": f"Bearer {self.s.key}"}
-        async with self.s.http.stream("POST", url, json=body, headers=headers) as response:
+        async with self._http().stream("POST", url, json=body, headers=headers) as response:
             if response.status_code != 200:
                 return http_failure(response.status_code, await response.aread(), "resume B")
             if not stream:
@@ -211,6 +214,20 @@ class LoopRun:
             if this.get("error_class"):
                 self.s.stats["failovers" if following["target"] != this["target"] else "same-target retries"] += 1
 
+    # Where requests go: one gateway here; the chaos run (``tests/soak/chaos.py``) spreads them over replicas.
+    def _sdk(self) -> openai.AsyncOpenAI:
+        return self.s.sdk
+
+    def _http(self) -> httpx.AsyncClient:
+        return self.s.http
+
+    def _url(self) -> str:
+        return self.s.url
+
+    async def _on_conflict(self, continuation_id: str) -> str:
+        """A resume refused with 409: "retry" it, the loop "ended" for a documented reason, or "violation"."""
+        return "violation"
+
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> None:
         plan, first = self.plan, 0
@@ -226,17 +243,25 @@ class LoopRun:
                 seen = self.s.examples.setdefault(answer.failure, [])
                 if len(seen) < 3 and plan.loop not in seen:
                     seen.append(plan.loop)
+                outcome = "violation"
                 if answer.kind == "conflict":
+                    outcome = await self._on_conflict(resume[0] if resume else "")
+                    if outcome == "retry":
+                        continue
+                    if outcome == "ended":
+                        return
                     self.violation(f"a resume nobody else holds was refused ({answer.failure}); the continuation "
                                    "is no longer resumable")
                 expected = plan.expected_text(first, plan.final_turn)
                 if not expected.startswith(answer.text):
                     self.violation(f"text before the failure {answer.text!r} is not a prefix of {expected!r}")
                 tries += 1
-                if tries > CLIENT_RETRIES or answer.kind == "conflict":
+                if tries > self.s.retries or answer.kind == "conflict":
                     self.s.stats["loops failed cleanly"] += 1
                     return
                 self.s.stats["client retries" if resume is None else "resume retries"] += 1
+                if self.s.retry_pause_s:
+                    await asyncio.sleep(self.s.retry_pause_s * tries)
                 continue
             tries = 0
             if resume is not None:

@@ -38,10 +38,13 @@ REQUEST_TIMEOUT_S = 8.0  # routing.request_timeout_s of the soak gateway
 BOUND_S = REQUEST_TIMEOUT_S + 7.0  # a request still unanswered after this is a hang
 
 
-def soak_config(fakes: dict[str, SoakUpstream], tools_url: str, store_url: str) -> str:
+def soak_config(fakes: dict[str, SoakUpstream], tools_url: str, store_url: str, *, store_yaml: str | None = None,
+                breaker_failures: int = 1_000_000_000, extra_providers: str = "", extra_models: str = "") -> str:
+    """The soak gateway's config. ``store_yaml`` replaces the store section built from ``store_url``; the
+    breaker is off by default (the seeded fault sequence of a loop must not depend on the other loops)."""
     providers = "\n".join(
         f"  {name}: {{type: {fake.wire}, base_url: '{fake.url}', api_key: soak-{name}, timeout_s: 1.5, "
-        f"connect_timeout_s: 1}}" for name, fake in fakes.items())
+        f"connect_timeout_s: 1}}" for name, fake in fakes.items()) + extra_providers
 
     def target(name: str) -> str:
         return f"{{provider: {name}, model: {MODELS[name]}}}"
@@ -54,8 +57,8 @@ def soak_config(fakes: dict[str, SoakUpstream], tools_url: str, store_url: str) 
     return f"""
 server: {{host: 127.0.0.1, port: __PORT__}}
 auth: {{keys: [{{key: {KEY}, tenant: soak}}]}}
-store: {{url: "{store_url}", continuation_ttl_s: 600}}
-routing: {{backoff_base_s: 0.01, backoff_max_s: 0.05, retry_after_cap_s: 2, breaker_failures: 1000000000,
+store: {store_yaml or f'{{url: "{store_url}", continuation_ttl_s: 600}}'}
+routing: {{backoff_base_s: 0.01, backoff_max_s: 0.05, retry_after_cap_s: 2, breaker_failures: {breaker_failures},
           breaker_cooldown_s: 1, request_timeout_s: {REQUEST_TIMEOUT_S}}}
 providers:
 {providers}
@@ -73,7 +76,7 @@ models:
 {route("soak_a", ("oa", "an", "ge"), 1)}
 {route("soak_b", ("ge", "oa"), 0)}
 {route("soak_c", ("an", "ge"), 0)}
-"""
+{extra_models}"""
 
 
 @dataclass(slots=True)
