@@ -169,12 +169,13 @@ class RedisStore(Store):
         self._claim = self._r.register_script(scripts.CLAIM)
         self._release = self._r.register_script(scripts.RELEASE)
         self._finish = self._r.register_script(scripts.FINISH)
+        self._unfinish = self._r.register_script(scripts.UNFINISH)
         self._cancel = self._r.register_script(scripts.CANCEL)
         self._unindex = self._r.register_script(scripts.UNINDEX)
         self._audit = self._r.register_script(scripts.AUDIT)
         self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
-        self._scripts = (self._save, self._claim, self._release, self._finish, self._cancel, self._unindex,
-                         self._audit, self._health_fail)
+        self._scripts = (self._save, self._claim, self._release, self._finish, self._unfinish, self._cancel,
+                         self._unindex, self._audit, self._health_fail)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
@@ -376,8 +377,20 @@ class RedisStore(Store):
         self._check(reply, continuation_id)
 
     async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
-        async with self._guard("finish_continuation"):
-            reply = await self._finish(keys=[record_key(continuation_id)], args=[tenant])
+        """Mark a resume done; with ``wait_replicas``, only once replicas confirm it.
+
+        An unconfirmed finish could be undone by a failover (the record back at ``claimed``, and
+        resumable a second time once the lease ends), so it is reverted to resumable and reported
+        as unavailable: the client is told the resume failed and may retry; approved tools are in
+        the ledger, so none runs twice.
+        """
+        rec = record_key(continuation_id)
+        async with self._guard("finish_continuation", durable=True):
+            reply, acked = await self._script(self._finish, [rec], [tenant], True)
+            if reply[0] == b"ok" and not self._confirmed(acked):
+                with contextlib.suppress(Exception):
+                    await self._unfinish(keys=[rec], args=[tenant])
+                raise self._unconfirmed("the end of the resume", acked)
             ids_json = self._check(reply, continuation_id)[1]
             await self._drop_index(tenant, continuation_id, ids_json)
 

@@ -42,6 +42,14 @@ redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
 return {'ok', redis.call('HGET', KEYS[1], 'ids')}
 """
 
+# ARGV: tenant. Undoes a FINISH that replicas did not confirm: the resume is reported failed, so the
+# continuation must be resumable again (its replicas still hold it claimed, which is resumable too).
+UNFINISH = LOAD + """
+if s ~= 'resumed' and s ~= 'claimed' then return {'conflict', s} end
+redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
+return {'ok'}
+"""
+
 # ARGV: tenant, now
 CANCEL = LOAD + """
 if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end

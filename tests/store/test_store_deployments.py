@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from gateway.api.errors import to_gateway_error
 from gateway.config.model import StoreSentinel, StoreTls
-from gateway.store.base import Continuation, ContinuationNotFound, StoreUnavailable
+from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, StoreUnavailable
 from gateway.store.redis import RedisStore, ReplicationUnconfirmed, record_key, tenant_key
 from tests.redis_servers import (
     ClusterHandle,
@@ -139,6 +139,16 @@ async def test_unconfirmed_writes_are_503_and_leave_nothing_half_written(lone_se
             await durable.claim_continuation(c.id, "acme", 30)
         assert (await plain.get_continuation(c.id, "acme")).status == "pending"
         assert (await plain.claim_continuation(c.id, "acme", 30)).status == "claimed"
+        # An unconfirmed end of a resume is undone: a failover could otherwise bring the claim back and let
+        # the continuation be resumed twice; the client is told the resume failed, and it stays resumable.
+        with pytest.raises(ReplicationUnconfirmed):
+            await durable.finish_continuation(c.id, "acme")
+        assert (await plain.get_continuation(c.id, "acme")).status == "pending"
+        assert await plain.find_continuation_by_tool_call("acme", c.tool_call_ids[0]) == c.id
+        assert (await plain.claim_continuation(c.id, "acme", 30)).status == "claimed"
+        await plain.finish_continuation(c.id, "acme")
+        with pytest.raises(ContinuationConflict):
+            await plain.claim_continuation(c.id, "acme", 30)
         # An unconfirmed ledger entry is kept (the tool ran; the entry can only prevent a second run).
         with pytest.raises(ReplicationUnconfirmed):
             await durable.ledger_put("acme", "call_1", {"status": "ok", "content": "done"}, 60)
