@@ -10,7 +10,7 @@ Redis servers that cannot start skip the test locally and fail it under ``CI=tru
 ``LOOPGATE_CHAOS_SEED`` / ``LOOPGATE_CHAOS_LOOPS`` explore other runs.
 
 The Sentinel variant (``python -m bench.chaos --store sentinel``) runs in bench only for now: after
-the finish-confirmation fix it passed 5 of 6 CI-sized runs, and the one failing run's violations
+the finish-confirmation fix it passed 9 of 10 CI-sized runs, and the one failing run's violations
 were not captured, so it stays out of CI until that is explained (Sentinel failover itself is
 tested in tests/store/test_store_deployments.py).
 """
