@@ -14,31 +14,11 @@ The CI version is ``tests/e2e/test_chaos.py``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
 import sys
-from pathlib import Path
 
-import orjson
-
-from bench.common import RESULTS_DIR, machine
-from tests.soak.chaos import ChaosResult, run_chaos
+from bench.soak import report
+from tests.soak.chaos import run_chaos
 from tests.soak.chaos_redis import TOPOLOGIES
-
-
-def append_row(result: ChaosResult, params: dict[str, object]) -> Path:
-    """One JSON row per run, like the other scenarios: bench/results/<date>.jsonl or $BENCH_RESULTS_FILE."""
-    override = os.environ.get("BENCH_RESULTS_FILE")
-    path = Path(override).resolve() if override else RESULTS_DIR / f"{dt.date.today().isoformat()}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    metrics = {"elapsed_s": round(result.elapsed_s, 1), "counts": dict(result.stats),
-               "failures": dict(result.failures), "tool_runs": dict(result.tool_runs),
-               "violations": len(result.violations)}
-    record = {"ts": dt.datetime.now().isoformat(timespec="seconds"), "scenario": "chaos", "mode": "loopgate",
-              "machine": machine(), "params": params, "metrics": metrics}
-    with open(path, "ab") as f:
-        f.write(orjson.dumps(record) + b"\n")
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,19 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     result = run_chaos(args.loops, args.seed, args.store, args.concurrency, args.gateway_kills,
                        not args.no_redis_kill, None if args.wait_replicas < 0 else args.wait_replicas,
                        args.replica_lag)
-    print(f"python -m bench.chaos --loops {args.loops} --seed {args.seed} --store {args.store} "
-          f"--concurrency {args.concurrency} --gateway-kills {args.gateway_kills}"
-          f"{' --no-redis-kill' if args.no_redis_kill else ''} --wait-replicas {args.wait_replicas} "
-          f"--replica-lag {args.replica_lag}\n")
-    print(result.table())
-    params = {k: v for k, v in vars(args).items() if k != "show"}
-    print(f"\n(appended to {append_row(result, params)})")
-    for violation in result.violations[: args.show]:
-        print(f"\nVIOLATION: {violation}")
-    if len(result.violations) > args.show:
-        print(f"\n... and {len(result.violations) - args.show} more")
-    return 1 if result.violations else 0
-
+    command = (f"python -m bench.chaos --loops {args.loops} --seed {args.seed} --store {args.store} "
+               f"--concurrency {args.concurrency} --gateway-kills {args.gateway_kills}"
+               f"{' --no-redis-kill' if args.no_redis_kill else ''} --wait-replicas {args.wait_replicas} "
+               f"--replica-lag {args.replica_lag}")
+    return report("chaos", command, result, {}, args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,26 +17,43 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from bench.common import RESULTS_DIR, machine
-from tests.soak.harness import SoakResult, run_soak
+from tests.soak.harness import run_soak
 
 
-def append_row(result: SoakResult, params: dict[str, object]) -> Path:
+def append_row(scenario: str, metrics: dict[str, object], params: dict[str, object]) -> Path:
     """One JSON row per run, like the other scenarios: bench/results/<date>.jsonl or $BENCH_RESULTS_FILE."""
     override = os.environ.get("BENCH_RESULTS_FILE")
     path = Path(override).resolve() if override else RESULTS_DIR / f"{dt.date.today().isoformat()}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    metrics = {"elapsed_s": round(result.elapsed_s, 1), "upstream_requests": dict(result.upstream_requests),
-               "counts": dict(result.stats), "faults": dict(result.faults), "failures": dict(result.failures),
-               "tool_runs": dict(result.tool_runs), "violations": len(result.violations)}
-    record = {"ts": dt.datetime.now().isoformat(timespec="seconds"), "scenario": "soak", "mode": "loopgate",
+    record = {"ts": dt.datetime.now().isoformat(timespec="seconds"), "scenario": scenario, "mode": "loopgate",
               "machine": machine(), "params": params, "metrics": metrics}
     with open(path, "ab") as f:
         f.write(orjson.dumps(record) + b"\n")
     return path
+
+
+def report(scenario: str, command: str, result: Any, metrics: dict[str, object], args: argparse.Namespace) -> int:
+    """Print the run (command, counts, violations), append its row; the exit status (1 on any violation).
+
+    ``result`` is a ``SoakResult`` or a ``ChaosResult``: both have ``table()``, ``violations`` and
+    the counts ``metrics`` is built from."""
+    print(f"{command}\n")
+    print(result.table())
+    metrics = {"elapsed_s": round(result.elapsed_s, 1), "counts": dict(result.stats),
+               "failures": dict(result.failures), "tool_runs": dict(result.tool_runs),
+               "violations": len(result.violations), **metrics}
+    params = {k: v for k, v in vars(args).items() if k != "show"}
+    print(f"\n(appended to {append_row(scenario, metrics, params)})")
+    for violation in result.violations[: args.show]:
+        print(f"\nVIOLATION: {violation}")
+    if len(result.violations) > args.show:
+        print(f"\n... and {len(result.violations) - args.show} more")
+    return 1 if result.violations else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,17 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run_soak(args.loops, args.seed, args.concurrency, args.store, args.only, args.workers,
                       args.reserialize_args)
-    print(f"python -m bench.soak --loops {args.loops} --seed {args.seed} --concurrency {args.concurrency}"
-          f" --store {args.store} --workers {args.workers}\n")
-    print(result.table())
-    params = {k: v for k, v in vars(args).items() if k != "show"}
-    print(f"\n(appended to {append_row(result, params)})")
-    for violation in result.violations[: args.show]:
-        print(f"\nVIOLATION: {violation}")
-    if len(result.violations) > args.show:
-        print(f"\n... and {len(result.violations) - args.show} more")
-    return 1 if result.violations else 0
-
+    command = (f"python -m bench.soak --loops {args.loops} --seed {args.seed} --concurrency {args.concurrency}"
+               f" --store {args.store} --workers {args.workers}")
+    return report("soak", command, result, {"upstream_requests": dict(result.upstream_requests),
+                                            "faults": dict(result.faults)}, args)
 
 if __name__ == "__main__":
     sys.exit(main())
