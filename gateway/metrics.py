@@ -106,9 +106,17 @@ LOOP_ITERATIONS = Histogram("loopgate_loop_iterations", "Model calls per request
 CONTINUATIONS = Counter("loopgate_continuations_total", "Continuation events", ("event",))
 CONTEXT_ACTIONS = Counter("loopgate_context_actions_total", "Context guard actions", ("action",))
 
+TOKENS = Counter("loopgate_tokens_total", "Tokens used by tenant (configured tenants, else other), route and kind "
+                 "(prompt, completion, cached, reasoning)", ("tenant", "route", "kind"))
+COST = Counter("loopgate_cost_usd_total", "Cost in USD of priced model calls by tenant and route", ("tenant", "route"))
+USAGE_STORE_FAILURES = Counter("loopgate_usage_store_failures_total",
+                               "Usage store operations that failed: write, dropped (too many writes waiting), "
+                               "budget_check (the request was let through)", ("op",))
+
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
-       LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS)
+       LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
+       TOKENS, COST, USAGE_STORE_FAILURES)
 
 
 def render_all() -> str:

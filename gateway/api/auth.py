@@ -28,3 +28,8 @@ def authenticate(header: str | None, keys: dict[str, ApiKey]) -> ApiKey:
     if found is None or not hmac.compare_digest(found.key, token):
         raise GatewayError(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
     return found
+
+
+def key_id(key: ApiKey) -> str:
+    """The key's id in usage rows ("" for the anonymous caller of a gateway without keys)."""
+    return getattr(key, "id", "") or ""

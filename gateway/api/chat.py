@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from gateway.api.auth import authenticate
+from gateway.api.auth import authenticate, key_id
 from gateway.api.body import read_json
 from gateway.api.continuations import resume_plan
 from gateway.api.errors import error_response, to_gateway_error
@@ -27,8 +27,12 @@ PATH = "/v1/chat/completions"
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     label = "unknown"  # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
+    meter = None
     try:
         key = authenticate(request.authorization, runtime.keys)
+        meter = runtime.usage.meter(key.tenant, key_id(key))
+        if runtime.usage.budgeted(key):
+            await runtime.usage.check_budget(key)
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
         plan = runtime.routes.lookup(chat.model)
@@ -36,7 +40,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
-        label = plan.metric_label
+        label = meter.route = plan.metric_label
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
@@ -55,6 +59,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
+            meter.watch(loop_request)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
             if plan.needs_artifacts:
@@ -67,9 +72,12 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
                 stream=chat.stream, deadline=deadline,
             )
+            meter.watch(loop_request)
             events = run_loop(loop_request, runtime.deps)
-        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started)
+        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started, meter)
     except Exception as exc:
         error = to_gateway_error(exc)
         finished(PATH, label, error.status, started)
+        if meter is not None:
+            meter.close(error.status)
         return error_response(error)

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway import metrics
-from gateway.api.auth import authenticate
+from gateway.api.auth import authenticate, key_id
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
@@ -79,9 +79,13 @@ async def delete_continuation(request: Request) -> JSONResponse:
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
+    meter = None
     try:
         incoming = Incoming(request.scope, request.receive)
         key = authenticate(incoming.authorization, runtime.keys)
+        meter = runtime.usage.meter(key.tenant, key_id(key))
+        if runtime.usage.budgeted(key):
+            await runtime.usage.check_budget(key)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
@@ -100,15 +104,19 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
+        meter.route = plan.metric_label
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
+        meter.watch(loop_request)
         events = continuations.run_resumed(claimed, loop_request, runtime.deps)
-        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started)
+        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started, meter)
     except Exception as exc:
         error = to_gateway_error(exc)
+        if meter is not None:
+            meter.close(error.status)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
         elif error.code == "continuation_not_found":

@@ -14,15 +14,16 @@ from gateway.api.render import ChunkEncoder, answering_model, collect, completio
 from gateway.api.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Notice
+from gateway.usage.meter import Meter
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str, label: str,
-                  path: str, started: float) -> JSONResponse | SSEResponse:
+                  path: str, started: float, meter: Meter | None = None) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
     ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
     the model that answered (see ``render``); ``label`` is the bounded name metrics use
-    (``RoutePlan.metric_label``).
+    (``RoutePlan.metric_label``). ``meter`` is closed when the request is over (on failure, by the caller).
     """
     response_id = completion_id()
     if not stream:
@@ -31,7 +32,10 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         finished(path, label, 200, started)
-        return JSONResponse(orjson.dumps(payload))
+        response = JSONResponse(orjson.dumps(payload))
+        if meter is not None:
+            meter.close(200)
+        return response
     # Pull the first events before answering, so a request that fails before any byte (every
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
     # first chunk already names the answering model (progress notices before the first call wait).
@@ -56,6 +60,8 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         # releases the upstream connection at once rather than at garbage collection.
         await events.aclose()  # type: ignore[attr-defined]
         finished(path, label, 200, started)
+        if meter is not None:
+            meter.close(200)  # an unfinished loop (an error frame, a disconnect) is counted as an error
 
     return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
 

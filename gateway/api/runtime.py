@@ -23,6 +23,8 @@ from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
 from gateway.tools.registry import RegisteredTool, ToolRegistry
 from gateway.upstream.pool import UpstreamPool
+from gateway.usage.meter import Metering
+from gateway.usage.setup import start_metering
 
 log = logging.getLogger("loopgate")
 
@@ -44,6 +46,7 @@ class Runtime:
     continuations: Continuations
     deps: LoopDeps
     mcp: McpRefresher
+    usage: Metering
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -73,11 +76,12 @@ class Runtime:
                         context=ContextGuard(), route_lookup=routes.lookup)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp)
+                   mcp=mcp, usage=start_metering(config, store))
 
     async def stop(self) -> None:
         await self.mcp.stop()
         await self.pool.aclose()
         await self.tools.aclose()
         await self.tool_session.close()
+        await self.usage.drain()
         await self.store.aclose()

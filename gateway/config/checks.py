@@ -22,7 +22,9 @@ class ConfigError(Exception):
 
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
-TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
+TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing",
+            "usage"}
+USAGE_KEYS = {"record", "retention_days"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s"}
 AUTH_KEYS = {"keys"}
@@ -34,12 +36,13 @@ SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
 PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
                   "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
-                  "tokens_per_s"}
+                  "tokens_per_s", "prices"}
 TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
 HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
 MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
 ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
-TARGET_KEYS = {"provider", "model"}
+TARGET_KEYS = {"provider", "model", "price"}
+PRICE_KEYS = {"input_per_mtok", "output_per_mtok", "cached_input_per_mtok"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
                  "request_timeout_s"}
@@ -49,6 +52,7 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("providers.NAME", PROVIDER_KEYS), ("tools.NAME", TOOL_KEYS),
     ("tools.NAME.http", HTTP_TOOL_KEYS), ("mcp_servers.NAME", MCP_KEYS), ("models.NAME", ROUTE_KEYS),
     ("models.NAME.targets[N]", TARGET_KEYS), ("models.NAME.context", CONTEXT_KEYS), ("routing", ROUTING_KEYS),
+    ("models.NAME.targets[N].price", PRICE_KEYS), ("usage", USAGE_KEYS),
 )
 
 

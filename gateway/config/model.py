@@ -86,6 +86,15 @@ class StoreConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens; cached input at the input price when no cached price is given."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderConfig:
     name: str
     type: ProviderType
@@ -116,6 +125,8 @@ class ProviderConfig:
     # in pieces per second (0: as fast as possible).
     latency_ms: float = 0.0
     tokens_per_s: float = 0.0
+    #: upstream model -> price (a route target's own ``price`` wins)
+    prices: dict[str, Price] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +165,7 @@ class McpServerConfig:
 class TargetConfig:
     provider: str
     model: str
+    price: Price | None = None
 
     @property
     def label(self) -> str:
@@ -194,6 +206,14 @@ class RoutingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageConfig:
+    """Daily usage aggregates in the store (gateway/store/usage.py); off: nothing is written."""
+
+    record: bool = True
+    retention_days: int = 400
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -203,3 +223,4 @@ class Config:
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     models: dict[str, RouteConfig] = field(default_factory=dict)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    usage: UsageConfig = field(default_factory=UsageConfig)

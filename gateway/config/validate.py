@@ -52,6 +52,7 @@ from gateway.config.model import (
     TargetConfig,
     ToolConfig,
 )
+from gateway.config.prices import check_target_prices, parse_price, parse_prices, usage_section
 from gateway.config.store_section import store_section
 from gateway.providers.urls import model_problem
 
@@ -165,6 +166,7 @@ def _provider(name: str, raw: Any) -> ProviderConfig:
         direct=get(section, "direct", path, bool, True),
         latency_ms=latency_ms,
         tokens_per_s=tokens_per_s,
+        prices=parse_prices(section.get("prices"), f"{path}.prices"),
     )
 
 
@@ -289,7 +291,8 @@ def _route(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dic
         problem = model_problem(model)
         if problem is not None:
             raise ConfigError(f"{tpath}.model", f"{model!r} {problem}")
-        targets.append(TargetConfig(provider=provider, model=model))
+        price = parse_price(item["price"], f"{tpath}.price") if item.get("price") is not None else None
+        targets.append(TargetConfig(provider=provider, model=model, price=price))
     tool_names: list[str] = []
     mcp_names: list[str] = []
     for i, tool in enumerate(get(section, "tools", path, list, [])):
@@ -365,6 +368,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         target = route.context.compress_with
         if target is not None and target not in models:
             raise ConfigError(f"models.{name}.context.compress_with", f"unknown model route '{target}'")
+    check_target_prices(models)
     return Config(
         server=_server(raw.get("server")),
         auth=_auth(raw.get("auth")),
@@ -374,6 +378,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         mcp_servers=mcp_servers,
         models=models,
         routing=_routing(raw.get("routing")),
+        usage=usage_section(raw.get("usage")),
     )
 
 

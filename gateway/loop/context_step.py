@@ -85,7 +85,7 @@ class ContextStep:
         request = ModelRequest(messages=summary_prompt(old), params={"max_tokens": _SUMMARY_MAX_TOKENS})
         answer = await self._router.complete(self._summarizer.targets, request, attempts, self._summarizer.retries,
                                              self._deadline)
-        self._usage.add(answer.response.usage)
+        self._usage(answer.target.label, answer.response.usage)
         return text_of(answer.response.message.get("content"))
 
     async def _fit(self, messages: list[Message], tools: list[ToolDef], headroom: int = 0) -> GuardOutcome | None:

@@ -90,6 +90,14 @@ class LoopState:
     context: dict[str, int] = field(default_factory=dict)
     # The model that answered the last call: the response's ``model`` (kept across a pause).
     model: str = ""
+    # One entry per model call that answered (summaries included): [target label, prompt, completion,
+    # cached, reasoning tokens]. Billing prices each by its own target (gateway/usage/pricing.py).
+    calls: list[list[Any]] = field(default_factory=list)
+
+    def add_call(self, label: str, usage: Usage) -> None:
+        self.usage.add(usage)
+        self.calls.append([label, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                           usage.reasoning_tokens])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +140,9 @@ class LoopRequest:
     deadline: float
     state: LoopState = field(default_factory=LoopState)
     resume: ResumeTurn | None = None
+    # Called with the result just before it is yielded (paused or completed): usage metering
+    # adds its fields to ``result.gateway`` there (gateway/usage/meter.py).
+    on_finish: Callable[[LoopResult], None] | None = None
 
 
 @dataclass(slots=True)
@@ -199,7 +210,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     tool_defs = deps.tools.definitions(route_tools) + request.client_tools
     transcript = request.messages
     context = (ContextStep(deps.context, deps.router, plan, request.params, request.deadline, deps.route_lookup,
-                           state.usage) if deps.context is not None else None)
+                           state.add_call) if deps.context is not None else None)
     if context is not None:
         state.context = context.report
     cap = context.cap if context is not None else _unchanged
@@ -275,7 +286,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         assert answer is not None
         response = answer.response
         state.iterations += 1
-        state.usage.add(response.usage)
+        state.add_call(answer.target.label, response.usage)
         state.answered_by.append(answer.target.label)
         if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto
             response.message.setdefault("reasoning_origin", answer.target.provider.name)
@@ -290,8 +301,11 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         if finalize or not calls:
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             finish = "stop" if calls else response.finish_reason
-            yield Finished(LoopResult("completed", finish, state.usage, gateway_extension(state, "completed"),
-                                      model=state.model))
+            result = LoopResult("completed", finish, state.usage, gateway_extension(state, "completed"),
+                                model=state.model)
+            if request.on_finish is not None:
+                request.on_finish(result)
+            yield Finished(result)
             return
 
         assistant = response.message
@@ -340,9 +354,11 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             continuation_id = await deps.pause(request, assistant, results, pending)
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
-            yield Finished(LoopResult("paused", "tool_calls", state.usage,
-                                      gateway_extension(state, "paused", continuation_id, pending), handed,
-                                      state.model))
+            result = LoopResult("paused", "tool_calls", state.usage,
+                                gateway_extension(state, "paused", continuation_id, pending), handed, state.model)
+            if request.on_finish is not None:
+                request.on_finish(result)
+            yield Finished(result)
             return
         transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1

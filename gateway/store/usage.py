@@ -1,0 +1,117 @@
+"""Daily usage aggregates per tenant and per key: the interface and the in-process store.
+
+Every request adds one ``UsageDelta`` to six rows: the tenant's and the key's row of the day
+(UTC), of the month, and of all time. Day rows answer ``GET /admin/usage``; month and total rows
+let a budget check read one row per budget instead of summing days. Rows expire
+``retention_days`` after their last write (Redis), so nothing lives forever by accident; a
+``total`` row therefore counts spending since the last gap of that many days without traffic.
+
+Cost is kept in nano-USD integers so sums are exact, and shown in USD.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+Scope = Literal["tenant", "key"]
+Period = Literal["day", "month", "total"]
+#: hash field names, in ``UsageDelta`` order
+FIELDS = ("r", "e", "p", "c", "ca", "rs", "n", "tc")
+DEFAULT_RETENTION_DAYS = 400
+
+
+@dataclass(slots=True)
+class UsageDelta:
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_nano: int = 0
+    tool_calls: int = 0
+
+    def values(self) -> tuple[int, ...]:
+        return (self.requests, self.errors, self.prompt_tokens, self.completion_tokens, self.cached_tokens,
+                self.reasoning_tokens, self.cost_nano, self.tool_calls)
+
+
+@dataclass(slots=True)
+class Spent:
+    """What a budget compares: tokens (prompt + completion) and cost in nano-USD."""
+
+    tokens: int = 0
+    cost_nano: int = 0
+
+
+def period_names(now: float) -> tuple[str, str, str]:
+    """The rows a write at ``now`` lands in: ``d:YYYY-MM-DD``, ``m:YYYY-MM``, ``all`` (UTC)."""
+    day = time.strftime("%Y-%m-%d", time.gmtime(now))
+    return f"d:{day}", f"m:{day[:7]}", "all"
+
+
+def period_name(period: Period, now: float) -> str:
+    return period_names(now)[("day", "month", "total").index(period)]
+
+
+class UsageStore(ABC):
+    """Where the aggregates live; every method is one store round trip at most."""
+
+    @abstractmethod
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+        """Add to the tenant's rows and (when ``key_id``) the key's rows."""
+
+    @abstractmethod
+    async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
+        """One ``Spent`` per wanted (scope, period), in order."""
+
+    @abstractmethod
+    async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
+        """The day rows (``YYYY-MM-DD``) of the tenant, or of its key when ``key_id``; zeros where none."""
+
+
+class MemoryUsage(UsageStore):
+    """One process's aggregates (``memory://``): gone at restart, like every memory-store record."""
+
+    def __init__(self, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+        self._rows: dict[tuple[str, str, str], list[int]] = {}
+        self._retention_s = retention_days * 86400
+        self._pruned_day = ""
+
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+        self.add_now(tenant, key_id, delta, now)
+
+    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+        """Synchronous: the recorder calls it directly, no task per request for an in-process dict."""
+        periods = period_names(now)
+        if periods[0] != self._pruned_day:
+            self._prune(now)
+            self._pruned_day = periods[0]
+        values = delta.values()
+        for owner in ((tenant, ""), (tenant, key_id)) if key_id else ((tenant, ""),):
+            for period in periods:
+                row = self._rows.get((*owner, period))
+                if row is None:
+                    row = self._rows[(*owner, period)] = [0] * len(FIELDS)
+                for index, value in enumerate(values):
+                    row[index] += value
+
+    def _prune(self, now: float) -> None:
+        """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""
+        oldest = time.strftime("%Y-%m-%d", time.gmtime(now - self._retention_s))
+        for key in [k for k in self._rows if (k[2].startswith("d:") and k[2][2:] < oldest)
+                    or (k[2].startswith("m:") and k[2][2:] < oldest[:7])]:
+            del self._rows[key]
+
+    async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
+        found = []
+        for scope, period in wants:
+            row = self._rows.get((tenant, key_id if scope == "key" else "", period_name(period, now)))
+            found.append(Spent(row[2] + row[3], row[6]) if row else Spent())
+        return found
+
+    async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
+        return [list(self._rows.get((tenant, key_id, f"d:{day}")) or [0] * len(FIELDS)) for day in days]

@@ -1,0 +1,1 @@
+"""Prices, usage metering, daily usage aggregates and budgets (README "Prices, usage and budgets")."""

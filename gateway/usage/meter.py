@@ -1,0 +1,163 @@
+"""Per-request usage metering: ``gateway.usage_cost``, the Prometheus counters and the daily aggregates.
+
+A ``Meter`` follows one HTTP request (chat completion, either resume): the engine calls
+``finish`` with the result just before rendering it (so the cost lands in the response, stream or
+not), and the endpoint calls ``close`` once when the request is over, however it ended. ``close``
+never waits for the store: the aggregate write runs as a task after the response is produced, and
+a failed or dropped write is logged and counted (``loopgate_usage_store_failures_total``), never
+an error for the caller. Calls that answered before a later failure are still recorded: they
+were paid for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from gateway import metrics
+from gateway.loop.engine import LoopRequest, LoopState
+from gateway.loop.events import LoopResult
+from gateway.store.usage import UsageDelta, UsageStore
+from gateway.usage.budgets import budget_checks, exhausted, refusal
+from gateway.usage.pricing import Pricing, usd
+
+log = logging.getLogger("loopgate.usage")
+
+#: writes in flight at once; past it (the store is down or slow) a write is dropped and counted
+MAX_PENDING_WRITES = 10_000
+_LOG_EVERY_S = 10.0
+_KINDS = ("prompt", "completion", "cached", "reasoning")
+
+
+class Metering:
+    """One per worker: prices, the aggregate store (None when ``usage.record`` is off) and the label set."""
+
+    def __init__(self, pricing: Pricing, store: UsageStore | None, tenants: frozenset[str],
+                 tenant_budgets: dict[str, Any] | None = None) -> None:
+        self.pricing = pricing
+        self.store = store
+        self._tenant_budgets = tenant_budgets or {}
+        # Tenant label values come from the config only: a managed key's made-up tenant is "other".
+        self._tenant_labels = tenants
+        self._sync_add = getattr(store, "add_now", None)
+        self._pending: set[asyncio.Task[None]] = set()
+        self._logged_at = 0.0
+
+    def budgeted(self, key: Any) -> bool:
+        """Whether ``check_budget`` has anything to check (no coroutine for the common case)."""
+        return self.store is not None and (key.tenant in self._tenant_budgets
+                                           or getattr(key, "budget", None) is not None)
+
+    async def check_budget(self, key: Any) -> None:
+        """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
+
+        No budget, no store call; a store failure lets the request through (see gateway/usage/budgets.py).
+        """
+        tenant_budget = self._tenant_budgets.get(key.tenant)
+        if (tenant_budget is None and getattr(key, "budget", None) is None) or self.store is None:
+            return
+        checks = budget_checks(key, tenant_budget)
+        if not checks:
+            return
+        now = time.time()
+        try:
+            spent = await self.store.spent(key.tenant, getattr(key, "id", ""),
+                                           [(check.scope, check.period) for check in checks], now)
+        except Exception as exc:
+            self._failed("budget_check", "budget check failed, request let through: %s", exc)
+            return
+        for check, amount in zip(checks, spent, strict=True):
+            if exhausted(check, amount):
+                raise refusal(check, amount, now)
+
+    def meter(self, tenant: str, key_id: str) -> Meter:
+        return Meter(self, tenant, key_id)
+
+    def tenant_label(self, tenant: str) -> str:
+        return tenant if tenant in self._tenant_labels else "other"
+
+    def record(self, tenant: str, key_id: str, route: str, state: LoopState | None, failed: bool,
+               cost_nano: int | None) -> None:
+        delta = UsageDelta(requests=1, errors=int(failed))
+        if state is not None and state.calls:
+            usage = state.usage
+            delta.prompt_tokens, delta.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+            delta.cached_tokens, delta.reasoning_tokens = usage.cached_tokens, usage.reasoning_tokens
+            if cost_nano is None:
+                cost_nano = self.pricing.cost_nano(state.calls)
+            label = self.tenant_label(tenant)
+            for kind, count in zip(_KINDS, (delta.prompt_tokens, delta.completion_tokens, delta.cached_tokens,
+                                            delta.reasoning_tokens), strict=True):
+                if count:
+                    metrics.TOKENS.inc(label, route, kind, amount=count)
+            if cost_nano:
+                delta.cost_nano = cost_nano
+                metrics.COST.inc(label, route, amount=usd(cost_nano))
+        if state is not None:
+            delta.tool_calls = len(state.tool_records)
+        if self.store is None:
+            return
+        now = time.time()
+        if self._sync_add is not None:
+            self._sync_add(tenant, key_id, delta, now)
+            return
+        if len(self._pending) >= MAX_PENDING_WRITES:
+            self._failed("dropped", "usage write dropped: %d writes already waiting for the store", len(self._pending))
+            return
+        task = asyncio.get_running_loop().create_task(self._write(tenant, key_id, delta, now))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _write(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+        assert self.store is not None
+        try:
+            await self.store.add(tenant, key_id, delta, now)
+        except Exception as exc:
+            self._failed("write", "usage write failed: %s", exc)
+
+    def _failed(self, reason: str, message: str, *args: Any) -> None:
+        metrics.USAGE_STORE_FAILURES.inc(reason)
+        now = time.monotonic()
+        if now - self._logged_at >= _LOG_EVERY_S:  # an outage must not flood the log
+            self._logged_at = now
+            log.warning(message, *args)
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """At shutdown: let the writes in flight land (bounded)."""
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=timeout_s)
+
+
+class Meter:
+    __slots__ = ("_closed", "_cost", "_finished", "_metering", "_state", "key_id", "route", "tenant")
+
+    def __init__(self, metering: Metering, tenant: str, key_id: str) -> None:
+        self._metering = metering
+        self.tenant = tenant
+        self.key_id = key_id
+        self.route = "unknown"  # the bounded metrics label of the route, once known
+        self._state: LoopState | None = None
+        self._finished = self._closed = False
+        self._cost: int | None = None
+
+    def watch(self, request: LoopRequest) -> None:
+        self._state = request.state
+        request.on_finish = self.finish
+
+    def finish(self, result: LoopResult) -> None:
+        """The engine's hook: ``usage_cost`` only when every call of the response has a price."""
+        self._finished = True
+        if self._state is not None and self._metering.pricing:
+            self._cost = self._metering.pricing.cost_nano(self._state.calls)
+            if self._cost is not None:
+                result.gateway["usage_cost"] = usd(self._cost)
+
+    def close(self, status: int) -> None:
+        """Once per request, however it ended; an unfinished loop (error, disconnect) counts as an error."""
+        if self._closed:
+            return
+        self._closed = True
+        self._metering.record(self.tenant, self.key_id, self.route, self._state,
+                              status >= 400 or not self._finished, self._cost)

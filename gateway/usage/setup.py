@@ -1,0 +1,34 @@
+"""Building the worker's ``Metering`` from the config and the opened store (once, at start-up)."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.config.model import Config
+from gateway.store import Store
+from gateway.store.usage import MemoryUsage, UsageStore
+from gateway.usage.meter import Metering
+from gateway.usage.pricing import Pricing
+
+log = logging.getLogger("loopgate.usage")
+
+
+def usage_store(config: Config, store: Store) -> UsageStore | None:
+    if not config.usage.record:
+        return None
+    if store.kind == "redis":
+        from gateway.store.redis import RedisStore
+        from gateway.store.redis_usage import RedisUsage
+
+        assert isinstance(store, RedisStore)
+        return RedisUsage(store, config.usage.retention_days)
+    return MemoryUsage(config.usage.retention_days)
+
+
+def start_metering(config: Config, store: Store) -> Metering:
+    configured = getattr(config, "tenants", None) or {}
+    tenants = frozenset({key.tenant for key in config.auth.keys} | {"default"} | set(configured))
+    budgets = {name: tenant.budget for name, tenant in configured.items() if tenant.budget is not None}
+    if not config.usage.record and (budgets or any(getattr(k, "budget", None) for k in config.auth.keys)):
+        log.warning("budgets are configured but usage.record is off: budgets are not enforced")
+    return Metering(Pricing.from_config(config), usage_store(config, store), tenants, budgets)
