@@ -44,6 +44,7 @@ class Reply:
     # so a gateway calibrating its token estimates against usage is not misled.
     usage: tuple[int, int] | None = None
     finish: str | None = None  # override the native finish/stop reason
+    cached: int = 0  # cached prompt tokens (OpenAI wire: usage.prompt_tokens_details.cached_tokens)
 
 
 @dataclass
@@ -241,7 +242,8 @@ class FakeUpstream(ThreadedApp):
         return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion}}
+                          "total_tokens": prompt + completion,
+                          "prompt_tokens_details": {"cached_tokens": reply.cached}}}
 
     def _frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
         if self.wire == "anthropic":
@@ -274,7 +276,8 @@ class FakeUpstream(ThreadedApp):
         frames.append(chunk({}, reply.finish or ("tool_calls" if reply.tool_calls else "stop")))
         prompt, completion = reply.usage
         frames.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": {
-            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}) + b"\n\n")
+            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": reply.cached}}}) + b"\n\n")
         frames.append(b"data: [DONE]\n\n")
         return frames
 

@@ -1,0 +1,106 @@
+"""The usage aggregates on both stores: six rows per write, period reads for budgets, day rows, TTLs."""
+
+from __future__ import annotations
+
+import calendar
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.store.redis import RedisStore
+from gateway.store.redis_usage import RedisUsage, usage_key
+from gateway.store.usage import FIELDS, MemoryUsage, UsageDelta, UsageStore
+
+REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+DEC_31 = calendar.timegm((2026, 12, 31, 23, 59, 0))
+JAN_1 = DEC_31 + 120
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def usage(request: pytest.FixtureRequest) -> AsyncIterator[UsageStore]:
+    if request.param == "memory":
+        yield MemoryUsage()
+        return
+    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        await client.flushdb()
+    except Exception as exc:
+        await client.aclose()
+        if IN_CI:
+            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    store = RedisStore(REDIS_URL)
+    yield RedisUsage(store, retention_days=2)
+    await client.flushdb()
+    await client.aclose()
+    await store.aclose()
+
+
+def delta(prompt: int, completion: int, cost_nano: int, errors: int = 0) -> UsageDelta:
+    return UsageDelta(requests=1, errors=errors, prompt_tokens=prompt, completion_tokens=completion, cached_tokens=3,
+                      reasoning_tokens=2, cost_nano=cost_nano, tool_calls=1)
+
+
+async def test_rows_per_day_month_and_total(usage: UsageStore) -> None:
+    await usage.add("team-a", "key_1", delta(100, 10, 5_000), DEC_31)
+    await usage.add("team-a", "key_2", delta(200, 20, 7_000, errors=1), DEC_31)
+    await usage.add("team-a", "key_1", delta(1, 1, 1), JAN_1)
+
+    tenant_day, key_day, tenant_month, key_total = await usage.spent(
+        "team-a", "key_1", [("tenant", "day"), ("key", "day"), ("tenant", "month"), ("key", "total")], DEC_31)
+    assert (tenant_day.tokens, tenant_day.cost_nano) == (330, 12_000)
+    assert (key_day.tokens, key_day.cost_nano) == (110, 5_000)
+    assert tenant_month.tokens == 330
+    assert (key_total.tokens, key_total.cost_nano) == (112, 5_001)
+    # the new day and the new month start from zero; the total does not
+    day, month, total = await usage.spent("team-a", "", [("tenant", "day"), ("tenant", "month"),
+                                                         ("tenant", "total")], JAN_1)
+    assert (day.tokens, month.tokens, total.tokens) == (2, 2, 332)
+
+    rows = await usage.days("team-a", "", ["2026-12-30", "2026-12-31", "2027-01-01"])
+    assert rows[0] == [0] * len(FIELDS)
+    assert rows[1] == [2, 1, 300, 30, 6, 4, 12_000, 2]
+    assert rows[2] == [1, 0, 1, 1, 3, 2, 1, 1]
+    assert (await usage.days("team-a", "key_2", ["2026-12-31"]))[0][:3] == [1, 1, 200]
+    assert (await usage.days("team-b", "", ["2026-12-31"]))[0] == [0] * len(FIELDS)
+
+
+async def test_tenant_names_cannot_move_the_hash_tag(usage: UsageStore) -> None:
+    await usage.add("a}{b", "k}", delta(5, 5, 0), DEC_31)
+    assert (await usage.spent("a}{b", "k}", [("key", "day")], DEC_31))[0].tokens == 10
+    assert (await usage.spent("a", "", [("tenant", "day")], DEC_31))[0].tokens == 0
+
+
+async def test_redis_rows_expire_and_share_one_slot() -> None:
+    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        await client.flushdb()
+    except Exception as exc:
+        await client.aclose()
+        if IN_CI:
+            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    store = RedisStore(REDIS_URL)
+    try:
+        await RedisUsage(store, retention_days=2).add("t", "k", delta(1, 1, 0), DEC_31)
+        keys = sorted(k.decode() for k in await client.keys("loopgate:*"))
+        assert len(keys) == 6
+        assert usage_key("t", "k", "d:2026-12-31") in keys and usage_key("t", "", "all") in keys
+        assert {key.split("}")[0] for key in keys} == {"loopgate:{u:t"}  # one hash tag: one slot, one script
+        for key in keys:
+            assert 0 < await client.ttl(key) <= 2 * 86400
+    finally:
+        await client.flushdb()
+        await client.aclose()
+        await store.aclose()
+
+
+async def test_memory_prunes_old_days() -> None:
+    usage = MemoryUsage(retention_days=2)
+    await usage.add("t", "", delta(1, 1, 0), DEC_31)
+    await usage.add("t", "", delta(1, 1, 0), DEC_31 + 5 * 86400)
+    assert (await usage.days("t", "", ["2026-12-31"]))[0] == [0] * len(FIELDS)
+    assert (await usage.spent("t", "", [("tenant", "total")], DEC_31 + 5 * 86400))[0].tokens == 4
