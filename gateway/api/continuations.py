@@ -9,11 +9,13 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway import metrics
-from gateway.api.auth import authenticate, key_id
+from gateway.api.access import check_model_access
+from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.limits import Admission
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
@@ -80,10 +82,11 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
     meter = None
+    admission: Admission | None = None
     try:
         incoming = Incoming(request.scope, request.receive)
         key = authenticate(incoming.authorization, runtime.keys)
-        meter = runtime.usage.meter(key.tenant, key_id(key))
+        meter = runtime.usage.meter(key.tenant, key.id)
         if runtime.usage.budgeted(key):
             await runtime.usage.check_budget(key)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
@@ -105,6 +108,8 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
         meter.route = plan.metric_label
+        check_model_access(key, plan, resume=True)
+        admission = await runtime.limits.admit(key, incoming.body_bytes)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
@@ -112,8 +117,16 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
                                                      headless)
         meter.watch(loop_request)
         events = continuations.run_resumed(claimed, loop_request, runtime.deps)
-        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started, meter)
+        if admission is None:
+            return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
+                                 meter=meter)
+        if admission.needs_settling:
+            events = admission.observe(events)
+        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
+                             admission.headers, meter)
     except Exception as exc:
+        if admission is not None:
+            await admission.finish(None)
         error = to_gateway_error(exc)
         if meter is not None:
             meter.close(error.status)

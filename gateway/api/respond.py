@@ -18,12 +18,14 @@ from gateway.usage.meter import Meter
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str, label: str,
-                  path: str, started: float, meter: Meter | None = None) -> JSONResponse | SSEResponse:
+                  path: str, started: float, headers: dict[str, str] | None = None,
+                  meter: Meter | None = None) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
     ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
     the model that answered (see ``render``); ``label`` is the bounded name metrics use
-    (``RoutePlan.metric_label``). ``meter`` is closed when the request is over (on failure, by the caller).
+    (``RoutePlan.metric_label``). ``headers`` go on the response (the rate-limit headers). ``meter`` is closed
+    when the request is over (on failure, by the caller).
     """
     response_id = completion_id()
     if not stream:
@@ -32,7 +34,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         finished(path, label, 200, started)
-        response = JSONResponse(orjson.dumps(payload))
+        response = JSONResponse(orjson.dumps(payload), 200, headers)
         if meter is not None:
             meter.close(200)
         return response
@@ -63,7 +65,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         if meter is not None:
             meter.close(200)  # an unfinished loop (an error frame, a disconnect) is counted as an error
 
-    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
+    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close), headers)
 
 
 def finished(path: str, label: str, status: int, started: float) -> None:

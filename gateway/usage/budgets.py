@@ -17,8 +17,8 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
 from gateway.store.usage import Period, Scope, Spent
 from gateway.usage.pricing import NANO
@@ -64,13 +64,12 @@ def reset_time(period: Period, now: float) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))
 
 
-def budget_checks(key: Any, tenant_budget: Any) -> list[BudgetCheck]:
+def budget_checks(key: ApiKey, tenant_budget: Budget | None) -> list[BudgetCheck]:
     """The budgets that apply to a request of ``key``: its own (when it has an id) and its tenant's."""
     checks = []
-    budget = getattr(key, "budget", None)
-    key_id = getattr(key, "id", "")
-    if budget is not None and key_id:
-        checks.append(BudgetCheck("key", key_id, budget.period, budget.unit, budget.limit))
+    budget = key.budget
+    if budget is not None and key.id:
+        checks.append(BudgetCheck("key", key.id, budget.period, budget.unit, budget.limit))
     if tenant_budget is not None:
         checks.append(BudgetCheck("tenant", repr(key.tenant), tenant_budget.period, tenant_budget.unit,
                                   tenant_budget.limit))

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from gateway import metrics
+from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.store.usage import UsageDelta, UsageStore
@@ -35,7 +36,7 @@ class Metering:
     """One per worker: prices, the aggregate store (None when ``usage.record`` is off) and the label set."""
 
     def __init__(self, pricing: Pricing, store: UsageStore | None, tenants: frozenset[str],
-                 tenant_budgets: dict[str, Any] | None = None) -> None:
+                 tenant_budgets: dict[str, Budget] | None = None) -> None:
         self.pricing = pricing
         self.store = store
         self._tenant_budgets = tenant_budgets or {}
@@ -45,25 +46,21 @@ class Metering:
         self._pending: set[asyncio.Task[None]] = set()
         self._logged_at = 0.0
 
-    def budgeted(self, key: Any) -> bool:
+    def budgeted(self, key: ApiKey) -> bool:
         """Whether ``check_budget`` has anything to check (no coroutine for the common case)."""
-        return self.store is not None and (key.tenant in self._tenant_budgets
-                                           or getattr(key, "budget", None) is not None)
+        return self.store is not None and (key.budget is not None or key.tenant in self._tenant_budgets)
 
-    async def check_budget(self, key: Any) -> None:
+    async def check_budget(self, key: ApiKey) -> None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
         No budget, no store call; a store failure lets the request through (see gateway/usage/budgets.py).
         """
-        tenant_budget = self._tenant_budgets.get(key.tenant)
-        if (tenant_budget is None and getattr(key, "budget", None) is None) or self.store is None:
-            return
-        checks = budget_checks(key, tenant_budget)
-        if not checks:
+        checks = budget_checks(key, self._tenant_budgets.get(key.tenant))
+        if not checks or self.store is None:
             return
         now = time.time()
         try:
-            spent = await self.store.spent(key.tenant, getattr(key, "id", ""),
+            spent = await self.store.spent(key.tenant, key.id,
                                            [(check.scope, check.period) for check in checks], now)
         except Exception as exc:
             self._failed("budget_check", "budget check failed, request let through: %s", exc)

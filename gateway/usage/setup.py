@@ -26,9 +26,8 @@ def usage_store(config: Config, store: Store) -> UsageStore | None:
 
 
 def start_metering(config: Config, store: Store) -> Metering:
-    configured = getattr(config, "tenants", None) or {}
-    tenants = frozenset({key.tenant for key in config.auth.keys} | {"default"} | set(configured))
-    budgets = {name: tenant.budget for name, tenant in configured.items() if tenant.budget is not None}
-    if not config.usage.record and (budgets or any(getattr(k, "budget", None) for k in config.auth.keys)):
+    tenants = frozenset({key.tenant for key in config.auth.keys} | {"default"} | set(config.tenants))
+    budgets = {name: tenant.budget for name, tenant in config.tenants.items() if tenant.budget is not None}
+    if not config.usage.record and (budgets or any(key.budget for key in config.auth.keys)):
         log.warning("budgets are configured but usage.record is off: budgets are not enforced")
     return Metering(Pricing.from_config(config), usage_store(config, store), tenants, budgets)
