@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import metrics
 from gateway.api.access import visible_routes
 from gateway.api.admin import admin_routes
+from gateway.api.admin_usage import usage_routes
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
@@ -103,6 +104,7 @@ def create_app(config: Config) -> FastChatPath:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
         *admin_routes(),
+        *usage_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
