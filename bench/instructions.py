@@ -7,6 +7,8 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions                 # 2,000 JSON requests to route ``bench``
     python -m bench.instructions --stream        # the same as streams
     python -m bench.instructions --requests 500  # quicker, slightly noisier
+    python -m bench.instructions --price --store redis://127.0.0.1:6379/9   # priced target, Redis usage rows
+    python -m bench.instructions --no-usage      # usage aggregates off (usage.record: false)
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -62,13 +64,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--price", action="store_true", help="price the target (every response gets a usage_cost)")
+    parser.add_argument("--store", default="memory://", help="store URL (usage aggregates are written there)")
+    parser.add_argument("--no-usage", action="store_true", help="usage.record: false")
     args = parser.parse_args()
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
     with servers.start_fake() as fake:
         port = servers.free_port()
         cfg = out_dir / "config.yaml"
-        cfg.write_text(yaml.safe_dump(servers.gateway_config(fake.base), sort_keys=False))
+        config = servers.gateway_config(fake.base)
+        config["store"] = {"url": args.store}
+        if args.price:
+            config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
+        if args.no_usage:
+            config["usage"] = {"record": False}
+        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/cg.%p",
                sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
                "--port", str(port)]
