@@ -180,3 +180,43 @@ def test_tenant_budget_covers_every_key_of_the_tenant(gateway: Gateway, fakes: d
     # the refusals are counted as errored requests of the tenant
     (row,) = rows_when(gateway, 2, tenant="capped")
     assert (row["requests"], row["errors"], row["total_tokens"]) == (2, 1, 610)
+
+
+def memory_or_down_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, store_url: str) -> str:
+    config = priced_config(fakes, tool_server, TENANTS).replace(f'url: "{REDIS_URL}"', f'url: "{store_url}"')
+    anchor = "    - {key: cron-key, tenant: jobs, headless: true}\n"
+    return config.replace(anchor, anchor + EXTRA_KEYS.lstrip("\n"))
+
+
+def test_memory_store_counts_at_once_and_enforces(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    gw = Gateway(memory_or_down_config(fakes, tool_server, "memory://")).start()
+    try:
+        fakes["primary"].queue(Reply(text="one", usage=(990, 20)))
+        gw.client(TOKEN_KEY).chat.completions.create(model="priced", messages=USER)
+        (row,) = rows_once(gw, key=config_key_id(TOKEN_KEY))
+        assert (row["requests"], row["total_tokens"], row["tenant"]) == (1, 1010, "tok-team")
+        refused(lambda: gw.client(TOKEN_KEY).chat.completions.create(model="priced", messages=USER))
+    finally:
+        gw.stop()
+
+
+def test_a_store_outage_never_fails_a_request(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    from tests.e2e.conftest import free_port
+
+    gw = Gateway(memory_or_down_config(fakes, tool_server, f"redis://127.0.0.1:{free_port()}/0")).start()
+    try:
+        # a budgeted key: the budget read fails and the request is let through; the usage write fails after it
+        completion = gw.client(TOKEN_KEY).chat.completions.create(model="plain", messages=USER)
+        assert completion.choices[0].message.content
+        deadline = time.monotonic() + 10
+        while True:
+            text = httpx.get(f"{gw.url}/metrics").text
+            if ('loopgate_usage_store_failures_total{op="write"} 1' in text
+                    or time.monotonic() > deadline):
+                break
+            time.sleep(0.05)
+        assert 'loopgate_usage_store_failures_total{op="budget_check"} 1' in text
+        assert 'loopgate_usage_store_failures_total{op="write"} 1' in text
+        assert usage(gw).status_code == 503
+    finally:
+        gw.stop()
