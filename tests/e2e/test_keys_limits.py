@@ -334,3 +334,18 @@ def test_stream_carries_the_limit_headers_and_unlimited_keys_none(pair: tuple[Ga
     assert streamed.headers["x-ratelimit-limit-tokens"] == "100000"
     plain = chat(first, KEY)
     assert plain.status_code == 200 and not any(h.startswith("x-ratelimit") for h in plain.headers)
+
+
+def test_memory_store_limits_and_managed_keys_in_one_process(fakes: dict[str, FakeUpstream],
+                                                             tool_server: ToolServer) -> None:
+    text = gateway_config(fakes, tool_server=tool_server.url).replace("auth:\n  keys:\n", AUTH, 1) + TENANTS
+    gw = Gateway(text).start()
+    try:
+        created = admin("POST", gw, "/admin/keys", {"tenant": "mem", "rpm": 3, "max_concurrent": 5})
+        secret = created.json()["key"]
+        statuses = [chat(gw, secret).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        assert admin("DELETE", gw, f"/admin/keys/{created.json()['id']}").status_code == 200
+        assert chat(gw, secret).status_code == 401
+    finally:
+        gw.stop()
