@@ -7,7 +7,9 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions                 # 2,000 JSON requests to route ``bench``
     python -m bench.instructions --stream        # the same as streams
     python -m bench.instructions --requests 500  # quicker, slightly noisier
-    python -m bench.instructions --price --store redis://127.0.0.1:6379/9   # priced target, Redis usage rows
+    python -m bench.instructions --limited       # as a managed key with rpm, tpm and max_concurrent
+    python -m bench.instructions --limited --store redis://127.0.0.1:6379/3   # limits shared through Redis
+    python -m bench.instructions --price --store redis://127.0.0.1:6379/9   # priced target, usage rows in Redis
     python -m bench.instructions --no-usage      # usage aggregates off (usage.record: false)
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
@@ -35,7 +37,19 @@ from bench import servers
 _TOTAL = re.compile(rb"([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS|([\d,]+)\s+PROGRAM TOTALS")
 
 
-async def _send(url: str, count: int, concurrency: int, stream: bool) -> int:
+ADMIN_KEY = "bench-admin-key"
+
+
+async def _managed_key(base: str) -> str:
+    """A managed key with every limit set, high enough never to refuse a bench request."""
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{base}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+            json={"tenant": "bench", "rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}) as resp:
+        resp.raise_for_status()
+        return str((await resp.json())["key"])
+
+
+async def _send(url: str, count: int, concurrency: int, stream: bool, key: str | None = None) -> int:
     body = orjson.dumps({"model": "bench", "stream": stream,
                          "messages": [{"role": "user", "content": "Say hello in one short sentence."}]})
     ok = 0
@@ -45,7 +59,10 @@ async def _send(url: str, count: int, concurrency: int, stream: bool) -> int:
         nonlocal ok, remaining
         while remaining > 0:
             remaining -= 1
-            async with session.post(url, data=body, headers={"content-type": "application/json"}) as resp:
+            headers = {"content-type": "application/json"}
+            if key:
+                headers["authorization"] = f"Bearer {key}"
+            async with session.post(url, data=body, headers=headers) as resp:
                 await resp.read()
                 ok += resp.status == 200
 
@@ -64,8 +81,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
+    parser.add_argument("--store", default=None, help="store.url (default memory://)")
     parser.add_argument("--price", action="store_true", help="price the target (every response gets a usage_cost)")
-    parser.add_argument("--store", default="memory://", help="store URL (usage aggregates are written there)")
     parser.add_argument("--no-usage", action="store_true", help="usage.record: false")
     args = parser.parse_args()
 
@@ -74,7 +92,10 @@ def main() -> None:
         port = servers.free_port()
         cfg = out_dir / "config.yaml"
         config = servers.gateway_config(fake.base)
-        config["store"] = {"url": args.store}
+        if args.limited:
+            config["auth"] = {"admin_keys": [{"key": ADMIN_KEY, "name": "bench"}]}
+        if args.store:
+            config["store"] = {"url": args.store}
         if args.price:
             config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
         if args.no_usage:
@@ -85,10 +106,11 @@ def main() -> None:
                "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
             url = f"{gateway.base}/v1/chat/completions"
-            asyncio.run(_send(url, args.warmup, args.concurrency, args.stream))
+            key = asyncio.run(_managed_key(gateway.base)) if args.limited else None
+            asyncio.run(_send(url, args.warmup, args.concurrency, args.stream, key))
             time.sleep(1.0)
             _control(gateway.pid, "-i", "on")
-            ok = asyncio.run(_send(url, args.requests, args.concurrency, args.stream))
+            ok = asyncio.run(_send(url, args.requests, args.concurrency, args.stream, key))
             _control(gateway.pid, "-d")
             _control(gateway.pid, "-i", "off")
             dumps = sorted(out_dir.glob(f"cg.{gateway.pid}*"))
