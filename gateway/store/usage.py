@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import add
 from typing import Literal
 
 Scope = Literal["tenant", "key"]
@@ -47,10 +49,24 @@ class Spent:
     cost_nano: int = 0
 
 
+_periods: tuple[int, tuple[str, str, str]] = (-1, ("", "", ""))
+
+
 def period_names(now: float) -> tuple[str, str, str]:
-    """The rows a write at ``now`` lands in: ``d:YYYY-MM-DD``, ``m:YYYY-MM``, ``all`` (UTC)."""
-    day = time.strftime("%Y-%m-%d", time.gmtime(now))
-    return f"d:{day}", f"m:{day[:7]}", "all"
+    """The rows a write at ``now`` lands in: ``d:YYYY-MM-DD``, ``m:YYYY-MM``, ``all`` (UTC).
+
+    Formatted once per UTC day (strftime is a visible share of a request's cost otherwise).
+    """
+    global _periods
+    day_index = int(now // 86400)
+    if day_index != _periods[0]:
+        day = time.strftime("%Y-%m-%d", time.gmtime(now))
+        _periods = (day_index, (f"d:{day}", f"m:{day[:7]}", "all"))
+    return _periods[1]
+
+
+def merge(row: list[int], values: tuple[int, ...]) -> None:
+    row[:] = map(add, row, values)
 
 
 def period_name(period: Period, now: float) -> str:
@@ -58,11 +74,26 @@ def period_name(period: Period, now: float) -> str:
 
 
 class UsageStore(ABC):
-    """Where the aggregates live; every method is one store round trip at most."""
+    """Where the aggregates live; every async method is one store round trip at most.
+
+    ``add_now`` is what a request calls: synchronous, no store round trip (the in-process store adds
+    at once, Redis queues for its next flush); False means the delta was dropped (too much waiting).
+    ``on_error(op, cause)`` hears about failures that have no caller to raise to (a background flush).
+    """
+
+    on_error: Callable[[str, BaseException | str], None] | None = None
+
+    @abstractmethod
+    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> bool:
+        """Add to the tenant's rows and (when ``key_id``) the key's rows, now or at the next flush."""
 
     @abstractmethod
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
-        """Add to the tenant's rows and (when ``key_id``) the key's rows."""
+        """``add_now`` and, for a store that queues, the write itself."""
+
+    @abstractmethod
+    async def drain(self, timeout_s: float) -> None:
+        """At shutdown: write what is queued (bounded)."""
 
     @abstractmethod
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
@@ -84,20 +115,24 @@ class MemoryUsage(UsageStore):
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
         self.add_now(tenant, key_id, delta, now)
 
-    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
-        """Synchronous: the recorder calls it directly, no task per request for an in-process dict."""
+    async def drain(self, timeout_s: float) -> None:
+        """Nothing is ever queued: ``add_now`` adds at once."""
+
+    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> bool:
         periods = period_names(now)
         if periods[0] != self._pruned_day:
             self._prune(now)
             self._pruned_day = periods[0]
         values = delta.values()
-        for owner in ((tenant, ""), (tenant, key_id)) if key_id else ((tenant, ""),):
+        rows = self._rows
+        for owner in (("", key_id) if key_id else ("",)):
             for period in periods:
-                row = self._rows.get((*owner, period))
+                row = rows.get((tenant, owner, period))
                 if row is None:
-                    row = self._rows[(*owner, period)] = [0] * len(FIELDS)
-                for index, value in enumerate(values):
-                    row[index] += value
+                    rows[(tenant, owner, period)] = list(values)
+                else:
+                    merge(row, values)
+        return True
 
     def _prune(self, now: float) -> None:
         """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""

@@ -3,15 +3,15 @@
 A ``Meter`` follows one HTTP request (chat completion, either resume): the engine calls
 ``finish`` with the result just before rendering it (so the cost lands in the response, stream or
 not), and the endpoint calls ``close`` once when the request is over, however it ended. ``close``
-never waits for the store: the aggregate write runs as a task after the response is produced, and
-a failed or dropped write is logged and counted (``loopgate_usage_store_failures_total``), never
-an error for the caller. Calls that answered before a later failure are still recorded: they
+never waits for the store: it adds the counts in process (memory), or queues them for the Redis
+store's next flush (gateway/store/redis_usage.py), after the response is produced; a failed or
+dropped write is logged and counted (``loopgate_usage_store_failures_total``), never an error
+for the caller. Calls that answered before a later failure are still recorded: they
 were paid for.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -26,8 +26,6 @@ from gateway.usage.pricing import Pricing, usd
 
 log = logging.getLogger("loopgate.usage")
 
-#: writes in flight at once; past it (the store is down or slow) a write is dropped and counted
-MAX_PENDING_WRITES = 10_000
 _LOG_EVERY_S = 10.0
 _KINDS = ("prompt", "completion", "cached", "reasoning")
 
@@ -42,9 +40,9 @@ class Metering:
         self._tenant_budgets = tenant_budgets or {}
         # Tenant label values come from the config only: a managed key's made-up tenant is "other".
         self._tenant_labels = tenants
-        self._sync_add = getattr(store, "add_now", None)
-        self._pending: set[asyncio.Task[None]] = set()
         self._logged_at = 0.0
+        if store is not None:
+            store.on_error = self._store_failed
 
     def budgeted(self, key: ApiKey) -> bool:
         """Whether ``check_budget`` has anything to check (no coroutine for the common case)."""
@@ -94,25 +92,11 @@ class Metering:
                 metrics.COST.inc(label, route, amount=usd(cost_nano))
         if state is not None:
             delta.tool_calls = len(state.tool_records)
-        if self.store is None:
-            return
-        now = time.time()
-        if self._sync_add is not None:
-            self._sync_add(tenant, key_id, delta, now)
-            return
-        if len(self._pending) >= MAX_PENDING_WRITES:
-            self._failed("dropped", "usage write dropped: %d writes already waiting for the store", len(self._pending))
-            return
-        task = asyncio.get_running_loop().create_task(self._write(tenant, key_id, delta, now))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        if self.store is not None and not self.store.add_now(tenant, key_id, delta, time.time()):
+            self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
-    async def _write(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
-        assert self.store is not None
-        try:
-            await self.store.add(tenant, key_id, delta, now)
-        except Exception as exc:
-            self._failed("write", "usage write failed: %s", exc)
+    def _store_failed(self, op: str, cause: BaseException | str) -> None:
+        self._failed(op, "usage store %s failed: %s", op, cause)
 
     def _failed(self, reason: str, message: str, *args: Any) -> None:
         metrics.USAGE_STORE_FAILURES.inc(reason)
@@ -122,9 +106,12 @@ class Metering:
             log.warning(message, *args)
 
     async def drain(self, timeout_s: float = 5.0) -> None:
-        """At shutdown: let the writes in flight land (bounded)."""
-        if self._pending:
-            await asyncio.wait(list(self._pending), timeout=timeout_s)
+        """At shutdown: write what is queued (bounded); a failure is reported, not raised."""
+        if self.store is not None:
+            try:
+                await self.store.drain(timeout_s)
+            except Exception as exc:
+                self._store_failed("write", exc)
 
 
 class Meter:

@@ -104,3 +104,57 @@ async def test_memory_prunes_old_days() -> None:
     await usage.add("t", "", delta(1, 1, 0), DEC_31 + 5 * 86400)
     assert (await usage.days("t", "", ["2026-12-31"]))[0] == [0] * len(FIELDS)
     assert (await usage.spent("t", "", [("tenant", "total")], DEC_31 + 5 * 86400))[0].tokens == 4
+
+
+async def test_redis_coalesces_requests_into_timed_flushes() -> None:
+    import asyncio
+
+    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        await client.flushdb()
+    except Exception as exc:
+        await client.aclose()
+        if IN_CI:
+            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    store = RedisStore(REDIS_URL)
+    usage = RedisUsage(store, flush_s=0.05)
+    try:
+        for tenant in ("t1", "t1", "t2"):
+            assert usage.add_now(tenant, "k", delta(10, 1, 100), DEC_31)
+        assert await client.keys("loopgate:*") == []  # nothing written during the requests
+        deadline = asyncio.get_running_loop().time() + 5
+        while not await client.exists(usage_key("t2", "", "all")):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        (t1,) = await usage.days("t1", "k", ["2026-12-31"])
+        assert t1[:3] == [2, 0, 20] and t1[6] == 200
+        assert (await usage.spent("t2", "", [("tenant", "total")], DEC_31))[0].tokens == 11
+    finally:
+        await client.flushdb()
+        await client.aclose()
+        await store.aclose()
+
+
+async def test_a_failed_flush_is_reported_not_raised() -> None:
+    import asyncio
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2, op_timeout=0.5)
+    failures: list[str] = []
+    usage = RedisUsage(store, flush_s=0.01)
+    usage.on_error = lambda op, cause: failures.append(op)
+    try:
+        assert usage.add_now("t", "k", delta(1, 1, 0), DEC_31)
+        for _ in range(300):
+            if failures:
+                break
+            await asyncio.sleep(0.01)
+        assert failures == ["write"]
+        assert usage.add_now("t", "k", delta(1, 1, 0), DEC_31)  # the failed batch did not pile up
+    finally:
+        await store.aclose()
