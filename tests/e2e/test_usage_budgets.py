@@ -22,6 +22,7 @@ from tests.e2e.test_usage_cost import (
     REDIS_URL,
     USER,
     loop_with_failover,
+    metric,
     mtok,
     priced_config,
     require_redis,
@@ -220,3 +221,20 @@ def test_a_store_outage_never_fails_a_request(fakes: dict[str, FakeUpstream], to
         assert usage(gw).status_code == 503
     finally:
         gw.stop()
+
+
+def test_unlisted_tenants_share_the_other_metric_label(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    created = httpx.post(f"{gateway.url}/admin/keys", json={"tenant": "adhoc-team", "name": "adhoc"},
+                         headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+    assert created.status_code in (200, 201), created.text
+    secret = created.json()["key"]
+    before = httpx.get(f"{gateway.url}/metrics").text
+    fakes["primary"].queue(Reply(text="hi", usage=(40, 2)))
+    gateway.client(secret).chat.completions.create(model="priced", messages=USER)
+    after = httpx.get(f"{gateway.url}/metrics").text
+    assert "adhoc-team" not in after
+    prompt = ("loopgate_tokens_total", {"tenant": "other", "route": "priced", "kind": "prompt"})
+    assert metric(after, prompt[0], **prompt[1]) - metric(before, prompt[0], **prompt[1]) == 40
+    # the managed key's own rows exist under its tenant
+    (row,) = rows_when(gateway, 1, key=created.json()["id"])
+    assert (row["tenant"], row["prompt_tokens"]) == ("adhoc-team", 40)
