@@ -71,16 +71,16 @@ class RedisUsage(UsageStore):
         self._timer: asyncio.TimerHandle | None = None
         self._flushing: set[asyncio.Task[None]] = set()
 
-    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> bool:
-        """Queue ``delta`` for the next flush; False when too much is already waiting (dropped)."""
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
+        """Queue ``values`` for the next flush; False when too much is already waiting (dropped)."""
         entry = (tenant, key_id, period_names(now))
         row = self._pending.get(entry)
         if row is None:
             if len(self._pending) >= MAX_PENDING:
                 return False
-            self._pending[entry] = list(delta.values())
+            self._pending[entry] = list(values)
         else:
-            merge(row, delta.values())
+            merge(row, values)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._start_flush)
         return True
@@ -136,7 +136,7 @@ class RedisUsage(UsageStore):
 
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
         """Add and write at once (tests, tools): ``add_now`` plus a flush."""
-        if not self.add_now(tenant, key_id, delta, now):
+        if not self.add_now(tenant, key_id, delta.values(), now):
             raise OverflowError("too many usage rows waiting for the store")
         await self.flush()
 

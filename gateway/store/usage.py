@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import add
 from typing import Literal
@@ -65,7 +65,7 @@ def period_names(now: float) -> tuple[str, str, str]:
     return _periods[1]
 
 
-def merge(row: list[int], values: tuple[int, ...]) -> None:
+def merge(row: list[int], values: Sequence[int]) -> None:
     row[:] = map(add, row, values)
 
 
@@ -84,8 +84,9 @@ class UsageStore(ABC):
     on_error: Callable[[str, BaseException | str], None] | None = None
 
     @abstractmethod
-    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> bool:
-        """Add to the tenant's rows and (when ``key_id``) the key's rows, now or at the next flush."""
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
+        """Add ``values`` (``UsageDelta`` order) to the tenant's rows and (when ``key_id``) the key's rows,
+        now or at the next flush."""
 
     @abstractmethod
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
@@ -105,34 +106,55 @@ class UsageStore(ABC):
 
 
 class MemoryUsage(UsageStore):
-    """One process's aggregates (``memory://``): gone at restart, like every memory-store record."""
+    """One process's aggregates (``memory://``): gone at restart, like every memory-store record.
+
+    A request only adds its counts to one pending row per (tenant, key, day); the six period rows
+    are brought up to date when something reads them (or when many rows wait), so the hot path pays
+    one dict update, not six.
+    """
+
+    #: pending rows applied at once past this many (a gateway nobody reads usage from stays bounded)
+    MAX_PENDING = 1024
 
     def __init__(self, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self._rows: dict[tuple[str, str, str], list[int]] = {}
+        self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
         self._retention_s = retention_days * 86400
         self._pruned_day = ""
 
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
-        self.add_now(tenant, key_id, delta, now)
+        self.add_now(tenant, key_id, delta.values(), now)
 
     async def drain(self, timeout_s: float) -> None:
-        """Nothing is ever queued: ``add_now`` adds at once."""
+        """Nothing leaves the process: there is nothing to write."""
 
-    def add_now(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> bool:
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
         periods = period_names(now)
-        if periods[0] != self._pruned_day:
+        if periods[0] != self._pruned_day:  # a new day: once a day, old rows go
+            self._apply()
             self._prune(now)
             self._pruned_day = periods[0]
-        values = delta.values()
-        rows = self._rows
-        for owner in (("", key_id) if key_id else ("",)):
-            for period in periods:
-                row = rows.get((tenant, owner, period))
-                if row is None:
-                    rows[(tenant, owner, period)] = list(values)
-                else:
-                    merge(row, values)
+        entry = (tenant, key_id, periods)
+        row = self._pending.get(entry)
+        if row is None:
+            if len(self._pending) >= self.MAX_PENDING:
+                self._apply()
+            self._pending[entry] = list(values)
+        else:
+            merge(row, values)
         return True
+
+    def _apply(self) -> None:
+        pending, self._pending = self._pending, {}
+        rows = self._rows
+        for (tenant, key_id, periods), values in pending.items():
+            for owner in (("", key_id) if key_id else ("",)):
+                for period in periods:
+                    row = rows.get((tenant, owner, period))
+                    if row is None:
+                        rows[(tenant, owner, period)] = list(values)
+                    else:
+                        merge(row, values)
 
     def _prune(self, now: float) -> None:
         """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""
@@ -142,6 +164,7 @@ class MemoryUsage(UsageStore):
             del self._rows[key]
 
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
+        self._apply()
         found = []
         for scope, period in wants:
             row = self._rows.get((tenant, key_id if scope == "key" else "", period_name(period, now)))
@@ -149,4 +172,5 @@ class MemoryUsage(UsageStore):
         return found
 
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
+        self._apply()
         return [list(self._rows.get((tenant, key_id, f"d:{day}")) or [0] * len(FIELDS)) for day in days]

@@ -20,7 +20,7 @@ from gateway import metrics
 from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
-from gateway.store.usage import UsageDelta, UsageStore
+from gateway.store.usage import UsageStore
 from gateway.usage.budgets import budget_checks, exhausted, refusal
 from gateway.usage.pricing import Pricing, usd
 
@@ -75,24 +75,23 @@ class Metering:
 
     def record(self, tenant: str, key_id: str, route: str, state: LoopState | None, failed: bool,
                cost_nano: int | None) -> None:
-        delta = UsageDelta(requests=1, errors=int(failed))
-        if state is not None and state.calls:
+        tool_calls = len(state.tool_records) if state is not None else 0
+        if state is None or not state.calls:
+            values: tuple[int, ...] = (1, int(failed), 0, 0, 0, 0, 0, tool_calls)
+        else:
             usage = state.usage
-            delta.prompt_tokens, delta.completion_tokens = usage.prompt_tokens, usage.completion_tokens
-            delta.cached_tokens, delta.reasoning_tokens = usage.cached_tokens, usage.reasoning_tokens
-            if cost_nano is None:
+            if cost_nano is None and self.pricing:
                 cost_nano = self.pricing.cost_nano(state.calls)
-            label = self.tenant_label(tenant)
-            for kind, count in zip(_KINDS, (delta.prompt_tokens, delta.completion_tokens, delta.cached_tokens,
-                                            delta.reasoning_tokens), strict=True):
+            cost_nano = cost_nano or 0
+            counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens)
+            values = (1, int(failed), *counts, cost_nano, tool_calls)
+            label = tenant if tenant in self._tenant_labels else "other"
+            for kind, count in zip(_KINDS, counts, strict=True):
                 if count:
                     metrics.TOKENS.inc(label, route, kind, amount=count)
             if cost_nano:
-                delta.cost_nano = cost_nano
                 metrics.COST.inc(label, route, amount=usd(cost_nano))
-        if state is not None:
-            delta.tool_calls = len(state.tool_records)
-        if self.store is not None and not self.store.add_now(tenant, key_id, delta, time.time()):
+        if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time()):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
     def _store_failed(self, op: str, cause: BaseException | str) -> None:

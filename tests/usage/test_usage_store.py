@@ -121,7 +121,7 @@ async def test_redis_coalesces_requests_into_timed_flushes() -> None:
     usage = RedisUsage(store, flush_s=0.05)
     try:
         for tenant in ("t1", "t1", "t2"):
-            assert usage.add_now(tenant, "k", delta(10, 1, 100), DEC_31)
+            assert usage.add_now(tenant, "k", delta(10, 1, 100).values(), DEC_31)
         assert await client.keys("loopgate:*") == []  # nothing written during the requests
         deadline = asyncio.get_running_loop().time() + 5
         while not await client.exists(usage_key("t2", "", "all")):
@@ -149,12 +149,20 @@ async def test_a_failed_flush_is_reported_not_raised() -> None:
     usage = RedisUsage(store, flush_s=0.01)
     usage.on_error = lambda op, cause: failures.append(op)
     try:
-        assert usage.add_now("t", "k", delta(1, 1, 0), DEC_31)
+        assert usage.add_now("t", "k", delta(1, 1, 0).values(), DEC_31)
         for _ in range(300):
             if failures:
                 break
             await asyncio.sleep(0.01)
         assert failures == ["write"]
-        assert usage.add_now("t", "k", delta(1, 1, 0), DEC_31)  # the failed batch did not pile up
+        assert usage.add_now("t", "k", delta(1, 1, 0).values(), DEC_31)  # the failed batch did not pile up
     finally:
         await store.aclose()
+
+
+async def test_memory_applies_pending_rows_when_many_wait() -> None:
+    usage = MemoryUsage()
+    for index in range(MemoryUsage.MAX_PENDING + 5):
+        assert usage.add_now(f"t{index}", "", delta(1, 0, 0).values(), DEC_31)
+    assert len(usage._pending) <= MemoryUsage.MAX_PENDING
+    assert (await usage.days("t0", "", ["2026-12-31"]))[0][0] == 1
