@@ -24,7 +24,7 @@ class ConfigError(Exception):
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
             "usage"}
-USAGE_KEYS = {"record", "retention_days"}
+USAGE_KEYS = {"record", "retention_days", "flush_s"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s"}
 AUTH_KEYS = {"keys", "admin_keys"}

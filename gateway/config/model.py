@@ -287,6 +287,8 @@ class UsageConfig:
 
     record: bool = True
     retention_days: int = 400
+    #: with Redis: how long a process sums requests' usage before writing it (one pipeline per tenant)
+    flush_s: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,8 @@ def check_target_prices(models: dict[str, RouteConfig]) -> None:
 
 #: a bound on how long day rows are kept (and how far back /admin/usage can look)
 MAX_RETENTION_DAYS = 3660
+#: usage a crashed process loses, and how late budgets see it, stay within this
+MAX_FLUSH_S = 10.0
 
 
 def usage_section(raw: Any) -> UsageConfig:
@@ -65,4 +67,7 @@ def usage_section(raw: Any) -> UsageConfig:
     days = int(positive(get(section, "retention_days", "usage", int, 400), "usage.retention_days"))
     if days > MAX_RETENTION_DAYS:
         raise ConfigError("usage.retention_days", f"must be at most {MAX_RETENTION_DAYS}, got {days}")
-    return UsageConfig(record=get(section, "record", "usage", bool, True), retention_days=days)
+    flush_s = positive(get(section, "flush_s", "usage", float, 0.5), "usage.flush_s")
+    if flush_s > MAX_FLUSH_S:
+        raise ConfigError("usage.flush_s", f"must be at most {MAX_FLUSH_S:g} seconds, got {flush_s:g}")
+    return UsageConfig(record=get(section, "record", "usage", bool, True), retention_days=days, flush_s=flush_s)

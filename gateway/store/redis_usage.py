@@ -1,4 +1,4 @@
-"""Usage aggregates in Redis: coalesced in process, flushed as one pipeline per tenant every ``flush_s``.
+"""Usage aggregates in Redis: summed in process, flushed as one pipeline per tenant every ``usage.flush_s``.
 
 Keys (all of a tenant's rows share the hash tag ``{u:<tenant>}``, so everything one flush adds
 for a tenant sits in one slot and goes out as one pipeline, Cluster included)::
@@ -48,7 +48,7 @@ for i = 1, #KEYS do
 end
 return 1
 """
-DEFAULT_FLUSH_S = 0.2
+DEFAULT_FLUSH_S = 0.5
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
 MAX_PENDING = 100_000
 

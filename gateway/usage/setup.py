@@ -21,7 +21,7 @@ def usage_store(config: Config, store: Store) -> UsageStore | None:
         from gateway.store.redis_usage import RedisUsage
 
         assert isinstance(store, RedisStore)
-        return RedisUsage(store, config.usage.retention_days)
+        return RedisUsage(store, config.usage.retention_days, config.usage.flush_s)
     return MemoryUsage(config.usage.retention_days)
 
 

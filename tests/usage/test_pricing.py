@@ -64,6 +64,8 @@ def test_no_prices_means_no_cost() -> None:
      "models.r2.targets[0].price", "another price"),
     (config(usage={"retention_days": 0}), "usage.retention_days", "> 0"),
     (config(usage={"keep": True}), "usage.keep", "unknown"),
+    (config(usage={"flush_s": 60}), "usage.flush_s", "at most"),
+    (config(usage={"flush_s": 0}), "usage.flush_s", "> 0"),
 ])
 def test_bad_price_config_names_the_key(raw: dict[str, Any], path: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
