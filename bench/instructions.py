@@ -40,11 +40,14 @@ _TOTAL = re.compile(rb"([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS|([\d,]+)\s+PROGRA
 ADMIN_KEY = "bench-admin-key"
 
 
-async def _managed_key(base: str) -> str:
-    """A managed key with every limit set, high enough never to refuse a bench request."""
+_HIGH = {"rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}
+
+
+async def _managed_key(base: str, limits: list[str]) -> str:
+    """A managed key with the named limits set, high enough never to refuse a bench request."""
     async with aiohttp.ClientSession() as session, session.post(
             f"{base}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
-            json={"tenant": "bench", "rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}) as resp:
+            json={"tenant": "bench", **{name: _HIGH[name] for name in limits}}) as resp:
         resp.raise_for_status()
         return str((await resp.json())["key"])
 
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
+    parser.add_argument("--limits", default="rpm,tpm,max_concurrent", help="with --limited: which limits the key has")
     parser.add_argument("--store", default=None, help="store.url (default memory://)")
     parser.add_argument("--price", action="store_true", help="price the target (every response gets a usage_cost)")
     parser.add_argument("--no-usage", action="store_true", help="usage.record: false")
@@ -106,7 +110,8 @@ def main() -> None:
                "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
             url = f"{gateway.base}/v1/chat/completions"
-            key = asyncio.run(_managed_key(gateway.base)) if args.limited else None
+            wanted = [name for name in args.limits.split(",") if name]
+            key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
             asyncio.run(_send(url, args.warmup, args.concurrency, args.stream, key))
             time.sleep(1.0)
             _control(gateway.pid, "-i", "on")

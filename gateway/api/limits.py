@@ -27,7 +27,7 @@ from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Finished
 from gateway.store.base import StoreUnavailable
-from gateway.store.limits import Decision, LimitScope, RateLimiter, Window
+from gateway.store.limits import Decision, LimitScope, RateLimiter
 
 log = logging.getLogger("loopgate.limits")
 
@@ -134,23 +134,23 @@ class Admission:
 def _duration(seconds: float) -> str:
     """OpenAI's reset format: ``1s``, ``6m0s``, ``250ms``."""
     if seconds < 1:
-        return f"{max(0, math.ceil(seconds * 1000))}ms"
-    whole = math.ceil(seconds)
-    minutes, rest = divmod(whole, 60)
+        return f"{math.ceil(seconds * 1000)}ms" if seconds > 0 else "0ms"
+    minutes, rest = divmod(math.ceil(seconds), 60)
     return f"{minutes}m{rest}s" if minutes else f"{rest}s"
-
-
-def _window_headers(out: dict[str, str], kind: str, window: Window | None) -> None:
-    if window is not None:
-        out[f"x-ratelimit-limit-{kind}"] = str(window.limit)
-        out[f"x-ratelimit-remaining-{kind}"] = str(window.remaining)
-        out[f"x-ratelimit-reset-{kind}"] = _duration(window.reset_s)
 
 
 def headers(verdict: Decision) -> dict[str, str]:
     out: dict[str, str] = {}
-    _window_headers(out, "requests", verdict.requests)
-    _window_headers(out, "tokens", verdict.tokens)
+    window = verdict.requests
+    if window is not None:
+        out["x-ratelimit-limit-requests"] = str(window.limit)
+        out["x-ratelimit-remaining-requests"] = str(window.remaining)
+        out["x-ratelimit-reset-requests"] = _duration(window.reset_s)
+    window = verdict.tokens
+    if window is not None:
+        out["x-ratelimit-limit-tokens"] = str(window.limit)
+        out["x-ratelimit-remaining-tokens"] = str(window.remaining)
+        out["x-ratelimit-reset-tokens"] = _duration(window.reset_s)
     return out
 
 

@@ -15,7 +15,6 @@ the types and the in-process implementation; ``redis_limits`` the shared one.
 
 from __future__ import annotations
 
-import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -64,22 +63,34 @@ def decision(scopes: tuple[LimitScope, ...], reply: list[Any]) -> Decision:
     ``reply``: ``[verdict, kind_index, scope_index, retry_after_s, r1, t1, r2, t2, ...]`` with
     verdict 1 allowed, 0 refused, 2 refused as too large; levels are after the request's take.
     """
-    verdict, kind_index, scope_index = int(reply[0]), int(reply[1]), int(reply[2])
     requests = tokens = None
-    for index, scope in enumerate(scopes):
-        level_r, level_t = float(reply[4 + 2 * index]), float(reply[5 + 2 * index])
+    if len(scopes) == 1:  # the common case, without the search for the tightest scope
+        scope = scopes[0]
         if scope.rpm:
-            window = Window(scope.rpm, max(0, math.floor(level_r)), max(0.0, (scope.rpm - level_r) * 60 / scope.rpm))
-            if requests is None or window.remaining < requests.remaining:
-                requests = window
+            requests = _window(scope.rpm, float(reply[4]))
         if scope.tpm:
-            window = Window(scope.tpm, max(0, math.floor(level_t)), max(0.0, (scope.tpm - level_t) * 60 / scope.tpm))
-            if tokens is None or window.remaining < tokens.remaining:
-                tokens = window
+            tokens = _window(scope.tpm, float(reply[5]))
+    else:
+        tightest_r: tuple[int, float] | None = None
+        tightest_t: tuple[int, float] | None = None
+        for index, scope in enumerate(scopes):
+            level_r, level_t = float(reply[4 + 2 * index]), float(reply[5 + 2 * index])
+            if scope.rpm and (tightest_r is None or level_r < tightest_r[1]):
+                tightest_r = (scope.rpm, level_r)
+            if scope.tpm and (tightest_t is None or level_t < tightest_t[1]):
+                tightest_t = (scope.tpm, level_t)
+        requests = None if tightest_r is None else _window(*tightest_r)
+        tokens = None if tightest_t is None else _window(*tightest_t)
+    verdict = int(reply[0])
     if verdict == 1:
-        return Decision(True, requests=requests, tokens=tokens)
-    return Decision(False, KINDS[kind_index], scopes[scope_index].kind, float(reply[3]), requests, tokens,
-                    too_large=verdict == 2)
+        return Decision(True, None, None, 0.0, requests, tokens)
+    return Decision(False, KINDS[int(reply[1])], scopes[int(reply[2])].kind, float(reply[3]), requests, tokens,
+                    verdict == 2)
+
+
+def _window(limit: int, level: float) -> Window:
+    """``remaining`` whole units left, ``reset_s`` until the bucket is full again."""
+    return Window(limit, int(level) if level > 0 else 0, (limit - level) * 60 / limit if level < limit else 0.0)
 
 
 class RateLimiter(ABC):
@@ -125,8 +136,9 @@ class MemoryRateLimiter(RateLimiter):
                 return decision(scopes, [0, 1, index, (tokens - level[1]) * 60 / scope.tpm, *flat])
             if scope.max_concurrent:
                 slots = self._slots.setdefault((scope.kind, scope.ident), {})
-                for gone in [m for m, until in slots.items() if until <= now]:
-                    del slots[gone]
+                if len(slots) >= scope.max_concurrent:  # only then can expired leases matter
+                    for gone in [m for m, until in slots.items() if until <= now]:
+                        del slots[gone]
                 if len(slots) >= scope.max_concurrent:
                     return decision(scopes, [0, 2, index, 1.0, *flat])
         for scope, level in zip(scopes, levels, strict=True):

@@ -37,7 +37,8 @@ for i = 1, n do
     if rpm > 0 and r < 1 then verdict, kind, at, retry = 0, 0, i, (1 - r) * 60 / rpm
     elseif tpm > 0 and need > tpm then verdict, kind, at, retry = 2, 1, i, 60
     elseif tpm > 0 and t < need then verdict, kind, at, retry = 0, 1, i, (need - t) * 60 / tpm
-    elseif mc > 0 then
+    elseif mc > 0 and redis.call('ZCARD', KEYS[2 * i]) >= mc then
+      -- Full: drop the leases that ended (a replica died mid-request), then count again.
       redis.call('ZREMRANGEBYSCORE', KEYS[2 * i], '-inf', now)
       if redis.call('ZCARD', KEYS[2 * i]) >= mc then verdict, kind, at, retry = 0, 2, i, 1 end
     end
