@@ -1,4 +1,5 @@
-"""Usage aggregates in Redis: summed in process, flushed as one pipeline per tenant every ``usage.flush_s``.
+"""Usage aggregates in Redis: summed in process, flushed as one pipeline per tenant every ``usage.flush_s``;
+a budget check is one script call answering one string.
 
 Keys (all of a tenant's rows share the hash tag ``{u:<tenant>}``, so everything one flush adds
 for a tenant sits in one slot and goes out as one pipeline, Cluster included)::
@@ -48,6 +49,16 @@ for i = 1, #KEYS do
 end
 return 1
 """
+# KEYS: rows; one string "p:c:n,p:c:n,..." (redis-py parses a reply array element by element, at a
+# cost per element comparable to a whole command: a budget check reads one string).
+_SPENT = """
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'p', 'c', 'n')
+  out[i] = (v[1] or '0') .. ':' .. (v[2] or '0') .. ':' .. (v[3] or '0')
+end
+return table.concat(out, ',')
+"""
 DEFAULT_FLUSH_S = 0.5
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
 MAX_PENDING = 100_000
@@ -66,6 +77,7 @@ class RedisUsage(UsageStore):
         self._store = store
         self._ttl_s = retention_days * 86400
         self._flush_s = flush_s
+        self._spent = store._r.register_script(_SPENT)
         # (tenant, key id, periods) -> summed counts, waiting for the next flush
         self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -143,14 +155,14 @@ class RedisUsage(UsageStore):
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
         keys = [usage_key(tenant, key_id if scope == "key" else "", period_name(period, now))
                 for scope, period in wants]
-
-        def build(pipe: Any) -> None:
-            for key in keys:
-                pipe.hmget(key, "p", "c", "n")
-
         async with self._store._guard("usage_spent"):
-            replies, _ = await self._store._run(keys[0], build, False)
-        return [Spent(int(p or 0) + int(c or 0), int(n or 0)) for p, c, n in replies]
+            reply = await self._spent(keys=keys)
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        found = []
+        for item in text.split(","):
+            prompt, completion, cost = item.split(":")
+            found.append(Spent(int(prompt) + int(completion), int(cost)))
+        return found
 
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         keys = [usage_key(tenant, key_id, f"d:{day}") for day in days]

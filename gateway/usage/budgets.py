@@ -1,6 +1,6 @@
 """Budgets of keys and tenants: checked before every request and every resume, from the usage aggregates.
 
-The check is one pipelined store read (the month or total rows exist for exactly this), and a
+The check is one store read (one script call; the month and total rows exist for exactly this), and a
 key or tenant without a budget costs no store call at all. It is a soft limit: spending is
 compared before a request starts, so a loop that crosses the budget mid-way finishes, and
 requests already running when it is crossed finish too; the next one is refused with 429
