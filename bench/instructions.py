@@ -11,6 +11,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --limited --store redis://127.0.0.1:6379/3   # limits shared through Redis
     python -m bench.instructions --price --store redis://127.0.0.1:6379/9   # priced target, usage rows in Redis
     python -m bench.instructions --no-usage      # usage aggregates off (usage.record: false)
+    python -m bench.instructions --budget --store redis://127.0.0.1:6379/9   # a key with a budget (vs --config-key)
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -38,6 +39,7 @@ _TOTAL = re.compile(rb"([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS|([\d,]+)\s+PROGRA
 
 
 ADMIN_KEY = "bench-admin-key"
+CONFIG_KEY = "bench-config-key"
 
 
 _HIGH = {"rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}
@@ -89,6 +91,8 @@ def main() -> None:
     parser.add_argument("--store", default=None, help="store.url (default memory://)")
     parser.add_argument("--price", action="store_true", help="price the target (every response gets a usage_cost)")
     parser.add_argument("--no-usage", action="store_true", help="usage.record: false")
+    parser.add_argument("--config-key", action="store_true", help="call with a key from auth.keys")
+    parser.add_argument("--budget", action="store_true", help="call with a key from auth.keys that has a (huge) budget")
     args = parser.parse_args()
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
@@ -104,6 +108,11 @@ def main() -> None:
             config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
         if args.no_usage:
             config["usage"] = {"record": False}
+        if args.config_key or args.budget:
+            entry: dict[str, object] = {"key": CONFIG_KEY, "tenant": "bench"}
+            if args.budget:
+                entry["budget"] = {"limit": 1e12, "unit": "tokens", "period": "month"}
+            config["auth"] = {**config.get("auth", {}), "keys": [entry]}
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/cg.%p",
                sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
@@ -112,6 +121,8 @@ def main() -> None:
             url = f"{gateway.base}/v1/chat/completions"
             wanted = [name for name in args.limits.split(",") if name]
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
+            if args.config_key or args.budget:
+                key = CONFIG_KEY
             asyncio.run(_send(url, args.warmup, args.concurrency, args.stream, key))
             time.sleep(1.0)
             _control(gateway.pid, "-i", "on")
