@@ -1,7 +1,10 @@
 """Budgets of keys and tenants: checked before every request and every resume, from the usage aggregates.
 
-The check is one store read (one script call; the month and total rows exist for exactly this), and a
-key or tenant without a budget costs no store call at all. It is a soft limit: spending is
+The check reads the usage rows (one script call; the month and total rows exist for exactly this)
+at most once a second per budget and process (``SpentCache``): a store round trip costs a request
+about as much as everything else it does. Between two readings the process adds what it records
+itself, so its own traffic counts at once; other replicas' traffic shows within ``REFRESH_S`` plus
+their ``usage.flush_s``. A key or tenant without a budget costs nothing. It is a soft limit: spending is
 compared before a request starts, so a loop that crosses the budget mid-way finishes, and
 requests already running when it is crossed finish too; the next one is refused with 429
 ``insufficient_quota``. A store that cannot answer lets the request through (logged, counted in
@@ -17,6 +20,7 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
@@ -33,6 +37,8 @@ class BudgetCheck:
     period: Period
     unit: str
     limit: float
+    #: the key id or the tenant name (``owner`` is how the message names it)
+    ident: str = ""
 
 
 def exhausted(check: BudgetCheck, spent: Spent) -> bool:
@@ -69,8 +75,52 @@ def budget_checks(key: ApiKey, tenant_budget: Budget | None) -> list[BudgetCheck
     checks = []
     budget = key.budget
     if budget is not None and key.id:
-        checks.append(BudgetCheck("key", key.id, budget.period, budget.unit, budget.limit))
+        checks.append(BudgetCheck("key", key.id, budget.period, budget.unit, budget.limit, key.id))
     if tenant_budget is not None:
         checks.append(BudgetCheck("tenant", repr(key.tenant), tenant_budget.period, tenant_budget.unit,
-                                  tenant_budget.limit))
+                                  tenant_budget.limit, key.tenant))
     return checks
+
+
+#: how old a store reading of a budget's spending may get before the next check reads it again
+REFRESH_S = 1.0
+#: budget rows remembered per process (past it the memory starts over; they are re-read)
+MAX_CACHED = 100_000
+
+
+class SpentCache:
+    """Per budget row: a store reading (at most ``REFRESH_S`` old) plus what this process recorded since."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        # (scope, key id or tenant) -> [read at (monotonic), period, tokens, cost in nano-USD]
+        self._seen: dict[tuple[str, str], list[Any]] = {}
+
+    def stale(self, checks: list[BudgetCheck], now: float) -> list[BudgetCheck]:
+        found = []
+        for check in checks:
+            seen = self._seen.get((check.scope, check.ident))
+            if seen is None or now - seen[0] >= REFRESH_S or seen[1] != check.period:
+                found.append(check)
+        return found
+
+    def remember(self, checks: list[BudgetCheck], spent: list[Spent], now: float) -> None:
+        if len(self._seen) >= MAX_CACHED:
+            self._seen.clear()
+        for check, amount in zip(checks, spent, strict=True):
+            self._seen[(check.scope, check.ident)] = [now, check.period, amount.tokens, amount.cost_nano]
+
+    def spent(self, check: BudgetCheck) -> Spent | None:
+        seen = self._seen.get((check.scope, check.ident))
+        return None if seen is None else Spent(seen[2], seen[3])
+
+    def add(self, tenant: str, key_id: str, tokens: int, cost_nano: int) -> None:
+        """A request this process recorded: counted by the next check without waiting for a reading."""
+        if not self._seen:
+            return
+        for ident in (("tenant", tenant), ("key", key_id)):
+            seen = self._seen.get(ident)
+            if seen is not None:
+                seen[2] += tokens
+                seen[3] += cost_nano

@@ -21,7 +21,7 @@ from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.store.usage import UsageStore
-from gateway.usage.budgets import budget_checks, exhausted, refusal
+from gateway.usage.budgets import SpentCache, budget_checks, exhausted, refusal
 from gateway.usage.pricing import Pricing, usd
 
 log = logging.getLogger("loopgate.usage")
@@ -38,6 +38,7 @@ class Metering:
         self.pricing = pricing
         self.store = store
         self._tenant_budgets = tenant_budgets or {}
+        self._spent = SpentCache()
         # Tenant label values come from the config only: a managed key's made-up tenant is "other".
         self._tenant_labels = tenants
         self._logged_at = 0.0
@@ -51,21 +52,26 @@ class Metering:
     async def check_budget(self, key: ApiKey) -> None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        No budget, no store call; a store failure lets the request through (see gateway/usage/budgets.py).
+        No budget, no store call; a budget's row is read at most once a second per process (between
+        readings this process adds what it records); a store failure lets the request through
+        (see gateway/usage/budgets.py).
         """
         checks = budget_checks(key, self._tenant_budgets.get(key.tenant))
         if not checks or self.store is None:
             return
-        now = time.time()
-        try:
-            spent = await self.store.spent(key.tenant, key.id,
-                                           [(check.scope, check.period) for check in checks], now)
-        except Exception as exc:
-            self._failed("budget_check", "budget check failed, request let through: %s", exc)
-            return
-        for check, amount in zip(checks, spent, strict=True):
-            if exhausted(check, amount):
-                raise refusal(check, amount, now)
+        stale = self._spent.stale(checks, time.monotonic())
+        if stale:
+            try:
+                spent = await self.store.spent(key.tenant, key.id, [(check.scope, check.period) for check in stale],
+                                               time.time())
+            except Exception as exc:  # judged on the last reading, if any
+                self._failed("budget_check", "budget check failed, request let through: %s", exc)
+            else:
+                self._spent.remember(stale, spent, time.monotonic())
+        for check in checks:
+            amount = self._spent.spent(check)
+            if amount is not None and exhausted(check, amount):
+                raise refusal(check, amount, time.time())
 
     def meter(self, tenant: str, key_id: str) -> Meter:
         return Meter(self, tenant, key_id)
@@ -91,6 +97,7 @@ class Metering:
                     metrics.TOKENS.inc(label, route, kind, amount=count)
             if cost_nano:
                 metrics.COST.inc(label, route, amount=usd(cost_nano))
+            self._spent.add(tenant, key_id, counts[0] + counts[1], cost_nano)
         if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time()):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 

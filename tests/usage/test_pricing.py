@@ -87,3 +87,22 @@ def test_budget_periods_reset_at_utc_boundaries() -> None:
     assert reset_time("month", now) == "2027-01-01T00:00:00Z"
     assert reset_time("month", calendar.timegm((2026, 2, 10, 0, 0, 0))) == "2026-03-01T00:00:00Z"
     assert reset_time("total", now) is None
+
+
+def test_spent_cache_reads_once_a_second_and_adds_what_the_process_records() -> None:
+    from gateway.store.usage import Spent
+    from gateway.usage.budgets import REFRESH_S, BudgetCheck, SpentCache
+
+    key = BudgetCheck("key", "k1", "day", "tokens", 100, "k1")
+    tenant = BudgetCheck("tenant", "'t'", "month", "usd", 1, "t")
+    cache = SpentCache()
+    assert cache.stale([key, tenant], 10.0) == [key, tenant]
+    cache.add("t", "k1", 5, 5)  # nothing remembered yet: nothing to add to
+    cache.remember([key, tenant], [Spent(40, 0), Spent(0, 10)], 10.0)
+    assert cache.stale([key, tenant], 10.0 + REFRESH_S / 2) == []
+    cache.add("t", "k1", 30, 7)
+    cache.add("t", "k2", 1, 1)  # another key of the tenant counts for the tenant only
+    assert cache.spent(key) == Spent(70, 7)
+    assert cache.spent(tenant) == Spent(31, 18)
+    assert cache.stale([key, tenant], 10.0 + REFRESH_S) == [key, tenant]
+    assert cache.stale([BudgetCheck("key", "k1", "month", "tokens", 100, "k1")], 10.5) != []  # period changed
