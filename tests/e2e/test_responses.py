@@ -223,3 +223,141 @@ def test_hosted_tools_are_refused_naming_the_param(gateway: Gateway, tool: str) 
 def test_conversation_is_refused(gateway: Gateway) -> None:
     response = gateway.post("/v1/responses", {"model": "plain", "input": "hi", "conversation": "conv_1"})
     assert response.status_code == 400 and response.json()["error"]["param"] == "conversation"
+
+
+def test_whole_conversation_resend_resumes_then_replays_mcp_calls(gateway: Gateway,
+                                                                   fakes: dict[str, FakeUpstream]) -> None:
+    """The ``store: false`` / Agents SDK style: every output item comes back as input, no previous_response_id."""
+    client = gateway.client()
+    user = {"role": "user", "content": "Weather, then record 42"}
+    fakes["primary"].queue(Reply(text="Checking.", tool_calls=[("get_weather", {"city": "Oslo"})]),
+                           Reply(tool_calls=[("lookup", {"q": "42"})]))
+    first = client.responses.create(model="agent", input=[user], tools=LOOKUP, store=False)
+    assert kinds(first) == ["message", "mcp_call", "function_call"]
+    with pytest.raises(openai.BadRequestError):  # store: false keeps no response record
+        client.responses.create(model="agent", input="x", previous_response_id=first.id)
+    history = [user, *[item.model_dump(exclude_none=True) for item in first.output]]
+    call = first.output[-1]
+
+    fakes["primary"].queue(Reply(text="Oslo is mild; record 42 exists."))
+    second = client.responses.create(model="agent", tools=LOOKUP, store=False, input=[
+        *history, {"type": "function_call_output", "call_id": call.call_id, "output": "exists"}])
+    assert second.output_text == "Oslo is mild; record 42 exists."
+    assert second.model_extra["gateway"]["status"] == "completed"
+    resumed = fakes["primary"].requests[-1].body["messages"]
+    assert resumed[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "exists"}
+
+    fakes["primary"].queue(Reply(text="You are welcome."))
+    history = [*history, {"type": "function_call_output", "call_id": call.call_id, "output": "exists"},
+               *[item.model_dump(exclude_none=True) for item in second.output], {"role": "user", "content": "Thanks"}]
+    third = client.responses.create(model="agent", tools=LOOKUP, store=False, input=history)
+    assert third.output_text == "You are welcome."
+    sent = fakes["primary"].requests[-1].body["messages"]
+    # Items carry no turn boundaries: the server call and the client call come back as one turn.
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "assistant", "user"]
+    assert sent[1]["content"] == "Checking."
+    assert [c["function"]["name"] for c in sent[1]["tool_calls"]] == ["get_weather", "lookup"]
+    assert sent[2]["content"] == "Oslo: 18C, sunny"  # the mcp_call item's recorded output
+    assert sent[3]["content"] == "exists" and sent[4]["content"] == "Oslo is mild; record 42 exists."
+
+
+def test_resend_of_an_approval_resumes_the_paused_loop(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                       tool_server: ToolServer) -> None:
+    tool_server.calls.clear()
+    client = gateway.client()
+    fakes["primary"].queue(Reply(tool_calls=[("delete_remote", {"id": "9"})]))
+    first = client.responses.create(model="agent", input="Delete 9", store=False)
+    fakes["primary"].queue(Reply(text="Deleted 9."))
+    history = ["Delete 9", *[i.model_dump(exclude_none=True) for i in first.output]]
+    items = [{"role": "user", "content": history[0]}, *history[1:],
+             {"type": "mcp_approval_response", "approval_request_id": first.output[0].id, "approve": True}]
+    second = client.responses.create(model="agent", input=items, store=False)
+    assert kinds(second) == ["mcp_call", "message"] and len(tool_server.calls) == 1
+    with pytest.raises(openai.BadRequestError):  # answered: nothing pending any more, and it cannot run statelessly
+        client.responses.create(model="agent", input=items, store=False)
+    assert len(tool_server.calls) == 1
+
+
+def test_gemini_signature_survives_previous_response_id(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fake = fakes["gemini"]
+    fake.queue(Reply(reasoning="Look it up.", tool_calls=[("lookup", {"q": "Paris"})]))
+    client = gateway.client()
+    first = client.responses.create(model="gemini/gemini-3-pro-preview", input="Paris?", tools=LOOKUP)
+    call = first.output[-1]
+    assert call.type == "function_call"
+    fake.queue(Reply(text="Sunny in Paris."))
+    second = client.responses.create(model="gemini/gemini-3-pro-preview", previous_response_id=first.id, tools=LOOKUP,
+                                     input=[{"type": "function_call_output", "call_id": call.call_id,
+                                             "output": "sunny"}])
+    assert second.output_text == "Sunny in Paris."
+    model_turn = [c for c in fake.requests[-1].body["contents"] if c["role"] == "model"][-1]
+    assert next(p for p in model_turn["parts"] if "functionCall" in p)["thoughtSignature"] == "gsig-1"
+
+
+def test_gemini_signature_survives_a_chain_after_server_tools(gateway: Gateway,
+                                                              fakes: dict[str, FakeUpstream]) -> None:
+    fake = fakes["gemini"]
+    fake.queue(Reply(tool_calls=[("get_weather", {"city": "Paris"})]), Reply(text="Sunny."), Reply(text="Mild."))
+    client = gateway.client()
+    first = client.responses.create(model="solo_gemini", input="Paris?")
+    assert kinds(first) == ["mcp_call", "message"]
+    second = client.responses.create(model="solo_gemini", previous_response_id=first.id, input="And tomorrow?")
+    assert second.output_text == "Mild."
+    model_turn = [c for c in fake.requests[-1].body["contents"] if c["role"] == "model"][0]
+    assert next(p for p in model_turn["parts"] if "functionCall" in p)["thoughtSignature"] == "gsig-1"
+
+
+def test_claude_thinking_survives_previous_response_id(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fake = fakes["claude"]
+    fake.queue(Reply(reasoning="I will look it up.", tool_calls=[("lookup", {"q": "Paris"})]))
+    client = gateway.client()
+    options: dict[str, Any] = {"reasoning": {"effort": "high"}, "max_output_tokens": 20000, "tools": LOOKUP}
+    first = create(gateway, True, model="claude/claude-sonnet-4-5", input="Paris?", **options)
+    assert kinds(first) == ["reasoning", "function_call"]
+    assert first.output[0].summary[0].text == "I will look it up."
+    assert "response.reasoning_summary_text.delta" in first.__dict__["_events"]
+    call = first.output[-1]
+    fake.queue(Reply(text="Sunny in Paris."))
+    second = client.responses.create(model="claude/claude-sonnet-4-5", previous_response_id=first.id, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}], **options)
+    assert second.output_text == "Sunny in Paris."
+    body = fake.requests[-1].body
+    assert body.get("thinking"), "thinking stays on because the blocks came back"
+    assistant = [m for m in body["messages"] if m["role"] == "assistant"][-1]
+    assert assistant["content"][0]["type"] == "thinking" and assistant["content"][0]["signature"] == "sig-1"
+
+
+def test_upstream_failure_mid_stream_is_a_clean_response_failed(gateway: Gateway,
+                                                                 fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="Partial answer that breaks", fault="cut"))
+    with gateway.client().responses.stream(model="plain", input="Tell me") as stream:
+        events = list(stream)
+    types = [e.type for e in events]
+    assert types[-1] == "response.failed" and "response.completed" not in types
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas and "Partial answer that breaks".startswith(deltas)
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.message
+    assert failed.output[0].status == "incomplete"
+    stored = gateway.client().responses.retrieve(failed.id)
+    assert stored.status == "failed"
+
+
+def test_failure_before_output_is_an_http_error(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(status=400, error_body={"error": {"message": "bad thing", "type": "invalid"}}))
+    with pytest.raises(openai.BadRequestError):
+        with gateway.client().responses.stream(model="plain", input="Tell me") as stream:
+            list(stream)
+
+
+def test_unknown_model_and_bad_input_are_400s(gateway: Gateway) -> None:
+    with pytest.raises(openai.NotFoundError):
+        gateway.client().responses.create(model="nope", input="hi")
+    bad = gateway.post("/v1/responses", {"model": "plain", "input": [{"type": "item_reference", "id": "x"}]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[0].type"
+    orphan = gateway.post("/v1/responses", {"model": "plain", "input": [
+        {"type": "function_call_output", "call_id": "call_zz", "output": "x"}]})
+    assert orphan.status_code == 400 and orphan.json()["error"]["param"] == "input[0]"
+    background = gateway.post("/v1/responses", {"model": "plain", "input": "hi", "background": True})
+    assert background.status_code == 400 and background.json()["error"]["param"] == "background"
