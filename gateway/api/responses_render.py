@@ -79,7 +79,7 @@ class ResponseBuilder:
         self.done = False
         self.result: LoopResult | None = None
         self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
-        self._seq = itertools.count(0)
+        self._seq = 0
         self._open: int | None = None  # output index of the open message or reasoning item
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
@@ -90,7 +90,9 @@ class ResponseBuilder:
         return str(self.response["id"])
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        return {"type": kind, "sequence_number": next(self._seq), **fields}
+        number = self._seq
+        self._seq += 1
+        return {"type": kind, "sequence_number": number, **fields}
 
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": list(self.response["output"])}
@@ -234,6 +236,14 @@ class ResponseBuilder:
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
         out.append(self._event(f"response.{response['status']}", response=response))
+
+    def retract_terminal(self, events: list[dict[str, Any]]) -> None:
+        """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""
+        if events and events[-1]["type"] in ("response.completed", "response.incomplete"):
+            events.pop()
+            self._seq -= 1
+            self.done = False
+            self.response["incomplete_details"] = None
 
     def fail(self, error: GatewayError) -> list[dict[str, Any]]:
         """After a failure once the response started: close what is open, end with ``response.failed``."""

@@ -15,6 +15,7 @@ like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -99,11 +100,11 @@ class ResponseRun:
                 yield event
             try:
                 for loop_event in self._first:
-                    for event in await self._feed(loop_event):
+                    for event in await self._feed(loop_event, raise_errors):
                         yield event
                 self._first = []
                 async for loop_event in self._events:
-                    for event in await self._feed(loop_event):
+                    for event in await self._feed(loop_event, raise_errors):
                         yield event
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
@@ -111,16 +112,24 @@ class ResponseRun:
                 if raise_errors or builder.done:
                     raise
                 failed = builder.fail(to_gateway_error(exc))
-                await self._save(None)
+                with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
+                    await self._save(None)
                 for event in failed:
                     yield event
         finally:
             await self.aclose()
 
-    async def _feed(self, loop_event: LoopEvent) -> list[dict[str, Any]]:
+    async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> list[dict[str, Any]]:
         out = self.builder.feed(loop_event)
         if isinstance(loop_event, Finished):
-            await self._save(loop_event)
+            try:
+                await self._save(loop_event)
+            except Exception as exc:
+                # Not recorded: the client must not see "completed" for a response it cannot chain from.
+                if raise_errors:
+                    raise
+                self.builder.retract_terminal(out)
+                out.extend(self.builder.fail(to_gateway_error(exc)))
         return out
 
     async def _save(self, finished: Finished | None) -> None:
