@@ -53,7 +53,7 @@ async def create_response(request: Request) -> JSONResponse | SSEResponse:
         label = run.label
         await run.open()
         if not parsed.stream:
-            async for _ in run.events(raise_errors=True):
+            async for _ in run.batches(raise_errors=True):
                 pass
             finished(PATH, label, 200, started)
             return JSONResponse(orjson.dumps(run.response))
@@ -66,8 +66,8 @@ async def create_response(request: Request) -> JSONResponse | SSEResponse:
 
 async def _frames(run: ResponseRun, started: float) -> AsyncIterator[bytes]:
     try:
-        async for event in run.events():
-            yield sse_frame(event)
+        async for batch in run.batches():
+            yield b"".join(sse_frame(event) for event in batch)
     finally:
         await run.aclose()
         finished(PATH, run.label, 200, started)

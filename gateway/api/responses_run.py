@@ -94,18 +94,25 @@ class ResponseRun:
         A failure after the start ends with ``response.failed`` (also recorded), or is raised
         with ``raise_errors`` (the non-stream endpoint answers it with an HTTP error instead).
         """
+        async for batch in self.batches(raise_errors):
+            for event in batch:
+                yield event
+
+    async def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
+        """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
         builder = self.builder
         try:
-            for event in builder.start():
-                yield event
+            yield builder.start()
             try:
                 for loop_event in self._first:
-                    for event in await self._feed(loop_event, raise_errors):
-                        yield event
+                    batch = await self._feed(loop_event, raise_errors)
+                    if batch:
+                        yield batch
                 self._first = []
                 async for loop_event in self._events:
-                    for event in await self._feed(loop_event, raise_errors):
-                        yield event
+                    batch = await self._feed(loop_event, raise_errors)
+                    if batch:
+                        yield batch
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
             except Exception as exc:
@@ -114,8 +121,7 @@ class ResponseRun:
                 failed = builder.fail(to_gateway_error(exc))
                 with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
                     await self._save(None)
-                for event in failed:
-                    yield event
+                yield failed
         finally:
             await self.aclose()
 

@@ -98,12 +98,13 @@ def test_client_function_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstr
             {"type": "function_call_output", "call_id": call.call_id, "output": "again"}])
 
 
-@pytest.mark.parametrize("approve", [True, False], ids=["approve", "deny"])
+@pytest.mark.parametrize(("approve", "stream"), [(True, False), (False, False), (True, True)],
+                         ids=["approve", "deny", "approve-stream"])
 def test_approval_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream], tool_server: ToolServer,
-                             approve: bool) -> None:
+                             approve: bool, stream: bool) -> None:
     tool_server.calls.clear()
     fakes["primary"].queue(Reply(tool_calls=[("delete_remote", {"id": "42"})]))
-    first = gateway.client().responses.create(model="agent", input="Delete record 42")
+    first = create(gateway, stream, model="agent", input="Delete record 42")
     assert kinds(first) == ["mcp_approval_request"]
     request = first.output[0]
     assert request.name == "delete_remote" and request.server_label == "loopgate" and '"42"' in request.arguments
@@ -112,7 +113,7 @@ def test_approval_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream], t
     answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve}
     if not approve:
         answer["reason"] = "keep it"
-    second = gateway.client().responses.create(model="agent", previous_response_id=first.id, input=[answer])
+    second = create(gateway, stream, model="agent", previous_response_id=first.id, input=[answer])
     assert second.status == "completed"
     if approve:
         assert kinds(second) == ["mcp_call", "message"]
