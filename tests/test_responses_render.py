@@ -84,3 +84,19 @@ def test_failure_mid_text_marks_the_message_incomplete() -> None:
     out.extend(b.fail(GatewayError(502, "upstream broke")))
     assert b.response["output"][0]["status"] == "incomplete"
     assert b.response["output"][0]["content"][0]["text"] == "Part"
+
+
+def test_without_emit_the_response_is_the_same() -> None:
+    events: list[Any] = [[Answering("up-1"), ReasoningDelta("hmm")], TextDelta("Checking."),
+                         ToolStarted("c1", "get_weather", "{}"), ToolFinished("c1", "get_weather", "ok", 1.0, "sunny"),
+                         TextDelta("Sunny."), paused([("c2", "lookup", "client")])]
+    loud, _ = run(events)
+    quiet = ResponseBuilder("resp_1", "agent", {"metadata": {}}, lambda name: "loopgate", emit=False)
+    quiet.start()
+    for event in events:
+        quiet.feed(event)
+    for item in quiet.response["output"]:  # item ids come from a counter: compare everything else
+        item.pop("id")
+    for item in loud.response["output"]:
+        item.pop("id")
+    assert quiet.response | {"created_at": 0} == loud.response | {"created_at": 0}

@@ -38,12 +38,15 @@ def sse_frame(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
-async def create_response(request: Request) -> JSONResponse | SSEResponse:
+async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
+    """Reached only for what ``FastChatPath`` passes on (it serves ``POST /v1/responses`` itself)."""
+    return await create_response(Incoming(request.scope, request.receive), request.app.state.runtime)
+
+
+async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
-    runtime: Runtime = request.app.state.runtime
     label = "unknown"
     try:
-        incoming = Incoming(request.scope, request.receive)
         key = authenticate(incoming.authorization, runtime.keys)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
@@ -155,7 +158,7 @@ async def list_input_items(request: Request) -> JSONResponse:
 
 def responses_routes() -> list[Route]:
     return [
-        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses", create_endpoint, methods=["POST"]),
         Route("/v1/responses/{id}", get_response, methods=["GET"]),
         Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{id}/input_items", list_input_items, methods=["GET"]),

@@ -93,6 +93,8 @@ class ResponseRun:
 
         A failure after the start ends with ``response.failed`` (also recorded), or is raised
         with ``raise_errors`` (the non-stream endpoint answers it with an HTTP error instead).
+        Events are only materialised when the request streams (or runs in the background):
+        otherwise the builder runs the same steps and the lists hold placeholders.
         """
         async for batch in self.batches(raise_errors):
             for event in batch:
@@ -234,7 +236,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: 
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
                        params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
                        tenant=tenant, stream=request.stream, deadline=deadline)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime))
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
+                              emit=request.stream or request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
                        bool(request.instructions))
 
@@ -283,6 +286,7 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, tenant: str, head
         if request.instructions:
             loop.messages.insert(0, {"role": "system", "content": request.instructions})
         first = bool(request.instructions)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved))
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
+                              emit=request.stream or request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, continuations.run_resumed(claimed, loop, runtime.deps),
                        builder, first)
