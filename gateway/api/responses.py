@@ -26,7 +26,7 @@ from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
 from gateway.api.responses_run import ResponseRun, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
+from gateway.errors import GatewayError, bad_request, quoted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
@@ -84,7 +84,7 @@ def _response_id(request: Request) -> str:
 
 
 def _not_found(response_id: str) -> GatewayError:
-    return GatewayError(404, f"No response found with id '{response_id}'.", "invalid_request_error", None,
+    return GatewayError(404, f"No response found with id {quoted(response_id)}.", "invalid_request_error", None,
                         "response_not_found")
 
 
