@@ -401,3 +401,20 @@ def test_answering_a_paused_response_with_anything_else_is_400(gateway: Gateway,
     done = client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, input=[
         {"type": "function_call_output", "call_id": paused.output[-1].call_id, "output": "x"}])
     assert done.output_text == "Found."  # the refused answers left it pending
+
+
+def test_answering_with_new_instructions_replaces_the_old_ones(gateway: Gateway,
+                                                               fakes: dict[str, FakeUpstream]) -> None:
+    client = gateway.client()
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "x"})]), Reply(text="Done."), Reply(text="Bye."))
+    paused = client.responses.create(model="agent", input="look", tools=LOOKUP, instructions="Old.")
+    assert fakes["primary"].requests[0].body["messages"][0] == {"role": "system", "content": "Old."}
+    done = client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, instructions="New.",
+                                   input=[{"type": "function_call_output", "call_id": paused.output[-1].call_id,
+                                           "output": "x"}])
+    sent = fakes["primary"].requests[1].body["messages"]
+    assert sent[0] == {"role": "system", "content": "New."} and not any(m["content"] == "Old." for m in sent)
+    client.responses.create(model="agent", previous_response_id=done.id, tools=LOOKUP, input="bye")
+    last = fakes["primary"].requests[2].body["messages"]
+    assert last[0] == {"role": "user", "content": "look"}  # no instructions given: none carried over
+    assert not any(m["role"] == "system" for m in last)
