@@ -22,6 +22,7 @@ from gateway.api.continuations import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.responses import create_response, responses_routes
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.config.model import Config
@@ -99,6 +100,7 @@ def create_app(config: Config) -> FastChatPath:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *responses_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
@@ -124,6 +126,11 @@ class FastChatPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
             response = await chat_completions(Incoming(scope, receive), self.state.runtime)
+            await response(scope, receive, send)
+            return
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/responses":
+            # The Responses API's hot path, for the same reason (its handler also answers every failure).
+            response = await create_response(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -18,6 +18,7 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
+from gateway.store.responses import ResponseRecords, response_records
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -44,6 +45,7 @@ class Runtime:
     continuations: Continuations
     deps: LoopDeps
     mcp: McpRefresher
+    responses: ResponseRecords  # stored Responses-API responses (same backend as ``store``)
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -73,7 +75,7 @@ class Runtime:
                         context=ContextGuard(), route_lookup=routes.lookup)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp)
+                   mcp=mcp, responses=response_records(store))
 
     async def stop(self) -> None:
         await self.mcp.stop()
