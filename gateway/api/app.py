@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
+from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -24,6 +25,7 @@ from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
+from gateway.api.ui import ConditionalGet, ui_routes
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 
@@ -99,10 +101,12 @@ def create_app(config: Config) -> FastChatPath:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *ui_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                    middleware=[Middleware(ConditionalGet)])
     return FastChatPath(app)
 
 
