@@ -80,7 +80,7 @@
     return Number.isNaN(date.getTime()) ? null : date;
   }
 
-  const absolute = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "medium"});
+  const absolute = new Intl.DateTimeFormat(undefined, {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"});
 
   function relative(date) {
     const seconds = Math.round((date.getTime() - Date.now()) / 1000);
