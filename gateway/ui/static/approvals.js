@@ -296,6 +296,7 @@
 
   function buildCall(card, call, single) {
     const section = $("call-template").content.firstElementChild.cloneNode(true);
+    section.dataset.callId = text(call.tool_call_id);
     const name = text(call.name) || "(unnamed tool)";
     section.querySelector(".call-name").textContent = name;
     const digest = text(call.arguments_sha256);
@@ -346,6 +347,19 @@
     const assistant = text(pick(context, "assistant", "assistant_text", "assistant_so_far", "content"));
     el.querySelector(".ctx-user").textContent = user || "(none)";
     el.querySelector(".ctx-assistant").textContent = assistant || "(nothing yet)";
+    for (const call of calls) {
+      const section = [...el.querySelectorAll(".call")].find((node) => node.dataset.callId === call.tool_call_id);
+      if (!section) continue;
+      const deadline = toDate(call.approval_deadline);
+      const expired = call.approval_expired === true || (deadline !== null && deadline.getTime() <= Date.now());
+      const status = section.querySelector(".call-status");
+      if (expired) {
+        status.textContent = "Approval timed out: this call counts as denied.";
+        if (!card.done) for (const button of section.querySelectorAll("button")) button.disabled = true;
+      } else if (deadline) {
+        status.textContent = `Decide ${relative(deadline)} (approval timeout).`;
+      }
+    }
   }
 
   async function decide(card) {
