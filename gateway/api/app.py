@@ -97,11 +97,11 @@ def create_app(config: Config) -> FastChatPath:
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        *ui_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
-        *ui_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
