@@ -17,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import metrics
+from gateway.api.approvals import approval_routes
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
@@ -102,6 +103,7 @@ def create_app(config: Config) -> FastChatPath:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *approval_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}

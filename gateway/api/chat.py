@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from gateway.api.approvals import key_identity
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.continuations import resume_plan
@@ -65,7 +66,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             loop_request = LoopRequest(
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-                stream=chat.stream, deadline=deadline,
+                stream=chat.stream, deadline=deadline, key_id=key_identity(key)[0], key_name=key_identity(key)[1],
+                allowed_tools=None if key.tools is None else frozenset(key.tools),
             )
             events = run_loop(loop_request, runtime.deps)
         return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started)
