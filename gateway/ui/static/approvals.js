@@ -85,6 +85,7 @@
   function relative(date) {
     const seconds = Math.round((date.getTime() - Date.now()) / 1000);
     const span = Math.abs(seconds);
+    if (span < 5) return "just now";
     const [amount, unit] = span < 60 ? [span, "s"] : span < 3600 ? [Math.round(span / 60), "min"]
       : span < 172800 ? [Math.round(span / 3600), "h"] : [Math.round(span / 86400), "d"];
     return seconds >= 0 ? `in ${amount} ${unit}` : `${amount} ${unit} ago`;
