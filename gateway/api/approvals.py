@@ -38,8 +38,8 @@ STATUS_FILTERS = {"paused": ("pending",), "pending": ("pending",), "claimed": ("
 
 
 def key_identity(key: ApiKey) -> tuple[str, str]:
-    """The key's public ``id`` and ``name`` (never the secret); empty before keys carry them."""
-    return str(getattr(key, "id", "") or ""), str(getattr(key, "name", "") or "")
+    """The key's public ``id`` and ``name`` (never the secret)."""
+    return key.id, key.name
 
 
 def parse_limit(raw: str | None) -> int:
