@@ -83,7 +83,8 @@ def open_inbox(browser: Any, gateway: Gateway, key: str, **context_options: Any)
 def pause_for_approval(gateway: Gateway, fakes: dict[str, FakeUpstream], record: str,
                        user: str = "Please tidy up.") -> tuple[str, str]:
     """A client asks; the model calls ``delete_remote``, which needs approval: the SDK gets a paused answer."""
-    fakes["primary"].queue(Reply(text=f"I will delete record {record}.", tool_calls=[("delete_remote", {"id": record})]))
+    fakes["primary"].queue(Reply(text=f"I will delete record {record}.",
+                                 tool_calls=[("delete_remote", {"id": record})]))
     paused = gateway.client().chat.completions.create(model="agent", messages=[{"role": "user", "content": user}])
     extension = paused.model_extra["gateway"]
     assert extension["status"] == "paused" and extension["pending"][0]["reason"] == "approval"

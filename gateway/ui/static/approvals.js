@@ -25,7 +25,7 @@
     auditTag: "",
     firstList: true,
     cards: new Map(),   // continuation id -> {el, item, choices, busy, done}
-    inFlight: null,
+    lastItems: [],
   };
 
   class ApiError extends Error {
@@ -152,6 +152,7 @@
     state.key = null;
     state.listTag = state.auditTag = "";
     state.firstList = true;
+    state.lastItems = [];
     state.cards.clear();
     $("pending").replaceChildren();
     $("decisions").querySelector("tbody").replaceChildren();
@@ -190,10 +191,11 @@
 
   async function refreshList() {
     const result = await api(`v1/continuations?status=paused&limit=${LIST_LIMIT}`, {etag: state.listTag});
-    if (result.notModified) { refreshTimes(); return; }
+    if (result.notModified) { renderList(state.lastItems); return; }  // times move on; decided cards go
     state.listTag = result.etag;
     const payload = result.payload || {};
     const items = Array.isArray(payload.data) ? payload.data : [];
+    state.lastItems = items;
     renderList(items);
     $("more").hidden = !(payload.has_more || pick(payload, "next_cursor", "cursor"));
   }
@@ -262,10 +264,6 @@
     } else if (decidedElsewhere) {
       announce(`${decidedElsewhere} request(s) were decided elsewhere or expired.`);
     }
-  }
-
-  function refreshTimes() {
-    for (const card of state.cards.values()) fillFacts(card);
   }
 
   let serial = 0;
