@@ -166,7 +166,8 @@ def test_approve_in_the_browser_runs_the_tool_once(ui_gateway: Gateway, browser:
 
         fakes["primary"].queue(Reply(text="Deleted record 42."))
         shown.get_by_role("button", name="Approve delete_remote").click()
-        expect(shown.locator(".card-note")).to_contain_text("Approved", timeout=WAIT_MS)
+        # The click is the way-B resume: its answer is the finished loop.
+        expect(shown.locator(".card-note")).to_have_text("Approved; the loop resumed (completed).", timeout=WAIT_MS)
         assert tool_server.calls[before:] == [{"id": "42"}]
         told = [m for m in fakes["primary"].bodies[-1]["messages"] if m["role"] == "tool"]
         assert told[-1]["content"] == "deleted 42"
@@ -212,6 +213,36 @@ def test_deny_with_a_reason_reaches_the_model(ui_gateway: Gateway, browser: Any,
         row = page.locator("#decisions tbody tr").filter(has_text="invoices").first
         expect(row).to_contain_text("alice", timeout=WAIT_MS)
         assert page.problems == []  # type: ignore[attr-defined]
+    finally:
+        page.context.close()
+        cleanup(ui_gateway, continuation_id)
+
+
+def test_several_calls_in_one_turn_are_decided_together(ui_gateway: Gateway, browser: Any,
+                                                        fakes: dict[str, FakeUpstream],
+                                                        tool_server: ToolServer) -> None:
+    before = len(tool_server.calls)
+    fakes["primary"].queue(Reply(tool_calls=[("delete_remote", {"id": "1"}), ("delete_remote", {"id": "2"})]))
+    paused = ui_gateway.client().chat.completions.create(model="agent", messages=[{"role": "user", "content": "go"}])
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    page = open_inbox(browser, ui_gateway, APPROVER_A)
+    try:
+        shown = card(page, continuation_id)
+        expect(shown.locator(".card-title")).to_have_text("2 tools: delete_remote, delete_remote", timeout=WAIT_MS)
+        calls = shown.locator(".call")
+        send = shown.get_by_role("button", name="Send decisions")
+        expect(send).to_be_disabled()
+        calls.nth(0).get_by_role("button", name="Approve delete_remote").click()
+        expect(send).to_be_disabled()  # one call still undecided: nothing is sent yet
+        assert len(tool_server.calls) == before
+        calls.nth(1).get_by_label("Reason (sent to the model when denied)").fill("keep record 2")
+        calls.nth(1).get_by_role("button", name="Deny delete_remote").click()
+        fakes["primary"].queue(Reply(text="Deleted 1, kept 2."))
+        send.click()
+        expect(shown.locator(".card-note")).to_have_text("Decided; the loop resumed (completed).", timeout=WAIT_MS)
+        assert tool_server.calls[before:] == [{"id": "1"}]
+        results = [m["content"] for m in fakes["primary"].bodies[-1]["messages"] if m["role"] == "tool"]
+        assert results[0] == "deleted 1" and "keep record 2" in results[1]
     finally:
         page.context.close()
         cleanup(ui_gateway, continuation_id)
