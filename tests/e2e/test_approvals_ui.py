@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.e2e.conftest import HEADLESS_KEY, KEY, ROOT, Gateway, gateway_config
 from tests.fakes.tool_server import ToolServer
@@ -26,6 +27,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 APPROVER_A = "approver-a-key"
 APPROVER_B = "approver-b-key"
 ARTIFACTS = Path(os.environ.get("LOOPGATE_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
@@ -43,16 +45,19 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="module")
-def ui_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
+def ui_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, store_url: str = "memory://") -> str:
     """The shared e2e config plus one approver key per tenant."""
-    config = gateway_config(fakes, tool_server=tool_server.url)
+    config = gateway_config(fakes, store_url=store_url, tool_server=tool_server.url)
     anchor = f"    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}\n"
     assert anchor in config
-    config = config.replace(anchor, anchor
-                            + f"    - {{key: {APPROVER_A}, tenant: team-a, role: approver, name: alice}}\n"
-                            + f"    - {{key: {APPROVER_B}, tenant: team-b, role: approver, name: bob}}\n", 1)
-    gateway = Gateway(config).start()
+    return config.replace(anchor, anchor
+                          + f"    - {{key: {APPROVER_A}, tenant: team-a, role: approver, name: alice}}\n"
+                          + f"    - {{key: {APPROVER_B}, tenant: team-b, role: approver, name: bob}}\n", 1)
+
+
+@pytest.fixture(scope="module")
+def ui_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
+    gateway = Gateway(ui_config(fakes, tool_server)).start()
     yield gateway
     gateway.stop()
 
@@ -304,3 +309,37 @@ def test_a_bad_key_is_refused_and_never_stored(ui_gateway: Gateway, browser: Any
         assert page.locator("#inbox").is_hidden()
     finally:
         context.close()
+
+
+def test_a_pause_on_one_replica_is_decided_on_another(fakes: dict[str, FakeUpstream], tool_server: ToolServer,
+                                                      browser: Any) -> None:
+    """Two gateways sharing Redis: the page served by one lists and decides what the other paused."""
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).flushdb()
+    except redis.RedisError as exc:
+        if IN_CI:
+            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    config = ui_config(fakes, tool_server, store_url=REDIS_URL)
+    first, second = Gateway(config).start(), Gateway(config).start()
+    page = None
+    try:
+        before = len(tool_server.calls)
+        page = open_inbox(browser, second, APPROVER_A)
+        expect(page.locator("#status")).to_contain_text("Updated", timeout=WAIT_MS)
+        continuation_id, _ = pause_for_approval(first, fakes, "2718")
+        shown = card(page, continuation_id)
+        expect(shown.locator("pre.args")).to_have_text('{\n  "id": "2718"\n}', timeout=WAIT_MS)
+        fakes["primary"].queue(Reply(text="Deleted record 2718."))
+        shown.get_by_role("button", name="Approve delete_remote").click()
+        expect(shown.locator(".card-note")).to_have_text("Approved; the loop resumed (completed).", timeout=WAIT_MS)
+        assert tool_server.calls[before:] == [{"id": "2718"}]
+        shown_on_first = httpx.get(f"{first.url}/v1/continuations?status=paused",
+                                   headers={"authorization": f"Bearer {APPROVER_A}"}).json()
+        assert continuation_id not in [item["id"] for item in shown_on_first["data"]]
+        assert page.problems == []  # type: ignore[attr-defined]
+    finally:
+        if page is not None:
+            page.context.close()
+        first.stop()
+        second.stop()
