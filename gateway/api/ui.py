@@ -66,10 +66,13 @@ class StaticFile:
 
 
 class _Redirect:
-    """``/ui/approvals/`` -> ``/ui/approvals``: the page's relative URLs resolve against the latter."""
+    """``/ui/approvals/`` -> ``/ui/approvals``: the page's relative URLs resolve against the latter.
+
+    The location is relative too, so the page also works behind a proxy that mounts it under a prefix.
+    """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(b"location", PAGE.encode()), (b"content-length", b"0"), *SECURITY_HEADERS]
+        headers = [(b"location", b"../approvals"), (b"content-length", b"0"), *SECURITY_HEADERS]
         await send({"type": "http.response.start", "status": 308, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
