@@ -9,12 +9,14 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway import metrics
+from gateway.api.access import check_model_access
 from gateway.api.approvals import key_identity
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.limits import Admission
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
@@ -79,6 +81,7 @@ async def delete_continuation(request: Request) -> JSONResponse:
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
+    admission: Admission | None = None
     try:
         incoming = Incoming(request.scope, request.receive)
         key = authenticate(incoming.authorization, runtime.keys)
@@ -100,16 +103,25 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
+        check_model_access(key, plan, resume=True)
+        admission = await runtime.limits.admit(key, incoming.body_bytes)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
-        await audit_decisions(runtime.store, claimed, approved, denied_reasons(body["decisions"]),
-                              *key_identity(key))
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
-        events = continuations.run_resumed(claimed, loop_request, runtime.deps)
-        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started)
+        decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(body["decisions"]),
+                                  *key_identity(key))
+        events = continuations.run_resumed(claimed, loop_request, runtime.deps, decided)
+        if admission is None:
+            return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started)
+        if admission.needs_settling:
+            events = admission.observe(events)
+        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
+                             admission.headers)
     except Exception as exc:
+        if admission is not None:
+            await admission.finish(None)
         error = to_gateway_error(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import orjson
@@ -365,12 +365,18 @@ class Continuations:
             allowed_tools=None if allowed is None else frozenset(allowed),
         )
 
-    async def run_resumed(self, continuation: Continuation, request: LoopRequest,
-                          deps: LoopDeps) -> AsyncIterator[LoopEvent]:
-        """The resumed loop; the claim is finished at its end and released on any failure or disconnect."""
+    async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,
+                          decided: Awaitable[None] | None = None) -> AsyncIterator[LoopEvent]:
+        """The resumed loop; the claim is finished at its end and released on any failure or disconnect.
+
+        ``decided`` records the decisions (way B's audit entries), and timed-out approvals are
+        recorded here too: both under the claim, so a failure to record releases it like any other.
+        """
         finished = False
         timed_out = set(request.resume.timed_out) if request.resume is not None else set()
         try:
+            if decided is not None:
+                await decided
             if timed_out:
                 await audit_expired(self.store, continuation, timed_out)
             async for event in run_loop(request, deps):

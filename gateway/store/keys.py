@@ -33,9 +33,12 @@ def new_secret() -> str:
     return "lg-" + secrets.token_urlsafe(32)
 
 
+def budget_record(budget: Budget | None) -> dict[str, Any] | None:
+    return None if budget is None else {"limit": budget.limit, "unit": budget.unit, "period": budget.period}
+
+
 def to_record(key: ApiKey, digest: bytes) -> dict[str, Any]:
-    budget = None if key.budget is None else {"limit": key.budget.limit, "unit": key.budget.unit,
-                                              "period": key.budget.period}
+    budget = budget_record(key.budget)
     return {"id": key.id, "name": key.name, "tenant": key.tenant, "hash": digest.hex(), "role": key.role,
             "models": None if key.models is None else list(key.models), "rpm": key.rpm, "tpm": key.tpm,
             "max_concurrent": key.max_concurrent, "budget": budget, "headless": key.headless,

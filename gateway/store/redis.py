@@ -176,8 +176,10 @@ class RedisStore(Store):
         self._audit = self._r.register_script(scripts.AUDIT)
         self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
         self._page = self._r.register_script(listing.PAGE)
+        self._list_add = self._r.register_script(listing.ADD)
         self._scripts = (self._save, self._claim, self._release, self._finish, self._unfinish, self._cancel,
-                         self._unindex, self._audit, self._health_fail, self._page)
+                         self._unindex, self._audit, self._health_fail, self._page,
+                         self._list_add)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
@@ -305,7 +307,7 @@ class RedisStore(Store):
         def write_index(pipe: Any) -> None:
             for key in index:
                 pipe.set(key, c.id, ex=ex)
-            listing.queue_add(pipe, c, ex)
+            listing.queue_add(pipe, self._list_add, c, ex)
 
         def write_both(pipe: Any) -> None:
             write_record(pipe)

@@ -46,21 +46,30 @@ return out
 """.replace("TRIM_BATCH", str(TRIM_BATCH))
 
 
+# KEYS: conts, contv. ARGV: member, score, summary, ttl. Adds one entry; the keys' TTL only ever
+# grows (a short-lived pause must not shorten the life of the others' entries). Any Redis version.
+ADD = """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local ttl = tonumber(ARGV[4])
+for _, k in ipairs(KEYS) do
+  if redis.call('TTL', k) < ttl then redis.call('EXPIRE', k, ttl) end
+end
+return 1
+"""
+
+
 def listing_keys(tenant: str) -> tuple[str, str]:
     from gateway.store.redis import tenant_key
 
     return tenant_key(tenant, "conts"), tenant_key(tenant, "contv")
 
 
-def queue_add(pipe: Any, c: Continuation, ex: int) -> None:
+def queue_add(pipe: Any, script: Any, c: Continuation, ex: int) -> None:
     """Add ``c`` to its tenant's listing inside the pause's index pipeline (same slot)."""
     if c.summary is None:
         return
-    conts, contv = listing_keys(c.tenant)
-    pipe.zadd(conts, {c.id: c.expires_at})
-    pipe.hset(contv, c.id, orjson.dumps(c.summary))
-    pipe.expire(conts, ex)
-    pipe.expire(contv, ex)
+    pipe.evalsha(script.sha, 2, *listing_keys(c.tenant), c.id, repr(c.expires_at), orjson.dumps(c.summary), ex)
 
 
 async def remove(store: RedisStore, tenant: str, continuation_id: str) -> None:
