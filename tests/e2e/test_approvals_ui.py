@@ -240,8 +240,8 @@ def test_several_calls_in_one_turn_are_decided_together(ui_gateway: Gateway, bro
         calls.nth(0).get_by_role("button", name="Approve delete_remote").click()
         expect(send).to_be_disabled()  # one call still undecided: nothing is sent yet
         assert len(tool_server.calls) == before
-        calls.nth(1).get_by_label("Reason (sent to the model when denied)").fill("keep record 2")
         calls.nth(1).get_by_role("button", name="Deny delete_remote").click()
+        calls.nth(1).get_by_label("Reason (sent to the model when denied)").fill("keep record 2")  # after Deny
         fakes["primary"].queue(Reply(text="Deleted 1, kept 2."))
         send.click()
         expect(shown.locator(".card-note")).to_have_text("Decided; the loop resumed (completed).", timeout=WAIT_MS)

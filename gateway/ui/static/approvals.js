@@ -24,7 +24,7 @@
     listTag: "",
     auditTag: "",
     firstList: true,
-    cards: new Map(),   // continuation id -> {el, item, choices, busy, done}
+    cards: new Map(),   // continuation id -> {el, item, choices (call id -> () => decision), busy, done}
     lastItems: [],
   };
 
@@ -313,11 +313,14 @@
     approve.setAttribute("aria-label", `Approve ${name}`);
     deny.setAttribute("aria-label", `Deny ${name}`);
     const choose = (approved) => {
-      const decision = {tool_call_id: call.tool_call_id, approve: approved};
-      if (digest) decision.arguments_sha256 = digest;
-      const reason = input.value.trim();
-      if (!approved && reason) decision.reason = reason;
-      card.choices.set(call.tool_call_id, decision);
+      // Read when sent, not when chosen: a reason typed after pressing Deny still goes with it.
+      card.choices.set(call.tool_call_id, () => {
+        const decision = {tool_call_id: call.tool_call_id, approve: approved};
+        if (digest) decision.arguments_sha256 = digest;
+        const reason = input.value.trim();
+        if (!approved && reason) decision.reason = reason;
+        return decision;
+      });
       if (single) { decide(card); return; }
       approve.setAttribute("aria-pressed", String(approved));
       deny.setAttribute("aria-pressed", String(!approved));
@@ -363,7 +366,8 @@
 
   async function decide(card) {
     if (card.busy || card.done) return;
-    const decisions = approvalCalls(card.item).map((call) => card.choices.get(call.tool_call_id)).filter(Boolean);
+    const decisions = approvalCalls(card.item).map((call) => card.choices.get(call.tool_call_id))
+      .filter(Boolean).map((decision) => decision());
     card.busy = true;
     const {el} = card;
     for (const button of el.querySelectorAll("button")) button.disabled = true;
