@@ -64,7 +64,8 @@ def ui_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Itera
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []
+    # Chromium refuses its sandbox as root (CI runs as root); a container's small /dev/shm crashes tabs.
+    args = ["--disable-dev-shm-usage", *(["--no-sandbox"] if os.geteuid() == 0 else [])]
     with playwright_sync.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=args)
         yield launched
