@@ -26,6 +26,9 @@
     firstList: true,
     cards: new Map(),   // continuation id -> {el, item, choices (call id -> () => decision), busy, done}
     lastItems: [],
+    session: 0,         // bumped at every sign-in and sign-out: answers for an older key are dropped
+    polling: false,
+    again: false,
   };
 
   class ApiError extends Error {
@@ -147,6 +150,7 @@
   }
 
   function signOut(message) {
+    state.session += 1;
     sessionStorage.removeItem(KEY_SLOT);
     window.clearTimeout(state.timer);
     state.key = null;
@@ -162,6 +166,7 @@
   }
 
   function start() {
+    state.session += 1;
     showSignedIn(true);
     $("who-text").textContent = "Signed in";
     poll();
@@ -169,28 +174,41 @@
 
   // ---- polling ------------------------------------------------------------------------------
 
+  /** One refresh at a time: a request for another while one runs makes it run again right after. */
   async function poll() {
     window.clearTimeout(state.timer);
     if (!state.key) return;
+    if (state.polling) { state.again = true; return; }
+    state.polling = true;
+    const session = state.session;
     try {
-      await Promise.all([refreshList(), refreshAudit()]);
+      await Promise.all([refreshList(session), refreshAudit(session)]);
       state.failures = 0;
       setStatus(`Updated ${new Date().toLocaleTimeString()}`);
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401) {
+      if (session !== state.session) {
+        // signed out (or in again) meanwhile: this answer belongs to the old key
+      } else if (error instanceof ApiError && error.status === 401) {
+        state.polling = false;
         signOut("The key was rejected (revoked or expired). Sign in again.");
         return;
+      } else {
+        state.failures += 1;
+        setStatus(`Cannot refresh (${error.message}); retrying…`);
       }
-      state.failures += 1;
-      setStatus(`Cannot refresh (${error.message}); retrying…`);
+    } finally {
+      state.polling = false;
     }
+    if (!state.key) return;
+    if (state.again) { state.again = false; poll(); return; }
     const base = document.hidden ? HIDDEN_POLL_MS : POLL_MS;
     const delay = Math.min(MAX_BACKOFF_MS, base * 2 ** Math.min(state.failures, 4));
     state.timer = window.setTimeout(poll, delay);
   }
 
-  async function refreshList() {
+  async function refreshList(session) {
     const result = await api(`v1/continuations?status=paused&limit=${LIST_LIMIT}`, {etag: state.listTag});
+    if (session !== state.session) return;
     if (result.notModified) { renderList(state.lastItems); return; }  // times move on; decided cards go
     state.listTag = result.etag;
     const payload = result.payload || {};
@@ -200,10 +218,11 @@
     $("more").hidden = !(payload.has_more || pick(payload, "next_cursor", "cursor"));
   }
 
-  async function refreshAudit() {
+  async function refreshAudit(session) {
     let result;
     try {
       result = await api(`v1/audit?limit=${AUDIT_LIMIT}`, {etag: state.auditTag});
+      if (session !== state.session) return;
     } catch (error) {
       if (error instanceof ApiError && (error.status === 403 || error.status === 404)) {
         $("history").hidden = true;  // this key (or this gateway) has no audit trail to show
