@@ -113,7 +113,10 @@ def _entry(c: Continuation, item: dict[str, Any], event: str, key_id: str | None
 async def audit_decisions(store: Store, c: Continuation, approved: list[str], denied: dict[str, str | None],
                           key_id: str | None, key_name: str | None) -> None:
     """One ``approved``/``denied`` entry per approval call a person decided (client outputs are not decisions)."""
-    items = {p["tool_call_id"]: p for p in c.pending if p.get("reason") == "approval"}
+    # A timed-out call is the time-out's to record (audit_expired), whatever a late decision said.
+    expired = expired_calls(c)
+    items = {p["tool_call_id"]: p for p in c.pending if p.get("reason") == "approval"
+             and p["tool_call_id"] not in expired}
     for call_id in approved:
         if call_id in items:
             await store.append_audit(_entry(c, items[call_id], "approved", key_id, key_name, None))
