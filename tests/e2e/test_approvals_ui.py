@@ -33,6 +33,7 @@ APPROVER_B = "approver-b-key"
 ARTIFACTS = Path(os.environ.get("LOOPGATE_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
 HOSTILE = 'Delete record 42 <img src=x id="pwned"> <script>window.pwned=1</script>'
 WAIT_MS = 10_000  # well past the page's 2 s poll
+SOON_S = 2
 
 
 def chromium_path() -> str:
@@ -50,9 +51,21 @@ def ui_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, store_url
     config = gateway_config(fakes, store_url=store_url, tool_server=tool_server.url)
     anchor = f"    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}\n"
     assert anchor in config
-    return config.replace(anchor, anchor
-                          + f"    - {{key: {APPROVER_A}, tenant: team-a, role: approver, name: alice}}\n"
-                          + f"    - {{key: {APPROVER_B}, tenant: team-b, role: approver, name: bob}}\n", 1)
+    config = config.replace(anchor, anchor
+                            + f"    - {{key: {APPROVER_A}, tenant: team-a, role: approver, name: alice}}\n"
+                            + f"    - {{key: {APPROVER_B}, tenant: team-b, role: approver, name: bob}}\n", 1)
+    # A tool whose approval times out quickly, on a route of its own.
+    assert config.count("\nmodels:\n") == 1
+    return config.replace("\nmodels:\n", f"""
+  delete_soon:
+    description: Delete a record (approval times out fast)
+    parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}
+    http: {{url: "{tool_server.url}/delete", timeout_s: 5}}
+    approval: required
+    approval_timeout_s: {SOON_S}
+models:
+  agent_soon: {{targets: [{{provider: primary, model: up-model}}], tools: [delete_soon]}}
+""")
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +262,32 @@ def test_several_calls_in_one_turn_are_decided_together(ui_gateway: Gateway, bro
         assert tool_server.calls[before:] == [{"id": "1"}]
         results = [m["content"] for m in fakes["primary"].bodies[-1]["messages"] if m["role"] == "tool"]
         assert results[0] == "deleted 1" and "keep record 2" in results[1]
+    finally:
+        page.context.close()
+        cleanup(ui_gateway, continuation_id)
+
+
+def test_a_timed_out_approval_cannot_be_approved(ui_gateway: Gateway, browser: Any, fakes: dict[str, FakeUpstream],
+                                                tool_server: ToolServer) -> None:
+    before = len(tool_server.calls)
+    fakes["primary"].queue(Reply(tool_calls=[("delete_soon", {"id": "5"})]))
+    paused = ui_gateway.client().chat.completions.create(model="agent_soon",
+                                                         messages=[{"role": "user", "content": "go"}])
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    page = open_inbox(browser, ui_gateway, APPROVER_A)
+    try:
+        shown = card(page, continuation_id)
+        expect(shown).to_be_visible(timeout=WAIT_MS)
+        expect(shown.locator(".call-status")).to_have_text("Approval timed out: this call counts as denied.",
+                                                           timeout=WAIT_MS)
+        expect(shown.get_by_role("button", name="Approve delete_soon")).to_be_disabled()
+        # Deny stays: it resumes the loop now, and the model is told the approval timed out.
+        fakes["primary"].queue(Reply(text="Not deleted."))
+        shown.get_by_role("button", name="Deny delete_soon").click()
+        expect(shown.locator(".card-note")).to_have_text("Denied; the loop resumed (completed).", timeout=WAIT_MS)
+        result = [m for m in fakes["primary"].bodies[-1]["messages"] if m["role"] == "tool"][-1]["content"]
+        assert "approval timed out" in result
+        assert len(tool_server.calls) == before
     finally:
         page.context.close()
         cleanup(ui_gateway, continuation_id)

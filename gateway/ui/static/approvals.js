@@ -376,7 +376,8 @@
       const status = section.querySelector(".call-status");
       if (expired) {
         status.textContent = "Approval timed out: this call counts as denied.";
-        if (!card.done) for (const button of section.querySelectorAll("button")) button.disabled = true;
+        // Approving it is refused (409 approval_expired); Deny stays, to let the loop go on now.
+        if (!card.done) section.querySelector(".approve").disabled = true;
       } else if (deadline) {
         status.textContent = `Decide ${relative(deadline)} (approval timeout).`;
       }
