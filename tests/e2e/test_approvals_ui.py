@@ -50,7 +50,9 @@ def ui_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, store_url
     """The shared e2e config plus one approver key per tenant."""
     config = gateway_config(fakes, store_url=store_url, tool_server=tool_server.url)
     anchor = f"    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}\n"
-    assert anchor in config
+    caller = f"    - {{key: {KEY}, tenant: team-a}}\n"
+    assert anchor in config and caller in config
+    config = config.replace(caller, f"    - {{key: {KEY}, tenant: team-a, name: billing-bot}}\n", 1)
     config = config.replace(anchor, anchor
                             + f"    - {{key: {APPROVER_A}, tenant: team-a, role: approver, name: alice}}\n"
                             + f"    - {{key: {APPROVER_B}, tenant: team-b, role: approver, name: bob}}\n", 1)
@@ -172,6 +174,7 @@ def test_approve_in_the_browser_runs_the_tool_once(ui_gateway: Gateway, browser:
         expect(shown.locator(".card-title")).to_have_text("delete_remote")
         expect(shown.locator("pre.args")).to_have_text('{\n  "id": "42"\n}')
         expect(shown.locator(".f-route")).to_have_text("agent")
+        expect(shown.locator(".f-key")).to_have_text("billing-bot")  # the asking key's name
         expect(shown.locator(".ctx-assistant")).to_have_text("I will delete record 42.")
         # The caller's hostile text is shown as text: no element from it, no script run.
         expect(shown.locator(".ctx-user")).to_have_text(HOSTILE)
