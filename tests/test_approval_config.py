@@ -44,7 +44,7 @@ def test_mcp_server_approval_policy() -> None:
 def test_key_tool_allow_list() -> None:
     config = parse_config(GOOD.replace("{key: cron, tenant: jobs, headless: true}",
                                        "{key: cron, tenant: jobs, tools: [get_weather, get_weather]}"), ENV)
-    assert [k.tools for k in config.auth.keys] == [None, ("get_weather",)]
+    assert [k.tools for k in config.auth.keys] == [None, frozenset({"get_weather"})]
     with pytest.raises(ConfigError) as error:
         parse_config(GOOD.replace("{key: cron, tenant: jobs, headless: true}", "{key: cron, tenant: jobs, tools: [1]}"),
                      ENV)

@@ -6,7 +6,6 @@ import logging
 import time
 
 from gateway.api.access import check_model_access, visible_routes
-from gateway.api.approvals import key_identity
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.continuations import resume_plan
@@ -73,8 +72,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             loop_request = LoopRequest(
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-                stream=chat.stream, deadline=deadline, key_id=key_identity(key)[0], key_name=key_identity(key)[1],
-                allowed_tools=None if key.tools is None else frozenset(key.tools),
+                stream=chat.stream, deadline=deadline, key_id=key.id, key_name=key.name,
+                allowed_tools=key.tools,
             )
             events = run_loop(loop_request, runtime.deps)
         if admission is None:

@@ -34,7 +34,7 @@ log = logging.getLogger("loopgate.limits")
 BYTES_PER_TOKEN = 4
 
 
-class Limits:
+class RateLimits:
     """The limiter and the tenants' scopes, built once at start-up."""
 
     def __init__(self, limiter: RateLimiter, config: Config) -> None:

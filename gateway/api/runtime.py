@@ -11,7 +11,7 @@ from gateway import redact
 from gateway.api.admin_auth import admin_ring
 from gateway.api.auth import KeyRing
 from gateway.api.key_sync import KeySync
-from gateway.api.limits import Limits
+from gateway.api.limits import RateLimits
 from gateway.canonical import ToolCall
 from gateway.config.model import AdminKey, Config
 from gateway.context import ContextGuard
@@ -54,7 +54,7 @@ class Runtime:
     admin_keys: dict[bytes, AdminKey]
     key_store: KeyStore
     key_sync: KeySync
-    limits: Limits
+    limits: RateLimits
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -90,7 +90,7 @@ class Runtime:
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
                    mcp=mcp, admin_keys=admin_ring(config.auth.admin_keys), key_store=key_store, key_sync=key_sync,
-                   limits=Limits(open_limiter(store), config))
+                   limits=RateLimits(open_limiter(store), config))
 
     async def stop(self) -> None:
         await self.key_sync.stop()

@@ -38,11 +38,11 @@ def approval_policy(section: dict[str, Any], path: str) -> tuple[ApprovalMode, f
     return mode, timeout
 
 
-def key_tools(item: dict[str, Any], path: str) -> tuple[str, ...] | None:
+def key_tools(item: dict[str, Any], path: str) -> frozenset[str] | None:
     """A key's ``tools`` allow-list: server tool names (MCP tools by their own name); absent = every tool."""
     raw = get(item, "tools", path, list, None)
     if raw is None:
         return None
     if len(raw) > MAX_KEY_TOOLS or not all(isinstance(name, str) and name for name in raw):
         raise ConfigError(f"{path}.tools", f"must be a list of at most {MAX_KEY_TOOLS} non-empty tool names")
-    return tuple(dict.fromkeys(raw))
+    return frozenset(raw)

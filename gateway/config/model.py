@@ -81,7 +81,7 @@ class ApiKey:
     created_at: float | None = None
     revoked: bool = False
     #: server tools this key may use (None: every tool of the route); others are never offered to the model
-    tools: tuple[str, ...] | None = None
+    tools: frozenset[str] | None = None
 
     @property
     def limits(self) -> Limits:

@@ -12,6 +12,7 @@ Decision and expiry handling live in named functions (:func:`audit_decisions`,
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 import time
 from typing import Any
@@ -75,7 +76,8 @@ def pending_view(item: dict[str, Any]) -> dict[str, Any]:
     return {"tool_call_id": item["tool_call_id"], "name": item["name"], "reason": item["reason"],
             "arguments": arguments if isinstance(arguments, str) else "",
             "arguments_sha256": item.get("arguments_sha256") or arguments_digest(arguments),
-            "approval_deadline": None if deadline is None else int(deadline)}
+            # Rounded up: the view never calls a call expired before the gateway would refuse its approval.
+            "approval_deadline": None if deadline is None else math.ceil(deadline)}
 
 
 def continuation_view(c: Continuation, now: float | None = None) -> dict[str, Any]:

@@ -84,8 +84,11 @@ def decision(scopes: tuple[LimitScope, ...], reply: list[Any]) -> Decision:
 class RateLimiter(ABC):
     @abstractmethod
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
-                      lease_s: float) -> Decision:
-        """Take one request and ``tokens`` from every scope, and a concurrency slot ``member``, or nothing."""
+                      lease_s: float, now: float | None = None) -> Decision:
+        """Take one request and ``tokens`` from every scope, and a concurrency slot ``member``, or nothing.
+
+        ``now`` (Unix seconds, default the clock) is for tests.
+        """
 
     @abstractmethod
     async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str) -> None:

@@ -178,8 +178,7 @@ class RedisStore(Store):
         self._page = self._r.register_script(listing.PAGE)
         self._list_add = self._r.register_script(listing.ADD)
         self._scripts = (self._save, self._claim, self._release, self._finish, self._unfinish, self._cancel,
-                         self._unindex, self._audit, self._health_fail, self._page,
-                         self._list_add)
+                         self._unindex, self._audit, self._health_fail, self._page, self._list_add)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
@@ -474,11 +473,7 @@ class RedisStore(Store):
         return [orjson.loads(raw) for raw in raws]
 
     async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
-        if limit <= 0:
-            return []
-        async with self._guard("read_audit"):
-            raws = await self._r.lrange(tenant_key(tenant, "audit"), -limit, -1)
-        return [orjson.loads(raw) for raw in raws]
+        return await self.audit_tail(tenant, 0, limit) if limit > 0 else []
 
     # -- health ----------------------------------------------------------------------------------
     async def health_report(self, target: str, failed: bool, threshold: int, cooldown_s: float) -> float | None:

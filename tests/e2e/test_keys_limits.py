@@ -334,3 +334,32 @@ def test_stream_carries_the_limit_headers_and_unlimited_keys_none(pair: tuple[Ga
     assert streamed.headers["x-ratelimit-limit-tokens"] == "100000"
     plain = chat(first, KEY)
     assert plain.status_code == 200 and not any(h.startswith("x-ratelimit") for h in plain.headers)
+
+
+def test_memory_store_limits_and_managed_keys_in_one_process(fakes: dict[str, FakeUpstream],
+                                                             tool_server: ToolServer) -> None:
+    text = gateway_config(fakes, tool_server=tool_server.url).replace("auth:\n  keys:\n", AUTH, 1) + TENANTS
+    gw = Gateway(text).start()
+    try:
+        created = admin("POST", gw, "/admin/keys", {"tenant": "mem", "rpm": 3, "max_concurrent": 5})
+        secret = created.json()["key"]
+        statuses = [chat(gw, secret).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        assert admin("DELETE", gw, f"/admin/keys/{created.json()['id']}").status_code == 200
+        assert chat(gw, secret).status_code == 401
+    finally:
+        gw.stop()
+
+
+def test_limits_fail_open_when_the_store_is_down(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    # Nothing listens on port 1: every store call fails at once with "connection refused".
+    text = gateway_config(fakes, store_url="redis://127.0.0.1:1/0", tool_server=tool_server.url)
+    gw = Gateway(text.replace("auth:\n  keys:\n", AUTH, 1) + TENANTS).start()
+    try:
+        statuses = [chat(gw, "rpm-key").status_code for _ in range(8)]
+        assert statuses == [200] * 8  # rpm 6 is not enforced without its store, by design
+        assert not any(h.startswith("x-ratelimit") for h in chat(gw, "rpm-key").headers)
+        assert "rate limits are not enforced while the store does not answer" in gw.logs()
+        assert admin("GET", gw, "/admin/keys").json()["error"]["code"] == "store_unavailable"
+    finally:
+        gw.stop()
