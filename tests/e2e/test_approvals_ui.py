@@ -146,6 +146,10 @@ def test_page_is_served_with_strict_headers(ui_gateway: Gateway) -> None:
         again = httpx.get(f"{ui_gateway.url}/ui/approvals/{asset}", headers={"if-none-match": response.headers["etag"]})
         assert again.status_code == 304 and again.content == b""
     assert "innerHTML" not in httpx.get(f"{ui_gateway.url}/ui/approvals/approvals.js").text
+    head = httpx.head(f"{ui_gateway.url}/ui/approvals")
+    assert head.status_code == 200 and head.content == b"" and head.headers["x-frame-options"] == "DENY"
+    posted = httpx.post(f"{ui_gateway.url}/ui/approvals", content=b"x")
+    assert posted.status_code == 405 and posted.json()["error"]["type"] == "invalid_request_error"
     slash = httpx.get(f"{ui_gateway.url}/ui/approvals/")
     assert slash.status_code == 308 and str(slash.next_request.url) == f"{ui_gateway.url}/ui/approvals"
 
