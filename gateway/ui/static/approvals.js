@@ -60,7 +60,7 @@
 
   // ---- small helpers ------------------------------------------------------------------------
 
-  /** The first present field among `names` (the API's field names, tolerant of small renames). */
+  /** The first present value among dotted `names` ("key.name"), skipping null and "". */
   function pick(obj, ...names) {
     if (!obj || typeof obj !== "object") return undefined;
     for (const name of names) {
@@ -215,7 +215,7 @@
     const items = Array.isArray(payload.data) ? payload.data : [];
     state.lastItems = items;
     renderList(items);
-    $("more").hidden = !(payload.has_more || pick(payload, "next_cursor", "cursor"));
+    $("more").hidden = payload.has_more !== true;
   }
 
   async function refreshAudit(session) {
@@ -360,12 +360,12 @@
       ? text(calls[0].name) : `${calls.length} tools: ${calls.map((call) => text(call.name)).join(", ")}`;
     el.querySelector(".f-route").textContent = text(pick(item, "route", "model")) || "—";
     el.querySelector(".f-key").textContent =
-      text(pick(item, "key_name", "key.name", "asked_by.name", "asked_by")) || "—";
-    setTime(el.querySelector(".f-paused"), pick(item, "created_at", "paused_at"));
-    setTime(el.querySelector(".f-expires"), pick(item, "expires_at"));
-    const context = pick(item, "context") || {};
-    const user = text(pick(context, "user", "user_message", "latest_user_message", "last_user_message"));
-    const assistant = text(pick(context, "assistant", "assistant_text", "assistant_so_far", "content"));
+      text(pick(item, "key.name", "key.id")) || "—";
+    setTime(el.querySelector(".f-paused"), item.created_at);
+    setTime(el.querySelector(".f-expires"), item.expires_at);
+    const context = item.context && typeof item.context === "object" ? item.context : {};
+    const user = text(context.user);
+    const assistant = text(context.assistant);
     el.querySelector(".ctx-user").textContent = user || "(none)";
     el.querySelector(".ctx-assistant").textContent = assistant || "(nothing yet)";
     for (const call of calls) {
@@ -431,21 +431,21 @@
     const body = $("decisions").querySelector("tbody");
     const rows = entries.map((entry) => {
       const row = document.createElement("tr");
-      const kind = text(pick(entry, "decision", "event", "kind", "type", "outcome"));
+      const kind = text(entry.event);
       const cells = [
         ["When", null],
         ["Decision", kind.replaceAll("_", " ") || "—"],
-        ["Tool", text(pick(entry, "tool", "name", "tool_name")) || "—"],
-        ["Who", text(pick(entry, "key_name", "decided_by.name", "by.name", "key.name", "decided_by", "key_id"))
-          || "—"],
-        ["Reason", text(pick(entry, "reason")) || ""],
+        ["Tool", text(entry.tool) || "—"],
+        ["Who", text(pick(entry, "key.name", "key.id")) || "—"],
+        ["Reason", kind === "headless_denial" && entry.reason  // what the call would have needed
+          ? `headless; needed ${entry.reason === "client" ? "the client" : text(entry.reason)}` : text(entry.reason)],
       ];
       for (const [label, value] of cells) {
         const cell = document.createElement("td");
         cell.dataset.label = label;
         if (label === "When") {
           const time = document.createElement("time");
-          setTime(time, pick(entry, "at", "time", "decided_at", "created_at", "ts"));
+          setTime(time, entry.created_at);
           cell.append(time);
         } else {
           cell.textContent = value;
