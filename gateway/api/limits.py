@@ -14,6 +14,7 @@ a limiter that takes every caller down with it protects nothing. Budgets are sep
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import secrets
@@ -32,6 +33,7 @@ log = logging.getLogger("loopgate.limits")
 
 #: bytes of request body per estimated prompt token (a cheap upper-ish guess, corrected afterwards)
 BYTES_PER_TOKEN = 4
+_SCOPE_CACHE_LIMIT = 20_000
 
 
 class RateLimits:
@@ -43,13 +45,28 @@ class RateLimits:
         self.tenants = {name: LimitScope("tenant", name, t.rpm or 0, t.tpm or 0, t.max_concurrent or 0)
                         for name, t in config.tenants.items() if t.limits.any}
         self._outage_logged = 0.0
+        # Per key id: the key object they were built for (a reload makes new ones) and its scopes.
+        self._scopes: dict[str, tuple[ApiKey, tuple[LimitScope, ...], bool]] = {}
+        # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
+        self._member_prefix = secrets.token_hex(6) + ":"
+        self._members = itertools.count()
 
-    def scopes(self, key: ApiKey) -> tuple[LimitScope, ...]:
+    def scopes(self, key: ApiKey) -> tuple[tuple[LimitScope, ...], bool]:
+        """The scopes limiting ``key`` and whether its end must be settled (tpm or max_concurrent)."""
+        cached = self._scopes.get(key.id)
+        if cached is not None and cached[0] is key:
+            return cached[1], cached[2]
         tenant = self.tenants.get(key.tenant)
         if key.rpm is None and key.tpm is None and key.max_concurrent is None:
-            return () if tenant is None else (tenant,)
-        own = LimitScope("key", key.id, key.rpm or 0, key.tpm or 0, key.max_concurrent or 0)
-        return (own,) if tenant is None else (own, tenant)
+            scopes: tuple[LimitScope, ...] = () if tenant is None else (tenant,)
+        else:
+            own = LimitScope("key", key.id, key.rpm or 0, key.tpm or 0, key.max_concurrent or 0)
+            scopes = (own,) if tenant is None else (own, tenant)
+        settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
+        if len(self._scopes) >= _SCOPE_CACHE_LIMIT:
+            self._scopes.clear()  # keys come and go with reloads; never let old ones pile up
+        self._scopes[key.id] = (key, scopes, settle)
+        return scopes, settle
 
     async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
         """None when nothing limits ``key``; else the admission (its headers go on the response).
@@ -58,9 +75,9 @@ class RateLimits:
         """
         if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
             return None
-        scopes = self.scopes(key)
+        scopes, settle = self.scopes(key)
         estimate = body_bytes // BYTES_PER_TOKEN + 1
-        member = secrets.token_hex(8)
+        member = self._member_prefix + str(next(self._members))
         try:
             verdict = await self.limiter.acquire(key.tenant, scopes, estimate, member, self.lease_s)
         except StoreUnavailable as exc:
@@ -71,31 +88,29 @@ class RateLimits:
             return None
         if not verdict.allowed:
             raise refusal(verdict, estimate)
-        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict))
+        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict), settle)
 
 
 class Admission:
     """A request the limits let through: its headers, and the settling step for its end."""
 
-    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "headers")
+    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "headers", "needs_settling")
 
     def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
-                 member: str, response_headers: dict[str, str]) -> None:
+                 member: str, response_headers: dict[str, str], settle: bool) -> None:
         self._limiter = limiter
         self._tenant = tenant
         self._scopes = scopes
         self._estimate = estimate
         self._member = member
-        self._done = False
         self.headers = response_headers
-
-    @property
-    def needs_settling(self) -> bool:
-        return any(scope.tpm or scope.max_concurrent for scope in self._scopes)
+        #: tpm or max_concurrent: the end must be reported (a second store call)
+        self.needs_settling = settle
+        self._done = not settle
 
     async def finish(self, usage: Usage | None) -> None:
         """Correct the token estimate by ``usage`` (None: the request failed, give it back) and free the slot."""
-        if self._done or not self.needs_settling:
+        if self._done:
             return
         self._done = True
         used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
