@@ -32,7 +32,7 @@ APPROVER_A = "approver-a-key"
 APPROVER_B = "approver-b-key"
 ARTIFACTS = Path(os.environ.get("LOOPGATE_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
 HOSTILE = 'Delete record 42 <img src=x id="pwned"> <script>window.pwned=1</script>'
-WAIT_MS = 10_000  # well past the page's 2 s poll
+WAIT_MS = 15_000  # well past the page's 2 s poll and 5 s display of a decided card, on a busy CI machine
 SOON_S = 2
 
 
