@@ -10,12 +10,16 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import metrics
+from gateway.api.access import visible_routes
+from gateway.api.admin import admin_routes
+from gateway.api.approvals import approval_routes
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
@@ -25,6 +29,7 @@ from gateway.api.json_response import JSONResponse
 from gateway.api.responses import create_response, responses_routes
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
+from gateway.api.ui import ConditionalGet, ui_routes
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 
@@ -41,12 +46,13 @@ async def chat_endpoint(request: Request) -> JSONResponse | SSEResponse:
 async def list_models(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
-        authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
     except GatewayError as error:
         return error_response(error)
     created = request.app.state.started
+    names = visible_routes(key, runtime.routes.names())
     return _json({"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                              "owned_by": "loopgate"} for name in runtime.routes.names()]})
+                                              "owned_by": "loopgate"} for name in names]})
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -96,15 +102,19 @@ def create_app(config: Config) -> FastChatPath:
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        *ui_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
         *responses_routes(),
+        *admin_routes(),
+        *approval_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                    middleware=[Middleware(ConditionalGet)])
     return FastChatPath(app)
 
 
