@@ -16,16 +16,19 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
+from gateway.api.access import check_model_access
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.limits import Admission
 from gateway.api.respond import finished
 from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
 from gateway.api.responses_run import ResponseRun, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
+from gateway.canonical import Usage
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
 
@@ -46,34 +49,55 @@ async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
 async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     label = "unknown"
+    admission: Admission | None = None
     try:
         key = authenticate(incoming.authorization, runtime.keys)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
             raise bad_request("'background' responses are not supported by this gateway yet", "background")
+        plan = runtime.routes.lookup(parsed.model)
+        if plan is not None:  # an unknown model is prepare_response's 404
+            check_model_access(key, plan)
+        admission = await runtime.limits.admit(key, incoming.body_bytes)
         run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless)
         label = run.label
         await run.open()
+        headers = None if admission is None else admission.headers
         if not parsed.stream:
             async for _ in run.batches(raise_errors=True):
                 pass
             finished(PATH, label, 200, started)
-            return JSONResponse(orjson.dumps(run.response))
-        return SSEResponse(_frames(run, started))
+            if admission is not None:
+                await admission.finish(usage_of(run.response))
+            return JSONResponse(orjson.dumps(run.response), 200, headers)
+        return SSEResponse(_frames(run, started, admission), headers)
     except Exception as exc:
+        if admission is not None:
+            await admission.finish(None)  # a no-op once settled
         error = to_gateway_error(exc)
         finished(PATH, label, error.status, started)
         return error_response(error)
 
 
-async def _frames(run: ResponseRun, started: float) -> AsyncIterator[bytes]:
+async def _frames(run: ResponseRun, started: float, admission: Admission | None) -> AsyncIterator[bytes]:
     try:
         async for batch in run.batches():
             yield b"".join(sse_frame(event) for event in batch)
     finally:
         await run.aclose()
         finished(PATH, run.label, 200, started)
+        if admission is not None:
+            await admission.finish(usage_of(run.response))
+
+
+def usage_of(response: dict[str, Any]) -> Usage | None:
+    """The usage a Responses object reports, for the rate limits' token correction."""
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
+                 completion_tokens=int(usage.get("output_tokens") or 0))
 
 
 def _response_id(request: Request) -> str:
