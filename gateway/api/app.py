@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -19,14 +20,17 @@ from gateway import metrics
 from gateway.api.access import visible_routes
 from gateway.api.admin import admin_routes
 from gateway.api.admin_usage import usage_routes
+from gateway.api.approvals import approval_routes
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.responses import create_response, responses_routes
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
+from gateway.api.ui import ConditionalGet, ui_routes
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 
@@ -99,16 +103,20 @@ def create_app(config: Config) -> FastChatPath:
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        *ui_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *responses_routes(),
         *admin_routes(),
         *usage_routes(),
+        *approval_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                    middleware=[Middleware(ConditionalGet)])
     return FastChatPath(app)
 
 
@@ -130,6 +138,11 @@ class FastChatPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
             response = await chat_completions(Incoming(scope, receive), self.state.runtime)
+            await response(scope, receive, send)
+            return
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/responses":
+            # The Responses API's hot path, for the same reason (its handler also answers every failure).
+            response = await create_response(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

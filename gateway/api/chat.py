@@ -77,7 +77,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             loop_request = LoopRequest(
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-                stream=chat.stream, deadline=deadline,
+                stream=chat.stream, deadline=deadline, key_id=key.id, key_name=key.name,
+                allowed_tools=key.tools,
             )
             meter.watch(loop_request)
             events = run_loop(loop_request, runtime.deps)

@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from gateway import metrics
 from gateway.api.access import check_model_access
+from gateway.api.approvals import key_identity
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
@@ -20,6 +21,7 @@ from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.loop.approvals import audit_decisions, continuation_view
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
 
@@ -51,9 +53,7 @@ def _continuation_id(request: Request) -> str:
 
 
 def _view(continuation: Continuation) -> dict[str, object]:
-    return {"id": continuation.id, "object": "continuation", "status": continuation.status,
-            "model": continuation.model, "pending": continuation.pending,
-            "created_at": int(continuation.created_at), "expires_at": int(continuation.expires_at)}
+    return continuation_view(continuation)
 
 
 async def get_continuation(request: Request) -> JSONResponse:
@@ -116,7 +116,9 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
         meter.watch(loop_request)
-        events = continuations.run_resumed(claimed, loop_request, runtime.deps)
+        decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(body["decisions"]),
+                                  *key_identity(key))
+        events = continuations.run_resumed(claimed, loop_request, runtime.deps, decided)
         if admission is None:
             return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
                                  meter=meter)
@@ -135,6 +137,12 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         elif error.code == "continuation_not_found":
             metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
         return error_response(error)
+
+
+def denied_reasons(decisions: list[dict[str, object]]) -> dict[str, str | None]:
+    """The calls a (validated) decision list denies, with the person's reason."""
+    return {str(d["tool_call_id"]): d["reason"] if isinstance(d.get("reason"), str) else None  # type: ignore[misc]
+            for d in decisions if d.get("approve") is False}
 
 
 def continuation_routes() -> list[Route]:

@@ -24,6 +24,7 @@ from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
 from gateway.store.keys import KeyStore, open_key_store
 from gateway.store.limits import open_limiter
+from gateway.store.responses import ResponseRecords, response_records
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -52,6 +53,7 @@ class Runtime:
     continuations: Continuations
     deps: LoopDeps
     mcp: McpRefresher
+    responses: ResponseRecords  # stored Responses-API responses (same backend as ``store``)
     #: ``auth.admin_keys`` by the SHA-256 of their secret (see api/admin_auth.py)
     admin_keys: dict[bytes, AdminKey]
     key_store: KeyStore
@@ -92,8 +94,9 @@ class Runtime:
         await key_sync.start()
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp, admin_keys=admin_ring(config.auth.admin_keys), key_store=key_store, key_sync=key_sync,
-                   limits=RateLimits(open_limiter(store), config), usage=start_metering(config, store))
+                   mcp=mcp, responses=response_records(store), admin_keys=admin_ring(config.auth.admin_keys),
+                   key_store=key_store, key_sync=key_sync, limits=RateLimits(open_limiter(store), config),
+                   usage=start_metering(config, store))
 
     async def stop(self) -> None:
         await self.key_sync.stop()

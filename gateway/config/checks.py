@@ -29,7 +29,7 @@ SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", 
                 "keepalive_timeout_s"}
 AUTH_KEYS = {"keys", "admin_keys"}
 API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
-                "expires_at"}
+                "expires_at", "tools"}
 ADMIN_KEY_KEYS = {"key", "name"}
 TENANT_KEYS = {"rpm", "tpm", "max_concurrent", "budget"}
 BUDGET_KEYS = {"limit", "unit", "period"}
@@ -41,9 +41,9 @@ PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s"
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
                   "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
                   "tokens_per_s", "prices"}
-TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
+TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s", "approval_timeout_s"}
 HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
-MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
+MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s"}
 ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
 TARGET_KEYS = {"provider", "model", "price"}
 PRICE_KEYS = {"input_per_mtok", "output_per_mtok", "cached_input_per_mtok"}

@@ -11,6 +11,7 @@ import hashlib
 import re
 from typing import Any, cast
 
+from gateway.config.approval_section import key_tools
 from gateway.config.checks import (
     ADMIN_KEY_KEYS,
     API_KEY_KEYS,
@@ -148,6 +149,7 @@ def key_options(item: dict[str, Any], path: str) -> dict[str, Any]:
         "max_concurrent": limit(item, "max_concurrent", path),
         "budget": budget(item.get("budget"), f"{path}.budget"),
         "expires_at": expires_at(item.get("expires_at"), f"{path}.expires_at"),
+        "tools": key_tools(item, path),
     }
 
 

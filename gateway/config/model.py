@@ -8,6 +8,8 @@ from typing import Any, Literal
 ProviderType = Literal["openai", "anthropic", "gemini", "litellm", "mock"]
 PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm", "mock")
 ReasoningPassback = bool | Literal["auto"]
+#: ``auto`` follows MCP tool annotations (gateway/tools/mcp/protocol.py); a tool without any is ``required``
+ApprovalMode = Literal["never", "required", "auto"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ class ApiKey:
     managed: bool = False
     created_at: float | None = None
     revoked: bool = False
+    #: server tools this key may use (None: every tool of the route); others are never offered to the model
+    tools: frozenset[str] | None = None
 
     @property
     def limits(self) -> Limits:
@@ -219,8 +223,10 @@ class ToolConfig:
     parameters: dict[str, Any]
     http: HttpToolConfig | None = None
     python: str | None = None
-    approval: Literal["never", "required"] = "never"
+    approval: ApprovalMode = "never"
     timeout_s: float = 30.0
+    #: a pending approval older than this counts as denied ("approval timed out"); None: only the TTL
+    approval_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +239,9 @@ class McpServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
-    approval: Literal["never", "required"] = "never"
+    approval: ApprovalMode = "never"
     refresh_s: float = 300.0
+    approval_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
+from gateway.config.approval_section import approval_policy
 from gateway.config.checks import (
     CONTEXT_KEYS,
     HTTP_TOOL_KEYS,
@@ -194,9 +195,7 @@ def _tool(name: str, raw: Any) -> ToolConfig:
         )
     if python is not None and (":" not in python or not all(python.split(":", 1))):
         raise ConfigError(f"{path}.python", f"must look like 'package.module:function', got '{python}'")
-    approval = get(section, "approval", path, str, "never")
-    if approval not in ("never", "required"):
-        raise ConfigError(f"{path}.approval", f"must be 'required' or 'never', got '{approval}'")
+    approval, approval_timeout = approval_policy(section, path)
     timeout = http.timeout_s if http else get(section, "timeout_s", path, float, 30.0)
     return ToolConfig(
         name=name,
@@ -206,6 +205,7 @@ def _tool(name: str, raw: Any) -> ToolConfig:
         python=python,
         approval=approval,
         timeout_s=positive(timeout, f"{path}.timeout_s"),
+        approval_timeout_s=approval_timeout,
     )
 
 
@@ -231,9 +231,7 @@ def _mcp_server(name: str, raw: Any) -> McpServerConfig:
             raise ConfigError(f"{path}.url", f"must be an http(s) URL, got '{url}'")
     if command is not None and (not command or not all(isinstance(part, str) and part for part in command)):
         raise ConfigError(f"{path}.command", "must be a non-empty list of strings")
-    approval = get(section, "approval", path, str, "never")
-    if approval not in ("never", "required"):
-        raise ConfigError(f"{path}.approval", f"must be 'required' or 'never', got '{approval}'")
+    approval, approval_timeout = approval_policy(section, path)
     return McpServerConfig(
         name=name,
         url=url,
@@ -243,6 +241,7 @@ def _mcp_server(name: str, raw: Any) -> McpServerConfig:
         timeout_s=positive(get(section, "timeout_s", path, float, 30.0), f"{path}.timeout_s"),
         approval=approval,
         refresh_s=positive(get(section, "refresh_s", path, float, 300.0), f"{path}.refresh_s"),
+        approval_timeout_s=approval_timeout,
     )
 
 

@@ -363,3 +363,22 @@ def test_limits_fail_open_when_the_store_is_down(fakes: dict[str, FakeUpstream],
         assert admin("GET", gw, "/admin/keys").json()["error"]["code"] == "store_unavailable"
     finally:
         gw.stop()
+
+
+def test_responses_api_checks_access_and_limits(pair: tuple[Gateway, Gateway]) -> None:
+    first, second = pair
+    with pytest.raises(openai.PermissionDeniedError) as caught:
+        first.client("narrow-key").responses.create(model="agent", input="hi")
+    assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "model_not_allowed"
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        first.client("approver-key").responses.create(model="plain", input="hi")
+    assert isinstance(refused.value.body, dict) and refused.value.body["code"] == "approver_key"
+    secret = admin("POST", first, "/admin/keys", {"tenant": "resp", "rpm": 2, "tpm": 100000}).json()["key"]
+    raw = first.client(secret).responses.with_raw_response.create(model="plain", input="hi")
+    assert raw.headers["x-ratelimit-limit-requests"] == "2" and raw.headers["x-ratelimit-remaining-requests"] == "1"
+    assert raw.parse().output_text
+    wait_for(lambda: chat(second, secret, "agent").status_code in (200, 429), 1.0)
+    with pytest.raises(openai.RateLimitError) as limited:
+        for _ in range(3):
+            second.client(secret).responses.create(model="plain", input="hi", stream=False)
+    assert limited.value.response.headers["x-ratelimit-remaining-requests"] == "0"
