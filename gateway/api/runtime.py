@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gateway import redact
+from gateway.api.background_runner import BackgroundRunner
 from gateway.canonical import ToolCall
 from gateway.config.model import ApiKey, Config
 from gateway.context import ContextGuard
@@ -18,6 +19,7 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
+from gateway.store.background import background_store
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -44,6 +46,7 @@ class Runtime:
     continuations: Continuations
     deps: LoopDeps
     mcp: McpRefresher
+    background: BackgroundRunner
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -73,9 +76,11 @@ class Runtime:
                         context=ContextGuard(), route_lookup=routes.lookup)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp)
+                   mcp=mcp, background=BackgroundRunner(background_store(store), config.background,
+                                                        config.store.continuation_ttl_s))
 
     async def stop(self) -> None:
+        await self.background.aclose()
         await self.mcp.stop()
         await self.pool.aclose()
         await self.tools.aclose()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
+from gateway.config.background_section import background_section
 from gateway.config.checks import (
     API_KEY_KEYS,
     AUTH_KEYS,
@@ -374,6 +375,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         mcp_servers=mcp_servers,
         models=models,
         routing=_routing(raw.get("routing")),
+        background=background_section(raw.get("background")),
     )
 
 
