@@ -374,7 +374,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, 
             return call, outcome, (time.perf_counter() - started) * 1000
 
     for call, _ in runnable:
-        yield ToolStarted(call["id"], call["function"]["name"])
+        yield ToolStarted(call["id"], call["function"]["name"], call["function"]["arguments"])
     tasks = [asyncio.ensure_future(one(call, tool)) for call, tool in runnable]
     try:
         for next_done in asyncio.as_completed(tasks):
@@ -382,7 +382,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, 
             elapsed_ms = getattr(outcome, "elapsed_ms", elapsed_ms)
             results[call["id"]] = ToolResult(outcome.status, outcome.content, elapsed_ms)
             _record(state, call, outcome.status, elapsed_ms)
-            yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms)
+            yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms, outcome.content)
     finally:
         for task in tasks:
             task.cancel()

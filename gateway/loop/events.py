@@ -12,6 +12,9 @@ from gateway.canonical import Answering, ReasoningDelta, StreamDelta, TextDelta,
 class ToolStarted:
     tool_call_id: str
     name: str
+    # The call's arguments (JSON text) and, on finish, the result the model sees: the Responses
+    # renderer shows them on its mcp_call items; the chat renderer ignores them. References, no copies.
+    arguments: str = ""
 
 
 @dataclass(slots=True)
@@ -20,6 +23,7 @@ class ToolFinished:
     name: str
     status: str
     elapsed_ms: float
+    content: str = ""
 
 
 @dataclass(slots=True)

@@ -1,0 +1,223 @@
+"""Responses input items -> the canonical (chat-shaped) transcript, and back to the ids they carry.
+
+Clients that resend the whole conversation (``store: false``, the Agents SDK) send back every
+output item the gateway emitted, so each maps onto the transcript it came from:
+
+* ``message`` (user/system/developer) -> a message; ``input_text``/``input_image`` parts become chat parts;
+* assistant ``message``, ``reasoning``, ``function_call``, ``mcp_call``, ``mcp_approval_request``
+  -> parts of one assistant turn (text, reasoning, tool calls), a new turn starting when text
+  follows tool calls or when the previous turn's calls got their answers;
+* ``mcp_call`` -> a tool call of that turn *and* its result (the server exchange it records);
+* ``function_call_output`` -> a tool message; ``mcp_approval_response`` -> the decision on its request.
+
+Answers at the very end (``function_call_output``/``mcp_approval_response`` after the last
+assistant item) may resume a paused loop: they are also returned as way-B decisions.
+Item ids encode the tool call id (``mcp_<call>``, ``mcpr_<call>``), so nothing else is needed
+to map them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.api.request import type_name
+from gateway.canonical import Message
+from gateway.errors import bad_request, quoted
+from gateway.loop.continuations import declined
+
+MCP_CALL_PREFIX = "mcp_"
+APPROVAL_PREFIX = "mcpr_"
+_ASSISTANT_SIDE = frozenset({"reasoning", "function_call", "mcp_call", "mcp_approval_request"})
+
+
+def call_id_of(item_id: str, prefix: str) -> str:
+    return item_id[len(prefix):] if item_id.startswith(prefix) else item_id
+
+
+@dataclass(slots=True)
+class Converted:
+    """The transcript an item list stands for.
+
+    ``messages`` is the stateless reading (trailing answers included as tool messages where they
+    can be; an approval cannot be executed without the paused loop, so it is left out);
+    ``decisions`` are the trailing answers as way-B decisions; ``approved`` tells whether one of
+    them approves a call; ``orphan`` names the first answer whose call is not in the items (it can
+    only answer a call the gateway holds: a paused ``previous_response_id``).
+    """
+
+    messages: list[Message]
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    approved: bool = False
+    orphan: str | None = None
+
+
+class _Turn:
+    """An assistant turn being assembled from consecutive items."""
+
+    __slots__ = ("answered", "calls", "reasoning", "results", "text")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.results: dict[str, str] = {}
+        self.answered = False  # a client answer arrived: the next assistant item opens a new turn
+
+    def has(self, call_id: str) -> bool:
+        return any(call["id"] == call_id for call in self.calls)
+
+    def flush(self, out: list[Message]) -> None:
+        if not (self.text or self.calls or self.reasoning):
+            return
+        message: Message = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.calls:
+            message["tool_calls"] = self.calls
+        elif message["content"] is None:
+            message["content"] = ""
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        out.append(message)
+        out.extend({"role": "tool", "tool_call_id": c["id"], "content": self.results[c["id"]]}
+                   for c in self.calls if c["id"] in self.results)
+
+
+def _str(item: dict[str, Any], key: str, param: str, required: bool = True) -> str:
+    value = item.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value and key != "arguments"):
+        raise bad_request(f"'{param}.{key}' must be a non-empty string, not {type_name(value)}", f"{param}.{key}")
+    return value
+
+
+def _parts(content: Any, param: str, role: str) -> Any:
+    """Message content as chat content: a string stays; parts become chat parts (text and images only)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"'{param}.content' must be a string or an array of parts", f"{param}.content")
+    parts: list[dict[str, Any]] = []
+    for index, part in enumerate(content):
+        where = f"{param}.content[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": _str(part, "text", where, required=False)})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": _str(part, "refusal", where, required=False)})
+        elif kind == "input_image" and role != "assistant":
+            url = part.get("image_url")
+            if not isinstance(url, str) or not url:
+                raise bad_request("only input_image parts with an 'image_url' (URL or data URL) are supported",
+                                  f"{where}.image_url")
+            image: dict[str, Any] = {"url": url}
+            if isinstance(part.get("detail"), str):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise bad_request(f"content part type {quoted(kind)} is not supported here", f"{where}.type")
+    return parts
+
+
+def to_messages(items: list[dict[str, Any]]) -> Converted:
+    out: list[Message] = []
+    turn = _Turn()
+    trailing: list[dict[str, Any]] = []  # answers since the last assistant item
+    approved = False
+    orphan: str | None = None
+    for index, item in enumerate(items):
+        param = f"input[{index}]"
+        kind = item["type"]
+        role = item.get("role")
+        if kind == "message" and role == "assistant":
+            kind = "assistant_message"
+        if kind in _ASSISTANT_SIDE or kind == "assistant_message":
+            trailing, approved = [], False
+            call_id = (call_id_of(_str(item, "id", param), MCP_CALL_PREFIX) if kind == "mcp_call" else None)
+            if call_id is not None and turn.has(call_id):
+                pass  # the execution of a call approved earlier in this turn: only its result is new
+            elif turn.answered or (kind in ("assistant_message", "reasoning") and turn.calls):
+                turn.flush(out)
+                turn = _Turn()
+            if kind == "assistant_message":
+                content = _parts(item.get("content"), param, "assistant")
+                turn.text.append(content if isinstance(content, str) else "".join(p["text"] for p in content))
+            elif kind == "reasoning":
+                summary = item.get("summary")
+                if isinstance(summary, list):
+                    turn.reasoning.extend(s.get("text", "") for s in summary if isinstance(s, dict)
+                                          and isinstance(s.get("text"), str))
+            elif kind == "function_call":
+                turn.calls.append(_call(_str(item, "call_id", param), item, param))
+            elif kind == "mcp_approval_request":
+                turn.calls.append(_call(call_id_of(_str(item, "id", param), APPROVAL_PREFIX), item, param))
+            else:  # mcp_call
+                assert call_id is not None
+                if not turn.has(call_id):
+                    turn.calls.append(_call(call_id, item, param))
+                turn.results[call_id] = _mcp_result(item, param)
+        elif kind == "function_call_output":
+            call_id = _str(item, "call_id", param)
+            output = item.get("output")
+            if isinstance(output, list):  # output content parts: the text of them
+                output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
+            if not isinstance(output, str):
+                raise bad_request(f"'{param}.output' must be a string", f"{param}.output")
+            if _answered(turn, call_id):
+                turn.results[call_id] = output
+            else:
+                orphan = orphan or param
+            trailing.append({"tool_call_id": call_id, "output": output})
+        elif kind == "mcp_approval_response":
+            call_id = call_id_of(_str(item, "approval_request_id", param), APPROVAL_PREFIX)
+            approve = item.get("approve")
+            if not isinstance(approve, bool):
+                raise bad_request(f"'{param}.approve' must be a boolean", f"{param}.approve")
+            reason = item.get("reason")
+            if reason is not None and not isinstance(reason, str):
+                raise bad_request(f"'{param}.reason' must be a string", f"{param}.reason")
+            if not _answered(turn, call_id):
+                orphan = orphan or param
+            elif not approve:
+                turn.results[call_id] = declined(reason)
+            approved = approved or approve
+            trailing.append({"tool_call_id": call_id, "approve": approve, "reason": reason})
+        else:  # user, system or developer message
+            if role not in ("user", "system", "developer"):
+                raise bad_request(f"'{param}.role' must be user, assistant, system or developer, not "
+                                  f"{quoted(role)}", f"{param}.role")
+            turn.flush(out)
+            turn = _Turn()
+            trailing, approved = [], False
+            out.append({"role": role, "content": _parts(item.get("content"), param, role)})
+    turn.flush(out)
+    return Converted(out, trailing, approved, orphan)
+
+
+def _answered(turn: _Turn, call_id: str) -> bool:
+    """Whether the answered call is one of the current turn's (else the gateway must hold it)."""
+    if not turn.has(call_id):
+        return False
+    turn.answered = True
+    return True
+
+
+def _call(call_id: str, item: dict[str, Any], param: str) -> dict[str, Any]:
+    name = _str(item, "name", param)
+    arguments = item.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        raise bad_request(f"'{param}.arguments' must be a JSON string", f"{param}.arguments")
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments or "{}"}}
+
+
+def _mcp_result(item: dict[str, Any], param: str) -> str:
+    output = item.get("output")
+    if isinstance(output, str):
+        return output
+    error = item.get("error")
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("content")
+        return message if isinstance(message, str) else "The tool call failed."
+    return ""

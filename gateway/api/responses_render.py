@@ -1,0 +1,252 @@
+"""The third renderer: loop events -> a Responses stream and the Response object it describes.
+
+One class, :class:`ResponseBuilder`, consumes the engine's ``LoopEvent`` s and produces both the
+stream events (dicts with ``type`` and ``sequence_number``) and the final Response object, so
+a streamed and a non-streamed response can never disagree: the non-stream path runs the very
+same builder and throws the events away.
+
+Mapping: text -> ``message`` items with one ``output_text`` part (a new item after each tool
+round); reasoning text -> ``reasoning`` items with a ``summary_text`` part; each server tool
+execution -> an ``mcp_call`` item (``server_label`` = its MCP server's name or ``loopgate``);
+a paused turn's client calls -> ``function_call`` items, its approval-required calls ->
+``mcp_approval_request`` items (the response is ``completed`` there, as OpenAI's are). A
+``max_output_tokens`` cut-off is ``incomplete``; a failure after the start is ``failed``
+(the router's commit point guarantees nothing already sent is repeated).
+
+Item ids carry the tool call id (``mcp_<call>``, ``mcpr_<call>``, ``fc_<call>``) so items coming
+back as input map onto the transcript without any lookup (see ``responses_items``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
+from gateway.errors import GatewayError
+from gateway.loop.engine import ITERATION_SEPARATOR
+from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
+
+_PREFIX = secrets.token_hex(6)
+_COUNTER = itertools.count(1)
+
+
+def new_id(kind: str) -> str:
+    """A unique item id (random per process, then a counter: no system call per item)."""
+    return f"{kind}_{_PREFIX}{next(_COUNTER):08x}"
+
+
+def response_id() -> str:
+    """Response ids name stored state across replicas: unguessable, not only unique."""
+    return "resp_" + secrets.token_urlsafe(24)
+
+
+def usage_object(usage: Usage) -> dict[str, Any]:
+    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "output_tokens": usage.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+
+
+def server_label(source: str) -> str:
+    """The ``server_label`` of a tool from its source name: the MCP server's name, or ``loopgate``."""
+    return source[4:] if source.startswith("mcp:") else "loopgate"
+
+
+class ResponseBuilder:
+    """Builds one Response from loop events; see the module docstring.
+
+    ``start()`` gives ``response.created`` / ``response.in_progress``; ``feed(event)`` the events
+    one loop event produces (the terminal one included, for ``Finished``); ``fail(error)`` closes
+    open items and gives ``response.failed``. ``response`` is the Response object at any time
+    (final once ``done``). ``label_of(name)`` is the server label of a server tool;
+    ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
+    """
+
+    def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
+                 approved: frozenset[str] = frozenset(), created_at: int | None = None) -> None:
+        self.route = route
+        self.label_of = label_of
+        self.approved = approved
+        self.response: dict[str, Any] = {
+            "id": rid, "object": "response", "created_at": created_at or int(time.time()),
+            "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
+            "output": [], **echo, "usage": None,
+        }
+        self.done = False
+        self.result: LoopResult | None = None
+        self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
+        self._seq = itertools.count(0)
+        self._open: int | None = None  # output index of the open message or reasoning item
+        self._parts: list[str] = []
+        self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
+        self._texted = False
+
+    @property
+    def id(self) -> str:
+        return str(self.response["id"])
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "sequence_number": next(self._seq), **fields}
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {**self.response, "output": list(self.response["output"])}
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._event("response.created", response=self._snapshot()),
+                self._event("response.in_progress", response=self._snapshot())]
+
+    # -- items -----------------------------------------------------------------------------
+    def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
+        index = len(self.response["output"])
+        self.response["output"].append(item)
+        out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+        return index
+
+    def _done(self, index: int, out: list[dict[str, Any]]) -> None:
+        out.append(self._event("response.output_item.done", output_index=index, item=self.response["output"][index]))
+
+    def _open_kind(self) -> str | None:
+        return None if self._open is None else str(self.response["output"][self._open]["type"])
+
+    def _close(self, out: list[dict[str, Any]], status: str = "completed") -> None:
+        if self._open is None:
+            return
+        index, self._open = self._open, None
+        item = self.response["output"][index]
+        text = "".join(self._parts)
+        self._parts = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                   content_index=0, text=text, logprobs=[]))
+            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                   content_index=0, part=part))
+            item.update(content=[part], status=status)
+        else:
+            summary = {"type": "summary_text", "text": text}
+            out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"], output_index=index,
+                                   summary_index=0, text=text))
+            out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"], output_index=index,
+                                   summary_index=0, part=summary))
+            item.update(summary=[summary], status=status)
+        self._done(index, out)
+
+    def _text(self, text: str, out: list[dict[str, Any]]) -> None:
+        if self._open_kind() != "message":
+            if text == ITERATION_SEPARATOR and self._texted:
+                return  # the engine's separator between iterations: here each iteration is its own item
+            self._close(out)
+            item_id = new_id("msg")
+            self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
+                                    "content": []}, out)
+            out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
+                                   content_index=0, part={"type": "output_text", "text": "", "annotations": [],
+                                                          "logprobs": []}))
+        self._texted = True
+        self._parts.append(text)
+        self.final_text.append(text)
+        out.append(self._event("response.output_text.delta", item_id=self.response["output"][self._open]["id"],
+                               output_index=self._open, content_index=0, delta=text, logprobs=[]))
+
+    def _reasoning(self, text: str, out: list[dict[str, Any]]) -> None:
+        if self._open_kind() != "reasoning":
+            self._close(out)
+            item_id = new_id("rs")
+            self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
+            out.append(self._event("response.reasoning_summary_part.added", item_id=item_id, output_index=self._open,
+                                   summary_index=0, part={"type": "summary_text", "text": ""}))
+        self._parts.append(text)
+        out.append(self._event("response.reasoning_summary_text.delta",
+                               item_id=self.response["output"][self._open]["id"], output_index=self._open,
+                               summary_index=0, delta=text))
+
+    # -- events ----------------------------------------------------------------------------
+    def feed(self, event: LoopEvent) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for item in event if isinstance(event, list) else (event,):
+            if isinstance(item, TextDelta):
+                self._text(item.text, out)
+            elif isinstance(item, ReasoningDelta):
+                self._reasoning(item.text, out)
+            elif isinstance(item, Answering):
+                self.response["model"] = item.model
+            elif isinstance(item, ToolStarted):
+                self._close(out)
+                self.final_text = []
+                call = {"id": f"mcp_{item.tool_call_id}", "type": "mcp_call", "server_label": self.label_of(item.name),
+                        "name": item.name, "arguments": item.arguments, "status": "in_progress"}
+                if item.tool_call_id in self.approved:
+                    call["approval_request_id"] = f"mcpr_{item.tool_call_id}"
+                index = self._add(call, out)
+                self._tools[item.tool_call_id] = index
+                out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"], output_index=index,
+                                       arguments=item.arguments))
+                out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
+            elif isinstance(item, ToolFinished):
+                index = self._tools.pop(item.tool_call_id)
+                call = self.response["output"][index]
+                if item.status == "ok":
+                    call.update(output=item.content, status="completed")
+                    out.append(self._event("response.mcp_call.completed", item_id=call["id"], output_index=index))
+                else:
+                    call.update(error={"type": "mcp_tool_execution_error", "content": item.content}, status="failed")
+                    out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
+                self._done(index, out)
+            elif isinstance(item, Finished):
+                self._finish(item.result, out)
+        return out
+
+    def _finish(self, result: LoopResult, out: list[dict[str, Any]]) -> None:
+        self._close(out)
+        self.result = result
+        response = self.response
+        if result.status == "paused":
+            reasons = {p["tool_call_id"]: p["reason"] for p in result.gateway.get("pending", ())}
+            for call in result.tool_calls:
+                function = call["function"]
+                if reasons.get(call["id"]) == "approval":
+                    index = self._add({"id": f"mcpr_{call['id']}", "type": "mcp_approval_request",
+                                       "server_label": self.label_of(function["name"]), "name": function["name"],
+                                       "arguments": function["arguments"]}, out)
+                else:
+                    item = {"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
+                            "name": function["name"], "arguments": "", "status": "in_progress"}
+                    index = self._add(item, out)
+                    out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                           output_index=index, delta=function["arguments"]))
+                    out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                           output_index=index, name=function["name"],
+                                           arguments=function["arguments"]))
+                    item.update(arguments=function["arguments"], status="completed")
+                self._done(index, out)
+        if result.model:
+            response["model"] = result.model
+        if result.finish_reason == "length" and result.status == "completed":
+            response["status"] = "incomplete"
+            response["incomplete_details"] = {"reason": "max_output_tokens"}
+        else:
+            response["status"] = "completed"
+        response["usage"] = usage_object(result.usage)
+        response["gateway"] = {"route": self.route, **result.gateway}
+        self.done = True
+        out.append(self._event(f"response.{response['status']}", response=response))
+
+    def fail(self, error: GatewayError) -> list[dict[str, Any]]:
+        """After a failure once the response started: close what is open, end with ``response.failed``."""
+        out: list[dict[str, Any]] = []
+        self._close(out, "incomplete")
+        for index in self._tools.values():
+            self.response["output"][index]["status"] = "incomplete"
+            self._done(index, out)
+        self._tools = {}
+        response = self.response
+        response["status"] = "failed"
+        response["error"] = {"code": "server_error", "message": error.message}
+        response["gateway"] = {"route": self.route, "status": "failed", "error": error.payload()["error"]}
+        self.done = True
+        out.append(self._event("response.failed", response=response))
+        return out

@@ -1,0 +1,298 @@
+"""Validating a ``POST /v1/responses`` body and translating it to what the loop engine speaks.
+
+The engine only knows the canonical (chat-shaped) transcript, chat-shaped tool definitions and
+chat parameter names, so everything Responses-specific is translated here, once, at the edge:
+``tools`` (flat function tools) become ``{"type": "function", "function": ...}``, ``text.format``
+becomes ``response_format``, ``reasoning.effort`` becomes ``reasoning_effort``,
+``max_output_tokens`` becomes ``max_completion_tokens``. Input items are only checked for shape
+here; turning them into messages is ``responses_items``' job (it needs the stored state).
+
+Hosted tools Loopgate cannot run and ``conversation`` are refused with a 400 naming the
+parameter, never dropped silently. Every count and size a caller controls is bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.api.request import _expect, _function, type_name
+from gateway.canonical import ToolDef
+from gateway.errors import bad_request, quoted
+
+# Bounds on caller-controlled counts (the body itself is bounded by server.max_body_bytes).
+MAX_INPUT_ITEMS = 4096
+MAX_TOOLS = 256
+MAX_METADATA_KEYS = 16  # OpenAI's limits: 16 pairs, keys up to 64 chars, values up to 512
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+MAX_ID_CHARS = 100  # ids the gateway issues are far shorter
+MAX_TOKENS_VALUE = 2**31
+
+# Tool types OpenAI runs on its own servers; Loopgate runs the route's configured tools instead.
+HOSTED_TOOL_TYPES = frozenset({
+    "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
+    "file_search", "code_interpreter", "computer_use_preview", "computer", "computer_use", "image_generation",
+    "mcp", "local_shell", "shell", "custom", "apply_patch",
+})
+# Input item types understood (shape-checked in responses_items).
+INPUT_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "mcp_call",
+                              "mcp_approval_request", "mcp_approval_response"})
+# Accepted, meaningless for a gateway that renders its own stream: never sent upstream.
+_IGNORED_FIELDS = frozenset({"include", "stream_options"})
+# Fields this module owns; everything else is passed upstream as a chat parameter.
+_OWN_FIELDS = frozenset({
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
+    "temperature", "top_p", "text", "reasoning", "metadata", "store", "previous_response_id", "max_tool_calls",
+    "stream", "background", "truncation", "user", "gateway", "conversation", "prompt",
+}) | _IGNORED_FIELDS
+_NUMBER = (int, float)
+
+
+@dataclass(slots=True)
+class ResponsesRequest:
+    """A validated Responses request.
+
+    ``input`` keeps the caller's items (a string input is one user message item); ``tools`` and
+    ``tool_choice`` are already chat-shaped for the engine, ``params`` are the chat parameters
+    sent on every model call; ``echo`` holds the request fields a Response object repeats.
+    ``background`` is parsed and carried, not acted upon here.
+    """
+
+    model: str
+    input: list[dict[str, Any]]
+    instructions: str | None
+    tools: list[ToolDef]
+    tool_choice: Any
+    params: dict[str, Any]
+    stream: bool
+    store: bool
+    background: bool
+    previous_response_id: str | None
+    max_tool_calls: int | None
+    max_tool_iterations: int | None
+    headless: bool
+    metadata: dict[str, str]
+    echo: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_responses_request(body: Any) -> ResponsesRequest:
+    if not isinstance(body, dict):
+        raise bad_request(f"the request body must be a JSON object, not {type_name(body)}")
+    if body.get("conversation") is not None:
+        raise bad_request("'conversation' is not supported by this gateway; chain responses with "
+                          "'previous_response_id' instead", "conversation")
+    if body.get("prompt") is not None:
+        raise bad_request("stored prompt templates ('prompt') are not supported by this gateway; send "
+                          "'instructions' and 'input'", "prompt")
+    model = body.get("model")
+    if model is None:
+        raise bad_request("you must provide a model parameter", "model")
+    if not isinstance(model, str) or not model:
+        raise bad_request(f"'model' must be a non-empty string, not {type_name(model)}", "model")
+    items = _input(body.get("input"))
+    instructions = body.get("instructions")
+    _expect(instructions, (str,), "instructions")
+    tools, tools_echo = _tools(body.get("tools"))
+    tool_choice = _tool_choice(body.get("tool_choice"))
+    stream = _flag(body, "stream", False)
+    store = _flag(body, "store", True)
+    background = _flag(body, "background", False)
+    parallel = body.get("parallel_tool_calls")
+    _expect(parallel, (bool,), "parallel_tool_calls")
+    previous = body.get("previous_response_id")
+    _expect(previous, (str,), "previous_response_id")
+    if isinstance(previous, str) and not 0 < len(previous) <= MAX_ID_CHARS:
+        raise bad_request(f"'previous_response_id' must be 1 to {MAX_ID_CHARS} characters", "previous_response_id")
+    max_tool_calls = _count(body.get("max_tool_calls"), "max_tool_calls", 0)
+    max_output = _count(body.get("max_output_tokens"), "max_output_tokens", 1)
+    for name in ("temperature", "top_p"):
+        _expect(body.get(name), _NUMBER, name)
+    user = body.get("user")
+    _expect(user, (str,), "user")
+    truncation = body.get("truncation")
+    if truncation is not None and truncation not in ("auto", "disabled"):
+        raise bad_request("'truncation' must be 'auto' or 'disabled'", "truncation")
+    metadata = _metadata(body.get("metadata"))
+
+    params: dict[str, Any] = {k: v for k, v in body.items() if k not in _OWN_FIELDS and v is not None}
+    for name in ("temperature", "top_p", "user", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            params[name] = body[name]
+    if max_output is not None:
+        params["max_completion_tokens"] = max_output
+    text = body.get("text")
+    _expect(text, (dict,), "text")
+    response_format = _text_format((text or {}).get("format"))
+    if response_format is not None:
+        params["response_format"] = response_format
+    if isinstance(text, dict) and text.get("verbosity") is not None:
+        _expect(text["verbosity"], (str,), "text.verbosity")
+        params["verbosity"] = text["verbosity"]
+    reasoning = body.get("reasoning")
+    _expect(reasoning, (dict,), "reasoning")
+    if isinstance(reasoning, dict):
+        _expect(reasoning.get("effort"), (str,), "reasoning.effort")
+        _expect(reasoning.get("summary"), (str,), "reasoning.summary")
+        if reasoning.get("effort") is not None:
+            params["reasoning_effort"] = reasoning["effort"]
+
+    options = body.get("gateway")
+    _expect(options, (dict,), "gateway")
+    options = options or {}
+    max_iterations = options.get("max_tool_iterations")
+    if max_iterations is not None:
+        max_iterations = _count(max_iterations, "gateway.max_tool_iterations", 0)
+    headless = options.get("headless", False)
+    if not isinstance(headless, bool):
+        raise bad_request("'gateway.headless' must be a boolean", "gateway.headless")
+
+    echo = {
+        "instructions": instructions, "tools": tools_echo, "tool_choice": body.get("tool_choice") or "auto",
+        "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
+        "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
+        "text": {"format": (text or {}).get("format") or {"type": "text"}},
+        "reasoning": {"effort": (reasoning or {}).get("effort"), "summary": (reasoning or {}).get("summary")},
+        "truncation": truncation or "disabled", "user": user, "store": store, "background": background,
+        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
+    }
+    return ResponsesRequest(model=model, input=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
+                            params=params, stream=stream, store=store, background=background,
+                            previous_response_id=previous, max_tool_calls=max_tool_calls,
+                            max_tool_iterations=max_iterations, headless=headless, metadata=metadata, echo=echo)
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad_request(f"'{name}' must be a boolean, not {type_name(value)}", name)
+    return value
+
+
+def _count(value: Any, param: str, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_TOKENS_VALUE:
+        raise bad_request(f"'{param}' must be an integer from {minimum} to {MAX_TOKENS_VALUE}", param)
+    return value
+
+
+def _input(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if not isinstance(value, list):
+        raise bad_request(f"'input' must be a string or an array of items, not {type_name(value)}", "input")
+    if len(value) > MAX_INPUT_ITEMS:
+        raise bad_request(f"'input' has {len(value)} items; at most {MAX_INPUT_ITEMS} are allowed", "input")
+    items = []
+    for index, item in enumerate(value):
+        param = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise bad_request(f"'{param}' must be an object, not {type_name(item)}", param)
+        kind = item.get("type")
+        if kind is None and "role" in item:
+            item = {**item, "type": "message"}  # EasyInputMessage: a role and content, no type
+        elif kind not in INPUT_ITEM_TYPES:
+            raise bad_request(f"input item type {quoted(kind)} is not supported; supported: "
+                              f"{', '.join(sorted(INPUT_ITEM_TYPES))}", f"{param}.type")
+        items.append(item)
+    return items
+
+
+def _tools(value: Any) -> tuple[list[ToolDef], list[dict[str, Any]]]:
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        raise bad_request(f"'tools' must be an array, not {type_name(value)}", "tools")
+    if len(value) > MAX_TOOLS:
+        raise bad_request(f"'tools' has {len(value)} entries; at most {MAX_TOOLS} are allowed", "tools")
+    tools: list[ToolDef] = []
+    for index, tool in enumerate(value):
+        param = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise bad_request(f"'{param}' must be an object, not {type_name(tool)}", param)
+        kind = tool.get("type")
+        if kind in HOSTED_TOOL_TYPES:
+            hint = ("configure the MCP server on the gateway (mcp_servers) and add it to the route"
+                    if kind == "mcp" else "the gateway runs the route's configured server tools instead")
+            raise bad_request(f"hosted tool type {quoted(kind)} is not supported by this gateway ({hint}); "
+                              "only 'function' tools may be sent", f"{param}.type")
+        if kind != "function":
+            raise bad_request(f"tool type {quoted(kind)} is not supported; only 'function' tools may be sent",
+                              f"{param}.type")
+        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        tools.append({"type": "function", "function": _function(function, param)})
+    return tools, value
+
+
+def _tool_choice(choice: Any) -> Any:
+    """The Responses ``tool_choice`` in chat shape."""
+    if choice is None or choice in ("none", "auto", "required"):
+        return choice
+    if not isinstance(choice, dict):
+        raise bad_request(f"'tool_choice' must be 'none', 'auto', 'required' or an object, not {quoted(choice)}",
+                          "tool_choice")
+    kind = choice.get("type")
+    if kind in ("function", "mcp") and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "allowed_tools":
+        mode = choice.get("mode")
+        tools = choice.get("tools")
+        if mode not in ("auto", "required") or not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+            raise bad_request("'tool_choice' allowed_tools needs mode 'auto' or 'required' and an array 'tools'",
+                              "tool_choice")
+        names = [t.get("name") for t in tools if isinstance(t, dict)]
+        if not all(isinstance(n, str) for n in names) or len(names) != len(tools):
+            raise bad_request("'tool_choice.tools' entries must be objects with a string 'name'", "tool_choice.tools")
+        return {"type": "allowed_tools", "allowed_tools": {
+            "mode": mode, "tools": [{"type": "function", "function": {"name": n}} for n in names]}}
+    if kind in HOSTED_TOOL_TYPES or (isinstance(kind, str) and kind.startswith("web_search")):
+        raise bad_request(f"'tool_choice' names hosted tool type {quoted(kind)}, which this gateway does not run",
+                          "tool_choice")
+    raise bad_request("'tool_choice' must be 'none', 'auto', 'required', {type: 'function', name} or "
+                      "{type: 'allowed_tools', ...}", "tool_choice")
+
+
+def _text_format(fmt: Any) -> dict[str, Any] | None:
+    """``text.format`` as chat's ``response_format`` (None for plain text)."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise bad_request(f"'text.format' must be an object, not {type_name(fmt)}", "text.format")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        name, schema = fmt.get("name"), fmt.get("schema")
+        if not isinstance(name, str) or not name:
+            raise bad_request("'text.format.name' must be a non-empty string", "text.format.name")
+        if not isinstance(schema, dict):
+            raise bad_request("'text.format.schema' must be an object (a JSON Schema)", "text.format.schema")
+        _expect(fmt.get("strict"), (bool,), "text.format.strict")
+        _expect(fmt.get("description"), (str,), "text.format.description")
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
+        return {"type": "json_schema", "json_schema": spec}
+    raise bad_request(f"'text.format.type' must be 'text', 'json_object' or 'json_schema', not {quoted(kind)}",
+                      "text.format.type")
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request(f"'metadata' must be an object, not {type_name(value)}", "metadata")
+    if len(value) > MAX_METADATA_KEYS:
+        raise bad_request(f"'metadata' has {len(value)} keys; at most {MAX_METADATA_KEYS} are allowed", "metadata")
+    for key, item in value.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise bad_request(f"'metadata' keys are at most {MAX_METADATA_KEY_CHARS} characters", "metadata")
+        if not isinstance(item, str) or len(item) > MAX_METADATA_VALUE_CHARS:
+            raise bad_request(f"'metadata' values must be strings of at most {MAX_METADATA_VALUE_CHARS} characters",
+                              f"metadata.{key[:MAX_METADATA_KEY_CHARS]}")
+    return value

@@ -1,0 +1,35 @@
+"""Response records in Redis: one string key per (tenant, response id) with the store's TTL.
+
+The key lives in the tenant's hash slot (``tenant_key``), so a tenant's records sit on one
+Cluster node with its other state, and another tenant's id simply names a missing key.
+Availability errors become ``StoreUnavailable`` through the store's own guard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.store.base import check_ttl
+from gateway.store.redis import RedisStore, tenant_key
+from gateway.store.responses import ResponseRecords
+
+
+class RedisResponseRecords(ResponseRecords):
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+
+    async def put(self, tenant: str, response_id: str, record: dict[str, Any], ttl_s: float) -> None:
+        raw, ex = orjson.dumps(record), check_ttl(ttl_s)
+        async with self._store._guard("response_put", durable=True):
+            await self._store._r.set(tenant_key(tenant, "resp", response_id), raw, ex=ex)
+
+    async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        async with self._store._guard("response_get"):
+            raw = await self._store._r.get(tenant_key(tenant, "resp", response_id))
+        return None if raw is None else orjson.loads(raw)
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        async with self._store._guard("response_delete"):
+            return bool(await self._store._r.delete(tenant_key(tenant, "resp", response_id)))
