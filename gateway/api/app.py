@@ -22,6 +22,7 @@ from gateway.api.continuations import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.responses import responses_routes
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.config.model import Config
@@ -99,6 +100,7 @@ def create_app(config: Config) -> FastChatPath:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *responses_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}

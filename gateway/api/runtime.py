@@ -19,7 +19,11 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
+<<<<<<< HEAD
 from gateway.store.background import background_store
+=======
+from gateway.store.responses import ResponseRecords, response_records
+>>>>>>> resp-core
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -46,6 +50,7 @@ class Runtime:
     continuations: Continuations
     deps: LoopDeps
     mcp: McpRefresher
+    responses: ResponseRecords  # stored Responses-API responses (same backend as ``store``)
     background: BackgroundRunner
 
     @classmethod
@@ -76,8 +81,9 @@ class Runtime:
                         context=ContextGuard(), route_lookup=routes.lookup)
         return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp, background=BackgroundRunner(background_store(store), config.background,
-                                                        config.store.continuation_ttl_s))
+                   mcp=mcp, responses=response_records(store),
+                   background=BackgroundRunner(background_store(store), config.background,
+                                               config.store.continuation_ttl_s))
 
     async def stop(self) -> None:
         await self.background.aclose()

@@ -1,0 +1,162 @@
+"""``/v1/responses``: create (JSON or SSE), retrieve, delete, and list a response's input items.
+
+The endpoints only authenticate, parse and render: the run itself is ``responses_run``, the
+rendering ``responses_render``. Errors are the chat completions' (``api/errors``): the same
+OpenAI shape, classes and statuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.routing import Route
+
+from gateway.api.auth import authenticate
+from gateway.api.body import read_json
+from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.incoming import Incoming
+from gateway.api.json_response import JSONResponse
+from gateway.api.respond import finished
+from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
+from gateway.api.responses_run import ResponseRun, prepare_response
+from gateway.api.runtime import Runtime
+from gateway.api.sse_response import SSEResponse
+from gateway.errors import GatewayError, bad_request
+from gateway.store.base import ContinuationConflict, ContinuationNotFound
+
+PATH = "/v1/responses"
+DEFAULT_LIST_LIMIT = 20
+MAX_LIST_LIMIT = 100
+
+
+def sse_frame(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+async def create_response(request: Request) -> JSONResponse | SSEResponse:
+    started = time.perf_counter()
+    runtime: Runtime = request.app.state.runtime
+    label = "unknown"
+    try:
+        incoming = Incoming(request.scope, request.receive)
+        key = authenticate(incoming.authorization, runtime.keys)
+        body = await read_json(incoming, runtime.config.server.max_body_bytes)
+        parsed = parse_responses_request(body)
+        if parsed.background:
+            raise bad_request("'background' responses are not supported by this gateway yet", "background")
+        run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless)
+        label = run.label
+        await run.open()
+        if not parsed.stream:
+            async for _ in run.events(raise_errors=True):
+                pass
+            finished(PATH, label, 200, started)
+            return JSONResponse(orjson.dumps(run.response))
+        return SSEResponse(_frames(run, started))
+    except Exception as exc:
+        error = to_gateway_error(exc)
+        finished(PATH, label, error.status, started)
+        return error_response(error)
+
+
+async def _frames(run: ResponseRun, started: float) -> AsyncIterator[bytes]:
+    try:
+        async for event in run.events():
+            yield sse_frame(event)
+    finally:
+        await run.aclose()
+        finished(PATH, run.label, 200, started)
+
+
+def _response_id(request: Request) -> str:
+    response_id: str = request.path_params["id"]
+    if len(response_id) > MAX_ID_CHARS:
+        raise _not_found(response_id[:MAX_ID_CHARS] + "…")
+    return response_id
+
+
+def _not_found(response_id: str) -> GatewayError:
+    return GatewayError(404, f"No response found with id '{response_id}'.", "invalid_request_error", None,
+                        "response_not_found")
+
+
+async def _record(request: Request) -> tuple[Runtime, str, str, dict[str, Any]]:
+    runtime: Runtime = request.app.state.runtime
+    key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+    response_id = _response_id(request)
+    record = await runtime.responses.get(key.tenant, response_id)
+    if record is None:
+        raise _not_found(response_id)
+    return runtime, key.tenant, response_id, record
+
+
+async def get_response(request: Request) -> JSONResponse:
+    try:
+        _, _, _, record = await _record(request)
+        return JSONResponse(orjson.dumps(record["response"]))
+    except Exception as exc:
+        return error_response(to_gateway_error(exc))
+
+
+async def delete_response(request: Request) -> JSONResponse:
+    """Delete the record; a paused response's continuation is cancelled with it (nothing can answer it any more)."""
+    try:
+        runtime, tenant, response_id, record = await _record(request)
+        if record.get("continuation_id"):
+            # Already resumed, expired or being resumed: the record goes regardless.
+            with contextlib.suppress(ContinuationNotFound, ContinuationConflict):
+                await runtime.store.cancel_continuation(record["continuation_id"], tenant)
+        await runtime.responses.delete(tenant, response_id)
+        return JSONResponse(orjson.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
+    except Exception as exc:
+        return error_response(to_gateway_error(exc))
+
+
+async def list_input_items(request: Request) -> JSONResponse:
+    """OpenAI's list object over the response's input items: ``limit``, ``order``, ``after``, ``before``."""
+    try:
+        query = request.query_params
+        limit_text = query.get("limit")
+        if limit_text is None:
+            limit = DEFAULT_LIST_LIMIT
+        elif not (limit_text.isdigit() and 1 <= int(limit_text[:4]) <= MAX_LIST_LIMIT and len(limit_text) <= 4):
+            raise bad_request(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}", "limit")
+        else:
+            limit = int(limit_text)
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise bad_request("'order' must be 'asc' or 'desc'", "order")
+        _, _, _, record = await _record(request)
+        items: list[dict[str, Any]] = record["input"]
+        if order == "desc":
+            items = items[::-1]
+        ids = [item.get("id") for item in items]
+        for name in ("after", "before"):
+            value = query.get(name)
+            if value is None:
+                continue
+            if len(value) > MAX_ID_CHARS or value not in ids:
+                raise bad_request(f"'{name}' names no input item of this response", name)
+            position = ids.index(value)
+            items, ids = (items[position + 1:], ids[position + 1:]) if name == "after" else (items[:position],
+                                                                                             ids[:position])
+        page = items[:limit]
+        return JSONResponse(orjson.dumps({
+            "object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}))
+    except Exception as exc:
+        return error_response(to_gateway_error(exc))
+
+
+def responses_routes() -> list[Route]:
+    return [
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{id}/input_items", list_input_items, methods=["GET"]),
+    ]

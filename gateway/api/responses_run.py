@@ -1,0 +1,273 @@
+"""One Responses-API response: from a parsed request to the loop's events, rendered and recorded.
+
+``prepare_response`` decides what the loop runs on (this is where ``previous_response_id`` and
+answers to paused calls are resolved) and returns a :class:`ResponseRun`; everything that can be
+refused is refused there, before anything is sent. ``ResponseRun.open()`` pulls the loop up to
+its first output (so a request failing before any output gets a real HTTP status), and
+``ResponseRun.events()`` yields the Responses stream events, storing the response record just
+before the terminal event, so a client that saw ``response.completed`` can chain from it at once.
+``ResponseRun.response`` is the Response object (final once the events are exhausted).
+
+The loop itself is the one engine: a new conversation is a plain ``LoopRequest``; answering a
+paused ``function_call`` / ``mcp_approval_request`` goes through the continuation claim exactly
+like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.api.continuations import resume_plan
+from gateway.api.errors import to_gateway_error
+from gateway.api.responses_items import Converted, to_messages
+from gateway.api.responses_render import ResponseBuilder, new_id, response_id, server_label
+from gateway.api.responses_request import ResponsesRequest
+from gateway.api.runtime import Runtime
+from gateway.canonical import Message
+from gateway.errors import GatewayError, bad_request, quoted
+from gateway.loop.artifacts import reattach
+from gateway.loop.continuations import Continuations
+from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
+from gateway.loop.events import Finished, LoopEvent, Notice
+from gateway.loop.pairing import pairing_problem
+from gateway.routing.routes import RoutePlan
+from gateway.store.base import Continuation, ContinuationNotFound
+
+_ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
+_ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
+
+
+def previous_not_found(response_id: str) -> GatewayError:
+    return GatewayError(400, f"Previous response with id {quoted(response_id)} not found.", "invalid_request_error",
+                        "previous_response_id", "previous_response_not_found")
+
+
+class ResponseRun:
+    """A prepared response; see the module docstring. Public API used by background mode too."""
+
+    def __init__(self, runtime: Runtime, tenant: str, request: ResponsesRequest, plan: RoutePlan,
+                 loop: LoopRequest, events: AsyncIterator[LoopEvent], builder: ResponseBuilder,
+                 instructions_first: bool) -> None:
+        self.runtime = runtime
+        self.tenant = tenant
+        self.request = request
+        self.plan = plan
+        self.label = plan.metric_label
+        self.builder = builder
+        self._loop = loop
+        self._events = events
+        self._instructions_first = instructions_first
+        self._first: list[LoopEvent] = []
+
+    @property
+    def id(self) -> str:
+        return self.builder.id
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return self.builder.response
+
+    async def open(self) -> None:
+        """Run the loop up to its first output (errors propagate: nothing has been sent yet)."""
+        try:
+            while True:
+                event = await anext(self._events, None)
+                if event is None:
+                    return
+                self._first.append(event)
+                if not isinstance(event, Notice):
+                    return
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Stop the loop (cancels running tools, releases a claim): safe to call more than once."""
+        await self._events.aclose()  # type: ignore[attr-defined]
+
+    async def events(self, raise_errors: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """The Responses stream events, ``response.created`` to the one terminal event.
+
+        A failure after the start ends with ``response.failed`` (also recorded), or is raised
+        with ``raise_errors`` (the non-stream endpoint answers it with an HTTP error instead).
+        """
+        builder = self.builder
+        try:
+            for event in builder.start():
+                yield event
+            try:
+                for loop_event in self._first:
+                    for event in await self._feed(loop_event):
+                        yield event
+                self._first = []
+                async for loop_event in self._events:
+                    for event in await self._feed(loop_event):
+                        yield event
+                if not builder.done:
+                    raise RuntimeError("the loop ended without a result")
+            except Exception as exc:
+                if raise_errors or builder.done:
+                    raise
+                failed = builder.fail(to_gateway_error(exc))
+                await self._save(None)
+                for event in failed:
+                    yield event
+        finally:
+            await self.aclose()
+
+    async def _feed(self, loop_event: LoopEvent) -> list[dict[str, Any]]:
+        out = self.builder.feed(loop_event)
+        if isinstance(loop_event, Finished):
+            await self._save(loop_event)
+        return out
+
+    async def _save(self, finished: Finished | None) -> None:
+        if not self.request.store:
+            return
+        transcript: list[Message] | None = None
+        continuation_id: str | None = None
+        if finished is not None and finished.result.status == "paused":
+            continuation_id = finished.result.gateway.get("continuation_id")
+        elif finished is not None:
+            messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
+            transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
+        record = {"response": self.builder.response, "input": input_items(self.request.input),
+                  "transcript": transcript, "continuation_id": continuation_id,
+                  "instructions_first": self._instructions_first}
+        await self.runtime.responses.put(self.tenant, self.id, record, self.runtime.config.store.continuation_ttl_s)
+
+
+def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's input items as ``input_items`` lists them: each with an id."""
+    return [item if isinstance(item.get("id"), str) else {"id": new_id(_ITEM_PREFIX.get(item["type"], "item")),
+                                                          **item} for item in items]
+
+
+def _label_of(runtime: Runtime) -> Any:
+    tools = runtime.tools
+
+    def label(name: str) -> str:
+        tool = tools.get(name)
+        return server_label(tool.source.name) if tool is not None else "loopgate"
+
+    return label
+
+
+async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: str,
+                           headless: bool) -> ResponseRun:
+    """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError."""
+    plan = runtime.routes.lookup(request.model)
+    if plan is None:
+        raise GatewayError(404, f"The model {quoted(request.model)} does not exist. Known models: "
+                           f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
+                           "model", "model_not_found")
+    if request.tools:
+        server = set(server_tool_names(plan, runtime.tools))
+        for index, tool in enumerate(request.tools):
+            if tool["function"]["name"] in server:
+                raise bad_request(f"function tool {quoted(tool['function']['name'])} has the name of a server "
+                                  f"tool of model {quoted(request.model)}; rename it", f"tools[{index}]")
+    converted = to_messages(request.input)
+    deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+    continuations = runtime.continuations
+    record: dict[str, Any] | None = None
+    if request.previous_response_id is not None:
+        record = await runtime.responses.get(tenant, request.previous_response_id)
+        if record is None:
+            raise previous_not_found(request.previous_response_id)
+    if record is not None and record.get("continuation_id"):
+        # Answering a paused response: only answers, and they resume its loop through the claim.
+        for index, item in enumerate(request.input):
+            if item["type"] not in _ANSWERS:
+                raise bad_request(f"response {quoted(request.previous_response_id)} waits for answers to its "
+                                  "function_call / mcp_approval_request items: send only function_call_output "
+                                  "and mcp_approval_response items", f"input[{index}]")
+        try:
+            stored = await runtime.store.get_continuation(record["continuation_id"], tenant)
+        except ContinuationNotFound:
+            raise previous_not_found(str(request.previous_response_id)) from None
+        return await _resume(request, runtime, tenant, headless, stored, converted, deadline,
+                             bool(record.get("instructions_first")))
+    if record is None and converted.decisions and converted.orphan is None:
+        stored_match = await _paused_match(continuations, runtime, tenant, converted)
+        if stored_match is not None:
+            return await _resume(request, runtime, tenant, headless, stored_match, converted, deadline, None)
+    if converted.orphan is not None:
+        raise bad_request("no function_call or mcp_approval_request in the input has this call id; to answer a "
+                          "stored response, send 'previous_response_id'", converted.orphan)
+    if converted.approved:
+        raise bad_request("this mcp_approval_response approves a call that is not pending on this gateway (unknown, "
+                          "expired or already answered)", "input")
+    messages: list[Message] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    if record is not None:
+        if record.get("transcript") is None:
+            raise bad_request(f"response {quoted(request.previous_response_id)} did not complete; it cannot be "
+                              "continued", "previous_response_id")
+        messages.extend(record["transcript"])
+    messages.extend(converted.messages)
+    if len(messages) == (1 if request.instructions else 0):
+        raise bad_request("'input' is required (a string or a non-empty array of items)", "input")
+    problem = pairing_problem(messages)
+    if problem is not None:
+        raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
+    if plan.needs_artifacts:
+        await reattach(runtime.store, tenant, messages)
+    loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
+                       params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
+                       tenant=tenant, stream=request.stream, deadline=deadline)
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime))
+    return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
+                       bool(request.instructions))
+
+
+def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
+    limit = plan.max_tool_iterations
+    for cap in (request.max_tool_iterations, request.max_tool_calls):
+        if cap is not None:
+            limit = min(limit, cap)
+    return limit
+
+
+async def _paused_match(continuations: Continuations, runtime: Runtime, tenant: str,
+                        converted: Converted) -> Continuation | None:
+    """A resent conversation ending in answers: the paused loop they answer, if it is this conversation's."""
+    found = await runtime.store.find_continuation_by_tool_call(tenant, converted.decisions[0]["tool_call_id"])
+    if found is None:
+        return None
+    try:
+        stored = await runtime.store.get_continuation(found, tenant)
+    except ContinuationNotFound:
+        return None
+    return stored if continuations.history_mismatch(stored, converted.messages) is None else None
+
+
+async def _resume(request: ResponsesRequest, runtime: Runtime, tenant: str, headless: bool, stored: Continuation,
+                  converted: Converted, deadline: float, instructions_first: bool | None) -> ResponseRun:
+    """Resume a paused loop with the input's answers (way B's checks, claim and ledger)."""
+    continuations = runtime.continuations
+    if stored.status == "resumed":
+        raise GatewayError(409, f"the pending calls of this response were already answered (continuation "
+                           f"{stored.id})", code="continuation_conflict")
+    try:
+        results, approved = continuations.decisions_to_results(stored, converted.decisions)
+    except GatewayError as error:
+        error.param = "input"
+        raise
+    plan = resume_plan(runtime, stored)
+    claimed = await runtime.store.claim_continuation(stored.id, tenant, continuations.lease_s)
+    loop = continuations.resumed_request(claimed, plan, results, approved, request.stream, deadline, tenant,
+                                         headless)
+    first = bool(instructions_first)
+    if instructions_first is not None:  # previous_response_id: this request's instructions replace the stored ones
+        if instructions_first and loop.messages:
+            del loop.messages[0]
+        if request.instructions:
+            loop.messages.insert(0, {"role": "system", "content": request.instructions})
+        first = bool(request.instructions)
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved))
+    return ResponseRun(runtime, tenant, request, plan, loop, continuations.run_resumed(claimed, loop, runtime.deps),
+                       builder, first)
