@@ -22,7 +22,8 @@ from gateway.api.continuations import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.responses import responses_routes
+from gateway.api.responses import delete_response, get_response, responses_routes
+from gateway.api.responses_background import background_routes
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.config.model import Config
@@ -100,6 +101,7 @@ def create_app(config: Config) -> FastChatPath:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *background_routes(get_response, delete_response),  # before the Responses routes: they match first
         *responses_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).

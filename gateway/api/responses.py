@@ -22,6 +22,7 @@ from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.respond import finished
+from gateway.api.responses_background import check_background, start_background
 from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
 from gateway.api.responses_run import ResponseRun, prepare_response
 from gateway.api.runtime import Runtime
@@ -48,9 +49,12 @@ async def create_response(request: Request) -> JSONResponse | SSEResponse:
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
-            raise bad_request("'background' responses are not supported by this gateway yet", "background")
+            check_background(runtime, parsed.store)
         run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless)
         label = run.label
+        if parsed.background:  # resp-bg's hook: the run goes on in a task of this process
+            finished(PATH, label, 200, started)
+            return await start_background(runtime, key.tenant, run, parsed.stream)
         await run.open()
         if not parsed.stream:
             async for _ in run.events(raise_errors=True):

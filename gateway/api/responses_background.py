@@ -30,6 +30,7 @@ from gateway.api.background_runner import BackgroundRunner, failed_snapshot, sse
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.responses_run import ResponseRun
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request
@@ -63,13 +64,26 @@ def _not_found(run_id: str) -> GatewayError:
                         "response_not_found")
 
 
-async def start_background(runtime: Runtime, tenant: str, events: AsyncIterator[dict[str, Any]],
-                           stream: bool) -> JSONResponse | SSEResponse:
-    """Hand a Responses event stream to the runner; answer with the stored snapshot or the live stream."""
-    run = await _runner(runtime).launch(tenant, events, stream)
+def check_background(runtime: Runtime, store: bool) -> None:
+    """What refuses a background request before anything runs: ``store: false``, a full process."""
+    if not store:
+        raise bad_request("background responses are stored ('background': true needs 'store': true)", "background")
+    _runner(runtime).check_capacity()
+
+
+async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stream: bool) -> JSONResponse | SSEResponse:
+    """Hand a prepared response to the runner; answer with the stored snapshot or the live stream.
+
+    ``run.open()`` is not awaited: the request answers before the first model call.
+    """
+    try:
+        stored = await _runner(runtime).launch(tenant, run.events(), stream)
+    except BaseException:
+        await run.aclose()  # a claimed continuation goes back to resumable
+        raise
     if not stream:
-        return JSONResponse(orjson.dumps(run.response))
-    return SSEResponse(follow(runtime, run.id, tenant, -1))
+        return JSONResponse(orjson.dumps(stored.response))
+    return SSEResponse(follow(runtime, stored.id, tenant, -1))
 
 
 async def settle(runtime: Runtime, run: BackgroundRun, status: str = "failed") -> BackgroundRun:
@@ -141,9 +155,10 @@ def _stream_options(request: Request) -> tuple[bool, int]:
     return stream, int(after_text)
 
 
-def background_routes(get_fallback: Fallback, cancel_fallback: Fallback | None = None) -> list[Route]:
-    """``GET /v1/responses/{id}`` (falling back to ``get_fallback`` for a response that is not a background
-    run) and ``POST /v1/responses/{id}/cancel``. Listed before the Responses routes so they match first."""
+def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list[Route]:
+    """``GET``/``DELETE /v1/responses/{id}`` (falling back to the Responses handlers for what is not a
+    background run) and ``POST /v1/responses/{id}/cancel``. Listed before the Responses routes so they match first.
+    """
 
     async def get_response(request: Request) -> Any:
         runtime: Runtime = request.app.state.runtime
@@ -173,15 +188,33 @@ def background_routes(get_fallback: Fallback, cancel_fallback: Fallback | None =
             run_id = _run_id(request)
             run = await cancel(runtime, run_id, key.tenant)
             if run is None:
-                if cancel_fallback is not None:
-                    return await cancel_fallback(request)
+                if await runtime.responses.get(key.tenant, run_id) is not None:
+                    raise bad_request("Only responses created with background=true can be cancelled.",
+                                      code="response_not_cancellable")
                 raise _not_found(run_id)
             return JSONResponse(orjson.dumps(run.response))
         except Exception as exc:
             return error_response(to_gateway_error(exc))
 
+    async def delete_response(request: Request) -> Any:
+        runtime: Runtime = request.app.state.runtime
+        try:
+            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+            run_id = _run_id(request)
+            runner = _runner(runtime)
+            # A run still going stops at its next write (its record is gone: the fence says so).
+            if not await runner.store.delete(run_id, key.tenant):
+                return await delete_fallback(request)
+            runner.cancel_local(run_id)
+            if await runtime.responses.get(key.tenant, run_id) is not None:
+                return await delete_fallback(request)
+            return JSONResponse(orjson.dumps({"id": run_id, "object": "response.deleted", "deleted": True}))
+        except Exception as exc:
+            return error_response(to_gateway_error(exc))
+
     return [
         Route("/v1/responses/{id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{id}/cancel", cancel_response, methods=["POST"]),
     ]
 

@@ -19,11 +19,8 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
-<<<<<<< HEAD
 from gateway.store.background import background_store
-=======
 from gateway.store.responses import ResponseRecords, response_records
->>>>>>> resp-core
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher

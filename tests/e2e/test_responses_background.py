@@ -134,7 +134,7 @@ def _poll(client: openai.OpenAI, response_id: str, timeout: float = 15.0) -> Any
 def test_poll_to_completion_from_another_replica(replicas: tuple[Gateway, Gateway],
                                                  fakes: dict[str, FakeUpstream]) -> None:
     a, b = replicas
-    fakes["primary"].queue(Reply(tool_calls=[("sleepy", {"ms": 400})]), Reply(text="All done."))
+    fakes["primary"].queue(Reply(tool_calls=[("sleepy", {"ms": 1500})]), Reply(text="All done."))
     created = a.client().responses.create(model="bg_agent", input="take your time", background=True)
     assert created.status in ("queued", "in_progress")
     assert created.background is True
