@@ -248,3 +248,51 @@ def test_a_dead_replica_s_run_fails_after_its_lease(replicas: tuple[Gateway, Gat
         assert b.client().responses.retrieve(created.id).status == "failed"  # stays so
     finally:
         doomed.stop()
+
+
+@pytest.fixture(scope="module")
+def limited(fakes: dict[str, FakeUpstream], slow_tool: SlowTool) -> Iterator[Gateway]:
+    """One process, the embedded store, one background run at a time and at most 16 stored events."""
+    config = _config(fakes, slow_tool.url).replace(f'url: "{REDIS_URL}"', 'url: "memory://"')
+    config = config.replace("background: {", "background: {max_concurrent: 1, max_events: 16, ")
+    gw = Gateway(config).start()
+    yield gw
+    gw.stop()
+
+
+def test_memory_store_runs_background_in_one_process(limited: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("get_weather", {"city": "Oslo"})]), Reply(text="Cold."))
+    client = limited.client()
+    created = client.responses.create(model="bg_agent", input="weather?", background=True)
+    final = _poll(client, created.id)
+    assert (final.status, final.output_text) == ("completed", "Cold.")
+    client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+
+
+def test_concurrency_cap_answers_429(limited: Gateway, fakes: dict[str, FakeUpstream], slow_tool: SlowTool) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 30})]), Reply(text="never"))
+    client = limited.client()
+    running = client.responses.create(model="bg_agent", input="slow", background=True)
+    _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
+    with pytest.raises(openai.RateLimitError) as info:
+        client.responses.create(model="bg_agent", input="another", background=True)
+    assert info.value.code == "too_many_background_responses"
+    assert client.responses.cancel(running.id).status == "cancelled"
+    _wait(lambda: slow_tool.cancelled == 1, what="the tool call to be cancelled")
+    fakes["primary"].queue(Reply(text="room again"))
+    assert _poll(client, client.responses.create(model="bg_agent", input="x", background=True).id).status == "completed"
+
+
+def test_stored_events_cap_fails_the_run(limited: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(*[Reply(tool_calls=[("get_weather", {"city": f"C{i}"})]) for i in range(4)],
+                           Reply(text="too late"))
+    client = limited.client()
+    with client.responses.create(model="bg_agent", input="many", background=True, stream=True) as stream:
+        events = list(stream)
+    response_id = events[0].response.id
+    assert len(events) <= 16
+    final = _poll(client, response_id)
+    assert final.status == "failed"
+    assert final.error is not None and "background.max_events" in final.error.message
