@@ -7,6 +7,9 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions                 # 2,000 JSON requests to route ``bench``
     python -m bench.instructions --stream        # the same as streams
     python -m bench.instructions --requests 500  # quicker, slightly noisier
+    python -m bench.instructions --responses     # the same requests through POST /v1/responses
+    python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
+    python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -33,9 +37,26 @@ from bench import servers
 _TOTAL = re.compile(rb"([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS|([\d,]+)\s+PROGRAM TOTALS")
 
 
-async def _send(url: str, count: int, concurrency: int, stream: bool) -> int:
-    body = orjson.dumps({"model": "bench", "stream": stream,
-                         "messages": [{"role": "user", "content": "Say hello in one short sentence."}]})
+def _body(stream: bool, responses: bool, agent: bool, store: bool) -> bytes:
+    model, prompt = ("bench-agent", "Run bench_tool.") if agent else ("bench", "Say hello in one short sentence.")
+    if responses:
+        body: dict[str, object] = {"model": model, "stream": stream, "input": prompt}
+        if not store:
+            body["store"] = False
+        return orjson.dumps(body)
+    return orjson.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": prompt}]})
+
+
+def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: bool) -> bool:
+    """A 200 carrying a whole answer (a stream to its end; an agent turn to its final text)."""
+    if status != 200:
+        return False
+    if stream:
+        return (b"event: response.completed" if responses else b"data: [DONE]") in raw
+    return not agent or b"Done after 5 tool results." in raw
+
+
+async def _send(url: str, count: int, concurrency: int, body: bytes, check: Callable[[int, bytes], bool]) -> int:
     ok = 0
     remaining = count
 
@@ -44,8 +65,7 @@ async def _send(url: str, count: int, concurrency: int, stream: bool) -> int:
         while remaining > 0:
             remaining -= 1
             async with session.post(url, data=body, headers={"content-type": "application/json"}) as resp:
-                await resp.read()
-                ok += resp.status == 200
+                ok += check(resp.status, await resp.read())
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
@@ -62,10 +82,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--responses", action="store_true", help="POST /v1/responses instead of chat completions")
+    parser.add_argument("--agent", action="store_true", help="5-tool agent turns on route bench-agent")
+    parser.add_argument("--no-store", dest="store", action="store_false", help="Responses with store: false")
     args = parser.parse_args()
+    body = _body(args.stream, args.responses, args.agent, args.store)
+
+    def check(status: int, raw: bytes) -> bool:
+        return _answered(status, raw, args.stream, args.responses, args.agent)
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
-    with servers.start_fake() as fake:
+    with servers.start_fake(agent_tools=5 if args.agent else 0) as fake:
         port = servers.free_port()
         cfg = out_dir / "config.yaml"
         cfg.write_text(yaml.safe_dump(servers.gateway_config(fake.base), sort_keys=False))
@@ -73,11 +100,11 @@ def main() -> None:
                sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
                "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
-            url = f"{gateway.base}/v1/chat/completions"
-            asyncio.run(_send(url, args.warmup, args.concurrency, args.stream))
+            url = f"{gateway.base}/v1/{'responses' if args.responses else 'chat/completions'}"
+            asyncio.run(_send(url, args.warmup, args.concurrency, body, check))
             time.sleep(1.0)
             _control(gateway.pid, "-i", "on")
-            ok = asyncio.run(_send(url, args.requests, args.concurrency, args.stream))
+            ok = asyncio.run(_send(url, args.requests, args.concurrency, body, check))
             _control(gateway.pid, "-d")
             _control(gateway.pid, "-i", "off")
             dumps = sorted(out_dir.glob(f"cg.{gateway.pid}*"))
@@ -88,8 +115,10 @@ def main() -> None:
     if match is None or ok != args.requests:
         sys.exit(f"could not measure: {ok}/{args.requests} requests ok; annotate said {annotate.stdout[:300]!r}")
     total = int((match.group(1) or match.group(2)).replace(b",", b""))
-    kind = "stream" if args.stream else "JSON"
-    print(f"{total / args.requests / 1000:.0f}k instructions per {kind} request "
+    kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
+    kind += " agent turn" if args.agent else " request"
+    kind += "" if args.store or not args.responses else " (store: false)"
+    print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dump {dumps[-1]})")
 
 
