@@ -303,7 +303,7 @@ def test_gemini_signature_survives_a_chain_after_server_tools(gateway: Gateway,
     assert kinds(first) == ["mcp_call", "message"]
     second = client.responses.create(model="solo_gemini", previous_response_id=first.id, input="And tomorrow?")
     assert second.output_text == "Mild."
-    model_turn = [c for c in fake.requests[-1].body["contents"] if c["role"] == "model"][0]
+    model_turn = next(c for c in fake.requests[-1].body["contents"] if c["role"] == "model")
     assert next(p for p in model_turn["parts"] if "functionCall" in p)["thoughtSignature"] == "gsig-1"
 
 
@@ -346,9 +346,8 @@ def test_upstream_failure_mid_stream_is_a_clean_response_failed(gateway: Gateway
 
 def test_failure_before_output_is_an_http_error(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(status=400, error_body={"error": {"message": "bad thing", "type": "invalid"}}))
-    with pytest.raises(openai.BadRequestError):
-        with gateway.client().responses.stream(model="plain", input="Tell me") as stream:
-            list(stream)
+    with pytest.raises(openai.BadRequestError), gateway.client().responses.stream(model="plain", input="x") as stream:
+        list(stream)
 
 
 def test_unknown_model_and_bad_input_are_400s(gateway: Gateway) -> None:

@@ -1,0 +1,170 @@
+"""The Responses request parser and the input item conversion: bounds, errors naming the param, mappings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.api.responses_items import to_messages
+from gateway.api.responses_request import (
+    MAX_INPUT_ITEMS,
+    MAX_METADATA_KEYS,
+    MAX_TOOLS,
+    parse_responses_request,
+)
+from gateway.errors import GatewayError
+
+
+def param_of(body: Any) -> str | None:
+    with pytest.raises(GatewayError) as caught:
+        parse_responses_request(body)
+    assert caught.value.status == 400
+    return caught.value.param
+
+
+def test_minimal_string_input() -> None:
+    parsed = parse_responses_request({"model": "m", "input": "hi"})
+    assert parsed.input == [{"type": "message", "role": "user", "content": "hi"}]
+    assert parsed.store is True and parsed.stream is False and parsed.background is False
+    assert parsed.params == {}
+
+
+def test_mappings_to_chat_parameters() -> None:
+    parsed = parse_responses_request({
+        "model": "m", "input": "hi", "max_output_tokens": 100, "temperature": 0.2, "top_p": 0.9, "user": "u1",
+        "parallel_tool_calls": False, "reasoning": {"effort": "high"}, "text": {"format": {"type": "json_object"}},
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "tool_choice": {"type": "function", "name": "f"}, "seed": 7, "include": ["reasoning.encrypted_content"],
+        "background": True, "metadata": {"a": "b"}, "gateway": {"max_tool_iterations": 2, "headless": True}})
+    assert parsed.params == {"seed": 7, "temperature": 0.2, "top_p": 0.9, "user": "u1", "parallel_tool_calls": False,
+                             "max_completion_tokens": 100, "response_format": {"type": "json_object"},
+                             "reasoning_effort": "high"}
+    assert parsed.tools == [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert parsed.tool_choice == {"type": "function", "function": {"name": "f"}}
+    assert parsed.background is True and parsed.headless is True and parsed.max_tool_iterations == 2
+    assert parsed.echo["metadata"] == {"a": "b"} and parsed.echo["tools"][0]["name"] == "f"
+
+
+def test_json_schema_format() -> None:
+    parsed = parse_responses_request({"model": "m", "input": "x", "text": {"format": {
+        "type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": True}}})
+    assert parsed.params["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "n", "schema": {"type": "object"}, "strict": True}}
+    assert param_of({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}) == \
+        "text.format.name"
+    assert param_of({"model": "m", "input": "x", "text": {"format": {"type": "yaml"}}}) == "text.format.type"
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ([], None),
+    ({"input": "x"}, "model"),
+    ({"model": "", "input": "x"}, "model"),
+    ({"model": "m", "input": 3}, "input"),
+    ({"model": "m", "input": [1]}, "input[0]"),
+    ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+    ({"model": "m", "input": "x", "stream": "yes"}, "stream"),
+    ({"model": "m", "input": "x", "store": 1}, "store"),
+    ({"model": "m", "input": "x", "temperature": "hot"}, "temperature"),
+    ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"model": "m", "input": "x", "max_output_tokens": 2**40}, "max_output_tokens"),
+    ({"model": "m", "input": "x", "max_tool_calls": -1}, "max_tool_calls"),
+    ({"model": "m", "input": "x", "truncation": "middle"}, "truncation"),
+    ({"model": "m", "input": "x", "previous_response_id": "r" * 101}, "previous_response_id"),
+    ({"model": "m", "input": "x", "conversation": {"id": "c"}}, "conversation"),
+    ({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt"),
+    ({"model": "m", "input": "x", "tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "mcp", "server_label": "s"}]}, "tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+    ({"model": "m", "input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice"),
+    ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
+    ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
+    ({"model": "m", "input": "x", "metadata": {"k" * 65: "v"}}, "metadata"),
+    ({"model": "m", "input": "x", "gateway": {"headless": "no"}}, "gateway.headless"),
+    ({"model": "m", "input": "x", "gateway": {"max_tool_iterations": -2}}, "gateway.max_tool_iterations"),
+])
+def test_errors_name_the_parameter(body: Any, param: str | None) -> None:
+    assert param_of(body) == param
+
+
+def test_counts_are_bounded() -> None:
+    many = [{"role": "user", "content": "x"}] * (MAX_INPUT_ITEMS + 1)
+    assert param_of({"model": "m", "input": many}) == "input"
+    tools = [{"type": "function", "name": f"f{i}"} for i in range(MAX_TOOLS + 1)]
+    assert param_of({"model": "m", "input": "x", "tools": tools}) == "tools"
+    metadata = {f"k{i}": "v" for i in range(MAX_METADATA_KEYS + 1)}
+    assert param_of({"model": "m", "input": "x", "metadata": metadata}) == "metadata"
+
+
+def items(*raw: dict[str, Any]) -> list[dict[str, Any]]:
+    return parse_responses_request({"model": "m", "input": list(raw)}).input
+
+
+def test_output_items_come_back_as_the_transcript() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"},
+                                     {"type": "input_image", "image_url": "data:image/png;base64,AA"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+        {"type": "mcp_call", "id": "mcp_call_1", "name": "get_weather", "arguments": "{}", "output": "sunny",
+         "server_label": "loopgate"},
+        {"type": "mcp_call", "id": "mcp_call_2", "name": "explode", "arguments": "{}", "server_label": "loopgate",
+         "error": {"type": "mcp_tool_execution_error", "content": "boom"}},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+    ))
+    assert converted.messages == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]},
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "think", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "explode", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "boom"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    assert converted.decisions == [] and converted.orphan is None
+
+
+def test_trailing_answers_become_decisions() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "mcp_approval_request", "id": "mcpr_c2", "name": "delete", "arguments": "{}", "server_label": "l"},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_c2", "approve": False, "reason": "no"},
+    ))
+    assert converted.decisions == [{"tool_call_id": "c1", "output": "x"},
+                                   {"tool_call_id": "c2", "approve": False, "reason": "no"}]
+    assert converted.messages[-1]["role"] == "tool" and "no" in converted.messages[-1]["content"]
+    assert not converted.approved
+
+
+def test_an_approved_call_then_its_execution_is_one_turn() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "mcp_approval_request", "id": "mcpr_c2", "name": "delete", "arguments": "{}", "server_label": "l"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_c2", "approve": True},
+        {"type": "mcp_call", "id": "mcp_c2", "name": "delete", "arguments": "{}", "output": "deleted",
+         "server_label": "l", "approval_request_id": "mcpr_c2"},
+        {"type": "message", "role": "assistant", "content": "ok"},
+    ))
+    assert [m["role"] for m in converted.messages] == ["user", "assistant", "tool", "assistant"]
+    assert converted.messages[2]["content"] == "deleted" and converted.decisions == []
+
+
+def test_answers_without_their_calls_are_orphans() -> None:
+    converted = to_messages(items({"type": "function_call_output", "call_id": "c9", "output": "x"}))
+    assert converted.orphan == "input[0]" and converted.decisions == [{"tool_call_id": "c9", "output": "x"}]
+
+
+@pytest.mark.parametrize(("item", "param"), [
+    ({"type": "message", "role": "tool", "content": "x"}, "input[0].role"),
+    ({"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}, "input[0].content[0].type"),
+    ({"role": "user", "content": 5}, "input[0].content"),
+    ({"type": "function_call", "name": "f", "arguments": "{}"}, "input[0].call_id"),
+    ({"type": "mcp_approval_response", "approval_request_id": "a", "approve": "yes"}, "input[0].approve"),
+])
+def test_bad_items_name_the_parameter(item: dict[str, Any], param: str) -> None:
+    with pytest.raises(GatewayError) as caught:
+        to_messages(items(item))
+    assert caught.value.param == param
