@@ -3,11 +3,12 @@
 The request that creates a background response returns at once; the Responses event stream of
 its loop is driven here by an ``asyncio`` task. Two tasks per run:
 
-- the *driver* pulls the events, keeps the latest response snapshot, and queues the events as SSE
-  frames (only for runs created with ``stream: true``);
+- the *driver* pulls the events, keeps the latest response snapshot (with every output item
+  finished so far, so a poll shows a long loop's progress), and queues the events as SSE frames
+  (only for runs created with ``stream: true``);
 - the *writer* is the run's only store writer: it appends what was queued (batching whatever
-  accumulated during the previous round trip), and when idle renews the lease every
-  ``heartbeat_s``. Every store reply carries the cancel flag, so a cancel issued on any replica
+  accumulated during the previous round trip) and the snapshot when it changed, and when idle
+  renews the lease every ``heartbeat_s``. Every store reply carries the cancel flag, so a cancel issued on any replica
   reaches this one within a heartbeat; the driver is then cancelled, which unwinds the engine's
   generator (running tools are cancelled, the upstream connection is released).
 
@@ -38,6 +39,8 @@ from gateway.store.base import StoreUnavailable
 log = logging.getLogger("loopgate.background")
 # Events per store write at most (a Lua call's argument count is bounded); the rest go in the next one.
 MAX_BATCH = 512
+# Events whose item goes into the polled snapshot (added: in progress; done: finished).
+_ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
 # How long the end of a run may take to store (the last events and the final snapshot).
 FINISH_TIMEOUT_S = 10.0
 
@@ -62,6 +65,7 @@ class _Run:
     cancel_requested: bool = False
     lost: bool = False
     limit: str | None = None  # why the events cap ended the run
+    snapshot: dict[str, Any] | None = None  # a newer in-progress snapshot the writer has not stored yet
 
 
 class BackgroundRunner:
@@ -139,6 +143,14 @@ class BackgroundRunner:
                 if isinstance(snapshot, dict):
                     response = {**snapshot, "background": True}
                     status = str(snapshot.get("status") or status)
+                elif event.get("type") in _ITEM_EVENTS and isinstance(event.get("item"), dict):
+                    output = list(response.get("output") or [])
+                    index = event.get("output_index")
+                    if isinstance(index, int) and 0 <= index <= len(output):
+                        output[index:index + 1] = [event["item"]]
+                        response = {**response, "output": output}
+                        state.snapshot = response
+                        state.wake.set()
                 seq = event.get("sequence_number")
                 if isinstance(seq, int):
                     last_seq = seq
@@ -204,7 +216,13 @@ class BackgroundRunner:
                         await state.wake.wait()
             state.wake.clear()
             batch = state.frames[:MAX_BATCH]
+            snapshot, state.snapshot = state.snapshot, None
             try:
+                if snapshot is not None and not state.done:
+                    cancel = await store.update(run.id, self.owner, "in_progress", snapshot, self.lease_until())
+                    if not batch:
+                        self._check_cancel(state, cancel)
+                        continue
                 if batch:
                     assert state.next_seq is not None
                     cancel = await store.append(run.id, self.owner, batch, state.next_seq, self.lease_until(),
@@ -217,6 +235,8 @@ class BackgroundRunner:
                 else:
                     cancel = await store.heartbeat(run.id, self.owner, self.lease_until())
             except StoreUnavailable as exc:
+                if state.snapshot is None:
+                    state.snapshot = snapshot
                 # Kept queued and retried: the lease outlasts a short outage; a long one ends the run.
                 log.warning("background response %s: store unavailable (%s); retrying", run.id, exc)
                 await asyncio.sleep(min(config.heartbeat_s, 1.0))
@@ -231,9 +251,12 @@ class BackgroundRunner:
                                f"events or background.max_event_bytes ({config.max_event_bytes}) bytes of them")
                 self._stop(state)
                 return
-            if cancel and not state.cancel_requested:
-                state.cancel_requested = True
-                self._stop(state)
+            self._check_cancel(state, cancel)
+
+    def _check_cancel(self, state: _Run, cancel: bool) -> None:
+        if cancel and not state.cancel_requested:
+            state.cancel_requested = True
+            self._stop(state)
 
     def _stop(self, state: _Run) -> None:
         if state.driver is not None and not state.done:

@@ -158,6 +158,9 @@ def test_cancel_from_another_replica_stops_the_running_tool(replicas: tuple[Gate
     fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 30})]), Reply(text="never"))
     created = a.client().responses.create(model="bg_agent", input="go slow", background=True)
     _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
+    # A poll shows the loop's progress: the running tool as an in-progress mcp_call item.
+    _wait(lambda: [(i.type, i.name, i.status) for i in b.client().responses.retrieve(created.id).output]
+          == [("mcp_call", "slow_http", "in_progress")], what="the running tool in a poll")
     started = time.monotonic()
     cancelled = b.client().responses.cancel(created.id)
     assert cancelled.status == "cancelled"
