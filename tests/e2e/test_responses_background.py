@@ -238,17 +238,23 @@ def test_a_dead_replica_s_run_fails_after_its_lease(replicas: tuple[Gateway, Gat
     doomed = Gateway(_config(fakes, slow_tool.url)).start()
     try:
         fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 30})]), Reply(text="never"))
-        created = doomed.client().responses.create(model="bg_agent", input="go", background=True, stream=False)
+        with doomed.client().responses.create(model="bg_agent", input="go", background=True, stream=True) as stream:
+            first = next(iter(stream))
+        response_id, seen = first.response.id, first.sequence_number
         _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
         assert doomed.process is not None
         doomed.process.send_signal(signal.SIGKILL)  # no shutdown code runs: a crash
         doomed.process.wait(10)
-        assert b.client().responses.retrieve(created.id).status == "in_progress"  # the lease still runs
-        time.sleep(LEASE_S + 0.5)
-        failed = b.client().responses.retrieve(created.id)
+        assert b.client().responses.retrieve(response_id).status == "in_progress"  # the lease still runs
+        # A follower on the surviving replica waits, then itself ends the run once the lease is over.
+        rest = list(b.client().responses.retrieve(response_id, stream=True, starting_after=seen))
+        assert rest[-1].type == "response.failed"
+        assert [e.sequence_number for e in rest] == list(range(seen + 1, seen + 1 + len(rest)))
+        failed = b.client().responses.retrieve(response_id)
         assert failed.status == "failed"
         assert failed.error is not None and failed.error.code == "server_error"
-        assert b.client().responses.retrieve(created.id).status == "failed"  # stays so
+        assert rest[-1].response.status == "failed"
+        assert b.client().responses.retrieve(response_id).status == "failed"  # stays so
     finally:
         doomed.stop()
 
