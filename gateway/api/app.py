@@ -128,15 +128,13 @@ class FastChatPath:
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            path = scope["path"]
-            if path in self._PATHS:
-                response = await chat_completions(Incoming(scope, receive), self.state.runtime)
-                await response(scope, receive, send)
-                return
-            if path == "/v1/responses":  # the other hot endpoint, which also answers every failure itself
-                scope["app"] = self.app
-                answer = await create_response(Request(scope, receive))
-                await answer(scope, receive, send)
-                return
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
+            response = await chat_completions(Incoming(scope, receive), self.state.runtime)
+            await response(scope, receive, send)
+            return
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/responses":
+            # The Responses API's hot path, for the same reason (its handler also answers every failure).
+            response = await create_response(Incoming(scope, receive), self.state.runtime)
+            await response(scope, receive, send)
+            return
         await self.app(scope, receive, send)

@@ -27,7 +27,7 @@ from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
 from gateway.api.responses_run import ResponseRun, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
+from gateway.errors import GatewayError, bad_request, quoted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
@@ -39,12 +39,15 @@ def sse_frame(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
-async def create_response(request: Request) -> JSONResponse | SSEResponse:
+async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
+    """Reached only for what ``FastChatPath`` passes on (it serves ``POST /v1/responses`` itself)."""
+    return await create_response(Incoming(request.scope, request.receive), request.app.state.runtime)
+
+
+async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
-    runtime: Runtime = request.app.state.runtime
     label = "unknown"
     try:
-        incoming = Incoming(request.scope, request.receive)
         key = authenticate(incoming.authorization, runtime.keys)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
@@ -57,7 +60,7 @@ async def create_response(request: Request) -> JSONResponse | SSEResponse:
             return await start_background(runtime, key.tenant, run, parsed.stream)
         await run.open()
         if not parsed.stream:
-            async for _ in run.events(raise_errors=True):
+            async for _ in run.batches(raise_errors=True):
                 pass
             finished(PATH, label, 200, started)
             return JSONResponse(orjson.dumps(run.response))
@@ -70,8 +73,8 @@ async def create_response(request: Request) -> JSONResponse | SSEResponse:
 
 async def _frames(run: ResponseRun, started: float) -> AsyncIterator[bytes]:
     try:
-        async for event in run.events():
-            yield sse_frame(event)
+        async for batch in run.batches():
+            yield b"".join(sse_frame(event) for event in batch)
     finally:
         await run.aclose()
         finished(PATH, run.label, 200, started)
@@ -85,7 +88,7 @@ def _response_id(request: Request) -> str:
 
 
 def _not_found(response_id: str) -> GatewayError:
-    return GatewayError(404, f"No response found with id '{response_id}'.", "invalid_request_error", None,
+    return GatewayError(404, f"No response found with id {quoted(response_id)}.", "invalid_request_error", None,
                         "response_not_found")
 
 
@@ -159,7 +162,7 @@ async def list_input_items(request: Request) -> JSONResponse:
 
 def responses_routes() -> list[Route]:
     return [
-        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses", create_endpoint, methods=["POST"]),
         Route("/v1/responses/{id}", get_response, methods=["GET"]),
         Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{id}/input_items", list_input_items, methods=["GET"]),

@@ -31,6 +31,7 @@ from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
 
 _PREFIX = secrets.token_hex(6)
+_SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
 _COUNTER = itertools.count(1)
 
 
@@ -39,9 +40,15 @@ def new_id(kind: str) -> str:
     return f"{kind}_{_PREFIX}{next(_COUNTER):08x}"
 
 
+_RESPONSE_PREFIX = f"resp_{secrets.token_hex(12)}"
+
+
 def response_id() -> str:
-    """Response ids name stored state across replicas: unguessable, not only unique."""
-    return "resp_" + secrets.token_urlsafe(24)
+    """Unique across replicas (96 random bits per process, then a counter), with no system call per response.
+
+    Not a secret: a stored response is bound to its tenant, so another tenant's id is a 404 however it was learnt.
+    """
+    return f"{_RESPONSE_PREFIX}{next(_COUNTER):010x}"
 
 
 def usage_object(usage: Usage) -> dict[str, Any]:
@@ -67,8 +74,11 @@ class ResponseBuilder:
     """
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
-                 approved: frozenset[str] = frozenset(), created_at: int | None = None) -> None:
+                 approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True) -> None:
         self.route = route
+        # Without ``emit`` (a non-stream response) every step runs the same, only the event dicts
+        # are not kept: the returned lists hold one shared placeholder per event.
+        self.emit = emit
         self.label_of = label_of
         self.approved = approved
         self.response: dict[str, Any] = {
@@ -79,7 +89,7 @@ class ResponseBuilder:
         self.done = False
         self.result: LoopResult | None = None
         self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
-        self._seq = itertools.count(0)
+        self._seq = 0
         self._open: int | None = None  # output index of the open message or reasoning item
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
@@ -90,12 +100,21 @@ class ResponseBuilder:
         return str(self.response["id"])
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        return {"type": kind, "sequence_number": next(self._seq), **fields}
+        number = self._seq
+        self._seq += 1
+        if not self.emit:
+            return _SILENT
+        fields["type"] = kind
+        fields["sequence_number"] = number
+        return fields
 
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": list(self.response["output"])}
 
     def start(self) -> list[dict[str, Any]]:
+        if not self.emit:
+            self._seq += 2
+            return []
         return [self._event("response.created", response=self._snapshot()),
                 self._event("response.in_progress", response=self._snapshot())]
 
@@ -103,7 +122,8 @@ class ResponseBuilder:
     def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
-        out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+        out.append(self._event("response.output_item.added", output_index=index,
+                               item=dict(item) if self.emit else item))
         return index
 
     def _done(self, index: int, out: list[dict[str, Any]]) -> None:
@@ -234,6 +254,14 @@ class ResponseBuilder:
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
         out.append(self._event(f"response.{response['status']}", response=response))
+
+    def retract_terminal(self, events: list[dict[str, Any]]) -> None:
+        """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""
+        if self.done and events and self.response["status"] in ("completed", "incomplete"):
+            events.pop()
+            self._seq -= 1
+            self.done = False
+            self.response["incomplete_details"] = None
 
     def fail(self, error: GatewayError) -> list[dict[str, Any]]:
         """After a failure once the response started: close what is open, end with ``response.failed``."""

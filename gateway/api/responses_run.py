@@ -15,6 +15,7 @@ like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -92,35 +93,51 @@ class ResponseRun:
 
         A failure after the start ends with ``response.failed`` (also recorded), or is raised
         with ``raise_errors`` (the non-stream endpoint answers it with an HTTP error instead).
+        Events are only materialised when the request streams (or runs in the background):
+        otherwise the builder runs the same steps and the lists hold placeholders.
         """
+        async for batch in self.batches(raise_errors):
+            for event in batch:
+                yield event
+
+    async def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
+        """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
         builder = self.builder
         try:
-            for event in builder.start():
-                yield event
+            yield builder.start()
             try:
                 for loop_event in self._first:
-                    for event in await self._feed(loop_event):
-                        yield event
+                    batch = await self._feed(loop_event, raise_errors)
+                    if batch:
+                        yield batch
                 self._first = []
                 async for loop_event in self._events:
-                    for event in await self._feed(loop_event):
-                        yield event
+                    batch = await self._feed(loop_event, raise_errors)
+                    if batch:
+                        yield batch
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
             except Exception as exc:
                 if raise_errors or builder.done:
                     raise
                 failed = builder.fail(to_gateway_error(exc))
-                await self._save(None)
-                for event in failed:
-                    yield event
+                with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
+                    await self._save(None)
+                yield failed
         finally:
             await self.aclose()
 
-    async def _feed(self, loop_event: LoopEvent) -> list[dict[str, Any]]:
+    async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> list[dict[str, Any]]:
         out = self.builder.feed(loop_event)
         if isinstance(loop_event, Finished):
-            await self._save(loop_event)
+            try:
+                await self._save(loop_event)
+            except Exception as exc:
+                # Not recorded: the client must not see "completed" for a response it cannot chain from.
+                if raise_errors:
+                    raise
+                self.builder.retract_terminal(out)
+                out.extend(self.builder.fail(to_gateway_error(exc)))
         return out
 
     async def _save(self, finished: Finished | None) -> None:
@@ -219,7 +236,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: 
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
                        params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
                        tenant=tenant, stream=request.stream, deadline=deadline)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime))
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
+                              emit=request.stream or request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
                        bool(request.instructions))
 
@@ -268,6 +286,7 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, tenant: str, head
         if request.instructions:
             loop.messages.insert(0, {"role": "system", "content": request.instructions})
         first = bool(request.instructions)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved))
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
+                              emit=request.stream or request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, continuations.run_resumed(claimed, loop, runtime.deps),
                        builder, first)

@@ -2,7 +2,10 @@
 
 The key lives in the tenant's hash slot (``tenant_key``), so a tenant's records sit on one
 Cluster node with its other state, and another tenant's id simply names a missing key.
-Availability errors become ``StoreUnavailable`` through the store's own guard.
+Availability errors become ``StoreUnavailable`` through the store's own guard. Records are
+not ``WAIT``-confirmed like continuations: losing one to a failover costs a
+``previous_response_not_found``, never a second run of anything (the continuation and the
+tool ledger, which guard that, keep their own durability).
 """
 
 from __future__ import annotations

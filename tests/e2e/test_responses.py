@@ -55,7 +55,7 @@ def test_text(gateway: Gateway, fakes: dict[str, FakeUpstream], stream: bool) ->
 def test_server_tool_loop_is_rendered_as_mcp_calls(gateway: Gateway, fakes: dict[str, FakeUpstream],
                                                    stream: bool) -> None:
     fakes["primary"].queue(Reply(text="Let me check.", tool_calls=[("get_weather", {"city": "Paris"}),
-                                                                    ("explode", {})]),
+                                                                    ("explode", {})], usage=(10, 3)),
                            Reply(text="Paris is sunny.", usage=(20, 4)))
     response = create(gateway, stream, model="agent", input="Weather in Paris?")
     assert kinds(response) == ["message", "mcp_call", "mcp_call", "message"]
@@ -67,7 +67,8 @@ def test_server_tool_loop_is_rendered_as_mcp_calls(gateway: Gateway, fakes: dict
     assert response.output_text == "Let me check.Paris is sunny."
     assert response.output[-1].content[0].text == "Paris is sunny."
     assert response.model_extra["gateway"]["iterations"] == 2
-    assert response.usage.output_tokens >= 4
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (30, 7)  # summed over both calls
+    assert response.usage.total_tokens == 37
     if stream:
         events = response.__dict__["_events"]
         assert events.count("response.mcp_call.in_progress") == 2
@@ -98,12 +99,13 @@ def test_client_function_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstr
             {"type": "function_call_output", "call_id": call.call_id, "output": "again"}])
 
 
-@pytest.mark.parametrize("approve", [True, False], ids=["approve", "deny"])
+@pytest.mark.parametrize(("approve", "stream"), [(True, False), (False, False), (True, True)],
+                         ids=["approve", "deny", "approve-stream"])
 def test_approval_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream], tool_server: ToolServer,
-                             approve: bool) -> None:
+                             approve: bool, stream: bool) -> None:
     tool_server.calls.clear()
     fakes["primary"].queue(Reply(tool_calls=[("delete_remote", {"id": "42"})]))
-    first = gateway.client().responses.create(model="agent", input="Delete record 42")
+    first = create(gateway, stream, model="agent", input="Delete record 42")
     assert kinds(first) == ["mcp_approval_request"]
     request = first.output[0]
     assert request.name == "delete_remote" and request.server_label == "loopgate" and '"42"' in request.arguments
@@ -112,7 +114,7 @@ def test_approval_round_trip(gateway: Gateway, fakes: dict[str, FakeUpstream], t
     answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve}
     if not approve:
         answer["reason"] = "keep it"
-    second = gateway.client().responses.create(model="agent", previous_response_id=first.id, input=[answer])
+    second = create(gateway, stream, model="agent", previous_response_id=first.id, input=[answer])
     assert second.status == "completed"
     if approve:
         assert kinds(second) == ["mcp_call", "message"]
@@ -360,3 +362,59 @@ def test_unknown_model_and_bad_input_are_400s(gateway: Gateway) -> None:
     assert orphan.status_code == 400 and orphan.json()["error"]["param"] == "input[0]"
     background = gateway.post("/v1/responses", {"model": "plain", "input": "hi", "background": True, "store": False})
     assert background.status_code == 400 and background.json()["error"]["param"] == "background"
+
+
+def test_iteration_cap_still_ends_in_a_final_answer(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(text="It is 3."))
+    response = gateway.client().responses.create(model="agent", input="1+2?", max_tool_calls=1)
+    assert response.status == "completed" and response.output_text == "It is 3."
+    assert response.model_extra["gateway"]["iteration_limit_reached"] is True
+    assert fakes["primary"].requests[-1].body["tool_choice"] == "none"
+
+
+def test_deleting_a_paused_response_cancels_its_pending_calls(gateway: Gateway,
+                                                             fakes: dict[str, FakeUpstream]) -> None:
+    client = gateway.client()
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "x"})]))
+    paused = client.responses.create(model="agent", input="look", tools=LOOKUP)
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    client.responses.delete(paused.id)
+    with pytest.raises(openai.BadRequestError) as gone:
+        client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, input=[
+            {"type": "function_call_output", "call_id": paused.output[-1].call_id, "output": "x"}])
+    assert gone.value.code == "previous_response_not_found"
+    assert gateway.post(f"/v1/continuations/{continuation_id}", {"decisions": []}).status_code == 404
+
+
+def test_answering_a_paused_response_with_anything_else_is_400(gateway: Gateway,
+                                                               fakes: dict[str, FakeUpstream]) -> None:
+    client = gateway.client()
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "x"})]))
+    paused = client.responses.create(model="agent", input="look", tools=LOOKUP)
+    with pytest.raises(openai.BadRequestError) as wrong:
+        client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, input="never mind")
+    assert wrong.value.param == "input[0]"
+    with pytest.raises(openai.BadRequestError) as missing:
+        client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, input=[])
+    assert missing.value.param == "input"
+    fakes["primary"].queue(Reply(text="Found."))
+    done = client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, input=[
+        {"type": "function_call_output", "call_id": paused.output[-1].call_id, "output": "x"}])
+    assert done.output_text == "Found."  # the refused answers left it pending
+
+
+def test_answering_with_new_instructions_replaces_the_old_ones(gateway: Gateway,
+                                                               fakes: dict[str, FakeUpstream]) -> None:
+    client = gateway.client()
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "x"})]), Reply(text="Done."), Reply(text="Bye."))
+    paused = client.responses.create(model="agent", input="look", tools=LOOKUP, instructions="Old.")
+    assert fakes["primary"].requests[0].body["messages"][0] == {"role": "system", "content": "Old."}
+    done = client.responses.create(model="agent", previous_response_id=paused.id, tools=LOOKUP, instructions="New.",
+                                   input=[{"type": "function_call_output", "call_id": paused.output[-1].call_id,
+                                           "output": "x"}])
+    sent = fakes["primary"].requests[1].body["messages"]
+    assert sent[0] == {"role": "system", "content": "New."} and not any(m["content"] == "Old." for m in sent)
+    client.responses.create(model="agent", previous_response_id=done.id, tools=LOOKUP, input="bye")
+    last = fakes["primary"].requests[2].body["messages"]
+    assert last[0] == {"role": "user", "content": "look"}  # no instructions given: none carried over
+    assert not any(m["role"] == "system" for m in last)

@@ -1,0 +1,35 @@
+"""The README's Responses example, as written, against the example config (approval added as the README says)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.e2e.conftest import ROOT, Gateway
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Responses API"):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None
+    return match.group(1)
+
+
+def test_the_readme_responses_example_runs() -> None:
+    config = (ROOT / "config" / "gateway.yaml").read_text()
+    config = config.replace('    python: "gateway.demo:get_weather"\n',
+                            '    python: "gateway.demo:get_weather"\n    approval: required\n', 1)
+    assert "approval: required" in config
+    gateway = Gateway(config.replace("port: 8080", "port: __PORT__")).start()
+    try:
+        code = readme_example().replace("127.0.0.1:8080", f"127.0.0.1:{gateway.port}")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == "The lookup_order tool returned: shipped yesterday"
+        assert lines[1].startswith("['mcp_call', 'message'] The get_weather tool returned:")
+        assert lines[2] == "You said: Hello"
+    finally:
+        gateway.stop()

@@ -1,0 +1,102 @@
+"""The Responses builder: one event sequence and one Response object from the same loop events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.api.responses_render import ResponseBuilder
+from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
+from gateway.errors import GatewayError
+from gateway.loop.engine import ITERATION_SEPARATOR
+from gateway.loop.events import Finished, LoopResult, Notice, ToolFinished, ToolStarted
+
+
+def builder() -> ResponseBuilder:
+    return ResponseBuilder("resp_1", "agent", {"metadata": {}}, lambda name: "loopgate")
+
+
+def run(events: list[Any]) -> tuple[ResponseBuilder, list[dict[str, Any]]]:
+    b = builder()
+    out = b.start()
+    for event in events:
+        out.extend(b.feed(event))
+    return b, out
+
+
+def paused(calls: list[tuple[str, str, str]]) -> Finished:
+    tool_calls = [{"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n, _ in calls]
+    gateway = {"status": "paused", "pending": [{"tool_call_id": i, "name": n, "reason": r} for i, n, r in calls]}
+    return Finished(LoopResult("paused", "tool_calls", Usage(10, 2, 1, 1), gateway, tool_calls, "m"))
+
+
+def test_events_and_response_agree() -> None:
+    b, out = run([
+        [Answering("up-1"), ReasoningDelta("hmm")], [TextDelta("Check"), TextDelta("ing.")],
+        ToolStarted("c1", "get_weather", '{"city":"Paris"}'), Notice("context_compressed"),
+        ToolFinished("c1", "get_weather", "ok", 1.0, "sunny"), TextDelta(ITERATION_SEPARATOR), TextDelta("Sunny."),
+        paused([("c2", "lookup", "client"), ("c3", "delete", "approval")]),
+    ])
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+    done = [e["item"] for e in out if e["type"] == "response.output_item.done"]
+    assert done == b.response["output"]
+    assert [i["type"] for i in done] == ["reasoning", "message", "mcp_call", "message", "function_call",
+                                         "mcp_approval_request"]
+    assert done[1]["content"][0]["text"] == "Checking." and done[3]["content"][0]["text"] == "Sunny."
+    assert done[2]["output"] == "sunny" and done[2]["arguments"] == '{"city":"Paris"}'
+    assert done[4]["call_id"] == "c2" and done[5]["id"] == "mcpr_c3"
+    added = [e["output_index"] for e in out if e["type"] == "response.output_item.added"]
+    assert added == list(range(6))
+    assert out[-1]["type"] == "response.completed" and out[-1]["response"]["status"] == "completed"
+    assert b.response["usage"] == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 1},
+                                   "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 1},
+                                   "total_tokens": 12}
+    assert b.response["model"] == "m" and b.response["gateway"]["route"] == "agent"
+    assert "".join(b.final_text) == "Sunny."
+    assert out[0]["response"]["output"] == []  # the created snapshot was not mutated afterwards
+
+
+def test_length_is_incomplete() -> None:
+    b, out = run([TextDelta("Cut"), Finished(LoopResult("completed", "length", Usage(), {}))])
+    assert out[-1]["type"] == "response.incomplete"
+    assert b.response["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_failure_closes_open_items() -> None:
+    b, out = run([TextDelta("Part"), ToolStarted("c1", "slow", "{}")])
+    out.extend(b.fail(GatewayError(502, "upstream broke")))
+    assert out[-1]["type"] == "response.failed" and b.response["error"]["message"] == "upstream broke"
+    assert [i["status"] for i in b.response["output"]] == ["completed", "incomplete"]  # the text ended at the tool
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+
+
+def test_a_retracted_terminal_becomes_failed_without_gaps() -> None:
+    b, out = run([TextDelta("Hi")])
+    last = b.feed(Finished(LoopResult("completed", "stop", Usage(), {})))
+    b.retract_terminal(last)
+    last.extend(b.fail(GatewayError(503, "store down")))
+    out.extend(last)
+    assert [e["type"] for e in out][-1] == "response.failed" and "response.completed" not in [e["type"] for e in out]
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+
+
+def test_failure_mid_text_marks_the_message_incomplete() -> None:
+    b, out = run([TextDelta("Part")])
+    out.extend(b.fail(GatewayError(502, "upstream broke")))
+    assert b.response["output"][0]["status"] == "incomplete"
+    assert b.response["output"][0]["content"][0]["text"] == "Part"
+
+
+def test_without_emit_the_response_is_the_same() -> None:
+    events: list[Any] = [[Answering("up-1"), ReasoningDelta("hmm")], TextDelta("Checking."),
+                         ToolStarted("c1", "get_weather", "{}"), ToolFinished("c1", "get_weather", "ok", 1.0, "sunny"),
+                         TextDelta("Sunny."), paused([("c2", "lookup", "client")])]
+    loud, _ = run(events)
+    quiet = ResponseBuilder("resp_1", "agent", {"metadata": {}}, lambda name: "loopgate", emit=False)
+    quiet.start()
+    for event in events:
+        quiet.feed(event)
+    for item in quiet.response["output"]:  # item ids come from a counter: compare everything else
+        item.pop("id")
+    for item in loud.response["output"]:
+        item.pop("id")
+    assert quiet.response | {"created_at": 0} == loud.response | {"created_at": 0}
