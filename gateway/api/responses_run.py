@@ -61,6 +61,7 @@ class ResponseRun:
         self._events = events
         self._instructions_first = instructions_first
         self._first: list[LoopEvent] = []
+        self._input_items: list[dict[str, Any]] | None = None
 
     @property
     def id(self) -> str:
@@ -122,7 +123,7 @@ class ResponseRun:
                     raise
                 failed = builder.fail(to_gateway_error(exc))
                 with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
-                    await self._save(None)
+                    await self.save(None)
                 yield failed
         finally:
             await self.aclose()
@@ -131,7 +132,7 @@ class ResponseRun:
         out = self.builder.feed(loop_event)
         if isinstance(loop_event, Finished):
             try:
-                await self._save(loop_event)
+                await self.save(loop_event)
             except Exception as exc:
                 # Not recorded: the client must not see "completed" for a response it cannot chain from.
                 if raise_errors:
@@ -140,9 +141,15 @@ class ResponseRun:
                 out.extend(self.builder.fail(to_gateway_error(exc)))
         return out
 
-    async def _save(self, finished: Finished | None) -> None:
-        if not self.request.store:
-            return
+    def record(self, finished: Finished | None = None) -> dict[str, Any]:
+        """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
+
+        ``{"response": the Response object, "input": the input items with ids, "transcript": the
+        canonical messages to continue from (a completed loop only, without this response's
+        instructions) or None, "continuation_id": the paused loop's continuation (a paused loop
+        only) or None, "instructions_first": whether that continuation's transcript starts with
+        the instructions}``. Without ``finished`` (still running, or failed) it only describes.
+        """
         transcript: list[Message] | None = None
         continuation_id: str | None = None
         if finished is not None and finished.result.status == "paused":
@@ -150,10 +157,16 @@ class ResponseRun:
         elif finished is not None:
             messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
-        record = {"response": self.builder.response, "input": input_items(self.request.input),
-                  "transcript": transcript, "continuation_id": continuation_id,
-                  "instructions_first": self._instructions_first}
-        await self.runtime.responses.put(self.tenant, self.id, record, self.runtime.config.store.continuation_ttl_s)
+        if self._input_items is None:
+            self._input_items = input_items(self.request.input)  # once: ids stay the same across saves
+        return {"response": self.builder.response, "input": self._input_items, "transcript": transcript,
+                "continuation_id": continuation_id, "instructions_first": self._instructions_first}
+
+    async def save(self, finished: Finished | None = None) -> None:
+        """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
+        if self.request.store:
+            await self.runtime.responses.put(self.tenant, self.id, self.record(finished),
+                                             self.runtime.config.store.continuation_ttl_s)
 
 
 def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import openai
+import orjson
 import pytest
 
 from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway
@@ -418,3 +420,34 @@ def test_answering_with_new_instructions_replaces_the_old_ones(gateway: Gateway,
     last = fakes["primary"].requests[2].body["messages"]
     assert last[0] == {"role": "user", "content": "look"}  # no instructions given: none carried over
     assert not any(m["role"] == "system" for m in last)
+
+
+def test_the_raw_stream_names_every_event_and_numbers_it(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="Checking.", tool_calls=[("get_weather", {"city": "Paris"})]),
+                           Reply(text="Sunny in Paris."))
+    events = []
+    with httpx.stream("POST", f"{gateway.url}/v1/responses", timeout=20, headers={"authorization": "Bearer test-key"},
+                      json={"model": "agent", "input": "Weather?", "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for block in response.read().decode().split("\n\n"):
+            if block:
+                name, data = block.split("\n")
+                event = orjson.loads(data.removeprefix("data: "))
+                assert name == f"event: {event['type']}"
+                events.append(event)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    types = [e["type"] for e in events]
+    assert types[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert types[-1] == "response.completed" and types.count("response.completed") == 1
+    assert types.index("response.content_part.added") < types.index("response.output_text.delta")
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done == events[-1]["response"]["output"]  # the stream and the final object agree
+    assert [i["type"] for i in done] == ["message", "mcp_call", "message"]
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/responses"), ("GET", "/v1/responses/resp_x"),
+                                              ("DELETE", "/v1/responses/resp_x"),
+                                              ("GET", "/v1/responses/resp_x/input_items")])
+def test_every_endpoint_needs_a_key(gateway: Gateway, method: str, path: str) -> None:
+    response = httpx.request(method, f"{gateway.url}{path}", json={"model": "plain", "input": "hi"}, timeout=10)
+    assert response.status_code == 401 and response.json()["error"]["type"]
