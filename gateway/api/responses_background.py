@@ -74,9 +74,12 @@ def check_background(runtime: Runtime, store: bool) -> None:
 async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stream: bool) -> JSONResponse | SSEResponse:
     """Hand a prepared response to the runner; answer with the stored snapshot or the live stream.
 
-    ``run.open()`` is not awaited: the request answers before the first model call.
+    ``run.open()`` is not awaited: the request answers before the first model call. The response
+    record is written first (its input items are listed while the run goes on); the run's end
+    rewrites it, as in the foreground.
     """
     try:
+        await run.save()
         stored = await _runner(runtime).launch(tenant, run.events(), stream)
     except BaseException:
         await run.aclose()  # a claimed continuation goes back to resumable

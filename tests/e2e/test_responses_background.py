@@ -161,6 +161,8 @@ def test_cancel_from_another_replica_stops_the_running_tool(replicas: tuple[Gate
     # A poll shows the loop's progress: the running tool as an in-progress mcp_call item.
     _wait(lambda: [(i.type, i.name, i.status) for i in b.client().responses.retrieve(created.id).output]
           == [("mcp_call", "slow_http", "in_progress")], what="the running tool in a poll")
+    items = b.client().responses.input_items.list(created.id)  # listed while it runs
+    assert [item.type for item in items.data] == ["message"]
     started = time.monotonic()
     cancelled = b.client().responses.cancel(created.id)
     assert cancelled.status == "cancelled"
