@@ -174,8 +174,8 @@ class RedisStore(Store):
         self._unindex = self._r.register_script(scripts.UNINDEX)
         self._audit = self._r.register_script(scripts.AUDIT)
         self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
-        self._scripts = (self._save, self._claim, self._release, self._finish, self._unfinish, self._cancel,
-                         self._unindex, self._audit, self._health_fail)
+        self._scripts: tuple[Any, ...] = (self._save, self._claim, self._release, self._finish, self._unfinish,
+                                          self._cancel, self._unindex, self._audit, self._health_fail)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:

@@ -9,7 +9,9 @@ Key layout (the ``{bg:<id>}`` hash tag keeps both keys of a run in one Cluster s
 
 Every owner operation is one Lua script that checks the owner and the status before writing
 (the fence), and returns the cancel flag, so a cancel set from any replica reaches the owner on
-its next write or heartbeat. Snapshots and events are opaque blobs to the scripts.
+its next write or heartbeat. Snapshots and events are opaque blobs to the scripts. With
+``store.wait_replicas``, the creation (its id is then given out) and the end of a run are
+acknowledged only once replicas confirm them (``WAIT``), like a pause.
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ class RedisBackground(BackgroundStore):
         self._expire = r.register_script(EXPIRE)
         self._events = r.register_script(EVENTS)
         self._delete = r.register_script(DELETE)
+        # Waited writes go through the store's pipeline, which loads the scripts it knows on NOSCRIPT.
+        store._scripts = (*store._scripts, self._create, self._finish)
 
     @staticmethod
     def _owned(reply: list[Any], run_id: str) -> bool:
@@ -156,10 +160,14 @@ class RedisBackground(BackgroundStore):
         raise RunLost(run_id, reply[1].decode() if len(reply) > 1 and reply[1] else None)
 
     async def create(self, run: BackgroundRun, ttl_s: int) -> None:
-        async with self._store._guard("background_create"):
-            await self._create(keys=run_keys(run.id), args=[
+        """With ``store.wait_replicas``, acknowledged only once replicas have it (its id is given out next)."""
+        store = self._store
+        async with store._guard("background_create", durable=True):
+            _, acked = await store._script(self._create, run_keys(run.id), [
                 run.tenant, run.status, run.owner, _f(run.lease_until), "1" if run.stream else "",
-                orjson.dumps(run.response), _f(run.created_at), check_ttl(ttl_s)])
+                orjson.dumps(run.response), _f(run.created_at), check_ttl(ttl_s)], True)
+        if not store._confirmed(acked):
+            raise store._unconfirmed("the background response", acked)
 
     async def heartbeat(self, run_id: str, owner: str, lease_until: float) -> bool:
         async with self._store._guard("background_heartbeat"):
@@ -184,10 +192,13 @@ class RedisBackground(BackgroundStore):
         return self._owned(reply, run_id)
 
     async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int) -> None:
-        async with self._store._guard("background_finish"):
-            reply = await self._finish(keys=run_keys(run_id),
-                                       args=[owner, status, orjson.dumps(response), check_ttl(ttl_s)])
+        store = self._store
+        async with store._guard("background_finish", durable=True):
+            reply, acked = await store._script(self._finish, run_keys(run_id),
+                                               [owner, status, orjson.dumps(response), check_ttl(ttl_s)], True)
         self._owned(reply, run_id)
+        if not store._confirmed(acked):
+            raise store._unconfirmed("the end of the background response", acked)
 
     async def get(self, run_id: str, tenant: str) -> BackgroundRun:
         async with self._store._guard("background_get"):

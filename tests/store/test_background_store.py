@@ -16,15 +16,30 @@ from gateway.store.background import BackgroundRun, BackgroundStore, EventsLimit
 from gateway.store.memory_background import MemoryBackground
 from gateway.store.redis import RedisStore
 from gateway.store.redis_background import RedisBackground
-from tests.store.conftest import REDIS_URL, _exclusive_redis_db, _flush_redis, require_redis
+from tests.store.conftest import REDIS_URL, _deployment, _exclusive_redis_db, _flush_redis, require_redis
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[BackgroundStore, BackgroundStore]]:
-    """Two handles on one backend (for memory: the same object, one process by definition)."""
+    """Two handles on one backend (for memory: the same object, one process by definition).
+
+    On the Cluster, each run's two keys share a hash tag: every script touches one slot.
+    """
     if request.param == "memory":
         mem = MemoryBackground()
         yield mem, mem
+        return
+    if request.param == "redis-cluster":
+        deployment = _deployment(request, "redis-cluster")
+        deployment.flush()
+        a = RedisStore(deployment.url, **deployment.options)
+        b = RedisStore(deployment.url, **deployment.options)
+        try:
+            yield RedisBackground(a), RedisBackground(b)
+        finally:
+            await a.aclose()
+            await b.aclose()
+            deployment.flush()
         return
     await require_redis()
     with _exclusive_redis_db():
