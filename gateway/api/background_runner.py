@@ -41,6 +41,7 @@ log = logging.getLogger("loopgate.background")
 MAX_BATCH = 512
 # Events whose item goes into the polled snapshot (added: in progress; done: finished).
 _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+SHUTDOWN = "the gateway replica running this background response shut down before it ended"
 # How long the end of a run may take to store (the last events and the final snapshot).
 FINISH_TIMEOUT_S = 10.0
 
@@ -159,18 +160,24 @@ class BackgroundRunner:
             if status not in ("completed", "incomplete", "failed"):
                 status = "completed"
         except asyncio.CancelledError:
-            if state.lost or not (state.cancel_requested or state.limit):
-                # Lost to an expired lease, or this process is stopping (the lease lets a reader end it).
+            if state.lost or not (state.cancel_requested or state.limit or self._closing):
+                # Lost to an expired lease (someone else ended it), or cancelled by nobody we know of.
                 await _close(events)
                 writer.cancel()
                 self._forget(run.id)
-                if not state.lost and not self._closing:
+                if not state.lost:
                     raise
                 return
             if state.limit:
                 status, response = "failed", failed_snapshot(response, "events_limit_exceeded", state.limit)
-            else:
+            elif state.cancel_requested:
                 status, response = "cancelled", {**response, "status": "cancelled"}
+            else:  # this process is shutting down: say so now rather than when the lease runs out
+                status, response = "failed", failed_snapshot(response, "server_error", SHUTDOWN)
+                if run.stream:
+                    self._queue(state, {"type": "response.failed",
+                                        "sequence_number": (last_seq + 1) if last_seq is not None else 0,
+                                        "response": {**response, "status": "failed"}})
         except Exception as exc:  # an engine or renderer failure: the run fails, the process goes on
             log.error("background response %s failed", run.id, exc_info=exc)
             status = "failed"
@@ -299,9 +306,9 @@ class BackgroundRunner:
             event.set()
 
     async def aclose(self) -> None:
-        """Stop every run of this process (at shutdown): each stays in_progress until its lease ends.
+        """Stop every run of this process (at shutdown): each ends ``failed`` at once (bounded wait).
 
-        A reader then marks it failed: a replica that stops is indistinguishable from one that died.
+        A run whose end cannot be stored in time is ended by the first reader once its lease runs out.
         """
         self._closing = True
         drivers = [s.driver for s in self._runs.values() if s.driver is not None]

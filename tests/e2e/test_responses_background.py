@@ -261,6 +261,29 @@ def test_a_dead_replica_s_run_fails_after_its_lease(replicas: tuple[Gateway, Gat
         doomed.stop()
 
 
+def test_a_replica_that_shuts_down_ends_its_runs_at_once(replicas: tuple[Gateway, Gateway],
+                                                         fakes: dict[str, FakeUpstream],
+                                                         slow_tool: SlowTool) -> None:
+    _, b = replicas
+    # A lease far longer than the test: only the graceful path can end the run in time.
+    leaving = Gateway(_config(fakes, slow_tool.url).replace(f"lease_s: {LEASE_S}", "lease_s: 600")).start()
+    try:
+        fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 30})]), Reply(text="never"))
+        with leaving.client().responses.create(model="bg_agent", input="go", background=True, stream=True) as stream:
+            first = next(iter(stream))
+        response_id = first.response.id
+        _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
+        leaving.stop()  # SIGTERM: uvicorn's graceful shutdown runs the lifespan's end
+        failed = b.client().responses.retrieve(response_id)
+        assert failed.status == "failed"
+        assert failed.error is not None and "shut down" in failed.error.message
+        _wait(lambda: slow_tool.cancelled == 1, what="the tool call to be cancelled")
+        events = list(b.client().responses.retrieve(response_id, stream=True))
+        assert events[-1].type == "response.failed"
+    finally:
+        leaving.stop()
+
+
 @pytest.fixture(scope="module")
 def limited(fakes: dict[str, FakeUpstream], slow_tool: SlowTool) -> Iterator[Gateway]:
     """One process, the embedded store, one background run at a time and at most 16 stored events."""
