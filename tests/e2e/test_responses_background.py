@@ -175,6 +175,22 @@ def test_cancel_from_another_replica_stops_the_running_tool(replicas: tuple[Gate
     assert len(fakes["primary"].requests) == 1
 
 
+def test_delete_stops_a_running_response_from_another_replica(replicas: tuple[Gateway, Gateway],
+                                                              fakes: dict[str, FakeUpstream],
+                                                              slow_tool: SlowTool) -> None:
+    a, b = replicas
+    fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 30})]), Reply(text="never"))
+    created = a.client().responses.create(model="bg_agent", input="go slow", background=True)
+    _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
+    b.client().responses.delete(created.id)
+    # The running replica's next heartbeat finds the run gone: it stops, cancelling the tool.
+    _wait(lambda: slow_tool.cancelled == 1, what="the tool call to be cancelled")
+    for gw in (a, b):
+        with pytest.raises(openai.NotFoundError):
+            gw.client().responses.retrieve(created.id)
+    assert len(fakes["primary"].requests) == 1
+
+
 def test_cancel_a_finished_response_is_refused(replicas: tuple[Gateway, Gateway],
                                                fakes: dict[str, FakeUpstream]) -> None:
     a, _ = replicas
