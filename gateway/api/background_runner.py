@@ -80,6 +80,7 @@ class BackgroundRunner:
         self.owner = "gw_" + secrets.token_hex(8)
         self._runs: dict[str, _Run] = {}
         self._followers: dict[str, asyncio.Event] = {}
+        self._starting = 0  # runs between their capacity check and their registration (awaits in between)
         self._closing = False
 
     @property
@@ -90,7 +91,7 @@ class BackgroundRunner:
         return time.time() + self.config.lease_s
 
     def check_capacity(self) -> None:
-        if self._closing or len(self._runs) >= self.config.max_concurrent:
+        if self._closing or len(self._runs) + self._starting >= self.config.max_concurrent:
             raise GatewayError(429, f"this gateway runs {self.config.max_concurrent} background responses at once "
                                "already (background.max_concurrent); retry later", "rate_limit_error",
                                code="too_many_background_responses", headers={"retry-after": "1"})
@@ -103,6 +104,13 @@ class BackgroundRunner:
         request gets it as its HTTP error) and nothing is stored.
         """
         self.check_capacity()
+        self._starting += 1  # the slot is held from here: concurrent launches cannot overshoot the cap
+        try:
+            return await self._launch(tenant, events, stream)
+        finally:
+            self._starting -= 1
+
+    async def _launch(self, tenant: str, events: AsyncIterator[dict[str, Any]], stream: bool) -> BackgroundRun:
         first = await anext(events, None)
         response = first.get("response") if isinstance(first, dict) else None
         if first is None or not isinstance(response, dict) or not isinstance(response.get("id"), str):

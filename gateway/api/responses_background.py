@@ -78,11 +78,16 @@ async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stre
     record is written first (its input items are listed while the run goes on); the run's end
     rewrites it, as in the foreground.
     """
+    saved = False
     try:
         await run.save()
+        saved = True
         stored = await _runner(runtime).launch(tenant, run.events(), stream)
     except BaseException:
         await run.aclose()  # a claimed continuation goes back to resumable
+        if saved:  # nothing runs: no record may say "in_progress"
+            with contextlib.suppress(Exception):
+                await runtime.responses.delete(tenant, run.id)
         raise
     if not stream:
         return JSONResponse(orjson.dumps(stored.response))
