@@ -163,6 +163,8 @@ def test_cancel_from_another_replica_stops_the_running_tool(replicas: tuple[Gate
           == [("mcp_call", "slow_http", "in_progress")], what="the running tool in a poll")
     items = b.client().responses.input_items.list(created.id)  # listed while it runs
     assert [item.type for item in items.data] == ["message"]
+    with pytest.raises(openai.NotFoundError):  # another tenant can neither see nor cancel it
+        b.client(OTHER_KEY).responses.cancel(created.id)
     started = time.monotonic()
     cancelled = b.client().responses.cancel(created.id)
     assert cancelled.status == "cancelled"
