@@ -124,27 +124,31 @@ async def follow(runtime: Runtime, run_id: str, tenant: str, after: int) -> Asyn
     """The stored events after sequence number ``after``, then the live ones until the run ends."""
     runner = _runner(runtime)
     store, poll_s = runner.store, runner.config.poll_s
-    while True:
-        wake = runner.follower_event(run_id)
-        # The run first, then its events: a run read as ended has stored every event already.
-        try:
-            run = await settle(runtime, await store.get(run_id, tenant))
-        except RunNotFound:
-            return  # deleted (or expired) while followed
+    wake: asyncio.Event | None = None
+    try:
         while True:
-            batch = await store.events(run_id, tenant, after, REPLAY_BATCH)
-            if batch:
-                after = max(after, run.first_seq - 1) + len(batch)
-                yield b"".join(batch)
-            if len(batch) < REPLAY_BATCH:
-                break
-        if not run.active:
+            wake = runner.follower_event(run_id)
+            # The run first, then its events: a run read as ended has stored every event already.
+            try:
+                run = await settle(runtime, await store.get(run_id, tenant))
+            except RunNotFound:
+                return  # deleted (or expired) while followed
+            while True:
+                batch = await store.events(run_id, tenant, after, REPLAY_BATCH)
+                if batch:
+                    after = max(after, run.first_seq - 1) + len(batch)
+                    yield b"".join(batch)
+                if len(batch) < REPLAY_BATCH:
+                    break
+            if not run.active:
+                return
+            # Woken at once by a write of this process; a run on another replica is polled.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll_s if not runner.is_local(run_id) else max(poll_s, 1.0)):
+                    await wake.wait()
+    finally:  # also when the client leaves: no wake-up event outlives its followers
+        if wake is not None:
             runner.drop_follower_event(run_id, wake)
-            return
-        # Woken at once by a write of this process; a run on another replica is polled.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(poll_s if not runner.is_local(run_id) else max(poll_s, 1.0)):
-                await wake.wait()
 
 
 def _stream_options(request: Request) -> tuple[bool, int]:
