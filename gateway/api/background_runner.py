@@ -66,6 +66,7 @@ class _Run:
     cancel_requested: bool = False
     lost: bool = False
     limit: str | None = None  # why the events cap ended the run
+    failure: str | None = None  # why storing the run's progress failed (not an outage: those are retried)
     snapshot: dict[str, Any] | None = None  # a newer in-progress snapshot the writer has not stored yet
 
 
@@ -133,12 +134,19 @@ class BackgroundRunner:
         return run
 
     # -- the driver ------------------------------------------------------------------------------
-    def _queue(self, state: _Run, event: dict[str, Any]) -> None:
+    def _queue(self, state: _Run, event: dict[str, Any]) -> bool:
+        """Queue one event for the writer; False (nothing queued) when the queue is at the events cap.
+
+        The queue only grows while the store is unreachable; the cap keeps it bounded then too.
+        """
+        if len(state.frames) >= self.config.max_events:
+            return False
         seq = event.get("sequence_number")
         if state.next_seq is None:
             state.next_seq = seq if isinstance(seq, int) else 0
         state.frames.append(sse_frame(event))
         state.wake.set()
+        return True
 
     async def _drive(self, state: _Run, events: AsyncIterator[dict[str, Any]]) -> None:
         run = state.run
@@ -163,12 +171,15 @@ class BackgroundRunner:
                 seq = event.get("sequence_number")
                 if isinstance(seq, int):
                     last_seq = seq
-                if run.stream:
-                    self._queue(state, event)
-            if status not in ("completed", "incomplete", "failed"):
-                status = "completed"
+                if run.stream and not self._queue(state, event):
+                    state.limit = self._limit_text()
+                    status, response = "failed", failed_snapshot(response, "events_limit_exceeded", state.limit)
+                    break
+            else:
+                if status not in ("completed", "incomplete", "failed"):
+                    status = "completed"
         except asyncio.CancelledError:
-            if state.lost or not (state.cancel_requested or state.limit or self._closing):
+            if state.lost or not (state.cancel_requested or state.limit or state.failure or self._closing):
                 # Lost to an expired lease (someone else ended it), or cancelled by nobody we know of.
                 await _close(events)
                 writer.cancel()
@@ -178,6 +189,8 @@ class BackgroundRunner:
                 return
             if state.limit:
                 status, response = "failed", failed_snapshot(response, "events_limit_exceeded", state.limit)
+            elif state.failure:
+                status, response = "failed", failed_snapshot(response, "server_error", state.failure)
             elif state.cancel_requested:
                 status, response = "cancelled", {**response, "status": "cancelled"}
             else:  # this process is shutting down: say so now rather than when the lease runs out
@@ -262,11 +275,21 @@ class BackgroundRunner:
                 return
             except EventsLimit:
                 state.frames.clear()
-                state.limit = (f"the response produced more than background.max_events ({config.max_events}) stream "
-                               f"events or background.max_event_bytes ({config.max_event_bytes}) bytes of them")
+                state.limit = self._limit_text()
+                self._stop(state)
+                return
+            except Exception as exc:  # a bug or an unexpected store answer: end the run, keep the process
+                log.error("background response %s: storing its progress failed", run.id, exc_info=exc)
+                state.frames.clear()
+                state.failure = "the gateway could not store this response's progress"
                 self._stop(state)
                 return
             self._check_cancel(state, cancel)
+
+    def _limit_text(self) -> str:
+        config = self.config
+        return (f"the response produced more than background.max_events ({config.max_events}) stream events or "
+                f"background.max_event_bytes ({config.max_event_bytes}) bytes of them")
 
     def _check_cancel(self, state: _Run, cancel: bool) -> None:
         if cancel and not state.cancel_requested:
