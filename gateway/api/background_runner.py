@@ -68,6 +68,9 @@ class _Run:
     limit: str | None = None  # why the events cap ended the run
     failure: str | None = None  # why storing the run's progress failed (not an outage: those are retried)
     snapshot: dict[str, Any] | None = None  # a newer in-progress snapshot the writer has not stored yet
+    # A task cancelled before its first step never runs a line (no finally): the driver is only
+    # cancelled once started; until then it checks the flags itself when it starts.
+    started: bool = False
 
 
 class BackgroundRunner:
@@ -154,7 +157,10 @@ class BackgroundRunner:
         response = run.response
         status = "in_progress"
         last_seq: int | None = None
+        state.started = True
         try:
+            if state.cancel_requested or self._closing:
+                raise asyncio.CancelledError  # asked to stop before it started
             async for event in events:
                 snapshot = event.get("response")
                 if isinstance(snapshot, dict):
@@ -173,6 +179,7 @@ class BackgroundRunner:
                     last_seq = seq
                 if run.stream and not self._queue(state, event):
                     state.limit = self._limit_text()
+                    state.frames.clear()  # past the cap they would be refused anyway: only the end is stored
                     status, response = "failed", failed_snapshot(response, "events_limit_exceeded", state.limit)
                     break
             else:
@@ -297,7 +304,7 @@ class BackgroundRunner:
             self._stop(state)
 
     def _stop(self, state: _Run) -> None:
-        if state.driver is not None and not state.done:
+        if state.driver is not None and state.started and not state.done:
             state.driver.cancel()
 
     # -- the API's side --------------------------------------------------------------------------
@@ -314,9 +321,7 @@ class BackgroundRunner:
         """Wait (bounded) until a run of this process has stored its end."""
         state = self._runs.get(run_id)
         if state is not None and state.driver is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                async with asyncio.timeout(timeout_s):
-                    await asyncio.shield(state.driver)
+            await asyncio.wait({state.driver}, timeout=timeout_s)  # never raises the driver's outcome
 
     def is_local(self, run_id: str) -> bool:
         return run_id in self._runs
@@ -343,8 +348,8 @@ class BackgroundRunner:
         """
         self._closing = True
         drivers = [s.driver for s in self._runs.values() if s.driver is not None]
-        for driver in drivers:
-            driver.cancel()
+        for state in self._runs.values():
+            self._stop(state)  # one not started yet sees ``_closing`` when it starts
         if drivers:
             await asyncio.gather(*drivers, return_exceptions=True)
 
