@@ -12,6 +12,9 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --price --store redis://127.0.0.1:6379/9   # priced target, usage rows in Redis
     python -m bench.instructions --no-usage      # usage aggregates off (usage.record: false)
     python -m bench.instructions --budget --store redis://127.0.0.1:6379/9   # a key with a budget (vs --config-key)
+    python -m bench.instructions --responses     # the same requests through POST /v1/responses
+    python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
+    python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -54,9 +58,27 @@ async def _managed_key(base: str, limits: list[str]) -> str:
         return str((await resp.json())["key"])
 
 
-async def _send(url: str, count: int, concurrency: int, stream: bool, key: str | None = None) -> int:
-    body = orjson.dumps({"model": "bench", "stream": stream,
-                         "messages": [{"role": "user", "content": "Say hello in one short sentence."}]})
+def _body(stream: bool, responses: bool, agent: bool, store: bool) -> bytes:
+    model, prompt = ("bench-agent", "Run bench_tool.") if agent else ("bench", "Say hello in one short sentence.")
+    if responses:
+        body: dict[str, object] = {"model": model, "stream": stream, "input": prompt}
+        if not store:
+            body["store"] = False
+        return orjson.dumps(body)
+    return orjson.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": prompt}]})
+
+
+def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: bool) -> bool:
+    """A 200 carrying a whole answer (a stream to its end; an agent turn to its final text)."""
+    if status != 200:
+        return False
+    if stream:
+        return (b"event: response.completed" if responses else b"data: [DONE]") in raw
+    return not agent or b"Done after 5 tool results." in raw
+
+
+async def _send(url: str, count: int, concurrency: int, body: bytes, check: Callable[[int, bytes], bool],
+                key: str | None = None) -> int:
     ok = 0
     remaining = count
 
@@ -68,8 +90,7 @@ async def _send(url: str, count: int, concurrency: int, stream: bool, key: str |
             if key:
                 headers["authorization"] = f"Bearer {key}"
             async with session.post(url, data=body, headers=headers) as resp:
-                await resp.read()
-                ok += resp.status == 200
+                ok += check(resp.status, await resp.read())
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
@@ -86,6 +107,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--responses", action="store_true", help="POST /v1/responses instead of chat completions")
+    parser.add_argument("--agent", action="store_true", help="5-tool agent turns on route bench-agent")
+    parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
     parser.add_argument("--limits", default="rpm,tpm,max_concurrent", help="with --limited: which limits the key has")
     parser.add_argument("--store", default=None, help="store.url (default memory://)")
@@ -94,9 +118,13 @@ def main() -> None:
     parser.add_argument("--config-key", action="store_true", help="call with a key from auth.keys")
     parser.add_argument("--budget", action="store_true", help="call with a key from auth.keys that has a (huge) budget")
     args = parser.parse_args()
+    body = _body(args.stream, args.responses, args.agent, args.keep)
+
+    def check(status: int, raw: bytes) -> bool:
+        return _answered(status, raw, args.stream, args.responses, args.agent)
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
-    with servers.start_fake() as fake:
+    with servers.start_fake(agent_tools=5 if args.agent else 0) as fake:
         port = servers.free_port()
         cfg = out_dir / "config.yaml"
         config = servers.gateway_config(fake.base)
@@ -118,15 +146,15 @@ def main() -> None:
                sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
                "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
-            url = f"{gateway.base}/v1/chat/completions"
+            url = f"{gateway.base}/v1/{'responses' if args.responses else 'chat/completions'}"
             wanted = [name for name in args.limits.split(",") if name]
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
             if args.config_key or args.budget:
                 key = CONFIG_KEY
-            asyncio.run(_send(url, args.warmup, args.concurrency, args.stream, key))
+            asyncio.run(_send(url, args.warmup, args.concurrency, body, check, key))
             time.sleep(1.0)
             _control(gateway.pid, "-i", "on")
-            ok = asyncio.run(_send(url, args.requests, args.concurrency, args.stream, key))
+            ok = asyncio.run(_send(url, args.requests, args.concurrency, body, check, key))
             _control(gateway.pid, "-d")
             _control(gateway.pid, "-i", "off")
             dumps = sorted(out_dir.glob(f"cg.{gateway.pid}*"))
@@ -137,8 +165,10 @@ def main() -> None:
     if match is None or ok != args.requests:
         sys.exit(f"could not measure: {ok}/{args.requests} requests ok; annotate said {annotate.stdout[:300]!r}")
     total = int((match.group(1) or match.group(2)).replace(b",", b""))
-    kind = "stream" if args.stream else "JSON"
-    print(f"{total / args.requests / 1000:.0f}k instructions per {kind} request "
+    kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
+    kind += " agent turn" if args.agent else " request"
+    kind += "" if args.keep or not args.responses else " (store: false)"
+    print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dump {dumps[-1]})")
 
 

@@ -24,6 +24,7 @@ from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
 from gateway.api.respond import finished
+from gateway.api.responses_background import check_background, start_background
 from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
 from gateway.api.responses_run import ResponseRun, prepare_response
 from gateway.api.runtime import Runtime
@@ -31,6 +32,7 @@ from gateway.api.sse_response import SSEResponse
 from gateway.canonical import Usage
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
+from gateway.usage.meter import Meter
 
 PATH = "/v1/responses"
 DEFAULT_LIST_LIMIT = 20
@@ -50,43 +52,64 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
     started = time.perf_counter()
     label = "unknown"
     admission: Admission | None = None
+    meter: Meter | None = None
     try:
         key = authenticate(incoming.authorization, runtime.keys)
+        meter = runtime.usage.meter(key.tenant, key.id)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
-            raise bad_request("'background' responses are not supported by this gateway yet", "background")
+            check_background(runtime, parsed.store)
         plan = runtime.routes.lookup(parsed.model)
         if plan is not None:  # an unknown model is prepare_response's 404
             check_model_access(key, plan)
+        if runtime.usage.budgeted(key):
+            await runtime.usage.check_budget(key)
         admission = await runtime.limits.admit(key, incoming.body_bytes)
         run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless)
-        label = run.label
+        label = meter.route = run.label
+        meter.watch(run.loop_request)
+        if parsed.background:  # the run goes on in a task of this process
+            if admission is not None:
+                # A background run holds no request slot: its concurrency ends with this answer,
+                # its token estimate stays counted (the run's own usage is not reported back).
+                await admission.finish(None)
+                admission = None
+            finished(PATH, label, 200, started)
+            background_meter, meter = meter, None  # recorded when the run ends (responses_background)
+            return await start_background(runtime, key.tenant, run, parsed.stream, background_meter)
         await run.open()
         headers = None if admission is None else admission.headers
         if not parsed.stream:
             async for _ in run.batches(raise_errors=True):
                 pass
             finished(PATH, label, 200, started)
+            meter.close(200)
             if admission is not None:
                 await admission.finish(usage_of(run.response))
             return JSONResponse(orjson.dumps(run.response), 200, headers)
-        return SSEResponse(_frames(run, started, admission), headers)
+        frames = _frames(run, started, admission, meter)
+        meter = None  # closed by the stream's end
+        return SSEResponse(frames, headers)
     except Exception as exc:
         if admission is not None:
             await admission.finish(None)  # a no-op once settled
         error = to_gateway_error(exc)
+        if meter is not None:
+            meter.close(error.status)
         finished(PATH, label, error.status, started)
         return error_response(error)
 
 
-async def _frames(run: ResponseRun, started: float, admission: Admission | None) -> AsyncIterator[bytes]:
+async def _frames(run: ResponseRun, started: float, admission: Admission | None,
+                  meter: Meter) -> AsyncIterator[bytes]:
     try:
         async for batch in run.batches():
             yield b"".join(sse_frame(event) for event in batch)
     finally:
         await run.aclose()
         finished(PATH, run.label, 200, started)
+        meter.close(200)
         if admission is not None:
             await admission.finish(usage_of(run.response))
 

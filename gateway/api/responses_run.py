@@ -64,6 +64,11 @@ class ResponseRun:
         self._input_items: list[dict[str, Any]] | None = None
 
     @property
+    def loop_request(self) -> LoopRequest:
+        """The loop this response runs (the usage meter watches it)."""
+        return self._loop
+
+    @property
     def id(self) -> str:
         return self.builder.id
 

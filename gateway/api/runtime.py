@@ -10,6 +10,7 @@ import aiohttp
 from gateway import redact
 from gateway.api.admin_auth import admin_ring
 from gateway.api.auth import KeyRing
+from gateway.api.background_runner import BackgroundRunner
 from gateway.api.key_sync import KeySync
 from gateway.api.limits import RateLimits
 from gateway.canonical import ToolCall
@@ -22,6 +23,7 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
+from gateway.store.background import background_store
 from gateway.store.keys import KeyStore, open_key_store
 from gateway.store.limits import open_limiter
 from gateway.store.responses import ResponseRecords, response_records
@@ -60,6 +62,7 @@ class Runtime:
     key_sync: KeySync
     limits: RateLimits
     usage: Metering
+    background: BackgroundRunner
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -96,9 +99,12 @@ class Runtime:
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
                    mcp=mcp, responses=response_records(store), admin_keys=admin_ring(config.auth.admin_keys),
                    key_store=key_store, key_sync=key_sync, limits=RateLimits(open_limiter(store), config),
-                   usage=start_metering(config, store))
+                   usage=start_metering(config, store),
+                   background=BackgroundRunner(background_store(store), config.background,
+                                               config.store.continuation_ttl_s))
 
     async def stop(self) -> None:
+        await self.background.aclose()
         await self.key_sync.stop()
         await self.mcp.stop()
         await self.pool.aclose()

@@ -25,6 +25,8 @@ class ConfigError(Exception):
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
             "usage"}
 USAGE_KEYS = {"record", "retention_days", "flush_s"}
+TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
+TOP_KEYS |= {"background"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s"}
 AUTH_KEYS = {"keys", "admin_keys"}
@@ -50,6 +52,7 @@ PRICE_KEYS = {"input_per_mtok", "output_per_mtok", "cached_input_per_mtok"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
                  "request_timeout_s"}
+BACKGROUND_KEYS = {"max_concurrent", "max_events", "max_event_bytes", "lease_s", "heartbeat_s", "poll_s"}
 SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("", TOP_KEYS), ("server", SERVER_KEYS), ("auth", AUTH_KEYS), ("auth.keys[N]", API_KEY_KEYS),
     ("store", STORE_KEYS), ("store.tls", STORE_TLS_KEYS), ("store.sentinel", SENTINEL_KEYS),
@@ -58,6 +61,7 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("models.NAME.targets[N]", TARGET_KEYS), ("models.NAME.context", CONTEXT_KEYS), ("routing", ROUTING_KEYS),
     ("models.NAME.targets[N].price", PRICE_KEYS), ("usage", USAGE_KEYS),
     ("auth.admin_keys[N]", ADMIN_KEY_KEYS), ("tenants.NAME", TENANT_KEYS), ("auth.keys[N].budget", BUDGET_KEYS),
+    ("background", BACKGROUND_KEYS),
 )
 
 

@@ -299,6 +299,24 @@ class UsageConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BackgroundConfig:
+    """Background responses (``background: true``): bounds per process and per run, and the runner's lease."""
+
+    #: background responses one gateway process runs at once; past it a new one gets 429
+    max_concurrent: int = 64
+    #: stream events stored per run (only for runs created with ``stream: true``); past it the run fails
+    max_events: int = 50_000
+    #: their total size in bytes
+    max_event_bytes: int = 16 * 1024 * 1024
+    #: a run whose replica stopped renewing its lease for this long is marked failed by the next reader
+    lease_s: float = 30.0
+    #: how often the runner renews its lease and checks for a cancel issued on another replica
+    heartbeat_s: float = 1.0
+    #: how often a stream follower on another replica looks for new events
+    poll_s: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -310,3 +328,4 @@ class Config:
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     usage: UsageConfig = field(default_factory=UsageConfig)
     tenants: dict[str, TenantConfig] = field(default_factory=dict)
+    background: BackgroundConfig = field(default_factory=BackgroundConfig)

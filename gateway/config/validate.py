@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gateway.config.approval_section import approval_policy
+from gateway.config.background_section import background_section
 from gateway.config.checks import (
     CONTEXT_KEYS,
     HTTP_TOOL_KEYS,
@@ -357,6 +358,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         routing=_routing(raw.get("routing")),
         usage=usage_section(raw.get("usage")),
         tenants=tenants_section(raw.get("tenants")),
+        background=background_section(raw.get("background")),
     )
 
 

@@ -177,8 +177,9 @@ class RedisStore(Store):
         self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
         self._page = self._r.register_script(listing.PAGE)
         self._list_add = self._r.register_script(listing.ADD)
-        self._scripts = (self._save, self._claim, self._release, self._finish, self._unfinish, self._cancel,
-                         self._unindex, self._audit, self._health_fail, self._page, self._list_add)
+        self._scripts: tuple[Any, ...] = (self._save, self._claim, self._release, self._finish, self._unfinish,
+                                          self._cancel, self._unindex, self._audit, self._health_fail, self._page,
+                                          self._list_add)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:

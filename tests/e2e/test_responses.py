@@ -362,7 +362,7 @@ def test_unknown_model_and_bad_input_are_400s(gateway: Gateway) -> None:
     orphan = gateway.post("/v1/responses", {"model": "plain", "input": [
         {"type": "function_call_output", "call_id": "call_zz", "output": "x"}]})
     assert orphan.status_code == 400 and orphan.json()["error"]["param"] == "input[0]"
-    background = gateway.post("/v1/responses", {"model": "plain", "input": "hi", "background": True})
+    background = gateway.post("/v1/responses", {"model": "plain", "input": "hi", "background": True, "store": False})
     assert background.status_code == 400 and background.json()["error"]["param"] == "background"
 
 

@@ -1,0 +1,278 @@
+"""Background responses over HTTP: start one, poll it, follow or resume its stream, cancel it.
+
+- ``POST /v1/responses`` with ``background: true`` (``start_background``, called by the Responses
+  handler) answers at once with the response ``in_progress``; with ``stream: true`` it answers
+  with the stream, which the client may leave and resume: the run does not depend on it.
+- ``GET /v1/responses/{id}`` answers from the run record on any replica sharing the store;
+  ``?stream=true&starting_after=N`` replays the stored events after sequence number ``N`` and
+  then follows the live ones (only for runs created with ``stream: true``, as OpenAI requires).
+- ``POST /v1/responses/{id}/cancel`` sets the run's cancel flag (seen by the replica running it
+  within ``background.heartbeat_s``) and waits, bounded, for the run to store ``cancelled``.
+
+Whoever reads a run whose lease has run out (the replica running it died) ends it as ``failed``;
+the store makes that happen once (``BackgroundStore.expire``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.routing import Route
+
+from gateway.api.auth import authenticate
+from gateway.api.background_runner import BackgroundRunner, failed_snapshot, sse_frame
+from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.incoming import Incoming
+from gateway.api.json_response import JSONResponse
+from gateway.api.responses_run import ResponseRun
+from gateway.api.runtime import Runtime
+from gateway.api.sse_response import SSEResponse
+from gateway.errors import GatewayError, bad_request
+from gateway.store.background import BackgroundRun, RunNotFound
+from gateway.usage.meter import Meter
+
+# Ids the gateway issues are far shorter; a longer one cannot exist.
+MAX_ID_CHARS = 100
+# Stored events read per store round trip while replaying.
+REPLAY_BATCH = 256
+# How long a cancel waits for the running replica to store "cancelled" before answering anyway.
+CANCEL_WAIT_S = 10.0
+LEASE_EXPIRED = ("the gateway replica running this background response stopped before it ended "
+                 "(its lease expired)")
+
+Fallback = Callable[[Request], Awaitable[Any]]
+
+
+def _runner(runtime: Runtime) -> BackgroundRunner:
+    return runtime.background
+
+
+def _run_id(request: Request) -> str:
+    run_id: str = request.path_params["id"]
+    if len(run_id) > MAX_ID_CHARS:
+        raise _not_found(run_id[:MAX_ID_CHARS] + "…")
+    return run_id
+
+
+def _not_found(run_id: str) -> GatewayError:
+    return GatewayError(404, f"Response with id {run_id!r} not found.", "invalid_request_error", "response_id",
+                        "response_not_found")
+
+
+def check_background(runtime: Runtime, store: bool) -> None:
+    """What refuses a background request before anything runs: ``store: false``, a full process."""
+    if not store:
+        raise bad_request("background responses are stored ('background': true needs 'store': true)", "background")
+    _runner(runtime).check_capacity()
+
+
+async def _metered(events: AsyncIterator[dict[str, Any]], meter: Meter) -> AsyncIterator[dict[str, Any]]:
+    """The run's events; its usage is recorded when it ends, however it ends (a cancel counts as an error)."""
+    status = 500
+    try:
+        async for event in events:
+            if event.get("type") == "response.completed" or event.get("type") == "response.incomplete":
+                status = 200
+            yield event
+    finally:
+        meter.close(status)
+        await _aclose(events)
+
+
+async def _aclose(events: AsyncIterator[Any]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stream: bool,
+                           meter: Meter | None = None) -> JSONResponse | SSEResponse:
+    """Hand a prepared response to the runner; answer with the stored snapshot or the live stream.
+
+    ``run.open()`` is not awaited: the request answers before the first model call. The response
+    record is written first (its input items are listed while the run goes on); the run's end
+    rewrites it, as in the foreground.
+    """
+    saved = False
+    try:
+        await run.save()
+        saved = True
+        events = run.events() if meter is None else _metered(run.events(), meter)
+        stored = await _runner(runtime).launch(tenant, events, stream)
+    except BaseException:
+        await run.aclose()  # a claimed continuation goes back to resumable
+        if saved:  # nothing runs: no record may say "in_progress"
+            with contextlib.suppress(Exception):
+                await runtime.responses.delete(tenant, run.id)
+        raise
+    if not stream:
+        return JSONResponse(orjson.dumps(stored.response))
+    return SSEResponse(follow(runtime, stored.id, tenant, -1))
+
+
+async def settle(runtime: Runtime, run: BackgroundRun, status: str = "failed") -> BackgroundRun:
+    """``run`` as it stands, after ending it when its lease ran out (at most once across replicas)."""
+    now = time.time()
+    if not run.lease_expired(now):
+        return run
+    runner = _runner(runtime)
+    if status == "failed":
+        response = failed_snapshot(run.response, "server_error", LEASE_EXPIRED)
+    else:
+        response = {**run.response, "status": status}
+    event = None
+    if run.stream and status == "failed":
+        event = sse_frame({"type": "response.failed", "sequence_number": run.next_seq, "response": response})
+    await runner.store.expire(run.id, run.tenant, now, run.events, status, response, event, runner.ttl_s)
+    return await runner.store.get(run.id, run.tenant)
+
+
+async def lookup(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | None:
+    """The background run ``run_id`` of ``tenant`` (settled), or None when it is not one."""
+    try:
+        run = await _runner(runtime).store.get(run_id, tenant)
+    except RunNotFound:
+        return None
+    return await settle(runtime, run)
+
+
+async def follow(runtime: Runtime, run_id: str, tenant: str, after: int) -> AsyncIterator[bytes]:
+    """The stored events after sequence number ``after``, then the live ones until the run ends."""
+    runner = _runner(runtime)
+    store, poll_s = runner.store, runner.config.poll_s
+    wake: asyncio.Event | None = None
+    try:
+        while True:
+            wake = runner.follower_event(run_id)
+            # The run first, then its events: a run read as ended has stored every event already.
+            try:
+                run = await settle(runtime, await store.get(run_id, tenant))
+            except RunNotFound:
+                return  # deleted (or expired) while followed
+            while True:
+                batch = await store.events(run_id, tenant, after, REPLAY_BATCH)
+                if batch:
+                    after = max(after, run.first_seq - 1) + len(batch)
+                    yield b"".join(batch)
+                if len(batch) < REPLAY_BATCH:
+                    break
+            if not run.active:
+                return
+            # Woken at once by a write of this process; a run on another replica is polled.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll_s if not runner.is_local(run_id) else max(poll_s, 1.0)):
+                    await wake.wait()
+    finally:  # also when the client leaves: no wake-up event outlives its followers
+        if wake is not None:
+            runner.drop_follower_event(run_id, wake)
+
+
+def _stream_options(request: Request) -> tuple[bool, int]:
+    query = request.query_params
+    stream_text = query.get("stream", "false").lower()
+    if stream_text not in ("true", "false", "1", "0"):
+        raise bad_request("'stream' must be true or false", "stream")
+    stream = stream_text in ("true", "1")
+    after_text = query.get("starting_after")
+    if after_text is None:
+        return stream, -1
+    if not stream:
+        raise bad_request("'starting_after' is only valid with stream=true", "starting_after")
+    if len(after_text) > 12 or not after_text.lstrip("-").isdigit() or int(after_text) < -1:
+        raise bad_request("'starting_after' must be a sequence number (an integer >= -1)", "starting_after")
+    return stream, int(after_text)
+
+
+def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list[Route]:
+    """``GET``/``DELETE /v1/responses/{id}`` (falling back to the Responses handlers for what is not a
+    background run) and ``POST /v1/responses/{id}/cancel``. Listed before the Responses routes so they match first.
+    """
+
+    async def get_response(request: Request) -> Any:
+        runtime: Runtime = request.app.state.runtime
+        try:
+            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+            run_id = _run_id(request)
+            stream, after = _stream_options(request)
+            run = await lookup(runtime, run_id, key.tenant)
+            if run is None:
+                if stream:
+                    raise bad_request("stream=true is only supported for responses created with background=true "
+                                      "and stream=true", "stream")
+                return await get_fallback(request)
+            if not stream:
+                return JSONResponse(orjson.dumps(run.response))
+            if not run.stream:
+                raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
+                                  "poll it without stream=true", "stream")
+            return SSEResponse(follow(runtime, run_id, key.tenant, after))
+        except Exception as exc:
+            return error_response(to_gateway_error(exc))
+
+    async def cancel_response(request: Request) -> Any:
+        runtime: Runtime = request.app.state.runtime
+        try:
+            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+            run_id = _run_id(request)
+            run = await cancel(runtime, run_id, key.tenant)
+            if run is None:
+                if await runtime.responses.get(key.tenant, run_id) is not None:
+                    raise bad_request("Only responses created with background=true can be cancelled.",
+                                      code="response_not_cancellable")
+                raise _not_found(run_id)
+            return JSONResponse(orjson.dumps(run.response))
+        except Exception as exc:
+            return error_response(to_gateway_error(exc))
+
+    async def delete_response(request: Request) -> Any:
+        runtime: Runtime = request.app.state.runtime
+        try:
+            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+            run_id = _run_id(request)
+            runner = _runner(runtime)
+            # A run still going stops at its next write (its record is gone: the fence says so).
+            if not await runner.store.delete(run_id, key.tenant):
+                return await delete_fallback(request)
+            runner.cancel_local(run_id)
+            if await runtime.responses.get(key.tenant, run_id) is not None:
+                return await delete_fallback(request)
+            return JSONResponse(orjson.dumps({"id": run_id, "object": "response.deleted", "deleted": True}))
+        except Exception as exc:
+            return error_response(to_gateway_error(exc))
+
+    return [
+        Route("/v1/responses/{id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{id}/cancel", cancel_response, methods=["POST"]),
+    ]
+
+
+async def cancel(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | None:
+    """Cancel a background run and wait (bounded) for it to end; None when ``run_id`` is not one."""
+    runner = _runner(runtime)
+    store = runner.store
+    try:
+        run = await store.get(run_id, tenant)
+    except RunNotFound:
+        return None
+    if run.lease_expired(time.time()):  # its replica died: nobody else will end it
+        return await settle(runtime, run, "cancelled")
+    if not run.active:
+        if run.status == "cancelled":
+            return run  # cancelling twice is idempotent
+        raise bad_request(f"Cannot cancel a response with status {run.status!r}.", code="response_not_cancellable")
+    await store.request_cancel(run_id, tenant)
+    if runner.cancel_local(run_id):
+        await runner.wait_local(run_id, CANCEL_WAIT_S)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while True:
+        run = await settle(runtime, await store.get(run_id, tenant), "cancelled")
+        if not run.active or time.monotonic() >= deadline:
+            return run
+        await asyncio.sleep(runner.config.poll_s)
