@@ -25,7 +25,6 @@ class ConfigError(Exception):
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
             "usage"}
 USAGE_KEYS = {"record", "retention_days", "flush_s"}
-TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
 TOP_KEYS |= {"background"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s"}
