@@ -12,6 +12,10 @@ formatter writes goes through ``redact.scrub`` last.
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
+
+import orjson
 
 from gateway import redact
 
@@ -51,12 +55,43 @@ def _multiline(text: str) -> str:
     return redact.scrub(text.translate(_TRACE_ESCAPES).replace("\n", "\n" + TRACE_INDENT))
 
 
-def configure(level: str) -> None:
+class JsonFormatter(logging.Formatter):
+    """``logging.format: json``: every record one JSON object on one line (uvicorn's own included).
+
+    Fields: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``message``, ``exc`` (a traceback) and,
+    for an access record, its fields at the top level. Text goes through ``redact.scrub``; JSON
+    escaping already keeps a record on one line.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = record.created
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z",
+            "level": record.levelname.lower(), "logger": record.name,
+        }
+        args = record.args
+        fields = getattr(args[0], "fields", None) if isinstance(args, tuple) and len(args) == 1 else None
+        if fields is not None:  # an access record (gateway.api.exchange.AccessLine)
+            entry["message"] = "access"
+            entry.update(fields)
+        else:
+            entry["message"] = redact.scrub(record.getMessage())
+        if record.exc_info:
+            entry["exc"] = redact.scrub(self.formatException(record.exc_info))
+        if record.stack_info:
+            entry["stack"] = redact.scrub(self.formatStack(record.stack_info))
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure(level: str, kind: str = "text", access: bool = False) -> None:
     """Root logging for ``loopgate serve`` (and each worker process): one safe handler on stderr."""
+    from gateway.api import exchange  # the access switch lives beside the one place that writes records
+
     handler = logging.StreamHandler()
-    handler.setFormatter(SafeFormatter(FORMAT))
+    handler.setFormatter(JsonFormatter() if kind == "json" else SafeFormatter(FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    exchange.ACCESS = access and logging.getLogger("loopgate.access").isEnabledFor(logging.INFO)

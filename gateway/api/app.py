@@ -13,13 +13,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import REQUEST_ID_HEADER, scope_request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.runtime import Runtime
@@ -84,12 +85,14 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 def create_app(config: Config) -> FastChatPath:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tracer = tracing.install(config.observability)  # per worker process: the exporter's thread is its own
         app.state.runtime = await Runtime.start(config)
         app.state.started = int(time.time())
         try:
             yield
         finally:
             await app.state.runtime.stop()
+            await tracer.shutdown()
 
     routes = [
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
@@ -122,8 +125,20 @@ class FastChatPath:
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "POST" and scope["path"] in self._PATHS:
             response = await chat_completions(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        # Every other response (404s and Starlette's own errors included) carries x-request-id too.
+        request_id = scope["loopgate.request_id"] = scope_request_id(scope["headers"])
+        header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

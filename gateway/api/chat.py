@@ -9,10 +9,11 @@ from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.continuations import resume_plan
 from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import Exchange, request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.request import parse_chat_request
-from gateway.api.respond import finished, respond
+from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
@@ -25,10 +26,9 @@ PATH = "/v1/chat/completions"
 
 
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
-    started = time.perf_counter()
-    label = "unknown"  # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
+    exchange = Exchange("POST", PATH, request_id(request.request_id), request.traceparent)
     try:
-        key = authenticate(request.authorization, runtime.keys)
+        key = exchange.key = authenticate(request.authorization, runtime.keys)
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
         plan = runtime.routes.lookup(chat.model)
@@ -36,7 +36,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
                                f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
                                "model", "model_not_found")
-        label = plan.metric_label
+        exchange.label = plan.metric_label
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
@@ -55,6 +55,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
+            loop_request.span = exchange.span
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
             if plan.needs_artifacts:
@@ -65,11 +66,12 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             loop_request = LoopRequest(
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-                stream=chat.stream, deadline=deadline,
+                stream=chat.stream, deadline=deadline, span=exchange.span,
             )
             events = run_loop(loop_request, runtime.deps)
-        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started)
+        exchange.state = loop_request.state
+        return await respond(events, chat.stream, chat.include_usage, chat.model, exchange)
     except Exception as exc:
         error = to_gateway_error(exc)
-        finished(PATH, label, error.status, started)
-        return error_response(error)
+        exchange.done(error.status, error)
+        return error_response(error, exchange.headers)

@@ -23,10 +23,11 @@ _HEADERS = [
 
 
 class SSEResponse:
-    __slots__ = ("_frames",)
+    __slots__ = ("_frames", "_headers")
 
-    def __init__(self, frames: AsyncIterator[bytes]) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self._frames = frames
+        self._headers = _HEADERS + headers if headers else _HEADERS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -45,7 +46,7 @@ class SSEResponse:
         watcher = asyncio.ensure_future(watch())
         frames = self._frames
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            await send({"type": "http.response.start", "status": 200, "headers": self._headers})
             async for frame in frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
             state["finished"] = True

@@ -23,6 +23,7 @@ class ConfigError(Exception):
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
+TOP_KEYS |= {"logging", "observability"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s"}
 AUTH_KEYS = {"keys"}

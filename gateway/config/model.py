@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.config.observability_section import LoggingConfig, ObservabilityConfig
+
 ProviderType = Literal["openai", "anthropic", "gemini", "litellm", "mock"]
 PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm", "mock")
 ReasoningPassback = bool | Literal["auto"]
@@ -203,3 +205,5 @@ class Config:
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     models: dict[str, RouteConfig] = field(default_factory=dict)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)

@@ -52,6 +52,7 @@ from gateway.config.model import (
     TargetConfig,
     ToolConfig,
 )
+from gateway.config.observability_section import logging_section, observability_section
 from gateway.config.store_section import store_section
 from gateway.providers.urls import model_problem
 
@@ -374,6 +375,8 @@ def build_config(raw: dict[str, Any]) -> Config:
         mcp_servers=mcp_servers,
         models=models,
         routing=_routing(raw.get("routing")),
+        logging=logging_section(raw.get("logging")),
+        observability=observability_section(raw.get("observability")),
     )
 
 
