@@ -6,9 +6,10 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 from typing import Any
 
-from gateway import __version__, logs
+from gateway import __version__, logs, metrics_shared
 from gateway.config import DEFAULT_PATH, ConfigError, load_config
 from gateway.config.model import Config
 from gateway.config.validate import deadline_warnings
@@ -90,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.config:
             os.environ["LOOPGATE_CONFIG"] = os.path.abspath(args.config)
         os.environ["LOOPGATE_LOG_LEVEL"] = log_level
-        uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
+        # Each worker publishes its metrics there; any worker's scrape sums them (gateway/metrics_shared.py).
+        with tempfile.TemporaryDirectory(prefix="loopgate-metrics-") as directory:
+            os.environ[metrics_shared.ENV] = directory
+            uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
     else:
         uvicorn.run(create_app(config), **common)
     return 0

@@ -58,7 +58,7 @@ def _multiline(text: str) -> str:
 class JsonFormatter(logging.Formatter):
     """``logging.format: json``: every record one JSON object on one line (uvicorn's own included).
 
-    Fields: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``message``, ``exc`` (a traceback) and,
+    Fields: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``pid`` (the worker), ``message``, ``exc`` (a traceback) and,
     for an access record, its fields at the top level. Text goes through ``redact.scrub``; JSON
     escaping already keeps a record on one line.
     """
@@ -67,7 +67,7 @@ class JsonFormatter(logging.Formatter):
         created = record.created
         entry: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z",
-            "level": record.levelname.lower(), "logger": record.name,
+            "level": record.levelname.lower(), "logger": record.name, "pid": record.process,
         }
         args = record.args
         fields = getattr(args[0], "fields", None) if isinstance(args, tuple) and len(args) == 1 else None

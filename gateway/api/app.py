@@ -27,6 +27,7 @@ from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.config.model import Config
 from gateway.errors import GatewayError
+from gateway.metrics_shared import SharedMetrics
 
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
@@ -61,14 +62,22 @@ async def readyz(request: Request) -> JSONResponse:
     return _json(body, 200 if ready else 503)
 
 
-async def metrics_endpoint(request: Request) -> PlainTextResponse:
-    runtime: Runtime = request.app.state.runtime
+def _refresh_gauges(runtime: Runtime) -> None:
+    """Gauges read from the runtime when they are reported (a scrape, a worker's snapshot)."""
     for target, state in runtime.router.health.snapshot().items():
         metrics.CIRCUIT_STATE.set(0.0 if state == "closed" else 1.0, target)
     for provider, (in_use, idle, waiting) in runtime.pool.stats().items():
         metrics.UPSTREAM_CONNECTIONS.set(in_use, provider, "in_use")
         metrics.UPSTREAM_CONNECTIONS.set(idle, provider, "idle")
         metrics.UPSTREAM_CONNECTIONS.set(waiting, provider, "waiting")
+
+
+async def metrics_endpoint(request: Request) -> PlainTextResponse:
+    runtime: Runtime = request.app.state.runtime
+    shared: SharedMetrics | None = request.app.state.shared_metrics
+    if shared is not None:  # --workers N: the sum over every worker
+        return PlainTextResponse(await shared.render(), media_type="text/plain; version=0.0.4")
+    _refresh_gauges(runtime)
     return PlainTextResponse(metrics.render_all(), media_type="text/plain; version=0.0.4")
 
 
@@ -86,11 +95,16 @@ def create_app(config: Config) -> FastChatPath:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         tracer = tracing.install(config.observability)  # per worker process: the exporter's thread is its own
-        app.state.runtime = await Runtime.start(config)
+        runtime = app.state.runtime = await Runtime.start(config)
         app.state.started = int(time.time())
+        shared = app.state.shared_metrics = SharedMetrics.from_environment(lambda: _refresh_gauges(runtime))
+        if shared is not None:
+            shared.start()
         try:
             yield
         finally:
+            if shared is not None:
+                await shared.stop()
             await app.state.runtime.stop()
             await tracer.shutdown()
 
