@@ -7,6 +7,8 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions                 # 2,000 JSON requests to route ``bench``
     python -m bench.instructions --stream        # the same as streams
     python -m bench.instructions --requests 500  # quicker, slightly noisier
+    python -m bench.instructions --tracing       # traces at sample ratio 1 to a local OTLP receiver
+    python -m bench.instructions --json-logs     # logging: {format: json, access: true}
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -21,7 +23,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import aiohttp
@@ -52,6 +56,25 @@ async def _send(url: str, count: int, concurrency: int, stream: bool) -> int:
     return ok
 
 
+def _otlp_sink() -> str:
+    """A local OTLP/HTTP endpoint that accepts and drops every export (the receiver's work is not counted)."""
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def _control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=120)
 
@@ -62,13 +85,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--tracing", action="store_true", help="export every span to a local OTLP/HTTP receiver")
+    parser.add_argument("--json-logs", action="store_true", help="JSON logs with an access record per request")
     args = parser.parse_args()
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
     with servers.start_fake() as fake:
         port = servers.free_port()
         cfg = out_dir / "config.yaml"
-        cfg.write_text(yaml.safe_dump(servers.gateway_config(fake.base), sort_keys=False))
+        config = servers.gateway_config(fake.base)
+        if args.tracing:
+            config["observability"] = {"otlp_endpoint": _otlp_sink(), "sample_ratio": 1}
+        if args.json_logs:
+            config["logging"] = {"format": "json", "access": True}
+        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/cg.%p",
                sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
                "--port", str(port)]
@@ -88,7 +118,8 @@ def main() -> None:
     if match is None or ok != args.requests:
         sys.exit(f"could not measure: {ok}/{args.requests} requests ok; annotate said {annotate.stdout[:300]!r}")
     total = int((match.group(1) or match.group(2)).replace(b",", b""))
-    kind = "stream" if args.stream else "JSON"
+    kind = ("stream" if args.stream else "JSON") + (" traced" if args.tracing else "") + (
+        " json-logs" if args.json_logs else "")
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} request "
           f"({total:,} over {args.requests} requests; dump {dumps[-1]})")
 

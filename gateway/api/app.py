@@ -148,7 +148,7 @@ class FastChatPath:
             return
         # Every other response (404s and Starlette's own errors included) carries x-request-id too.
         request_id = scope["loopgate.request_id"] = scope_request_id(scope["headers"])
-        header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
+        header = (REQUEST_ID_HEADER, request_id)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -27,7 +27,7 @@ from gateway.errors import GatewayError
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_REQUEST_ID = 128
 _SAFE_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,%d}" % MAX_REQUEST_ID)
-_ID_PREFIX = f"req_{secrets.token_hex(6)}"
+_ID_PREFIX = f"req_{secrets.token_hex(6)}".encode()
 _ID_COUNTER = itertools.count(1)
 
 access_log = logging.getLogger("loopgate.access")
@@ -35,14 +35,14 @@ access_log = logging.getLogger("loopgate.access")
 ACCESS = False
 
 
-def request_id(raw: bytes | None) -> str:
-    """The caller's ``x-request-id`` when it is safe to echo and log, else a new one."""
+def request_id(raw: bytes | None) -> bytes:
+    """The caller's ``x-request-id`` when it is safe to echo and log, else a new one (ASCII bytes)."""
     if raw is not None and _SAFE_ID.fullmatch(raw):
-        return raw.decode("ascii")
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+        return raw
+    return b"%s%08x" % (_ID_PREFIX, next(_ID_COUNTER))
 
 
-def scope_request_id(headers: list[tuple[bytes, bytes]]) -> str:
+def scope_request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
     for name, value in headers:
         if name == REQUEST_ID_HEADER:
             return request_id(value)
@@ -53,7 +53,7 @@ class Exchange:
     __slots__ = ("error", "headers", "key", "label", "metered", "method", "path", "request_id", "span", "started",
                  "state")
 
-    def __init__(self, method: str, path: str, request_id: str, traceparent: bytes | None, echo: bool = True,
+    def __init__(self, method: str, path: str, request_id: bytes, traceparent: bytes | None, echo: bool = True,
                  metered: bool = True) -> None:
         self.started = time.perf_counter()
         self.method = method
@@ -66,7 +66,7 @@ class Exchange:
         self.error: GatewayError | None = None
         self.metered = metered
         #: the response headers this exchange adds (None where the app's wrapper adds ``x-request-id``)
-        self.headers = [(REQUEST_ID_HEADER, request_id.encode("ascii"))] if echo else None
+        self.headers = [(REQUEST_ID_HEADER, request_id)] if echo else None
         tracer = tracing.TRACER
         self.span = tracer.server(method, path, traceparent) if tracer.enabled else tracing.NOOP
 
@@ -85,6 +85,7 @@ class Exchange:
         span = self.span
         if span.recording:
             span.set("loopgate.route", self.label)
+            span.set("loopgate.request_id", self.request_id.decode("ascii"))
             if self.key is not None:
                 span.set("loopgate.tenant", self.key.tenant)
             span.finish(status, _error_class(error) if error is not None else None)
@@ -94,7 +95,8 @@ class Exchange:
     def _record(self, status: int, elapsed: float, error: GatewayError | None) -> dict[str, Any]:
         key = self.key
         record: dict[str, Any] = {
-            "request_id": self.request_id, "method": self.method, "path": self.path, "route": self.label,
+            "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
+            "route": self.label,
             "tenant": key.tenant if key is not None else None,
             "key_id": getattr(key, "id", None) or getattr(key, "name", None) if key is not None else None,
             "status": status, "latency_ms": round(elapsed * 1000, 2),

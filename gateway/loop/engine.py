@@ -250,9 +250,11 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         attempts = state.attempts
         answer: Answer | None = None
         since = len(attempts)
-        call_span = span.model_call(plan.targets, model_request)
-        outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
-        restore = OUTGOING.set(outgoing) if outgoing is not None else None
+        call_span = restore = None
+        if span.recording:  # one attribute read when tracing is off
+            call_span = span.model_call(plan.targets, model_request)
+            outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
+            restore = OUTGOING.set(outgoing) if outgoing is not None else None
         try:
             if request.stream:
                 separate = state.text_emitted
@@ -276,14 +278,16 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
                                                     request.deadline)
         except BaseException as exc:
-            call_span.failed(exc, attempts[since:])
+            if call_span is not None:
+                call_span.failed(exc, attempts[since:])
             raise
         finally:
             if restore is not None:
                 with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
                     OUTGOING.reset(restore)
         assert answer is not None
-        call_span.answered(answer.target, answer.response, attempts[since:])
+        if call_span is not None:
+            call_span.answered(answer.target, answer.response, attempts[since:])
         if not request.stream:
             reasoning = answer.response.message.get("reasoning_content")
             if reasoning:

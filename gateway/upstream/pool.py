@@ -104,8 +104,10 @@ class UpstreamPool:
     async def post(self, provider: ProviderConfig, request: UpstreamRequest, deadline: float) -> UpstreamReply:
         """The whole exchange, ended by ``deadline`` (a ``time.monotonic()`` instant): the wait
         for a connection, connecting, sending and every read; past it, a ``TIMEOUT`` error."""
-        status, headers, body = await self._client(provider).post(request.url, _traced(request.headers),
-                                                                   request.body, deadline)
+        sent = request.headers
+        if tracing.OUTGOING.get() is not None:
+            sent = _traced(sent)
+        status, headers, body = await self._client(provider).post(request.url, sent, request.body, deadline)
         return UpstreamReply(status, headers, body)
 
     @asynccontextmanager
@@ -117,7 +119,10 @@ class UpstreamPool:
         response abandoned mid-body closes its connection, so the upstream stops generating
         (and billing) for a client that went away."""
         client = self._client(provider)
-        conn = await client.open_stream(request.url, _traced(request.headers), request.body, deadline)
+        sent = request.headers
+        if tracing.OUTGOING.get() is not None:
+            sent = _traced(sent)
+        conn = await client.open_stream(request.url, sent, request.body, deadline)
         try:
             yield UpstreamStream(conn)
         finally:
