@@ -63,10 +63,16 @@ class JsonFormatter(logging.Formatter):
     escaping already keeps a record on one line.
     """
 
+    _second = -1
+    _prefix = ""
+
     def format(self, record: logging.LogRecord) -> str:
         created = record.created
+        second = int(created)
+        if second != self._second:  # one strftime per second, not per record
+            self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z",
+            "ts": f"{self._prefix}.{int((created - second) * 1000):03d}Z",
             "level": record.levelname.lower(), "logger": record.name, "pid": record.process,
         }
         args = record.args
@@ -94,4 +100,7 @@ def configure(level: str, kind: str = "text", access: bool = False) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # Neither format shows thread or process names: LogRecord need not look them up for every record.
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     exchange.ACCESS = access and logging.getLogger("loopgate.access").isEnabledFor(logging.INFO)

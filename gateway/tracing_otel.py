@@ -28,7 +28,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span as OtelSpanType
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -56,7 +56,7 @@ def error_type(error: BaseException) -> str:
 
 
 class OtelSpan(Span):
-    __slots__ = ("_capture", "_first", "_propagate", "_span", "_tracer")
+    __slots__ = ("_capture", "_first", "_pending", "_propagate", "_span", "_tracer")
     recording = True
 
     def __init__(self, tracer: OtelTracer, span: OtelSpanType, first: Any = None) -> None:
@@ -65,6 +65,7 @@ class OtelSpan(Span):
         self._capture = tracer.config.capture_content
         self._propagate = tracer.config.propagate_to_providers
         self._first = first
+        self._pending: dict[str, Any] = {}
 
     def _child(self, name: str, kind: SpanKind, attributes: dict[str, Any], first: Any = None) -> OtelSpan:
         context = set_span_in_context(self._span)
@@ -94,18 +95,19 @@ class OtelSpan(Span):
                                  "loopgate.target": target.label})
         self._attempts(attempts)
         usage = response.usage
-        span.set_attributes({
+        attributes: dict[str, Any] = {
             "gen_ai.response.model": response.model or target.model,
             "gen_ai.response.finish_reasons": [str(response.finish_reason)],
             "gen_ai.usage.input_tokens": usage.prompt_tokens,
             "gen_ai.usage.output_tokens": usage.completion_tokens,
-        })
+        }
         if response.id:
-            span.set_attribute("gen_ai.response.id", response.id)
+            attributes["gen_ai.response.id"] = response.id
         if usage.cached_tokens:
-            span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens)
+            attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached_tokens
         if self._capture:
-            span.set_attribute("gen_ai.output.messages", orjson.dumps([response.message], default=str).decode())
+            attributes["gen_ai.output.messages"] = orjson.dumps([response.message], default=str).decode()
+        span.set_attributes(attributes)
         span.end()
 
     def failed(self, error: BaseException, attempts: list[dict[str, Any]]) -> None:
@@ -151,13 +153,14 @@ class OtelSpan(Span):
         self._span.add_event(name, attributes)
 
     def set(self, key: str, value: Any) -> None:
-        self._span.set_attribute(key, value)
+        self._pending[key] = value  # set with the others when the span ends: one lock, one pass
 
     def finish(self, status: int, error_type: str | None) -> None:
         span = self._span
-        span.set_attribute("http.response.status_code", status)
+        attributes: dict[str, Any] = {"http.response.status_code": status, **self._pending}
         if error_type is not None:
-            span.set_attribute("error.type", error_type)
+            attributes["error.type"] = error_type
+        span.set_attributes(attributes)
         if status >= 500:
             span.set_status(Status(StatusCode.ERROR, error_type or str(status)))
         span.end()
@@ -181,7 +184,8 @@ class OtelTracer(Tracer):
         assert config.otlp_endpoint is not None
         self.config = config
         resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
-        self.provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
+        root = ALWAYS_ON if config.sample_ratio >= 1.0 else TraceIdRatioBased(config.sample_ratio)
+        self.provider = TracerProvider(resource=resource, sampler=ParentBased(root))
         exporter = OTLPSpanExporter(endpoint=f"{config.otlp_endpoint}/v1/traces", headers=dict(config.headers))
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.sdk = self.provider.get_tracer("loopgate", __version__)
@@ -191,8 +195,7 @@ class OtelTracer(Tracer):
         if traceparent and len(traceparent) <= _MAX_TRACEPARENT:
             context = _PROPAGATOR.extract({"traceparent": traceparent.decode("latin-1")})
         span = self.sdk.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER,
-                                   attributes={"http.request.method": method, "http.route": path,
-                                               "url.path": path})
+                                   attributes={"http.request.method": method, "http.route": path})
         return OtelSpan(self, span)
 
     async def shutdown(self) -> None:
