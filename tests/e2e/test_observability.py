@@ -55,6 +55,7 @@ observability:
   headers: {{authorization: "Bearer {COLLECTOR_TOKEN}"}}
   sample_ratio: 1
   capture_content: {str(capture).lower()}
+  propagate_to_providers: {str(capture).lower()}
 logging: {{format: json, level: info, access: true}}
 """
 
@@ -119,6 +120,8 @@ def test_span_tree_attributes_and_propagation(traced: Gateway, fakes: dict[str, 
     # The HTTP tool's request continued the trace, under the execute_tool span.
     (sent,) = header_tool.headers
     assert sent["traceparent"] == f"00-{trace_id}-{tool.span_id}-01"
+    # Providers get no traceparent unless propagate_to_providers is on.
+    assert all("traceparent" not in r.headers for r in fakes["primary"].requests)
     # capture_content is off: no prompt, completion, argument or result text in any span.
     assert SECRET_TEXT not in repr([(s.attributes, s.events) for s in spans])
     assert not any(key.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.tool.call.arg", "gen_ai.tool.call.res"))
@@ -230,7 +233,7 @@ def test_request_id_echoed_generated_and_bounded(traced: Gateway, fakes: dict[st
     assert any(r.get("request_id") == "cont-1" and r["status"] == 404 for r in log_records(traced))
 
 
-def test_capture_content_puts_text_on_spans(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver,
+def test_capture_content_and_propagation_to_providers(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver,
                                             header_tool: HeaderTool) -> None:
     gw = Gateway(traced_config(fakes, receiver, header_tool, capture=True),
                  env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
@@ -244,6 +247,9 @@ def test_capture_content_puts_text_on_spans(fakes: dict[str, FakeUpstream], rece
         (tool,) = by_name(spans, "execute_tool")
         assert SECRET_TEXT in tool.attributes["gen_ai.tool.call.arguments"]
         assert tool.attributes["gen_ai.tool.call.result"] == "found 42"
+        # propagate_to_providers: each model call's request names its chat span.
+        sent = sorted(r.headers["traceparent"] for r in fakes["primary"].requests)
+        assert sent == sorted(f"00-{trace_id}-{chat.span_id}-01" for chat in chats)
     finally:
         gw.stop()
 
