@@ -15,7 +15,6 @@ error's class: never message text, tool arguments or results, or a key.
 from __future__ import annotations
 
 import itertools
-import logging
 import re
 import secrets
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from gateway import metrics, tracing
 from gateway.errors import GatewayError
+from gateway.logs import AccessLog
 
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_REQUEST_ID = 128
@@ -30,9 +30,8 @@ _SAFE_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,%d}" % MAX_REQUEST_ID)
 _ID_PREFIX = f"req_{secrets.token_hex(6)}".encode()
 _ID_COUNTER = itertools.count(1)
 
-access_log = logging.getLogger("loopgate.access")
-# Set once at start-up from ``logging.access`` (``gateway.logs.configure``).
-ACCESS = False
+# Set once at start-up from ``logging.access`` (``gateway.logs.configure``); None: no access records.
+ACCESS: AccessLog | None = None
 
 
 def request_id(raw: bytes | None) -> bytes:
@@ -89,10 +88,8 @@ class Exchange:
             if self.key is not None:
                 span.set("loopgate.tenant", self.key.tenant)
             span.finish(status, _error_class(error) if error is not None else None)
-        if ACCESS:
-            # makeRecord + handle: what ``info`` does, minus the caller lookup (a stack walk) no format shows.
-            line = AccessLine(self._record(status, elapsed, error))
-            access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, "%s", (line,), None))
+        if ACCESS is not None:
+            ACCESS.write(self._record(status, elapsed, error))
 
     def _record(self, status: int, elapsed: float, error: GatewayError | None) -> dict[str, Any]:
         key = self.key
@@ -121,20 +118,3 @@ def _error_class(error: GatewayError) -> str:
     return error.code or error.type
 
 
-class AccessLine:
-    """An access record: ``key=value`` pairs in text logs, top-level fields in JSON logs (``gateway.logs``)."""
-
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.fields = fields
-
-    def __str__(self) -> str:
-        return "access " + " ".join(f"{name}={_text(value)}" for name, value in self.fields.items()
-                                    if value is not None)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(str(item) for item in value) or "-"
-    return str(value)
