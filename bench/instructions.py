@@ -8,6 +8,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --stream        # the same as streams
     python -m bench.instructions --requests 500  # quicker, slightly noisier
     python -m bench.instructions --tracing       # traces at sample ratio 1 to a local OTLP receiver
+    python -m bench.instructions --tracing --sample-ratio 0.1
     python -m bench.instructions --json-logs     # logging: {format: json, access: true}
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
@@ -85,7 +86,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
-    parser.add_argument("--tracing", action="store_true", help="export every span to a local OTLP/HTTP receiver")
+    parser.add_argument("--tracing", action="store_true", help="export spans to a local OTLP/HTTP receiver")
+    parser.add_argument("--sample-ratio", type=float, default=1.0, help="observability.sample_ratio with --tracing")
     parser.add_argument("--json-logs", action="store_true", help="JSON logs with an access record per request")
     args = parser.parse_args()
 
@@ -95,7 +97,7 @@ def main() -> None:
         cfg = out_dir / "config.yaml"
         config = servers.gateway_config(fake.base)
         if args.tracing:
-            config["observability"] = {"otlp_endpoint": _otlp_sink(), "sample_ratio": 1}
+            config["observability"] = {"otlp_endpoint": _otlp_sink(), "sample_ratio": args.sample_ratio}
         if args.json_logs:
             config["logging"] = {"format": "json", "access": True}
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -118,7 +120,7 @@ def main() -> None:
     if match is None or ok != args.requests:
         sys.exit(f"could not measure: {ok}/{args.requests} requests ok; annotate said {annotate.stdout[:300]!r}")
     total = int((match.group(1) or match.group(2)).replace(b",", b""))
-    kind = ("stream" if args.stream else "JSON") + (" traced" if args.tracing else "") + (
+    kind = ("stream" if args.stream else "JSON") + (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (
         " json-logs" if args.json_logs else "")
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} request "
           f"({total:,} over {args.requests} requests; dump {dumps[-1]})")
