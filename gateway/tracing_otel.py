@@ -35,7 +35,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway import __version__
 from gateway.config.observability_section import ObservabilityConfig
-from gateway.tracing import Span, Tracer
+from gateway.tracing import NOOP, Span, Tracer
 
 # ``gen_ai.provider.name`` values of the conventions, by provider type.
 PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini", "litellm": "litellm",
@@ -196,6 +196,9 @@ class OtelTracer(Tracer):
             context = _PROPAGATOR.extract({"traceparent": traceparent.decode("latin-1")})
         span = self.sdk.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER,
                                    attributes={"http.request.method": method, "http.route": path})
+        if not span.is_recording():
+            # Not sampled: no child spans, nothing propagated, the hooks cost what they cost untraced.
+            return NOOP
         return OtelSpan(self, span)
 
     async def shutdown(self) -> None:

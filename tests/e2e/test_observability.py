@@ -272,3 +272,15 @@ def test_nothing_from_opentelemetry_is_imported_when_not_configured() -> None:
             "assert not loaded, loaded\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_caller_unsampled_trace_records_nothing(traced: Gateway, fakes: dict[str, FakeUpstream],
+                                                  receiver: OtlpReceiver, header_tool: HeaderTool) -> None:
+    header_tool.headers.clear()
+    _, trace_id, span_id = caller_traceparent()
+    assert tool_loop(traced, fakes, False, f"00-{trace_id}-{span_id}-00").status_code == 200  # flags 00
+    traceparent, sampled_id, _ = caller_traceparent()  # a sampled request after it: its spans prove the export ran
+    assert tool_loop(traced, fakes, False, traceparent).status_code == 200
+    assert len(receiver.trace(sampled_id, 4)) == 4
+    assert receiver.trace(trace_id, 1, timeout_s=0.5) == []
+    assert "traceparent" not in header_tool.headers[0] and "traceparent" in header_tool.headers[1]
