@@ -19,6 +19,7 @@ the event loop.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,9 +29,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import Span as OtelSpanType
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode, get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway import __version__
@@ -184,8 +185,10 @@ class OtelTracer(Tracer):
         assert config.otlp_endpoint is not None
         self.config = config
         resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
-        root = ALWAYS_ON if config.sample_ratio >= 1.0 else TraceIdRatioBased(config.sample_ratio)
-        self.provider = TracerProvider(resource=resource, sampler=ParentBased(root))
+        # Root traces are sampled in ``server`` before the SDK is asked (an unsampled request then
+        # costs no SDK span at all); a caller's traceparent decides for its own trace.
+        self._ratio = config.sample_ratio
+        self.provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON))
         exporter = OTLPSpanExporter(endpoint=f"{config.otlp_endpoint}/v1/traces", headers=dict(config.headers))
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.sdk = self.provider.get_tracer("loopgate", __version__)
@@ -194,6 +197,10 @@ class OtelTracer(Tracer):
         context: Context | None = None
         if traceparent and len(traceparent) <= _MAX_TRACEPARENT:
             context = _PROPAGATOR.extract({"traceparent": traceparent.decode("latin-1")})
+            if not get_current_span(context).get_span_context().is_valid:
+                context = None
+        if context is None and self._ratio < 1.0 and random.random() >= self._ratio:
+            return NOOP
         span = self.sdk.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER,
                                    attributes={"http.request.method": method, "http.route": path})
         if not span.is_recording():

@@ -116,3 +116,22 @@ def test_shared_metrics_sum_counters_and_take_the_max_circuit(tmp_path: Path) ->
     assert 'loopgate_circuit_open{target="p:m"} 1' in text.splitlines()  # the dead worker's gauge is dropped, max kept
     asyncio.run(merged.publish())
     assert orjson.loads((tmp_path / f"{os.getpid()}.json").read_bytes())[metrics.REQUESTS.name] is not None
+
+
+def test_sampling_roots_by_ratio_and_following_the_callers_flags() -> None:
+    from gateway.config.observability_section import ObservabilityConfig
+    from gateway.tracing import NOOP
+    from gateway.tracing_otel import OtelTracer
+
+    # Spans started here are never ended, so nothing is exported to the unused endpoint.
+    tracer = OtelTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.25))
+    share = sum(tracer.server("POST", "/v1/chat/completions", None) is not NOOP for _ in range(4000)) / 4000
+    assert 0.18 < share < 0.32
+    sampled = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert all(tracer.server("POST", "/x", sampled).recording for _ in range(50))
+    assert all(tracer.server("POST", "/x", sampled[:-1] + b"0") is NOOP for _ in range(50))
+    never = OtelTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0))
+    assert all(never.server("POST", "/x", b"not-a-traceparent") is NOOP for _ in range(50))
+    continued = tracer.server("POST", "/x", sampled)
+    assert continued.traceparent() is not None
+    assert continued.traceparent().startswith("00-0af7651916cd43dd8448eb211c80319c-")  # type: ignore[union-attr]
