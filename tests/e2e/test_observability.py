@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import KEY, Gateway, gateway_config
+from tests.e2e.test_mcp import ThreadedMcp
 from tests.fakes.header_tool import HeaderTool
 from tests.fakes.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -61,8 +62,19 @@ logging: {{format: json, level: info, access: true}}
 
 
 @pytest.fixture(scope="module")
-def traced(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver, header_tool: HeaderTool) -> Iterator[Gateway]:
-    gw = Gateway(traced_config(fakes, receiver, header_tool), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+def mcp() -> Iterator[ThreadedMcp]:
+    server = ThreadedMcp()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def traced(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver, header_tool: HeaderTool,
+           mcp: ThreadedMcp) -> Iterator[Gateway]:
+    config = traced_config(fakes, receiver, header_tool).replace(
+        "\nmodels:\n", f"\nmcp_servers:\n  calc: {{url: '{mcp.server.url}', timeout_s: 5}}\nmodels:\n"
+        "  traced_mcp: {targets: [{provider: primary, model: up-model}], tools: ['mcp:calc']}\n", 1)
+    gw = Gateway(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
     yield gw
     gw.stop()
 
@@ -284,3 +296,18 @@ def test_a_caller_unsampled_trace_records_nothing(traced: Gateway, fakes: dict[s
     assert len(receiver.trace(sampled_id, 4)) == 4
     assert receiver.trace(trace_id, 1, timeout_s=0.5) == []
     assert "traceparent" not in header_tool.headers[0] and "traceparent" in header_tool.headers[1]
+
+
+def test_mcp_server_requests_continue_the_trace(traced: Gateway, fakes: dict[str, FakeUpstream],
+                                              receiver: OtlpReceiver, mcp: ThreadedMcp) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("mixed", {})]), Reply(text="a chart"))
+    traceparent, trace_id, _ = caller_traceparent()
+    response = traced.post("/v1/chat/completions", {"model": "traced_mcp", "messages": [
+        {"role": "user", "content": "draw"}]}, headers={"traceparent": traceparent})
+    assert response.status_code == 200
+    (tool,) = by_name(receiver.trace(trace_id, 4), "execute_tool")
+    assert tool.name == "execute_tool mixed" and tool.attributes["loopgate.tool.status"] == "ok"
+    calls = [r for r in mcp.server.requests if r.rpc_method == "tools/call"]
+    assert calls[-1].traceparent == f"00-{trace_id}-{tool.span_id}-01"
+    # The refresher's own requests (listing tools) belong to no request's trace.
+    assert all(r.traceparent is None for r in mcp.server.requests if r.rpc_method == "tools/list")
