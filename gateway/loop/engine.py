@@ -41,7 +41,7 @@ from gateway.canonical import (
 )
 from gateway.context import ContextGuard
 from gateway.loop.context_step import ContextStep
-from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
 from gateway.loop.pairing import ToolResult, tool_turn
 from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
@@ -198,6 +198,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     state = request.state
     plan = request.plan
     span = request.span
+    resumed_from = ""  # the continuation this run resumes, named on its span events
     route_tools = server_tool_names(plan, deps.tools)
     server_names = set(route_tools)
     client_names = {t.get("function", {}).get("name") for t in request.client_tools}
@@ -216,6 +217,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     if request.resume is not None:
         turn, request.resume = request.resume, None
         span.event("loopgate.resume", {"loopgate.continuation_id": turn.continuation_id})
+        resumed_from = turn.continuation_id
         approved = [(call, deps.tools.get(call["function"]["name"])) for call in turn.approved]
         for call, tool in approved:
             if tool is None:
@@ -234,7 +236,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             overflow, notices = await context.before_call(transcript, tool_defs, first=state.iterations == 0
                                                           and state.tool_rounds == 0)
             for notice in notices:
-                span.event(f"loopgate.context.{notice.event}", {})
+                _context_event(span, notice, resumed_from)
                 yield notice
             finalize = finalize or overflow
         messages = [*transcript, {"role": "user", "content": FINALIZE_INSTRUCTION}] if finalize else transcript
@@ -347,7 +349,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         if context is not None and (runnable or pending):
             room, notices = await context.before_tools(transcript, assistant, tool_defs, len(runnable) + len(pending))
             for notice in notices:
-                span.event(f"loopgate.context.{notice.event}", {})
+                _context_event(span, notice, resumed_from)
                 yield notice
             if room < len(runnable) + len(pending):
                 # No room for every result: the calls beyond it get a skipped result (server calls
@@ -376,6 +378,17 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             return
         transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1
+
+
+def _context_event(span: Span, notice: Notice, continuation_id: str) -> None:
+    """A context guard action on the request's span: its numbers, and the continuation a resume continues."""
+    if not span.recording:
+        return
+    attributes: dict[str, Any] = {f"loopgate.{key}": value for key, value in notice.detail.items()
+                                  if isinstance(value, int | float | str)}
+    if continuation_id:
+        attributes["loopgate.continuation_id"] = continuation_id
+    span.event(f"loopgate.context.{notice.event}", attributes)
 
 
 async def _unchanged(messages: list[Message]) -> list[Message]:

@@ -311,3 +311,17 @@ def test_mcp_server_requests_continue_the_trace(traced: Gateway, fakes: dict[str
     assert calls[-1].traceparent == f"00-{trace_id}-{tool.span_id}-01"
     # The refresher's own requests (listing tools) belong to no request's trace.
     assert all(r.traceparent is None for r in mcp.server.requests if r.rpc_method == "tools/list")
+
+
+def test_context_actions_are_span_events(traced: Gateway, fakes: dict[str, FakeUpstream],
+                                         receiver: OtlpReceiver) -> None:
+    from tests.e2e.test_context import long_history
+
+    fakes["secondary"].queue(Reply(text="User asked four old questions; all answered."))
+    fakes["primary"].queue(Reply(text="Here is what now."))
+    traceparent, trace_id, _ = caller_traceparent()
+    response = traced.post("/v1/chat/completions", {"model": "ctx_compress", "messages": long_history(),
+                                                    "max_tokens": 300}, headers={"traceparent": traceparent})
+    assert response.status_code == 200 and response.json()["gateway"]["context"]["compressions"] == 1
+    (server,) = by_name(receiver.trace(trace_id, 2), "POST")
+    assert "loopgate.context.context_compressed" in [name for name, _ in server.events]
