@@ -48,6 +48,8 @@ _MAX_TRACEPARENT = 128
 
 def error_type(error: BaseException) -> str:
     """``error.type``: the canonical error class when there is one, else the exception's class name."""
+    if isinstance(error, GeneratorExit | asyncio.CancelledError):
+        return "cancelled"  # the client went away (or the request was cancelled) mid-call
     for attribute in ("last", "error"):  # AllTargetsFailed.last, StreamInterrupted.error
         inner = getattr(error, attribute, None)
         if inner is not None and hasattr(inner, "error_class"):
