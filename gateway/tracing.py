@@ -87,7 +87,10 @@ def install(config: ObservabilityConfig) -> Tracer:
     if config.otlp_endpoint is None:
         TRACER = Tracer()
     else:
-        from gateway.tracing_otel import OtelTracer  # the SDK is imported only here
-
+        try:
+            from gateway.tracing_otel import OtelTracer  # the SDK is imported only here
+        except ImportError as exc:
+            raise RuntimeError("observability.otlp_endpoint is set but the OpenTelemetry SDK is not installed: "
+                               "pip install 'loopgate[otel]'") from exc
         TRACER = OtelTracer(config)
     return TRACER
