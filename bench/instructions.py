@@ -12,6 +12,9 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --price --store redis://127.0.0.1:6379/9   # priced target, usage rows in Redis
     python -m bench.instructions --no-usage      # usage aggregates off (usage.record: false)
     python -m bench.instructions --budget --store redis://127.0.0.1:6379/9   # a key with a budget (vs --config-key)
+    python -m bench.instructions --tracing       # traces at sample ratio 1 to a local OTLP receiver
+    python -m bench.instructions --tracing --sample-ratio 0.1
+    python -m bench.instructions --json-logs     # logging: {format: json, access: true}
     python -m bench.instructions --responses     # the same requests through POST /v1/responses
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
@@ -29,8 +32,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import aiohttp
@@ -97,6 +102,25 @@ async def _send(url: str, count: int, concurrency: int, body: bytes, check: Call
     return ok
 
 
+def _otlp_sink() -> str:
+    """A local OTLP/HTTP endpoint that accepts and drops every export (the receiver's work is not counted)."""
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def _control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=120)
 
@@ -117,6 +141,9 @@ def main() -> None:
     parser.add_argument("--no-usage", action="store_true", help="usage.record: false")
     parser.add_argument("--config-key", action="store_true", help="call with a key from auth.keys")
     parser.add_argument("--budget", action="store_true", help="call with a key from auth.keys that has a (huge) budget")
+    parser.add_argument("--tracing", action="store_true", help="export spans to a local OTLP/HTTP receiver")
+    parser.add_argument("--sample-ratio", type=float, default=1.0, help="observability.sample_ratio with --tracing")
+    parser.add_argument("--json-logs", action="store_true", help="JSON logs with an access record per request")
     args = parser.parse_args()
     body = _body(args.stream, args.responses, args.agent, args.keep)
 
@@ -134,6 +161,10 @@ def main() -> None:
             config["store"] = {"url": args.store}
         if args.price:
             config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
+        if args.tracing:
+            config["observability"] = {"otlp_endpoint": _otlp_sink(), "sample_ratio": args.sample_ratio}
+        if args.json_logs:
+            config["logging"] = {"format": "json", "access": True}
         if args.no_usage:
             config["usage"] = {"record": False}
         if args.config_key or args.budget:
@@ -168,6 +199,7 @@ def main() -> None:
     kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
     kind += " agent turn" if args.agent else " request"
     kind += "" if args.keep or not args.responses else " (store: false)"
+    kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dump {dumps[-1]})")
 

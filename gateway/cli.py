@@ -6,9 +6,12 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
+from typing import Any
 
-from gateway import __version__, logs
+from gateway import __version__, logs, metrics_shared
 from gateway.config import DEFAULT_PATH, ConfigError, load_config
+from gateway.config.model import Config
 from gateway.config.validate import deadline_warnings
 
 
@@ -23,8 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default: server.host)")
     serve.add_argument("--port", type=int, help="port (default: server.port)")
     serve.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
-    serve.add_argument("--log-level", default=os.environ.get("LOOPGATE_LOG_LEVEL", "info"),
-                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--log-level", default=os.environ.get("LOOPGATE_LOG_LEVEL"),
+                       choices=["critical", "error", "warning", "info", "debug"],
+                       help="log level (default: $LOOPGATE_LOG_LEVEL, else logging.level, else info)")
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("--config", help=config_help)
     return parser
@@ -34,8 +38,16 @@ def _app_factory():
     from gateway.api.app import create_app
 
     # A worker process starts with no logging set up: the same safe handler as a single process.
-    logs.configure(os.environ.get("LOOPGATE_LOG_LEVEL", "info"))
-    return create_app(load_config(os.environ.get("LOOPGATE_CONFIG")))
+    config = load_config(os.environ.get("LOOPGATE_CONFIG"))
+    _configure_logs(config, os.environ.get("LOOPGATE_LOG_LEVEL"))
+    return create_app(config)
+
+
+def _configure_logs(config: Config, level: str | None) -> str:
+    """Set up logging from ``--log-level`` (or the environment) over ``logging.level``; return the level."""
+    level = level or config.logging.level or "info"
+    logs.configure(level, config.logging.format, config.logging.access)
+    return level
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,15 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     from gateway.api.app import create_app
     from gateway.api.server_protocol import protocol_factory
 
-    logs.configure(args.log_level)
+    log_level = _configure_logs(config, args.log_level)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
     # httptools with a bounded head and read timeouts (gateway/api/server_protocol.py); no WebSocket
     # endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
     # uvicorn's own records go to the root handler above, escaped and redacted like ours.
-    common = {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(config.server),
-              "timeout_keep_alive": config.server.keepalive_timeout_s, "log_level": args.log_level,
+    common: dict[str, Any] = {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(config.server),
+              "timeout_keep_alive": config.server.keepalive_timeout_s, "log_level": log_level,
               "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
               "ws": "none",
               # No client-address rewriting or Server header: neither is used, both cost per request.
@@ -78,8 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         # Worker processes re-import the app: hand them the config path through the environment.
         if args.config:
             os.environ["LOOPGATE_CONFIG"] = os.path.abspath(args.config)
-        os.environ["LOOPGATE_LOG_LEVEL"] = args.log_level
-        uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
+        os.environ["LOOPGATE_LOG_LEVEL"] = log_level
+        # Each worker publishes its metrics there; any worker's scrape sums them (gateway/metrics_shared.py).
+        with tempfile.TemporaryDirectory(prefix="loopgate-metrics-") as directory:
+            os.environ[metrics_shared.ENV] = directory
+            uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
     else:
         uvicorn.run(create_app(config), **common)
     return 0

@@ -59,6 +59,7 @@ def _config_secrets(config: Config) -> Iterator[str]:
     for tool in config.tools.values():
         if tool.http is not None:
             yield from _header_secrets(tool.http.headers.values())
+    yield from _header_secrets(config.observability.headers.values())
     for server in config.mcp_servers.values():
         yield from _header_secrets(server.headers.values())
         yield from server.env.values()

@@ -14,9 +14,9 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.api.access import visible_routes
 from gateway.api.admin import admin_routes
 from gateway.api.admin_usage import usage_routes
@@ -25,6 +25,7 @@ from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import REQUEST_ID_HEADER, scope_request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.responses import create_response, delete_response, get_response, responses_routes
@@ -34,6 +35,7 @@ from gateway.api.sse_response import SSEResponse
 from gateway.api.ui import ConditionalGet, ui_routes
 from gateway.config.model import Config
 from gateway.errors import GatewayError
+from gateway.metrics_shared import SharedMetrics
 
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
@@ -69,14 +71,22 @@ async def readyz(request: Request) -> JSONResponse:
     return _json(body, 200 if ready else 503)
 
 
-async def metrics_endpoint(request: Request) -> PlainTextResponse:
-    runtime: Runtime = request.app.state.runtime
+def _refresh_gauges(runtime: Runtime) -> None:
+    """Gauges read from the runtime when they are reported (a scrape, a worker's snapshot)."""
     for target, state in runtime.router.health.snapshot().items():
         metrics.CIRCUIT_STATE.set(0.0 if state == "closed" else 1.0, target)
     for provider, (in_use, idle, waiting) in runtime.pool.stats().items():
         metrics.UPSTREAM_CONNECTIONS.set(in_use, provider, "in_use")
         metrics.UPSTREAM_CONNECTIONS.set(idle, provider, "idle")
         metrics.UPSTREAM_CONNECTIONS.set(waiting, provider, "waiting")
+
+
+async def metrics_endpoint(request: Request) -> PlainTextResponse:
+    runtime: Runtime = request.app.state.runtime
+    shared: SharedMetrics | None = request.app.state.shared_metrics
+    if shared is not None:  # --workers N: the sum over every worker
+        return PlainTextResponse(await shared.render(), media_type="text/plain; version=0.0.4")
+    _refresh_gauges(runtime)
     return PlainTextResponse(metrics.render_all(), media_type="text/plain; version=0.0.4")
 
 
@@ -93,12 +103,19 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 def create_app(config: Config) -> FastChatPath:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.runtime = await Runtime.start(config)
+        tracer = tracing.install(config.observability)  # per worker process: the exporter's thread is its own
+        runtime = app.state.runtime = await Runtime.start(config)
         app.state.started = int(time.time())
+        shared = app.state.shared_metrics = SharedMetrics.from_environment(lambda: _refresh_gauges(runtime))
+        if shared is not None:
+            shared.start()
         try:
             yield
         finally:
+            if shared is not None:
+                await shared.stop()
             await app.state.runtime.stop()
+            await tracer.shutdown()
 
     routes = [
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
@@ -140,13 +157,24 @@ class FastChatPath:
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self._PATHS:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "POST" and scope["path"] in self._PATHS:
             response = await chat_completions(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/responses":
+        if scope["method"] == "POST" and scope["path"] == "/v1/responses":
             # The Responses API's hot path, for the same reason (its handler also answers every failure).
             response = await create_response(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        # Every other response (404s and Starlette's own errors included) carries x-request-id too.
+        request_id = scope["loopgate.request_id"] = scope_request_id(scope["headers"])
+        header = (REQUEST_ID_HEADER, request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+        await self.app(scope, receive, send_with_id)

@@ -10,11 +10,12 @@ from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.continuations import resume_plan
 from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import Exchange, request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
 from gateway.api.request import parse_chat_request
-from gateway.api.respond import finished, respond
+from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
@@ -27,13 +28,11 @@ PATH = "/v1/chat/completions"
 
 
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
-    started = time.perf_counter()
-    label = "unknown"  # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
-    meter = None
+    exchange = Exchange("POST", PATH, request_id(request.request_id), request.traceparent)
     admission: Admission | None = None
     try:
-        key = authenticate(request.authorization, runtime.keys)
-        meter = runtime.usage.meter(key.tenant, key.id)
+        key = exchange.key = authenticate(request.authorization, runtime.keys)
+        meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
         if runtime.usage.budgeted(key):
             await runtime.usage.check_budget(key)
         body = await read_json(request, runtime.config.server.max_body_bytes)
@@ -43,7 +42,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
                                f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
                                "invalid_request_error", "model", "model_not_found")
-        label = meter.route = plan.metric_label
+        # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
+        exchange.label = meter.route = plan.metric_label
         check_model_access(key, plan)
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
@@ -65,6 +65,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
+            loop_request.span = exchange.span
             meter.watch(loop_request)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
@@ -78,22 +79,19 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
                 stream=chat.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                allowed_tools=key.tools,
+                allowed_tools=key.tools, span=exchange.span,
             )
             meter.watch(loop_request)
             events = run_loop(loop_request, runtime.deps)
-        if admission is None:
-            return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started,
-                                 meter=meter)
-        if admission.needs_settling:
-            events = admission.observe(events)
-        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started,
-                             admission.headers, meter)
+        exchange.state = loop_request.state
+        if admission is not None:
+            exchange.add_headers(admission.headers)
+            if admission.needs_settling:
+                events = admission.observe(events)
+        return await respond(events, chat.stream, chat.include_usage, chat.model, exchange)
     except Exception as exc:
         if admission is not None:
             await admission.finish(None)  # a no-op once the loop's own end settled it
         error = to_gateway_error(exc)
-        finished(PATH, label, error.status, started)
-        if meter is not None:
-            meter.close(error.status)
-        return error_response(error)
+        exchange.done(error.status, error)
+        return error_response(error, exchange.headers)

@@ -14,6 +14,7 @@ from gateway.api.approvals import key_identity
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import Exchange, scope_request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
@@ -56,37 +57,54 @@ def _view(continuation: Continuation) -> dict[str, object]:
     return continuation_view(continuation)
 
 
+def _exchange(request: Request, incoming: Incoming, metered: bool) -> Exchange:
+    """The app's wrapper (``app.FastChatPath``) chose the request id and sends ``x-request-id`` itself."""
+    scope = request.scope
+    rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
+    return Exchange(request.method, PATH, rid, incoming.traceparent, echo=False, metered=metered)
+
+
 async def get_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
+    incoming = Incoming(request.scope, request.receive)
+    exchange = _exchange(request, incoming, metered=False)
     try:
-        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
         continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
+        exchange.done(200)
         return JSONResponse(orjson.dumps(_view(continuation)))
     except Exception as exc:
-        return error_response(to_gateway_error(exc))
+        error = to_gateway_error(exc)
+        exchange.done(error.status, error)
+        return error_response(error)
 
 
 async def delete_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
+    incoming = Incoming(request.scope, request.receive)
+    exchange = _exchange(request, incoming, metered=False)
     try:
-        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
         await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
         metrics.CONTINUATIONS.inc("cancelled")
+        exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
+        exchange.done(200)
         return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
                                           "deleted": True}))
     except Exception as exc:
-        return error_response(to_gateway_error(exc))
+        error = to_gateway_error(exc)
+        exchange.done(error.status, error)
+        return error_response(error)
 
 
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
-    started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
-    meter = None
+    incoming = Incoming(request.scope, request.receive)
+    exchange = _exchange(request, incoming, metered=True)
     admission: Admission | None = None
     try:
-        incoming = Incoming(request.scope, request.receive)
-        key = authenticate(incoming.authorization, runtime.keys)
-        meter = runtime.usage.meter(key.tenant, key.id)
+        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
+        meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
         if runtime.usage.budgeted(key):
             await runtime.usage.check_budget(key)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
@@ -107,36 +125,40 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
-        meter.route = plan.metric_label
+        exchange.label = meter.route = plan.metric_label
         check_model_access(key, plan, resume=True)
+        if exchange.span.recording:
+            for call_id, result in results.items():
+                if result.status == "denied":
+                    exchange.span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
+                                                            "gen_ai.tool.call.id": call_id})
         admission = await runtime.limits.admit(key, incoming.body_bytes)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
+        loop_request.span = exchange.span
+        exchange.state = loop_request.state
         meter.watch(loop_request)
         decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(body["decisions"]),
                                   *key_identity(key))
         events = continuations.run_resumed(claimed, loop_request, runtime.deps, decided)
-        if admission is None:
-            return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
-                                 meter=meter)
-        if admission.needs_settling:
-            events = admission.observe(events)
-        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
-                             admission.headers, meter)
+        if admission is not None:
+            exchange.add_headers(admission.headers)
+            if admission.needs_settling:
+                events = admission.observe(events)
+        return await respond(events, stream, include_usage, stored.model, exchange)
     except Exception as exc:
         if admission is not None:
             await admission.finish(None)
         error = to_gateway_error(exc)
-        if meter is not None:
-            meter.close(error.status)
+        exchange.done(error.status, error)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
         elif error.code == "continuation_not_found":
             metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
-        return error_response(error)
+        return error_response(error, exchange.headers)
 
 
 def denied_reasons(decisions: list[dict[str, object]]) -> dict[str, str | None]:

@@ -38,5 +38,5 @@ def to_gateway_error(exc: BaseException) -> GatewayError:
                         "server_error", code="internal_error")
 
 
-def error_response(error: GatewayError) -> JSONResponse:
-    return JSONResponse(error.body(), error.status, error.headers)
+def error_response(error: GatewayError, raw_headers: list[tuple[bytes, bytes]] | None = None) -> JSONResponse:
+    return JSONResponse(error.body(), error.status, error.headers, raw_headers)

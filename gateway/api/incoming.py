@@ -14,7 +14,8 @@ _TRUE = frozenset({b"1", b"true", b"yes", b"on"})
 
 
 class Incoming:
-    __slots__ = ("authorization", "body_bytes", "content_length", "headless", "receive")
+    __slots__ = ("authorization", "body_bytes", "content_length", "headless", "receive", "request_id",
+                 "traceparent")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         raw: list[tuple[bytes, bytes]] = scope["headers"]
@@ -30,3 +31,6 @@ class Incoming:
         self.content_length: bytes | None = headers.get(b"content-length")
         #: ``x-gateway-headless`` asks for a headless run (nothing pauses: such calls are denied)
         self.headless: bool = headers.get(b"x-gateway-headless", b"").strip().lower() in _TRUE
+        #: the caller's ``x-request-id`` (checked by ``exchange.request_id``) and W3C ``traceparent``, raw
+        self.request_id: bytes | None = headers.get(b"x-request-id")
+        self.traceparent: bytes | None = headers.get(b"traceparent")

@@ -9,23 +9,22 @@ import orjson
 
 from gateway import metrics
 from gateway.api.errors import to_gateway_error
+from gateway.api.exchange import Exchange
 from gateway.api.json_response import JSONResponse
 from gateway.api.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
 from gateway.api.sse_response import SSEResponse
+from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Notice
-from gateway.usage.meter import Meter
 
 
-async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str, label: str,
-                  path: str, started: float, headers: dict[str, str] | None = None,
-                  meter: Meter | None = None) -> JSONResponse | SSEResponse:
+async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str,
+                  exchange: Exchange) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
     ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
-    the model that answered (see ``render``); ``label`` is the bounded name metrics use
-    (``RoutePlan.metric_label``). ``headers`` go on the response (the rate-limit headers). ``meter`` is closed
-    when the request is over (on failure, by the caller).
+    the model that answered (see ``render``). ``exchange.done`` runs once the request is over: for
+    a stream, after its last byte (or its client's disconnect).
     """
     response_id = completion_id()
     if not stream:
@@ -33,11 +32,8 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
             payload = await collect(events, response_id, route)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-        finished(path, label, 200, started)
-        response = JSONResponse(orjson.dumps(payload), 200, headers)
-        if meter is not None:
-            meter.close(200)
-        return response
+        exchange.done(200)
+        return JSONResponse(orjson.dumps(payload), raw_headers=exchange.headers)
     # Pull the first events before answering, so a request that fails before any byte (every
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
     # first chunk already names the answering model (progress notices before the first call wait).
@@ -61,14 +57,22 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         # Closing the engine here (also on client disconnect) cancels running tools and
         # releases the upstream connection at once rather than at garbage collection.
         await events.aclose()  # type: ignore[attr-defined]
-        finished(path, label, 200, started)
-        if meter is not None:
-            meter.close(200)  # an unfinished loop (an error frame, a disconnect) is counted as an error
+        exchange.done(200)
 
-    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close), headers)
+    def on_error(exc: BaseException) -> GatewayError:
+        return exchange.failed(to_gateway_error(exc))
+
+    return SSEResponse(stream_frames(first, events, encoder, include_usage, on_error, on_close), exchange.headers)
 
 
 def finished(path: str, label: str, status: int, started: float) -> None:
-    """Count a request; ``label`` is a configured route name, ``PROVIDER/*`` or ``unknown``, never caller text."""
+    """Count a request that has no :class:`Exchange`; ``label`` is a configured route, ``PROVIDER/*`` or ``unknown``."""
     metrics.REQUESTS.inc(path, label, str(status))
     metrics.LATENCY.observe(time.perf_counter() - started, path)
+
+
+def encode_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
+    """Response headers as ASGI wants them (names lower-case; values are ours: numbers and seconds)."""
+    if not headers:
+        return []
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]

@@ -8,7 +8,6 @@ OpenAI shape, classes and statuses.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,10 +19,10 @@ from gateway.api.access import check_model_access
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import Exchange, request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
-from gateway.api.respond import finished
 from gateway.api.responses_background import check_background, start_background
 from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
 from gateway.api.responses_run import ResponseRun, prepare_response
@@ -32,7 +31,6 @@ from gateway.api.sse_response import SSEResponse
 from gateway.canonical import Usage
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
-from gateway.usage.meter import Meter
 
 PATH = "/v1/responses"
 DEFAULT_LIST_LIMIT = 20
@@ -49,13 +47,11 @@ async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
 
 
 async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
-    started = time.perf_counter()
-    label = "unknown"
+    exchange = Exchange("POST", PATH, request_id(incoming.request_id), incoming.traceparent)
     admission: Admission | None = None
-    meter: Meter | None = None
     try:
-        key = authenticate(incoming.authorization, runtime.keys)
-        meter = runtime.usage.meter(key.tenant, key.id)
+        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
+        meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
@@ -67,49 +63,48 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             await runtime.usage.check_budget(key)
         admission = await runtime.limits.admit(key, incoming.body_bytes)
         run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless)
-        label = meter.route = run.label
-        meter.watch(run.loop_request)
+        exchange.label = meter.route = run.label
+        loop_request = run.loop_request
+        loop_request.span = exchange.span
+        exchange.state = loop_request.state
+        meter.watch(loop_request)
         if parsed.background:  # the run goes on in a task of this process
             if admission is not None:
                 # A background run holds no request slot: its concurrency ends with this answer,
                 # its token estimate stays counted (the run's own usage is not reported back).
                 await admission.finish(None)
                 admission = None
-            finished(PATH, label, 200, started)
-            background_meter, meter = meter, None  # recorded when the run ends (responses_background)
-            return await start_background(runtime, key.tenant, run, parsed.stream, background_meter)
+            # Its usage is recorded when the run ends (responses_background), not with this answer.
+            exchange.meter = None
+            exchange.state = None
+            exchange.done(200)
+            return await start_background(runtime, key.tenant, run, parsed.stream, meter)
         await run.open()
-        headers = None if admission is None else admission.headers
+        if admission is not None:
+            exchange.add_headers(admission.headers)
         if not parsed.stream:
             async for _ in run.batches(raise_errors=True):
                 pass
-            finished(PATH, label, 200, started)
-            meter.close(200)
+            exchange.done(200)
             if admission is not None:
                 await admission.finish(usage_of(run.response))
-            return JSONResponse(orjson.dumps(run.response), 200, headers)
-        frames = _frames(run, started, admission, meter)
-        meter = None  # closed by the stream's end
-        return SSEResponse(frames, headers)
+            return JSONResponse(orjson.dumps(run.response), raw_headers=exchange.headers)
+        return SSEResponse(_frames(run, exchange, admission), exchange.headers)
     except Exception as exc:
         if admission is not None:
             await admission.finish(None)  # a no-op once settled
         error = to_gateway_error(exc)
-        if meter is not None:
-            meter.close(error.status)
-        finished(PATH, label, error.status, started)
-        return error_response(error)
+        exchange.done(error.status, error)
+        return error_response(error, exchange.headers)
 
 
-async def _frames(run: ResponseRun, started: float, admission: Admission | None,
-                  meter: Meter) -> AsyncIterator[bytes]:
+async def _frames(run: ResponseRun, exchange: Exchange, admission: Admission | None) -> AsyncIterator[bytes]:
     try:
         async for batch in run.batches():
             yield b"".join(sse_frame(event) for event in batch)
     finally:
         await run.aclose()
-        finished(PATH, run.label, 200, started)
-        meter.close(200)
+        exchange.done(200)
         if admission is not None:
             await admission.finish(usage_of(run.response))
 

@@ -25,10 +25,9 @@ _HEADERS = [
 class SSEResponse:
     __slots__ = ("_frames", "_headers")
 
-    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self._frames = frames
-        self._headers = _HEADERS if not headers else _HEADERS + [
-            (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+        self._headers = _HEADERS + headers if headers else _HEADERS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()

@@ -26,6 +26,7 @@ TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "mod
             "usage"}
 USAGE_KEYS = {"record", "retention_days", "flush_s"}
 TOP_KEYS |= {"background"}
+TOP_KEYS |= {"logging", "observability"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s"}
 AUTH_KEYS = {"keys", "admin_keys"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.config.observability_section import LoggingConfig, ObservabilityConfig
+
 ProviderType = Literal["openai", "anthropic", "gemini", "litellm", "mock"]
 PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm", "mock")
 ReasoningPassback = bool | Literal["auto"]
@@ -329,3 +331,5 @@ class Config:
     usage: UsageConfig = field(default_factory=UsageConfig)
     tenants: dict[str, TenantConfig] = field(default_factory=dict)
     background: BackgroundConfig = field(default_factory=BackgroundConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)

@@ -51,6 +51,7 @@ from gateway.config.model import (
     TargetConfig,
     ToolConfig,
 )
+from gateway.config.observability_section import logging_section, observability_section
 from gateway.config.prices import check_target_prices, parse_price, parse_prices, usage_section
 from gateway.config.store_section import store_section
 from gateway.providers.urls import model_problem
@@ -359,6 +360,8 @@ def build_config(raw: dict[str, Any]) -> Config:
         usage=usage_section(raw.get("usage")),
         tenants=tenants_section(raw.get("tenants")),
         background=background_section(raw.get("background")),
+        logging=logging_section(raw.get("logging")),
+        observability=observability_section(raw.get("observability")),
     )
 
 

@@ -20,6 +20,7 @@ instruction to answer now, so the answer always ends in text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,10 +41,11 @@ from gateway.canonical import (
 )
 from gateway.context import ContextGuard
 from gateway.loop.context_step import ContextStep
-from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
 from gateway.loop.pairing import ToolResult, tool_turn
 from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
+from gateway.tracing import NOOP, OUTGOING, Span
 
 FINALIZE_INSTRUCTION = (
     "The tool-call limit for this request has been reached. Do not call any more tools. "
@@ -150,6 +152,8 @@ class LoopRequest:
     # Called with the result just before it is yielded (paused or completed): usage metering
     # adds its fields to ``result.gateway`` there (gateway/usage/meter.py).
     on_finish: Callable[[LoopResult], None] | None = None
+    # The request's span (tracing.NOOP when tracing is off): model calls and tools become its children.
+    span: Span = NOOP
 
 
 @dataclass(slots=True)
@@ -213,6 +217,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place."""
     state = request.state
     plan = request.plan
+    span = request.span
+    resumed_from = ""  # the continuation this run resumes, named on its span events
     route_tools = server_tool_names(plan, deps.tools)
     if request.allowed_tools is not None:
         allowed = request.allowed_tools
@@ -233,6 +239,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         yield Answering(announced)  # a resume: tool activity before the next call belongs to the paused turn
     if request.resume is not None:
         turn, request.resume = request.resume, None
+        span.event("loopgate.resume", {"loopgate.continuation_id": turn.continuation_id})
+        resumed_from = turn.continuation_id
         approved = [(call, deps.tools.get(call["function"]["name"])) for call in turn.approved]
         for call, tool in approved:
             if tool is None:
@@ -241,7 +249,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 _record(state, call, "error", 0.0, "unknown")
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
         runnable: list[tuple[ToolCall, Any]] = [(call, tool) for call, tool in approved if tool is not None]
-        async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state):
+        async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state, span):
             yield event
         transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
         state.tool_rounds += 1
@@ -251,6 +259,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             overflow, notices = await context.before_call(transcript, tool_defs, first=state.iterations == 0
                                                           and state.tool_rounds == 0)
             for notice in notices:
+                _context_event(span, notice, resumed_from)
                 yield notice
             finalize = finalize or overflow
         messages = [*transcript, {"role": "user", "content": FINALIZE_INSTRUCTION}] if finalize else transcript
@@ -265,27 +274,46 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                                      params=request.params)
         attempts = state.attempts
         answer: Answer | None = None
-        if request.stream:
-            separate = state.text_emitted
-            async for item in deps.router.stream(plan.targets, model_request, attempts, plan.retries,
-                                                 request.deadline):
-                if isinstance(item, Answer):
-                    answer = item
-                    continue
-                head = item[0]
-                opens = isinstance(head, Answering)  # the first batch of the target that committed
-                if isinstance(head, Answering):
-                    announced = head.model
-                if any(isinstance(delta, TextDelta) for delta in item):
-                    if separate:
-                        separate = False
-                        at = 1 if opens else 0  # the separator is text of the new call: after its announcement
-                        item = [*item[:at], TextDelta(ITERATION_SEPARATOR), *item[at:]]
-                    state.text_emitted = True
-                yield item
-        else:
-            answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
-                                                request.deadline)
+        since = len(attempts)
+        call_span = restore = None
+        if span.recording:  # one attribute read when tracing is off
+            call_span = span.model_call(plan.targets, model_request)
+            outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
+            restore = OUTGOING.set(outgoing) if outgoing is not None else None
+        try:
+            if request.stream:
+                separate = state.text_emitted
+                async for item in deps.router.stream(plan.targets, model_request, attempts, plan.retries,
+                                                     request.deadline):
+                    if isinstance(item, Answer):
+                        answer = item
+                        continue
+                    head = item[0]
+                    opens = isinstance(head, Answering)  # the first batch of the target that committed
+                    if isinstance(head, Answering):
+                        announced = head.model
+                    if any(isinstance(delta, TextDelta) for delta in item):
+                        if separate:
+                            separate = False
+                            at = 1 if opens else 0  # the separator is text of the new call: after its announcement
+                            item = [*item[:at], TextDelta(ITERATION_SEPARATOR), *item[at:]]
+                        state.text_emitted = True
+                    yield item
+            else:
+                answer = await deps.router.complete(plan.targets, model_request, attempts, plan.retries,
+                                                    request.deadline)
+        except BaseException as exc:
+            if call_span is not None:
+                call_span.failed(exc, attempts[since:])
+            raise
+        finally:
+            if restore is not None:
+                with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
+                    OUTGOING.reset(restore)
+        assert answer is not None
+        if call_span is not None:
+            call_span.answered(answer.target, answer.response, attempts[since:])
+        if not request.stream:
             reasoning = answer.response.message.get("reasoning_content")
             if reasoning:
                 yield ReasoningDelta(reasoning)
@@ -295,7 +323,6 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                     yield TextDelta(ITERATION_SEPARATOR)
                 state.text_emitted = True
                 yield TextDelta(text)
-        assert answer is not None
         response = answer.response
         state.iterations += 1
         state.add_call(answer.target.label, response.usage)
@@ -338,6 +365,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             elif request.headless:
                 results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
                 state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
+                span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
+                                               "loopgate.reason": reason})
                 _record(state, call, "denied", 0.0, None if reason == "approval" else "client")
                 await deps.audit(request.tenant, call, reason, request.key_id, request.key_name)
             else:
@@ -346,6 +375,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         if context is not None and (runnable or pending):
             room, notices = await context.before_tools(transcript, assistant, tool_defs, len(runnable) + len(pending))
             for notice in notices:
+                _context_event(span, notice, resumed_from)
                 yield notice
             if room < len(runnable) + len(pending):
                 # No room for every result: the calls beyond it get a skipped result (server calls
@@ -359,11 +389,13 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 yield context.skipped(len(skipped))
                 pending, force_finalize = [], True
 
-        async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results, state):
+        async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results, state, span):
             yield event
 
         if pending:
             continuation_id = await deps.pause(request, assistant, results, pending)
+            span.event("loopgate.pause", {"loopgate.continuation_id": continuation_id,
+                                          "loopgate.pending": len(pending)})
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
             result = LoopResult("paused", "tool_calls", state.usage,
@@ -374,6 +406,17 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             return
         transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1
+
+
+def _context_event(span: Span, notice: Notice, continuation_id: str) -> None:
+    """A context guard action on the request's span: its numbers, and the continuation a resume continues."""
+    if not span.recording:
+        return
+    attributes: dict[str, Any] = {f"loopgate.{key}": value for key, value in notice.detail.items()
+                                  if isinstance(value, int | float | str)}
+    if continuation_id:
+        attributes["loopgate.continuation_id"] = continuation_id
+    span.event(f"loopgate.context.{notice.event}", attributes)
 
 
 async def _unchanged(messages: list[Message]) -> list[Message]:
@@ -389,7 +432,8 @@ def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float, me
 
 
 async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, concurrency: int,
-                    results: dict[str, ToolResult], state: LoopState) -> AsyncIterator[LoopEvent]:
+                    results: dict[str, ToolResult], state: LoopState, span: Span = NOOP
+                    ) -> AsyncIterator[LoopEvent]:
     """Run a turn's server tools concurrently, reporting each as it finishes; results keyed by call id."""
     if not runnable:
         return
@@ -397,8 +441,16 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, 
 
     async def one(call: ToolCall, tool: Any) -> tuple[ToolCall, Any, float]:
         async with semaphore:
+            child = span.tool(call, tool)
+            if child.recording:
+                OUTGOING.set(child.traceparent())  # this task's own context: HTTP tools and MCP servers read it
             started = time.perf_counter()
-            outcome = await execute(call, tool)
+            try:
+                outcome = await execute(call, tool)
+            except BaseException:
+                child.tool_done("cancelled", None)
+                raise
+            child.tool_done(outcome.status, outcome.content)
             return call, outcome, (time.perf_counter() - started) * 1000
 
     for call, _ in runnable:

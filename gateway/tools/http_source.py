@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
+from gateway import tracing
 from gateway.config.model import ToolConfig
 from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
 from gateway.tools.bounded import read_bounded
@@ -83,6 +84,10 @@ class HttpToolSource:
         if tool in self._unreachable:
             raise ToolFailure(f"Cannot reach the {tool} service: its egress proxy is misconfigured")
         body = orjson.dumps(arguments)
+        traceparent = tracing.OUTGOING.get()  # set by the tool's span when tracing is on
+        if traceparent is not None:
+            headers = CIMultiDict(headers)
+            headers["traceparent"] = traceparent
         try:
             async with self._client().post(url, data=body, headers=headers, timeout=_NO_TIMEOUT, **proxy) as resp:
                 text = (await read_bounded(resp, f"the {tool} service")).decode("utf-8", "replace")

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from gateway import tracing
 from gateway.config.model import ProviderConfig
 from gateway.upstream.connection import Connection
 from gateway.upstream.headers import ResponseHeaders
@@ -103,8 +104,10 @@ class UpstreamPool:
     async def post(self, provider: ProviderConfig, request: UpstreamRequest, deadline: float) -> UpstreamReply:
         """The whole exchange, ended by ``deadline`` (a ``time.monotonic()`` instant): the wait
         for a connection, connecting, sending and every read; past it, a ``TIMEOUT`` error."""
-        status, headers, body = await self._client(provider).post(request.url, request.headers, request.body,
-                                                                   deadline)
+        sent = request.headers
+        if tracing.OUTGOING.get() is not None:
+            sent = _traced(sent)
+        status, headers, body = await self._client(provider).post(request.url, sent, request.body, deadline)
         return UpstreamReply(status, headers, body)
 
     @asynccontextmanager
@@ -116,7 +119,10 @@ class UpstreamPool:
         response abandoned mid-body closes its connection, so the upstream stops generating
         (and billing) for a client that went away."""
         client = self._client(provider)
-        conn = await client.open_stream(request.url, request.headers, request.body, deadline)
+        sent = request.headers
+        if tracing.OUTGOING.get() is not None:
+            sent = _traced(sent)
+        conn = await client.open_stream(request.url, sent, request.body, deadline)
         try:
             yield UpstreamStream(conn)
         finally:
@@ -130,3 +136,9 @@ class UpstreamPool:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()
+
+
+def _traced(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` plus the model call's ``traceparent`` when ``observability.propagate_to_providers`` is on."""
+    traceparent = tracing.OUTGOING.get()
+    return headers if traceparent is None else {**headers, "traceparent": traceparent}

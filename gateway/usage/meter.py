@@ -144,6 +144,11 @@ class Meter:
             if self._cost is not None:
                 result.gateway["usage_cost"] = usd(self._cost)
 
+    @property
+    def cost_usd(self) -> float | None:
+        """The response's cost when every call of it had a price (the access record's ``cost_usd``)."""
+        return None if self._cost is None else usd(self._cost)
+
     def close(self, status: int) -> None:
         """Once per request, however it ended; an unfinished loop (error, disconnect) counts as an error."""
         if self._closed:

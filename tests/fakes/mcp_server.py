@@ -73,6 +73,7 @@ class Recorded:
     session_id: str | None
     protocol_version: str | None
     accept: str | None
+    traceparent: str | None = None
 
 
 @dataclass
@@ -112,7 +113,8 @@ class FakeMcpServer:
 
     def _record(self, request: web.Request, rpc_method: str | None) -> None:
         self.requests.append(Recorded(request.method, rpc_method, request.headers.get("Mcp-Session-Id"),
-                                      request.headers.get("MCP-Protocol-Version"), request.headers.get("Accept")))
+                                      request.headers.get("MCP-Protocol-Version"), request.headers.get("Accept"),
+                                      request.headers.get("traceparent")))
 
     async def _delete(self, request: web.Request) -> web.Response:
         self._record(request, None)

@@ -52,6 +52,7 @@ class Recorded:
     path: str
     body: dict[str, Any]
     problems: list[str]
+    headers: dict[str, str] = field(default_factory=dict)  # lower-cased names
 
 
 class FakeUpstream(ThreadedApp):
@@ -91,7 +92,8 @@ class FakeUpstream(ThreadedApp):
         model = body.get("model") or path.split("/models/")[-1].split(":")[0]
         stream = bool(body.get("stream")) or "streamGenerateContent" in path
         problems = self.rules(body, model) if self.rules else []
-        self.requests.append(Recorded(path, body, problems))
+        self.requests.append(Recorded(path, body, problems,
+                                      {name.lower(): value for name, value in request.headers.items()}))
         reply = self.script.popleft() if self.script else self.default
         if reply.usage is None:
             reply = replace(reply, usage=(max(1, len(orjson.dumps(body)) // 3), 5))

@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
+from gateway import tracing
 from gateway.config.model import ApprovalMode
 from gateway.tools.base import ToolFailure, ToolSpec
 from gateway.tools.bounded import read_bounded, sse_data
@@ -132,6 +133,9 @@ class McpHttpSource:
             headers["Mcp-Session-Id"] = session_id
         if self._protocol_version is not None:
             headers["MCP-Protocol-Version"] = self._protocol_version
+        traceparent = tracing.OUTGOING.get()  # a tool call's span, when tracing is on
+        if traceparent is not None:
+            headers["traceparent"] = traceparent
         return headers
 
     async def _call_method(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,132 @@
+"""One request from arrival to its last byte: its id, its server span, its metrics and its access record.
+
+Every endpoint that runs the loop (chat completions, continuation resumes) and the other
+continuation endpoints make one :class:`Exchange` and end it with :meth:`Exchange.done`, the
+one place a request is counted, its span ended and its access record written.
+
+``x-request-id``: a caller's value is kept when it is 1 to 128 characters of ``A-Z a-z 0-9
+. _ : @ / + = -`` (anything else could forge log fields or headers), otherwise replaced by a
+generated id. Generated ids are unique, not secret: a random per-process prefix and a counter.
+
+The access record (``logging.access``) holds ids, names the gateway chose, numbers and the
+error's class: never message text, tool arguments or results, or a key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+import time
+from typing import Any
+
+from gateway import metrics, tracing
+from gateway.errors import GatewayError
+from gateway.logs import AccessLog
+
+REQUEST_ID_HEADER = b"x-request-id"
+MAX_REQUEST_ID = 128
+_SAFE_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,%d}" % MAX_REQUEST_ID)
+_ID_PREFIX = f"req_{secrets.token_hex(6)}".encode()
+_ID_COUNTER = itertools.count(1)
+
+# Set once at start-up from ``logging.access`` (``gateway.logs.configure``); None: no access records.
+ACCESS: AccessLog | None = None
+
+
+def request_id(raw: bytes | None) -> bytes:
+    """The caller's ``x-request-id`` when it is safe to echo and log, else a new one (ASCII bytes)."""
+    if raw is not None and _SAFE_ID.fullmatch(raw):
+        return raw
+    return b"%s%08x" % (_ID_PREFIX, next(_ID_COUNTER))
+
+
+def scope_request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
+    for name, value in headers:
+        if name == REQUEST_ID_HEADER:
+            return request_id(value)
+    return request_id(None)
+
+
+class Exchange:
+    __slots__ = ("error", "headers", "key", "label", "meter", "metered", "method", "path", "request_id", "span",
+                 "started", "state")
+
+    def __init__(self, method: str, path: str, request_id: bytes, traceparent: bytes | None, echo: bool = True,
+                 metered: bool = True) -> None:
+        self.started = time.perf_counter()
+        self.method = method
+        self.path = path
+        self.request_id = request_id
+        #: the metrics label and logged route: a configured route, ``PROVIDER/*`` or ``unknown``, never caller text
+        self.label = "unknown"
+        self.key: Any = None
+        self.state: Any = None  # the loop's LoopState, read at the end (iterations, usage, tool calls)
+        self.error: GatewayError | None = None
+        #: the request's usage meter (gateway/usage/meter.py), closed by ``done``
+        self.meter: Any = None
+        self.metered = metered
+        #: the response headers this exchange adds (None where the app's wrapper adds ``x-request-id``)
+        self.headers = [(REQUEST_ID_HEADER, request_id)] if echo else None
+        tracer = tracing.TRACER
+        self.span = tracer.server(method, path, traceparent) if tracer.enabled else tracing.NOOP
+
+    def add_headers(self, headers: dict[str, str] | None) -> None:
+        """More response headers (the rate limits'), on every answer this exchange gives from now on."""
+        if not headers:
+            return
+        encoded = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+        self.headers = [*(self.headers or ()), *encoded]
+
+    def failed(self, error: GatewayError) -> GatewayError:
+        """Remember the error a stream ended with after its 200 (for the span and the access record)."""
+        self.error = error
+        return error
+
+    def done(self, status: int, error: GatewayError | None = None) -> None:
+        """Count the request, end its span, write its access record: once per request."""
+        elapsed = time.perf_counter() - self.started
+        meter = self.meter
+        if meter is not None:
+            meter.close(status)  # an unfinished loop (an error frame, a disconnect) counts as an error
+        if self.metered:
+            metrics.REQUESTS.inc(self.path, self.label, str(status))
+            metrics.LATENCY.observe(elapsed, self.path)
+        error = error or self.error
+        span = self.span
+        if span.recording:
+            span.set("loopgate.route", self.label)
+            span.set("loopgate.request_id", self.request_id.decode("ascii"))
+            if self.key is not None:
+                span.set("loopgate.tenant", self.key.tenant)
+            span.finish(status, _error_class(error) if error is not None else None)
+        if ACCESS is not None:
+            ACCESS.write(self._record(status, elapsed, error))
+
+    def _record(self, status: int, elapsed: float, error: GatewayError | None) -> dict[str, Any]:
+        key = self.key
+        record: dict[str, Any] = {
+            "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
+            "route": self.label,
+            "tenant": key.tenant if key is not None else None,
+            "key_id": getattr(key, "id", None) or getattr(key, "name", None) if key is not None else None,
+            "status": status, "latency_ms": round(elapsed * 1000, 2),
+        }
+        state = self.state
+        if state is not None:
+            usage = state.usage
+            record.update(iterations=state.iterations, answered_by=list(state.answered_by),
+                          prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                          tool_calls=len(state.tool_records))
+        cost = self.meter.cost_usd if self.meter is not None else None
+        if cost is not None:
+            record["cost_usd"] = cost
+        if error is not None:
+            record["error"] = _error_class(error)
+        return record
+
+
+def _error_class(error: GatewayError) -> str:
+    return error.code or error.type
+
+

@@ -1,0 +1,96 @@
+"""The tracing facade: what the API, the engine and the tool sources call, whatever the exporter.
+
+Hooks call methods of a :class:`Span`. Without ``observability.otlp_endpoint`` every span is
+the one shared :data:`NOOP` whose methods return at once: nothing from OpenTelemetry is
+imported and no object is built per request (a hook costs one method call). With it,
+:func:`install` swaps in ``gateway.tracing_otel`` (imported then, and only then) at start-up.
+
+The engine sees spans only through this module, so it stays free of HTTP and of the SDK. An
+outgoing request (an HTTP tool, an MCP server, optionally a provider) continues the trace by
+reading :data:`OUTGOING`: the ``traceparent`` of the span it runs under, or None. It is a
+context variable because each tool runs in its own task: a value set there stays there.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.config.observability_section import ObservabilityConfig
+
+OUTGOING: ContextVar[str | None] = ContextVar("loopgate_traceparent", default=None)
+
+
+class Span:
+    """A span that records nothing: the base of every hook, and what every hook gets when tracing is off."""
+
+    __slots__ = ()
+    recording = False
+
+    def model_call(self, targets: Any, request: Any) -> Span:
+        """A ``chat {model}`` child span for one model call (its failover attempts included)."""
+        return self
+
+    def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
+        """End a model-call span with the answer of ``target``; ``attempts`` are this call's entries."""
+
+    def failed(self, error: BaseException, attempts: list[dict[str, Any]]) -> None:
+        """End a model-call span with the error the call ended with."""
+
+    def tool(self, call: Any, tool: Any) -> Span:
+        """An ``execute_tool {name}`` child span for one tool execution."""
+        return self
+
+    def tool_done(self, status: str, content: str | None) -> None:
+        """End a tool span with the outcome's status (and content, when content capture is on)."""
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        """A point event on this span (pause, resume, denial, context action)."""
+
+    def set(self, key: str, value: Any) -> None:
+        """One attribute."""
+
+    def finish(self, status: int, error_type: str | None) -> None:
+        """End a server span with the HTTP status (and ``error.type`` for a failed request)."""
+
+    def traceparent(self) -> str | None:
+        """The W3C ``traceparent`` naming this span, for a request made under it."""
+        return None
+
+    def outgoing(self) -> str | None:
+        """The ``traceparent`` for a provider request, when propagation to providers is on."""
+        return None
+
+
+NOOP = Span()
+
+
+class Tracer:
+    """Starts server spans. This one (the default) starts none."""
+
+    enabled = False
+
+    def server(self, method: str, path: str, traceparent: bytes | None) -> Span:
+        return NOOP
+
+    async def shutdown(self) -> None:
+        """Flush and stop the exporter (at the end of a worker's lifespan)."""
+
+
+TRACER: Tracer = Tracer()
+
+
+def install(config: ObservabilityConfig) -> Tracer:
+    """Pick the process's tracer at start-up (each worker process calls it in its lifespan)."""
+    global TRACER
+    if config.otlp_endpoint is None:
+        TRACER = Tracer()
+    else:
+        try:
+            from gateway.tracing_otel import OtelTracer  # the SDK is imported only here
+        except ImportError as exc:
+            raise RuntimeError("observability.otlp_endpoint is set but the OpenTelemetry SDK is not installed: "
+                               "pip install 'loopgate[otel]'") from exc
+        TRACER = OtelTracer(config)
+    return TRACER

@@ -1,0 +1,57 @@
+"""``loopgate serve --workers 2``: one scrape of ``/metrics`` returns the sum over both workers."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import orjson
+
+from tests.e2e.conftest import KEY, Gateway, gateway_config
+from tests.fakes.upstream import FakeUpstream, Reply
+
+REQUESTS = 60
+
+
+def _value(text: str, line_prefix: str) -> float:
+    found = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix)]
+    return sum(found)
+
+
+def test_one_scrape_sums_both_workers(fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(*[Reply(text="hi", usage=(3, 1)) for _ in range(REQUESTS)])
+    routing = ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 1, breaker_cooldown_s: 600, "
+               "request_timeout_s: 30}")
+    config = gateway_config(fakes, routing=routing) + "\nlogging: {format: json, access: true}\n"
+    gw = Gateway(config).start("--workers", "2")
+    try:
+        def one(_: int) -> int:
+            # A new connection per request: the kernel hands connections to both workers.
+            return httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "plain", "messages": [
+                {"role": "user", "content": "hi"}]}, headers={"authorization": f"Bearer {KEY}"}, timeout=20).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(one, range(REQUESTS))) == [200] * REQUESTS
+        records = [orjson.loads(line) for line in gw.logs().splitlines() if line.strip()]
+        served = {r["pid"] for r in records if r.get("message") == "access" and r["path"] == "/v1/chat/completions"}
+        assert len(served) == 2, f"both workers must serve some requests for this test to mean anything: {served}"
+        # One worker opens primary:m1's circuit (one failure is enough here); the scrape reports it open.
+        fakes["primary"].queue(Reply(status=500, error_body={"error": {"message": "down", "type": "server_error"}}))
+        fakes["secondary"].queue(Reply(text="from m2"))
+        assert gw.post("/v1/chat/completions", {"model": "failover", "messages": [
+            {"role": "user", "content": "hi"}]}).status_code == 200
+        time.sleep(1.5)  # every worker's snapshot is at most a second old
+        for _ in range(4):  # whichever worker answers the scrape, the sum is the same
+            text = httpx.get(f"{gw.url}/metrics", timeout=10).text
+            requests = _value(text, 'loopgate_requests_total{path="/v1/chat/completions",model="plain",status="200"}')
+            assert requests == REQUESTS
+            assert _value(text, 'loopgate_upstream_attempts_total{target="primary:up-model",outcome="ok"}') == REQUESTS
+            assert _value(text, 'loopgate_request_duration_seconds_count{path="/v1/chat/completions"}') == REQUESTS + 1
+            # Circuit state is reported once per target (the maximum over workers), not once per worker.
+            circuits = [line for line in text.splitlines() if line.startswith("loopgate_circuit_open{")]
+            assert circuits and len(circuits) == len(set(c.rsplit(" ", 1)[0] for c in circuits))
+            assert re.search(r'loopgate_circuit_open\{target="primary:m1"\} 1\n', text)
+    finally:
+        gw.stop()

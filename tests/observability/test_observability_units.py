@@ -1,0 +1,137 @@
+"""The pieces of logs, request ids and shared metrics that need no gateway process."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway import logs, metrics, redact
+from gateway.api import exchange
+from gateway.api.exchange import Exchange, request_id
+from gateway.config.checks import ConfigError
+from gateway.config.validate import build_config
+from gateway.metrics_shared import SharedMetrics
+from gateway.redact import Redactor
+
+
+@pytest.mark.parametrize(("raw", "path"), [
+    ({"logging": {"format": "xml"}}, "logging.format"),
+    ({"logging": {"level": "loud"}}, "logging.level"),
+    ({"logging": {"access": "yes"}}, "logging.access"),
+    ({"logging": {"colour": True}}, "logging.colour"),
+    ({"observability": {"otlp_endpoint": "collector:4318"}}, "observability.otlp_endpoint"),
+    ({"observability": {"otlp_endpoint": "http://c:4318", "sample_ratio": 1.5}}, "observability.sample_ratio"),
+    ({"observability": {"headers": {"x": "a\nb"}}}, "observability.headers.x"),
+    ({"observability": {"capture": True}}, "observability.capture"),
+])
+def test_bad_keys_are_named(raw: dict[str, object], path: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        build_config(raw)
+    assert raised.value.path == path
+
+
+def test_defaults_and_an_empty_endpoint_mean_off() -> None:
+    config = build_config({"observability": {"otlp_endpoint": ""}})
+    assert config.logging.format == "text" and not config.logging.access and config.logging.level is None
+    assert not config.observability.tracing and config.observability.sample_ratio == 1.0
+    assert build_config({"observability": {"otlp_endpoint": "https://c:4318/"}}).observability.otlp_endpoint == \
+        "https://c:4318"
+
+
+def test_request_ids_kept_only_when_safe() -> None:
+    assert request_id(b"abc-1.2_3:4@5/6+7=8") == b"abc-1.2_3:4@5/6+7=8"
+    for bad in (b"", b"a" * 129, b"a b", b"a\nb", b'a"b', "é".encode(), b"<script>"):
+        generated = request_id(bad)
+        assert generated.startswith(b"req_") and generated != bad
+    assert request_id(None) != request_id(None)
+
+
+@pytest.fixture
+def captured() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    stream = io.StringIO()
+    yield stream
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    exchange.ACCESS = saved[2]
+
+
+def _configure(stream: io.StringIO, kind: str) -> None:
+    logs.configure("info", kind, access=True)
+    logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
+
+
+def test_json_lines_are_one_object_each_and_scrubbed(captured: io.StringIO) -> None:
+    redact.install(Redactor(["sk-secret-value-123"]))
+    try:
+        _configure(captured, "json")
+        logging.getLogger("loopgate.x").warning("upstream said %s", "bad\nkey sk-secret-value-123")
+        try:
+            raise ValueError("boom sk-secret-value-123")
+        except ValueError:
+            logging.getLogger("loopgate.x").exception("failed")
+        done = Exchange("POST", "/v1/chat/completions", b"rid-1", None)
+        done.label = "smart"
+        done.done(429)
+    finally:
+        redact.install(Redactor([]))
+    lines = captured.getvalue().splitlines()
+    records = [orjson.loads(line) for line in lines]
+    assert len(records) == 3 and "sk-secret-value-123" not in captured.getvalue()
+    assert records[0]["message"] == "upstream said bad\nkey [redacted]" and records[0]["level"] == "warning"
+    assert "ValueError" in records[1]["exc"] and records[1]["pid"] == os.getpid()
+    assert records[2]["request_id"] == "rid-1" and records[2]["status"] == 429 and records[2]["route"] == "smart"
+    assert records[2]["logger"] == "loopgate.access" and records[2]["ts"].endswith("Z")
+
+
+def test_text_access_record_is_one_line(captured: io.StringIO) -> None:
+    _configure(captured, "text")
+    done = Exchange("GET", "/v1/continuations", b"rid-2", None, echo=False, metered=False)
+    done.done(404)
+    (line,) = captured.getvalue().splitlines()
+    assert "loopgate.access: access request_id=rid-2 method=GET path=/v1/continuations route=unknown" in line
+    assert "status=404" in line
+
+
+def test_shared_metrics_sum_counters_and_take_the_max_circuit(tmp_path: Path) -> None:
+    dead_pid = 2 ** 22 + 12345  # above the default pid_max: no such process
+    other = {metrics.REQUESTS.name: [[["/v1/chat/completions", "m", "200"], 5.0]],
+             metrics.CIRCUIT_STATE.name: [[["p:m"], 1.0]],
+             metrics.LATENCY.name: [[["/v1/chat/completions"], [1.0] + [0.0] * (len(metrics.LATENCY.buckets) + 1)]]}
+    (tmp_path / f"{os.getppid()}.json").write_bytes(orjson.dumps(other))  # a live process
+    (tmp_path / f"{dead_pid}.json").write_bytes(orjson.dumps(other))  # an exited worker
+    before = metrics.REQUESTS.get("/v1/chat/completions", "m", "200")
+    merged = SharedMetrics(str(tmp_path), lambda: None)
+    import asyncio
+
+    text = asyncio.run(merged.render())
+    assert f'loopgate_requests_total{{path="/v1/chat/completions",model="m",status="200"}} {int(before + 10)}' in text
+    assert 'loopgate_circuit_open{target="p:m"} 1' in text.splitlines()  # the dead worker's gauge is dropped, max kept
+    asyncio.run(merged.publish())
+    assert orjson.loads((tmp_path / f"{os.getpid()}.json").read_bytes())[metrics.REQUESTS.name] is not None
+
+
+def test_sampling_roots_by_ratio_and_following_the_callers_flags() -> None:
+    from gateway.config.observability_section import ObservabilityConfig
+    from gateway.tracing import NOOP
+    from gateway.tracing_otel import OtelTracer
+
+    # Spans started here are never ended, so nothing is exported to the unused endpoint.
+    tracer = OtelTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.25))
+    share = sum(tracer.server("POST", "/v1/chat/completions", None) is not NOOP for _ in range(4000)) / 4000
+    assert 0.18 < share < 0.32
+    sampled = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert all(tracer.server("POST", "/x", sampled).recording for _ in range(50))
+    assert all(tracer.server("POST", "/x", sampled[:-1] + b"0") is NOOP for _ in range(50))
+    never = OtelTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0))
+    assert all(never.server("POST", "/x", b"not-a-traceparent") is NOOP for _ in range(50))
+    continued = tracer.server("POST", "/x", sampled)
+    assert continued.traceparent() is not None
+    assert continued.traceparent().startswith("00-0af7651916cd43dd8448eb211c80319c-")  # type: ignore[union-attr]
