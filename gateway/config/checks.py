@@ -22,9 +22,9 @@ class ConfigError(Exception):
 
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
-TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing"}
+TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "notifications"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
-                "keepalive_timeout_s"}
+                "keepalive_timeout_s", "public_url"}
 AUTH_KEYS = {"keys"}
 API_KEY_KEYS = {"key", "tenant", "headless"}
 STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
@@ -43,12 +43,15 @@ TARGET_KEYS = {"provider", "model"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
                  "request_timeout_s"}
+NOTIFICATIONS_KEYS = {"webhooks", "retry_for_s", "backoff_base_s", "backoff_max_s", "max_queue"}
+WEBHOOK_KEYS = {"url", "secret", "events", "format", "timeout_s"}
 SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("", TOP_KEYS), ("server", SERVER_KEYS), ("auth", AUTH_KEYS), ("auth.keys[N]", API_KEY_KEYS),
     ("store", STORE_KEYS), ("store.tls", STORE_TLS_KEYS), ("store.sentinel", SENTINEL_KEYS),
     ("providers.NAME", PROVIDER_KEYS), ("tools.NAME", TOOL_KEYS),
     ("tools.NAME.http", HTTP_TOOL_KEYS), ("mcp_servers.NAME", MCP_KEYS), ("models.NAME", ROUTE_KEYS),
     ("models.NAME.targets[N]", TARGET_KEYS), ("models.NAME.context", CONTEXT_KEYS), ("routing", ROUTING_KEYS),
+    ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
 )
 
 

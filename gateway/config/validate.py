@@ -52,6 +52,7 @@ from gateway.config.model import (
     TargetConfig,
     ToolConfig,
 )
+from gateway.config.notifications_section import notifications_section, public_url
 from gateway.config.store_section import store_section
 from gateway.providers.urls import model_problem
 
@@ -78,6 +79,7 @@ def _server(raw: Any) -> ServerConfig:
         header_timeout_s=_server_timeout(section, "header_timeout_s", 10.0),
         body_timeout_s=_server_timeout(section, "body_timeout_s", 30.0),
         keepalive_timeout_s=_server_timeout(section, "keepalive_timeout_s", 5.0),
+        public_url=public_url(section.get("public_url")),
     )
 
 
@@ -365,8 +367,9 @@ def build_config(raw: dict[str, Any]) -> Config:
         target = route.context.compress_with
         if target is not None and target not in models:
             raise ConfigError(f"models.{name}.context.compress_with", f"unknown model route '{target}'")
+    server = _server(raw.get("server"))
     return Config(
-        server=_server(raw.get("server")),
+        server=server,
         auth=_auth(raw.get("auth")),
         store=store_section(raw.get("store")),
         providers=providers,
@@ -374,6 +377,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         mcp_servers=mcp_servers,
         models=models,
         routing=_routing(raw.get("routing")),
+        notifications=notifications_section(raw.get("notifications"), server.public_url),
     )
 
 

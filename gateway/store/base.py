@@ -23,9 +23,12 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
+
+if TYPE_CHECKING:
+    from gateway.store.outbox import Outbox
 
 ContinuationStatus = Literal["pending", "claimed", "resumed", "cancelled"]
 STATUSES: tuple[str, ...] = ("pending", "claimed", "resumed", "cancelled")
@@ -242,6 +245,11 @@ class Store(ABC):
     @abstractmethod
     async def health_open_until(self, target: str) -> float | None:
         """The timestamp until which ``target``'s circuit is open, or None when it is closed."""
+
+    # -- notification outbox (gateway/store/outbox.py) -------------------------------------------
+    def outbox(self) -> Outbox:
+        """The webhook delivery queue on this store's backend, shared by every replica using it."""
+        raise NotImplementedError(f"the {self.kind} store has no outbox")
 
 
 def check_ttl(ttl_s: float) -> int:

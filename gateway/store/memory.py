@@ -34,6 +34,7 @@ from gateway.store.base import (
     check_ttl,
     failure_window,
 )
+from gateway.store.outbox import MemoryOutbox, Outbox
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -113,9 +114,15 @@ class MemoryStore(Store):
         self._fails: _TTLMap[str, int] = _TTLMap()
         self._open: _TTLMap[str, float] = _TTLMap()
         self._closed = False
+        self._outbox: MemoryOutbox | None = None
 
     async def ping(self) -> bool:
         return not self._closed
+
+    def outbox(self) -> Outbox:
+        if self._outbox is None:
+            self._outbox = MemoryOutbox()
+        return self._outbox
 
     async def aclose(self) -> None:
         self._closed = True

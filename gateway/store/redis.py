@@ -77,7 +77,9 @@ from gateway.store.base import (
     check_ttl,
     failure_window,
 )
+from gateway.store.outbox import Outbox
 from gateway.store.redis_connect import connect
+from gateway.store.redis_outbox import RedisOutbox
 
 PREFIX = "loopgate:"
 log = logging.getLogger("loopgate.store")
@@ -164,6 +166,7 @@ class RedisStore(Store):
         self._wait_replicas = max(0, int(wait_replicas))
         self._wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._audit_max = audit_max
+        self._outbox: RedisOutbox | None = None
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
         self._save = self._r.register_script(scripts.SAVE)
         self._claim = self._r.register_script(scripts.CLAIM)
@@ -267,6 +270,11 @@ class RedisStore(Store):
                 return bool(await self._r.ping())
         except Exception:
             return False
+
+    def outbox(self) -> Outbox:
+        if self._outbox is None:
+            self._outbox = RedisOutbox(self._r, self._guard)
+        return self._outbox
 
     async def aclose(self) -> None:
         await self._conn.aclose()
