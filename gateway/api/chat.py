@@ -53,6 +53,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             stored, results = way_a
             plan = resume_plan(runtime, stored)  # before the claim: a refused resume leaves it pending
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
+            continuations.notifier.resumed(claimed, "a")
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -18,6 +19,7 @@ from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
 
@@ -52,6 +54,16 @@ def _view(continuation: Continuation) -> dict[str, object]:
     return {"id": continuation.id, "object": "continuation", "status": continuation.status,
             "model": continuation.model, "pending": continuation.pending,
             "created_at": int(continuation.created_at), "expires_at": int(continuation.expires_at)}
+
+
+def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[dict[str, Any]],
+                     decided_by: str | None) -> None:
+    """``decided`` for the approve/deny decisions (client outputs are not decisions), then ``resumed``."""
+    verdicts = [{"tool_call_id": d["tool_call_id"], "approved": d["approve"], "reason": d.get("reason")}
+                for d in decisions if "output" not in d]
+    if verdicts:
+        notifier.decided(claimed, verdicts, decided_by)
+    notifier.resumed(claimed, "b")
 
 
 async def get_continuation(request: Request) -> JSONResponse:
@@ -101,6 +113,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
+        notify_decisions(continuations.notifier, claimed, body["decisions"], getattr(key, "name", None))
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,

@@ -1,0 +1,254 @@
+"""The emitter (``emit`` and the named emission points) and the delivery worker every replica runs.
+
+Request paths only call the synchronous ``emit``: it builds the event and appends one job per
+subscribed receiver to a bounded in-process buffer (full: dropped and counted). A background
+task pushes the buffer to the store's outbox in batches; a store outage is logged and counted,
+never raised into a request. The delivery worker claims due jobs from the shared outbox
+(leased: a replica that dies mid-delivery frees its jobs when the lease ends), POSTs them and
+removes them, or puts them back with exponential backoff until ``retry_for_s`` after the event,
+when they are dropped and counted.
+
+Expiry: a pause (with ``expired`` subscribed) also queues a check, due shortly before the
+continuation's TTL ends; whichever replica claims it looks the continuation up and emits
+``expired`` when it is still waiting (pending, or claimed by a resume that died).
+
+Delivery is at least once: a replica that dies after the receiver answered but before it
+removed the job delivers nothing more, and after the lease another replica POSTs it again, with
+the same event id (``X-Loopgate-Event-Id``) so the receiver can drop the repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway import metrics
+from gateway.config.model import WEBHOOK_EVENTS, NotificationsConfig
+from gateway.notify import events
+from gateway.notify.delivery import Receiver
+from gateway.store.base import Continuation, ContinuationNotFound, Store
+from gateway.store.outbox import Claimed, Outbox, now_ms
+from gateway.upstream.proxy import environment_proxies
+
+log = logging.getLogger("loopgate.notify")
+
+#: Jobs waiting in a replica's memory for the store; past it new events are dropped (and counted).
+MAX_BUFFER = 10_000
+#: Jobs pushed to the store per round trip, and claimed per round trip.
+BATCH = 200
+CLAIM_BATCH = 32
+#: How often an idle worker looks for jobs other replicas queued (its own wake it at once).
+POLL_S = 1.0
+#: A claim outlives the longest attempt by this much; then another replica may take the job.
+LEASE_MARGIN_S = 30.0
+#: The expiry check runs this long before the continuation's TTL ends (the record must still exist).
+EXPIRY_LEAD_S = 2.0
+
+
+class Notifier:
+    def __init__(self, config: NotificationsConfig, public_url: str | None, store: Store,
+                 proxies: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.public_url = public_url
+        self.store = store
+        proxies = environment_proxies() if proxies is None else proxies
+        self.receivers = {r.key: r for r in (Receiver.build(h, proxies) for h in config.webhooks)}
+        self._subscribers: dict[str, tuple[str, ...]] = {
+            kind: tuple(r.key for r in self.receivers.values() if kind in r.config.events) for kind in WEBHOOK_EVENTS}
+        self._lease_ms = int((max((h.timeout_s for h in config.webhooks), default=10.0) + LEASE_MARGIN_S) * 1000)
+        self._buffer: deque[tuple[str, int, bytes, str]] = deque()  # (job id, due ms, body, event type)
+        self._outbox: Outbox | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_wake = asyncio.Event()
+        self._work_wake = asyncio.Event()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.receivers)
+
+    def wants(self, event_type: str) -> bool:
+        return bool(self._subscribers.get(event_type))
+
+    # -- emitting (request paths: synchronous, never raises, never waits) ----------------------
+    def emit(self, event_type: str, tenant: str, **fields: Any) -> None:
+        """Queue ``event_type`` for every receiver subscribed to it (see ``events.build`` for ``fields``)."""
+        targets = self._subscribers.get(event_type)
+        if not targets:
+            return
+        try:
+            event = events.build(event_type, tenant, **fields)
+            first = now_ms()
+            for key in targets:
+                job = {"k": "deliver", "hook": key, "event": event, "attempts": 0, "first": first}
+                self._enqueue(f"{event['id']}:{key}", first, orjson.dumps(job), event_type)
+        except Exception:  # an emission point must never fail its request
+            log.exception("could not queue a %s notification", event_type)
+            metrics.WEBHOOK_EVENTS.inc(event_type, "dropped_error")
+
+    def _enqueue(self, job_id: str, due: int, body: bytes, event_type: str) -> None:
+        if len(self._buffer) >= MAX_BUFFER:
+            metrics.WEBHOOK_EVENTS.inc(event_type, "dropped_buffer_full")
+            return
+        self._buffer.append((job_id, due, body, event_type))
+        self._flush_wake.set()
+
+    def paused(self, continuation: Continuation) -> None:
+        self.emit("paused", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
+                  calls=continuation.pending, expires_at=int(continuation.expires_at))
+        if self.wants("expired"):
+            due = max(time.time(), continuation.expires_at - EXPIRY_LEAD_S)
+            self.watch(continuation, due, "the continuation expired unanswered")
+
+    def watch(self, continuation: Continuation, due_s: float, reason: str) -> None:
+        """Check at ``due_s`` whether ``continuation`` still waits; if so, emit ``expired`` with ``reason``.
+
+        One check per continuation: watching it again moves the check.
+        """
+        job = {"k": "check", "tenant": continuation.tenant, "cid": continuation.id, "reason": reason}
+        self._enqueue(f"check:{continuation.id}", int(due_s * 1000), orjson.dumps(job), "expired")
+
+    def resumed(self, continuation: Continuation, way: str) -> None:
+        self.emit("resumed", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
+                  calls=continuation.pending, way=way)
+
+    def decided(self, continuation: Continuation, decisions: Iterable[dict[str, Any]], decided_by: str | None) -> None:
+        """An approval decision (way B): ``decisions`` are ``{tool_call_id, approved, reason?}``."""
+        names = {p.get("tool_call_id"): p.get("name") for p in continuation.pending}
+        listed = [{"tool_call_id": events.cut(d.get("tool_call_id"), 200), "name": events.cut(names.get(d.get(
+            "tool_call_id")), 200), "approved": bool(d.get("approved")), "reason": events.cut(d.get("reason"))}
+            for d in list(decisions)[:events.MAX_CALLS]]
+        self.emit("decided", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
+                  calls=continuation.pending, decided_by=decided_by, decisions=listed)
+
+    def headless_denied(self, tenant: str, call: Mapping[str, Any], reason: str, route: str | None = None) -> None:
+        function = call.get("function") or {}
+        item = {"tool_call_id": call.get("id"), "name": function.get("name"), "arguments": function.get("arguments")}
+        self.emit("headless_denied", tenant, route=route, calls=[item], reason=events.cut(reason))
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the flusher and this replica's delivery worker (nothing when no webhook is configured)."""
+        if not self.enabled:
+            return
+        self._outbox = self.store.outbox()
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
+                                              timeout=aiohttp.ClientTimeout(total=None))
+        self._tasks = [asyncio.create_task(self._flush_forever(), name="loopgate-notify-flush"),
+                       asyncio.create_task(self._work_forever(), name="loopgate-notify-deliver")]
+
+    async def stop(self) -> None:
+        if self._buffer and self._outbox is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await self._flush_once()  # hand what is buffered to the other replicas
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._session is not None:
+            await self._session.close()
+
+    # -- buffer -> store -----------------------------------------------------------------------
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._flush_wake.wait()
+            self._flush_wake.clear()
+            while self._buffer:
+                await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        assert self._outbox is not None
+        batch = [self._buffer.popleft() for _ in range(min(BATCH, len(self._buffer)))]
+        try:
+            refused = await self._outbox.push([(j, d, b) for j, d, b, _ in batch], self.config.max_queue)
+        except Exception as exc:
+            log.warning("notifications: %d job(s) dropped, the store did not take them: %s", len(batch), exc)
+            for *_, kind in batch:
+                metrics.WEBHOOK_EVENTS.inc(kind, "dropped_store_error")
+            return
+        if refused:
+            log.warning("notifications: the outbox is full (notifications.max_queue = %d): %d job(s) dropped",
+                        self.config.max_queue, refused)
+        for index, (*_, kind) in enumerate(batch):
+            metrics.WEBHOOK_EVENTS.inc(kind, "dropped_queue_full" if index >= len(batch) - refused else "queued")
+        self._work_wake.set()
+
+    # -- store -> receivers --------------------------------------------------------------------
+    async def _work_forever(self) -> None:
+        assert self._outbox is not None
+        while True:
+            try:
+                claimed = await self._outbox.claim(self._lease_ms, CLAIM_BATCH)
+            except Exception as exc:
+                log.warning("notifications: cannot claim jobs from the store: %s", exc)
+                claimed = []
+            if claimed:
+                await asyncio.gather(*(self._handle(job) for job in claimed))
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POLL_S):
+                    await self._work_wake.wait()
+            self._work_wake.clear()
+
+    async def _handle(self, job: Claimed) -> None:
+        assert self._outbox is not None
+        try:
+            body = orjson.loads(job.body)
+            if body.get("k") == "check":
+                await self._check(body)
+                await self._outbox.done(job.id, job.token)
+            else:
+                await self._deliver(job, body)
+        except Exception:
+            # Left claimed: the job comes back when its lease ends.
+            log.exception("notifications: job %s failed; it is retried after its lease", job.id)
+
+    async def _deliver(self, job: Claimed, body: dict[str, Any]) -> None:
+        assert self._outbox is not None and self._session is not None
+        receiver = self.receivers.get(str(body.get("hook")))
+        if receiver is None:  # the receiver was removed from the config since the event was queued
+            await self._outbox.done(job.id, job.token)
+            metrics.WEBHOOK_DELIVERIES.inc("dropped")
+            return
+        problem = await receiver.attempt(self._session, body["event"], self.public_url)
+        if problem is None:
+            await self._outbox.done(job.id, job.token)
+            metrics.WEBHOOK_DELIVERIES.inc("delivered")
+            return
+        attempts = int(body.get("attempts", 0)) + 1
+        delay = min(self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempts - 1))
+        delay *= random.uniform(0.8, 1.0)  # replicas retrying a shared outage do not stampede together
+        due = now_ms() + int(delay * 1000)
+        if due > int(body.get("first", 0)) + int(self.config.retry_for_s * 1000):
+            await self._outbox.done(job.id, job.token)
+            metrics.WEBHOOK_DELIVERIES.inc("dropped")
+            log.warning("webhook %s: event %s dropped after %d attempt(s) (notifications.retry_for_s = %g): %s",
+                        receiver.key, body["event"]["id"], attempts, self.config.retry_for_s, problem)
+            return
+        body["attempts"] = attempts
+        await self._outbox.retry(job.id, job.token, due, orjson.dumps(body))
+        metrics.WEBHOOK_DELIVERIES.inc("retry")
+        log.info("webhook %s: event %s attempt %d failed (%s); next in %.1fs", receiver.key, body["event"]["id"],
+                 attempts, problem, delay)
+
+    async def _check(self, body: dict[str, Any]) -> None:
+        try:
+            continuation = await self.store.get_continuation(str(body["cid"]), str(body["tenant"]))
+        except ContinuationNotFound:
+            return  # cancelled (or already gone)
+        lease_over = continuation.status == "claimed" and (continuation.claimed_until or 0.0) < time.time()
+        if continuation.status == "pending" or lease_over:
+            self.emit("expired", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
+                      calls=continuation.pending, reason=body.get("reason"))
