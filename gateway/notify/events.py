@@ -59,5 +59,5 @@ def build(event_type: str, tenant: str, *, continuation_id: str | None = None, r
     }
     if len(listed) > MAX_CALLS:
         event["tool_calls_omitted"] = len(listed) - MAX_CALLS
-    event.update({k: v for k, v in extra.items() if v is not None})
+    event.update({k: cut(v) if isinstance(v, str) else v for k, v in extra.items() if v is not None})
     return event
