@@ -1,4 +1,4 @@
-"""Webhook config validation, the signature scheme and the payload builders (delivery itself: tests/e2e/test_webhooks.py)."""
+"""Webhook config validation, the signature scheme and the payload builders (delivery: tests/e2e/test_webhooks.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator
 
 import httpx
-import orjson
 import pytest
 import redis
 
