@@ -46,6 +46,8 @@ MAX_BUFFER = 10_000
 #: Jobs pushed to the store per round trip, and claimed per round trip.
 BATCH = 200
 CLAIM_BATCH = 32
+#: Delivery attempts one replica runs at once.
+MAX_IN_FLIGHT = 64
 #: How often an idle worker looks for jobs other replicas queued (its own wake it at once).
 POLL_S = 1.0
 #: A claim outlives the longest attempt by this much; then another replica may take the job.
@@ -69,6 +71,7 @@ class Notifier:
         self._outbox: Outbox | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._running: set[asyncio.Task[None]] = set()  # delivery attempts in flight
         self._flush_wake = asyncio.Event()
         self._work_wake = asyncio.Event()
 
@@ -151,9 +154,10 @@ class Notifier:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await self._flush_once()  # hand what is buffered to the other replicas
-        for task in self._tasks:
+        everything = [*self._tasks, *self._running]
+        for task in everything:
             task.cancel()
-        for task in self._tasks:
+        for task in everything:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
@@ -187,20 +191,32 @@ class Notifier:
 
     # -- store -> receivers --------------------------------------------------------------------
     async def _work_forever(self) -> None:
+        """Keep up to ``MAX_IN_FLIGHT`` attempts running; each job is its own task, so a receiver that
+        hangs until its timeout holds one slot, never the deliveries to the others."""
         assert self._outbox is not None
         while True:
-            try:
-                claimed = await self._outbox.claim(self._lease_ms, CLAIM_BATCH)
-            except Exception as exc:
-                log.warning("notifications: cannot claim jobs from the store: %s", exc)
-                claimed = []
-            if claimed:
-                await asyncio.gather(*(self._handle(job) for job in claimed))
-                continue
+            free = MAX_IN_FLIGHT - len(self._running)
+            claimed: list[Claimed] = []
+            if free > 0:
+                try:
+                    claimed = await self._outbox.claim(self._lease_ms, min(CLAIM_BATCH, free))
+                except Exception as exc:
+                    log.warning("notifications: cannot claim jobs from the store: %s", exc)
+            for job in claimed:
+                task = asyncio.create_task(self._handle(job))
+                self._running.add(task)
+                task.add_done_callback(self._finished)
+            if claimed and len(self._running) < MAX_IN_FLIGHT:
+                continue  # more may be due right now
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(POLL_S):
-                    await self._work_wake.wait()
+                    await self._work_wake.wait()  # a local event, or a finished attempt when all slots were busy
             self._work_wake.clear()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if len(self._running) == MAX_IN_FLIGHT - 1:
+            self._work_wake.set()
 
     async def _handle(self, job: Claimed) -> None:
         assert self._outbox is not None

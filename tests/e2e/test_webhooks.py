@@ -204,9 +204,10 @@ def test_expired_when_a_pause_is_never_answered(receiver: WebhookReceiver) -> No
 
 
 def test_a_dead_receiver_adds_nothing_to_request_latency(receiver: WebhookReceiver) -> None:
-    """A receiver that hangs (timeout 8 s) and one that refuses connections, against none at all."""
+    """A receiver that hangs (timeout 8 s) and one that refuses connections, against a healthy one."""
     closed = f"http://127.0.0.1:{_closed_port()}/refused"
-    dead = Gateway(config(hook(f"{receiver.url}/hang", timeout_s=8) + hook(closed))).start()
+    dead = Gateway(config(hook(f"{receiver.url}/hang", timeout_s=8) + hook(closed)
+                          + hook(f"{receiver.url}/fine", "[paused]"))).start()
     healthy = Gateway(config(hook(f"{receiver.url}/ok"))).start()
     try:
         for gw in (dead, healthy):
@@ -224,6 +225,9 @@ def test_a_dead_receiver_adds_nothing_to_request_latency(receiver: WebhookReceiv
         # ... and took about as long as with a healthy receiver (generous margin: CI machines are noisy).
         assert statistics.median(timings["dead"]) < statistics.median(timings["healthy"]) * 3 + 0.25, timings
         assert max(timings["dead"]) < 2.0, timings
+        # A hanging receiver holds one delivery slot, not the deliveries to the others.
+        receiver.wait_for("/fine", 6, timeout=5)
+        assert hung.ended_at is None
     finally:
         dead.stop()
         healthy.stop()
