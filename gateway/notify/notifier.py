@@ -41,6 +41,10 @@ from gateway.upstream.proxy import environment_proxies
 
 log = logging.getLogger("loopgate.notify")
 
+#: The two outboxes: webhook deliveries, and the expiry checks of paused continuations (each capped apart,
+#: so a day of pauses waiting for their TTL never crowds out deliveries).
+DELIVERIES = "deliveries"
+CHECKS = "checks"
 #: Jobs waiting in a replica's memory for the store; past it new events are dropped (and counted).
 MAX_BUFFER = 10_000
 #: Jobs pushed to the store per round trip, and claimed per round trip.
@@ -67,8 +71,9 @@ class Notifier:
         self._subscribers: dict[str, tuple[str, ...]] = {
             kind: tuple(r.key for r in self.receivers.values() if kind in r.config.events) for kind in WEBHOOK_EVENTS}
         self._lease_ms = int((max((h.timeout_s for h in config.webhooks), default=10.0) + LEASE_MARGIN_S) * 1000)
-        self._buffer: deque[tuple[str, int, bytes, str]] = deque()  # (job id, due ms, body, event type)
-        self._outbox: Outbox | None = None
+        # (outbox name, job id, due ms, body, event type)
+        self._buffer: deque[tuple[str, str, int, bytes, str]] = deque()
+        self._boxes: dict[str, Outbox] = {}
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._running: set[asyncio.Task[None]] = set()  # delivery attempts in flight
@@ -93,16 +98,16 @@ class Notifier:
             first = now_ms()
             for key in targets:
                 job = {"k": "deliver", "hook": key, "event": event, "attempts": 0, "first": first}
-                self._enqueue(f"{event['id']}:{key}", first, orjson.dumps(job), event_type)
+                self._enqueue(DELIVERIES, f"{event['id']}:{key}", first, orjson.dumps(job), event_type)
         except Exception:  # an emission point must never fail its request
             log.exception("could not queue a %s notification", event_type)
             metrics.WEBHOOK_EVENTS.inc(event_type, "dropped_error")
 
-    def _enqueue(self, job_id: str, due: int, body: bytes, event_type: str) -> None:
+    def _enqueue(self, box: str, job_id: str, due: int, body: bytes, event_type: str) -> None:
         if len(self._buffer) >= MAX_BUFFER:
             metrics.WEBHOOK_EVENTS.inc(event_type, "dropped_buffer_full")
             return
-        self._buffer.append((job_id, due, body, event_type))
+        self._buffer.append((box, job_id, due, body, event_type))
         self._flush_wake.set()
 
     def paused(self, continuation: Continuation) -> None:
@@ -118,7 +123,7 @@ class Notifier:
         One check per continuation: watching it again moves the check.
         """
         job = {"k": "check", "tenant": continuation.tenant, "cid": continuation.id, "reason": reason}
-        self._enqueue(f"check:{continuation.id}", int(due_s * 1000), orjson.dumps(job), "expired")
+        self._enqueue(CHECKS, continuation.id, int(due_s * 1000), orjson.dumps(job), "expired")
 
     def resumed(self, continuation: Continuation, way: str) -> None:
         self.emit("resumed", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
@@ -143,14 +148,14 @@ class Notifier:
         """Start the flusher and this replica's delivery worker (nothing when no webhook is configured)."""
         if not self.enabled:
             return
-        self._outbox = self.store.outbox()
+        self._boxes = {name: self.store.outbox(name) for name in (DELIVERIES, CHECKS)}
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
                                               timeout=aiohttp.ClientTimeout(total=None))
         self._tasks = [asyncio.create_task(self._flush_forever(), name="loopgate-notify-flush"),
                        asyncio.create_task(self._work_forever(), name="loopgate-notify-deliver")]
 
     async def stop(self) -> None:
-        if self._buffer and self._outbox is not None:
+        if self._buffer and self._boxes:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await self._flush_once()  # hand what is buffered to the other replicas
@@ -173,44 +178,52 @@ class Notifier:
                 await self._flush_once()
 
     async def _flush_once(self) -> None:
-        assert self._outbox is not None
         batch = [self._buffer.popleft() for _ in range(min(BATCH, len(self._buffer)))]
+        for name, outbox in self._boxes.items():
+            jobs = [item for item in batch if item[0] == name]
+            if jobs:
+                await self._push(name, outbox, jobs)
+        self._work_wake.set()
+
+    async def _push(self, name: str, outbox: Outbox, jobs: list[tuple[str, str, int, bytes, str]]) -> None:
         try:
-            refused = await self._outbox.push([(j, d, b) for j, d, b, _ in batch], self.config.max_queue)
+            refused = await outbox.push([(j, d, b) for _, j, d, b, _ in jobs], self.config.max_queue)
         except Exception as exc:
-            log.warning("notifications: %d job(s) dropped, the store did not take them: %s", len(batch), exc)
-            for *_, kind in batch:
+            log.warning("notifications: %d job(s) dropped, the store did not take them: %s", len(jobs), exc)
+            for *_, kind in jobs:
                 metrics.WEBHOOK_EVENTS.inc(kind, "dropped_store_error")
             return
         if refused:
-            log.warning("notifications: the outbox is full (notifications.max_queue = %d): %d job(s) dropped",
-                        self.config.max_queue, refused)
-        for index, (*_, kind) in enumerate(batch):
-            metrics.WEBHOOK_EVENTS.inc(kind, "dropped_queue_full" if index >= len(batch) - refused else "queued")
-        self._work_wake.set()
+            log.warning("notifications: the %s outbox is full (notifications.max_queue = %d): %d job(s) dropped",
+                        name, self.config.max_queue, refused)
+        for index, (*_, kind) in enumerate(jobs):
+            metrics.WEBHOOK_EVENTS.inc(kind, "dropped_queue_full" if index >= len(jobs) - refused else "queued")
 
     # -- store -> receivers --------------------------------------------------------------------
     async def _work_forever(self) -> None:
-        """Keep up to ``MAX_IN_FLIGHT`` attempts running; each job is its own task, so a receiver that
-        hangs until its timeout holds one slot, never the deliveries to the others."""
-        assert self._outbox is not None
+        """Keep up to ``MAX_IN_FLIGHT`` jobs running; each is its own task, so a receiver that hangs
+        until its timeout holds one slot, never the deliveries to the others."""
         while True:
-            free = MAX_IN_FLIGHT - len(self._running)
-            claimed: list[Claimed] = []
-            if free > 0:
+            claimed_any = False
+            for outbox in self._boxes.values():
+                free = MAX_IN_FLIGHT - len(self._running)
+                if free <= 0:
+                    break
                 try:
-                    claimed = await self._outbox.claim(self._lease_ms, min(CLAIM_BATCH, free))
+                    claimed = await outbox.claim(self._lease_ms, min(CLAIM_BATCH, free))
                 except Exception as exc:
                     log.warning("notifications: cannot claim jobs from the store: %s", exc)
-            for job in claimed:
-                task = asyncio.create_task(self._handle(job))
-                self._running.add(task)
-                task.add_done_callback(self._finished)
-            if claimed and len(self._running) < MAX_IN_FLIGHT:
+                    claimed = []
+                for job in claimed:
+                    task = asyncio.create_task(self._handle(outbox, job))
+                    self._running.add(task)
+                    task.add_done_callback(self._finished)
+                claimed_any = claimed_any or bool(claimed)
+            if claimed_any and len(self._running) < MAX_IN_FLIGHT:
                 continue  # more may be due right now
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(POLL_S):
-                    await self._work_wake.wait()  # a local event, or a finished attempt when all slots were busy
+                    await self._work_wake.wait()  # a local event, or a finished job when all slots were busy
             self._work_wake.clear()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
@@ -218,29 +231,28 @@ class Notifier:
         if len(self._running) == MAX_IN_FLIGHT - 1:
             self._work_wake.set()
 
-    async def _handle(self, job: Claimed) -> None:
-        assert self._outbox is not None
+    async def _handle(self, outbox: Outbox, job: Claimed) -> None:
         try:
             body = orjson.loads(job.body)
             if body.get("k") == "check":
                 await self._check(body)
-                await self._outbox.done(job.id, job.token)
+                await outbox.done(job.id, job.token)
             else:
-                await self._deliver(job, body)
+                await self._deliver(outbox, job, body)
         except Exception:
             # Left claimed: the job comes back when its lease ends.
             log.exception("notifications: job %s failed; it is retried after its lease", job.id)
 
-    async def _deliver(self, job: Claimed, body: dict[str, Any]) -> None:
-        assert self._outbox is not None and self._session is not None
+    async def _deliver(self, outbox: Outbox, job: Claimed, body: dict[str, Any]) -> None:
+        assert self._session is not None
         receiver = self.receivers.get(str(body.get("hook")))
         if receiver is None:  # the receiver was removed from the config since the event was queued
-            await self._outbox.done(job.id, job.token)
+            await outbox.done(job.id, job.token)
             metrics.WEBHOOK_DELIVERIES.inc("dropped")
             return
         problem = await receiver.attempt(self._session, body["event"], self.public_url)
         if problem is None:
-            await self._outbox.done(job.id, job.token)
+            await outbox.done(job.id, job.token)
             metrics.WEBHOOK_DELIVERIES.inc("delivered")
             return
         attempts = int(body.get("attempts", 0)) + 1
@@ -248,13 +260,13 @@ class Notifier:
         delay *= random.uniform(0.8, 1.0)  # replicas retrying a shared outage do not stampede together
         due = now_ms() + int(delay * 1000)
         if due > int(body.get("first", 0)) + int(self.config.retry_for_s * 1000):
-            await self._outbox.done(job.id, job.token)
+            await outbox.done(job.id, job.token)
             metrics.WEBHOOK_DELIVERIES.inc("dropped")
             log.warning("webhook %s: event %s dropped after %d attempt(s) (notifications.retry_for_s = %g): %s",
                         receiver.key, body["event"]["id"], attempts, self.config.retry_for_s, problem)
             return
         body["attempts"] = attempts
-        await self._outbox.retry(job.id, job.token, due, orjson.dumps(body))
+        await outbox.retry(job.id, job.token, due, orjson.dumps(body))
         metrics.WEBHOOK_DELIVERIES.inc("retry")
         log.info("webhook %s: event %s attempt %d failed (%s); next in %.1fs", receiver.key, body["event"]["id"],
                  attempts, problem, delay)

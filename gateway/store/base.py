@@ -247,8 +247,8 @@ class Store(ABC):
         """The timestamp until which ``target``'s circuit is open, or None when it is closed."""
 
     # -- notification outbox (gateway/store/outbox.py) -------------------------------------------
-    def outbox(self) -> Outbox:
-        """The webhook delivery queue on this store's backend, shared by every replica using it."""
+    def outbox(self, name: str) -> Outbox:
+        """The job queue ``name`` (webhook deliveries, expiry checks) on this backend, shared by every replica."""
         raise NotImplementedError(f"the {self.kind} store has no outbox")
 
 

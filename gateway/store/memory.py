@@ -114,15 +114,13 @@ class MemoryStore(Store):
         self._fails: _TTLMap[str, int] = _TTLMap()
         self._open: _TTLMap[str, float] = _TTLMap()
         self._closed = False
-        self._outbox: MemoryOutbox | None = None
+        self._outboxes: dict[str, MemoryOutbox] = {}
 
     async def ping(self) -> bool:
         return not self._closed
 
-    def outbox(self) -> Outbox:
-        if self._outbox is None:
-            self._outbox = MemoryOutbox()
-        return self._outbox
+    def outbox(self, name: str) -> Outbox:
+        return self._outboxes.setdefault(name, MemoryOutbox())
 
     async def aclose(self) -> None:
         self._closed = True

@@ -166,7 +166,7 @@ class RedisStore(Store):
         self._wait_replicas = max(0, int(wait_replicas))
         self._wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._audit_max = audit_max
-        self._outbox: RedisOutbox | None = None
+        self._outboxes: dict[str, RedisOutbox] = {}
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
         self._save = self._r.register_script(scripts.SAVE)
         self._claim = self._r.register_script(scripts.CLAIM)
@@ -271,10 +271,10 @@ class RedisStore(Store):
         except Exception:
             return False
 
-    def outbox(self) -> Outbox:
-        if self._outbox is None:
-            self._outbox = RedisOutbox(self._r, self._guard)
-        return self._outbox
+    def outbox(self, name: str) -> Outbox:
+        if name not in self._outboxes:
+            self._outboxes[name] = RedisOutbox(self._r, self._guard, name)
+        return self._outboxes[name]
 
     async def aclose(self) -> None:
         await self._conn.aclose()

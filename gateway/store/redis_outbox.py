@@ -1,9 +1,9 @@
 """The notification outbox on Redis (see gateway/store/outbox.py for the semantics).
 
-Keys (one hash tag, so every script touches one slot, on a Cluster too)::
+Keys of the outbox NAME (one hash tag, so every script touches one slot, on a Cluster too)::
 
-    loopgate:{outbox}:due    sorted set  job id -> due time (ms); a claimed job's score is its lease end
-    loopgate:{outbox}:jobs   hash        job id -> body
+    loopgate:{outbox:NAME}:due    sorted set  job id -> due time (ms); a claimed job's score is its lease end
+    loopgate:{outbox:NAME}:jobs   hash        job id -> body
 
 Each operation is one Lua script: the due-check and the lease move of ``claim`` are atomic, so two
 replicas polling at the same moment never take the same job.
@@ -17,8 +17,12 @@ from typing import Any
 
 from gateway.store.outbox import Claimed, Outbox, now_ms
 
-DUE_KEY = "loopgate:{outbox}:due"
-JOBS_KEY = "loopgate:{outbox}:jobs"
+
+def outbox_keys(name: str) -> list[str]:
+    """The due set and the job hash of outbox ``name`` (an internal, fixed name: no escaping needed)."""
+    if not name.isalnum():
+        raise ValueError(f"outbox names are alphanumeric, got {name!r}")
+    return [f"loopgate:{{outbox:{name}}}:due", f"loopgate:{{outbox:{name}}}:jobs"]
 
 PUSH = """
 local max = tonumber(ARGV[1])
@@ -75,9 +79,9 @@ Guard = Callable[[str], AbstractAsyncContextManager[None]]
 class RedisOutbox(Outbox):
     """Built by ``RedisStore.outbox()`` from its client and its guard (outages become ``StoreUnavailable``)."""
 
-    def __init__(self, client: Any, guard: Guard) -> None:
+    def __init__(self, client: Any, guard: Guard, name: str) -> None:
         self._guard = guard
-        self._keys = [DUE_KEY, JOBS_KEY]
+        self._keys = outbox_keys(name)
         self._push = client.register_script(PUSH)
         self._claim = client.register_script(CLAIM)
         self._done = client.register_script(DONE)
@@ -110,7 +114,7 @@ class RedisOutbox(Outbox):
 
     async def size(self) -> int:
         async with self._guard("outbox size"):
-            return int(await self._client.zcard(DUE_KEY))
+            return int(await self._client.zcard(self._keys[0]))
 
 
 def _text(value: bytes | str) -> str:

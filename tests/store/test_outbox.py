@@ -17,7 +17,7 @@ KINDS = pytest.mark.parametrize("store_factory", ["memory", "redis", "redis-clus
 
 @KINDS
 async def test_each_job_is_claimed_by_one_replica(store_factory: StoreFactory) -> None:
-    replicas = [(await store_factory()).outbox() for _ in range(3)]
+    replicas = [(await store_factory()).outbox("test") for _ in range(3)]
     due = now_ms()
     assert await replicas[0].push([(f"job-{i}", due, f"body-{i}".encode()) for i in range(150)], 1000) == 0
     taken: list[str] = []
@@ -39,7 +39,7 @@ async def test_each_job_is_claimed_by_one_replica(store_factory: StoreFactory) -
 
 @KINDS
 async def test_a_lease_hides_a_job_until_it_ends(store_factory: StoreFactory) -> None:
-    first, second = (await store_factory()).outbox(), (await store_factory()).outbox()
+    first, second = (await store_factory()).outbox("test"), (await store_factory()).outbox("test")
     await first.push([("j", now_ms(), b"x")], 10)
     [held] = await first.claim(60_000, 10)
     assert await second.claim(60_000, 10) == []  # leased by the first replica
@@ -59,7 +59,7 @@ async def test_a_lease_hides_a_job_until_it_ends(store_factory: StoreFactory) ->
 
 @KINDS
 async def test_retry_schedules_and_the_cap_refuses_new_jobs(store_factory: StoreFactory) -> None:
-    outbox = (await store_factory()).outbox()
+    outbox = (await store_factory()).outbox("test")
     now = now_ms()
     assert await outbox.push([("a", now, b"1"), ("b", now, b"2"), ("c", now, b"3")], 2) == 1
     assert await outbox.push([("a", now + 60_000, b"1b")], 2) == 0  # replacing a job is not a new one
