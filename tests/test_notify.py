@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import subprocess
@@ -118,3 +119,30 @@ def test_slack_escapes_caller_text() -> None:
     assert "<@U123>" not in orjson.dumps(payload).decode() and "&lt;@U123&gt;" in payload["text"]
     assert "team &lt;a&gt;" in payload["text"] and "a &amp; b" in payload["text"]
     assert payload["blocks"][-1]["elements"][0]["url"] == "https://gw/ui/approvals"
+
+
+async def test_a_store_outage_drops_and_counts_never_raises() -> None:
+    """emit() with the Redis store unreachable: the request path returns at once; the flusher counts the loss."""
+    from gateway import metrics
+    from gateway.config.model import NotificationsConfig, WebhookConfig
+    from gateway.notify import Notifier
+    from gateway.store.base import Continuation
+    from gateway.store.redis import RedisStore
+    from tests.e2e.conftest import free_port
+
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5, op_timeout=1.0)
+    hooks = (WebhookConfig(url="http://127.0.0.1:9/hook", secret="s"),)
+    notifier = Notifier(NotificationsConfig(webhooks=hooks), None, store)
+    before = metrics.WEBHOOK_EVENTS.get("paused", "dropped_store_error")
+    await notifier.start()
+    try:
+        paused = Continuation.new("t", "agent", [{"tool_call_id": "c", "name": "x", "arguments": "{}"}], {}, 60)
+        notifier.paused(paused)  # synchronous: nothing to await, nothing raised
+        for _ in range(100):
+            if metrics.WEBHOOK_EVENTS.get("paused", "dropped_store_error") > before:
+                break
+            await asyncio.sleep(0.05)
+        assert metrics.WEBHOOK_EVENTS.get("paused", "dropped_store_error") == before + 1
+    finally:
+        await notifier.stop()
+        await store.aclose()
