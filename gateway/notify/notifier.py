@@ -56,6 +56,9 @@ MAX_IN_FLIGHT = 64
 POLL_S = 1.0
 #: A claim outlives the longest attempt by this much; then another replica may take the job.
 LEASE_MARGIN_S = 30.0
+TTL_REASON = "the continuation expired unanswered"
+#: An approval with ``approval_timeout_s`` counts as denied once its deadline passed (fail-closed).
+APPROVAL_TIMEOUT_REASON = "approval timed out"
 #: The expiry check runs this long before the continuation's TTL ends (the record must still exist).
 EXPIRY_LEAD_S = 2.0
 
@@ -114,8 +117,12 @@ class Notifier:
         self.emit("paused", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
                   calls=continuation.pending, expires_at=int(continuation.expires_at))
         if self.wants("expired"):
-            due = max(time.time(), continuation.expires_at - EXPIRY_LEAD_S)
-            self.watch(continuation, due, "the continuation expired unanswered")
+            due, reason = continuation.expires_at - EXPIRY_LEAD_S, TTL_REASON
+            deadlines = [float(p["approval_deadline"]) for p in continuation.pending
+                         if isinstance(p.get("approval_deadline"), (int, float))]
+            if deadlines and min(deadlines) < due:
+                due, reason = min(deadlines), APPROVAL_TIMEOUT_REASON
+            self.watch(continuation, max(time.time(), due), reason)
 
     def watch(self, continuation: Continuation, due_s: float, reason: str) -> None:
         """Check at ``due_s`` whether ``continuation`` still waits; if so, emit ``expired`` with ``reason``.
