@@ -77,7 +77,6 @@ from gateway.store.base import (
     check_ttl,
     failure_window,
 )
-from gateway.store.outbox import Outbox
 from gateway.store.redis_connect import connect
 from gateway.store.redis_outbox import RedisOutbox
 
@@ -166,7 +165,6 @@ class RedisStore(Store):
         self._wait_replicas = max(0, int(wait_replicas))
         self._wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._audit_max = audit_max
-        self._outboxes: dict[str, RedisOutbox] = {}
         # Registered once: each call is an EVALSHA, with a transparent SCRIPT LOAD after a flush/failover.
         self._save = self._r.register_script(scripts.SAVE)
         self._claim = self._r.register_script(scripts.CLAIM)
@@ -271,10 +269,8 @@ class RedisStore(Store):
         except Exception:
             return False
 
-    def outbox(self, name: str) -> Outbox:
-        if name not in self._outboxes:
-            self._outboxes[name] = RedisOutbox(self._r, self._guard, name)
-        return self._outboxes[name]
+    def outbox(self, name: str) -> RedisOutbox:
+        return RedisOutbox(self._r, self._guard, name)  # stateless: all state is in Redis
 
     async def aclose(self) -> None:
         await self._conn.aclose()
