@@ -16,6 +16,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway import metrics
+from gateway.api.access import visible_routes
+from gateway.api.admin import admin_routes
+from gateway.api.approvals import approval_routes
 from gateway.api.auth import authenticate
 from gateway.api.chat import chat_completions
 from gateway.api.continuations import continuation_routes
@@ -40,12 +43,13 @@ async def chat_endpoint(request: Request) -> JSONResponse | SSEResponse:
 async def list_models(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     try:
-        authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
     except GatewayError as error:
         return error_response(error)
     created = request.app.state.started
+    names = visible_routes(key, runtime.routes.names())
     return _json({"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                              "owned_by": "loopgate"} for name in runtime.routes.names()]})
+                                              "owned_by": "loopgate"} for name in names]})
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -99,6 +103,8 @@ def create_app(config: Config) -> FastChatPath:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *continuation_routes(),
+        *admin_routes(),
+        *approval_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}

@@ -1,30 +1,74 @@
-"""Bearer keys mapped to tenants. With no keys configured every caller is tenant ``default``."""
+"""Bearer keys mapped to tenants. With no keys configured every caller is tenant ``default``.
+
+Every caller key, from the config or managed through ``/admin/keys``, is looked up by the SHA-256
+of the presented secret in one in-process dict (``KeyRing``): no store round trip per request.
+The managed part of the ring is a snapshot that ``gateway.api.key_sync`` replaces whenever the
+store's key generation changes, so a revoke, an edit or an expiry takes effect on every replica
+within a poll interval.
+"""
 
 from __future__ import annotations
 
-import hmac
+import time
+from collections.abc import Iterable
 
+from gateway.config.keys_section import secret_digest
 from gateway.config.model import ApiKey
 from gateway.errors import GatewayError
 
-ANONYMOUS = ApiKey(key="", tenant="default")
+ANONYMOUS = ApiKey(key="", tenant="default", id="anonymous", name="anonymous")
 
 
-def authenticate(header: str | None, keys: dict[str, ApiKey]) -> ApiKey:
-    """``header`` is the raw ``Authorization`` value: empty when absent, ``None`` when sent twice or more."""
+class KeyRing:
+    """Caller keys by the SHA-256 of their secret: the config's (fixed) and the managed snapshot."""
+
+    __slots__ = ("_by_digest", "_config", "enabled")
+
+    def __init__(self, config_keys: Iterable[ApiKey], enabled: bool) -> None:
+        self._config: dict[bytes, ApiKey] = {secret_digest(key.key): key for key in config_keys}
+        self._by_digest = dict(self._config)
+        #: False only when neither caller keys nor admin keys are configured (development mode)
+        self.enabled = enabled
+
+    def replace_managed(self, managed: Iterable[tuple[bytes, ApiKey]]) -> None:
+        """Swap in a new snapshot of managed keys (one assignment: a request sees the old or the new one)."""
+        ring = {digest: key for digest, key in managed if not key.revoked}
+        ring.update(self._config)  # a config key can never be shadowed by a managed record
+        self._by_digest = ring
+
+    def lookup(self, token: str) -> ApiKey | None:
+        # Keyed by digest, not by secret: how long the lookup takes says nothing about any secret.
+        return self._by_digest.get(secret_digest(token))
+
+
+def bearer(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer`` value; 400 when the header came twice, 401 when missing."""
     if header is None:
         raise GatewayError(400, "the request has more than one Authorization header; send exactly one "
                                 "'Authorization: Bearer <key>'", "invalid_request_error",
                            code="duplicate_authorization")
-    if not keys:
-        return ANONYMOUS
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise GatewayError(401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error",
                            code="invalid_api_key")
-    found = keys.get(token)
-    # The dict lookup answers; compare_digest keeps the final check constant-time.
-    if found is None or not hmac.compare_digest(found.key, token):
-        raise GatewayError(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+    return token
+
+
+def invalid_key() -> GatewayError:
+    return GatewayError(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+
+
+def authenticate(header: str | None, keys: KeyRing) -> ApiKey:
+    """The caller's key (config or managed); 401 for an unknown, revoked or expired one, alike.
+
+    ``header`` is the raw ``Authorization`` value: empty when absent, ``None`` when sent twice or more.
+    """
+    if header is None or keys.enabled:
+        token = bearer(header)
+    else:
+        return ANONYMOUS
+    found = keys.lookup(token)
+    if found is None or (found.expires_at is not None and found.expires_at <= time.time()):
+        raise invalid_key()
     return found

@@ -37,6 +37,7 @@ async def read_json(request: Incoming, limit: int) -> Any:
         if not message.get("more_body", False):
             break
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request.body_bytes = size
     if not raw:
         raise bad_request("the request body is empty; send a JSON object")
     try:

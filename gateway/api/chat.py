@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 
+from gateway.api.access import check_model_access, visible_routes
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.continuations import resume_plan
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.limits import Admission
 from gateway.api.request import parse_chat_request
 from gateway.api.respond import finished, respond
 from gateway.api.runtime import Runtime
@@ -27,6 +29,7 @@ PATH = "/v1/chat/completions"
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     label = "unknown"  # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
+    admission: Admission | None = None
     try:
         key = authenticate(request.authorization, runtime.keys)
         body = await read_json(request, runtime.config.server.max_body_bytes)
@@ -34,9 +37,10 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         plan = runtime.routes.lookup(chat.model)
         if plan is None:
             raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
-                               f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
-                               "model", "model_not_found")
+                               f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
+                               "invalid_request_error", "model", "model_not_found")
         label = plan.metric_label
+        check_model_access(key, plan)
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
@@ -52,12 +56,15 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a
             plan = resume_plan(runtime, stored)  # before the claim: a refused resume leaves it pending
+            check_model_access(key, plan)
+            admission = await runtime.limits.admit(key, request.body_bytes)
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             continuations.notifier.resumed(claimed, "a")
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
+            admission = await runtime.limits.admit(key, request.body_bytes)
             if plan.needs_artifacts:
                 await reattach(runtime.store, key.tenant, chat.messages)
             max_iterations = plan.max_tool_iterations
@@ -66,11 +73,19 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             loop_request = LoopRequest(
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-                stream=chat.stream, deadline=deadline,
+                stream=chat.stream, deadline=deadline, key_id=key.id, key_name=key.name,
+                allowed_tools=key.tools,
             )
             events = run_loop(loop_request, runtime.deps)
-        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started)
+        if admission is None:
+            return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started)
+        if admission.needs_settling:
+            events = admission.observe(events)
+        return await respond(events, chat.stream, chat.include_usage, chat.model, label, PATH, started,
+                             admission.headers)
     except Exception as exc:
+        if admission is not None:
+            await admission.finish(None)  # a no-op once the loop's own end settled it
         error = to_gateway_error(exc)
         finished(PATH, label, error.status, started)
         return error_response(error)

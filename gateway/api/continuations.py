@@ -10,15 +10,19 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway import metrics
+from gateway.api.access import check_model_access
+from gateway.api.approvals import key_identity
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.limits import Admission
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.loop.approvals import audit_decisions, continuation_view
 from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
@@ -51,9 +55,7 @@ def _continuation_id(request: Request) -> str:
 
 
 def _view(continuation: Continuation) -> dict[str, object]:
-    return {"id": continuation.id, "object": "continuation", "status": continuation.status,
-            "model": continuation.model, "pending": continuation.pending,
-            "created_at": int(continuation.created_at), "expires_at": int(continuation.expires_at)}
+    return continuation_view(continuation)
 
 
 def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[dict[str, Any]],
@@ -91,6 +93,7 @@ async def delete_continuation(request: Request) -> JSONResponse:
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     started = time.perf_counter()
     runtime: Runtime = request.app.state.runtime
+    admission: Admission | None = None
     try:
         incoming = Incoming(request.scope, request.receive)
         key = authenticate(incoming.authorization, runtime.keys)
@@ -112,21 +115,38 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
+        check_model_access(key, plan, resume=True)
+        admission = await runtime.limits.admit(key, incoming.body_bytes)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
-        notify_decisions(continuations.notifier, claimed, body["decisions"], getattr(key, "name", None))
+        notify_decisions(continuations.notifier, claimed, body["decisions"], key_identity(key)[1] or None)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
                                                      headless)
-        events = continuations.run_resumed(claimed, loop_request, runtime.deps)
-        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started)
+        decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(body["decisions"]),
+                                  *key_identity(key))
+        events = continuations.run_resumed(claimed, loop_request, runtime.deps, decided)
+        if admission is None:
+            return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started)
+        if admission.needs_settling:
+            events = admission.observe(events)
+        return await respond(events, stream, include_usage, stored.model, plan.metric_label, PATH, started,
+                             admission.headers)
     except Exception as exc:
+        if admission is not None:
+            await admission.finish(None)
         error = to_gateway_error(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
         elif error.code == "continuation_not_found":
             metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
         return error_response(error)
+
+
+def denied_reasons(decisions: list[dict[str, object]]) -> dict[str, str | None]:
+    """The calls a (validated) decision list denies, with the person's reason."""
+    return {str(d["tool_call_id"]): d["reason"] if isinstance(d.get("reason"), str) else None  # type: ignore[misc]
+            for d in decisions if d.get("approve") is False}
 
 
 def continuation_routes() -> list[Route]:

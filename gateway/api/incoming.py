@@ -14,12 +14,14 @@ _TRUE = frozenset({b"1", b"true", b"yes", b"on"})
 
 
 class Incoming:
-    __slots__ = ("authorization", "content_length", "headless", "receive")
+    __slots__ = ("authorization", "body_bytes", "content_length", "headless", "receive")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         raw: list[tuple[bytes, bytes]] = scope["headers"]
         headers: dict[bytes, bytes] = dict(raw)
         self.receive = receive
+        #: the body's size once ``read_json`` read it (the rate limits' token estimate)
+        self.body_bytes = 0
         #: the ``Authorization`` value, empty when absent, ``None`` when sent more than once: the dict
         #: keeps the last, and "the last one wins" must never pick a caller's key (auth.py rejects it)
         self.authorization: str | None = headers.get(b"authorization", b"").decode("latin-1")

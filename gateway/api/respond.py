@@ -17,12 +17,12 @@ from gateway.loop.events import Notice
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str, label: str,
-                  path: str, started: float) -> JSONResponse | SSEResponse:
+                  path: str, started: float, headers: dict[str, str] | None = None) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
     ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
     the model that answered (see ``render``); ``label`` is the bounded name metrics use
-    (``RoutePlan.metric_label``).
+    (``RoutePlan.metric_label``). ``headers`` go on the response (the rate-limit headers).
     """
     response_id = completion_id()
     if not stream:
@@ -31,7 +31,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         finished(path, label, 200, started)
-        return JSONResponse(orjson.dumps(payload))
+        return JSONResponse(orjson.dumps(payload), 200, headers)
     # Pull the first events before answering, so a request that fails before any byte (every
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
     # first chunk already names the answering model (progress notices before the first call wait).
@@ -57,7 +57,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         await events.aclose()  # type: ignore[attr-defined]
         finished(path, label, 200, started)
 
-    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close))
+    return SSEResponse(stream_frames(first, events, encoder, include_usage, to_gateway_error, on_close), headers)
 
 
 def finished(path: str, label: str, status: int, started: float) -> None:

@@ -8,8 +8,12 @@ from dataclasses import dataclass
 import aiohttp
 
 from gateway import redact
+from gateway.api.admin_auth import admin_ring
+from gateway.api.auth import KeyRing
+from gateway.api.key_sync import KeySync
+from gateway.api.limits import RateLimits
 from gateway.canonical import ToolCall
-from gateway.config.model import ApiKey, Config
+from gateway.config.model import AdminKey, Config
 from gateway.context import ContextGuard
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
@@ -19,6 +23,8 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
 from gateway.store import Store, open_configured_store
+from gateway.store.keys import KeyStore, open_key_store
+from gateway.store.limits import open_limiter
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -35,7 +41,7 @@ async def _run_tool(call: ToolCall, tool: RegisteredTool) -> ToolOutcome:
 @dataclass(slots=True)
 class Runtime:
     config: Config
-    keys: dict[str, ApiKey]
+    keys: KeyRing
     pool: UpstreamPool
     tool_session: aiohttp.ClientSession
     store: Store
@@ -45,6 +51,11 @@ class Runtime:
     continuations: Continuations
     deps: LoopDeps
     mcp: McpRefresher
+    #: ``auth.admin_keys`` by the SHA-256 of their secret (see api/admin_auth.py)
+    admin_keys: dict[bytes, AdminKey]
+    key_store: KeyStore
+    key_sync: KeySync
+    limits: RateLimits
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -75,12 +86,19 @@ class Runtime:
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
                         audit=continuations.audit_denial, run_approved=continuations.ledgered,
                         context=ContextGuard(), route_lookup=routes.lookup)
-        return cls(config=config, keys={k.key: k for k in config.auth.keys}, pool=pool, tool_session=tool_session,
+        keys = KeyRing(config.auth.keys, config.auth.enabled)
+        key_store = open_key_store(store)
+        # Only a shared store can change behind this process's back: memory needs no polling.
+        key_sync = KeySync(key_store, keys, poll=store.kind == "redis")
+        await key_sync.start()
+        return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp)
+                   mcp=mcp, admin_keys=admin_ring(config.auth.admin_keys), key_store=key_store, key_sync=key_sync,
+                   limits=RateLimits(open_limiter(store), config))
 
     async def stop(self) -> None:
         await self.continuations.notifier.stop()
+        await self.key_sync.stop()
         await self.mcp.stop()
         await self.pool.aclose()
         await self.tools.aclose()

@@ -23,10 +23,12 @@ _HEADERS = [
 
 
 class SSEResponse:
-    __slots__ = ("_frames",)
+    __slots__ = ("_frames", "_headers")
 
-    def __init__(self, frames: AsyncIterator[bytes]) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
         self._frames = frames
+        self._headers = _HEADERS if not headers else _HEADERS + [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -45,7 +47,7 @@ class SSEResponse:
         watcher = asyncio.ensure_future(watch())
         frames = self._frames
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            await send({"type": "http.response.start", "status": 200, "headers": self._headers})
             async for frame in frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
             state["finished"] = True

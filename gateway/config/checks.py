@@ -22,11 +22,16 @@ class ConfigError(Exception):
 
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
-TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "notifications"}
+TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
+            "notifications"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
                 "keepalive_timeout_s", "public_url"}
-AUTH_KEYS = {"keys"}
-API_KEY_KEYS = {"key", "tenant", "headless"}
+AUTH_KEYS = {"keys", "admin_keys"}
+API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
+                "expires_at", "tools"}
+ADMIN_KEY_KEYS = {"key", "name"}
+TENANT_KEYS = {"rpm", "tpm", "max_concurrent", "budget"}
+BUDGET_KEYS = {"limit", "unit", "period"}
 STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
                "wait_timeout_ms"}
 STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
@@ -35,9 +40,9 @@ PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s"
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
                   "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
                   "tokens_per_s"}
-TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s"}
+TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s", "approval_timeout_s"}
 HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
-MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s"}
+MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s"}
 ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
 TARGET_KEYS = {"provider", "model"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
@@ -51,6 +56,7 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("providers.NAME", PROVIDER_KEYS), ("tools.NAME", TOOL_KEYS),
     ("tools.NAME.http", HTTP_TOOL_KEYS), ("mcp_servers.NAME", MCP_KEYS), ("models.NAME", ROUTE_KEYS),
     ("models.NAME.targets[N]", TARGET_KEYS), ("models.NAME.context", CONTEXT_KEYS), ("routing", ROUTING_KEYS),
+    ("auth.admin_keys[N]", ADMIN_KEY_KEYS), ("tenants.NAME", TENANT_KEYS), ("auth.keys[N].budget", BUDGET_KEYS),
     ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
 )
 

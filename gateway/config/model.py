@@ -8,6 +8,8 @@ from typing import Any, Literal
 ProviderType = Literal["openai", "anthropic", "gemini", "litellm", "mock"]
 PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm", "mock")
 ReasoningPassback = bool | Literal["auto"]
+#: ``auto`` follows MCP tool annotations (gateway/tools/mcp/protocol.py); a tool without any is ``required``
+ApprovalMode = Literal["never", "required", "auto"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,20 +30,98 @@ class ServerConfig:
     public_url: str | None = None
 
 
+KeyRole = Literal["caller", "approver"]
+BudgetUnit = Literal["tokens", "usd"]
+BudgetPeriod = Literal["day", "month", "total"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A spending cap; parsed and stored here, enforced by the budget module (usage-budgets)."""
+
+    limit: float
+    unit: BudgetUnit = "tokens"
+    period: BudgetPeriod = "month"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The rate limits of a key or a tenant; ``None`` = unlimited. A scope whose three are ``None`` costs nothing."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.rpm is not None or self.tpm is not None or self.max_concurrent is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ApiKey:
+    """A caller key: from ``auth.keys`` (``key`` holds the secret) or managed (``key`` empty, ``managed`` true).
+
+    ``id`` is stable and public: ``cfg_`` + 16 hex of the secret's SHA-256 for config keys, ``key_...``
+    for managed ones. ``models`` is the allow-list of routes (``None``: every route); an entry
+    ``PROVIDER/*`` allows direct ``PROVIDER/MODEL`` calls to that provider.
+    """
+
     key: str
     tenant: str
     headless: bool = False
+    id: str = ""
+    name: str = ""
+    role: KeyRole = "caller"
+    models: tuple[str, ...] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    budget: Budget | None = None
+    #: Unix seconds (UTC); past it the key is rejected like an unknown one
+    expires_at: float | None = None
+    managed: bool = False
+    created_at: float | None = None
+    revoked: bool = False
+    #: server tools this key may use (None: every tool of the route); others are never offered to the model
+    tools: frozenset[str] | None = None
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.rpm, self.tpm, self.max_concurrent)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminKey:
+    """A key of the ``/admin/`` API (``auth.admin_keys``); it cannot call models."""
+
+    key: str = field(repr=False)
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """``tenants.NAME``: limits shared by every key of the tenant, and its budget."""
+
+    name: str
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    budget: Budget | None = None
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.rpm, self.tpm, self.max_concurrent)
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     keys: tuple[ApiKey, ...] = ()
+    admin_keys: tuple[AdminKey, ...] = ()
 
     @property
     def enabled(self) -> bool:
-        return bool(self.keys)
+        # Admin keys switch auth on too: they can create caller keys, which must then be required.
+        return bool(self.keys or self.admin_keys)
 
 
 REDIS_SCHEMES: tuple[str, ...] = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
@@ -134,8 +214,10 @@ class ToolConfig:
     parameters: dict[str, Any]
     http: HttpToolConfig | None = None
     python: str | None = None
-    approval: Literal["never", "required"] = "never"
+    approval: ApprovalMode = "never"
     timeout_s: float = 30.0
+    #: a pending approval older than this counts as denied ("approval timed out"); None: only the TTL
+    approval_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +230,9 @@ class McpServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
-    approval: Literal["never", "required"] = "never"
+    approval: ApprovalMode = "never"
     refresh_s: float = 300.0
+    approval_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,4 +314,5 @@ class Config:
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     models: dict[str, RouteConfig] = field(default_factory=dict)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    tenants: dict[str, TenantConfig] = field(default_factory=dict)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)

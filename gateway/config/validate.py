@@ -12,9 +12,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
+from gateway.config.approval_section import approval_policy
 from gateway.config.checks import (
-    API_KEY_KEYS,
-    AUTH_KEYS,
     CONTEXT_KEYS,
     HTTP_TOOL_KEYS,
     MCP_KEYS,
@@ -36,10 +35,9 @@ from gateway.config.checks import (
     string_map,
     type_name,
 )
+from gateway.config.keys_section import auth_section, check_key_models, tenants_section
 from gateway.config.model import (
     PROVIDER_TYPES,
-    ApiKey,
-    AuthConfig,
     Config,
     ContextConfig,
     HttpToolConfig,
@@ -89,27 +87,6 @@ def _server_timeout(section: dict[str, Any], key: str, default: float) -> float:
     if not math.isfinite(value):
         raise ConfigError(f"server.{key}", f"must be a finite number of seconds, got {value}")
     return value
-
-
-def _auth(raw: Any) -> AuthConfig:
-    section = mapping(raw, "auth", AUTH_KEYS)
-    keys = get(section, "keys", "auth", list, [])
-    parsed: list[ApiKey] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(keys):
-        path = f"auth.keys[{i}]"
-        item = mapping(entry, path, API_KEY_KEYS)
-        key = get(item, "key", path, str, "")
-        if not key:
-            raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
-        if key in seen:
-            raise ConfigError(f"{path}.key", "duplicates an earlier key")
-        seen.add(key)
-        tenant = get(item, "tenant", path, str, "")
-        if not tenant:
-            raise ConfigError(f"{path}.tenant", "is required")
-        parsed.append(ApiKey(key=key, tenant=tenant, headless=get(item, "headless", path, bool, False)))
-    return AuthConfig(keys=tuple(parsed))
 
 
 _DEFAULT_BASE_URLS = {
@@ -218,9 +195,7 @@ def _tool(name: str, raw: Any) -> ToolConfig:
         )
     if python is not None and (":" not in python or not all(python.split(":", 1))):
         raise ConfigError(f"{path}.python", f"must look like 'package.module:function', got '{python}'")
-    approval = get(section, "approval", path, str, "never")
-    if approval not in ("never", "required"):
-        raise ConfigError(f"{path}.approval", f"must be 'required' or 'never', got '{approval}'")
+    approval, approval_timeout = approval_policy(section, path)
     timeout = http.timeout_s if http else get(section, "timeout_s", path, float, 30.0)
     return ToolConfig(
         name=name,
@@ -230,6 +205,7 @@ def _tool(name: str, raw: Any) -> ToolConfig:
         python=python,
         approval=approval,
         timeout_s=positive(timeout, f"{path}.timeout_s"),
+        approval_timeout_s=approval_timeout,
     )
 
 
@@ -255,9 +231,7 @@ def _mcp_server(name: str, raw: Any) -> McpServerConfig:
             raise ConfigError(f"{path}.url", f"must be an http(s) URL, got '{url}'")
     if command is not None and (not command or not all(isinstance(part, str) and part for part in command)):
         raise ConfigError(f"{path}.command", "must be a non-empty list of strings")
-    approval = get(section, "approval", path, str, "never")
-    if approval not in ("never", "required"):
-        raise ConfigError(f"{path}.approval", f"must be 'required' or 'never', got '{approval}'")
+    approval, approval_timeout = approval_policy(section, path)
     return McpServerConfig(
         name=name,
         url=url,
@@ -267,6 +241,7 @@ def _mcp_server(name: str, raw: Any) -> McpServerConfig:
         timeout_s=positive(get(section, "timeout_s", path, float, 30.0), f"{path}.timeout_s"),
         approval=approval,
         refresh_s=positive(get(section, "refresh_s", path, float, 300.0), f"{path}.refresh_s"),
+        approval_timeout_s=approval_timeout,
     )
 
 
@@ -367,16 +342,19 @@ def build_config(raw: dict[str, Any]) -> Config:
         target = route.context.compress_with
         if target is not None and target not in models:
             raise ConfigError(f"models.{name}.context.compress_with", f"unknown model route '{target}'")
+    auth = auth_section(raw.get("auth"))
+    check_key_models(auth, set(models), set(providers))
     server = _server(raw.get("server"))
     return Config(
         server=server,
-        auth=_auth(raw.get("auth")),
+        auth=auth,
         store=store_section(raw.get("store")),
         providers=providers,
         tools=tools,
         mcp_servers=mcp_servers,
         models=models,
         routing=_routing(raw.get("routing")),
+        tenants=tenants_section(raw.get("tenants")),
         notifications=notifications_section(raw.get("notifications"), server.public_url),
     )
 

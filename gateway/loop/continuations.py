@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import orjson
@@ -25,7 +25,16 @@ import orjson
 from gateway import metrics
 from gateway.canonical import Message, ToolCall, text_of
 from gateway.config.model import NotificationsConfig
-from gateway.errors import bad_request, quoted
+from gateway.errors import GatewayError, bad_request, quoted
+from gateway.loop.approvals import (
+    arguments_digest,
+    audit_expired,
+    decision_context,
+    expired_calls,
+    new_audit_id,
+    summary_of,
+    timed_out_result,
+)
 from gateway.loop.artifacts import artifacts_of
 from gateway.loop.engine import (
     ExecuteHook,
@@ -102,6 +111,19 @@ def _same_json(left: Any, right: Any) -> bool:
     return True
 
 
+def check_digest(decision: dict[str, Any], item: dict[str, Any], param: str) -> None:
+    """A decision carrying ``arguments_sha256`` applies only to exactly those arguments: else 409, nothing changes."""
+    if "arguments_sha256" not in decision:
+        return
+    sent = decision["arguments_sha256"]
+    if not isinstance(sent, str):
+        raise bad_request(f"{param}.arguments_sha256 must be a string", f"{param}.arguments_sha256")
+    if sent.lower() != (item.get("arguments_sha256") or arguments_digest(item.get("arguments"))):
+        raise GatewayError(409, f"{param}: the arguments of {quoted(item['tool_call_id'])} are not the ones "
+                           "this decision was made for (arguments_sha256 differs)", param=f"{param}.arguments_sha256",
+                           code="arguments_mismatch")
+
+
 def may_resume_way_a(messages: list[Message]) -> bool:
     """Only trailing tool results can answer a paused turn: anything else needs no store lookup."""
     return messages[-1].get("role") == "tool"
@@ -127,10 +149,14 @@ class Continuations:
             "params": request.params,
             "max_iterations": request.max_iterations,
             "state": request.state.to_dict(),
+            "asker": {"id": request.key_id, "name": request.key_name},
+            "allowed_tools": None if request.allowed_tools is None else sorted(request.allowed_tools),
+            "context": decision_context(request.messages, assistant),
         }
-        items = [{"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason,
-                  "arguments": p.call["function"]["arguments"]} for p in pending]
-        continuation = Continuation.new(request.tenant, request.plan.name, items, data, self.ttl_s)
+        now = time.time()
+        items = [self.pending_item(p, now) for p in pending]
+        continuation = Continuation.new(request.tenant, request.plan.name, items, data, self.ttl_s, now)
+        continuation.summary = summary_of(continuation)
         await self.store.save_continuation(continuation, self.ttl_s)
         kept = artifacts_of(assistant)
         if kept:
@@ -139,15 +165,28 @@ class Continuations:
         self.notifier.paused(continuation)
         return continuation.id
 
-    async def audit_denial(self, tenant: str, call: ToolCall, reason: str) -> None:
+    @staticmethod
+    def pending_item(p: PendingCall, now: float) -> dict[str, Any]:
+        """A pending call as stored: what the model asked, its digest, and when an approval times out."""
+        arguments = p.call["function"]["arguments"]
+        item = {"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason,
+                "arguments": arguments, "arguments_sha256": arguments_digest(arguments)}
+        if p.reason == "approval" and p.approval_timeout_s is not None:
+            item["approval_deadline"] = now + p.approval_timeout_s
+        return item
+
+    async def audit_denial(self, tenant: str, call: ToolCall, reason: str, key_id: str = "",
+                           key_name: str = "") -> None:
+        """A headless denial: decided by the asking key's headless mode (``reason``: what it would have needed)."""
         arguments = call["function"]["arguments"].encode()
         await self.store.append_audit({
-            "tenant": tenant, "ts": time.time(), "event": "headless_denial", "tool": call["function"]["name"],
-            "tool_call_id": call["id"], "reason": reason,
+            "id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": "headless_denial",
+            "key_id": key_id or None, "key_name": key_name or None, "tool": call["function"]["name"],
+            "tool_call_id": call["id"], "continuation_id": None, "reason": reason,
             "arguments_sha256": hashlib.sha256(arguments).hexdigest(),
         })
         metrics.CONTINUATIONS.inc("headless_denial")
-        self.notifier.headless_denied(tenant, call, reason)
+        self.notifier.headless_denied(tenant, call, reason, key_name)
 
     def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
         """Executes approved calls at most once per continuation.
@@ -176,6 +215,7 @@ class Continuations:
         if not isinstance(decisions, list):
             raise bad_request("'decisions' must be an array", "decisions")
         pending = {p["tool_call_id"]: p for p in continuation.pending}
+        expired = expired_calls(continuation)
         results: dict[str, ToolResult] = {}
         approved: list[str] = []
         for index, decision in enumerate(decisions):
@@ -191,6 +231,13 @@ class Continuations:
                                   f"{param}.tool_call_id")
             if call_id in results or call_id in approved:
                 raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
+            check_digest(decision, item, param)
+            if call_id in expired:
+                if decision.get("approve") is True:
+                    raise GatewayError(409, f"the approval of {quoted(call_id)} timed out; it counts as denied",
+                                       param=param, code="approval_expired")
+                results[call_id] = ToolResult("denied", timed_out_result())
+                continue
             if "output" in decision:
                 output = decision["output"]
                 if not isinstance(output, str):
@@ -210,6 +257,8 @@ class Continuations:
                     results[call_id] = ToolResult("denied", declined(reason if isinstance(reason, str) else None))
             else:
                 raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
+        for call_id in expired:
+            results.setdefault(call_id, ToolResult("denied", timed_out_result()))
         missing = [p for p in pending if p not in results and p not in approved]
         if missing:
             raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
@@ -286,7 +335,9 @@ class Continuations:
         if missing:
             raise bad_request(f"the follow-up must answer every pending tool call of continuation {continuation.id}; "
                               f"missing: {', '.join(missing)}", "messages")
-        return {p["tool_call_id"]: ToolResult("client", outputs[p["tool_call_id"]]) for p in continuation.pending}
+        expired = expired_calls(continuation)
+        return {p["tool_call_id"]: ToolResult("denied", timed_out_result()) if p["tool_call_id"] in expired
+                else ToolResult("client", outputs[p["tool_call_id"]]) for p in continuation.pending}
 
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,
@@ -296,9 +347,15 @@ class Continuations:
         # Counters describe this response; the tool-round budget spans the whole loop.
         state = LoopState(tool_rounds=stored.tool_rounds, model=stored.model)
         results = {k: ToolResult(v[0], v[1], v[2]) for k, v in data["results"].items()}
+        # Fail-closed: a deadline that passed after the decision was checked still denies the call.
+        timed_out = sorted(expired_calls(continuation))
+        given = {**given, **{call_id: ToolResult("denied", timed_out_result()) for call_id in timed_out}}
+        approved = [call_id for call_id in approved if call_id not in timed_out]
         results.update(given)
         assistant = data["assistant"]
         calls = {c["id"]: c for c in assistant.get("tool_calls") or ()}
+        asker = data.get("asker") or {}
+        allowed = data.get("allowed_tools")
         for call_id, result in given.items():
             if result.status == "denied":
                 state.tool_records.append({"id": call_id, "name": calls[call_id]["function"]["name"],
@@ -308,14 +365,26 @@ class Continuations:
             tool_choice=data["tool_choice"], params=data["params"], max_iterations=data["max_iterations"],
             headless=headless, tenant=tenant, stream=stream, deadline=deadline, state=state,
             resume=ResumeTurn(assistant=assistant, results=results, approved=[calls[i] for i in approved],
-                              continuation_id=continuation.id),
+                              continuation_id=continuation.id, timed_out=timed_out),
+            # The asker's identity and tool allow-list, whoever resumes (an approver's key has neither).
+            key_id=str(asker.get("id") or ""), key_name=str(asker.get("name") or ""),
+            allowed_tools=None if allowed is None else frozenset(allowed),
         )
 
-    async def run_resumed(self, continuation: Continuation, request: LoopRequest,
-                          deps: LoopDeps) -> AsyncIterator[LoopEvent]:
-        """The resumed loop; the claim is finished at its end and released on any failure or disconnect."""
+    async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,
+                          decided: Awaitable[None] | None = None) -> AsyncIterator[LoopEvent]:
+        """The resumed loop; the claim is finished at its end and released on any failure or disconnect.
+
+        ``decided`` records the decisions (way B's audit entries), and timed-out approvals are
+        recorded here too: both under the claim, so a failure to record releases it like any other.
+        """
         finished = False
+        timed_out = set(request.resume.timed_out) if request.resume is not None else set()
         try:
+            if decided is not None:
+                await decided
+            if timed_out:
+                await audit_expired(self.store, continuation, timed_out)
             async for event in run_loop(request, deps):
                 if isinstance(event, Finished):
                     await self.store.finish_continuation(continuation.id, continuation.tenant)

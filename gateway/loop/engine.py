@@ -116,6 +116,8 @@ class ResumeTurn:
     results: dict[str, ToolResult]
     approved: list[ToolCall] = field(default_factory=list)
     continuation_id: str = ""
+    # Approval calls whose approval_timeout_s passed: denied, and audited by the resume that applies it.
+    timed_out: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -132,16 +134,23 @@ class LoopRequest:
     deadline: float
     state: LoopState = field(default_factory=LoopState)
     resume: ResumeTurn | None = None
+    # The asking key, kept with a pause so approvers see who asked (never the secret).
+    key_id: str = ""
+    key_name: str = ""
+    # Server tools the asking key may use (None: all of the route's); the rest are never offered.
+    allowed_tools: frozenset[str] | None = None
 
 
 @dataclass(slots=True)
 class PendingCall:
     call: ToolCall
     reason: str  # "client" | "approval"
+    approval_timeout_s: float | None = None
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]
-AuditHook = Callable[[str, ToolCall, str], Awaitable[None]]
+# (tenant, call, reason, asking key id, asking key name)
+AuditHook = Callable[[str, ToolCall, str, str, str], Awaitable[None]]
 # (call, registered tool) -> outcome with .status, .content, .elapsed_ms
 ExecuteHook = Callable[[ToolCall, Any], Awaitable[Any]]
 
@@ -194,6 +203,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     state = request.state
     plan = request.plan
     route_tools = server_tool_names(plan, deps.tools)
+    if request.allowed_tools is not None:
+        allowed = request.allowed_tools
+        route_tools = tuple(name for name in route_tools if name in allowed)
     server_names = set(route_tools)
     client_names = {t.get("function", {}).get("name") for t in request.client_tools}
     tool_defs = deps.tools.definitions(route_tools) + request.client_tools
@@ -313,9 +325,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
                 state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
                 _record(state, call, "denied", 0.0, None if reason == "approval" else "client")
-                await deps.audit(request.tenant, call, reason)
+                await deps.audit(request.tenant, call, reason, request.key_id, request.key_name)
             else:
-                pending.append(PendingCall(call, reason))
+                pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
 
         if context is not None and (runnable or pending):
             room, notices = await context.before_tools(transcript, assistant, tool_defs, len(runnable) + len(pending))

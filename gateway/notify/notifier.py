@@ -114,8 +114,7 @@ class Notifier:
         self._flush_wake.set()
 
     def paused(self, continuation: Continuation) -> None:
-        self.emit("paused", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
-                  calls=continuation.pending, expires_at=int(continuation.expires_at))
+        self.emit("paused", continuation.tenant, **_about(continuation), expires_at=int(continuation.expires_at))
         if self.wants("expired"):
             due, reason = continuation.expires_at - EXPIRY_LEAD_S, TTL_REASON
             deadlines = [float(p["approval_deadline"]) for p in continuation.pending
@@ -133,8 +132,7 @@ class Notifier:
         self._enqueue(CHECKS, continuation.id, int(due_s * 1000), orjson.dumps(job), "expired")
 
     def resumed(self, continuation: Continuation, way: str) -> None:
-        self.emit("resumed", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
-                  calls=continuation.pending, way=way)
+        self.emit("resumed", continuation.tenant, **_about(continuation), way=way)
 
     def decided(self, continuation: Continuation, decisions: Iterable[dict[str, Any]], decided_by: str | None) -> None:
         """An approval decision (way B): ``decisions`` are ``{tool_call_id, approved, reason?}``."""
@@ -142,13 +140,14 @@ class Notifier:
         listed = [{"tool_call_id": events.cut(d.get("tool_call_id"), 200), "name": events.cut(names.get(d.get(
             "tool_call_id")), 200), "approved": bool(d.get("approved")), "reason": events.cut(d.get("reason"))}
             for d in list(decisions)[:events.MAX_CALLS]]
-        self.emit("decided", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
-                  calls=continuation.pending, decided_by=decided_by, decisions=listed)
+        self.emit("decided", continuation.tenant, **_about(continuation), decided_by=decided_by, decisions=listed)
 
-    def headless_denied(self, tenant: str, call: Mapping[str, Any], reason: str, route: str | None = None) -> None:
+    def headless_denied(self, tenant: str, call: Mapping[str, Any], reason: str, key_name: str | None = None) -> None:
+        """``key_name``: the headless key that asked (its headless mode made the decision)."""
         function = call.get("function") or {}
         item = {"tool_call_id": call.get("id"), "name": function.get("name"), "arguments": function.get("arguments")}
-        self.emit("headless_denied", tenant, route=route, calls=[item], reason=events.cut(reason))
+        self.emit("headless_denied", tenant, calls=[item], reason=events.cut(reason), decided_by=key_name or None,
+                  asked_by=key_name or None)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -285,5 +284,12 @@ class Notifier:
             return  # cancelled (or already gone)
         lease_over = continuation.status == "claimed" and (continuation.claimed_until or 0.0) < time.time()
         if continuation.status == "pending" or lease_over:
-            self.emit("expired", continuation.tenant, continuation_id=continuation.id, route=continuation.model,
-                      calls=continuation.pending, reason=body.get("reason"))
+            self.emit("expired", continuation.tenant, **_about(continuation), reason=body.get("reason"))
+
+
+def _about(continuation: Continuation) -> dict[str, Any]:
+    """What every event about a continuation carries, ``asked_by`` being the name of the key that paused it."""
+    asker = continuation.data.get("asker")
+    name = asker.get("name") if isinstance(asker, dict) else None
+    return {"continuation_id": continuation.id, "route": continuation.model, "calls": continuation.pending,
+            "asked_by": events.cut(name, 200) if name else None}

@@ -62,6 +62,8 @@ class Continuation:
     pending: list[dict[str, Any]] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     claimed_until: float | None = None
+    # What the tenant's listing shows of it (small, JSON): indexed at save, never part of the body.
+    summary: dict[str, Any] | None = None
 
     @classmethod
     def new(cls, tenant: str, model: str, pending: list[dict[str, Any]], data: dict[str, Any],
@@ -198,6 +200,16 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def list_continuations(self, tenant: str, limit: int,
+                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """The tenant's live (pending or claimed) continuations, newest first, and whether more follow.
+
+        Each entry is the ``summary`` saved with it plus ``status``. Ordered by (``expires_at``, id)
+        descending (one TTL for all: creation order); ``before`` is the last entry of the previous
+        page. The index is cleaned as entries expire (on every read), resume or are cancelled.
+        """
+
+    @abstractmethod
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         """Resume way A: the id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
 
@@ -230,6 +242,14 @@ class Store(ABC):
     @abstractmethod
     async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
         """The tenant's latest ``limit`` entries, oldest first (the order they were appended)."""
+
+    async def audit_tail(self, tenant: str, skip: int, count: int) -> list[dict[str, Any]]:
+        """``count`` entries ending ``skip`` entries before the newest, oldest first (paging backwards).
+
+        Implementations override this with a ranged read; this fallback reads the whole log.
+        """
+        entries = await self.read_audit(tenant, skip + count)
+        return entries[:max(0, len(entries) - skip)]
 
     # -- shared target health (circuit breaker across replicas) ----------------------------------
     @abstractmethod

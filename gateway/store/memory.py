@@ -34,6 +34,7 @@ from gateway.store.base import (
     check_ttl,
     failure_window,
 )
+from gateway.store.memory_listing import TenantListing
 from gateway.store.outbox import MemoryOutbox, Outbox
 
 K = TypeVar("K", bound=Hashable)
@@ -113,6 +114,7 @@ class MemoryStore(Store):
         self._audit: dict[str, deque[bytes]] = {}
         self._fails: _TTLMap[str, int] = _TTLMap()
         self._open: _TTLMap[str, float] = _TTLMap()
+        self._listing = TenantListing()
         self._closed = False
         self._outboxes: dict[str, MemoryOutbox] = {}
 
@@ -147,6 +149,7 @@ class MemoryStore(Store):
         self._records.set(c.id, rec, deadline, now)
         for tc in ids:
             self._index.set((c.tenant, tc), c.id, deadline, now)
+        self._listing.add(c.tenant, c.id, c.expires_at, c.summary)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         return self._live(continuation_id, tenant, self._clock()).load()
@@ -175,6 +178,7 @@ class MemoryStore(Store):
         rec.status = "resumed"
         rec.claimed_until = None
         self._unindex(rec, continuation_id)
+        self._listing.remove(tenant, continuation_id)
 
     async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
         now = self._clock()
@@ -183,7 +187,23 @@ class MemoryStore(Store):
             raise ContinuationConflict(continuation_id, rec.status)
         self._records.pop(continuation_id)
         self._unindex(rec, continuation_id)
+        self._listing.remove(tenant, continuation_id)
         return True
+
+    async def list_continuations(self, tenant: str, limit: int,
+                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+        now = self._clock()
+        out: list[dict[str, Any]] = []
+        for cid, deadline, raw in self._listing.page(tenant, now, limit, before):
+            rec = self._records.get(cid, now)
+            if rec is None or rec.tenant != tenant or rec.status in ("resumed", "cancelled"):
+                self._listing.remove(tenant, cid)
+                continue
+            entry = orjson.loads(raw)
+            entry["status"] = rec.status
+            entry["_score"] = deadline
+            out.append(entry)
+        return out[:limit], len(out) > limit
 
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         return self._index.get((tenant, tool_call_id), self._clock())
@@ -221,6 +241,13 @@ class MemoryStore(Store):
         if log is None:
             log = self._audit[tenant] = deque(maxlen=self._audit_max)
         log.append(orjson.dumps(entry))
+
+    async def audit_tail(self, tenant: str, skip: int, count: int) -> list[dict[str, Any]]:
+        log = self._audit.get(tenant)
+        if not log or count <= 0:
+            return []
+        stop = max(0, len(log) - skip)
+        return [orjson.loads(log[i]) for i in range(max(0, stop - count), stop)]
 
     async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
         log = self._audit.get(tenant)

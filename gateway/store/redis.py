@@ -65,6 +65,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.model import StoreSentinel, StoreTls
+from gateway.store import redis_listing as listing
 from gateway.store import redis_scripts as scripts
 from gateway.store.base import (
     Continuation,
@@ -175,8 +176,10 @@ class RedisStore(Store):
         self._unindex = self._r.register_script(scripts.UNINDEX)
         self._audit = self._r.register_script(scripts.AUDIT)
         self._health_fail = self._r.register_script(scripts.HEALTH_FAIL)
+        self._page = self._r.register_script(listing.PAGE)
+        self._list_add = self._r.register_script(listing.ADD)
         self._scripts = (self._save, self._claim, self._release, self._finish, self._unfinish, self._cancel,
-                         self._unindex, self._audit, self._health_fail)
+                         self._unindex, self._audit, self._health_fail, self._page, self._list_add)
 
     @asynccontextmanager
     async def _guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
@@ -287,6 +290,7 @@ class RedisStore(Store):
 
     async def _drop_index(self, tenant: str, continuation_id: str, ids_json: bytes | None) -> None:
         ids = orjson.loads(ids_json) if ids_json else []
+        await listing.remove(self, tenant, continuation_id)
         if ids:
             keys = [tenant_key(tenant, "tc", tc) for tc in ids]
             await self._unindex(keys=keys, args=[continuation_id])
@@ -306,6 +310,7 @@ class RedisStore(Store):
         def write_index(pipe: Any) -> None:
             for key in index:
                 pipe.set(key, c.id, ex=ex)
+            listing.queue_add(pipe, self._list_add, c, ex)
 
         def write_both(pipe: Any) -> None:
             write_record(pipe)
@@ -313,11 +318,12 @@ class RedisStore(Store):
 
         async with self._guard("save_continuation", durable=True):
             try:
-                if self._conn.cluster and index:
+                if self._conn.cluster and (index or c.summary is not None):
                     # Two slots (the record's, the tenant's): one pipeline (and WAIT) per owning node.
                     # Both run to completion before any clean-up, so none lands after the clean-up.
                     done = await asyncio.gather(self._run(rec, write_record, True),
-                                                self._run(index[0], write_index, True), return_exceptions=True)
+                                                self._run(listing.listing_keys(c.tenant)[0], write_index, True),
+                                                return_exceptions=True)
                     failed = next((d for d in done if isinstance(d, BaseException)), None)
                     if failed is not None:
                         raise failed
@@ -405,6 +411,11 @@ class RedisStore(Store):
             await self._drop_index(tenant, continuation_id, ids_json)
         return True
 
+    async def list_continuations(self, tenant: str, limit: int,
+                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+        async with self._guard("list_continuations"):
+            return await listing.page(self, self._page, tenant, time.time(), limit, before)
+
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         async with self._guard("find_continuation_by_tool_call"):
             raw = cast(bytes | None, await self._r.get(tenant_key(tenant, "tc", tool_call_id)))
@@ -460,12 +471,13 @@ class RedisStore(Store):
         async with self._guard("append_audit"):
             await self._audit(keys=[key], args=[raw, self._audit_max])
 
-    async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
-        if limit <= 0:
-            return []
-        async with self._guard("read_audit"):
-            raws = await self._r.lrange(tenant_key(tenant, "audit"), -limit, -1)
+    async def audit_tail(self, tenant: str, skip: int, count: int) -> list[dict[str, Any]]:
+        async with self._guard("audit_tail"):
+            raws = await self._r.lrange(tenant_key(tenant, "audit"), -(skip + count), -(skip + 1))
         return [orjson.loads(raw) for raw in raws]
+
+    async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
+        return await self.audit_tail(tenant, 0, limit) if limit > 0 else []
 
     # -- health ----------------------------------------------------------------------------------
     async def health_report(self, target: str, failed: bool, threshold: int, cooldown_s: float) -> float | None:

@@ -15,6 +15,23 @@ from typing import Any, Literal, Protocol, runtime_checkable
 Approval = Literal["never", "required"]
 
 
+def resolve_approval(mode: str, annotations: Any = None) -> Approval:
+    """A configured mode (required | never | auto) as the policy of one tool.
+
+    ``auto`` follows MCP tool annotations: ``readOnlyHint: true`` needs no approval, nor does an
+    explicit ``destructiveHint: false`` (a tool that only adds); ``destructiveHint: true``, no
+    annotations or anything unreadable needs a human (fail-closed: a hint is the server's claim).
+    """
+    if mode != "auto":
+        return "required" if mode == "required" else "never"
+    if isinstance(annotations, dict):
+        if annotations.get("readOnlyHint") is True:
+            return "never"
+        if annotations.get("destructiveHint") is False:
+            return "never"
+    return "required"
+
+
 class ToolFailure(Exception):
     """A failure the model should read as the tool's result (HTTP 503, the tool raised, ...).
 
@@ -42,6 +59,8 @@ class ToolSpec:
     approval: Approval = "never"
     timeout_s: float = 30.0
     source: str = ""
+    #: a pending approval older than this counts as denied (None: only the continuation's TTL)
+    approval_timeout_s: float | None = None
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI ``tools[]`` entry the model sees (``parameters`` is shared, not copied)."""

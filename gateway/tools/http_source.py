@@ -19,7 +19,7 @@ import orjson
 from multidict import CIMultiDict
 
 from gateway.config.model import ToolConfig
-from gateway.tools.base import ToolFailure, ToolSpec
+from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
 from gateway.tools.bounded import read_bounded
 from gateway.upstream.errors import ProviderError
 from gateway.upstream.proxy import ClientProxy, client_proxy, environment_proxies
@@ -55,8 +55,9 @@ class HttpToolSource:
                 route = ClientProxy()
             headers.update(route.headers)
             self._endpoints[cfg.name] = (cfg.http.url, headers, route.options)
-            self._specs.append(ToolSpec(cfg.name, cfg.description, cfg.parameters, cfg.approval,
-                                        cfg.timeout_s, name))
+            self._specs.append(ToolSpec(cfg.name, cfg.description, cfg.parameters,
+                                        resolve_approval(cfg.approval), cfg.timeout_s, name,
+                                        cfg.approval_timeout_s))
         self._session = session
         self._owns_session = session is None
 

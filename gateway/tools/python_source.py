@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.config.model import ToolConfig
-from gateway.tools.base import ToolFailure, ToolSpec
+from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
 
 log = logging.getLogger("loopgate.tools")
 
@@ -41,8 +41,9 @@ class PythonToolSource:
                 raise ValueError(f"tool '{cfg.name}' has no 'python' target")
             func = resolve(cfg.name, cfg.python)
             self._funcs[cfg.name] = (func, _is_async(func))
-            self._specs.append(ToolSpec(cfg.name, cfg.description, cfg.parameters, cfg.approval,
-                                        cfg.timeout_s, name))
+            self._specs.append(ToolSpec(cfg.name, cfg.description, cfg.parameters,
+                                        resolve_approval(cfg.approval), cfg.timeout_s, name,
+                                        cfg.approval_timeout_s))
 
     @property
     def name(self) -> str:

@@ -25,6 +25,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 SECRET = "whsec-test-0123456789"
 ASK = [{"role": "user", "content": "Please use delete_record on record 42."}]
 PUBLIC = "https://gateway.example.com"
+APPROVER_KEY = "approver-key"
 
 
 def config(hooks: str, store_url: str = "memory://", ttl_s: int = 600, extra: str = "") -> str:
@@ -32,8 +33,9 @@ def config(hooks: str, store_url: str = "memory://", ttl_s: int = 600, extra: st
 server: {{host: 127.0.0.1, port: __PORT__, public_url: "{PUBLIC}/"}}
 auth:
   keys:
-    - {{key: {KEY}, tenant: team-a}}
-    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}
+    - {{key: {KEY}, tenant: team-a, name: alice}}
+    - {{key: {APPROVER_KEY}, tenant: team-a, name: bob, role: approver}}
+    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true, name: nightly}}
 store: {{url: "{store_url}", continuation_ttl_s: {ttl_s}}}
 providers:
   mock: {{type: mock}}
@@ -43,8 +45,14 @@ tools:
     parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}
     python: "tests.e2e.sample_tools:delete_record"
     approval: required
+  delete_soon:
+    description: Delete a record (the approval times out after a second)
+    parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}
+    python: "tests.e2e.sample_tools:delete_record"
+    approval: required
+    approval_timeout_s: 1
 models:
-  agent: {{targets: [{{provider: mock, model: m}}], tools: [delete_record]}}
+  agent: {{targets: [{{provider: mock, model: m}}], tools: [delete_record, delete_soon]}}
   plain: {{targets: [{{provider: mock, model: m}}]}}
 notifications:
   backoff_base_s: 0.2
@@ -131,7 +139,8 @@ def test_decision_emits_decided_and_resumed(gateway: Gateway, receiver: WebhookR
     paused = pause(gateway)
     call_id = paused["pending"][0]["tool_call_id"]
     done = gateway.post(f"/v1/continuations/{paused['continuation_id']}",
-                        {"decisions": [{"tool_call_id": call_id, "approve": False, "reason": "not <today>"}]})
+                        {"decisions": [{"tool_call_id": call_id, "approve": False, "reason": "not <today>"}]},
+                        key=APPROVER_KEY)
     assert done.status_code == 200, done.text
     [decided] = wait_type(receiver, "/ok", "decided")
     [resumed] = wait_type(receiver, "/ok", "resumed")
@@ -140,6 +149,7 @@ def test_decision_emits_decided_and_resumed(gateway: Gateway, receiver: WebhookR
     assert decided.json["decisions"] == [{"tool_call_id": call_id, "name": "delete_record", "approved": False,
                                           "reason": "not <today>"}]
     assert resumed.json["way"] == "b"
+    assert decided.json["decided_by"] == "bob" and decided.json["asked_by"] == "alice"
     assert decided.json["id"] != resumed.json["id"]
 
 
@@ -149,7 +159,7 @@ def test_headless_denial_event(gateway: Gateway, receiver: WebhookReceiver) -> N
     [delivery] = wait_type(receiver, "/ok", "headless_denied")
     event = delivery.json
     assert signed(delivery) and event["tenant"] == "jobs" and event["tool_calls"][0]["name"] == "delete_record"
-    assert event["continuation_id"] is None and event["reason"]
+    assert event["continuation_id"] is None and event["reason"] and event["decided_by"] == "nightly"
 
 
 def test_retry_after_500_then_success(gateway: Gateway, receiver: WebhookReceiver) -> None:
@@ -199,6 +209,21 @@ def test_expired_when_a_pause_is_never_answered(receiver: WebhookReceiver) -> No
         assert signed(delivery) and delivery.json["continuation_id"] == paused["continuation_id"]
         assert delivery.json["reason"] == "the continuation expired unanswered"
         assert [d.json["type"] for d in receiver.at("/ok")] == ["expired"]  # only what it subscribed to
+    finally:
+        gw.stop()
+
+
+def test_expired_when_an_approval_times_out(receiver: WebhookReceiver) -> None:
+    gw = Gateway(config(hook(f"{receiver.url}/ok", "[paused, expired]"))).start()
+    try:
+        completion = gw.client().chat.completions.create(
+            model="agent", messages=[{"role": "user", "content": "Please use delete_soon on record 7."}])
+        paused = completion.model_extra["gateway"]
+        [delivery] = wait_type(receiver, "/ok", "expired")  # long before the continuation's TTL (600 s)
+        event = delivery.json
+        assert signed(delivery) and event["continuation_id"] == paused["continuation_id"]
+        assert event["reason"] == "approval timed out" and event["tool_calls"][0]["name"] == "delete_soon"
+        assert event["asked_by"] == "alice"
     finally:
         gw.stop()
 

@@ -22,12 +22,14 @@ NUMBERS = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type
 TOOL_PAGES: list[list[dict[str, Any]]] = [
     [
         {"name": "add", "description": "Add two numbers", "inputSchema": NUMBERS},
-        {"name": "fail", "description": "Always reports an error", "inputSchema": {"type": "object"}},
+        {"name": "fail", "description": "Always reports an error", "inputSchema": {"type": "object"},
+         "annotations": {"destructiveHint": True}},
     ],
     [
         {"name": "slow", "title": "Sleep, then echo the tag",
          "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}, "tag": {"type": "string"}}}},
-        {"name": "mixed", "description": "Text plus an image", "inputSchema": {"type": "object"}},
+        {"name": "mixed", "description": "Text plus an image", "inputSchema": {"type": "object"},
+         "annotations": {"readOnlyHint": True}},
     ],
 ]
 SERVER_VERSION = "2025-06-18"

@@ -18,7 +18,8 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
-from gateway.tools.base import Approval, ToolFailure, ToolSpec
+from gateway.config.model import ApprovalMode
+from gateway.tools.base import ToolFailure, ToolSpec
 from gateway.tools.bounded import read_bounded, sse_data
 from gateway.tools.mcp.protocol import (
     CLOSE_GRACE_S,
@@ -50,7 +51,8 @@ class McpHttpSource:
     """
 
     def __init__(self, name: str, url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0,
-                 approval: Approval = "never", session: aiohttp.ClientSession | None = None,
+                 approval: ApprovalMode = "never", approval_timeout_s: float | None = None,
+                 session: aiohttp.ClientSession | None = None,
                  proxies: Mapping[str, str] | None = None) -> None:
         self._name = name
         self._url = url
@@ -68,7 +70,8 @@ class McpHttpSource:
             log.error("MCP server %s: %s", name, exc.message)
             self._proxy_error = exc.message
         self._timeout_s = timeout_s
-        self._approval: Approval = approval
+        self._approval: ApprovalMode = approval
+        self._approval_timeout_s = approval_timeout_s
         self._session = session
         self._owns_session = session is None
         self._ids = itertools.count(1)
@@ -91,7 +94,8 @@ class McpHttpSource:
         # A refresh has no deadline of its own; a hung server must not hold the registry lock.
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await list_all(self._name, self._call_method, self._approval, self._timeout_s)
+                return await list_all(self._name, self._call_method, self._approval, self._timeout_s,
+                                       self._approval_timeout_s)
         except TimeoutError:
             raise ToolFailure(f"MCP server {self._name} did not list its tools within {self._timeout_s:g}s") from None
 

@@ -27,10 +27,12 @@ def mcp_sources(servers: dict[str, McpServerConfig], session: aiohttp.ClientSess
         name = f"mcp:{server.name}"
         if server.url is not None:
             sources.append(McpHttpSource(name, server.url, headers=server.headers, timeout_s=server.timeout_s,
-                                         approval=server.approval, session=session))
+                                         approval=server.approval, approval_timeout_s=server.approval_timeout_s,
+                                         session=session))
         else:
             sources.append(McpStdioSource(name, list(server.command), env=server.env or None,
-                                          timeout_s=server.timeout_s, approval=server.approval))
+                                          timeout_s=server.timeout_s, approval=server.approval,
+                                          approval_timeout_s=server.approval_timeout_s))
     return sources
 
 

@@ -1,0 +1,176 @@
+"""Rate limits on the request path: one store call before the loop, one after it (only when needed).
+
+A key without limits, of a tenant without limits, costs one attribute test and one dict lookup:
+no store call, no headers. Otherwise ``admit`` takes one request, a token estimate (request
+body bytes / 4: no tokenizer on the hot path) and a concurrency slot in one atomic step, and
+the ``Admission`` it returns settles afterwards: the reported usage minus the estimate is taken
+(or given back) and the slot freed, again in one step.
+
+A store outage fails open: the request runs unlimited (logged, at most once a minute), because
+a limiter that takes every caller down with it protects nothing. Budgets are separate
+(their own module) and decide for themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+from gateway.canonical import Usage
+from gateway.config.model import ApiKey, Config
+from gateway.errors import GatewayError
+from gateway.loop.engine import LoopEvent
+from gateway.loop.events import Finished
+from gateway.store.base import StoreUnavailable
+from gateway.store.limits import Decision, LimitScope, RateLimiter, Window
+
+log = logging.getLogger("loopgate.limits")
+
+#: bytes of request body per estimated prompt token (a cheap upper-ish guess, corrected afterwards)
+BYTES_PER_TOKEN = 4
+_SCOPE_CACHE_LIMIT = 20_000
+
+
+class RateLimits:
+    """The limiter and the tenants' scopes, built once at start-up."""
+
+    def __init__(self, limiter: RateLimiter, config: Config) -> None:
+        self.limiter = limiter
+        self.lease_s = config.routing.request_timeout_s + 60.0
+        self.tenants = {name: LimitScope("tenant", name, t.rpm or 0, t.tpm or 0, t.max_concurrent or 0)
+                        for name, t in config.tenants.items() if t.limits.any}
+        self._outage_logged = 0.0
+        # Per key id: the key object they were built for (a reload makes new ones) and its scopes.
+        self._scopes: dict[str, tuple[ApiKey, tuple[LimitScope, ...], bool]] = {}
+        # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
+        self._member_prefix = secrets.token_hex(6) + ":"
+        self._members = itertools.count()
+
+    def scopes(self, key: ApiKey) -> tuple[tuple[LimitScope, ...], bool]:
+        """The scopes limiting ``key`` and whether its end must be settled (tpm or max_concurrent)."""
+        cached = self._scopes.get(key.id)
+        if cached is not None and cached[0] is key:
+            return cached[1], cached[2]
+        tenant = self.tenants.get(key.tenant)
+        if key.rpm is None and key.tpm is None and key.max_concurrent is None:
+            scopes: tuple[LimitScope, ...] = () if tenant is None else (tenant,)
+        else:
+            own = LimitScope("key", key.id, key.rpm or 0, key.tpm or 0, key.max_concurrent or 0)
+            scopes = (own,) if tenant is None else (own, tenant)
+        settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
+        if len(self._scopes) >= _SCOPE_CACHE_LIMIT:
+            self._scopes.clear()  # keys come and go with reloads; never let old ones pile up
+        self._scopes[key.id] = (key, scopes, settle)
+        return scopes, settle
+
+    async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
+        """None when nothing limits ``key``; else the admission (its headers go on the response).
+
+        Raises the 429 when a limit refuses the request.
+        """
+        if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
+            return None
+        scopes, settle = self.scopes(key)
+        estimate = body_bytes // BYTES_PER_TOKEN + 1
+        member = self._member_prefix + str(next(self._members))
+        try:
+            verdict = await self.limiter.acquire(key.tenant, scopes, estimate, member, self.lease_s)
+        except StoreUnavailable as exc:
+            now = time.monotonic()
+            if now - self._outage_logged > 60:
+                self._outage_logged = now
+                log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
+            return None
+        if not verdict.allowed:
+            raise refusal(verdict, estimate)
+        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict), settle)
+
+
+class Admission:
+    """A request the limits let through: its headers, and the settling step for its end."""
+
+    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "headers", "needs_settling")
+
+    def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
+                 member: str, response_headers: dict[str, str], settle: bool) -> None:
+        self._limiter = limiter
+        self._tenant = tenant
+        self._scopes = scopes
+        self._estimate = estimate
+        self._member = member
+        self.headers = response_headers
+        #: tpm or max_concurrent: the end must be reported (a second store call)
+        self.needs_settling = settle
+        self._done = not settle
+
+    async def finish(self, usage: Usage | None) -> None:
+        """Correct the token estimate by ``usage`` (None: the request failed, give it back) and free the slot."""
+        if self._done:
+            return
+        self._done = True
+        used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
+        # On an outage the slot's lease frees it, and the estimate stands as the count.
+        with contextlib.suppress(StoreUnavailable):
+            await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member)
+
+    async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
+        """``events`` passed through; at their end (or on close) the request is settled with its usage."""
+        usage: Usage | None = None
+        try:
+            async for event in events:
+                if isinstance(event, Finished):
+                    usage = event.result.usage
+                yield event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+            await self.finish(usage)
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's reset format: ``1s``, ``6m0s``, ``250ms``."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    whole = math.ceil(seconds)
+    minutes, rest = divmod(whole, 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
+
+
+def _window_headers(out: dict[str, str], kind: str, window: Window | None) -> None:
+    if window is not None:
+        out[f"x-ratelimit-limit-{kind}"] = str(window.limit)
+        out[f"x-ratelimit-remaining-{kind}"] = str(window.remaining)
+        out[f"x-ratelimit-reset-{kind}"] = _duration(window.reset_s)
+
+
+def headers(verdict: Decision) -> dict[str, str]:
+    out: dict[str, str] = {}
+    _window_headers(out, "requests", verdict.requests)
+    _window_headers(out, "tokens", verdict.tokens)
+    return out
+
+
+def refusal(verdict: Decision, estimate: int) -> GatewayError:
+    """The 429 for a refused request, with ``Retry-After`` and the limit headers."""
+    out = headers(verdict)
+    scope = verdict.scope or "key"
+    if verdict.kind == "concurrency":
+        out["retry-after"] = "1"
+        message = f"Rate limit reached: too many concurrent requests for this {scope}. Retry when one finishes."
+    elif verdict.too_large:
+        out["retry-after"] = "60"
+        window = verdict.tokens
+        message = (f"Request too large: about {estimate} tokens, above this {scope}'s limit of "
+                   f"{window.limit if window else '?'} tokens per minute.")
+    else:
+        out["retry-after"] = str(max(1, math.ceil(verdict.retry_after_s)))
+        window = verdict.requests if verdict.kind == "requests" else verdict.tokens
+        unit = "requests" if verdict.kind == "requests" else "tokens"
+        message = (f"Rate limit reached for {unit} per minute on this {scope}: limit {window.limit if window else '?'}"
+                   f". Please try again in {_duration(verdict.retry_after_s)}.")
+    return GatewayError(429, message, "tokens" if verdict.kind == "tokens" else "requests",
+                        code="rate_limit_exceeded", headers=out)

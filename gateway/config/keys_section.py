@@ -1,0 +1,212 @@
+"""``auth`` and ``tenants``: caller keys, admin keys and tenant limits, one message per mistake.
+
+The field rules live here once and serve both the YAML config and the admin API
+(``POST/PATCH /admin/keys``), which turns a ``ConfigError`` into a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from typing import Any, cast
+
+from gateway.config.approval_section import key_tools
+from gateway.config.checks import (
+    ADMIN_KEY_KEYS,
+    API_KEY_KEYS,
+    AUTH_KEYS,
+    BUDGET_KEYS,
+    TENANT_KEYS,
+    ConfigError,
+    get,
+    mapping,
+    type_name,
+)
+from gateway.config.model import AdminKey, ApiKey, AuthConfig, Budget, BudgetPeriod, BudgetUnit, KeyRole, TenantConfig
+
+#: ``rpm``, ``tpm`` and ``max_concurrent`` above this are typos, not limits
+MAX_LIMIT = 1_000_000_000
+#: a budget above this (tokens or USD) is a typo
+MAX_BUDGET = 1e15
+#: names, tenants and allow-list entries are short labels; these bound what a caller can store
+MAX_NAME_CHARS = 64
+MAX_MODELS = 256
+ROLES: tuple[str, ...] = ("caller", "approver")
+UNITS: tuple[str, ...] = ("tokens", "usd")
+PERIODS: tuple[str, ...] = ("day", "month", "total")
+# Tenants end up in store keys (escaped) and metric labels: managed keys get a plain alphabet.
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
+
+
+def secret_digest(secret: str) -> bytes:
+    """The SHA-256 of a key's secret: what the store keeps and what lookups compare, never the secret."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def config_key_id(secret: str) -> str:
+    """A config key's stable public id, derived from its secret's hash (the secret never appears)."""
+    return "cfg_" + secret_digest(secret).hex()[:16]
+
+
+def limit(section: dict[str, Any], key: str, path: str) -> int | None:
+    """A positive integer limit (1 to 1e9), or None when absent."""
+    value = get(section, key, path, int, None)
+    if value is not None and not 0 < value <= MAX_LIMIT:
+        raise ConfigError(f"{path}.{key}", f"must be between 1 and {MAX_LIMIT}, got {value}")
+    return cast(int | None, value)
+
+
+def budget(raw: Any, path: str) -> Budget | None:
+    if raw is None:
+        return None
+    section = mapping(raw, path, BUDGET_KEYS)
+    amount = get(section, "limit", path, float, None)
+    if amount is None:
+        raise ConfigError(f"{path}.limit", "is required (a number of tokens or USD)")
+    if not 0 < amount <= MAX_BUDGET:  # also refuses nan
+        raise ConfigError(f"{path}.limit", f"must be a number above 0 and at most {MAX_BUDGET:g}, got {amount}")
+    unit = get(section, "unit", path, str, "tokens")
+    if unit not in UNITS:
+        raise ConfigError(f"{path}.unit", f"must be tokens or usd, got {unit!r}")
+    period = get(section, "period", path, str, "month")
+    if period not in PERIODS:
+        raise ConfigError(f"{path}.period", f"must be day, month or total, got {period!r}")
+    return Budget(limit=amount, unit=cast(BudgetUnit, unit), period=cast(BudgetPeriod, period))
+
+
+def expires_at(value: Any, path: str) -> float | None:
+    """ISO 8601 with a UTC offset (``2026-12-31T00:00:00Z``) as Unix seconds; YAML's own timestamps too."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ConfigError(path, "must be an ISO 8601 UTC time like 2026-12-31T00:00:00Z") from None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            # YAML parses '...Z' into a naive UTC datetime; a string without an offset is ambiguous.
+            value = value.replace(tzinfo=dt.UTC)
+        return value.timestamp()
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
+    raise ConfigError(path, f"must be an ISO 8601 UTC time like 2026-12-31T00:00:00Z, got {type_name(value)}")
+
+
+def label(value: Any, path: str, what: str) -> str:
+    """A name or tenant: 1 to 64 characters, none of them a control character."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(path, f"{what} must be a non-empty string")
+    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise ConfigError(path, f"{what} must be at most {MAX_NAME_CHARS} printable characters")
+    return value
+
+
+def plain_label(value: Any, path: str, what: str) -> str:
+    """A tenant of a managed key: letters, digits and ``._:@-`` (it reaches store keys and metric labels)."""
+    text = label(value, path, what)
+    if not _LABEL.fullmatch(text):
+        raise ConfigError(path, f"{what} may use only letters, digits and . _ : @ - (starting with a letter or digit)")
+    return text
+
+
+def models_list(value: Any, path: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(path, "must be a list of route names (or PROVIDER/*)")
+    if len(value) > MAX_MODELS:
+        raise ConfigError(path, f"lists more than {MAX_MODELS} routes")
+    return tuple(dict.fromkeys(value))
+
+
+def check_models(models: tuple[str, ...] | None, path: str, routes: set[str], providers: set[str]) -> None:
+    """Every entry is a configured route, ``PROVIDER/*`` or ``PROVIDER/MODEL`` of a configured provider."""
+    from gateway.config.checks import closest  # start-up only
+
+    for index, entry in enumerate(models or ()):
+        if entry in routes:
+            continue
+        provider, slash, _ = entry.partition("/")
+        if slash and provider in providers:
+            continue
+        raise ConfigError(f"{path}[{index}]", f"unknown model route {entry!r}{closest(entry, routes)} "
+                                              "(a route name, PROVIDER/* or PROVIDER/MODEL)")
+
+
+def key_options(item: dict[str, Any], path: str) -> dict[str, Any]:
+    """The fields every key has besides its secret, tenant and name, as ``ApiKey`` keyword arguments."""
+    role = get(item, "role", path, str, "caller")
+    if role not in ROLES:
+        raise ConfigError(f"{path}.role", f"must be caller or approver, got {role!r}")
+    return {
+        "headless": get(item, "headless", path, bool, False),
+        "role": cast(KeyRole, role),
+        "models": models_list(item.get("models"), f"{path}.models"),
+        "rpm": limit(item, "rpm", path),
+        "tpm": limit(item, "tpm", path),
+        "max_concurrent": limit(item, "max_concurrent", path),
+        "budget": budget(item.get("budget"), f"{path}.budget"),
+        "expires_at": expires_at(item.get("expires_at"), f"{path}.expires_at"),
+        "tools": key_tools(item, path),
+    }
+
+
+def auth_section(raw: Any) -> AuthConfig:
+    section = mapping(raw, "auth", AUTH_KEYS)
+    parsed: list[ApiKey] = []
+    seen: set[str] = set()
+    names: set[str] = set()
+    for i, entry in enumerate(get(section, "keys", "auth", list, [])):
+        path = f"auth.keys[{i}]"
+        item = mapping(entry, path, API_KEY_KEYS)
+        key = get(item, "key", path, str, "")
+        if not key:
+            raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
+        if key in seen:
+            raise ConfigError(f"{path}.key", "duplicates an earlier key")
+        seen.add(key)
+        tenant = get(item, "tenant", path, str, "")
+        if not tenant:
+            raise ConfigError(f"{path}.tenant", "is required")
+        name = label(get(item, "name", path, str, f"{tenant}-{i}"), f"{path}.name", "a key name")
+        if name in names:
+            raise ConfigError(f"{path}.name", f"duplicates the name of an earlier key ({name!r})")
+        names.add(name)
+        parsed.append(ApiKey(key=key, tenant=tenant, id=config_key_id(key), name=name, **key_options(item, path)))
+    admins: list[AdminKey] = []
+    for i, entry in enumerate(get(section, "admin_keys", "auth", list, [])):
+        path = f"auth.admin_keys[{i}]"
+        item = mapping(entry, path, ADMIN_KEY_KEYS)
+        key = get(item, "key", path, str, "")
+        if not key:
+            raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
+        if key in seen:
+            raise ConfigError(f"{path}.key", "duplicates an earlier key (admin keys and caller keys must differ)")
+        seen.add(key)
+        admins.append(AdminKey(key=key, name=label(get(item, "name", path, str, f"admin-{i}"), f"{path}.name",
+                                                   "an admin key name")))
+    return AuthConfig(keys=tuple(parsed), admin_keys=tuple(admins))
+
+
+def tenants_section(raw: Any) -> dict[str, TenantConfig]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("tenants", f"expected a mapping of tenant names, got {type_name(raw)}")
+    tenants = {}
+    for name, value in raw.items():
+        path = f"tenants.{name}"
+        section = mapping(value, path, TENANT_KEYS)
+        tenants[str(name)] = TenantConfig(name=str(name), rpm=limit(section, "rpm", path),
+                                          tpm=limit(section, "tpm", path),
+                                          max_concurrent=limit(section, "max_concurrent", path),
+                                          budget=budget(section.get("budget"), f"{path}.budget"))
+    return tenants
+
+
+def check_key_models(auth: AuthConfig, routes: set[str], providers: set[str]) -> None:
+    """Allow-lists name what exists: a typo would otherwise lock a key out of its route silently."""
+    for i, key in enumerate(auth.keys):
+        check_models(key.models, f"auth.keys[{i}].models", routes, providers)

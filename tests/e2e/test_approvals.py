@@ -1,0 +1,320 @@
+"""Approvals end to end: listing, digests, the audit trail, policies, time-outs and per-key tools.
+
+Real ``loopgate serve`` processes on a real Redis, driven with the OpenAI SDK (pauses) and plain
+HTTP (the approval API, as the inbox page calls it); the LLM and the MCP server are faked over HTTP.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+import redis
+
+from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, gateway_config
+from tests.e2e.test_mcp import ThreadedMcp
+from tests.fakes.upstream import FakeUpstream, Reply
+
+REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI", "").strip().lower() == "true"
+ASKER, APPROVER, LIMITED, B_APPROVER = "asker-key", "approver-key", "limited-key", "b-approver-key"
+
+AUTH = f"""auth:
+  keys:
+    - {{key: {ASKER}, tenant: team-a, name: asker}}
+    - {{key: {APPROVER}, tenant: team-a, name: reviewer, role: approver}}
+    - {{key: {LIMITED}, tenant: team-a, name: limited, tools: [get_weather]}}
+    - {{key: {B_APPROVER}, tenant: team-b, name: b-reviewer, role: approver}}
+"""
+EXTRA_TOOLS = """  timed_delete:
+    description: Delete a record (the approval times out)
+    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
+    python: "tests.e2e.sample_tools:delete_record"
+    approval: required
+    approval_timeout_s: 1
+  auto_delete:
+    description: A tool without annotations under approval auto
+    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
+    python: "tests.e2e.sample_tools:delete_record"
+    approval: auto
+"""
+ROUTE = """  appr:
+    targets: [{provider: primary, model: m}]
+    tools: [get_weather, delete_record, timed_delete, auto_delete, 'mcp:calc']
+"""
+
+
+def config(fakes: dict[str, FakeUpstream], mcp_url: str, ttl_s: int = 600) -> str:
+    text = gateway_config(fakes, store_url=REDIS_URL, extra_models=ROUTE, ttl_s=ttl_s)
+    text = text.replace("auth:\n  keys:\n", AUTH, 1)
+    servers = f"mcp_servers:\n  calc: {{url: '{mcp_url}', timeout_s: 5, approval: auto}}\n"
+    return text.replace("models:\n", EXTRA_TOOLS + servers + "models:\n", 1)
+
+
+@pytest.fixture(scope="module")
+def mcp() -> Iterator[ThreadedMcp]:
+    server = ThreadedMcp()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(fakes: dict[str, FakeUpstream], mcp: ThreadedMcp) -> Iterator[Gateway]:
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        if IN_CI:
+            pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}; CI=true, so Redis tests must run")
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    gateway = Gateway(config(fakes, mcp.server.url)).start()
+    yield gateway
+    gateway.stop()
+
+
+def get(gw: Gateway, path: str, key: str, **params: Any) -> httpx.Response:
+    return httpx.get(f"{gw.url}{path}", params=params, headers={"authorization": f"Bearer {key}"}, timeout=20)
+
+
+def pause(gw: Gateway, fakes: dict[str, FakeUpstream], record: str, tool: str = "delete_record",
+          key: str = ASKER) -> tuple[str, str, Any]:
+    fakes["primary"].queue(Reply(text=f"Deleting {record}.", tool_calls=[(tool, {"id": record})]))
+    paused = gw.client(key).chat.completions.create(
+        model="appr", messages=[{"role": "user", "content": f"Delete record {record}"}])
+    extension = paused.model_extra["gateway"]
+    assert extension["status"] == "paused"
+    return extension["continuation_id"], extension["pending"][0]["tool_call_id"], paused
+
+
+def listed(gw: Gateway, key: str, limit: int = 100, **params: Any) -> list[dict[str, Any]]:
+    """Every entry, following the cursor."""
+    entries: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = get(gw, "/v1/continuations", key, limit=limit, **({"cursor": cursor} if cursor else {}), **params)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        assert body["object"] == "list" and len(body["data"]) <= limit
+        entries += body["data"]
+        if not body["has_more"]:
+            assert body["next_cursor"] is None
+            return entries
+        cursor = body["next_cursor"]
+
+
+def decide(gw: Gateway, continuation_id: str, key: str, *decisions: dict[str, Any]) -> httpx.Response:
+    return gw.post(f"/v1/continuations/{continuation_id}", {"decisions": list(decisions)}, key=key)
+
+
+def tool_result(body: dict[str, Any]) -> str:
+    """The first tool result of an upstream request."""
+    return str(next(m for m in body["messages"] if m["role"] == "tool")["content"])
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_listing_newest_first_with_cursor_and_the_view(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    made = [pause(gw, fakes, record)[0] for record in ("a", "b", "c")]
+    first = get(gw, "/v1/continuations", APPROVER, limit=2, status="paused").json()
+    assert len(first["data"]) == 2 and first["has_more"] and first["next_cursor"]
+    ids = [e["id"] for e in listed(gw, APPROVER, limit=2, status="paused")]
+    assert [i for i in ids if i in made] == made[::-1]  # newest first
+    entry = next(e for e in listed(gw, APPROVER) if e["id"] == made[2])
+    call = entry["pending"][0]
+    assert orjson.loads(call["arguments"]) == {"id": "c"} and call["arguments_sha256"] == sha(call["arguments"])
+    assert {k: call[k] for k in ("name", "reason", "approval_deadline", "approval_expired")} == {
+        "name": "delete_record", "reason": "approval", "approval_deadline": None, "approval_expired": False}
+    assert entry["status"] == "pending" and entry["route"] == entry["model"] == "appr"
+    assert entry["key"]["name"] == "asker" and entry["key"]["id"].startswith("cfg_")
+    assert ASKER not in orjson.dumps(entry).decode()
+    assert entry["context"] == {"user": "Delete record c", "assistant": "Deleting c."}
+    assert entry["created_at"] <= time.time() < entry["expires_at"]
+    view = get(gw, f"/v1/continuations/{made[2]}", APPROVER).json()
+    assert view == entry
+    # Another tenant's keys see none of it, by listing or by id.
+    assert not {e["id"] for e in listed(gw, B_APPROVER)} & set(made)
+    assert not {e["id"] for e in listed(gw, OTHER_KEY)} & set(made)
+    assert get(gw, f"/v1/continuations/{made[2]}", B_APPROVER).status_code == 404
+
+
+def test_approver_lists_and_decides_but_cannot_call_models(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    continuation_id, call_id, paused = pause(gw, fakes, "77")
+    arguments = paused.choices[0].message.tool_calls[0].function.arguments
+    fakes["primary"].queue(Reply(text="Record 77 is gone."))
+    done = decide(gw, continuation_id, APPROVER, {"tool_call_id": call_id, "approve": True,
+                                                   "arguments_sha256": sha(arguments)})
+    assert done.status_code == 200, done.text
+    assert done.json()["choices"][0]["message"]["content"] == "Record 77 is gone."
+    results = [m["content"] for m in fakes["primary"].bodies[-1]["messages"] if m["role"] == "tool"]
+    assert results == ["deleted 77"]  # the tool ran, once
+    assert continuation_id not in {e["id"] for e in listed(gw, APPROVER)}  # resumed: out of the index
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        gw.client(APPROVER).chat.completions.create(model="appr", messages=[{"role": "user", "content": "x"}])
+    assert refused.value.body["code"] == "approver_key"  # type: ignore[index]
+
+
+def test_digest_mismatch_is_409_and_changes_nothing(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    continuation_id, call_id, paused = pause(gw, fakes, "9")
+    wrong = decide(gw, continuation_id, APPROVER, {"tool_call_id": call_id, "approve": True,
+                                                    "arguments_sha256": sha('{"id":"10"}')})
+    assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "arguments_mismatch"
+    assert get(gw, f"/v1/continuations/{continuation_id}", APPROVER).json()["status"] == "pending"
+    assert continuation_id in {e["id"] for e in listed(gw, APPROVER)}
+    assert not [e for e in audit(gw, APPROVER) if e["continuation_id"] == continuation_id]
+    fakes["primary"].queue(Reply(text="ok"))
+    arguments = paused.choices[0].message.tool_calls[0].function.arguments
+    right = decide(gw, continuation_id, APPROVER, {"tool_call_id": call_id, "approve": True,
+                                                    "arguments_sha256": sha(arguments).upper()})
+    assert right.status_code == 200, right.text
+
+
+def audit(gw: Gateway, key: str, limit: int = 100, **params: Any) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = get(gw, "/v1/audit", key, limit=limit, **({"cursor": cursor} if cursor else {}), **params)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        entries += body["data"]
+        if not body["has_more"]:
+            return entries
+        cursor = body["next_cursor"]
+
+
+def test_audit_records_who_decided_what(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    started = time.time()
+    approved_id, approved_call, paused = pause(gw, fakes, "11")
+    fakes["primary"].queue(Reply(text="done"))
+    assert decide(gw, approved_id, APPROVER, {"tool_call_id": approved_call, "approve": True}).status_code == 200
+    denied_id, denied_call, _ = pause(gw, fakes, "12")
+    fakes["primary"].queue(Reply(text="fine"))
+    assert decide(gw, denied_id, ASKER, {"tool_call_id": denied_call, "approve": False,
+                                         "reason": "not that one"}).status_code == 200
+    assert "not that one" in tool_result(fakes["primary"].bodies[-1])
+
+    entries = audit(gw, APPROVER, limit=1, **{"from": dt.datetime.fromtimestamp(started, dt.UTC).isoformat()})
+    assert [e["event"] for e in entries] == ["denied", "approved"]  # newest first, one page at a time
+    denied, approved = entries
+    arguments = paused.choices[0].message.tool_calls[0].function.arguments
+    assert approved["key"]["name"] == "reviewer" and approved["key"]["id"].startswith("cfg_")
+    assert {k: approved[k] for k in ("object", "tool", "tool_call_id", "continuation_id", "arguments_sha256",
+                                     "reason")} == {
+        "object": "audit.entry", "tool": "delete_record", "tool_call_id": approved_call,
+        "continuation_id": approved_id, "arguments_sha256": sha(arguments), "reason": None}
+    assert denied["key"]["name"] == "asker" and denied["reason"] == "not that one"
+    assert started - 1 <= approved["created_at"] <= denied["created_at"] <= time.time() + 1
+    # Time bounds (epoch seconds or ISO 8601) and tenants.
+    assert audit(gw, APPROVER, to=str(started - 3600)) == []
+    assert [e["id"] for e in audit(gw, APPROVER, to=str(denied["created_at"]),
+                                   **{"from": str(approved["created_at"])})] == [denied["id"], approved["id"]]
+    assert not [e for e in audit(gw, B_APPROVER) if e["continuation_id"] in (approved_id, denied_id)]
+    for params in ({"limit": "0"}, {"limit": "101"}, {"cursor": "nope"}, {"from": "yesterday"}):
+        bad = get(gw, "/v1/audit", APPROVER, **params)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == next(iter(params))
+
+
+def test_headless_denials_are_audited_with_the_key(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("delete_record", {"id": "5"})]), Reply(text="could not"))
+    done = gw.client(HEADLESS_KEY).chat.completions.create(model="appr", messages=[{"role": "user", "content": "x"}])
+    denial = done.model_extra["gateway"]["headless_denials"][0]
+    entry = next(e for e in audit(gw, HEADLESS_KEY) if e["tool_call_id"] == denial["tool_call_id"])
+    assert entry["event"] == "headless_denial" and entry["tool"] == "delete_record"
+    assert entry["key"]["id"].startswith("cfg_") and entry["key"]["name"] and entry["reason"] == "approval"
+    assert entry["arguments_sha256"] == sha('{"id":"5"}')
+    assert "headless_denial" not in {e["event"] for e in audit(gw, APPROVER)}  # tenant jobs' entry only
+
+
+def test_approval_timeout_denies_and_a_late_decision_is_409(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    continuation_id, call_id, _ = pause(gw, fakes, "t1", tool="timed_delete")
+    deadline = get(gw, f"/v1/continuations/{continuation_id}", APPROVER).json()["pending"][0]["approval_deadline"]
+    assert time.time() - 5 < deadline <= time.time() + 2
+    time.sleep(max(0.0, deadline - time.time()) + 1.1)
+    view = get(gw, f"/v1/continuations/{continuation_id}", APPROVER).json()
+    assert view["pending"][0]["approval_expired"] is True
+    late = decide(gw, continuation_id, APPROVER, {"tool_call_id": call_id, "approve": True})
+    assert late.status_code == 409 and late.json()["error"]["code"] == "approval_expired"
+    assert get(gw, f"/v1/continuations/{continuation_id}", APPROVER).json()["status"] == "pending"
+    # The loop resumes with the denial (way B, with nothing left to decide).
+    fakes["primary"].queue(Reply(text="It was not approved in time."))
+    done = decide(gw, continuation_id, ASKER)
+    assert done.status_code == 200, done.text
+    result = tool_result(fakes["primary"].bodies[-1])
+    assert "approval timed out" in result
+    assert done.json()["gateway"]["tool_calls"][0]["status"] == "denied"
+    entry = next(e for e in audit(gw, APPROVER) if e["continuation_id"] == continuation_id)
+    assert entry["event"] == "approval_timeout" and entry["reason"] == "approval timed out"
+    assert entry["key"] == {"id": None, "name": None} and entry["tool_call_id"] == call_id
+
+
+def test_approval_timeout_applies_to_way_a(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    _, call_id, paused = pause(gw, fakes, "t2", tool="timed_delete")
+    time.sleep(2.1)
+    message = paused.choices[0].message
+    fakes["primary"].queue(Reply(text="Skipped it."))
+    gw.client(ASKER).chat.completions.create(model="appr", messages=[
+        {"role": "user", "content": "Delete record t2"}, message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call_id, "content": "deleted it myself"}])
+    result = tool_result(fakes["primary"].bodies[-1])
+    assert "approval timed out" in result and "myself" not in result
+
+
+def test_approval_auto_follows_mcp_annotations(gw: Gateway, fakes: dict[str, FakeUpstream],
+                                               mcp: ThreadedMcp) -> None:
+    calls_before = mcp.server.methods().count("tools/call")
+    fakes["primary"].queue(Reply(tool_calls=[("mixed", {}), ("fail", {}), ("auto_delete", {"id": "1"})]))
+    paused = gw.client(ASKER).chat.completions.create(model="appr", messages=[{"role": "user", "content": "go"}])
+    extension = paused.model_extra["gateway"]
+    # readOnlyHint: runs at once; destructiveHint and no annotations at all: a person decides.
+    assert sorted((p["name"], p["reason"]) for p in extension["pending"]) == [
+        ("auto_delete", "approval"), ("fail", "approval")]
+    assert [(c["name"], c["status"]) for c in extension["tool_calls"]] == [("mixed", "ok")]
+    assert mcp.server.methods().count("tools/call") == calls_before + 1
+
+
+def test_key_tool_allow_list_hides_other_tools(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("delete_record", {"id": "1"})]), Reply(text="I cannot."))
+    done = gw.client(LIMITED).chat.completions.create(model="appr", messages=[{"role": "user", "content": "go"}])
+    assert done.model_extra["gateway"]["status"] == "completed"  # no pause: the tool is not this key's
+    offered = [[t["function"]["name"] for t in body.get("tools", [])] for body in fakes["primary"].bodies]
+    assert offered == [["get_weather"], ["get_weather"]]
+    result = tool_result(fakes["primary"].bodies[1])
+    assert result.startswith("Unknown tool 'delete_record'")
+    # The asker's key (no allow-list) is offered every tool of the route.
+    fakes["primary"].queue(Reply(text="hi"))
+    gw.client(ASKER).chat.completions.create(model="appr", messages=[{"role": "user", "content": "go"}])
+    assert {"delete_record", "mixed", "fail"} <= {t["function"]["name"] for t in fakes["primary"].bodies[-1]["tools"]}
+
+
+def test_listing_forgets_expired_continuations(fakes: dict[str, FakeUpstream], mcp: ThreadedMcp,
+                                               gw: Gateway) -> None:
+    short = Gateway(config(fakes, mcp.server.url, ttl_s=2)).start()
+    try:
+        continuation_id, _, _ = pause(short, fakes, "soon")
+        assert continuation_id in {e["id"] for e in listed(short, APPROVER)}
+        time.sleep(2.5)
+        assert continuation_id not in {e["id"] for e in listed(short, APPROVER)}
+        members = redis.Redis.from_url(REDIS_URL).zrange("loopgate:{t:team-a}:conts", 0, -1)
+        assert continuation_id.encode() not in members  # trimmed from the index, not just hidden
+        cancelled, _, _ = pause(short, fakes, "cancel")
+        assert httpx.delete(f"{short.url}/v1/continuations/{cancelled}",
+                            headers={"authorization": f"Bearer {APPROVER}"}).status_code == 200
+        assert cancelled not in {e["id"] for e in listed(short, APPROVER)}
+    finally:
+        short.stop()
+
+
+def test_listing_rejects_bad_parameters(gw: Gateway) -> None:
+    for params in ({"limit": "x"}, {"limit": "500"}, {"cursor": "A" * 600}, {"status": "weird"}):
+        bad = get(gw, "/v1/continuations", APPROVER, **params)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == next(iter(params))
+    assert get(gw, "/v1/continuations", "nobody").status_code == 401
