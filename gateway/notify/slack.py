@@ -48,6 +48,8 @@ def slack_payload(event: dict[str, Any], public_url: str | None) -> dict[str, An
     where = f"tenant *{escape(event['tenant'])}*"
     if event.get("route"):
         where += f", route *{escape(event['route'])}*"
+    if event.get("asked_by"):
+        where += f", asked by *{escape(event['asked_by'])}*"
     detail = _detail(event)
     text = f"{headline}: {detail} ({where})"
     blocks: list[dict[str, Any]] = [

@@ -186,6 +186,7 @@ def test_slack_payload_links_to_the_inbox(gateway: Gateway, receiver: WebhookRec
     payload = delivery.json
     assert set(payload) == {"text", "blocks"}
     assert "Approval needed" in payload["text"] and "delete_record" in payload["text"]
+    assert "asked by *alice*" in payload["text"]
     assert f"<{PUBLIC}/ui/approvals|" in payload["text"]  # public_url's trailing slash is dropped
     kinds = [b["type"] for b in payload["blocks"]]
     assert kinds == ["section", "context", "actions"]
