@@ -203,24 +203,25 @@ def test_slack_payload_links_to_the_inbox(gateway: Gateway, receiver: WebhookRec
 
 
 def test_expired_when_a_pause_is_never_answered(receiver: WebhookReceiver) -> None:
-    gw = Gateway(config(hook(f"{receiver.url}/ok", "[expired]"), ttl_s=3)).start()
+    # A path of its own: the module's gateway may still deliver earlier tests' events to /ok.
+    gw = Gateway(config(hook(f"{receiver.url}/ttl", "[expired]"), ttl_s=3)).start()
     try:
         paused = pause(gw)
-        [delivery] = wait_type(receiver, "/ok", "expired")
+        [delivery] = wait_type(receiver, "/ttl", "expired")
         assert signed(delivery) and delivery.json["continuation_id"] == paused["continuation_id"]
         assert delivery.json["reason"] == "the continuation expired unanswered"
-        assert [d.json["type"] for d in receiver.at("/ok")] == ["expired"]  # only what it subscribed to
+        assert [d.json["type"] for d in receiver.at("/ttl")] == ["expired"]  # only what it subscribed to
     finally:
         gw.stop()
 
 
 def test_expired_when_an_approval_times_out(receiver: WebhookReceiver) -> None:
-    gw = Gateway(config(hook(f"{receiver.url}/ok", "[paused, expired]"))).start()
+    gw = Gateway(config(hook(f"{receiver.url}/deadline", "[paused, expired]"))).start()
     try:
         completion = gw.client().chat.completions.create(
             model="agent", messages=[{"role": "user", "content": "Please use delete_soon on record 7."}])
         paused = completion.model_extra["gateway"]
-        [delivery] = wait_type(receiver, "/ok", "expired")  # long before the continuation's TTL (600 s)
+        [delivery] = wait_type(receiver, "/deadline", "expired")  # long before the continuation's TTL (600 s)
         event = delivery.json
         assert signed(delivery) and event["continuation_id"] == paused["continuation_id"]
         assert event["reason"] == "approval timed out" and event["tool_calls"][0]["name"] == "delete_soon"
@@ -288,7 +289,7 @@ def require_redis() -> None:
 def test_two_replicas_deliver_each_event_exactly_once(receiver: WebhookReceiver) -> None:
     require_redis()
     redis.Redis.from_url(REDIS_URL).flushdb()
-    text = config(hook(f"{receiver.url}/slow", "[paused, headless_denied]") + hook(f"{receiver.url}/ok"),
+    text = config(hook(f"{receiver.url}/slow", "[paused, headless_denied]") + hook(f"{receiver.url}/replica"),
                   store_url=REDIS_URL)
     first, second = Gateway(text).start(), Gateway(text).start()
     try:
@@ -299,13 +300,13 @@ def test_two_replicas_deliver_each_event_exactly_once(receiver: WebhookReceiver)
             gw.client(HEADLESS_KEY).chat.completions.create(model="agent", messages=ASK)
         expected = rounds * 2
         slow = receiver.wait_for("/slow", expected, timeout=30)
-        ok = receiver.wait_for("/ok", expected, timeout=30)
+        everything = receiver.wait_for("/replica", expected, timeout=30)
         time.sleep(2.5)  # longer than a poll interval of both workers: nothing more may arrive
-        for path, found in (("/slow", receiver.at("/slow")), ("/ok", receiver.at("/ok"))):
+        for path, found in (("/slow", receiver.at("/slow")), ("/replica", receiver.at("/replica"))):
             ids = [d.headers["X-Loopgate-Event-Id"] for d in found]
             assert len(ids) == expected and len(set(ids)) == expected, (path, len(ids), len(set(ids)))
             assert all(signed(d) for d in found)
-        assert {d.json["id"] for d in slow} == {d.json["id"] for d in ok}  # the same events, each receiver once
+        assert {d.json["id"] for d in slow} == {d.json["id"] for d in everything}  # the same events, each receiver once
         # Nothing left behind but the pauses' expiry checks (due near their TTL).
         client = redis.Redis.from_url(REDIS_URL)
         assert client.zcard("loopgate:{outbox:deliveries}:due") == client.hlen("loopgate:{outbox:deliveries}:jobs") == 0
