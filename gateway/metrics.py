@@ -105,6 +105,11 @@ LOOP_ITERATIONS = Histogram("loopgate_loop_iterations", "Model calls per request
                             buckets=(1, 2, 3, 5, 8, 13, 25, 50))
 CONTINUATIONS = Counter("loopgate_continuations_total", "Continuation events", ("event",))
 CONTEXT_ACTIONS = Counter("loopgate_context_actions_total", "Context guard actions", ("action",))
+WEBHOOK_EVENTS = Counter("loopgate_webhook_events_total", "Notification jobs by event type and outcome (queued; "
+                         "dropped_buffer_full, dropped_store_error, dropped_queue_full, dropped_error)",
+                         ("event", "outcome"))
+WEBHOOK_DELIVERIES = Counter("loopgate_webhook_deliveries_total", "Webhook delivery attempts by outcome "
+                             "(delivered, retry, dropped: retry period over or receiver removed)", ("outcome",))
 
 TOKENS = Counter("loopgate_tokens_total", "Tokens used by tenant (configured tenants, else other), route and kind "
                  "(prompt, completion, cached, reasoning)", ("tenant", "route", "kind"))
@@ -116,7 +121,7 @@ USAGE_STORE_FAILURES = Counter("loopgate_usage_store_failures_total",
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
-       TOKENS, COST, USAGE_STORE_FAILURES)
+       TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES)
 
 
 def render_all() -> str:

@@ -63,6 +63,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             check_model_access(key, plan)
             admission = await runtime.limits.admit(key, request.body_bytes)
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
+            continuations.notifier.resumed(claimed, "a")
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
             loop_request.span = exchange.span

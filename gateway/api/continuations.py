@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import audit_decisions, continuation_view
+from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
 
@@ -62,6 +64,16 @@ def _exchange(request: Request, incoming: Incoming, metered: bool) -> Exchange:
     scope = request.scope
     rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
     return Exchange(request.method, PATH, rid, incoming.traceparent, echo=False, metered=metered)
+
+
+def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[dict[str, Any]],
+                     decided_by: str | None) -> None:
+    """``decided`` for the approve/deny decisions (client outputs are not decisions), then ``resumed``."""
+    verdicts = [{"tool_call_id": d["tool_call_id"], "approved": d["approve"], "reason": d.get("reason")}
+                for d in decisions if "output" not in d]
+    if verdicts:
+        notifier.decided(claimed, verdicts, decided_by)
+    notifier.resumed(claimed, "b")
 
 
 async def get_continuation(request: Request) -> JSONResponse:
@@ -134,6 +146,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
                                                             "gen_ai.tool.call.id": call_id})
         admission = await runtime.limits.admit(key, incoming.body_bytes)
         claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
+        notify_decisions(continuations.notifier, claimed, body["decisions"], key_identity(key)[1] or None)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         headless = key.headless or incoming.headless
         loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,

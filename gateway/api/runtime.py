@@ -18,6 +18,7 @@ from gateway.config.model import AdminKey, Config
 from gateway.context import ContextGuard
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
+from gateway.notify import Notifier
 from gateway.redact import Redactor
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
@@ -84,7 +85,10 @@ class Runtime:
         health = TargetHealth(config.routing.breaker_failures, config.routing.breaker_cooldown_s, shared)
         router = Router(config.providers, config.routing, pool, health)
         routes = RouteTable(config, router)
-        continuations = Continuations(store, config.store.continuation_ttl_s, config.routing.request_timeout_s)
+        notifier = Notifier(config.notifications, config.server.public_url, store)
+        await notifier.start()
+        continuations = Continuations(store, config.store.continuation_ttl_s, config.routing.request_timeout_s,
+                                      notifier)
         # Tokenizer tables (~80 MB for o200k) load lazily, on a worker thread, the first time a
         # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
@@ -105,6 +109,7 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.background.aclose()
+        await self.continuations.notifier.stop()
         await self.key_sync.stop()
         await self.mcp.stop()
         await self.pool.aclose()

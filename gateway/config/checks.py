@@ -23,12 +23,10 @@ class ConfigError(Exception):
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
-            "usage"}
+            "usage", "background", "logging", "observability", "notifications"}
 USAGE_KEYS = {"record", "retention_days", "flush_s"}
-TOP_KEYS |= {"background"}
-TOP_KEYS |= {"logging", "observability"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
-                "keepalive_timeout_s"}
+                "keepalive_timeout_s", "public_url"}
 AUTH_KEYS = {"keys", "admin_keys"}
 API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
                 "expires_at", "tools"}
@@ -53,6 +51,8 @@ CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
                  "request_timeout_s"}
 BACKGROUND_KEYS = {"max_concurrent", "max_events", "max_event_bytes", "lease_s", "heartbeat_s", "poll_s"}
+NOTIFICATIONS_KEYS = {"webhooks", "retry_for_s", "backoff_base_s", "backoff_max_s", "max_queue"}
+WEBHOOK_KEYS = {"url", "secret", "events", "format", "timeout_s"}
 SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("", TOP_KEYS), ("server", SERVER_KEYS), ("auth", AUTH_KEYS), ("auth.keys[N]", API_KEY_KEYS),
     ("store", STORE_KEYS), ("store.tls", STORE_TLS_KEYS), ("store.sentinel", SENTINEL_KEYS),
@@ -62,6 +62,7 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("models.NAME.targets[N].price", PRICE_KEYS), ("usage", USAGE_KEYS),
     ("auth.admin_keys[N]", ADMIN_KEY_KEYS), ("tenants.NAME", TENANT_KEYS), ("auth.keys[N].budget", BUDGET_KEYS),
     ("background", BACKGROUND_KEYS),
+    ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
 )
 
 

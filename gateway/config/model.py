@@ -28,6 +28,8 @@ class ServerConfig:
     body_timeout_s: float = 30.0
     #: an idle keep-alive connection is closed after this
     keepalive_timeout_s: float = 5.0
+    #: the gateway's address as people reach it (links in notifications: {public_url}/ui/approvals)
+    public_url: str | None = None
 
 
 KeyRole = Literal["caller", "approver"]
@@ -290,6 +292,32 @@ class RoutingConfig:
     request_timeout_s: float = 900.0
 
 
+WEBHOOK_EVENTS: tuple[str, ...] = ("paused", "resumed", "decided", "expired", "headless_denied")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """One receiver of notifications (gateway/notify): where, how signed, which events, which body format."""
+
+    url: str
+    secret: str = field(repr=False)
+    events: tuple[str, ...] = WEBHOOK_EVENTS
+    format: Literal["json", "slack"] = "json"
+    #: one delivery attempt (connect + send + response head) must finish within this
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationsConfig:
+    webhooks: tuple[WebhookConfig, ...] = ()
+    #: an event not delivered this long after it happened is dropped (and counted)
+    retry_for_s: float = 600.0
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    #: deliveries waiting in the store at most; past it new events are dropped (and counted)
+    max_queue: int = 100_000
+
+
 @dataclass(frozen=True, slots=True)
 class UsageConfig:
     """Daily usage aggregates in the store (gateway/store/usage.py); off: nothing is written."""
@@ -333,3 +361,4 @@ class Config:
     background: BackgroundConfig = field(default_factory=BackgroundConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
+    notifications: NotificationsConfig = field(default_factory=NotificationsConfig)

@@ -51,6 +51,7 @@ from gateway.config.model import (
     TargetConfig,
     ToolConfig,
 )
+from gateway.config.notifications_section import notifications_section, public_url
 from gateway.config.observability_section import logging_section, observability_section
 from gateway.config.prices import check_target_prices, parse_price, parse_prices, usage_section
 from gateway.config.store_section import store_section
@@ -79,6 +80,7 @@ def _server(raw: Any) -> ServerConfig:
         header_timeout_s=_server_timeout(section, "header_timeout_s", 10.0),
         body_timeout_s=_server_timeout(section, "body_timeout_s", 30.0),
         keepalive_timeout_s=_server_timeout(section, "keepalive_timeout_s", 5.0),
+        public_url=public_url(section.get("public_url")),
     )
 
 
@@ -348,8 +350,9 @@ def build_config(raw: dict[str, Any]) -> Config:
     check_target_prices(models)
     auth = auth_section(raw.get("auth"))
     check_key_models(auth, set(models), set(providers))
+    server = _server(raw.get("server"))
     return Config(
-        server=_server(raw.get("server")),
+        server=server,
         auth=auth,
         store=store_section(raw.get("store")),
         providers=providers,
@@ -362,6 +365,7 @@ def build_config(raw: dict[str, Any]) -> Config:
         background=background_section(raw.get("background")),
         logging=logging_section(raw.get("logging")),
         observability=observability_section(raw.get("observability")),
+        notifications=notifications_section(raw.get("notifications"), server.public_url),
     )
 
 

@@ -24,6 +24,7 @@ import orjson
 
 from gateway import metrics
 from gateway.canonical import Message, ToolCall, text_of
+from gateway.config.model import NotificationsConfig
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import (
     arguments_digest,
@@ -46,6 +47,7 @@ from gateway.loop.engine import (
 )
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.pairing import ToolResult
+from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound, Store
 from gateway.tools.base import ToolOutcome
@@ -128,8 +130,10 @@ def may_resume_way_a(messages: list[Message]) -> bool:
 
 
 class Continuations:
-    def __init__(self, store: Store, ttl_s: int, request_timeout_s: float) -> None:
+    def __init__(self, store: Store, ttl_s: int, request_timeout_s: float, notifier: Notifier | None = None) -> None:
         self.store = store
+        # Disabled (emits nothing) unless notifications.webhooks are configured.
+        self.notifier = notifier or Notifier(NotificationsConfig(), None, store)
         self.ttl_s = ttl_s
         self.lease_s = request_timeout_s + CLAIM_LEASE_MARGIN_S
 
@@ -158,6 +162,7 @@ class Continuations:
         if kept:
             await self.store.put_artifacts(request.tenant, kept, self.ttl_s)
         metrics.CONTINUATIONS.inc("paused")
+        self.notifier.paused(continuation)
         return continuation.id
 
     @staticmethod
@@ -181,6 +186,7 @@ class Continuations:
             "arguments_sha256": hashlib.sha256(arguments).hexdigest(),
         })
         metrics.CONTINUATIONS.inc("headless_denial")
+        self.notifier.headless_denied(tenant, call, reason, key_name)
 
     def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
         """Executes approved calls at most once per continuation.

@@ -23,9 +23,12 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
+
+if TYPE_CHECKING:
+    from gateway.store.outbox import Outbox
 
 ContinuationStatus = Literal["pending", "claimed", "resumed", "cancelled"]
 STATUSES: tuple[str, ...] = ("pending", "claimed", "resumed", "cancelled")
@@ -262,6 +265,11 @@ class Store(ABC):
     @abstractmethod
     async def health_open_until(self, target: str) -> float | None:
         """The timestamp until which ``target``'s circuit is open, or None when it is closed."""
+
+    # -- notification outbox (gateway/store/outbox.py) -------------------------------------------
+    def outbox(self, name: str) -> Outbox:
+        """The job queue ``name`` (webhook deliveries, expiry checks) on this backend, shared by every replica."""
+        raise NotImplementedError(f"the {self.kind} store has no outbox")
 
 
 def check_ttl(ttl_s: float) -> int:

@@ -35,6 +35,7 @@ from gateway.store.base import (
     failure_window,
 )
 from gateway.store.memory_listing import TenantListing
+from gateway.store.outbox import MemoryOutbox, Outbox
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -115,9 +116,13 @@ class MemoryStore(Store):
         self._open: _TTLMap[str, float] = _TTLMap()
         self._listing = TenantListing()
         self._closed = False
+        self._outboxes: dict[str, MemoryOutbox] = {}
 
     async def ping(self) -> bool:
         return not self._closed
+
+    def outbox(self, name: str) -> Outbox:
+        return self._outboxes.setdefault(name, MemoryOutbox())
 
     async def aclose(self) -> None:
         self._closed = True

@@ -79,6 +79,7 @@ from gateway.store.base import (
     failure_window,
 )
 from gateway.store.redis_connect import connect
+from gateway.store.redis_outbox import RedisOutbox
 
 PREFIX = "loopgate:"
 log = logging.getLogger("loopgate.store")
@@ -271,6 +272,9 @@ class RedisStore(Store):
                 return bool(await self._r.ping())
         except Exception:
             return False
+
+    def outbox(self, name: str) -> RedisOutbox:
+        return RedisOutbox(self._r, self._guard, name)  # stateless: all state is in Redis
 
     async def aclose(self) -> None:
         await self._conn.aclose()
