@@ -31,7 +31,7 @@ from gateway.store.keys import KeyLimitReached, budget_record, from_record, new_
 #: admin bodies are a handful of fields
 MAX_ADMIN_BODY = 64 * 1024
 MAX_ID_CHARS = 100
-_EDITABLE = {"name", "role", "models", "rpm", "tpm", "max_concurrent", "budget", "headless", "expires_at"}
+_EDITABLE = {"name", "role", "models", "rpm", "tpm", "max_concurrent", "budget", "headless", "expires_at", "tools"}
 _CREATE = _EDITABLE | {"tenant"}
 
 
@@ -47,7 +47,8 @@ def view(key: ApiKey) -> dict[str, Any]:
     return {"id": key.id, "object": "api_key", "name": key.name, "tenant": key.tenant, "role": key.role,
             "models": None if key.models is None else list(key.models), "rpm": key.rpm, "tpm": key.tpm,
             "max_concurrent": key.max_concurrent, "budget": budget, "headless": key.headless,
-            "expires_at": _iso(key.expires_at), "created_at": None if key.created_at is None else int(key.created_at),
+            "tools": None if key.tools is None else sorted(key.tools), "expires_at": _iso(key.expires_at),
+            "created_at": None if key.created_at is None else int(key.created_at),
             "revoked": key.revoked, "expired": key.expires_at is not None and key.expires_at <= time.time(),
             "source": "managed" if key.managed else "config"}
 
@@ -174,6 +175,8 @@ async def update_key(request: Request) -> JSONResponse:
             record["models"] = list(fields["models"])
         if "budget" in fields:
             record["budget"] = budget_record(fields["budget"])
+        if "tools" in fields and fields["tools"] is not None:
+            record["tools"] = sorted(fields["tools"])
         try:
             await runtime.key_store.put(record, create=False)
         except KeyError:

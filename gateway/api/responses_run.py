@@ -20,14 +20,17 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.api.continuations import resume_plan
+from gateway.api.access import check_model_access, visible_routes
+from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses_items import Converted, to_messages
 from gateway.api.responses_render import ResponseBuilder, new_id, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
+from gateway.config.model import ApiKey
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.loop.approvals import audit_decisions
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
@@ -190,14 +193,15 @@ def _label_of(runtime: Runtime) -> Any:
     return label
 
 
-async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: str,
+async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: ApiKey,
                            headless: bool) -> ResponseRun:
     """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError."""
+    tenant = key.tenant
     plan = runtime.routes.lookup(request.model)
     if plan is None:
         raise GatewayError(404, f"The model {quoted(request.model)} does not exist. Known models: "
-                           f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
-                           "model", "model_not_found")
+                           f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
+                           "invalid_request_error", "model", "model_not_found")
     if request.tools:
         server = set(server_tool_names(plan, runtime.tools))
         for index, tool in enumerate(request.tools):
@@ -223,12 +227,12 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: 
             stored = await runtime.store.get_continuation(record["continuation_id"], tenant)
         except ContinuationNotFound:
             raise previous_not_found(str(request.previous_response_id)) from None
-        return await _resume(request, runtime, tenant, headless, stored, converted, deadline,
+        return await _resume(request, runtime, key, headless, stored, converted, deadline,
                              bool(record.get("instructions_first")))
     if record is None and converted.decisions and converted.orphan is None:
         stored_match = await _paused_match(continuations, runtime, tenant, converted)
         if stored_match is not None:
-            return await _resume(request, runtime, tenant, headless, stored_match, converted, deadline, None)
+            return await _resume(request, runtime, key, headless, stored_match, converted, deadline, None)
     if converted.orphan is not None:
         raise bad_request("no function_call or mcp_approval_request in the input has this call id; to answer a "
                           "stored response, send 'previous_response_id'", converted.orphan)
@@ -253,7 +257,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: 
         await reattach(runtime.store, tenant, messages)
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
                        params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
-                       tenant=tenant, stream=request.stream, deadline=deadline)
+                       tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
+                       allowed_tools=key.tools)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
                               emit=request.stream or request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
@@ -281,10 +286,11 @@ async def _paused_match(continuations: Continuations, runtime: Runtime, tenant: 
     return stored if continuations.history_mismatch(stored, converted.messages) is None else None
 
 
-async def _resume(request: ResponsesRequest, runtime: Runtime, tenant: str, headless: bool, stored: Continuation,
+async def _resume(request: ResponsesRequest, runtime: Runtime, key: ApiKey, headless: bool, stored: Continuation,
                   converted: Converted, deadline: float, instructions_first: bool | None) -> ResponseRun:
-    """Resume a paused loop with the input's answers (way B's checks, claim and ledger)."""
+    """Resume a paused loop with the input's answers (way B's checks, claim, ledger, audit and notifications)."""
     continuations = runtime.continuations
+    tenant = key.tenant
     if stored.status == "resumed":
         raise GatewayError(409, f"the pending calls of this response were already answered (continuation "
                            f"{stored.id})", code="continuation_conflict")
@@ -294,7 +300,11 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, tenant: str, head
         error.param = "input"
         raise
     plan = resume_plan(runtime, stored)
+    check_model_access(key, plan, resume=True)
     claimed = await runtime.store.claim_continuation(stored.id, tenant, continuations.lease_s)
+    notify_decisions(continuations.notifier, claimed, converted.decisions, key.name or None)
+    decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(converted.decisions), key.id,
+                              key.name)
     loop = continuations.resumed_request(claimed, plan, results, approved, request.stream, deadline, tenant,
                                          headless)
     first = bool(instructions_first)
@@ -306,5 +316,5 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, tenant: str, head
         first = bool(request.instructions)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
                               emit=request.stream or request.background)
-    return ResponseRun(runtime, tenant, request, plan, loop, continuations.run_resumed(claimed, loop, runtime.deps),
-                       builder, first)
+    events = continuations.run_resumed(claimed, loop, runtime.deps, decided)
+    return ResponseRun(runtime, tenant, request, plan, loop, events, builder, first)

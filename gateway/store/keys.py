@@ -42,7 +42,8 @@ def to_record(key: ApiKey, digest: bytes) -> dict[str, Any]:
     return {"id": key.id, "name": key.name, "tenant": key.tenant, "hash": digest.hex(), "role": key.role,
             "models": None if key.models is None else list(key.models), "rpm": key.rpm, "tpm": key.tpm,
             "max_concurrent": key.max_concurrent, "budget": budget, "headless": key.headless,
-            "expires_at": key.expires_at, "created_at": key.created_at, "revoked": key.revoked}
+            "expires_at": key.expires_at, "created_at": key.created_at, "revoked": key.revoked,
+            "tools": None if key.tools is None else sorted(key.tools)}
 
 
 def from_record(record: dict[str, Any]) -> tuple[bytes, ApiKey]:
@@ -51,11 +52,13 @@ def from_record(record: dict[str, Any]) -> tuple[bytes, ApiKey]:
                                                 unit=cast(BudgetUnit, raw_budget["unit"]),
                                                 period=cast(BudgetPeriod, raw_budget["period"]))
     models = record.get("models")
+    tools = record.get("tools")
     key = ApiKey(key="", tenant=str(record["tenant"]), headless=bool(record.get("headless")), id=str(record["id"]),
                  name=str(record.get("name") or record["id"]), role=cast(KeyRole, record.get("role") or "caller"),
                  models=None if models is None else tuple(models), rpm=record.get("rpm"), tpm=record.get("tpm"),
                  max_concurrent=record.get("max_concurrent"), budget=budget, expires_at=record.get("expires_at"),
-                 managed=True, created_at=record.get("created_at"), revoked=bool(record.get("revoked")))
+                 managed=True, created_at=record.get("created_at"), revoked=bool(record.get("revoked")),
+                 tools=None if tools is None else frozenset(tools))
     return bytes.fromhex(str(record["hash"])), key
 
 

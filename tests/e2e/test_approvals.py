@@ -318,3 +318,31 @@ def test_listing_rejects_bad_parameters(gw: Gateway) -> None:
         bad = get(gw, "/v1/continuations", APPROVER, **params)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == next(iter(params))
     assert get(gw, "/v1/continuations", "nobody").status_code == 401
+
+
+def test_responses_api_decisions_are_audited_and_checked_like_way_b(gw: Gateway,
+                                                                    fakes: dict[str, FakeUpstream]) -> None:
+    """An ``mcp_approval_response`` is a decision like way B's: audited with its key, allow-lists applied."""
+    client = gw.client(ASKER)
+    fakes["primary"].queue(Reply(tool_calls=[("delete_record", {"id": "77"})]))
+    first = client.responses.create(model="appr", input="Delete record 77")
+    request = first.output[0]
+    assert request.type == "mcp_approval_request"
+    fakes["primary"].queue(Reply(text="Not deleted."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False,
+              "reason": "keep 77"}
+    second = client.responses.create(model="appr", previous_response_id=first.id, input=[answer])
+    assert second.status == "completed" and "keep 77" in tool_result(fakes["primary"].bodies[-1])
+    call_id = request.id.removeprefix("mcpr_")  # the item id is the tool call's, prefixed
+    entry = next(e for e in audit(gw, APPROVER) if e["tool_call_id"] == call_id)
+    assert entry["event"] == "denied" and entry["reason"] == "keep 77" and entry["key"]["name"] == "asker"
+    assert entry["arguments_sha256"] == sha(request.arguments)
+    # A key's tool allow-list holds on the Responses API too: the model is never offered the others.
+    fakes["primary"].queue(Reply(text="ok"))
+    gw.client(LIMITED).responses.create(model="appr", input="weather?")
+    offered = {t["function"]["name"] for t in fakes["primary"].bodies[-1].get("tools", [])}
+    assert offered == {"get_weather"}
+    # An unknown model's 404 lists only the routes this key may use.
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.create(model="nope", input="x")
+    assert "appr" in str(missing.value)

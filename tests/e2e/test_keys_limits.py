@@ -382,3 +382,26 @@ def test_responses_api_checks_access_and_limits(pair: tuple[Gateway, Gateway]) -
         for _ in range(3):
             second.client(secret).responses.create(model="plain", input="hi", stream=False)
     assert limited.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+
+
+def test_managed_key_tool_allow_list(pair: tuple[Gateway, Gateway], fakes: dict[str, FakeUpstream]) -> None:
+    """``tools`` on a managed key: set, shown, edited; the model is offered only those server tools."""
+    first, second = pair
+    created = admin("POST", first, "/admin/keys", {"tenant": "team-t", "tools": ["get_weather", "add"]}).json()
+    assert created["tools"] == ["add", "get_weather"]
+    fakes["primary"].queue(Reply(text="ok"))
+    assert chat(first, created["key"], "agent").status_code == 200
+    offered = {t["function"]["name"] for t in fakes["primary"].bodies[-1]["tools"]}
+    assert offered == {"get_weather", "add"}
+    edited = admin("PATCH", first, f"/admin/keys/{created['id']}", {"tools": ["add"]})
+    assert edited.status_code == 200 and edited.json()["tools"] == ["add"]
+    fakes["primary"].queue(*[Reply(text="ok") for _ in range(20)])
+
+    def only_add() -> bool:
+        if chat(second, created["key"], "agent").status_code != 200:
+            return False  # the second process has not seen the new key yet
+        return {t["function"]["name"] for t in fakes["primary"].bodies[-1]["tools"]} == {"add"}
+
+    wait_for(only_add, 1.0)
+    bad = admin("PATCH", first, f"/admin/keys/{created['id']}", {"tools": "add"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"].startswith("tools")
