@@ -507,7 +507,12 @@ def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleTy
         left = pod["terminationGracePeriodSeconds"] - int(container["lifecycle"]["preStop"]["exec"]["command"][1])
         process.send_signal(signal.SIGTERM)
         # uvicorn re-raises the signal once its graceful shutdown is done (exit 143 in a container).
-        assert process.wait(left) in (0, -signal.SIGTERM)
+        try:
+            code = process.wait(left)
+        except subprocess.TimeoutExpired:
+            log_tail = (tmp_path / "gateway.log").read_text(errors="replace")[-4000:]
+            pytest.fail(f"the gateway was still running {left} s after SIGTERM; its log ends:\n{log_tail}")
+        assert code in (0, -signal.SIGTERM)
     assert "Application shutdown complete" in (tmp_path / "gateway.log").read_text(errors="replace")
 
 
