@@ -37,22 +37,32 @@ _HIGH = {"rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}
 _BUDGET = {"limit": 1e15, "unit": "tokens", "period": "month"}
 
 
-def controls_config(upstream: str, redis_url: str, otlp: str) -> dict[str, Any]:
-    """The bench config with every control of issue 15 on (see the module docstring)."""
+CONTROLS = ("limits", "budget", "price", "redis", "tracing", "logs")
+
+
+def controls_config(upstream: str, redis_url: str, otlp: str, on: tuple[str, ...] = CONTROLS) -> dict[str, Any]:
+    """The bench config with the named controls of issue 15 on (all by default; see the module docstring).
+
+    The managed key is always there (auth on); ``limits`` gives it rpm, tpm and max_concurrent."""
     config = servers.gateway_config(upstream)
     config["auth"] = {"admin_keys": [{"key": ADMIN_KEY, "name": "bench"}]}
-    config["tenants"] = {"bench": {"budget": _BUDGET}}
-    config["store"] = {"url": redis_url}
-    config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
-    config["observability"] = {"otlp_endpoint": otlp, "sample_ratio": 1.0}
-    config["logging"] = {"format": "json", "access": True}
+    if "budget" in on:
+        config["tenants"] = {"bench": {"budget": _BUDGET}}
+    if "redis" in on:
+        config["store"] = {"url": redis_url}
+    if "price" in on:
+        config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
+    if "tracing" in on:
+        config["observability"] = {"otlp_endpoint": otlp, "sample_ratio": 1.0}
+    if "logs" in on:
+        config["logging"] = {"format": "json", "access": True}
     return config
 
 
-async def _managed_key(base: str) -> str:
+async def _managed_key(base: str, limits: bool) -> str:
     async with aiohttp.ClientSession() as session, session.post(
             f"{base}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
-            json={"tenant": "bench", "name": "bench-controls", **_HIGH}) as resp:
+            json={"tenant": "bench", "name": "bench-controls", **(_HIGH if limits else {})}) as resp:
         resp.raise_for_status()
         return str((await resp.json())["key"])
 
@@ -112,8 +122,12 @@ def _load_row(proc: servers.Proc, url: str, headers: dict[str, str], body: bytes
 
 
 def scenario_controls(args: argparse.Namespace) -> None:
+    on = tuple(name.strip() for name in args.controls.split(",") if name.strip())
+    unknown = set(on) - set(CONTROLS)
+    if unknown:
+        raise SystemExit(f"--controls: unknown {sorted(unknown)} (known: {', '.join(CONTROLS)})")
     params = {"duration_s": args.duration, "concurrency": args.concurrency, "rounds": args.rounds,
-              "per_round": args.per_round, "redis": args.redis}
+              "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on)}
     cols = ["setup", "RPS (mean)", "% of plain", "load p50 ms", "load p99 ms", "errors", "CPU ms/req",
             "seq p50 ms", "added seq p50 ms", "other CPU %"]
     report = Report("controls", cols, params)
@@ -129,8 +143,8 @@ def scenario_controls(args: argparse.Namespace) -> None:
     with servers.start_fake(cpus=cpus_for(args, "fake")) as fake, \
             servers.start_loopgate(fake.base, cpus=cpus_for(args, "sut")) as plain, \
             servers.start_loopgate(fake.base, cpus=cpus_for(args, "sut"),
-                                   config=controls_config(fake.base, args.redis, otlp)) as ctl:
-        key = asyncio.run(_managed_key(ctl.base))
+                                   config=controls_config(fake.base, args.redis, otlp, on)) as ctl:
+        key = asyncio.run(_managed_key(ctl.base, "limits" in on))
         base_headers = {"Content-Type": "application/json"}
         setups = {"plain": (plain, base_headers), "controls": (ctl, base_headers | {"authorization": f"Bearer {key}"})}
         for proc, headers in setups.values():  # warm-up: connections, caches, lazy imports
@@ -174,3 +188,5 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (plain and controls alternate first)")
     p.add_argument("--per-round", type=int, default=200, help="sequential requests per setup and round")
     p.add_argument("--redis", default="redis://127.0.0.1:6379/5", help="store.url of the controls gateway")
+    p.add_argument("--controls", default=",".join(CONTROLS),
+                   help="which controls the second gateway has on (a managed key always): " + ",".join(CONTROLS))
