@@ -15,6 +15,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --tracing       # traces at sample ratio 1 to a local OTLP receiver
     python -m bench.instructions --tracing --sample-ratio 0.1
     python -m bench.instructions --json-logs     # logging: {format: json, access: true}
+    python -m bench.instructions --controls --store redis://127.0.0.1:6379/5   # every issue-15 control (bench controls)
     python -m bench.instructions --responses     # the same requests through POST /v1/responses
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
@@ -144,6 +145,8 @@ def main() -> None:
     parser.add_argument("--tracing", action="store_true", help="export spans to a local OTLP/HTTP receiver")
     parser.add_argument("--sample-ratio", type=float, default=1.0, help="observability.sample_ratio with --tracing")
     parser.add_argument("--json-logs", action="store_true", help="JSON logs with an access record per request")
+    parser.add_argument("--controls", action="store_true",
+                        help="every control of the bench scenario 'controls' (needs --store redis://...)")
     args = parser.parse_args()
     body = _body(args.stream, args.responses, args.agent, args.keep)
 
@@ -172,6 +175,11 @@ def main() -> None:
             if args.budget:
                 entry["budget"] = {"limit": 1e12, "unit": "tokens", "period": "month"}
             config["auth"] = {**config.get("auth", {}), "keys": [entry]}
+        if args.controls:
+            from bench.controls import controls_config  # bench.controls imports this module
+
+            config = controls_config(fake.base, args.store or "redis://127.0.0.1:6379/5", _otlp_sink())
+            args.limited = True
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/cg.%p",
                sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
@@ -199,6 +207,7 @@ def main() -> None:
     kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
     kind += " agent turn" if args.agent else " request"
     kind += "" if args.keep or not args.responses else " (store: false)"
+    kind += " all controls" if args.controls else ""
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dump {dumps[-1]})")

@@ -1,5 +1,7 @@
 """Rate limits shared by every replica: one Lua script per request to take, one to settle.
 
+The calls of one loop turn (many requests under load) go out as one pipeline (redis_batch.py).
+
 Key layout (the tenant is the hash tag, so every key one request touches is in one slot)::
 
     loopgate:{l:<tenant>}:t:b         hash  r=requests left t=tokens left ts=updated (tenant bucket)
@@ -18,6 +20,7 @@ from typing import Any
 
 from gateway.store.limits import Decision, LimitScope, RateLimiter, decision
 from gateway.store.redis import PREFIX, RedisStore, _esc, _f
+from gateway.store.redis_batch import ScriptBatcher
 
 # KEYS: bucket, slots per scope. ARGV: now, tokens, member, lease_end, then rpm, tpm, max_concurrent per scope.
 # Returns "verdict kind scope retry_after r1 t1 ..." (see limits.decision): one bulk string, because
@@ -94,6 +97,8 @@ class RedisRateLimiter(RateLimiter):
         self._store = store
         self._acquire = store._r.register_script(_ACQUIRE)
         self._settle = store._r.register_script(_SETTLE)
+        # Takes and settles of one loop turn share a round trip (gateway/store/redis_batch.py).
+        self._batch = ScriptBatcher(store, "rate_limit")
 
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                       lease_s: float, now: float | None = None) -> Decision:
@@ -102,8 +107,7 @@ class RedisRateLimiter(RateLimiter):
         args: list[Any] = [_f(now), tokens, member, _f(now + lease_s)]
         for scope in scopes:
             args += [scope.rpm, scope.tpm, scope.max_concurrent]
-        async with self._store._guard("rate_limit"):
-            reply = await self._acquire(keys=keys, args=args)
+        reply = await self._batch.call(self._acquire, keys, args)
         return decision(scopes, reply.split())
 
     async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str) -> None:
@@ -111,5 +115,4 @@ class RedisRateLimiter(RateLimiter):
         args: list[Any] = [_f(time.time()), extra_tokens, member]
         for scope in scopes:
             args += [scope.tpm, scope.max_concurrent]
-        async with self._store._guard("rate_limit_settle"):
-            await self._settle(keys=keys, args=args)
+        await self._batch.call(self._settle, keys, args)
