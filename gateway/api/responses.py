@@ -83,12 +83,11 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         if admission is not None:
             exchange.add_headers(admission.headers)
         if not parsed.stream:
-            async for _ in run.batches(raise_errors=True):
-                pass
+            await run.complete()
             exchange.done(200)
             if admission is not None:
                 await admission.finish(usage_of(run.response))
-            return JSONResponse(orjson.dumps(run.response), raw_headers=exchange.headers)
+            return JSONResponse(run.response_json(), raw_headers=exchange.headers)
         return SSEResponse(_frames(run, exchange, admission), exchange.headers)
     except Exception as exc:
         if admission is not None:

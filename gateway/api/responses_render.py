@@ -76,8 +76,8 @@ class ResponseBuilder:
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True) -> None:
         self.route = route
-        # Without ``emit`` (a non-stream response) every step runs the same, only the event dicts
-        # are not kept: the returned lists hold one shared placeholder per event.
+        # Without ``emit`` (a non-stream response) every step runs the same, only the events are
+        # not built: the returned lists are empty but for a placeholder of the terminal event.
         self.emit = emit
         self.label_of = label_of
         self.approved = approved
@@ -122,12 +122,13 @@ class ResponseBuilder:
     def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
-        out.append(self._event("response.output_item.added", output_index=index,
-                               item=dict(item) if self.emit else item))
+        if self.emit:
+            out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
         return index
 
     def _done(self, index: int, out: list[dict[str, Any]]) -> None:
-        out.append(self._event("response.output_item.done", output_index=index, item=self.response["output"][index]))
+        if self.emit:
+            out.append(self._event("response.output_item.done", output_index=index, item=self.response["output"][index]))
 
     def _open_kind(self) -> str | None:
         return None if self._open is None else str(self.response["output"][self._open]["type"])
@@ -139,20 +140,25 @@ class ResponseBuilder:
         item = self.response["output"][index]
         text = "".join(self._parts)
         self._parts = []
+        emit = self.emit
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                                   content_index=0, text=text, logprobs=[]))
-            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                   content_index=0, part=part))
-            item.update(content=[part], status=status)
+            if emit:
+                out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                       content_index=0, text=text, logprobs=[]))
+                out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                       content_index=0, part=part))
+            item["content"] = [part]
+            item["status"] = status
         else:
             summary = {"type": "summary_text", "text": text}
-            out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"], output_index=index,
-                                   summary_index=0, text=text))
-            out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"], output_index=index,
-                                   summary_index=0, part=summary))
-            item.update(summary=[summary], status=status)
+            if emit:
+                out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"],
+                                       output_index=index, summary_index=0, text=text))
+                out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"],
+                                       output_index=index, summary_index=0, part=summary))
+            item["summary"] = [summary]
+            item["status"] = status
         self._done(index, out)
 
     def _text(self, text: str, out: list[dict[str, Any]]) -> None:
@@ -163,14 +169,16 @@ class ResponseBuilder:
             item_id = new_id("msg")
             self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
                                     "content": []}, out)
-            out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
-                                   content_index=0, part={"type": "output_text", "text": "", "annotations": [],
-                                                          "logprobs": []}))
+            if self.emit:
+                out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
+                                       content_index=0, part={"type": "output_text", "text": "", "annotations": [],
+                                                              "logprobs": []}))
         self._texted = True
         self._parts.append(text)
         self.final_text.append(text)
-        out.append(self._event("response.output_text.delta", item_id=self.response["output"][self._open]["id"],
-                               output_index=self._open, content_index=0, delta=text, logprobs=[]))
+        if self.emit:
+            out.append(self._event("response.output_text.delta", item_id=self.response["output"][self._open]["id"],
+                                   output_index=self._open, content_index=0, delta=text, logprobs=[]))
 
     def _reasoning(self, text: str, out: list[dict[str, Any]]) -> None:
         if self._open_kind() != "reasoning":

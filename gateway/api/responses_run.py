@@ -20,6 +20,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
+
 from gateway.api.continuations import resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses_items import Converted, to_messages
@@ -62,6 +64,9 @@ class ResponseRun:
         self._instructions_first = instructions_first
         self._first: list[LoopEvent] = []
         self._input_items: list[dict[str, Any]] | None = None
+        # The final Response object serialised once, at the terminal save: the stored record and
+        # the answer (JSON body or terminal stream event) embed these bytes instead of re-encoding.
+        self._final: bytes | None = None
 
     @property
     def loop_request(self) -> LoopRequest:
@@ -93,6 +98,34 @@ class ResponseRun:
     async def aclose(self) -> None:
         """Stop the loop (cancels running tools, releases a claim): safe to call more than once."""
         await self._events.aclose()  # type: ignore[attr-defined]
+
+    def response_json(self) -> bytes:
+        """The Response object as JSON (the bytes already made for the record when there are some)."""
+        return self._final if self._final is not None and self.builder.done else orjson.dumps(self.builder.response)
+
+    async def complete(self) -> None:
+        """The non-stream run: ``batches(raise_errors=True)`` without its generator layers or events.
+
+        The same builder steps, the same save before the end; any failure propagates (the
+        endpoint answers it with an HTTP error). Every request pays for generator layers, so the
+        JSON path runs the loop from this one coroutine.
+        """
+        builder = self.builder
+        try:
+            builder.start()
+            first, self._first = self._first, []
+            for loop_event in first:
+                builder.feed(loop_event)
+                if isinstance(loop_event, Finished):
+                    await self.save(loop_event)
+            async for loop_event in self._events:
+                builder.feed(loop_event)
+                if isinstance(loop_event, Finished):
+                    await self.save(loop_event)
+            if not builder.done:
+                raise RuntimeError("the loop ended without a result")
+        finally:
+            await self.aclose()
 
     async def events(self, raise_errors: bool = False) -> AsyncIterator[dict[str, Any]]:
         """The Responses stream events, ``response.created`` to the one terminal event.
@@ -142,8 +175,16 @@ class ResponseRun:
                 # Not recorded: the client must not see "completed" for a response it cannot chain from.
                 if raise_errors:
                     raise
+                self._final = None
                 self.builder.retract_terminal(out)
                 out.extend(self.builder.fail(to_gateway_error(exc)))
+            else:
+                final = self._final
+                if final is not None and out and not self.request.background and \
+                        out[-1].get("response") is self.builder.response:
+                    # The terminal event carries the bytes the record was made of (background
+                    # runs keep plain dicts: their consumers read the events).
+                    out[-1]["response"] = orjson.Fragment(final)
         return out
 
     def record(self, finished: Finished | None = None) -> dict[str, Any]:
@@ -164,7 +205,11 @@ class ResponseRun:
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
         if self._input_items is None:
             self._input_items = input_items(self.request.input)  # once: ids stay the same across saves
-        return {"response": self.builder.response, "input": self._input_items, "transcript": transcript,
+        response: Any = self.builder.response
+        if finished is not None and self.builder.done:
+            self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
+            response = orjson.Fragment(self._final)
+        return {"response": response, "input": self._input_items, "transcript": transcript,
                 "continuation_id": continuation_id, "instructions_first": self._instructions_first}
 
     async def save(self, finished: Finished | None = None) -> None:
