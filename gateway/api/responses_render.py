@@ -128,7 +128,8 @@ class ResponseBuilder:
 
     def _done(self, index: int, out: list[dict[str, Any]]) -> None:
         if self.emit:
-            out.append(self._event("response.output_item.done", output_index=index, item=self.response["output"][index]))
+            out.append(self._event("response.output_item.done", output_index=index,
+                                   item=self.response["output"][index]))
 
     def _open_kind(self) -> str | None:
         return None if self._open is None else str(self.response["output"][self._open]["type"])
