@@ -8,7 +8,6 @@ OpenAI shape, classes and statuses.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -25,7 +24,7 @@ from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
 from gateway.api.responses_background import check_background, start_background
 from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
-from gateway.api.responses_run import ResponseRun, prepare_response
+from gateway.api.responses_run import prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.canonical import Usage
@@ -88,7 +87,11 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             if admission is not None:
                 await admission.finish(usage_of(run.response))
             return JSONResponse(run.response_json(), raw_headers=exchange.headers)
-        return SSEResponse(_frames(run, exchange, admission), exchange.headers)
+        async def on_close() -> None:
+            exchange.done(200)
+            if admission is not None:
+                await admission.finish(usage_of(run.response))
+        return SSEResponse(run.frames(_encode, on_close), exchange.headers)
     except Exception as exc:
         if admission is not None:
             await admission.finish(None)  # a no-op once settled
@@ -97,15 +100,8 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         return error_response(error, exchange.headers)
 
 
-async def _frames(run: ResponseRun, exchange: Exchange, admission: Admission | None) -> AsyncIterator[bytes]:
-    try:
-        async for batch in run.batches():
-            yield b"".join(sse_frame(event) for event in batch)
-    finally:
-        await run.aclose()
-        exchange.done(200)
-        if admission is not None:
-            await admission.finish(usage_of(run.response))
+def _encode(batch: list[dict[str, Any]]) -> bytes:
+    return b"".join([sse_frame(event) for event in batch])
 
 
 def usage_of(response: dict[str, Any]) -> Usage | None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 
@@ -38,6 +38,7 @@ from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
 
+_T = TypeVar("_T")
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
 
@@ -139,21 +140,30 @@ class ResponseRun:
             for event in batch:
                 yield event
 
-    async def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
+    def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
         """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
+        return self._run(raise_errors, _same)
+
+    def frames(self, encode: Callable[[list[dict[str, Any]]], bytes],
+               on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+        """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
+        return self._run(False, encode, on_close)
+
+    async def _run(self, raise_errors: bool, wrap: Callable[[list[dict[str, Any]]], _T],
+                   on_close: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[_T]:
         builder = self.builder
         try:
-            yield builder.start()
+            yield wrap(builder.start())
             try:
                 for loop_event in self._first:
                     batch = await self._feed(loop_event, raise_errors)
                     if batch:
-                        yield batch
+                        yield wrap(batch)
                 self._first = []
                 async for loop_event in self._events:
                     batch = await self._feed(loop_event, raise_errors)
                     if batch:
-                        yield batch
+                        yield wrap(batch)
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
             except Exception as exc:
@@ -162,9 +172,13 @@ class ResponseRun:
                 failed = builder.fail(to_gateway_error(exc))
                 with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
                     await self.save(None)
-                yield failed
+                yield wrap(failed)
         finally:
-            await self.aclose()
+            try:
+                await self.aclose()
+            finally:
+                if on_close is not None:
+                    await on_close()
 
     async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> list[dict[str, Any]]:
         out = self.builder.feed(loop_event)
@@ -217,6 +231,10 @@ class ResponseRun:
         if self.request.store:
             await self.runtime.responses.put(self.tenant, self.id, self.record(finished),
                                              self.runtime.config.store.continuation_ttl_s)
+
+
+def _same(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return batch
 
 
 def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
