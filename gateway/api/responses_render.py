@@ -212,18 +212,22 @@ class ResponseBuilder:
                     call["approval_request_id"] = f"mcpr_{item.tool_call_id}"
                 index = self._add(call, out)
                 self._tools[item.tool_call_id] = index
-                out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"], output_index=index,
-                                       arguments=item.arguments))
-                out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
+                if self.emit:
+                    out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"],
+                                           output_index=index, arguments=item.arguments))
+                    out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
             elif isinstance(item, ToolFinished):
                 index = self._tools.pop(item.tool_call_id)
                 call = self.response["output"][index]
                 if item.status == "ok":
                     call.update(output=item.content, status="completed")
-                    out.append(self._event("response.mcp_call.completed", item_id=call["id"], output_index=index))
+                    if self.emit:
+                        out.append(self._event("response.mcp_call.completed", item_id=call["id"],
+                                               output_index=index))
                 else:
                     call.update(error={"type": "mcp_tool_execution_error", "content": item.content}, status="failed")
-                    out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
+                    if self.emit:
+                        out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
                 self._done(index, out)
             elif isinstance(item, Finished):
                 self._finish(item.result, out)
@@ -245,11 +249,12 @@ class ResponseBuilder:
                     item = {"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
                             "name": function["name"], "arguments": "", "status": "in_progress"}
                     index = self._add(item, out)
-                    out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                           output_index=index, delta=function["arguments"]))
-                    out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                           output_index=index, name=function["name"],
-                                           arguments=function["arguments"]))
+                    if self.emit:
+                        out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                               output_index=index, delta=function["arguments"]))
+                        out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                               output_index=index, name=function["name"],
+                                               arguments=function["arguments"]))
                     item.update(arguments=function["arguments"], status="completed")
                 self._done(index, out)
         if result.model:
