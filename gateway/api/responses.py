@@ -78,15 +78,18 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             exchange.state = None
             exchange.done(200)
             return await start_background(runtime, key.tenant, run, parsed.stream, meter)
-        await run.open()
-        if admission is not None:
-            exchange.add_headers(admission.headers)
         if not parsed.stream:
-            await run.complete()
+            # ``complete`` calls back where ``open`` would return: a failure before any output
+            # answers without the rate-limit headers, one after with them, as for a stream.
+            await run.complete(None if admission is None else lambda: exchange.add_headers(admission.headers))
             exchange.done(200)
             if admission is not None:
                 await admission.finish(usage_of(run.response))
             return JSONResponse(run.response_json(), raw_headers=exchange.headers)
+        await run.open()
+        if admission is not None:
+            exchange.add_headers(admission.headers)
+
         async def on_close() -> None:
             exchange.done(200)
             if admission is not None:

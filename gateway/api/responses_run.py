@@ -104,25 +104,37 @@ class ResponseRun:
         """The Response object as JSON (the bytes already made for the record when there are some)."""
         return self._final if self._final is not None and self.builder.done else orjson.dumps(self.builder.response)
 
-    async def complete(self) -> None:
-        """The non-stream run: ``batches(raise_errors=True)`` without its generator layers or events.
+    async def complete(self, on_output: Callable[[], None] | None = None) -> None:
+        """The non-stream run: ``open()`` then ``batches(raise_errors=True)``, without their generator layers.
 
         The same builder steps, the same save before the end; any failure propagates (the
-        endpoint answers it with an HTTP error). Every request pays for generator layers, so the
-        JSON path runs the loop from this one coroutine.
+        endpoint answers it with an HTTP error). ``on_output`` is called where ``open()`` would
+        have returned (the first output, or the loop's end). Every request pays for generator
+        layers, so the JSON path runs the loop from this one coroutine.
         """
         builder = self.builder
         try:
-            builder.start()
             first, self._first = self._first, []
+            if first or on_output is None:
+                waiting = False
+                if on_output is not None:
+                    on_output()
+            else:
+                waiting = True
+            builder.start()
             for loop_event in first:
                 builder.feed(loop_event)
                 if isinstance(loop_event, Finished):
                     await self.save(loop_event)
             async for loop_event in self._events:
+                if waiting and not isinstance(loop_event, Notice):
+                    waiting = False
+                    on_output()  # type: ignore[misc]
                 builder.feed(loop_event)
                 if isinstance(loop_event, Finished):
                     await self.save(loop_event)
+            if waiting:
+                on_output()  # type: ignore[misc]
             if not builder.done:
                 raise RuntimeError("the loop ended without a result")
         finally:
