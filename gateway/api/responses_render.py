@@ -91,6 +91,8 @@ class ResponseBuilder:
         self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
         self._seq = 0
         self._open: int | None = None  # output index of the open message or reasoning item
+        self._open_type: str | None = None  # its type and id (read on every delta)
+        self._open_id = ""
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
@@ -131,13 +133,10 @@ class ResponseBuilder:
             out.append(self._event("response.output_item.done", output_index=index,
                                    item=self.response["output"][index]))
 
-    def _open_kind(self) -> str | None:
-        return None if self._open is None else str(self.response["output"][self._open]["type"])
-
     def _close(self, out: list[dict[str, Any]], status: str = "completed") -> None:
         if self._open is None:
             return
-        index, self._open = self._open, None
+        index, self._open, self._open_type = self._open, None, None
         item = self.response["output"][index]
         text = "".join(self._parts)
         self._parts = []
@@ -163,13 +162,14 @@ class ResponseBuilder:
         self._done(index, out)
 
     def _text(self, text: str, out: list[dict[str, Any]]) -> None:
-        if self._open_kind() != "message":
+        if self._open_type != "message":
             if text == ITERATION_SEPARATOR and self._texted:
                 return  # the engine's separator between iterations: here each iteration is its own item
             self._close(out)
-            item_id = new_id("msg")
+            item_id = self._open_id = new_id("msg")
             self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
                                     "content": []}, out)
+            self._open_type = "message"
             if self.emit:
                 out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
                                        content_index=0, part={"type": "output_text", "text": "", "annotations": [],
@@ -177,15 +177,17 @@ class ResponseBuilder:
         self._texted = True
         self._parts.append(text)
         self.final_text.append(text)
-        if self.emit:
-            out.append(self._event("response.output_text.delta", item_id=self.response["output"][self._open]["id"],
-                                   output_index=self._open, content_index=0, delta=text, logprobs=[]))
+        if self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
+            out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
+                        "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
+        self._seq += 1
 
     def _reasoning(self, text: str, out: list[dict[str, Any]]) -> None:
-        if self._open_kind() != "reasoning":
+        if self._open_type != "reasoning":
             self._close(out)
-            item_id = new_id("rs")
+            item_id = self._open_id = new_id("rs")
             self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
+            self._open_type = "reasoning"
             out.append(self._event("response.reasoning_summary_part.added", item_id=item_id, output_index=self._open,
                                    summary_index=0, part={"type": "summary_text", "text": ""}))
         self._parts.append(text)
