@@ -104,7 +104,9 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
 
 
 def _encode(batch: list[dict[str, Any]]) -> bytes:
-    return b"".join([sse_frame(event) for event in batch])
+    # ``sse_frame`` inlined: a stream sends one frame per event, ~17 for a one-call answer.
+    dumps = orjson.dumps
+    return b"".join([b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n" for event in batch])
 
 
 def usage_of(response: dict[str, Any]) -> Usage | None:
