@@ -61,7 +61,8 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         if runtime.usage.budgeted(key):
             await runtime.usage.check_budget(key)
         admission = await runtime.limits.admit(key, incoming.body_bytes)
-        run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless)
+        run = await prepare_response(parsed, runtime, key.tenant, key.headless or parsed.headless or incoming.headless,
+                                     plan)
         exchange.label = meter.route = run.label
         loop_request = run.loop_request
         loop_request.span = exchange.span

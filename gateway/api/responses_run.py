@@ -16,6 +16,7 @@ like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
+from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
@@ -255,8 +257,9 @@ def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                           **item} for item in items]
 
 
-def _label_of(runtime: Runtime) -> Any:
-    tools = runtime.tools
+@functools.lru_cache(maxsize=16)
+def _labels(tools: ToolRegistry) -> Callable[[str], str]:
+    """The server-label function of a tool registry: made once per registry, not once per request."""
 
     def label(name: str) -> str:
         tool = tools.get(name)
@@ -265,10 +268,18 @@ def _label_of(runtime: Runtime) -> Any:
     return label
 
 
+def _label_of(runtime: Runtime) -> Callable[[str], str]:
+    return _labels(runtime.tools)
+
+
 async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: str,
-                           headless: bool) -> ResponseRun:
-    """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError."""
-    plan = runtime.routes.lookup(request.model)
+                           headless: bool, plan: RoutePlan | None = None) -> ResponseRun:
+    """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError.
+
+    ``plan``: the route of ``request.model`` when the caller already looked it up.
+    """
+    if plan is None:
+        plan = runtime.routes.lookup(request.model)
     if plan is None:
         raise GatewayError(404, f"The model {quoted(request.model)} does not exist. Known models: "
                            f"{', '.join(runtime.routes.names()) or 'none'}.", "invalid_request_error",
@@ -337,6 +348,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, tenant: 
 
 def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
     limit = plan.max_tool_iterations
+    if request.max_tool_iterations is None and request.max_tool_calls is None:
+        return limit
     for cap in (request.max_tool_iterations, request.max_tool_calls):
         if cap is not None:
             limit = min(limit, cap)
