@@ -269,7 +269,11 @@ class ResponseBuilder:
         response["usage"] = usage_object(result.usage)
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
-        out.append(self._event(f"response.{response['status']}", response=response))
+        if self.emit:
+            out.append(self._event(f"response.{response['status']}", response=response))
+        else:
+            self._seq += 1
+            out.append(_SILENT)  # what ``retract_terminal`` takes back
 
     def retract_terminal(self, events: list[dict[str, Any]]) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""

@@ -115,6 +115,7 @@ class ResponseRun:
         layers, so the JSON path runs the loop from this one coroutine.
         """
         builder = self.builder
+        store = self.request.store  # ``save`` writes nothing without it: no coroutine for nothing
         try:
             first, self._first = self._first, []
             if first or on_output is None:
@@ -126,14 +127,14 @@ class ResponseRun:
             builder.start()
             for loop_event in first:
                 builder.feed(loop_event)
-                if isinstance(loop_event, Finished):
+                if isinstance(loop_event, Finished) and store:
                     await self.save(loop_event)
             async for loop_event in self._events:
                 if waiting and not isinstance(loop_event, Notice):
                     waiting = False
                     on_output()  # type: ignore[misc]
                 builder.feed(loop_event)
-                if isinstance(loop_event, Finished):
+                if isinstance(loop_event, Finished) and store:
                     await self.save(loop_event)
             if waiting:
                 on_output()  # type: ignore[misc]
