@@ -120,6 +120,11 @@ def _parts(content: Any, param: str, role: str) -> Any:
 
 
 def to_messages(items: list[dict[str, Any]]) -> Converted:
+    if len(items) == 1:  # the common case (``input`` a string): what the loop below makes of it, directly
+        item = items[0]
+        content = item.get("content")
+        if item["type"] == "message" and item.get("role") == "user" and isinstance(content, str):
+            return Converted([{"role": "user", "content": content}])
     out: list[Message] = []
     turn = _Turn()
     trailing: list[dict[str, Any]] = []  # answers since the last assistant item

@@ -76,8 +76,8 @@ class ResponseBuilder:
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True) -> None:
         self.route = route
-        # Without ``emit`` (a non-stream response) every step runs the same, only the event dicts
-        # are not kept: the returned lists hold one shared placeholder per event.
+        # Without ``emit`` (a non-stream response) every step runs the same, only the events are
+        # not built: the returned lists are empty but for a placeholder of the terminal event.
         self.emit = emit
         self.label_of = label_of
         self.approved = approved
@@ -91,6 +91,8 @@ class ResponseBuilder:
         self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
         self._seq = 0
         self._open: int | None = None  # output index of the open message or reasoning item
+        self._open_type: str | None = None  # its type and id (read on every delta)
+        self._open_id = ""
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
@@ -122,61 +124,70 @@ class ResponseBuilder:
     def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
-        out.append(self._event("response.output_item.added", output_index=index,
-                               item=dict(item) if self.emit else item))
+        if self.emit:
+            out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
         return index
 
     def _done(self, index: int, out: list[dict[str, Any]]) -> None:
-        out.append(self._event("response.output_item.done", output_index=index, item=self.response["output"][index]))
-
-    def _open_kind(self) -> str | None:
-        return None if self._open is None else str(self.response["output"][self._open]["type"])
+        if self.emit:
+            out.append(self._event("response.output_item.done", output_index=index,
+                                   item=self.response["output"][index]))
 
     def _close(self, out: list[dict[str, Any]], status: str = "completed") -> None:
         if self._open is None:
             return
-        index, self._open = self._open, None
+        index, self._open, self._open_type = self._open, None, None
         item = self.response["output"][index]
         text = "".join(self._parts)
         self._parts = []
+        emit = self.emit
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                                   content_index=0, text=text, logprobs=[]))
-            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                   content_index=0, part=part))
-            item.update(content=[part], status=status)
+            if emit:
+                out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                       content_index=0, text=text, logprobs=[]))
+                out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                       content_index=0, part=part))
+            item["content"] = [part]
+            item["status"] = status
         else:
             summary = {"type": "summary_text", "text": text}
-            out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"], output_index=index,
-                                   summary_index=0, text=text))
-            out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"], output_index=index,
-                                   summary_index=0, part=summary))
-            item.update(summary=[summary], status=status)
+            if emit:
+                out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"],
+                                       output_index=index, summary_index=0, text=text))
+                out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"],
+                                       output_index=index, summary_index=0, part=summary))
+            item["summary"] = [summary]
+            item["status"] = status
         self._done(index, out)
 
     def _text(self, text: str, out: list[dict[str, Any]]) -> None:
-        if self._open_kind() != "message":
+        if self._open_type != "message":
             if text == ITERATION_SEPARATOR and self._texted:
                 return  # the engine's separator between iterations: here each iteration is its own item
             self._close(out)
-            item_id = new_id("msg")
+            item_id = self._open_id = new_id("msg")
             self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
                                     "content": []}, out)
-            out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
-                                   content_index=0, part={"type": "output_text", "text": "", "annotations": [],
-                                                          "logprobs": []}))
+            self._open_type = "message"
+            if self.emit:
+                out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
+                                       content_index=0, part={"type": "output_text", "text": "", "annotations": [],
+                                                              "logprobs": []}))
         self._texted = True
         self._parts.append(text)
         self.final_text.append(text)
-        out.append(self._event("response.output_text.delta", item_id=self.response["output"][self._open]["id"],
-                               output_index=self._open, content_index=0, delta=text, logprobs=[]))
+        if self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
+            out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
+                        "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
+        self._seq += 1
 
     def _reasoning(self, text: str, out: list[dict[str, Any]]) -> None:
-        if self._open_kind() != "reasoning":
+        if self._open_type != "reasoning":
             self._close(out)
-            item_id = new_id("rs")
+            item_id = self._open_id = new_id("rs")
             self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
+            self._open_type = "reasoning"
             out.append(self._event("response.reasoning_summary_part.added", item_id=item_id, output_index=self._open,
                                    summary_index=0, part={"type": "summary_text", "text": ""}))
         self._parts.append(text)
@@ -203,18 +214,22 @@ class ResponseBuilder:
                     call["approval_request_id"] = f"mcpr_{item.tool_call_id}"
                 index = self._add(call, out)
                 self._tools[item.tool_call_id] = index
-                out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"], output_index=index,
-                                       arguments=item.arguments))
-                out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
+                if self.emit:
+                    out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"],
+                                           output_index=index, arguments=item.arguments))
+                    out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
             elif isinstance(item, ToolFinished):
                 index = self._tools.pop(item.tool_call_id)
                 call = self.response["output"][index]
                 if item.status == "ok":
                     call.update(output=item.content, status="completed")
-                    out.append(self._event("response.mcp_call.completed", item_id=call["id"], output_index=index))
+                    if self.emit:
+                        out.append(self._event("response.mcp_call.completed", item_id=call["id"],
+                                               output_index=index))
                 else:
                     call.update(error={"type": "mcp_tool_execution_error", "content": item.content}, status="failed")
-                    out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
+                    if self.emit:
+                        out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
                 self._done(index, out)
             elif isinstance(item, Finished):
                 self._finish(item.result, out)
@@ -236,11 +251,12 @@ class ResponseBuilder:
                     item = {"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
                             "name": function["name"], "arguments": "", "status": "in_progress"}
                     index = self._add(item, out)
-                    out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                           output_index=index, delta=function["arguments"]))
-                    out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                           output_index=index, name=function["name"],
-                                           arguments=function["arguments"]))
+                    if self.emit:
+                        out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                               output_index=index, delta=function["arguments"]))
+                        out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                               output_index=index, name=function["name"],
+                                               arguments=function["arguments"]))
                     item.update(arguments=function["arguments"], status="completed")
                 self._done(index, out)
         if result.model:
@@ -253,7 +269,11 @@ class ResponseBuilder:
         response["usage"] = usage_object(result.usage)
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
-        out.append(self._event(f"response.{response['status']}", response=response))
+        if self.emit:
+            out.append(self._event(f"response.{response['status']}", response=response))
+        else:
+            self._seq += 1
+            out.append(_SILENT)  # what ``retract_terminal`` takes back
 
     def retract_terminal(self, events: list[dict[str, Any]]) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""

@@ -47,6 +47,8 @@ _OWN_FIELDS = frozenset({
     "stream", "background", "truncation", "user", "gateway", "conversation", "prompt",
 }) | _IGNORED_FIELDS
 _NUMBER = (int, float)
+# The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
+_PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
 
 
 @dataclass(slots=True)
@@ -98,6 +100,21 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     stream = _flag(body, "stream", False)
     store = _flag(body, "store", True)
     background = _flag(body, "background", False)
+    if body.keys() <= _PLAIN_FIELDS:
+        # Every other field is absent (most requests): its checks pass and its default applies, so
+        # this is what the rest of the function returns, without its forty lookups.
+        metadata: dict[str, str] = {}
+        echo = {
+            "instructions": instructions, "tools": tools_echo, "tool_choice": body.get("tool_choice") or "auto",
+            "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
+            "text": {"format": {"type": "text"}}, "reasoning": {"effort": None, "summary": None},
+            "truncation": "disabled", "user": None, "store": store, "background": background,
+            "previous_response_id": None, "max_tool_calls": None, "metadata": metadata,
+        }
+        return ResponsesRequest(model=model, input=items, instructions=instructions, tools=tools,
+                                tool_choice=tool_choice, params={}, stream=stream, store=store, background=background,
+                                previous_response_id=None, max_tool_calls=None, max_tool_iterations=None,
+                                headless=False, metadata=metadata, echo=echo)
     parallel = body.get("parallel_tool_calls")
     _expect(parallel, (bool,), "parallel_tool_calls")
     previous = body.get("previous_response_id")

@@ -16,9 +16,12 @@ like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import orjson
 
 from gateway.api.access import check_model_access, visible_routes
 from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
@@ -38,7 +41,9 @@ from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
+from gateway.tools.registry import ToolRegistry
 
+_T = TypeVar("_T")
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
 
@@ -65,6 +70,9 @@ class ResponseRun:
         self._instructions_first = instructions_first
         self._first: list[LoopEvent] = []
         self._input_items: list[dict[str, Any]] | None = None
+        # The final Response object serialised once, at the terminal save: the stored record and
+        # the answer (JSON body or terminal stream event) embed these bytes instead of re-encoding.
+        self._final: bytes | None = None
 
     @property
     def loop_request(self) -> LoopRequest:
@@ -97,6 +105,47 @@ class ResponseRun:
         """Stop the loop (cancels running tools, releases a claim): safe to call more than once."""
         await self._events.aclose()  # type: ignore[attr-defined]
 
+    def response_json(self) -> bytes:
+        """The Response object as JSON (the bytes already made for the record when there are some)."""
+        return self._final if self._final is not None and self.builder.done else orjson.dumps(self.builder.response)
+
+    async def complete(self, on_output: Callable[[], None] | None = None) -> None:
+        """The non-stream run: ``open()`` then ``batches(raise_errors=True)``, without their generator layers.
+
+        The same builder steps, the same save before the end; any failure propagates (the
+        endpoint answers it with an HTTP error). ``on_output`` is called where ``open()`` would
+        have returned (the first output, or the loop's end). Every request pays for generator
+        layers, so the JSON path runs the loop from this one coroutine.
+        """
+        builder = self.builder
+        store = self.request.store  # ``save`` writes nothing without it: no coroutine for nothing
+        try:
+            first, self._first = self._first, []
+            if first or on_output is None:
+                waiting = False
+                if on_output is not None:
+                    on_output()
+            else:
+                waiting = True
+            builder.start()
+            for loop_event in first:
+                builder.feed(loop_event)
+                if isinstance(loop_event, Finished) and store:
+                    await self.save(loop_event)
+            async for loop_event in self._events:
+                if waiting and not isinstance(loop_event, Notice):
+                    waiting = False
+                    on_output()  # type: ignore[misc]
+                builder.feed(loop_event)
+                if isinstance(loop_event, Finished) and store:
+                    await self.save(loop_event)
+            if waiting:
+                on_output()  # type: ignore[misc]
+            if not builder.done:
+                raise RuntimeError("the loop ended without a result")
+        finally:
+            await self.aclose()
+
     async def events(self, raise_errors: bool = False) -> AsyncIterator[dict[str, Any]]:
         """The Responses stream events, ``response.created`` to the one terminal event.
 
@@ -109,21 +158,30 @@ class ResponseRun:
             for event in batch:
                 yield event
 
-    async def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
+    def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
         """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
+        return self._run(raise_errors, _same)
+
+    def frames(self, encode: Callable[[list[dict[str, Any]]], bytes],
+               on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+        """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
+        return self._run(False, encode, on_close)
+
+    async def _run(self, raise_errors: bool, wrap: Callable[[list[dict[str, Any]]], _T],
+                   on_close: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[_T]:
         builder = self.builder
         try:
-            yield builder.start()
+            yield wrap(builder.start())
             try:
                 for loop_event in self._first:
                     batch = await self._feed(loop_event, raise_errors)
                     if batch:
-                        yield batch
+                        yield wrap(batch)
                 self._first = []
                 async for loop_event in self._events:
                     batch = await self._feed(loop_event, raise_errors)
                     if batch:
-                        yield batch
+                        yield wrap(batch)
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
             except Exception as exc:
@@ -132,9 +190,13 @@ class ResponseRun:
                 failed = builder.fail(to_gateway_error(exc))
                 with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
                     await self.save(None)
-                yield failed
+                yield wrap(failed)
         finally:
-            await self.aclose()
+            try:
+                await self.aclose()
+            finally:
+                if on_close is not None:
+                    await on_close()
 
     async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> list[dict[str, Any]]:
         out = self.builder.feed(loop_event)
@@ -145,8 +207,16 @@ class ResponseRun:
                 # Not recorded: the client must not see "completed" for a response it cannot chain from.
                 if raise_errors:
                     raise
+                self._final = None
                 self.builder.retract_terminal(out)
                 out.extend(self.builder.fail(to_gateway_error(exc)))
+            else:
+                final = self._final
+                if final is not None and out and not self.request.background and \
+                        out[-1].get("response") is self.builder.response:
+                    # The terminal event carries the bytes the record was made of (background
+                    # runs keep plain dicts: their consumers read the events).
+                    out[-1]["response"] = orjson.Fragment(final)
         return out
 
     def record(self, finished: Finished | None = None) -> dict[str, Any]:
@@ -167,7 +237,11 @@ class ResponseRun:
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
         if self._input_items is None:
             self._input_items = input_items(self.request.input)  # once: ids stay the same across saves
-        return {"response": self.builder.response, "input": self._input_items, "transcript": transcript,
+        response: Any = self.builder.response
+        if finished is not None and self.builder.done:
+            self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
+            response = orjson.Fragment(self._final)
+        return {"response": response, "input": self._input_items, "transcript": transcript,
                 "continuation_id": continuation_id, "instructions_first": self._instructions_first}
 
     async def save(self, finished: Finished | None = None) -> None:
@@ -177,14 +251,19 @@ class ResponseRun:
                                              self.runtime.config.store.continuation_ttl_s)
 
 
+def _same(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return batch
+
+
 def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The request's input items as ``input_items`` lists them: each with an id."""
     return [item if isinstance(item.get("id"), str) else {"id": new_id(_ITEM_PREFIX.get(item["type"], "item")),
                                                           **item} for item in items]
 
 
-def _label_of(runtime: Runtime) -> Any:
-    tools = runtime.tools
+@functools.lru_cache(maxsize=16)
+def _labels(tools: ToolRegistry) -> Callable[[str], str]:
+    """The server-label function of a tool registry: made once per registry, not once per request."""
 
     def label(name: str) -> str:
         tool = tools.get(name)
@@ -193,11 +272,19 @@ def _label_of(runtime: Runtime) -> Any:
     return label
 
 
+def _label_of(runtime: Runtime) -> Callable[[str], str]:
+    return _labels(runtime.tools)
+
+
 async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: ApiKey,
-                           headless: bool) -> ResponseRun:
-    """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError."""
+                           headless: bool, plan: RoutePlan | None = None) -> ResponseRun:
+    """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError.
+
+    ``plan``: the route of ``request.model`` when the caller already looked it up.
+    """
     tenant = key.tenant
-    plan = runtime.routes.lookup(request.model)
+    if plan is None:
+        plan = runtime.routes.lookup(request.model)
     if plan is None:
         raise GatewayError(404, f"The model {quoted(request.model)} does not exist. Known models: "
                            f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
@@ -267,6 +354,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
 
 def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
     limit = plan.max_tool_iterations
+    if request.max_tool_iterations is None and request.max_tool_calls is None:
+        return limit
     for cap in (request.max_tool_iterations, request.max_tool_calls):
         if cap is not None:
             limit = min(limit, cap)
