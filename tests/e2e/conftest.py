@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import redis
 
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.gemini_rules import gemini_request_problems
@@ -230,3 +231,13 @@ def gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator
     gw = Gateway(gateway_config(fakes, tool_server=tool_server.url)).start()
     yield gw
     gw.stop()
+
+
+def require_redis(url: str) -> None:
+    """Skip when Redis at ``url`` is unreachable; under ``CI=true`` fail instead (a Redis test never skips there)."""
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI", "").strip().lower() == "true":
+            pytest.fail(f"Redis at {url} unreachable under CI=true: {exc}")
+        pytest.skip(f"Redis at {url} unreachable: {exc}")

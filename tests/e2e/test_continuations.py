@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from gateway.store.redis import RedisStore
-from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, free_port, gateway_config
+from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, free_port, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -29,18 +29,9 @@ LOOKUP = [{"type": "function", "function": {"name": "lookup", "description": "cl
                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
 
 
-def require_redis() -> None:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-
-
 @pytest.fixture(scope="module")
 def redis_gateways(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis()
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     config = gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url)
     first, second = Gateway(config).start(), Gateway(config).start()
@@ -301,7 +292,7 @@ def test_headless_denials_are_audited_in_redis(redis_gateways: tuple[Gateway, Ga
 
 
 def test_expired_continuation_is_404(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
-    require_redis()
+    require_redis(REDIS_URL)
     gw = Gateway(gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url, ttl_s=1)).start()
     try:
         continuation_id, call_id = approve_flow(gw, fakes)

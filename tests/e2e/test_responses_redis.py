@@ -10,7 +10,7 @@ import openai
 import pytest
 import redis
 
-from tests.e2e.conftest import OTHER_KEY, Gateway, gateway_config
+from tests.e2e.conftest import OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -19,18 +19,9 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 LOOKUP = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
 
 
-def require_redis() -> None:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-
-
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis()
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     config = gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url)
     first, second = Gateway(config).start(), Gateway(config).start()
@@ -73,7 +64,7 @@ def test_paused_on_one_process_answered_on_the_other(pair: tuple[Gateway, Gatewa
 
 
 def test_expired_previous_response_is_not_found(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
-    require_redis()
+    require_redis(REDIS_URL)
     gw = Gateway(gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url, ttl_s=1)).start()
     try:
         fakes["primary"].queue(Reply(text="hi"))

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import KEY, Gateway, gateway_config
+from tests.e2e.conftest import KEY, Gateway, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -42,15 +42,6 @@ P_PRICE = (2.0, 8.0, 0.5)
 S_PRICE = (10.0, 30.0, 10.0)
 
 
-def require_redis() -> None:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-
-
 def priced_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, extra: str = "") -> str:
     config = gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url, extra_models=PRICED_MODELS)
     config = config.replace("api_key: upstream-secondary, ", "api_key: upstream-secondary, " + SECONDARY_PRICES)
@@ -60,7 +51,7 @@ def priced_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, extra
 
 @pytest.fixture(scope="module")
 def priced(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
-    require_redis()
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     gateway = Gateway(priced_config(fakes, tool_server)).start()
     yield gateway

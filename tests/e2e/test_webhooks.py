@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from gateway.notify import verify
-from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway
+from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, require_redis
 from tests.fakes.webhook_receiver import Delivery, WebhookReceiver
 
 REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -277,17 +277,8 @@ def _closed_port() -> int:
 
 # -- two replicas sharing Redis -------------------------------------------------------------------
 
-def require_redis() -> None:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-
-
 def test_two_replicas_deliver_each_event_exactly_once(receiver: WebhookReceiver) -> None:
-    require_redis()
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     text = config(hook(f"{receiver.url}/slow", "[paused, headless_denied]") + hook(f"{receiver.url}/replica"),
                   store_url=REDIS_URL)
