@@ -8,6 +8,7 @@ too (``source: config``, read-only: they change with the config file).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from typing import Any
@@ -168,15 +169,8 @@ async def update_key(request: Request) -> JSONResponse:
         fields = _fields(body, _EDITABLE, runtime)
         key, digest = await _find(runtime, _key_id(request))
         digest = _managed(key, digest, "edit")
-        record = to_record(key, digest)
-        for name, value in fields.items():
-            record[name] = value
-        if "models" in fields and fields["models"] is not None:
-            record["models"] = list(fields["models"])
-        if "budget" in fields:
-            record["budget"] = budget_record(fields["budget"])
-        if "tools" in fields and fields["tools"] is not None:
-            record["tools"] = sorted(fields["tools"])
+        # The fields are ApiKey's own (parsed like the config's): one encoding, to_record's.
+        record = to_record(dataclasses.replace(key, **fields), digest)
         try:
             await runtime.key_store.put(record, create=False)
         except KeyError:

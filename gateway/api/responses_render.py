@@ -77,7 +77,7 @@ class ResponseBuilder:
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True) -> None:
         self.route = route
         # Without ``emit`` (a non-stream response) every step runs the same, only the events are
-        # not built: the returned lists are empty but for a placeholder of the terminal event.
+        # not built: the returned lists hold only the marker of the terminal event (how the run sees the end).
         self.emit = emit
         self.label_of = label_of
         self.approved = approved

@@ -152,7 +152,7 @@ class ResponseRun:
         A failure after the start ends with ``response.failed`` (also recorded), or is raised
         with ``raise_errors`` (the non-stream endpoint answers it with an HTTP error instead).
         Events are only materialised when the request streams (or runs in the background):
-        otherwise the builder runs the same steps and the lists hold placeholders.
+        otherwise the builder runs the same steps and the lists hold only the terminal-event marker.
         """
         async for batch in self.batches(raise_errors):
             for event in batch:

@@ -153,6 +153,17 @@ def key_options(item: dict[str, Any], path: str) -> dict[str, Any]:
     }
 
 
+def _secret(item: dict[str, Any], path: str, seen: set[str], duplicate: str) -> str:
+    """An entry's ``key``: present, and unique across caller and admin keys (``seen`` collects them)."""
+    key = get(item, "key", path, str, "")
+    if not key:
+        raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
+    if key in seen:
+        raise ConfigError(f"{path}.key", duplicate)
+    seen.add(key)
+    return key
+
+
 def auth_section(raw: Any) -> AuthConfig:
     section = mapping(raw, "auth", AUTH_KEYS)
     parsed: list[ApiKey] = []
@@ -161,12 +172,7 @@ def auth_section(raw: Any) -> AuthConfig:
     for i, entry in enumerate(get(section, "keys", "auth", list, [])):
         path = f"auth.keys[{i}]"
         item = mapping(entry, path, API_KEY_KEYS)
-        key = get(item, "key", path, str, "")
-        if not key:
-            raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
-        if key in seen:
-            raise ConfigError(f"{path}.key", "duplicates an earlier key")
-        seen.add(key)
+        key = _secret(item, path, seen, "duplicates an earlier key")
         tenant = get(item, "tenant", path, str, "")
         if not tenant:
             raise ConfigError(f"{path}.tenant", "is required")
@@ -179,12 +185,7 @@ def auth_section(raw: Any) -> AuthConfig:
     for i, entry in enumerate(get(section, "admin_keys", "auth", list, [])):
         path = f"auth.admin_keys[{i}]"
         item = mapping(entry, path, ADMIN_KEY_KEYS)
-        key = get(item, "key", path, str, "")
-        if not key:
-            raise ConfigError(f"{path}.key", "is empty (is its environment variable set?)")
-        if key in seen:
-            raise ConfigError(f"{path}.key", "duplicates an earlier key (admin keys and caller keys must differ)")
-        seen.add(key)
+        key = _secret(item, path, seen, "duplicates an earlier key (admin keys and caller keys must differ)")
         admins.append(AdminKey(key=key, name=label(get(item, "name", path, str, f"admin-{i}"), f"{path}.name",
                                                    "an admin key name")))
     return AuthConfig(keys=tuple(parsed), admin_keys=tuple(admins))

@@ -267,9 +267,9 @@ class Store(ABC):
         """The timestamp until which ``target``'s circuit is open, or None when it is closed."""
 
     # -- notification outbox (gateway/store/outbox.py) -------------------------------------------
+    @abstractmethod
     def outbox(self, name: str) -> Outbox:
         """The job queue ``name`` (webhook deliveries, expiry checks) on this backend, shared by every replica."""
-        raise NotImplementedError(f"the {self.kind} store has no outbox")
 
 
 def check_ttl(ttl_s: float) -> int:
