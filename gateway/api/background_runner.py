@@ -118,7 +118,7 @@ class BackgroundRunner:
         first = await anext(events, None)
         response = first.get("response") if isinstance(first, dict) else None
         if first is None or not isinstance(response, dict) or not isinstance(response.get("id"), str):
-            await _close(events)
+            await close_events(events)
             raise RuntimeError("a Responses event stream must start with an event carrying the response")
         response = {**response, "background": True, "status": "in_progress"}
         now = time.time()
@@ -128,7 +128,7 @@ class BackgroundRunner:
         try:
             await self.store.create(run, self.ttl_s)
         except BaseException:
-            await _close(events)
+            await close_events(events)
             raise
         self._runs[run.id] = state
         if stream:
@@ -188,7 +188,7 @@ class BackgroundRunner:
         except asyncio.CancelledError:
             if state.lost or not (state.cancel_requested or state.limit or state.failure or self._closing):
                 # Lost to an expired lease (someone else ended it), or cancelled by nobody we know of.
-                await _close(events)
+                await close_events(events)
                 writer.cancel()
                 self._forget(run.id)
                 if not state.lost:
@@ -216,7 +216,7 @@ class BackgroundRunner:
                                     "response": response})
         finally:
             with contextlib.suppress(Exception):
-                await _close(events)
+                await close_events(events)
         response["status"] = status
         await self._end(state, writer, status, response)
 
@@ -354,7 +354,8 @@ class BackgroundRunner:
             await asyncio.gather(*drivers, return_exceptions=True)
 
 
-async def _close(events: AsyncIterator[Any]) -> None:
+async def close_events(events: AsyncIterator[Any]) -> None:
+    """Close an event generator now (cancelling what it runs), not at garbage collection."""
     aclose = getattr(events, "aclose", None)
     if aclose is not None:
         await aclose()

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway.api.auth import authenticate
-from gateway.api.background_runner import BackgroundRunner, failed_snapshot, sse_frame
+from gateway.api.background_runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
@@ -82,13 +82,7 @@ async def _metered(events: AsyncIterator[dict[str, Any]], meter: Meter) -> Async
             yield event
     finally:
         meter.close(status)
-        await _aclose(events)
-
-
-async def _aclose(events: AsyncIterator[Any]) -> None:
-    close = getattr(events, "aclose", None)
-    if close is not None:
-        await close()
+        await close_events(events)
 
 
 async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stream: bool,

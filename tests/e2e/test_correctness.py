@@ -121,7 +121,7 @@ def test_reasoning_never_goes_to_another_provider(gateway: Gateway, fakes: dict[
 def test_resume_whose_route_is_gone_is_404_both_ways_and_stays_pending(fakes: dict[str, FakeUpstream],
                                                                          tool_server: ToolServer) -> None:
     """Paused on a route that a config change removed: ways A and B answer alike, and nothing is consumed."""
-    require_redis()
+    require_redis(REDIS_URL)
     extra = "  temporary:\n    targets: [{provider: primary, model: up-model}]\n    tools: [get_weather]\n"
     before = Gateway(gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url,
                                     extra_models=extra)).start()

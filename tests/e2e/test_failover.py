@@ -183,7 +183,7 @@ def test_failed_probe_reopens_at_once(breaker_gateway: Gateway, fakes: dict[str,
 
 
 def test_replicas_share_a_dead_target_through_redis(fakes: dict[str, FakeUpstream]) -> None:
-    require_redis()
+    require_redis(REDIS_URL)
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()

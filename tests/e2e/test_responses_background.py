@@ -22,7 +22,7 @@ import pytest
 import redis
 from aiohttp import web
 
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config
+from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.fakes.threaded import ThreadedApp
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -80,15 +80,6 @@ def _config(fakes: dict[str, FakeUpstream], slow_url: str) -> str:
     return text + f"background: {{lease_s: {LEASE_S}, heartbeat_s: 0.2, poll_s: 0.05}}\n"
 
 
-def _require_redis() -> None:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}")
-
-
 @pytest.fixture(scope="module")
 def slow_tool() -> Iterator[SlowTool]:
     server = SlowTool()
@@ -99,7 +90,7 @@ def slow_tool() -> Iterator[SlowTool]:
 
 @pytest.fixture(scope="module")
 def replicas(fakes: dict[str, FakeUpstream], slow_tool: SlowTool) -> Iterator[tuple[Gateway, Gateway]]:
-    _require_redis()
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     config = _config(fakes, slow_tool.url)
     a, b = Gateway(config).start(), Gateway(config).start()

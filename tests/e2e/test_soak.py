@@ -46,7 +46,7 @@ def test_soak_of_tool_loops_under_faults() -> None:
 
 def test_soak_on_redis_across_two_workers() -> None:
     """The production shape: pauses and resumes (and races of two resumes) land on either worker."""
-    require_redis()
+    require_redis(REDIS_URL)
     loops = max(1, LOOPS // 3)
     result = run_soak(loops, SEED + 1, concurrency=16, store_url=REDIS_URL, workers=2)
     print(f"\nsoak on Redis, 2 workers: {loops} loops, seed {SEED + 1}\n{result.table()}")

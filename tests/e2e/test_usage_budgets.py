@@ -48,7 +48,7 @@ tenants:
 
 @pytest.fixture(scope="module")
 def gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
-    require_redis()
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     config = priced_config(fakes, tool_server, TENANTS)
     anchor = "    - {key: cron-key, tenant: jobs, headless: true}\n"
