@@ -3,7 +3,8 @@
 Hooks call methods of a :class:`Span`. Without ``observability.otlp_endpoint`` every span is
 the one shared :data:`NOOP` whose methods return at once: nothing from OpenTelemetry is
 imported and no object is built per request (a hook costs one method call). With it,
-:func:`install` swaps in ``gateway.tracing_otel`` (imported then, and only then) at start-up.
+:func:`install` swaps in ``gateway.tracing_lean`` (imported then, and only then) at start-up, and
+an exporter process per worker (``gateway.tracing_export``) does the OpenTelemetry SDK's work.
 
 The engine sees spans only through this module, so it stays free of HTTP and of the SDK. An
 outgoing request (an HTTP tool, an MCP server, optionally a provider) continues the trace by
@@ -82,15 +83,26 @@ TRACER: Tracer = Tracer()
 
 
 def install(config: ObservabilityConfig) -> Tracer:
-    """Pick the process's tracer at start-up (each worker process calls it in its lifespan)."""
+    """Pick the process's tracer at start-up (each worker process calls it in its lifespan).
+
+    With an endpoint, the worker records spans itself (``gateway/tracing_lean.py``) and starts its
+    exporter process (``gateway/tracing_ship.py``), which alone imports the OpenTelemetry SDK.
+    """
     global TRACER
     if config.otlp_endpoint is None:
         TRACER = Tracer()
-    else:
+        return TRACER
+    from importlib import metadata
+
+    for package in ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"):
         try:
-            from gateway.tracing_otel import OtelTracer  # the SDK is imported only here
-        except ImportError as exc:
+            metadata.version(package)  # looked up, not imported: the exporter process imports it
+        except metadata.PackageNotFoundError as exc:
             raise RuntimeError("observability.otlp_endpoint is set but the OpenTelemetry SDK is not installed: "
                                "pip install 'loopgate[otel]'") from exc
-        TRACER = OtelTracer(config)
+    from gateway.tracing_lean import LeanTracer
+    from gateway.tracing_ship import Shipper
+
+    shipper = Shipper(config)
+    TRACER = LeanTracer(config, shipper.submit, shipper.close)
     return TRACER

@@ -2,6 +2,7 @@
 
 Both are optional. Without ``observability.otlp_endpoint`` no tracing code is imported and no
 span is built (``gateway/tracing.py``); without ``logging.access`` no access record is built.
+With it, each worker starts an exporter process; the bounds below cap what a worker holds for it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from gateway.config.checks import ConfigError, get, header_map, mapping
 
 LOGGING_KEYS = {"format", "level", "access"}
 OBSERVABILITY_KEYS = {"otlp_endpoint", "headers", "sample_ratio", "capture_content", "propagate_to_providers",
-                      "service_name"}
+                      "service_name", "max_buffered_spans", "max_frame_bytes", "shutdown_timeout_s"}
 LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -36,6 +37,13 @@ class ObservabilityConfig:
     capture_content: bool = False
     propagate_to_providers: bool = False
     service_name: str = "loopgate"
+    # Spans waiting in a worker for its exporter process (gateway/tracing_ship.py); beyond it a
+    # request's spans are dropped and counted in ``loopgate_trace_spans_dropped_total``.
+    max_buffered_spans: int = 10_000
+    # The largest frame sent to the exporter process; a request whose spans alone are larger is dropped.
+    max_frame_bytes: int = 4 << 20
+    # At shutdown: how long the exporter process may take to post what it holds before it is killed.
+    shutdown_timeout_s: float = 5.0
 
     @property
     def tracing(self) -> bool:
@@ -77,4 +85,14 @@ def observability_section(raw: Any) -> ObservabilityConfig:
         capture_content=get(section, "capture_content", "observability", bool, False),
         propagate_to_providers=get(section, "propagate_to_providers", "observability", bool, False),
         service_name=service,
+        max_buffered_spans=_bounded(section, "max_buffered_spans", int, 10_000, 1, 10_000_000),
+        max_frame_bytes=_bounded(section, "max_frame_bytes", int, 4 << 20, 64 << 10, 64 << 20),
+        shutdown_timeout_s=_bounded(section, "shutdown_timeout_s", float, 5.0, 0.1, 600.0),
     )
+
+
+def _bounded(section: dict[str, Any], key: str, kind: type, default: float, low: float, high: float) -> Any:
+    value = get(section, key, "observability", kind, default)
+    if not low <= value <= high:
+        raise ConfigError(f"observability.{key}", f"must be between {low:g} and {high:g}, got {value}")
+    return value

@@ -121,17 +121,58 @@ def test_shared_metrics_sum_counters_and_take_the_max_circuit(tmp_path: Path) ->
 def test_sampling_roots_by_ratio_and_following_the_callers_flags() -> None:
     from gateway.config.observability_section import ObservabilityConfig
     from gateway.tracing import NOOP
-    from gateway.tracing_otel import OtelTracer
+    from gateway.tracing_lean import LeanTracer
 
-    # Spans started here are never ended, so nothing is exported to the unused endpoint.
-    tracer = OtelTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.25))
+    shipped: list[tuple[str, list[list[object]]]] = []
+    config = ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.25)
+    tracer = LeanTracer(config, lambda trace, spans: shipped.append((trace, spans)))
     share = sum(tracer.server("POST", "/v1/chat/completions", None) is not NOOP for _ in range(4000)) / 4000
     assert 0.18 < share < 0.32
     sampled = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     assert all(tracer.server("POST", "/x", sampled).recording for _ in range(50))
     assert all(tracer.server("POST", "/x", sampled[:-1] + b"0") is NOOP for _ in range(50))
-    never = OtelTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0))
+    never = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0), shipped.append)
     assert all(never.server("POST", "/x", b"not-a-traceparent") is NOOP for _ in range(50))
     continued = tracer.server("POST", "/x", sampled)
     assert continued.traceparent() is not None
     assert continued.traceparent().startswith("00-0af7651916cd43dd8448eb211c80319c-")  # type: ignore[union-attr]
+    assert not shipped  # nothing is shipped before a server span ends
+    continued.finish(200, None)
+    ((trace, (record,)),) = shipped
+    assert trace == "0af7651916cd43dd8448eb211c80319c" and record[0] == "POST /x"
+    assert record[3] == 0xb7ad6b7169203331 and record[6]["http.response.status_code"] == 200
+
+
+VALID = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize("value", [
+    b"", b"00", VALID[:-1], VALID + b"-", VALID + b"0", VALID.upper(), b" " + VALID, VALID + b" ",
+    b"ff" + VALID[2:],  # version ff is forbidden
+    b"0g" + VALID[2:], b"00-" + b"0" * 32 + VALID[35:],  # an all-zero trace id
+    VALID[:36] + b"0" * 16 + VALID[52:],  # an all-zero parent id
+    VALID.replace(b"-", b"_"), VALID[:-2] + b"1", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-001",
+    b"01-" + VALID[3:] + b"x",  # a later version may append fields, but only after a dash
+    VALID + b"\n", b"x" * 600,
+])
+def test_a_malformed_traceparent_starts_a_new_trace(value: bytes) -> None:
+    from gateway.config.observability_section import ObservabilityConfig
+    from gateway.tracing_lean import LeanTracer, parse_traceparent
+
+    assert parse_traceparent(value) is None
+    shipped: list[tuple[str, list[list[object]]]] = []
+    tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),
+                        lambda trace, spans: shipped.append((trace, spans)))
+    span = tracer.server("GET", "/x", value)
+    assert span.recording and "0af7651916cd43dd8448eb211c80319c" not in (span.traceparent() or "")
+    span.finish(200, None)
+    ((trace, (record,)),) = shipped
+    assert record[3] == 0 and len(trace) == 32 and int(trace, 16) != 0  # a root: no parent
+
+
+def test_valid_traceparents_including_a_later_version() -> None:
+    from gateway.tracing_lean import parse_traceparent
+
+    assert parse_traceparent(VALID) == ("0af7651916cd43dd8448eb211c80319c", 0xb7ad6b7169203331, True)
+    assert parse_traceparent(b"01" + VALID[2:] + b"-what-comes-next") is not None
+    assert parse_traceparent(VALID[:-2] + b"02") == ("0af7651916cd43dd8448eb211c80319c", 0xb7ad6b7169203331, False)

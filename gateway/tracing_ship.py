@@ -1,0 +1,244 @@
+"""Ships finished spans from the gateway process to its exporter process, never blocking a request.
+
+The exporter (``python -m gateway.tracing_export``) is a child of each worker process, fed over
+its stdin with length-prefixed frames: a 4-byte big-endian length, then orjson. The first frame is
+the configuration (the collector's headers are secrets: they travel only on this pipe, never on
+the command line or in the environment); each later frame is a list of ``[trace id, spans]``.
+
+The event loop only appends a request's spans to a deque (``submit``); a writer thread drains it
+every ``FLUSH_INTERVAL_S`` (sooner when ``BATCH_SPANS`` are waiting), encodes and writes frames,
+and blocks on the pipe when the child is slow, which is why the deque is bounded: beyond
+``max_buffered_spans`` a request's spans are dropped and counted in
+``loopgate_trace_spans_dropped_total``. A child that dies is restarted with backoff; what was in
+the frame being written is dropped (counted), what the child had already read is lost with it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import orjson
+
+from gateway import __version__, metrics
+from gateway.config.observability_section import ObservabilityConfig
+
+logger = logging.getLogger("loopgate.tracing")
+
+#: The writer wakes at least this often (and when ``BATCH_SPANS`` spans are waiting).
+FLUSH_INTERVAL_S = 0.2
+BATCH_SPANS = 512
+#: Restart delays after the exporter process died: doubling from the first to the last.
+RESTART_BACKOFF_S = (0.5, 30.0)
+#: Drops are logged at most this often (the counter has every one).
+DROP_LOG_INTERVAL_S = 60.0
+_HEADER = struct.Struct(">I")
+
+
+def frame(payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload)) + payload
+
+
+class Shipper:
+    def __init__(self, config: ObservabilityConfig) -> None:
+        self.config = config
+        self.max_spans = config.max_buffered_spans
+        self.frame_max = config.max_frame_bytes
+        self._queue: collections.deque[tuple[str, list[Any]]] = collections.deque()
+        # Spans queued (only the event loop adds) and spans taken off (only the writer adds): the
+        # difference is what is buffered, with no lock on the request path.
+        self._queued = 0
+        self._taken = 0
+        self._next_wake = BATCH_SPANS
+        self._wake = threading.Event()
+        self._closing = False
+        self._drop_lock = threading.Lock()
+        self._dropped_unlogged: dict[str, int] = {}
+        self._last_drop_log = 0.0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._spawn()
+        self._writer = threading.Thread(target=self._run, name="loopgate-trace-shipper", daemon=True)
+        self._writer.start()
+
+    # -- the event loop's side -------------------------------------------------------------------
+
+    def submit(self, trace_hex: str, spans: list[Any]) -> None:
+        """Queue one request's finished spans (dropped, and counted, when the buffer is full)."""
+        count = len(spans)
+        queued = self._queued + count
+        if queued - self._taken > self.max_spans or self._closing:
+            self.drop("buffer_full", count)
+            return
+        self._queue.append((trace_hex, spans))
+        self._queued = queued
+        if queued >= self._next_wake:
+            self._next_wake = queued + BATCH_SPANS
+            self._wake.set()
+
+    def buffered(self) -> int:
+        return self._queued - self._taken
+
+    # -- both sides --------------------------------------------------------------------------------
+
+    def drop(self, reason: str, count: int) -> None:
+        if not count:
+            return
+        with self._drop_lock:
+            metrics.TRACE_SPANS_DROPPED.inc(reason, amount=count)
+            self._dropped_unlogged[reason] = self._dropped_unlogged.get(reason, 0) + count
+            now = time.monotonic()
+            if now - self._last_drop_log < DROP_LOG_INTERVAL_S:
+                return
+            self._last_drop_log = now
+            dropped, self._dropped_unlogged = self._dropped_unlogged, {}
+        logger.warning("trace spans dropped (%s); see loopgate_trace_spans_dropped_total",
+                       ", ".join(f"{reason}: {count}" for reason, count in sorted(dropped.items())))
+
+    # -- the writer thread -----------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        """Start the exporter process and send it its configuration (the first frame)."""
+        root = logging.getLogger()
+        json_logs = any(type(h.formatter).__name__ == "JsonFormatter" for h in root.handlers)
+        settings = {"endpoint": self.config.otlp_endpoint, "headers": dict(self.config.headers),
+                    "service_name": self.config.service_name, "service_version": __version__,
+                    "frame_max": self.frame_max, "log_format": "json" if json_logs else "text",
+                    "log_level": logging.getLevelName(root.getEffectiveLevel())}
+        self.process = subprocess.Popen([sys.executable, "-m", "gateway.tracing_export"], stdin=subprocess.PIPE,
+                                        close_fds=True)
+        self._write(frame(orjson.dumps(settings)))
+
+    def _write(self, data: bytes) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        fd = self.process.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def _run(self) -> None:
+        backoff = RESTART_BACKOFF_S[0]
+        while True:
+            self._wake.wait(FLUSH_INTERVAL_S)
+            self._wake.clear()
+            closing = self._closing
+            if self.process is None:  # dead: restart after the backoff, dropping what waits meanwhile
+                if closing:
+                    self._discard("exporter_down")
+                    return
+                if not self._restart(backoff):
+                    backoff = min(backoff * 2, RESTART_BACKOFF_S[1])
+                    continue
+            try:
+                if self._flush():
+                    backoff = RESTART_BACKOFF_S[0]
+            except OSError:  # BrokenPipeError: the child is gone
+                self._lost()
+                continue
+            if closing and not self._queue:
+                self._close_pipe()
+                return
+
+    def _flush(self) -> bool:
+        """Write every queued request as frames of at most ``frame_max`` bytes; True when something was written."""
+        queue = self._queue
+        parts: list[bytes] = []
+        size = count = 0
+        wrote = False
+        while queue:
+            trace_hex, spans = queue.popleft()
+            encoded = orjson.dumps((trace_hex, spans), default=str)
+            if len(encoded) + 2 > self.frame_max:
+                self._taken += len(spans)
+                self.drop("too_large", len(spans))
+                continue
+            if size + len(encoded) + 2 > self.frame_max:
+                self._send(parts, count)
+                wrote = True
+                parts, size, count = [], 0, 0
+            parts.append(encoded)
+            size += len(encoded) + 1
+            count += len(spans)
+        if parts:
+            self._send(parts, count)
+            wrote = True
+        return wrote
+
+    def _send(self, parts: list[bytes], count: int) -> None:
+        try:
+            self._write(frame(b"[" + b",".join(parts) + b"]"))
+        except OSError:
+            self.drop("exporter_down", count)
+            raise
+        finally:
+            self._taken += count
+
+    def _lost(self) -> None:
+        process = self.process
+        self.process = None
+        if process is not None:
+            self._close_stdin(process)
+            code = process.poll()
+            if code is None:
+                process.kill()
+                code = process.wait()
+            logger.error("the trace exporter process exited (%s); restarting it", code)
+
+    def _restart(self, delay: float) -> bool:
+        self._discard("exporter_down")
+        time.sleep(delay)
+        try:
+            self._spawn()
+        except OSError as exc:
+            logger.error("could not restart the trace exporter process: %s", exc)
+            self._lost()
+            return False
+        self.restarts += 1
+        return True
+
+    def _discard(self, reason: str) -> None:
+        count = 0
+        while self._queue:
+            count += len(self._queue.popleft()[1])
+        self._taken += count
+        self.drop(reason, count)
+
+    @staticmethod
+    def _close_stdin(process: subprocess.Popen[bytes]) -> None:
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+
+    def _close_pipe(self) -> None:
+        if self.process is not None:
+            self._close_stdin(self.process)
+
+    # -- shutdown ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, close the child's stdin (its processor exports the rest), wait a bounded time, then kill it."""
+        timeout = self.config.shutdown_timeout_s
+        deadline = time.monotonic() + timeout
+        self._closing = True
+        self._wake.set()
+        self._writer.join(timeout)
+        process = self.process
+        if process is None:
+            return
+        if self._writer.is_alive():  # stuck writing to a child that stopped reading
+            process.kill()
+            self._writer.join(1.0)
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            logger.warning("the trace exporter process did not finish within %.0f s; killed", timeout)
+            process.kill()
+            process.wait()
