@@ -137,6 +137,9 @@ class Shipper:
                 if not self._restart(backoff):
                     backoff = min(backoff * 2, RESTART_BACKOFF_S[1])
                     continue
+            if self.process.poll() is not None:  # died while idle: restart it before spans queue up
+                self._lost()
+                continue
             try:
                 if self._flush():
                     backoff = RESTART_BACKOFF_S[0]

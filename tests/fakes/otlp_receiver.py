@@ -47,6 +47,7 @@ class OtlpReceiver(ThreadedApp):
         super().__init__()
         self.spans: list[ReceivedSpan] = []
         self.content_types: list[str] = []
+        self.authorizations: list[str] = []
         self._lock = threading.Lock()
 
     def build(self) -> web.Application:
@@ -56,6 +57,7 @@ class OtlpReceiver(ThreadedApp):
 
     async def _traces(self, request: web.Request) -> web.Response:
         self.content_types.append(request.content_type)
+        self.authorizations.append(request.headers.get("authorization", ""))
         export = ExportTraceServiceRequest()
         export.ParseFromString(await request.read())
         received = []
