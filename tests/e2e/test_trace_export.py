@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import Gateway, free_port, gateway_config
+from tests.e2e.conftest import KEY, Gateway, free_port, gateway_config
 from tests.e2e.test_observability import COLLECTOR_TOKEN, by_name, caller_traceparent
 from tests.fakes.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.fakes.upstream import FakeUpstream
@@ -100,7 +100,7 @@ def test_a_stalled_exporter_or_a_dead_receiver_leaves_requests_alone_and_the_buf
         fakes: dict[str, FakeUpstream], receiver: OtlpReceiver) -> None:
     # The receiver's port has nothing listening: the exporter's posts fail, the gateway does not care.
     dead = f"http://127.0.0.1:{free_port()}"
-    gw = Gateway(config(fakes, dead, "  max_buffered_spans: 40\n"), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    gw = Gateway(config(fakes, dead, "  max_buffered_spans: 40\n  shutdown_timeout_s: 1\n"), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
     try:
         for _ in range(20):
             started = time.monotonic()
@@ -111,10 +111,12 @@ def test_a_stalled_exporter_or_a_dead_receiver_leaves_requests_alone_and_the_buf
         child = exporter_pid(gw)
         os.kill(child, signal.SIGSTOP)
         try:
-            for _ in range(300):  # ~1 kB of spans each (a long request id): well over the pipe's 64 kB
-                started = time.monotonic()
-                assert gw.post("/v1/chat/completions", BODY, headers={"x-request-id": "r" * 120}).status_code == 200
-                assert time.monotonic() - started < 2
+            headers = {"authorization": f"Bearer {KEY}", "x-request-id": "r" * 120}  # ~1 kB of spans a request
+            with httpx.Client(base_url=gw.url, headers=headers, timeout=5) as client:
+                for _ in range(300):  # well over the pipe's 64 kB and the 40 spans of the buffer
+                    started = time.monotonic()
+                    assert client.post("/v1/chat/completions", json=BODY).status_code == 200
+                    assert time.monotonic() - started < 2
             counts = dropped(gw)
             assert counts.get("buffer_full", 0) > 0
         finally:
@@ -143,7 +145,7 @@ def test_shutdown_exports_the_last_spans(fakes: dict[str, FakeUpstream], receive
 
 def test_the_collectors_headers_are_not_on_the_exporters_command_line_or_environment(
         fakes: dict[str, FakeUpstream], receiver: OtlpReceiver) -> None:
-    gw = Gateway(config(fakes, receiver.url)).start()
+    gw = Gateway(config(fakes, receiver.url), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
     try:
         child = exporter_pid(gw)
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
