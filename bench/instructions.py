@@ -22,7 +22,9 @@ This is the "Profiling" recipe of bench/README.md as one command:
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
-whole gateway process. Run it in two checkouts (``git worktree add``) to compare builds.
+whole gateway process. Traced, the exporter process of tracing (a child of the gateway) is
+followed by callgrind too and its count printed on its own line. Run it in two checkouts
+(``git worktree add``) to compare builds.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import yaml
 
 from bench import servers
 
+EXPORT_SETTLE_S = 6.0
 _TOTAL = re.compile(rb"([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS|([\d,]+)\s+PROGRAM TOTALS")
 
 
@@ -122,6 +125,28 @@ def _otlp_sink() -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
+def _exporter(gateway_pid: int, timeout_s: float = 60.0) -> int | None:
+    """The pid of the gateway's exporter process (its child), or None when it has none."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{gateway_pid}/task").iterdir():
+            children = (task / "children").read_text().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.2)
+    return None
+
+
+def _total(out_dir: Path, pid: int) -> int | None:
+    """Instructions counted for ``pid`` (its last dump), or None when it has no dump."""
+    dumps = sorted(out_dir.glob(f"cg.{pid}.*"))
+    if not dumps:
+        return None
+    annotate = subprocess.run(["callgrind_annotate", str(dumps[-1])], capture_output=True, timeout=300)
+    match = _TOTAL.search(annotate.stdout)
+    return int((match.group(1) or match.group(2)).replace(b",", b"")) if match else None
+
+
 def _control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=120)
 
@@ -181,9 +206,12 @@ def main() -> None:
             config = controls_config(fake.base, args.store or "redis://127.0.0.1:6379/5", _otlp_sink())
             args.limited = True
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+        # Traced, each worker has an exporter process (gateway/tracing_export.py): callgrind follows
+        # it too, so its instructions are counted apart from the gateway's.
+        exporting = args.tracing or args.controls
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/cg.%p",
-               sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
-               "--port", str(port)]
+               f"--trace-children={'yes' if exporting else 'no'}", sys.executable, "-m", "gateway", "serve",
+               "--config", str(cfg), "--host", servers.HOST, "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
             url = f"{gateway.base}/v1/{'responses' if args.responses else 'chat/completions'}"
             wanted = [name for name in args.limits.split(",") if name]
@@ -191,26 +219,32 @@ def main() -> None:
             if args.config_key or args.budget:
                 key = CONFIG_KEY
             asyncio.run(_send(url, args.warmup, args.concurrency, body, check, key))
-            time.sleep(1.0)
+            exporter = _exporter(gateway.pid) if exporting else None
+            # The exporter's batch processor posts every 5 s (OTEL_BSP_SCHEDULE_DELAY): let the warm-up's go.
+            time.sleep(EXPORT_SETTLE_S if exporter else 1.0)
             _control(gateway.pid, "-i", "on")
+            if exporter:
+                _control(exporter, "-i", "on")
             ok = asyncio.run(_send(url, args.requests, args.concurrency, body, check, key))
             _control(gateway.pid, "-d")
             _control(gateway.pid, "-i", "off")
-            dumps = sorted(out_dir.glob(f"cg.{gateway.pid}*"))
-            if not dumps:
-                sys.exit(f"no callgrind dump in {out_dir}")
-            annotate = subprocess.run(["callgrind_annotate", str(dumps[-1])], capture_output=True, timeout=300)
-    match = _TOTAL.search(annotate.stdout)
-    if match is None or ok != args.requests:
-        sys.exit(f"could not measure: {ok}/{args.requests} requests ok; annotate said {annotate.stdout[:300]!r}")
-    total = int((match.group(1) or match.group(2)).replace(b",", b""))
+            if exporter:
+                time.sleep(EXPORT_SETTLE_S)  # the measured requests' spans posted
+                _control(exporter, "-d")
+            total = _total(out_dir, gateway.pid)
+            exporter_total = _total(out_dir, exporter) if exporter else None
+    if total is None or ok != args.requests:
+        sys.exit(f"could not measure: {ok}/{args.requests} requests ok (dumps in {out_dir})")
     kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
     kind += " agent turn" if args.agent else " request"
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += " all controls" if args.controls else ""
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
-          f"({total:,} over {args.requests} requests; dump {dumps[-1]})")
+          f"({total:,} over {args.requests} requests; dumps in {out_dir})")
+    if exporter_total is not None:
+        print(f"  + {exporter_total / args.requests / 1000:.0f}k per request in the exporter process "
+              f"({exporter_total:,}; not in the number above)")
 
 
 if __name__ == "__main__":

@@ -134,11 +134,12 @@ class Shipper:
                 if closing:
                     self._discard("exporter_down")
                     return
-                if not self._restart(backoff):
-                    backoff = min(backoff * 2, RESTART_BACKOFF_S[1])
+                restarted = self._restart(backoff)
+                backoff = min(backoff * 2, RESTART_BACKOFF_S[1])  # back to the first once a frame got through
+                if not restarted:
                     continue
-            if self.process.poll() is not None:  # died while idle: restart it before spans queue up
-                self._lost()
+            if self.process is None or self.process.poll() is not None:
+                self._lost()  # died while idle: restarted before spans queue up
                 continue
             try:
                 if self._flush():

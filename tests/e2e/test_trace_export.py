@@ -100,7 +100,8 @@ def test_a_stalled_exporter_or_a_dead_receiver_leaves_requests_alone_and_the_buf
         fakes: dict[str, FakeUpstream], receiver: OtlpReceiver) -> None:
     # The receiver's port has nothing listening: the exporter's posts fail, the gateway does not care.
     dead = f"http://127.0.0.1:{free_port()}"
-    gw = Gateway(config(fakes, dead, "  max_buffered_spans: 40\n  shutdown_timeout_s: 1\n"), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    bounds = "  max_buffered_spans: 40\n  shutdown_timeout_s: 1\n"
+    gw = Gateway(config(fakes, dead, bounds), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
     try:
         for _ in range(20):
             started = time.monotonic()
@@ -181,3 +182,24 @@ def traced_plain(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver) -> Iter
     gw = Gateway(config(fakes, receiver.url), env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
     yield gw
     gw.stop()
+
+
+def test_the_gateway_process_never_imports_opentelemetry(receiver: OtlpReceiver) -> None:
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import ROOT
+
+    code = ("import asyncio, sys\n"
+            "from gateway.api.app import create_app\n"
+            "from gateway.config.validate import build_config\n"
+            f"app = create_app(build_config({{'observability': {{'otlp_endpoint': '{receiver.url}'}}}}))\n"
+            "async def main():\n"
+            "    async with app.app.router.lifespan_context(app.app):\n"
+            "        from gateway import tracing\n"
+            "        assert tracing.TRACER.enabled\n"
+            "asyncio.run(main())\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('opentelemetry'))\n"
+            "assert not loaded, loaded\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
