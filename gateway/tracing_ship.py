@@ -76,7 +76,7 @@ class Shipper:
         count = len(spans)
         queued = self._queued + count
         if queued - self._taken > self.max_spans or self._closing:
-            self.drop("buffer_full", count)
+            self.drop("exporter_down" if self._closing else "buffer_full", count)
             return
         self._queue.append((trace_hex, spans))
         self._queued = queued
