@@ -152,38 +152,38 @@ class Shipper:
                 return
 
     def _flush(self) -> bool:
-        """Write every queued request as frames of at most ``frame_max`` bytes; True when something was written."""
+        """Write what is queued as frames of at most ``frame_max`` bytes; True when something was written."""
         queue = self._queue
-        parts: list[bytes] = []
-        size = count = 0
-        wrote = False
-        while queue:
-            trace_hex, spans = queue.popleft()
-            encoded = orjson.dumps((trace_hex, spans), default=str)
-            if len(encoded) + 2 > self.frame_max:
-                self._taken += len(spans)
-                self.drop("too_large", len(spans))
-                continue
-            if size + len(encoded) + 2 > self.frame_max:
-                self._send(parts, count)
-                wrote = True
-                parts, size, count = [], 0, 0
-            parts.append(encoded)
-            size += len(encoded) + 1
-            count += len(spans)
-        if parts:
-            self._send(parts, count)
-            wrote = True
-        return wrote
-
-    def _send(self, parts: list[bytes], count: int) -> None:
+        popleft = queue.popleft
+        entries = [popleft() for _ in range(len(queue))]  # the event loop may append meanwhile: those wait
+        if not entries:
+            return False
+        count = sum([len(spans) for _, spans in entries])
+        taken = self._taken
         try:
-            self._write(frame(b"[" + b",".join(parts) + b"]"))
-        except OSError:
-            self.drop("exporter_down", count)
+            self._send(entries, count)
+        except OSError:  # BrokenPipeError: the child is gone with what was not written yet
+            unsent = count - (self._taken - taken)
+            self._taken += unsent
+            self.drop("exporter_down", unsent)
             raise
-        finally:
+        return True
+
+    def _send(self, entries: list[tuple[str, list[Any]]], count: int) -> None:
+        """One frame (one orjson call for the whole batch), halved until it fits the frame limit."""
+        payload = orjson.dumps(entries, default=str)
+        if len(payload) <= self.frame_max:
+            self._write(frame(payload))
             self._taken += count
+        elif len(entries) == 1:
+            self._taken += count
+            self.drop("too_large", count)
+        else:
+            half = len(entries) // 2
+            first, second = entries[:half], entries[half:]
+            first_count = sum([len(spans) for _, spans in first])
+            self._send(first, first_count)
+            self._send(second, count - first_count)
 
     def _lost(self) -> None:
         process = self.process
