@@ -105,6 +105,10 @@ def main() -> int:
                 processor.on_end(span)
     except ValueError as exc:  # a frame that is not ours: nothing after it can be trusted
         logger.error("trace exporter: bad input from the gateway: %s", exc)
+        return 1
+    except Exception:  # logged in the gateway's log format, not as a bare traceback; the gateway restarts it
+        logger.exception("trace exporter failed")
+        return 1
     finally:
         processor.shutdown()
     return 0

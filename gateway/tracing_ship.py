@@ -40,6 +40,7 @@ BATCH_SPANS = 512
 RESTART_BACKOFF_S = (0.5, 30.0)
 #: Drops are logged at most this often (the counter has every one).
 DROP_LOG_INTERVAL_S = 60.0
+DROP_REASONS = ("buffer_full", "exporter_down", "too_large")
 _HEADER = struct.Struct(">I")
 
 
@@ -65,6 +66,8 @@ class Shipper:
         self._last_drop_log = 0.0
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        for reason in DROP_REASONS:  # every series exists from the start: later increments add no key that
+            metrics.TRACE_SPANS_DROPPED.inc(reason, amount=0)  # a /metrics render could be iterating over
         self._spawn()
         self._writer = threading.Thread(target=self._run, name="loopgate-trace-shipper", daemon=True)
         self._writer.start()
