@@ -55,17 +55,17 @@ def _config_secrets(config: Config) -> Iterator[str]:
             yield secret
     for provider in config.providers.values():
         yield provider.api_key
-        yield from _header_secrets(provider.headers.values())
+        yield from header_secrets(provider.headers.values())
     for tool in config.tools.values():
         if tool.http is not None:
-            yield from _header_secrets(tool.http.headers.values())
-    yield from _header_secrets(config.observability.headers.values())
+            yield from header_secrets(tool.http.headers.values())
+    yield from header_secrets(config.observability.headers.values())
     for server in config.mcp_servers.values():
-        yield from _header_secrets(server.headers.values())
+        yield from header_secrets(server.headers.values())
         yield from server.env.values()
 
 
-def _header_secrets(values: Iterable[str]) -> Iterator[str]:
+def header_secrets(values: Iterable[str]) -> Iterator[str]:
     """A header value, and its credential alone (``Bearer TOKEN`` is often echoed as just ``TOKEN``)."""
     for value in values:
         yield value

@@ -19,6 +19,7 @@ import struct
 import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -28,7 +29,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from gateway import redact
 from gateway.logs import FORMAT, JsonFormatter, SafeFormatter
+from gateway.redact import Redactor, header_secrets
 
 _HEADER = struct.Struct(">I")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -94,6 +97,9 @@ def main() -> int:
     if first is None:
         return 0
     settings = orjson.loads(first)
+    # The SDK's own log lines (a failed post names the endpoint) are scrubbed like the gateway's.
+    password = urlsplit(settings["endpoint"]).password
+    redact.install(Redactor([*header_secrets(settings["headers"].values()), *([password] if password else [])]))
     _logging(settings["log_format"], settings["log_level"])
     exporter = OTLPSpanExporter(endpoint=f"{settings['endpoint']}/v1/traces", headers=settings["headers"])
     processor = BatchSpanProcessor(exporter)

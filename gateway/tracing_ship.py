@@ -30,6 +30,7 @@ import orjson
 
 from gateway import __version__, metrics
 from gateway.config.observability_section import ObservabilityConfig
+from gateway.logs import JsonFormatter
 
 logger = logging.getLogger("loopgate.tracing")
 
@@ -111,7 +112,7 @@ class Shipper:
     def _spawn(self) -> None:
         """Start the exporter process and send it its configuration (the first frame)."""
         root = logging.getLogger()
-        json_logs = any(type(h.formatter).__name__ == "JsonFormatter" for h in root.handlers)
+        json_logs = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
         settings = {"endpoint": self.config.otlp_endpoint, "headers": dict(self.config.headers),
                     "service_name": self.config.service_name, "service_version": __version__,
                     "frame_max": self.frame_max, "log_format": "json" if json_logs else "text",
