@@ -61,6 +61,7 @@ class Shipper:
         self._taken = 0
         self._next_wake = BATCH_SPANS
         self._wake = threading.Event()
+        self._stopping = threading.Event()  # ends a restart's backoff at once
         self._closing = False
         self._drop_lock = threading.Lock()
         self._dropped_unlogged: dict[str, int] = {}
@@ -202,7 +203,8 @@ class Shipper:
 
     def _restart(self, delay: float) -> bool:
         self._discard("exporter_down")
-        time.sleep(delay)
+        if self._stopping.wait(delay):  # shutting down meanwhile: no new process
+            return False
         try:
             self._spawn()
         except OSError as exc:
@@ -236,6 +238,7 @@ class Shipper:
         timeout = self.config.shutdown_timeout_s
         deadline = time.monotonic() + timeout
         self._closing = True
+        self._stopping.set()
         self._wake.set()
         self._writer.join(timeout)
         process = self.process
