@@ -120,7 +120,7 @@ USAGE_STORE_FAILURES = Counter("loopgate_usage_store_failures_total",
 TRACE_SPANS_DROPPED = Counter("loopgate_trace_spans_dropped_total",
                               "Trace spans not exported, by reason (buffer_full: the buffer for the exporter "
                               "process was full; exporter_down: that process had died; too_large: over "
-                              "observability.max_frame_bytes)", ("reason",))
+                              "observability.max_frame_bytes; unencodable: an integer past 64 bits)", ("reason",))
 
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,

@@ -41,7 +41,7 @@ BATCH_SPANS = 512
 RESTART_BACKOFF_S = (0.5, 30.0)
 #: Drops are logged at most this often (the counter has every one).
 DROP_LOG_INTERVAL_S = 60.0
-DROP_REASONS = ("buffer_full", "exporter_down", "too_large")
+DROP_REASONS = ("buffer_full", "exporter_down", "too_large", "unencodable")
 _HEADER = struct.Struct(">I")
 
 
@@ -130,6 +130,13 @@ class Shipper:
             view = view[os.write(fd, view):]
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # a bug here must not pass silently: spans would pile up until dropped
+            logger.exception("the trace shipper stopped; spans are dropped from now on")
+            self._closing = True
+
+    def _loop(self) -> None:
         backoff = RESTART_BACKOFF_S[0]
         while True:
             self._wake.wait(FLUSH_INTERVAL_S)
@@ -176,13 +183,16 @@ class Shipper:
 
     def _send(self, entries: list[tuple[str, list[Any]]], count: int) -> None:
         """One frame (one orjson call for the whole batch), halved until it fits the frame limit."""
-        payload = orjson.dumps(entries, default=str)
-        if len(payload) <= self.frame_max:
+        try:
+            payload: bytes | None = orjson.dumps(entries, default=str)
+        except orjson.JSONEncodeError:  # an integer past 64 bits (a caller's max_tokens, say)
+            payload = None
+        if payload is not None and len(payload) <= self.frame_max:
             self._write(frame(payload))
             self._taken += count
         elif len(entries) == 1:
             self._taken += count
-            self.drop("too_large", count)
+            self.drop("too_large" if payload is not None else "unencodable", count)
         else:
             half = len(entries) // 2
             first, second = entries[:half], entries[half:]
