@@ -1,10 +1,11 @@
-"""Rate limits on the request path: one store call before the loop, one after it (only when needed).
+"""Rate limits on the request path: at most one store call before the loop, one after it (only when needed).
 
 A key without limits, of a tenant without limits, costs one attribute test and one dict lookup:
 no store call, no headers. Otherwise ``admit`` takes one request, a token estimate (request
 body bytes / 4: no tokenizer on the hot path) and a concurrency slot in one atomic step, and
 the ``Admission`` it returns settles afterwards: the reported usage minus the estimate is taken
-(or given back) and the slot freed, again in one step.
+(or given back) and the slot freed, again in one step. Far from a limit on Redis both steps are
+usually local (the limiter's leased allowance, gateway/store/redis_lease.py).
 
 A store outage fails open: the request runs unlimited (logged, at most once a minute), because
 a limiter that takes every caller down with it protects nothing. Budgets are separate
@@ -88,21 +89,23 @@ class RateLimits:
             return None
         if not verdict.allowed:
             raise refusal(verdict, estimate)
-        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict), settle)
+        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict), settle, verdict.ticket)
 
 
 class Admission:
     """A request the limits let through: its headers, and the settling step for its end."""
 
-    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "headers", "needs_settling")
+    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "_ticket", "headers",
+                 "needs_settling")
 
     def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
-                 member: str, response_headers: dict[str, str], settle: bool) -> None:
+                 member: str, response_headers: dict[str, str], settle: bool, ticket: object = None) -> None:
         self._limiter = limiter
         self._tenant = tenant
         self._scopes = scopes
         self._estimate = estimate
         self._member = member
+        self._ticket = ticket
         self.headers = response_headers
         #: tpm or max_concurrent: the end must be reported (a second store call)
         self.needs_settling = settle
@@ -116,7 +119,8 @@ class Admission:
         used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
         # On an outage the slot's lease frees it, and the estimate stands as the count.
         with contextlib.suppress(StoreUnavailable):
-            await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member)
+            await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member,
+                                       self._ticket)
 
     async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """``events`` passed through; at their end (or on close) the request is settled with its usage."""
