@@ -26,8 +26,10 @@ from gateway.store.limits import LimitScope
 
 #: a slice of requests or tokens is at most this share of rpm / tpm
 SLICE_SHARE = 0.02
-#: a slice of concurrency slots is at most this share of max_concurrent
+#: a slice of concurrency slots is at most this share of max_concurrent, and at most MAX_SLOTS_SLICE
+#: (a process needs only as many as it has requests in flight: it asks again when it has more)
 SLOT_SHARE = 0.05
+MAX_SLOTS_SLICE = 32
 #: and never more than this share of what the bucket (or the free slots) held after the request
 LEVEL_SHARE = 0.25
 #: no local admission for this long: unused allowance goes back (checked every ``TICK_S``)
@@ -49,7 +51,7 @@ MIN_SLOTS_SLICE = 2
 class Lease:
     """What this process holds of one scope's limits in Redis, and what it used of it."""
 
-    __slots__ = ("debt", "debt_since", "in_flight", "keys", "last_used", "level_r", "level_t", "next_slot",
+    __slots__ = ("asking", "debt", "debt_since", "in_flight", "keys", "last_used", "level_r", "level_t", "next_slot",
                  "renew_at", "requests", "scope", "slot_prefix", "slots", "tokens", "want_c", "want_r", "want_t")
 
     def __init__(self, scope: LimitScope, keys: list[str], slot_prefix: str) -> None:
@@ -57,7 +59,7 @@ class Lease:
         self.keys = keys
         want_r = math.floor(scope.rpm * SLICE_SHARE)
         want_t = math.floor(scope.tpm * SLICE_SHARE)
-        want_c = math.floor(scope.max_concurrent * SLOT_SHARE)
+        want_c = min(MAX_SLOTS_SLICE, math.floor(scope.max_concurrent * SLOT_SHARE))
         #: the largest slice of each kind (0: that limit is exact per request)
         self.want_r = want_r if want_r >= MIN_REQUESTS_SLICE else 0
         self.want_t = want_t if want_t >= MIN_TOKENS_SLICE else 0
@@ -75,6 +77,8 @@ class Lease:
         self.next_slot = 0
         self.renew_at = 0.0
         self.last_used = time.monotonic()
+        #: a call asking for a slice is on its way: others ask for their own request only
+        self.asking = False
 
     def held(self) -> bool:
         """Anything here that Redis counts as taken, or that Redis has not heard of yet."""

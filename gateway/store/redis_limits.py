@@ -98,6 +98,7 @@ class RedisRateLimiter(RateLimiter):
         # What this request took locally (given back if Redis refuses): requests, tokens, slot.
         local: list[tuple[int, int, int]] = []
         firsts: list[int] = []
+        asking: list[Lease] = []
         for scope, lease in zip(scopes, leases, strict=True):
             keys += lease.keys
             need_r = need_t = need_c = 0
@@ -121,9 +122,13 @@ class RedisRateLimiter(RateLimiter):
                 else:
                     need_c = 1
             local.append((took_r, took_t, took_c))
-            room_r = max(0, lease.want_r - int(lease.requests)) if lease.want_r else 0
-            room_t = max(0, lease.want_t - int(lease.tokens)) if lease.want_t else 0
-            room_c = max(0, lease.want_c - (len(lease.slots) - lease.in_flight)) if lease.want_c and need_c else 0
+            room_r = room_t = room_c = 0
+            if not lease.asking:  # one slice at a time: a burst on an empty lease must not take one each
+                asking.append(lease)
+                lease.asking = True
+                room_r = max(0, lease.want_r - int(lease.requests)) if lease.want_r else 0
+                room_t = max(0, lease.want_t - int(lease.tokens)) if lease.want_t else 0
+                room_c = max(0, lease.want_c - (len(lease.slots) - lease.in_flight)) if lease.want_c and need_c else 0
             debt, lease.debt = lease.debt, 0  # the correction rides along (lost with the call on an outage)
             firsts.append(lease.next_slot)
             args += [scope.rpm, scope.tpm, scope.max_concurrent, need_r, need_t, need_c, room_r, room_t, room_c,
@@ -135,6 +140,9 @@ class RedisRateLimiter(RateLimiter):
         except BaseException:
             _give_back_local(leases, local)
             raise
+        finally:
+            for lease in asking:
+                lease.asking = False
         allowed = int(reply[0]) == 1
         exact = 0
         for index, lease in enumerate(leases):
