@@ -51,12 +51,14 @@ MIN_SLOTS_SLICE = 2
 class Lease:
     """What this process holds of one scope's limits in Redis, and what it used of it."""
 
-    __slots__ = ("asking", "debt", "debt_since", "in_flight", "keys", "last_used", "level_r", "level_t", "next_slot",
-                 "renew_at", "requests", "scope", "slot_prefix", "slots", "tokens", "want_c", "want_r", "want_t")
+    __slots__ = ("asking", "debt", "debt_since", "has_c", "has_r", "has_t", "in_flight", "keys", "last_used",
+                 "level_r", "level_t", "next_slot", "renew_at", "requests", "scope", "slot_prefix", "slots", "tokens",
+                 "want_c", "want_r", "want_t")
 
     def __init__(self, scope: LimitScope, keys: list[str], slot_prefix: str) -> None:
         self.scope = scope
         self.keys = keys
+        self.has_r, self.has_t, self.has_c = scope.rpm > 0, scope.tpm > 0, scope.max_concurrent > 0
         want_r = math.floor(scope.rpm * SLICE_SHARE)
         want_t = math.floor(scope.tpm * SLICE_SHARE)
         want_c = min(MAX_SLOTS_SLICE, math.floor(scope.max_concurrent * SLOT_SHARE))

@@ -26,7 +26,7 @@ import secrets
 import time
 from typing import Any
 
-from gateway.store.limits import Decision, LimitScope, RateLimiter, decision
+from gateway.store.limits import Decision, LimitScope, RateLimiter, _window, decision
 from gateway.store.redis import PREFIX, RedisStore, _esc, _f
 from gateway.store.redis_batch import ScriptBatcher
 from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, SLOT_RENEW_S, TICK_S, Lease
@@ -36,6 +36,8 @@ log = logging.getLogger("loopgate.limits")
 
 #: a lease with nothing held is forgotten after this long without use (far above any script call)
 _FORGET_S = 10.0
+
+_SCOPES_CACHE_LIMIT = 20_000
 
 _Ticket = tuple[list[Lease], int]  # the leases of a request's scopes, bit i: scope i holds a per-request slot
 
@@ -54,40 +56,51 @@ class RedisRateLimiter(RateLimiter):
         # Takes and settles of one loop turn share a round trip (gateway/store/redis_batch.py).
         self._batch = ScriptBatcher(store, "rate_limit")
         self._leases: dict[tuple[str, LimitScope], Lease] = {}
+        self._by_scopes: dict[int, tuple[tuple[LimitScope, ...], list[Lease]]] = {}
         self._prefix = "lease:" + secrets.token_hex(6) + ":"  # leased slot names: unique to this process
         self._serial = 0
         self._keeper: asyncio.Task[None] | None = None
         self._failure_logged = 0.0
 
-    def _lease(self, tenant: str, scope: LimitScope) -> Lease:
-        lease = self._leases.get((tenant, scope))
-        if lease is None:
-            self._serial += 1
-            lease = self._leases[(tenant, scope)] = Lease(scope, scope_keys(tenant, scope),
-                                                          f"{self._prefix}{self._serial}:")
-            if self._keeper is None:
-                self._keeper = asyncio.get_running_loop().create_task(self._keep())
-        return lease
+    def _leases_of(self, tenant: str, scopes: tuple[LimitScope, ...]) -> list[Lease]:
+        """The leases of ``scopes`` (cached per tuple: the request path passes the same one per key)."""
+        cached = self._by_scopes.get(id(scopes))
+        if cached is not None and cached[0] is scopes:  # the entry holds the tuple: its id is not reused
+            return cached[1]
+        leases = []
+        for scope in scopes:
+            lease = self._leases.get((tenant, scope))
+            if lease is None:
+                self._serial += 1
+                lease = self._leases[(tenant, scope)] = Lease(scope, scope_keys(tenant, scope),
+                                                              f"{self._prefix}{self._serial}:")
+            leases.append(lease)
+        if len(self._by_scopes) >= _SCOPES_CACHE_LIMIT:
+            self._by_scopes.clear()
+        self._by_scopes[id(scopes)] = (scopes, leases)
+        if self._keeper is None:
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+        return leases
 
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                       lease_s: float, now: float | None = None) -> Decision:
-        leases = [self._lease(tenant, scope) for scope in scopes]
+        leases = self._leases_of(tenant, scopes)
+        for lease in leases:
+            if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
+                    or (lease.has_c and lease.in_flight >= len(lease.slots))):
+                return await self._call(tenant, scopes, leases, tokens, member, lease_s,
+                                        time.time() if now is None else now)
+        # Every scope has it leased: no round trip.
         mono = time.monotonic()
-        for scope, lease in zip(scopes, leases, strict=True):
-            if ((scope.rpm and lease.requests < 1) or (scope.tpm and lease.tokens < tokens)
-                    or (scope.max_concurrent and lease.in_flight >= len(lease.slots))):
-                break
-        else:  # every scope has it leased: no round trip
-            for scope, lease in zip(scopes, leases, strict=True):
-                if scope.rpm:
-                    lease.requests -= 1
-                if scope.tpm:
-                    lease.tokens -= tokens
-                if scope.max_concurrent:
-                    lease.in_flight += 1
-                lease.last_used = mono
-            return self._decided(scopes, leases, [1, 0, 0, 0.0], 0)
-        return await self._call(tenant, scopes, leases, tokens, member, lease_s, time.time() if now is None else now)
+        for lease in leases:
+            if lease.has_r:
+                lease.requests -= 1
+            if lease.has_t:
+                lease.tokens -= tokens
+            if lease.has_c:
+                lease.in_flight += 1
+            lease.last_used = mono
+        return self._decided(scopes, leases, None, 0)
 
     async def _call(self, tenant: str, scopes: tuple[LimitScope, ...], leases: list[Lease], tokens: int,
                     member: str, lease_s: float, now: float) -> Decision:
@@ -162,43 +175,51 @@ class RedisRateLimiter(RateLimiter):
                 exact |= 1 << index  # a per-request slot: freed by the settle call
         if not allowed:
             _give_back_local(leases, local)
-        return self._decided(scopes, leases, reply[:4], exact)
+        return self._decided(scopes, leases, list(reply[:4]), exact)
 
     @staticmethod
-    def _decided(scopes: tuple[LimitScope, ...], leases: list[Lease], head: list[Any], exact: int) -> Decision:
-        levels: list[float] = []
-        for lease in leases:
-            levels += lease.remaining()
-        verdict = decision(scopes, [*head, *levels])
+    def _decided(scopes: tuple[LimitScope, ...], leases: list[Lease], head: list[Any] | None, exact: int) -> Decision:
+        """The decision with the leases' levels (``head``: the script's verdict; None: allowed here)."""
+        if head is None and len(leases) == 1:  # the common case, without the search for the tightest scope
+            lease = leases[0]
+            verdict = Decision(True, None, None, 0.0,
+                               _window(lease.scope.rpm, lease.level_r + lease.requests) if lease.has_r else None,
+                               _window(lease.scope.tpm, lease.level_t + lease.tokens) if lease.has_t else None)
+        else:
+            levels: list[Any] = [1, 0, 0, 0.0] if head is None else head
+            for lease in leases:
+                levels += (lease.level_r + lease.requests, lease.level_t + lease.tokens)
+            verdict = decision(scopes, levels)
         verdict.ticket = (leases, exact)
         return verdict
 
     async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
                      ticket: object = None) -> None:
-        leases: list[Lease] = []
-        exact = -1  # without a ticket every slot is a per-request one
         if isinstance(ticket, tuple):
             leases, exact = ticket
+            remote = False
+            for index, lease in enumerate(leases):
+                if extra_tokens and lease.has_t:
+                    if lease.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
+                        if not lease.debt:
+                            lease.debt_since = time.monotonic()
+                        lease.debt += extra_tokens
+                    else:
+                        remote = True
+                if lease.has_c:
+                    if exact & (1 << index):
+                        remote = True
+                    elif lease.in_flight > 0:
+                        lease.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
+            if not remote:
+                return
+        else:  # no ticket: every slot is a per-request one
+            leases, exact = [], -1
         args: list[Any] = [_f(time.time()), extra_tokens, member]
-        remote = False
-        mono = time.monotonic()
         for index, scope in enumerate(scopes):
-            lease = leases[index] if leases else None
-            tpm = scope.tpm if extra_tokens else 0
-            if tpm and lease is not None and lease.want_t:  # leased tokens: the correction waits here
-                if not lease.debt:
-                    lease.debt_since = mono
-                lease.debt += extra_tokens
-                tpm = 0
-            mc = scope.max_concurrent
-            if mc and not exact & (1 << index):
-                if lease is not None and lease.in_flight > 0:
-                    lease.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
-                mc = 0
-            args += [tpm, mc]
-            remote = remote or bool(tpm or mc)
-        if remote:
-            await self._batch.call(self._settle, [key for scope in scopes for key in scope_keys(tenant, scope)], args)
+            deferred = bool(leases) and leases[index].want_t > 0
+            args += [0 if deferred else scope.tpm, scope.max_concurrent if exact & (1 << index) else 0]
+        await self._batch.call(self._settle, [key for scope in scopes for key in scope_keys(tenant, scope)], args)
 
     async def _keep(self) -> None:
         """Every TICK_S: give back what idle leases hold, send due corrections, renew leased slots."""
@@ -227,6 +248,7 @@ class RedisRateLimiter(RateLimiter):
             if not (give_r or give_t or flush or release or renew):
                 if mono - lease.last_used >= _FORGET_S and not lease.held():
                     del self._leases[key]
+                    self._by_scopes.clear()  # it may hold the lease
                 continue
             add_t = give_t - (lease.debt if flush else 0)
             lease.requests -= give_r
