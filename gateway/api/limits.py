@@ -89,7 +89,8 @@ class RateLimits:
             return None
         if not verdict.allowed:
             raise refusal(verdict, estimate)
-        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict), settle, verdict.ticket)
+        return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
+                         verdict.ticket)
 
 
 class Admission:
@@ -99,7 +100,8 @@ class Admission:
                  "needs_settling")
 
     def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
-                 member: str, response_headers: dict[str, str], settle: bool, ticket: object = None) -> None:
+                 member: str, response_headers: list[tuple[bytes, bytes]], settle: bool,
+                 ticket: object = None) -> None:
         self._limiter = limiter
         self._tenant = tenant
         self._scopes = scopes
@@ -144,17 +146,22 @@ def _duration(seconds: float) -> str:
 
 
 def headers(verdict: Decision) -> dict[str, str]:
-    out: dict[str, str] = {}
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw_headers(verdict)}
+
+
+def raw_headers(verdict: Decision) -> list[tuple[bytes, bytes]]:
+    """The ``x-ratelimit-*`` headers, encoded (every limited response carries them)."""
+    out: list[tuple[bytes, bytes]] = []
     window = verdict.requests
     if window is not None:
-        out["x-ratelimit-limit-requests"] = str(window.limit)
-        out["x-ratelimit-remaining-requests"] = str(window.remaining)
-        out["x-ratelimit-reset-requests"] = _duration(window.reset_s)
+        out += ((b"x-ratelimit-limit-requests", b"%d" % window.limit),
+                (b"x-ratelimit-remaining-requests", b"%d" % window.remaining),
+                (b"x-ratelimit-reset-requests", _duration(window.reset_s).encode()))
     window = verdict.tokens
     if window is not None:
-        out["x-ratelimit-limit-tokens"] = str(window.limit)
-        out["x-ratelimit-remaining-tokens"] = str(window.remaining)
-        out["x-ratelimit-reset-tokens"] = _duration(window.reset_s)
+        out += ((b"x-ratelimit-limit-tokens", b"%d" % window.limit),
+                (b"x-ratelimit-remaining-tokens", b"%d" % window.remaining),
+                (b"x-ratelimit-reset-tokens", _duration(window.reset_s).encode()))
     return out
 
 
