@@ -8,6 +8,9 @@ Near a limit the slices shrink to nothing and every request is one exact script 
 leasing. Small limits never lease (``leases_*``): rpm below 100, tpm below 10,000, max_concurrent
 below 40 stay exact per request.
 
+Requests that find the slice empty while this process already asks for a new one wait for that
+call once (one round trip serves them all) before they ask for themselves.
+
 What a process holds and has not used is given back after ``IDLE_S`` without local admissions
 (and at shutdown), so another replica may be refused for at most that long while allowance it
 could use sits here. The correction of a token estimate by the reported usage collects locally
@@ -19,6 +22,7 @@ slots free within that time.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -52,8 +56,8 @@ class Lease:
     """What this process holds of one scope's limits in Redis, and what it used of it."""
 
     __slots__ = ("asking", "debt", "debt_since", "has_c", "has_r", "has_t", "in_flight", "keys", "last_used",
-                 "level_r", "level_t", "next_slot", "renew_at", "requests", "scope", "slot_prefix", "slots", "tokens",
-                 "want_c", "want_r", "want_t")
+                 "leasing", "level_r", "level_t", "next_slot", "renew_at", "requests", "scope", "slot_prefix", "slots",
+                 "tokens", "want_c", "want_r", "want_t")
 
     def __init__(self, scope: LimitScope, keys: list[str], slot_prefix: str) -> None:
         self.scope = scope
@@ -79,8 +83,10 @@ class Lease:
         self.next_slot = 0
         self.renew_at = 0.0
         self.last_used = time.monotonic()
-        #: a call asking for a slice is on its way: others ask for their own request only
-        self.asking = False
+        #: a call asking for a slice is on its way (done when it returned): others wait for it once
+        self.asking: asyncio.Future[None] | None = None
+        #: this scope leases at all (else every request is exact and nobody waits for anybody)
+        self.leasing = bool(self.want_r or self.want_t or self.want_c)
 
     def held(self) -> bool:
         """Anything here that Redis counts as taken, or that Redis has not heard of yet."""

@@ -85,9 +85,18 @@ class RedisRateLimiter(RateLimiter):
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                       lease_s: float, now: float | None = None) -> Decision:
         leases = self._leases_of(tenant, scopes)
-        for lease in leases:
+        waited = False
+        index = 0
+        while index < len(leases):
+            lease = leases[index]
+            index += 1
             if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
                     or (lease.has_c and lease.in_flight >= len(lease.slots))):
+                if lease.asking is not None and not waited:  # a slice is on its way: share it
+                    waited = True
+                    await asyncio.wait((lease.asking,))
+                    index = 0
+                    continue
                 return await self._call(tenant, scopes, leases, tokens, member, lease_s,
                                         time.time() if now is None else now)
         # Every scope has it leased: no round trip.
@@ -136,9 +145,9 @@ class RedisRateLimiter(RateLimiter):
                     need_c = 1
             local.append((took_r, took_t, took_c))
             room_r = room_t = room_c = 0
-            if not lease.asking:  # one slice at a time: a burst on an empty lease must not take one each
+            if lease.leasing and lease.asking is None:  # one slice at a time: a burst must not take one each
                 asking.append(lease)
-                lease.asking = True
+                lease.asking = asyncio.get_running_loop().create_future()
                 room_r = max(0, lease.want_r - int(lease.requests)) if lease.want_r else 0
                 room_t = max(0, lease.want_t - int(lease.tokens)) if lease.want_t else 0
                 room_c = max(0, lease.want_c - (len(lease.slots) - lease.in_flight)) if lease.want_c and need_c else 0
@@ -155,7 +164,9 @@ class RedisRateLimiter(RateLimiter):
             raise
         finally:
             for lease in asking:
-                lease.asking = False
+                if lease.asking is not None:
+                    lease.asking.set_result(None)
+                lease.asking = None
         allowed = int(reply[0]) == 1
         exact = 0
         for index, lease in enumerate(leases):
