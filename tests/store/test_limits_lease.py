@@ -16,10 +16,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.api.limits import raw_headers
-from gateway.store.limits import LimitScope
+from gateway.store.limits import LimitScope, open_limiter
 from gateway.store.redis import RedisStore
 from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S
 from gateway.store.redis_limits import RedisRateLimiter, scope_keys
+from tests.store.conftest import StoreFactory
 
 # Long enough for the keeper to act once the deadline it watches has passed.
 SETTLE_S = max(IDLE_S, CORRECTION_WINDOW_S) + TICK_S + 0.3
@@ -192,3 +193,24 @@ async def test_small_limits_never_lease(replicas: tuple[RedisRateLimiter, ...], 
     assert lease.requests == lease.tokens == 0 and not lease.slots
     assert await _level(redis_raw, scope, b"r") == pytest.approx(98, abs=0.1)
     assert await redis_raw.zrange(scope_keys("t", scope)[1], 0, -1) == [b"a"]
+
+
+async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) -> None:
+    """The slices, the slot blocks and the give-back at shutdown on one server, behind TLS+ACL and on a Cluster."""
+    stores = [await store_factory(), await store_factory()]
+    if stores[0].kind != "redis":
+        pytest.skip("memory:// keeps its buckets in the process: nothing is leased")
+    limiters = tuple(open_limiter(store) for store in stores)
+    assert all(isinstance(limiter, RedisRateLimiter) for limiter in limiters)
+    replicas = tuple(limiter for limiter in limiters if isinstance(limiter, RedisRateLimiter))
+    scope = LimitScope("key", "k_everywhere", 1000, 0, 100)
+    now = time.time()
+    admitted = await _burst(replicas, scope, 1, 100, now)
+    assert admitted + _held(replicas, scope)[2] == 100  # unused slots held by one replica are the only slack
+    assert _held(replicas, scope)[0] >= 1  # requests were leased beyond those admitted
+    await replicas[0].aclose()
+    await replicas[1].aclose()  # both gave back what they held: only the 100 admitted stay taken
+    again = RedisRateLimiter(stores[0])  # type: ignore[arg-type]
+    verdict = await again.acquire("t", (LimitScope("key", "k_everywhere", 1000, 0, 0),), 1, "x", 60, now)
+    assert verdict.requests is not None and verdict.requests.remaining >= 1000 - admitted - 1 - 20
+    await again.aclose()
