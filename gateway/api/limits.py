@@ -14,7 +14,6 @@ a limiter that takes every caller down with it protects nothing. Budgets are sep
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
@@ -119,10 +118,11 @@ class Admission:
             return
         self._done = True
         used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
-        # On an outage the slot's lease frees it, and the estimate stands as the count.
-        with contextlib.suppress(StoreUnavailable):
+        try:
             await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member,
                                        self._ticket)
+        except StoreUnavailable:
+            return  # on an outage the slot's lease frees it, and the estimate stands as the count
 
     async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """``events`` passed through; at their end (or on close) the request is settled with its usage."""
