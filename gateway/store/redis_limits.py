@@ -83,20 +83,15 @@ class RedisRateLimiter(RateLimiter):
         return leases
 
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
-                      lease_s: float, now: float | None = None) -> Decision:
+                      lease_s: float, now: float | None = None, waited: bool = False) -> Decision:
         leases = self._leases_of(tenant, scopes)
-        waited = False
-        index = 0
-        while index < len(leases):
-            lease = leases[index]
-            index += 1
+        for lease in leases:
             if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
                     or (lease.has_c and lease.in_flight >= len(lease.slots))):
-                if lease.asking is not None and not waited:  # a slice is on its way: share it
-                    waited = True
-                    await asyncio.wait((lease.asking,))
-                    index = 0
-                    continue
+                asking = [lease.asking for lease in leases if lease.asking is not None]
+                if asking and not waited:  # a slice is on its way: share it, then look again
+                    await asyncio.wait(asking)
+                    return await self.acquire(tenant, scopes, tokens, member, lease_s, now, waited=True)
                 return await self._call(tenant, scopes, leases, tokens, member, lease_s,
                                         time.time() if now is None else now)
         # Every scope has it leased: no round trip.
