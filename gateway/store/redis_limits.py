@@ -56,7 +56,7 @@ class RedisRateLimiter(RateLimiter):
         # Takes and settles of one loop turn share a round trip (gateway/store/redis_batch.py).
         self._batch = ScriptBatcher(store, "rate_limit")
         self._leases: dict[tuple[str, LimitScope], Lease] = {}
-        self._by_scopes: dict[int, tuple[tuple[LimitScope, ...], list[Lease]]] = {}
+        self._by_scopes: dict[int, tuple[tuple[LimitScope, ...], str, list[Lease]]] = {}
         self._prefix = "lease:" + secrets.token_hex(6) + ":"  # leased slot names: unique to this process
         self._serial = 0
         self._keeper: asyncio.Task[None] | None = None
@@ -65,8 +65,9 @@ class RedisRateLimiter(RateLimiter):
     def _leases_of(self, tenant: str, scopes: tuple[LimitScope, ...]) -> list[Lease]:
         """The leases of ``scopes`` (cached per tuple: the request path passes the same one per key)."""
         cached = self._by_scopes.get(id(scopes))
-        if cached is not None and cached[0] is scopes:  # the entry holds the tuple: its id is not reused
-            return cached[1]
+        # The entry holds the tuple, so its id is not reused while it is there.
+        if cached is not None and cached[0] is scopes and cached[1] == tenant:
+            return cached[2]
         leases = []
         for scope in scopes:
             lease = self._leases.get((tenant, scope))
@@ -77,7 +78,7 @@ class RedisRateLimiter(RateLimiter):
             leases.append(lease)
         if len(self._by_scopes) >= _SCOPES_CACHE_LIMIT:
             self._by_scopes.clear()
-        self._by_scopes[id(scopes)] = (scopes, leases)
+        self._by_scopes[id(scopes)] = (scopes, tenant, leases)
         if self._keeper is None:
             self._keeper = asyncio.get_running_loop().create_task(self._keep())
         return leases
@@ -248,7 +249,7 @@ class RedisRateLimiter(RateLimiter):
             give_r = int(lease.requests) if idle else 0
             give_t = int(lease.tokens) if idle else 0
             flush = bool(lease.debt) and (idle or mono - lease.debt_since >= CORRECTION_WINDOW_S)
-            spare = len(lease.slots) - (0 if closing else lease.in_flight)
+            spare = max(0, len(lease.slots) - (0 if closing else lease.in_flight))
             release = spare if idle else max(0, spare - lease.want_c)
             renew = len(lease.slots) > release and mono >= lease.renew_at
             if not (give_r or give_t or flush or release or renew):
