@@ -85,11 +85,18 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             meter.watch(loop_request)
             events = run_loop(loop_request, runtime.deps)
         exchange.state = loop_request.state
+        settle_after = False
         if admission is not None:
             exchange.add_headers(admission.headers)
             if admission.needs_settling:
-                events = admission.observe(events)
-        return await respond(events, chat.stream, chat.include_usage, chat.model, exchange)
+                # A stream settles at its end; a JSON answer once it is complete (no wrapper per event).
+                settle_after = not chat.stream
+                if chat.stream:
+                    events = admission.observe(events)
+        response = await respond(events, chat.stream, chat.include_usage, chat.model, exchange)
+        if settle_after and admission is not None:
+            await admission.finish(loop_request.state.usage)  # the loop's usage, as its Finished event reports
+        return response
     except Exception as exc:
         if admission is not None:
             await admission.finish(None)  # a no-op once the loop's own end settled it

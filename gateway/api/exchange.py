@@ -71,12 +71,10 @@ class Exchange:
         tracer = tracing.TRACER
         self.span = tracer.server(method, path, traceparent) if tracer.enabled else tracing.NOOP
 
-    def add_headers(self, headers: dict[str, str] | None) -> None:
-        """More response headers (the rate limits'), on every answer this exchange gives from now on."""
-        if not headers:
-            return
-        encoded = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-        self.headers = [*(self.headers or ()), *encoded]
+    def add_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """More response headers, encoded (the rate limits'), on every answer this exchange gives from now on."""
+        if headers:
+            self.headers = headers if self.headers is None else [*self.headers, *headers]
 
     def failed(self, error: GatewayError) -> GatewayError:
         """Remember the error a stream ended with after its 200 (for the span and the access record)."""

@@ -1,10 +1,11 @@
-"""Rate limits on the request path: one store call before the loop, one after it (only when needed).
+"""Rate limits on the request path: at most one store call before the loop, one after it (only when needed).
 
 A key without limits, of a tenant without limits, costs one attribute test and one dict lookup:
 no store call, no headers. Otherwise ``admit`` takes one request, a token estimate (request
 body bytes / 4: no tokenizer on the hot path) and a concurrency slot in one atomic step, and
 the ``Admission`` it returns settles afterwards: the reported usage minus the estimate is taken
-(or given back) and the slot freed, again in one step.
+(or given back) and the slot freed, again in one step. Far from a limit on Redis both steps are
+usually local (the limiter's leased allowance, gateway/store/redis_lease.py).
 
 A store outage fails open: the request runs unlimited (logged, at most once a minute), because
 a limiter that takes every caller down with it protects nothing. Budgets are separate
@@ -13,7 +14,6 @@ a limiter that takes every caller down with it protects nothing. Budgets are sep
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
@@ -88,21 +88,25 @@ class RateLimits:
             return None
         if not verdict.allowed:
             raise refusal(verdict, estimate)
-        return Admission(self.limiter, key.tenant, scopes, estimate, member, headers(verdict), settle)
+        return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
+                         verdict.ticket)
 
 
 class Admission:
     """A request the limits let through: its headers, and the settling step for its end."""
 
-    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "headers", "needs_settling")
+    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "_ticket", "headers",
+                 "needs_settling")
 
     def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
-                 member: str, response_headers: dict[str, str], settle: bool) -> None:
+                 member: str, response_headers: list[tuple[bytes, bytes]], settle: bool,
+                 ticket: object = None) -> None:
         self._limiter = limiter
         self._tenant = tenant
         self._scopes = scopes
         self._estimate = estimate
         self._member = member
+        self._ticket = ticket
         self.headers = response_headers
         #: tpm or max_concurrent: the end must be reported (a second store call)
         self.needs_settling = settle
@@ -114,9 +118,11 @@ class Admission:
             return
         self._done = True
         used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
-        # On an outage the slot's lease frees it, and the estimate stands as the count.
-        with contextlib.suppress(StoreUnavailable):
-            await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member)
+        try:
+            await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member,
+                                       self._ticket)
+        except StoreUnavailable:
+            return  # on an outage the slot's lease frees it, and the estimate stands as the count
 
     async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """``events`` passed through; at their end (or on close) the request is settled with its usage."""
@@ -140,17 +146,22 @@ def _duration(seconds: float) -> str:
 
 
 def headers(verdict: Decision) -> dict[str, str]:
-    out: dict[str, str] = {}
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw_headers(verdict)}
+
+
+def raw_headers(verdict: Decision) -> list[tuple[bytes, bytes]]:
+    """The ``x-ratelimit-*`` headers, encoded (every limited response carries them)."""
+    out: list[tuple[bytes, bytes]] = []
     window = verdict.requests
     if window is not None:
-        out["x-ratelimit-limit-requests"] = str(window.limit)
-        out["x-ratelimit-remaining-requests"] = str(window.remaining)
-        out["x-ratelimit-reset-requests"] = _duration(window.reset_s)
+        out += ((b"x-ratelimit-limit-requests", b"%d" % window.limit),
+                (b"x-ratelimit-remaining-requests", b"%d" % window.remaining),
+                (b"x-ratelimit-reset-requests", _duration(window.reset_s).encode()))
     window = verdict.tokens
     if window is not None:
-        out["x-ratelimit-limit-tokens"] = str(window.limit)
-        out["x-ratelimit-remaining-tokens"] = str(window.remaining)
-        out["x-ratelimit-reset-tokens"] = _duration(window.reset_s)
+        out += ((b"x-ratelimit-limit-tokens", b"%d" % window.limit),
+                (b"x-ratelimit-remaining-tokens", b"%d" % window.remaining),
+                (b"x-ratelimit-reset-tokens", _duration(window.reset_s).encode()))
     return out
 
 

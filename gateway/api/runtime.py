@@ -115,5 +115,6 @@ class Runtime:
         await self.pool.aclose()
         await self.tools.aclose()
         await self.tool_session.close()
+        await self.limits.limiter.aclose()  # leased allowance goes back before the store closes
         await self.usage.drain()
         await self.store.aclose()

@@ -8,8 +8,9 @@ leave a bucket in debt, which later requests wait out). Concurrency is a set of 
 ids, each with a lease (``routing.request_timeout_s``), so a replica that dies mid-request
 cannot leak a slot forever.
 
-``acquire`` and ``settle`` are each one atomic step: one Lua script call in Redis (every key of
-a request shares its tenant's hash tag), one synchronous function in memory. This module holds
+``acquire`` and ``settle`` are each one atomic step: at most one Lua script call in Redis (every
+key of a request shares its tenant's hash tag; far from a limit none, see redis_lease.py), one
+synchronous function in memory. This module holds
 the types and the in-process implementation; ``redis_limits`` the shared one.
 """
 
@@ -55,6 +56,8 @@ class Decision:
     tokens: Window | None = None
     #: the estimate alone is above the tpm limit: no wait will let it through
     too_large: bool = False
+    #: what the limiter needs back at ``settle`` (Redis: which leases the request used)
+    ticket: object = None
 
 
 def decision(scopes: tuple[LimitScope, ...], reply: list[Any]) -> Decision:
@@ -103,8 +106,16 @@ class RateLimiter(ABC):
         """
 
     @abstractmethod
-    async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str) -> None:
-        """Take ``extra_tokens`` more (negative: give back) and free the slot ``member``."""
+    async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                     ticket: object = None) -> None:
+        """Take ``extra_tokens`` more (negative: give back) and free the slot ``member``.
+
+        ``ticket``: the admitting ``Decision``'s.
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Give back whatever this process holds of the shared limits."""
 
 
 class MemoryRateLimiter(RateLimiter):
@@ -150,7 +161,8 @@ class MemoryRateLimiter(RateLimiter):
                 self._slots[(scope.kind, scope.ident)][member] = now + lease_s
         return decision(scopes, [1, 0, 0, 0.0, *(x for level in levels for x in level[:2])])
 
-    async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str) -> None:
+    async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                     ticket: object = None) -> None:
         now = time.time()
         for scope in scopes:
             if scope.tpm and extra_tokens:
@@ -159,6 +171,10 @@ class MemoryRateLimiter(RateLimiter):
                 self._buckets[(scope.kind, scope.ident)] = level
             if scope.max_concurrent:
                 self._slots.get((scope.kind, scope.ident), {}).pop(member, None)
+
+
+    async def aclose(self) -> None:
+        """Nothing to give back: the buckets are this process's own."""
 
 
 def open_limiter(store: Any) -> RateLimiter:

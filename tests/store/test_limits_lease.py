@@ -1,0 +1,216 @@
+"""Leased allowance: far from a limit a replica spends a slice of the shared bucket locally.
+
+Two ``RedisRateLimiter`` instances on one real Redis are two replicas. Whatever they lease, the
+limit holds exactly across them, what sits unused goes back after ``IDLE_S``, a dead replica's
+slots free after ``SLOT_LEASE_S`` and token corrections reach Redis within ``CORRECTION_WINDOW_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.api.limits import raw_headers
+from gateway.store.limits import LimitScope, open_limiter
+from gateway.store.redis import RedisStore
+from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S
+from gateway.store.redis_limits import RedisRateLimiter, scope_keys
+from tests.store.conftest import StoreFactory
+
+# Long enough for the keeper to act once the deadline it watches has passed.
+SETTLE_S = max(IDLE_S, CORRECTION_WINDOW_S) + TICK_S + 0.3
+
+
+@pytest.fixture
+async def replicas(redis_raw: aioredis.Redis, redis_url: str) -> AsyncIterator[tuple[RedisRateLimiter, ...]]:
+    stores = [RedisStore(redis_url), RedisStore(redis_url)]
+    limiters = tuple(RedisRateLimiter(store) for store in stores)
+    try:
+        yield limiters
+    finally:
+        for limiter in limiters:
+            await limiter.aclose()
+        for store in stores:
+            await store.aclose()
+
+
+async def _burst(limiters: tuple[RedisRateLimiter, ...], scope: LimitScope, tokens: int, count: int,
+                 now: float, wave: int = 40) -> int:
+    """``count`` takes in waves of ``wave`` concurrent ones spread over the replicas; how many were allowed."""
+    admitted = 0
+    for start in range(0, count, wave):
+        decisions = await asyncio.gather(*(limiters[i % len(limiters)].acquire("t", (scope,), tokens, f"m{i}", 60, now)
+                                           for i in range(start, min(count, start + wave))))
+        admitted += sum(d.allowed for d in decisions)
+    return admitted
+
+
+async def _drain(limiter: RedisRateLimiter, scope: LimitScope, tokens: int, now: float) -> int:
+    """Takes one by one until refused (the replica's own slice spent too); how many were allowed."""
+    admitted = 0
+    while (await limiter.acquire("t", (scope,), tokens, f"late{admitted}", 60, now)).allowed:
+        admitted += 1
+    return admitted
+
+
+def _held(limiters: tuple[RedisRateLimiter, ...], scope: LimitScope) -> tuple[float, float, int]:
+    """Unspent requests, tokens and slots the replicas hold of ``scope``."""
+    leases = [limiter._leases[("t", scope)] for limiter in limiters]
+    return (sum(lease.requests for lease in leases), sum(lease.tokens for lease in leases),
+            sum(len(lease.slots) - lease.in_flight for lease in leases))
+
+
+def _count_calls(limiter: RedisRateLimiter) -> list[int]:
+    """Counts the limiter's script calls (instrumentation only: every call still runs)."""
+    made: list[int] = []
+    batch: Any = limiter._batch
+    original = batch.call
+
+    async def counting(*args: Any) -> Any:
+        made.append(1)
+        return await original(*args)
+
+    batch.call = counting
+    return made
+
+
+async def _level(redis_raw: aioredis.Redis, scope: LimitScope, field: bytes) -> float:
+    return float((await redis_raw.hgetall(scope_keys("t", scope)[0]))[field])
+
+
+async def test_a_large_rpm_holds_exactly_across_two_replicas(replicas: tuple[RedisRateLimiter, ...],
+                                                             redis_raw: aioredis.Redis) -> None:
+    scope = LimitScope("key", "k_rpm", 1000, 0, 0)
+    calls = [_count_calls(limiter) for limiter in replicas]
+    now = time.time()  # fixed: no refill during the test
+    admitted = await _burst(replicas, scope, 1, 900, now)
+    assert admitted == 900
+    assert sum(len(made) for made in calls) < 900 / 5  # the slices saved most round trips
+    admitted += await _burst(replicas, scope, 1, 400, now)
+    # Refused ones were refused while the other replica still held a slice: nothing more than that is missing.
+    assert admitted + _held(replicas, scope)[0] == 1000
+    assert admitted >= 1000 - 2 * 20  # at most a slice (2 % of rpm) each
+    assert admitted + sum([await _drain(limiter, scope, 1, now) for limiter in replicas]) == 1000
+    assert await _level(redis_raw, scope, b"r") < 1
+
+
+async def test_a_large_tpm_holds_across_two_replicas_within_one_request_each(
+        replicas: tuple[RedisRateLimiter, ...]) -> None:
+    scope = LimitScope("key", "k_tpm", 0, 20_000, 0)
+    now = time.time()
+    admitted = await _burst(replicas, scope, 100, 260, now)
+    assert admitted + _held(replicas, scope)[1] // 100 <= 200
+    admitted += sum([await _drain(limiter, scope, 100, now) for limiter in replicas])
+    # Never above 200 (20,000 / 100); below only by what each replica's slice keeps that is smaller
+    # than one request (the documented slack: under one request's tokens per replica).
+    assert 200 - len(replicas) <= admitted <= 200
+
+
+async def test_concurrency_slots_leased_in_blocks_hold_exactly(replicas: tuple[RedisRateLimiter, ...],
+                                                               redis_raw: aioredis.Redis) -> None:
+    scope = LimitScope("tenant", "t", 0, 0, 100)
+    now = time.time()
+    admitted = await _burst(replicas, scope, 1, 150, now)
+    assert admitted + _held(replicas, scope)[2] == 100
+    assert admitted + sum([await _drain(limiter, scope, 1, now) for limiter in replicas]) == 100
+    assert await redis_raw.zcard(scope_keys("t", scope)[1]) == 100
+
+
+async def test_unused_allowance_goes_back_after_idle(replicas: tuple[RedisRateLimiter, ...],
+                                                     redis_raw: aioredis.Redis) -> None:
+    one, _ = replicas
+    scope = LimitScope("key", "k_idle", 0, 1_000_000, 100)
+    big = await one.acquire("t", (scope,), 500_000, "big", 60)  # far below full, so a give-back shows
+    assert big.allowed
+    first = await one.acquire("t", (scope,), 1000, "a", 60)
+    assert first.allowed
+    await one.settle("t", (scope,), 0, "a", first.ticket)
+    raw = await redis_raw.hgetall(scope_keys("t", scope)[0])
+    left, at = float(raw[b"t"]), float(raw[b"ts"])
+    lease = one._leases[("t", scope)]
+    sliced = lease.tokens
+    assert sliced >= 1000 and left <= 1_000_000 - 501_000 - sliced + 1000  # a slice of tokens is held here
+    assert await redis_raw.zcard(scope_keys("t", scope)[1]) > 1  # and a block of slots (one still in use)
+    await one.settle("t", (scope,), 0, "big", big.ticket)
+    await asyncio.sleep(SETTLE_S)
+    raw = await redis_raw.hgetall(scope_keys("t", scope)[0])
+    refill = (float(raw[b"ts"]) - at) * 1_000_000 / 60
+    assert float(raw[b"t"]) == pytest.approx(left + refill + sliced)
+    assert lease.tokens == 0 and not lease.slots
+    assert await redis_raw.zcard(scope_keys("t", scope)[1]) == 0
+
+
+async def test_a_dead_replicas_slots_free_after_their_lease(replicas: tuple[RedisRateLimiter, ...]) -> None:
+    dead, alive = replicas
+    scope = LimitScope("tenant", "t", 0, 0, 40)
+    now = time.time()
+    assert (await dead.acquire("t", (scope,), 1, "d", 60, now)).allowed
+    held = len(dead._leases[("t", scope)].slots)
+    assert held > 1
+    assert dead._keeper is not None
+    dead._keeper.cancel()  # it dies: no renewal, no give-back
+    assert await _burst((alive,), scope, 1, 60, now) + await _drain(alive, scope, 1, now) == 40 - held
+    assert not (await alive.acquire("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S - 1)).allowed
+    assert (await alive.acquire("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S + 1)).allowed
+
+
+async def test_token_correction_reaches_redis_within_the_window(replicas: tuple[RedisRateLimiter, ...],
+                                                                redis_raw: aioredis.Redis) -> None:
+    one, _ = replicas
+    scope = LimitScope("key", "k_fix", 0, 100_000, 0)
+    first = await one.acquire("t", (scope,), 1000, "a", 60)
+    assert first.allowed
+    await one.settle("t", (scope,), 30_000, "a", first.ticket)  # the usage was far above the estimate
+    assert await _level(redis_raw, scope, b"t") > 90_000  # not sent yet: collected here
+    await asyncio.sleep(SETTLE_S)
+    # 100,000 - 1,000 - 30,000 plus at most ~1.3 s of refill (the slice came back too).
+    assert await _level(redis_raw, scope, b"t") < 72_500
+
+
+async def test_headers_on_local_admissions_count_down(replicas: tuple[RedisRateLimiter, ...]) -> None:
+    one, _ = replicas
+    scope = LimitScope("key", "k_head", 600, 100_000, 0)
+    first = await one.acquire("t", (scope,), 10, "a", 60)
+    second = await one.acquire("t", (scope,), 10, "b", 60)  # from the slice: no round trip
+    assert first.requests is not None and second.requests is not None
+    assert second.requests.remaining == first.requests.remaining - 1 == 598
+    assert second.tokens is not None and second.tokens.remaining == 100_000 - 20
+    names = [name for name, _ in raw_headers(second)]
+    assert names == [b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests", b"x-ratelimit-reset-requests",
+                     b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens"]
+
+
+async def test_small_limits_never_lease(replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
+    one, _ = replicas
+    scope = LimitScope("key", "k_small", 99, 9_999, 39)
+    assert (await one.acquire("t", (scope,), 10, "a", 60)).allowed
+    lease = one._leases[("t", scope)]
+    assert lease.requests == lease.tokens == 0 and not lease.slots
+    assert await _level(redis_raw, scope, b"r") == pytest.approx(98, abs=0.1)
+    assert await redis_raw.zrange(scope_keys("t", scope)[1], 0, -1) == [b"a"]
+
+
+async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) -> None:
+    """The slices, the slot blocks and the give-back at shutdown on one server, behind TLS+ACL and on a Cluster."""
+    stores = [await store_factory(), await store_factory()]
+    if stores[0].kind != "redis":
+        pytest.skip("memory:// keeps its buckets in the process: nothing is leased")
+    limiters = tuple(open_limiter(store) for store in stores)
+    assert all(isinstance(limiter, RedisRateLimiter) for limiter in limiters)
+    replicas = tuple(limiter for limiter in limiters if isinstance(limiter, RedisRateLimiter))
+    scope = LimitScope("key", "k_everywhere", 1000, 0, 100)
+    now = time.time()
+    admitted = await _burst(replicas, scope, 1, 100, now)
+    assert admitted + _held(replicas, scope)[2] == 100  # unused slots held by one replica are the only slack
+    assert _held(replicas, scope)[0] >= 1  # requests were leased beyond those admitted
+    await replicas[0].aclose()
+    await replicas[1].aclose()  # both gave back what they held: only the 100 admitted stay taken
+    again = RedisRateLimiter(stores[0])  # type: ignore[arg-type]
+    verdict = await again.acquire("t", (LimitScope("key", "k_everywhere", 1000, 0, 0),), 1, "x", 60, now)
+    assert verdict.requests is not None and verdict.requests.remaining >= 1000 - admitted - 1 - 20
+    await again.aclose()
