@@ -104,10 +104,14 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         return error_response(error, exchange.headers)
 
 
-def _encode(batch: list[dict[str, Any]]) -> bytes:
-    # ``sse_frame`` inlined: a stream sends one frame per event, ~17 for a one-call answer.
+def _encode(batch: list[Any]) -> bytes:
+    # ``sse_frame`` inlined: a stream sends one frame per event, ~17 for a one-call answer; a text
+    # delta comes already framed (bytes) from the builder, usually alone in its batch.
+    if len(batch) == 1 and batch[0].__class__ is bytes:
+        return batch[0]
     dumps = orjson.dumps
-    return b"".join([b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n" for event in batch])
+    return b"".join([event if event.__class__ is bytes else
+                     b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n" for event in batch])
 
 
 def usage_of(response: dict[str, Any]) -> Usage | None:

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
@@ -33,6 +35,12 @@ from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, T
 _PREFIX = secrets.token_hex(6)
 _SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
 _COUNTER = itertools.count(1)
+# The events one step produces: dicts, except a ``frames`` builder's text deltas (SSE frames, bytes).
+Batch = list[Any]
+# The SSE frame of a text delta after its item's constant head (``frames`` mode): the same bytes
+# ``orjson.dumps`` makes of the event dict (same keys, same order), without building that dict.
+_DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
+_DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
 
 
 def new_id(kind: str) -> str:
@@ -74,11 +82,16 @@ class ResponseBuilder:
     """
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
-                 approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True) -> None:
+                 approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
+                 frames: bool = False) -> None:
         self.route = route
         # Without ``emit`` (a non-stream response) every step runs the same, only the events are
         # not built: the returned lists hold only the marker of the terminal event (how the run sees the end).
-        self.emit = emit
+        self.emit = emit or frames
+        # With ``frames`` (an SSE body, nobody reads the events) the per-chunk text deltas are
+        # their SSE frames already (bytes) and the two start snapshots share one serialisation.
+        self.frames = frames
+        self._delta_head = b""
         self.label_of = label_of
         self.approved = approved
         self.response: dict[str, Any] = {
@@ -113,27 +126,31 @@ class ResponseBuilder:
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": list(self.response["output"])}
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self) -> Batch:
         if not self.emit:
             self._seq += 2
             return []
+        if self.frames:  # the same object twice: serialised once
+            snapshot = orjson.Fragment(orjson.dumps(self.response))
+            return [self._event("response.created", response=snapshot),
+                    self._event("response.in_progress", response=snapshot)]
         return [self._event("response.created", response=self._snapshot()),
                 self._event("response.in_progress", response=self._snapshot())]
 
     # -- items -----------------------------------------------------------------------------
-    def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
+    def _add(self, item: dict[str, Any], out: Batch) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
         if self.emit:
             out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
         return index
 
-    def _done(self, index: int, out: list[dict[str, Any]]) -> None:
+    def _done(self, index: int, out: Batch) -> None:
         if self.emit:
             out.append(self._event("response.output_item.done", output_index=index,
                                    item=self.response["output"][index]))
 
-    def _close(self, out: list[dict[str, Any]], status: str = "completed") -> None:
+    def _close(self, out: Batch, status: str = "completed") -> None:
         if self._open is None:
             return
         index, self._open, self._open_type = self._open, None, None
@@ -161,7 +178,7 @@ class ResponseBuilder:
             item["status"] = status
         self._done(index, out)
 
-    def _text(self, text: str, out: list[dict[str, Any]]) -> None:
+    def _text(self, text: str, out: Batch) -> None:
         if self._open_type != "message":
             if text == ITERATION_SEPARATOR and self._texted:
                 return  # the engine's separator between iterations: here each iteration is its own item
@@ -170,6 +187,8 @@ class ResponseBuilder:
             self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
                                     "content": []}, out)
             self._open_type = "message"
+            if self.frames:
+                self._delta_head = _DELTA_HEAD % (orjson.dumps(item_id), self._open)
             if self.emit:
                 out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
                                        content_index=0, part={"type": "output_text", "text": "", "annotations": [],
@@ -177,12 +196,14 @@ class ResponseBuilder:
         self._texted = True
         self._parts.append(text)
         self.final_text.append(text)
-        if self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
+        if self.frames:
+            out.append(self._delta_head + orjson.dumps(text) + _DELTA_TAIL % self._seq)
+        elif self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
             out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
                         "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
         self._seq += 1
 
-    def _reasoning(self, text: str, out: list[dict[str, Any]]) -> None:
+    def _reasoning(self, text: str, out: Batch) -> None:
         if self._open_type != "reasoning":
             self._close(out)
             item_id = self._open_id = new_id("rs")
@@ -196,8 +217,8 @@ class ResponseBuilder:
                                summary_index=0, delta=text))
 
     # -- events ----------------------------------------------------------------------------
-    def feed(self, event: LoopEvent) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def feed(self, event: LoopEvent) -> Batch:
+        out: Batch = []
         for item in event if isinstance(event, list) else (event,):
             if isinstance(item, TextDelta):
                 self._text(item.text, out)
@@ -235,7 +256,7 @@ class ResponseBuilder:
                 self._finish(item.result, out)
         return out
 
-    def _finish(self, result: LoopResult, out: list[dict[str, Any]]) -> None:
+    def _finish(self, result: LoopResult, out: Batch) -> None:
         self._close(out)
         self.result = result
         response = self.response
@@ -275,7 +296,7 @@ class ResponseBuilder:
             self._seq += 1
             out.append(_SILENT)  # what ``retract_terminal`` takes back
 
-    def retract_terminal(self, events: list[dict[str, Any]]) -> None:
+    def retract_terminal(self, events: Batch) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""
         if self.done and events and self.response["status"] in ("completed", "incomplete"):
             events.pop()
@@ -283,9 +304,9 @@ class ResponseBuilder:
             self.done = False
             self.response["incomplete_details"] = None
 
-    def fail(self, error: GatewayError) -> list[dict[str, Any]]:
+    def fail(self, error: GatewayError) -> Batch:
         """After a failure once the response started: close what is open, end with ``response.failed``."""
-        out: list[dict[str, Any]] = []
+        out: Batch = []
         self._close(out, "incomplete")
         for index in self._tools.values():
             self.response["output"][index]["status"] = "incomplete"

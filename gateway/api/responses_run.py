@@ -27,7 +27,7 @@ from gateway.api.access import check_model_access, visible_routes
 from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses_items import Converted, to_messages
-from gateway.api.responses_render import ResponseBuilder, new_id, response_id, server_label
+from gateway.api.responses_render import Batch, ResponseBuilder, new_id, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
@@ -158,16 +158,16 @@ class ResponseRun:
             for event in batch:
                 yield event
 
-    def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
+    def batches(self, raise_errors: bool = False) -> AsyncIterator[Batch]:
         """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
         return self._run(raise_errors, _same)
 
-    def frames(self, encode: Callable[[list[dict[str, Any]]], bytes],
+    def frames(self, encode: Callable[[Batch], bytes],
                on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
         """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
         return self._run(False, encode, on_close)
 
-    async def _run(self, raise_errors: bool, wrap: Callable[[list[dict[str, Any]]], _T],
+    async def _run(self, raise_errors: bool, wrap: Callable[[Batch], _T],
                    on_close: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[_T]:
         builder = self.builder
         try:
@@ -178,8 +178,11 @@ class ResponseRun:
                     if batch:
                         yield wrap(batch)
                 self._first = []
+                feed = builder.feed
                 async for loop_event in self._events:
-                    batch = await self._feed(loop_event, raise_errors)
+                    # Only the terminal event saves: the others skip ``_feed``'s coroutine (one per chunk).
+                    batch = await self._feed(loop_event, raise_errors) if isinstance(loop_event, Finished) \
+                        else feed(loop_event)
                     if batch:
                         yield wrap(batch)
                 if not builder.done:
@@ -198,7 +201,7 @@ class ResponseRun:
                 if on_close is not None:
                     await on_close()
 
-    async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> list[dict[str, Any]]:
+    async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> Batch:
         out = self.builder.feed(loop_event)
         if isinstance(loop_event, Finished):
             try:
@@ -251,7 +254,7 @@ class ResponseRun:
                                              self.runtime.config.store.continuation_ttl_s)
 
 
-def _same(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _same(batch: Batch) -> Batch:
     return batch
 
 
@@ -347,7 +350,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
                        tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
                        allowed_tools=key.tools)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
-                              emit=request.stream or request.background)
+                              emit=request.stream or request.background,
+                              frames=request.stream and not request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
                        bool(request.instructions))
 
@@ -404,6 +408,7 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, key: ApiKey, head
             loop.messages.insert(0, {"role": "system", "content": request.instructions})
         first = bool(request.instructions)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
-                              emit=request.stream or request.background)
+                              emit=request.stream or request.background,
+                              frames=request.stream and not request.background)
     events = continuations.run_resumed(claimed, loop, runtime.deps, decided)
     return ResponseRun(runtime, tenant, request, plan, loop, events, builder, first)
