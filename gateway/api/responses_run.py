@@ -27,7 +27,7 @@ from gateway.api.access import check_model_access, visible_routes
 from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses_items import Converted, to_messages
-from gateway.api.responses_render import Batch, ResponseBuilder, new_id, response_id, server_label
+from gateway.api.responses_render import Batch, ResponseBuilder, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
@@ -69,7 +69,6 @@ class ResponseRun:
         self._events = events
         self._instructions_first = instructions_first
         self._first: list[LoopEvent] = []
-        self._input_items: list[dict[str, Any]] | None = None
         # The final Response object serialised once, at the terminal save: the stored record and
         # the answer (JSON body or terminal stream event) embed these bytes instead of re-encoding.
         self._final: bytes | None = None
@@ -225,11 +224,12 @@ class ResponseRun:
     def record(self, finished: Finished | None = None) -> dict[str, Any]:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
-        ``{"response": the Response object, "input": the input items with ids, "transcript": the
-        canonical messages to continue from (a completed loop only, without this response's
-        instructions) or None, "continuation_id": the paused loop's continuation (a paused loop
-        only) or None, "instructions_first": whether that continuation's transcript starts with
-        the instructions}``. Without ``finished`` (still running, or failed) it only describes.
+        ``{"response": the Response object, "input": the input items as sent (``input_items``
+        gives them ids on read), "transcript": the canonical messages to continue from (a
+        completed loop only, without this response's instructions) or None, "continuation_id":
+        the paused loop's continuation (a paused loop only) or None, "instructions_first":
+        whether that continuation's transcript starts with the instructions}``. Without
+        ``finished`` (still running, or failed) it only describes.
         """
         transcript: list[Message] | None = None
         continuation_id: str | None = None
@@ -238,13 +238,12 @@ class ResponseRun:
         elif finished is not None:
             messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
-        if self._input_items is None:
-            self._input_items = input_items(self.request.input)  # once: ids stay the same across saves
         response: Any = self.builder.response
         if finished is not None and self.builder.done:
             self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
             response = orjson.Fragment(self._final)
-        return {"response": response, "input": self._input_items, "transcript": transcript,
+        # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
+        return {"response": response, "input": self.request.input, "transcript": transcript,
                 "continuation_id": continuation_id, "instructions_first": self._instructions_first}
 
     async def save(self, finished: Finished | None = None) -> None:
@@ -258,10 +257,16 @@ def _same(batch: Batch) -> Batch:
     return batch
 
 
-def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's input items as ``input_items`` lists them: each with an id."""
-    return [item if isinstance(item.get("id"), str) else {"id": new_id(_ITEM_PREFIX.get(item["type"], "item")),
-                                                          **item} for item in items]
+def input_items(response_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A stored response's input items as ``input_items`` lists them: each with an id.
+
+    An item the caller sent without an id gets one made of the response id and its position, so
+    reading it twice gives the same id and writing the record needs no copy of the input.
+    """
+    tail = response_id.removeprefix("resp_")
+    return [item if isinstance(item.get("id"), str) else
+            {"id": f"{_ITEM_PREFIX.get(item['type'], 'item')}_{tail}{index:04x}", **item}
+            for index, item in enumerate(items)]
 
 
 @functools.lru_cache(maxsize=16)
