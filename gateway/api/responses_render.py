@@ -81,6 +81,9 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
+    __slots__ = ("_delta_head", "_open", "_open_id", "_open_type", "_parts", "_seq", "_texted", "_tools", "approved",
+                 "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
+
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
                  frames: bool = False) -> None:
