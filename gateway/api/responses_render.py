@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from gateway.api.responses_request import ECHO_FIELDS
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
@@ -71,6 +72,13 @@ def server_label(source: str) -> str:
     return source[4:] if source.startswith("mcp:") else "loopgate"
 
 
+# A new Response object's keys in order, the request's echo fields in the middle: copying a dict
+# with the final key layout and overwriting its values costs half of building it key by key.
+_TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress", "error": None,
+                             "incomplete_details": None, "model": "", "output": None,
+                             **dict.fromkeys(ECHO_FIELDS), "usage": None}
+
+
 class ResponseBuilder:
     """Builds one Response from loop events; see the module docstring.
 
@@ -97,11 +105,18 @@ class ResponseBuilder:
         self._delta_head = b""
         self.label_of = label_of
         self.approved = approved
-        self.response: dict[str, Any] = {
-            "id": rid, "object": "response", "created_at": created_at or int(time.time()),
-            "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
-            "output": [], **echo, "usage": None,
-        }
+        if len(echo) == len(ECHO_FIELDS):  # a parsed request's echo (all of them): copy the key layout, then fill
+            response = _TEMPLATE.copy()
+            response["id"] = rid
+            response["created_at"] = created_at or int(time.time())
+            response["model"] = route
+            response["output"] = []
+            response.update(echo)
+        else:
+            response = {"id": rid, "object": "response", "created_at": created_at or int(time.time()),
+                        "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
+                        "output": [], **echo, "usage": None}
+        self.response: dict[str, Any] = response
         self.done = False
         self.result: LoopResult | None = None
         self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message

@@ -49,6 +49,10 @@ _OWN_FIELDS = frozenset({
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
+# The request fields a Response object repeats, in its order (``ResponsesRequest.echo`` has all of them).
+ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
+               "top_p", "text", "reasoning", "truncation", "user", "store", "background", "previous_response_id",
+               "max_tool_calls", "metadata")
 _TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
 _REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 
