@@ -118,10 +118,9 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
             "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
             "metadata": metadata,
         }
-        return ResponsesRequest(model=model, input=items, instructions=instructions, tools=tools,
-                                tool_choice=tool_choice, params={}, stream=stream, store=store, background=background,
-                                previous_response_id=None, max_tool_calls=None, max_tool_iterations=None,
-                                headless=False, metadata=metadata, echo=echo)
+        # Positional (the field order): fifteen keywords cost this call more than all its checks.
+        return ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
+                                None, None, False, metadata, echo)
     parallel = body.get("parallel_tool_calls")
     _expect(parallel, (bool,), "parallel_tool_calls")
     previous = body.get("previous_response_id")

@@ -350,10 +350,10 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
         raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
-    loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
-                       params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
-                       tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                       allowed_tools=key.tools)
+    # The ten leading fields positionally (in their order): keyword matching is a cost every request pays.
+    loop = LoopRequest(plan, messages, request.tools, request.tool_choice, request.params,
+                       _max_iterations(plan, request), headless, tenant, request.stream, deadline, key_id=key.id,
+                       key_name=key.name, allowed_tools=key.tools)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
                               emit=request.stream or request.background,
                               frames=request.stream and not request.background)
