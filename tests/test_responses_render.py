@@ -106,7 +106,7 @@ def test_without_emit_the_response_is_the_same() -> None:
 
 def test_frames_are_the_bytes_of_the_events() -> None:
     """An SSE body from a ``frames`` builder is byte for byte the dict events, encoded."""
-    events: list[Any] = [[Answering("up-1"), TextDelta('Say "hi"\n')], [TextDelta("é\u2028")],
+    events: list[Any] = [[Answering("up-1"), TextDelta('Say "hi"\n')], [TextDelta("é\u2028"), TextDelta("b")],
                          ToolStarted("c1", "get_weather", "{}"), ToolFinished("c1", "get_weather", "ok", 1.0, "x"),
                          [TextDelta(ITERATION_SEPARATOR), TextDelta("Sunny.")], TextDelta(" Done."),
                          Finished(LoopResult("completed", "stop", Usage(10, 2, 1, 1), {}, [], "m"))]
