@@ -132,7 +132,7 @@ class ResponseBuilder:
     def id(self) -> str:
         return str(self.response["id"])
 
-    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def _event(self, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
         number = self._seq
         self._seq += 1
         if not self.emit:
@@ -150,23 +150,23 @@ class ResponseBuilder:
             return []
         if self.frames:  # the same object twice: serialised once
             snapshot = orjson.Fragment(orjson.dumps(self.response))
-            return [self._event("response.created", response=snapshot),
-                    self._event("response.in_progress", response=snapshot)]
-        return [self._event("response.created", response=self._snapshot()),
-                self._event("response.in_progress", response=self._snapshot())]
+            return [self._event("response.created", {"response": snapshot}),
+                    self._event("response.in_progress", {"response": snapshot})]
+        return [self._event("response.created", {"response": self._snapshot()}),
+                self._event("response.in_progress", {"response": self._snapshot()})]
 
     # -- items -----------------------------------------------------------------------------
     def _add(self, item: dict[str, Any], out: Batch) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
         if self.emit:
-            out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+            out.append(self._event("response.output_item.added", {"output_index": index, "item": dict(item)}))
         return index
 
     def _done(self, index: int, out: Batch) -> None:
         if self.emit:
-            out.append(self._event("response.output_item.done", output_index=index,
-                                   item=self.response["output"][index]))
+            out.append(self._event("response.output_item.done", {"output_index": index,
+                                                                 "item": self.response["output"][index]}))
 
     def _close(self, out: Batch, status: str = "completed") -> None:
         if self._open is None:
@@ -179,19 +179,21 @@ class ResponseBuilder:
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             if emit:
-                out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                                       content_index=0, text=text, logprobs=[]))
-                out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                       content_index=0, part=part))
+                out.append(self._event("response.output_text.done", {"item_id": item["id"], "output_index": index,
+                                                                     "content_index": 0, "text": text, "logprobs": []}))
+                out.append(self._event("response.content_part.done", {"item_id": item["id"], "output_index": index,
+                                                                      "content_index": 0, "part": part}))
             item["content"] = [part]
             item["status"] = status
         else:
             summary = {"type": "summary_text", "text": text}
             if emit:
-                out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"],
-                                       output_index=index, summary_index=0, text=text))
-                out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"],
-                                       output_index=index, summary_index=0, part=summary))
+                out.append(self._event("response.reasoning_summary_text.done", {"item_id": item["id"],
+                                                                                "output_index": index,
+                                                                                "summary_index": 0, "text": text}))
+                out.append(self._event("response.reasoning_summary_part.done", {"item_id": item["id"],
+                                                                                "output_index": index,
+                                                                                "summary_index": 0, "part": summary}))
             item["summary"] = [summary]
             item["status"] = status
         self._done(index, out)
@@ -208,9 +210,9 @@ class ResponseBuilder:
             if self.frames:
                 self._delta_head = _DELTA_HEAD % (orjson.dumps(item_id), self._open)
             if self.emit:
-                out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
-                                       content_index=0, part={"type": "output_text", "text": "", "annotations": [],
-                                                              "logprobs": []}))
+                out.append(self._event("response.content_part.added", {
+                    "item_id": item_id, "output_index": self._open, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
         self._texted = True
         self._parts.append(text)
         self.final_text.append(text)
@@ -227,12 +229,13 @@ class ResponseBuilder:
             item_id = self._open_id = new_id("rs")
             self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
             self._open_type = "reasoning"
-            out.append(self._event("response.reasoning_summary_part.added", item_id=item_id, output_index=self._open,
-                                   summary_index=0, part={"type": "summary_text", "text": ""}))
+            out.append(self._event("response.reasoning_summary_part.added", {
+                "item_id": item_id, "output_index": self._open, "summary_index": 0,
+                "part": {"type": "summary_text", "text": ""}}))
         self._parts.append(text)
-        out.append(self._event("response.reasoning_summary_text.delta",
-                               item_id=self.response["output"][self._open]["id"], output_index=self._open,
-                               summary_index=0, delta=text))
+        out.append(self._event("response.reasoning_summary_text.delta", {
+            "item_id": self.response["output"][self._open]["id"], "output_index": self._open, "summary_index": 0,
+            "delta": text}))
 
     # -- events ----------------------------------------------------------------------------
     def feed(self, event: LoopEvent) -> Batch:
@@ -259,21 +262,24 @@ class ResponseBuilder:
                 index = self._add(call, out)
                 self._tools[item.tool_call_id] = index
                 if self.emit:
-                    out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"],
-                                           output_index=index, arguments=item.arguments))
-                    out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
+                    out.append(self._event("response.mcp_call_arguments.done", {"item_id": call["id"],
+                                                                                "output_index": index,
+                                                                                "arguments": item.arguments}))
+                    out.append(self._event("response.mcp_call.in_progress", {"item_id": call["id"],
+                                                                             "output_index": index}))
             elif cls is ToolFinished:
                 index = self._tools.pop(item.tool_call_id)
                 call = self.response["output"][index]
                 if item.status == "ok":
                     call.update(output=item.content, status="completed")
                     if self.emit:
-                        out.append(self._event("response.mcp_call.completed", item_id=call["id"],
-                                               output_index=index))
+                        out.append(self._event("response.mcp_call.completed", {"item_id": call["id"],
+                                                                               "output_index": index}))
                 else:
                     call.update(error={"type": "mcp_tool_execution_error", "content": item.content}, status="failed")
                     if self.emit:
-                        out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
+                        out.append(self._event("response.mcp_call.failed", {"item_id": call["id"],
+                                                                            "output_index": index}))
                 self._done(index, out)
         return out
 
@@ -294,11 +300,11 @@ class ResponseBuilder:
                             "name": function["name"], "arguments": "", "status": "in_progress"}
                     index = self._add(item, out)
                     if self.emit:
-                        out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                               output_index=index, delta=function["arguments"]))
-                        out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                               output_index=index, name=function["name"],
-                                               arguments=function["arguments"]))
+                        out.append(self._event("response.function_call_arguments.delta", {
+                            "item_id": item["id"], "output_index": index, "delta": function["arguments"]}))
+                        out.append(self._event("response.function_call_arguments.done", {
+                            "item_id": item["id"], "output_index": index, "name": function["name"],
+                            "arguments": function["arguments"]}))
                     item.update(arguments=function["arguments"], status="completed")
                 self._done(index, out)
         if result.model:
@@ -312,7 +318,7 @@ class ResponseBuilder:
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
         if self.emit:
-            out.append(self._event(f"response.{response['status']}", response=response))
+            out.append(self._event(f"response.{response['status']}", {"response": response}))
         else:
             self._seq += 1
             out.append(_SILENT)  # what ``retract_terminal`` takes back
@@ -338,5 +344,5 @@ class ResponseBuilder:
         response["error"] = {"code": "server_error", "message": error.message}
         response["gateway"] = {"route": self.route, "status": "failed", "error": error.payload()["error"]}
         self.done = True
-        out.append(self._event("response.failed", response=response))
+        out.append(self._event("response.failed", {"response": response}))
         return out
