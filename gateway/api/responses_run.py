@@ -56,6 +56,9 @@ def previous_not_found(response_id: str) -> GatewayError:
 class ResponseRun:
     """A prepared response; see the module docstring. Public API used by background mode too."""
 
+    __slots__ = ("_events", "_final", "_first", "_instructions_first", "_loop", "builder", "label", "plan", "request",
+                 "runtime", "tenant")
+
     def __init__(self, runtime: Runtime, tenant: str, request: ResponsesRequest, plan: RoutePlan,
                  loop: LoopRequest, events: AsyncIterator[LoopEvent], builder: ResponseBuilder,
                  instructions_first: bool) -> None:
@@ -249,8 +252,9 @@ class ResponseRun:
     async def save(self, finished: Finished | None = None) -> None:
         """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
         if self.request.store:
-            await self.runtime.responses.put(self.tenant, self.id, self.record(finished),
-                                             self.runtime.config.store.continuation_ttl_s)
+            runtime = self.runtime
+            await runtime.responses.put(self.tenant, self.builder.response["id"], self.record(finished),
+                                        runtime.config.store.continuation_ttl_s)
 
 
 def _same(batch: Batch) -> Batch:
