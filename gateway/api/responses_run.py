@@ -44,6 +44,7 @@ from gateway.store.base import Continuation, ContinuationNotFound
 from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")
+_NO_APPROVALS: frozenset[str] = frozenset()
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
 
@@ -358,9 +359,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
     loop = LoopRequest(plan, messages, request.tools, request.tool_choice, request.params,
                        _max_iterations(plan, request), headless, tenant, request.stream, deadline, key_id=key.id,
                        key_name=key.name, allowed_tools=key.tools)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
-                              emit=request.stream or request.background,
-                              frames=request.stream and not request.background)
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), _NO_APPROVALS, None,
+                              request.stream or request.background, request.stream and not request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
                        bool(request.instructions))
 
