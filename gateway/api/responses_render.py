@@ -197,13 +197,15 @@ class ResponseBuilder:
                                                                                 "summary_index": 0, "part": summary}))
             item["summary"] = [summary]
             item["status"] = status
-        self._done(index, out)
+        if emit:
+            self._done(index, out)
 
     def _text(self, text: str, out: Batch) -> None:
         if self._open_type != "message":
             if text == ITERATION_SEPARATOR and self._texted:
                 return  # the engine's separator between iterations: here each iteration is its own item
-            self._close(out)
+            if self._open is not None:
+                self._close(out)
             item_id = self._open_id = new_id("msg")
             self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
                                     "content": []}, out)
