@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from gateway.api.responses import _encode
 from gateway.api.responses_render import ResponseBuilder
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
@@ -100,3 +102,19 @@ def test_without_emit_the_response_is_the_same() -> None:
     for item in loud.response["output"]:
         item.pop("id")
     assert quiet.response | {"created_at": 0} == loud.response | {"created_at": 0}
+
+
+def test_frames_are_the_bytes_of_the_events() -> None:
+    """An SSE body from a ``frames`` builder is byte for byte the dict events, encoded."""
+    events: list[Any] = [[Answering("up-1"), TextDelta('Say "hi"\n')], [TextDelta("é\u2028"), TextDelta("b")],
+                         ToolStarted("c1", "get_weather", "{}"), ToolFinished("c1", "get_weather", "ok", 1.0, "x"),
+                         [TextDelta(ITERATION_SEPARATOR), TextDelta("Sunny.")], TextDelta(" Done."),
+                         Finished(LoopResult("completed", "stop", Usage(10, 2, 1, 1), {}, [], "m"))]
+    bodies = []
+    for frames in (False, True):
+        b = ResponseBuilder("resp_1", "agent", {"metadata": {}}, lambda name: "loopgate", created_at=1,
+                            frames=frames)
+        body = _encode(b.start()) + b"".join(_encode(b.feed(event)) for event in events)
+        bodies.append(re.sub(rb"msg_[0-9a-f]+", b"msg_X", body))
+    assert b"event: response.output_text.delta" in bodies[1]
+    assert bodies[0] == bodies[1]

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.api.responses_items import to_messages
 from gateway.api.responses_request import (
+    ECHO_FIELDS,
     MAX_INPUT_ITEMS,
     MAX_METADATA_KEYS,
     MAX_TOOLS,
@@ -168,3 +169,10 @@ def test_bad_items_name_the_parameter(item: dict[str, Any], param: str) -> None:
     with pytest.raises(GatewayError) as caught:
         to_messages(items(item))
     assert caught.value.param == param
+
+
+def test_echo_has_every_field_in_the_response_order() -> None:
+    """The builder copies a Response layout keyed by ``ECHO_FIELDS``: both parse paths fill all, in order."""
+    for body in ({"model": "m", "input": "x"},
+                 {"model": "m", "input": "x", "temperature": 0.5, "metadata": {"a": "b"}, "truncation": "auto"}):
+        assert tuple(parse_responses_request(body).echo) == ECHO_FIELDS

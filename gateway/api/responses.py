@@ -24,7 +24,7 @@ from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
 from gateway.api.responses_background import check_background, start_background
 from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
-from gateway.api.responses_run import prepare_response
+from gateway.api.responses_run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.canonical import Usage
@@ -104,10 +104,14 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         return error_response(error, exchange.headers)
 
 
-def _encode(batch: list[dict[str, Any]]) -> bytes:
-    # ``sse_frame`` inlined: a stream sends one frame per event, ~17 for a one-call answer.
+def _encode(batch: list[Any]) -> bytes:
+    # ``sse_frame`` inlined: a stream sends one frame per event, ~17 for a one-call answer; a text
+    # delta comes already framed (bytes) from the builder, usually alone in its batch.
+    if len(batch) == 1 and batch[0].__class__ is bytes:
+        return batch[0]
     dumps = orjson.dumps
-    return b"".join([b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n" for event in batch])
+    return b"".join([event if event.__class__ is bytes else
+                     b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n" for event in batch])
 
 
 def usage_of(response: dict[str, Any]) -> Usage | None:
@@ -177,8 +181,8 @@ async def list_input_items(request: Request) -> JSONResponse:
         order = query.get("order", "desc")
         if order not in ("asc", "desc"):
             raise bad_request("'order' must be 'asc' or 'desc'", "order")
-        _, _, _, record = await _record(request)
-        items: list[dict[str, Any]] = record["input"]
+        _, _, response_id, record = await _record(request)
+        items = input_items(response_id, record["input"])
         if order == "desc":
             items = items[::-1]
         ids = [item.get("id") for item in items]

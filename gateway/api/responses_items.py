@@ -124,7 +124,7 @@ def to_messages(items: list[dict[str, Any]]) -> Converted:
         item = items[0]
         content = item.get("content")
         if item["type"] == "message" and item.get("role") == "user" and isinstance(content, str):
-            return Converted([{"role": "user", "content": content}])
+            return Converted([{"role": "user", "content": content}], [], False, None)  # positional: no default factory
     out: list[Message] = []
     turn = _Turn()
     trailing: list[dict[str, Any]] = []  # answers since the last assistant item

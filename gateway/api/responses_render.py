@@ -25,6 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
+from gateway.api.responses_request import ECHO_FIELDS
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
@@ -33,11 +36,18 @@ from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, T
 _PREFIX = secrets.token_hex(6)
 _SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
 _COUNTER = itertools.count(1)
+_SEP_PREFIX = "_" + _PREFIX
+# The events one step produces: dicts, except a ``frames`` builder's text deltas (SSE frames, bytes).
+Batch = list[Any]
+# The SSE frame of a text delta after its item's constant head (``frames`` mode): the same bytes
+# ``orjson.dumps`` makes of the event dict (same keys, same order), without building that dict.
+_DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
+_DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
 
 
 def new_id(kind: str) -> str:
     """A unique item id (random per process, then a counter: no system call per item)."""
-    return f"{kind}_{_PREFIX}{next(_COUNTER):08x}"
+    return kind + _SEP_PREFIX + format(next(_COUNTER), "08x")  # an f-string with a format spec costs twice as much
 
 
 _RESPONSE_PREFIX = f"resp_{secrets.token_hex(12)}"
@@ -48,7 +58,7 @@ def response_id() -> str:
 
     Not a secret: a stored response is bound to its tenant, so another tenant's id is a 404 however it was learnt.
     """
-    return f"{_RESPONSE_PREFIX}{next(_COUNTER):010x}"
+    return _RESPONSE_PREFIX + format(next(_COUNTER), "010x")
 
 
 def usage_object(usage: Usage) -> dict[str, Any]:
@@ -63,6 +73,13 @@ def server_label(source: str) -> str:
     return source[4:] if source.startswith("mcp:") else "loopgate"
 
 
+# A new Response object's keys in order, the request's echo fields in the middle: copying a dict
+# with the final key layout and overwriting its values costs half of building it key by key.
+_TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress", "error": None,
+                             "incomplete_details": None, "model": "", "output": None,
+                             **dict.fromkeys(ECHO_FIELDS), "usage": None}
+
+
 class ResponseBuilder:
     """Builds one Response from loop events; see the module docstring.
 
@@ -73,19 +90,34 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
+    __slots__ = ("_delta_head", "_open", "_open_id", "_open_type", "_parts", "_seq", "_texted", "_tools", "approved",
+                 "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
+
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
-                 approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True) -> None:
+                 approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
+                 frames: bool = False) -> None:
         self.route = route
         # Without ``emit`` (a non-stream response) every step runs the same, only the events are
         # not built: the returned lists hold only the marker of the terminal event (how the run sees the end).
-        self.emit = emit
+        self.emit = emit or frames
+        # With ``frames`` (an SSE body, nobody reads the events) the per-chunk text deltas are
+        # their SSE frames already (bytes) and the two start snapshots share one serialisation.
+        self.frames = frames
+        self._delta_head = b""
         self.label_of = label_of
         self.approved = approved
-        self.response: dict[str, Any] = {
-            "id": rid, "object": "response", "created_at": created_at or int(time.time()),
-            "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
-            "output": [], **echo, "usage": None,
-        }
+        if len(echo) == len(ECHO_FIELDS):  # a parsed request's echo (all of them): copy the key layout, then fill
+            response = _TEMPLATE.copy()
+            response["id"] = rid
+            response["created_at"] = created_at or int(time.time())
+            response["model"] = route
+            response["output"] = []
+            response.update(echo)
+        else:
+            response = {"id": rid, "object": "response", "created_at": created_at or int(time.time()),
+                        "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
+                        "output": [], **echo, "usage": None}
+        self.response: dict[str, Any] = response
         self.done = False
         self.result: LoopResult | None = None
         self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
@@ -101,7 +133,7 @@ class ResponseBuilder:
     def id(self) -> str:
         return str(self.response["id"])
 
-    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def _event(self, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
         number = self._seq
         self._seq += 1
         if not self.emit:
@@ -113,27 +145,31 @@ class ResponseBuilder:
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": list(self.response["output"])}
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self) -> Batch:
         if not self.emit:
             self._seq += 2
             return []
-        return [self._event("response.created", response=self._snapshot()),
-                self._event("response.in_progress", response=self._snapshot())]
+        if self.frames:  # the same object twice: serialised once
+            snapshot = orjson.Fragment(orjson.dumps(self.response))
+            return [self._event("response.created", {"response": snapshot}),
+                    self._event("response.in_progress", {"response": snapshot})]
+        return [self._event("response.created", {"response": self._snapshot()}),
+                self._event("response.in_progress", {"response": self._snapshot()})]
 
     # -- items -----------------------------------------------------------------------------
-    def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
+    def _add(self, item: dict[str, Any], out: Batch) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
         if self.emit:
-            out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+            out.append(self._event("response.output_item.added", {"output_index": index, "item": dict(item)}))
         return index
 
-    def _done(self, index: int, out: list[dict[str, Any]]) -> None:
+    def _done(self, index: int, out: Batch) -> None:
         if self.emit:
-            out.append(self._event("response.output_item.done", output_index=index,
-                                   item=self.response["output"][index]))
+            out.append(self._event("response.output_item.done", {"output_index": index,
+                                                                 "item": self.response["output"][index]}))
 
-    def _close(self, out: list[dict[str, Any]], status: str = "completed") -> None:
+    def _close(self, out: Batch, status: str = "completed") -> None:
         if self._open is None:
             return
         index, self._open, self._open_type = self._open, None, None
@@ -144,68 +180,82 @@ class ResponseBuilder:
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             if emit:
-                out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                                       content_index=0, text=text, logprobs=[]))
-                out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                       content_index=0, part=part))
+                out.append(self._event("response.output_text.done", {"item_id": item["id"], "output_index": index,
+                                                                     "content_index": 0, "text": text, "logprobs": []}))
+                out.append(self._event("response.content_part.done", {"item_id": item["id"], "output_index": index,
+                                                                      "content_index": 0, "part": part}))
             item["content"] = [part]
             item["status"] = status
         else:
             summary = {"type": "summary_text", "text": text}
             if emit:
-                out.append(self._event("response.reasoning_summary_text.done", item_id=item["id"],
-                                       output_index=index, summary_index=0, text=text))
-                out.append(self._event("response.reasoning_summary_part.done", item_id=item["id"],
-                                       output_index=index, summary_index=0, part=summary))
+                out.append(self._event("response.reasoning_summary_text.done", {"item_id": item["id"],
+                                                                                "output_index": index,
+                                                                                "summary_index": 0, "text": text}))
+                out.append(self._event("response.reasoning_summary_part.done", {"item_id": item["id"],
+                                                                                "output_index": index,
+                                                                                "summary_index": 0, "part": summary}))
             item["summary"] = [summary]
             item["status"] = status
-        self._done(index, out)
+        if emit:
+            self._done(index, out)
 
-    def _text(self, text: str, out: list[dict[str, Any]]) -> None:
+    def _text(self, text: str, out: Batch) -> None:
         if self._open_type != "message":
             if text == ITERATION_SEPARATOR and self._texted:
                 return  # the engine's separator between iterations: here each iteration is its own item
-            self._close(out)
+            if self._open is not None:
+                self._close(out)
             item_id = self._open_id = new_id("msg")
             self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
                                     "content": []}, out)
             self._open_type = "message"
+            if self.frames:
+                self._delta_head = _DELTA_HEAD % (orjson.dumps(item_id), self._open)
             if self.emit:
-                out.append(self._event("response.content_part.added", item_id=item_id, output_index=self._open,
-                                       content_index=0, part={"type": "output_text", "text": "", "annotations": [],
-                                                              "logprobs": []}))
+                out.append(self._event("response.content_part.added", {
+                    "item_id": item_id, "output_index": self._open, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
         self._texted = True
         self._parts.append(text)
         self.final_text.append(text)
-        if self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
+        if self.frames:
+            out.append(self._delta_head + orjson.dumps(text) + _DELTA_TAIL % self._seq)
+        elif self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
             out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
                         "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
         self._seq += 1
 
-    def _reasoning(self, text: str, out: list[dict[str, Any]]) -> None:
+    def _reasoning(self, text: str, out: Batch) -> None:
         if self._open_type != "reasoning":
             self._close(out)
             item_id = self._open_id = new_id("rs")
             self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
             self._open_type = "reasoning"
-            out.append(self._event("response.reasoning_summary_part.added", item_id=item_id, output_index=self._open,
-                                   summary_index=0, part={"type": "summary_text", "text": ""}))
+            out.append(self._event("response.reasoning_summary_part.added", {
+                "item_id": item_id, "output_index": self._open, "summary_index": 0,
+                "part": {"type": "summary_text", "text": ""}}))
         self._parts.append(text)
-        out.append(self._event("response.reasoning_summary_text.delta",
-                               item_id=self.response["output"][self._open]["id"], output_index=self._open,
-                               summary_index=0, delta=text))
+        out.append(self._event("response.reasoning_summary_text.delta", {
+            "item_id": self.response["output"][self._open]["id"], "output_index": self._open, "summary_index": 0,
+            "delta": text}))
 
     # -- events ----------------------------------------------------------------------------
-    def feed(self, event: LoopEvent) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for item in event if isinstance(event, list) else (event,):
-            if isinstance(item, TextDelta):
+    def feed(self, event: LoopEvent) -> Batch:
+        out: Batch = []
+        # Exact classes (none of them is subclassed): ``is`` costs less than an ``isinstance`` call.
+        items: Any = event if event.__class__ is list else (event,)
+        for item in items:
+            cls = item.__class__
+            if cls is TextDelta:
                 self._text(item.text, out)
-            elif isinstance(item, ReasoningDelta):
-                self._reasoning(item.text, out)
-            elif isinstance(item, Answering):
+            elif cls is Finished:
+                self._finish(item.result, out)
+            elif cls is Answering:
                 self.response["model"] = item.model
-            elif isinstance(item, ToolStarted):
+            elif cls is ReasoningDelta:
+                self._reasoning(item.text, out)
+            elif cls is ToolStarted:
                 self._close(out)
                 self.final_text = []
                 call = {"id": f"mcp_{item.tool_call_id}", "type": "mcp_call", "server_label": self.label_of(item.name),
@@ -215,27 +265,28 @@ class ResponseBuilder:
                 index = self._add(call, out)
                 self._tools[item.tool_call_id] = index
                 if self.emit:
-                    out.append(self._event("response.mcp_call_arguments.done", item_id=call["id"],
-                                           output_index=index, arguments=item.arguments))
-                    out.append(self._event("response.mcp_call.in_progress", item_id=call["id"], output_index=index))
-            elif isinstance(item, ToolFinished):
+                    out.append(self._event("response.mcp_call_arguments.done", {"item_id": call["id"],
+                                                                                "output_index": index,
+                                                                                "arguments": item.arguments}))
+                    out.append(self._event("response.mcp_call.in_progress", {"item_id": call["id"],
+                                                                             "output_index": index}))
+            elif cls is ToolFinished:
                 index = self._tools.pop(item.tool_call_id)
                 call = self.response["output"][index]
                 if item.status == "ok":
                     call.update(output=item.content, status="completed")
                     if self.emit:
-                        out.append(self._event("response.mcp_call.completed", item_id=call["id"],
-                                               output_index=index))
+                        out.append(self._event("response.mcp_call.completed", {"item_id": call["id"],
+                                                                               "output_index": index}))
                 else:
                     call.update(error={"type": "mcp_tool_execution_error", "content": item.content}, status="failed")
                     if self.emit:
-                        out.append(self._event("response.mcp_call.failed", item_id=call["id"], output_index=index))
+                        out.append(self._event("response.mcp_call.failed", {"item_id": call["id"],
+                                                                            "output_index": index}))
                 self._done(index, out)
-            elif isinstance(item, Finished):
-                self._finish(item.result, out)
         return out
 
-    def _finish(self, result: LoopResult, out: list[dict[str, Any]]) -> None:
+    def _finish(self, result: LoopResult, out: Batch) -> None:
         self._close(out)
         self.result = result
         response = self.response
@@ -252,11 +303,11 @@ class ResponseBuilder:
                             "name": function["name"], "arguments": "", "status": "in_progress"}
                     index = self._add(item, out)
                     if self.emit:
-                        out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                               output_index=index, delta=function["arguments"]))
-                        out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                               output_index=index, name=function["name"],
-                                               arguments=function["arguments"]))
+                        out.append(self._event("response.function_call_arguments.delta", {
+                            "item_id": item["id"], "output_index": index, "delta": function["arguments"]}))
+                        out.append(self._event("response.function_call_arguments.done", {
+                            "item_id": item["id"], "output_index": index, "name": function["name"],
+                            "arguments": function["arguments"]}))
                     item.update(arguments=function["arguments"], status="completed")
                 self._done(index, out)
         if result.model:
@@ -270,12 +321,12 @@ class ResponseBuilder:
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
         if self.emit:
-            out.append(self._event(f"response.{response['status']}", response=response))
+            out.append(self._event(f"response.{response['status']}", {"response": response}))
         else:
             self._seq += 1
             out.append(_SILENT)  # what ``retract_terminal`` takes back
 
-    def retract_terminal(self, events: list[dict[str, Any]]) -> None:
+    def retract_terminal(self, events: Batch) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""
         if self.done and events and self.response["status"] in ("completed", "incomplete"):
             events.pop()
@@ -283,9 +334,9 @@ class ResponseBuilder:
             self.done = False
             self.response["incomplete_details"] = None
 
-    def fail(self, error: GatewayError) -> list[dict[str, Any]]:
+    def fail(self, error: GatewayError) -> Batch:
         """After a failure once the response started: close what is open, end with ``response.failed``."""
-        out: list[dict[str, Any]] = []
+        out: Batch = []
         self._close(out, "incomplete")
         for index in self._tools.values():
             self.response["output"][index]["status"] = "incomplete"
@@ -296,5 +347,5 @@ class ResponseBuilder:
         response["error"] = {"code": "server_error", "message": error.message}
         response["gateway"] = {"route": self.route, "status": "failed", "error": error.payload()["error"]}
         self.done = True
-        out.append(self._event("response.failed", response=response))
+        out.append(self._event("response.failed", {"response": response}))
         return out

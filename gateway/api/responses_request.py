@@ -49,6 +49,12 @@ _OWN_FIELDS = frozenset({
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
+# The request fields a Response object repeats, in its order (``ResponsesRequest.echo`` has all of them).
+ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
+               "top_p", "text", "reasoning", "truncation", "user", "store", "background", "previous_response_id",
+               "max_tool_calls", "metadata")
+_TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
+_REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 
 
 @dataclass(slots=True)
@@ -102,19 +108,19 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     background = _flag(body, "background", False)
     if body.keys() <= _PLAIN_FIELDS:
         # Every other field is absent (most requests): its checks pass and its default applies, so
-        # this is what the rest of the function returns, without its forty lookups.
+        # this is what the rest of the function returns, without its forty lookups. The default
+        # echo values are shared, never written to (the Response object is only serialised).
         metadata: dict[str, str] = {}
         echo = {
             "instructions": instructions, "tools": tools_echo, "tool_choice": body.get("tool_choice") or "auto",
             "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
-            "text": {"format": {"type": "text"}}, "reasoning": {"effort": None, "summary": None},
-            "truncation": "disabled", "user": None, "store": store, "background": background,
-            "previous_response_id": None, "max_tool_calls": None, "metadata": metadata,
+            "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
+            "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
+            "metadata": metadata,
         }
-        return ResponsesRequest(model=model, input=items, instructions=instructions, tools=tools,
-                                tool_choice=tool_choice, params={}, stream=stream, store=store, background=background,
-                                previous_response_id=None, max_tool_calls=None, max_tool_iterations=None,
-                                headless=False, metadata=metadata, echo=echo)
+        # Positional (the field order): fifteen keywords cost this call more than all its checks.
+        return ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
+                                None, None, False, metadata, echo)
     parallel = body.get("parallel_tool_calls")
     _expect(parallel, (bool,), "parallel_tool_calls")
     previous = body.get("previous_response_id")
@@ -183,7 +189,7 @@ def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
     value = body.get(name)
     if value is None:
         return default
-    if not isinstance(value, bool):
+    if value.__class__ is not bool:
         raise bad_request(f"'{name}' must be a boolean, not {type_name(value)}", name)
     return value
 

@@ -27,7 +27,7 @@ from gateway.api.access import check_model_access, visible_routes
 from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses_items import Converted, to_messages
-from gateway.api.responses_render import ResponseBuilder, new_id, response_id, server_label
+from gateway.api.responses_render import Batch, ResponseBuilder, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
@@ -44,6 +44,7 @@ from gateway.store.base import Continuation, ContinuationNotFound
 from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")
+_NO_APPROVALS: frozenset[str] = frozenset()
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
 
@@ -55,6 +56,9 @@ def previous_not_found(response_id: str) -> GatewayError:
 
 class ResponseRun:
     """A prepared response; see the module docstring. Public API used by background mode too."""
+
+    __slots__ = ("_events", "_final", "_first", "_instructions_first", "_loop", "builder", "label", "plan", "request",
+                 "runtime", "tenant")
 
     def __init__(self, runtime: Runtime, tenant: str, request: ResponsesRequest, plan: RoutePlan,
                  loop: LoopRequest, events: AsyncIterator[LoopEvent], builder: ResponseBuilder,
@@ -69,7 +73,6 @@ class ResponseRun:
         self._events = events
         self._instructions_first = instructions_first
         self._first: list[LoopEvent] = []
-        self._input_items: list[dict[str, Any]] | None = None
         # The final Response object serialised once, at the terminal save: the stored record and
         # the answer (JSON body or terminal stream event) embed these bytes instead of re-encoding.
         self._final: bytes | None = None
@@ -158,16 +161,16 @@ class ResponseRun:
             for event in batch:
                 yield event
 
-    def batches(self, raise_errors: bool = False) -> AsyncIterator[list[dict[str, Any]]]:
+    def batches(self, raise_errors: bool = False) -> AsyncIterator[Batch]:
         """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
         return self._run(raise_errors, _same)
 
-    def frames(self, encode: Callable[[list[dict[str, Any]]], bytes],
+    def frames(self, encode: Callable[[Batch], bytes],
                on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
         """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
         return self._run(False, encode, on_close)
 
-    async def _run(self, raise_errors: bool, wrap: Callable[[list[dict[str, Any]]], _T],
+    async def _run(self, raise_errors: bool, wrap: Callable[[Batch], _T],
                    on_close: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[_T]:
         builder = self.builder
         try:
@@ -178,8 +181,11 @@ class ResponseRun:
                     if batch:
                         yield wrap(batch)
                 self._first = []
+                feed = builder.feed
                 async for loop_event in self._events:
-                    batch = await self._feed(loop_event, raise_errors)
+                    # Only the terminal event saves: the others skip ``_feed``'s coroutine (one per chunk).
+                    batch = await self._feed(loop_event, raise_errors) if isinstance(loop_event, Finished) \
+                        else feed(loop_event)
                     if batch:
                         yield wrap(batch)
                 if not builder.done:
@@ -198,7 +204,7 @@ class ResponseRun:
                 if on_close is not None:
                     await on_close()
 
-    async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> list[dict[str, Any]]:
+    async def _feed(self, loop_event: LoopEvent, raise_errors: bool) -> Batch:
         out = self.builder.feed(loop_event)
         if isinstance(loop_event, Finished):
             try:
@@ -222,11 +228,12 @@ class ResponseRun:
     def record(self, finished: Finished | None = None) -> dict[str, Any]:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
-        ``{"response": the Response object, "input": the input items with ids, "transcript": the
-        canonical messages to continue from (a completed loop only, without this response's
-        instructions) or None, "continuation_id": the paused loop's continuation (a paused loop
-        only) or None, "instructions_first": whether that continuation's transcript starts with
-        the instructions}``. Without ``finished`` (still running, or failed) it only describes.
+        ``{"response": the Response object, "input": the input items as sent (``input_items``
+        gives them ids on read), "transcript": the canonical messages to continue from (a
+        completed loop only, without this response's instructions) or None, "continuation_id":
+        the paused loop's continuation (a paused loop only) or None, "instructions_first":
+        whether that continuation's transcript starts with the instructions}``. Without
+        ``finished`` (still running, or failed) it only describes.
         """
         transcript: list[Message] | None = None
         continuation_id: str | None = None
@@ -235,30 +242,36 @@ class ResponseRun:
         elif finished is not None:
             messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
-        if self._input_items is None:
-            self._input_items = input_items(self.request.input)  # once: ids stay the same across saves
         response: Any = self.builder.response
         if finished is not None and self.builder.done:
             self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
             response = orjson.Fragment(self._final)
-        return {"response": response, "input": self._input_items, "transcript": transcript,
+        # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
+        return {"response": response, "input": self.request.input, "transcript": transcript,
                 "continuation_id": continuation_id, "instructions_first": self._instructions_first}
 
     async def save(self, finished: Finished | None = None) -> None:
         """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
         if self.request.store:
-            await self.runtime.responses.put(self.tenant, self.id, self.record(finished),
-                                             self.runtime.config.store.continuation_ttl_s)
+            runtime = self.runtime
+            await runtime.responses.put(self.tenant, self.builder.response["id"], self.record(finished),
+                                        runtime.config.store.continuation_ttl_s)
 
 
-def _same(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _same(batch: Batch) -> Batch:
     return batch
 
 
-def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's input items as ``input_items`` lists them: each with an id."""
-    return [item if isinstance(item.get("id"), str) else {"id": new_id(_ITEM_PREFIX.get(item["type"], "item")),
-                                                          **item} for item in items]
+def input_items(response_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A stored response's input items as ``input_items`` lists them: each with an id.
+
+    An item the caller sent without an id gets one made of the response id and its position, so
+    reading it twice gives the same id and writing the record needs no copy of the input.
+    """
+    tail = response_id.removeprefix("resp_")
+    return [item if isinstance(item.get("id"), str) else
+            {"id": f"{_ITEM_PREFIX.get(item['type'], 'item')}_{tail}{index:04x}", **item}
+            for index, item in enumerate(items)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -342,12 +355,12 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
         raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
-    loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
-                       params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
-                       tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                       allowed_tools=key.tools)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime),
-                              emit=request.stream or request.background)
+    # The ten leading fields positionally (in their order): keyword matching is a cost every request pays.
+    loop = LoopRequest(plan, messages, request.tools, request.tool_choice, request.params,
+                       _max_iterations(plan, request), headless, tenant, request.stream, deadline, key_id=key.id,
+                       key_name=key.name, allowed_tools=key.tools)
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), _NO_APPROVALS, None,
+                              request.stream or request.background, request.stream and not request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
                        bool(request.instructions))
 
@@ -404,6 +417,7 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, key: ApiKey, head
             loop.messages.insert(0, {"role": "system", "content": request.instructions})
         first = bool(request.instructions)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
-                              emit=request.stream or request.background)
+                              emit=request.stream or request.background,
+                              frames=request.stream and not request.background)
     events = continuations.run_resumed(claimed, loop, runtime.deps, decided)
     return ResponseRun(runtime, tenant, request, plan, loop, events, builder, first)
