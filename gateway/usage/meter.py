@@ -12,6 +12,7 @@ were paid for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -21,13 +22,15 @@ from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.store.usage import UsageStore
-from gateway.usage.budgets import SpentCache, budget_checks, exhausted, refusal
+from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import Pricing, usd
 
 log = logging.getLogger("loopgate.usage")
 
 _LOG_EVERY_S = 10.0
 _KINDS = ("prompt", "completion", "cached", "reasoning")
+#: keys whose budget checks are remembered (past it the memory starts over; they are rebuilt)
+MAX_CACHED_KEYS = 10_000
 
 
 class Metering:
@@ -39,6 +42,8 @@ class Metering:
         self.store = store
         self._tenant_budgets = tenant_budgets or {}
         self._spent = SpentCache()
+        # id(key) -> (key, its checks); the key object is held so its id() stays its own
+        self._checks_by_key: dict[int, tuple[ApiKey, list[BudgetCheck]]] = {}
         # Tenant label values come from the config only: a managed key's made-up tenant is "other".
         self._tenant_labels = tenants
         self._logged_at = 0.0
@@ -47,30 +52,48 @@ class Metering:
 
     def budgeted(self, key: ApiKey) -> bool:
         """Whether ``check_budget`` has anything to check (no coroutine for the common case)."""
-        return self.store is not None and (key.budget is not None or key.tenant in self._tenant_budgets)
+        return self.store is not None and bool(self._checks(key))
+
+    def _checks(self, key: ApiKey) -> list[BudgetCheck]:
+        """The key's budget checks, built once per key object (a managed key edit makes a new object)."""
+        found = self._checks_by_key.get(id(key))
+        if found is not None and found[0] is key:
+            return found[1]
+        if len(self._checks_by_key) >= MAX_CACHED_KEYS:
+            self._checks_by_key.clear()
+        checks = budget_checks(key, self._tenant_budgets.get(key.tenant))
+        self._checks_by_key[id(key)] = (key, checks)  # the key is kept: its id() cannot be reused meanwhile
+        return checks
 
     async def check_budget(self, key: ApiKey) -> None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        No budget, no store call; a budget's row is read at most once a second per process (between
-        readings this process adds what it records); a store failure lets the request through
-        (see gateway/usage/budgets.py).
+        No budget, no store call; a budget's row is read at most once a second per process, one
+        read at a time (between readings this process adds what it records); a store failure lets
+        the request through (see gateway/usage/budgets.py).
         """
-        checks = budget_checks(key, self._tenant_budgets.get(key.tenant))
+        checks = self._checks(key)
         if not checks or self.store is None:
             return
-        stale = self._spent.stale(checks, time.monotonic())
+        cache = self._spent
+        stale = cache.stale(checks, time.monotonic())
         if stale:
+            done = cache.reading(stale)
             try:
                 spent = await self.store.spent(key.tenant, key.id, [(check.scope, check.period) for check in stale],
                                                time.time())
             except Exception as exc:  # judged on the last reading, if any
                 self._failed("budget_check", "budget check failed, request let through: %s", exc)
             else:
-                self._spent.remember(stale, spent, time.monotonic())
+                cache.remember(stale, spent, time.monotonic())
+            finally:
+                cache.read_over(stale, done)
+        waits = cache.waits(checks)
+        if waits:  # rows another request is reading for the first time; shielded: a waiter may be cancelled
+            await asyncio.shield(asyncio.gather(*waits))
         for check in checks:
-            amount = self._spent.spent(check)
-            if amount is not None and exhausted(check, amount):
+            amount = cache.over(check)
+            if amount is not None:
                 raise refusal(check, amount, time.time())
 
     def meter(self, tenant: str, key_id: str) -> Meter:
