@@ -111,6 +111,18 @@ class SpentCache:
                 found.append(check)
         return found
 
+    def needs_store(self, checks: list[BudgetCheck], now: float) -> bool:
+        """Whether judging ``checks`` has to read the store or wait for a read (``stale`` or ``waits``)."""
+        reading = self._reading
+        for check in checks:
+            row = (check.scope, check.ident)
+            seen = self._seen.get(row)
+            if seen is None or seen[1] != check.period:
+                return True  # no usable reading: read it, or wait for the read under way
+            if now - seen[0] >= REFRESH_S and row not in reading:
+                return True
+        return False
+
     def waits(self, checks: list[BudgetCheck]) -> list[asyncio.Future[None]]:
         """The reads under way that a check has to wait for: those of rows with no usable reading yet."""
         found = []

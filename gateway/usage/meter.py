@@ -50,9 +50,21 @@ class Metering:
         if store is not None:
             store.on_error = self._store_failed
 
-    def budgeted(self, key: ApiKey) -> bool:
-        """Whether ``check_budget`` has anything to check (no coroutine for the common case)."""
-        return self.store is not None and bool(self._checks(key))
+    def check_budget_now(self, key: ApiKey) -> bool:
+        """The budget check without a coroutine where it can be: True when ``check_budget`` has to run.
+
+        False for a key without budgets, and for one whose rows have a reading that is fresh (or
+        being renewed by another request): those are judged here at once (429 raised here).
+        """
+        if self.store is None:
+            return False
+        checks = self._checks(key)
+        if not checks:
+            return False
+        if self._spent.needs_store(checks, time.monotonic()):
+            return True
+        self._judge(checks)
+        return False
 
     def _checks(self, key: ApiKey) -> list[BudgetCheck]:
         """The key's budget checks, built once per key object (a managed key edit makes a new object)."""
@@ -91,8 +103,11 @@ class Metering:
         waits = cache.waits(checks)
         if waits:  # rows another request is reading for the first time; shielded: a waiter may be cancelled
             await asyncio.shield(asyncio.gather(*waits))
+        self._judge(checks)
+
+    def _judge(self, checks: list[BudgetCheck]) -> None:
         for check in checks:
-            amount = cache.over(check)
+            amount = self._spent.over(check)
             if amount is not None:
                 raise refusal(check, amount, time.time())
 
