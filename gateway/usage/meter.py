@@ -23,12 +23,11 @@ from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.store.usage import UsageStore
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
-from gateway.usage.pricing import Pricing, usd
+from gateway.usage.pricing import NANO, Pricing, usd
 
 log = logging.getLogger("loopgate.usage")
 
 _LOG_EVERY_S = 10.0
-_KINDS = ("prompt", "completion", "cached", "reasoning")
 #: keys whose budget checks are remembered (past it the memory starts over; they are rebuilt)
 MAX_CACHED_KEYS = 10_000
 
@@ -39,6 +38,7 @@ class Metering:
     def __init__(self, pricing: Pricing, store: UsageStore | None, tenants: frozenset[str],
                  tenant_budgets: dict[str, Budget] | None = None) -> None:
         self.pricing = pricing
+        self.priced = bool(pricing)  # read per request: an attribute, not a ``__bool__`` call
         self.store = store
         self._tenant_budgets = tenant_budgets or {}
         self._spent = SpentCache()
@@ -124,18 +124,25 @@ class Metering:
             values: tuple[int, ...] = (1, int(failed), 0, 0, 0, 0, 0, tool_calls)
         else:
             usage = state.usage
-            if cost_nano is None and self.pricing:
+            if cost_nano is None and self.priced:
                 cost_nano = self.pricing.cost_nano(state.calls)
             cost_nano = cost_nano or 0
-            counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens)
-            values = (1, int(failed), *counts, cost_nano, tool_calls)
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            cached, reasoning = usage.cached_tokens, usage.reasoning_tokens
+            values = (1, int(failed), prompt, completion, cached, reasoning, cost_nano, tool_calls)
             label = tenant if tenant in self._tenant_labels else "other"
-            for kind, count in zip(_KINDS, counts, strict=True):
-                if count:
-                    metrics.TOKENS.inc(label, route, kind, amount=count)
+            tokens = metrics.TOKENS
+            if prompt:
+                tokens.inc(label, route, "prompt", amount=prompt)
+            if completion:
+                tokens.inc(label, route, "completion", amount=completion)
+            if cached:
+                tokens.inc(label, route, "cached", amount=cached)
+            if reasoning:
+                tokens.inc(label, route, "reasoning", amount=reasoning)
             if cost_nano:
-                metrics.COST.inc(label, route, amount=usd(cost_nano))
-            self._spent.add(tenant, key_id, counts[0] + counts[1], cost_nano)
+                metrics.COST.inc(label, route, amount=cost_nano / NANO)
+            self._spent.add(tenant, key_id, prompt + completion, cost_nano)
         if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time()):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
@@ -177,7 +184,7 @@ class Meter:
     def finish(self, result: LoopResult) -> None:
         """The engine's hook: ``usage_cost`` only when every call of the response has a price."""
         self._finished = True
-        if self._state is not None and self._metering.pricing:
+        if self._state is not None and self._metering.priced:
             self._cost = self._metering.pricing.cost_nano(self._state.calls)
             if self._cost is not None:
                 result.gateway["usage_cost"] = usd(self._cost)
