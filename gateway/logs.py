@@ -141,8 +141,8 @@ class AccessLog:
                 self._second = second
                 self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
             body = orjson.dumps(fields, default=str).decode()
-            line = (self._prefix + _MILLIS[int((now - second) * 1000)] + self._head
-                    + ("," + body[1:] if fields else "}") + "\n")
+            line = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
+                            body[1:], "\n"))
         else:
             pairs = " ".join(f"{name}={_text(value)}" for name, value in fields.items() if value is not None)
             line = f"{_CLOCK.text(now)} INFO loopgate.access: " + redact.scrub(escape("access " + pairs)) + "\n"

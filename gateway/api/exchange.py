@@ -23,6 +23,7 @@ from typing import Any
 from gateway import metrics, tracing
 from gateway.errors import GatewayError
 from gateway.logs import AccessLog
+from gateway.usage.pricing import NANO
 
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_REQUEST_ID = 128
@@ -129,10 +130,8 @@ class Exchange:
                 "tool_calls": len(state.tool_records),
             }
         meter = self.meter
-        if meter is not None:
-            cost = meter.cost_usd
-            if cost is not None:
-                record["cost_usd"] = cost
+        if meter is not None and meter.cost_nano is not None:
+            record["cost_usd"] = meter.cost_nano / NANO
         if error is not None:
             record["error"] = _error_class(error)
         return record

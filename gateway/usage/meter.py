@@ -166,7 +166,7 @@ class Metering:
 
 
 class Meter:
-    __slots__ = ("_closed", "_cost", "_finished", "_metering", "_state", "key_id", "route", "tenant")
+    __slots__ = ("_closed", "_finished", "_metering", "_state", "cost_nano", "key_id", "route", "tenant")
 
     def __init__(self, metering: Metering, tenant: str, key_id: str) -> None:
         self._metering = metering
@@ -175,7 +175,8 @@ class Meter:
         self.route = "unknown"  # the bounded metrics label of the route, once known
         self._state: LoopState | None = None
         self._finished = self._closed = False
-        self._cost: int | None = None
+        #: the response's cost in nano-USD when every call of it had a price (the access record's ``cost_usd``)
+        self.cost_nano: int | None = None
 
     def watch(self, request: LoopRequest) -> None:
         self._state = request.state
@@ -185,14 +186,9 @@ class Meter:
         """The engine's hook: ``usage_cost`` only when every call of the response has a price."""
         self._finished = True
         if self._state is not None and self._metering.priced:
-            self._cost = self._metering.pricing.cost_nano(self._state.calls)
-            if self._cost is not None:
-                result.gateway["usage_cost"] = usd(self._cost)
-
-    @property
-    def cost_usd(self) -> float | None:
-        """The response's cost when every call of it had a price (the access record's ``cost_usd``)."""
-        return None if self._cost is None else usd(self._cost)
+            self.cost_nano = self._metering.pricing.cost_nano(self._state.calls)
+            if self.cost_nano is not None:
+                result.gateway["usage_cost"] = usd(self.cost_nano)
 
     def close(self, status: int) -> None:
         """Once per request, however it ended; an unfinished loop (error, disconnect) counts as an error."""
@@ -200,4 +196,4 @@ class Meter:
             return
         self._closed = True
         self._metering.record(self.tenant, self.key_id, self.route, self._state,
-                              status >= 400 or not self._finished, self._cost)
+                              status >= 400 or not self._finished, self.cost_nano)
