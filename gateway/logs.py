@@ -85,25 +85,28 @@ class _Clock:
         self._iso = self._text = ""
 
     def _at(self, second: int) -> None:
-        if second != self._second:
-            self._second = second
-            self._iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+        self._second = second
+        self._iso = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        self._text = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
 
     def iso(self, created: float) -> str:
         """ISO 8601 UTC with milliseconds (JSON logs)."""
         second = int(created)
-        self._at(second)
-        return f"{self._iso}.{int((created - second) * 1000):03d}Z"
+        if second != self._second:
+            self._at(second)
+        return self._iso + _MILLIS[int((created - second) * 1000)] + "Z"
 
     def text(self, created: float) -> str:
         """``logging``'s default ``asctime`` (text logs)."""
         second = int(created)
-        self._at(second)
-        return f"{self._text},{int((created - second) * 1000):03d}"
+        if second != self._second:
+            self._at(second)
+        return self._text + _MILLIS[int((created - second) * 1000)]
 
 
 _CLOCK = _Clock()
+#: "000" to "999": the milliseconds of a timestamp without a format call per record
+_MILLIS = tuple(f"{ms:03d}" for ms in range(1000))
 
 
 class AccessLog:
@@ -113,26 +116,45 @@ class AccessLog:
     formatter pass, several times what building the line costs. The line is the one the
     configured format would write: a JSON object with ``logger: loopgate.access`` or a text line
     ``... INFO loopgate.access: access request_id=... status=...``. The fields are ids, names the
-    gateway chose and numbers; the line still goes through ``redact.scrub`` in text form.
+    gateway chose and numbers; the line still goes through ``redact.scrub`` in text form. A JSON
+    line is the record's fields serialised once, behind a prefix that is constant but for ``ts``
+    (no second dict per record).
     """
 
     def __init__(self, handler: logging.StreamHandler, kind: str) -> None:
         self._handler = handler
         self._json = kind == "json"
         self._pid = os.getpid()
+        # what follows the milliseconds of ``ts`` on every JSON line
+        self._head = f'Z","level":"info","logger":"loopgate.access","pid":{self._pid},"message":"access"'
+        self._second = -1
+        self._prefix = ""  # '{"ts":"' and the current second, to the decimal point
+        # A line-buffered stream (stderr) flushes at the line's end by itself; others are flushed per line.
+        self._stream: Any = None
+        self._flush = True
 
     def write(self, fields: dict[str, Any]) -> None:
         now = time.time()
         if self._json:
-            line = orjson.dumps({"ts": _CLOCK.iso(now), "level": "info", "logger": "loopgate.access",
-                                 "pid": self._pid, "message": "access", **fields}, default=str).decode()
+            second = int(now)
+            if second != self._second:
+                self._second = second
+                self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
+            body = orjson.dumps(fields, default=str).decode()
+            line = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
+                            body[1:], "\n"))
         else:
             pairs = " ".join(f"{name}={_text(value)}" for name, value in fields.items() if value is not None)
-            line = f"{_CLOCK.text(now)} INFO loopgate.access: " + redact.scrub(escape("access " + pairs))
+            line = f"{_CLOCK.text(now)} INFO loopgate.access: " + redact.scrub(escape("access " + pairs)) + "\n"
         handler = self._handler
+        stream = handler.stream
         with handler.lock:  # type: ignore[union-attr]
-            handler.stream.write(line + "\n")
-            handler.flush()
+            if stream is not self._stream:  # the handler's stream can be replaced (``setStream``)
+                self._stream = stream
+                self._flush = not getattr(stream, "line_buffering", False)
+            stream.write(line)
+            if self._flush:
+                stream.flush()
 
 
 def _text(value: Any) -> str:

@@ -33,7 +33,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
     try:
         key = exchange.key = authenticate(request.authorization, runtime.keys)
         meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
-        if runtime.usage.budgeted(key):
+        if runtime.usage.check_budget_now(key):
             await runtime.usage.check_budget(key)
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)

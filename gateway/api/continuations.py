@@ -117,7 +117,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     try:
         key = exchange.key = authenticate(incoming.authorization, runtime.keys)
         meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
-        if runtime.usage.budgeted(key):
+        if runtime.usage.check_budget_now(key):
             await runtime.usage.check_budget(key)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         if not isinstance(body, dict):

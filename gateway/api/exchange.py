@@ -23,6 +23,7 @@ from typing import Any
 from gateway import metrics, tracing
 from gateway.errors import GatewayError
 from gateway.logs import AccessLog
+from gateway.usage.pricing import NANO
 
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_REQUEST_ID = 128
@@ -102,23 +103,33 @@ class Exchange:
             ACCESS.write(self._record(status, elapsed, error))
 
     def _record(self, status: int, elapsed: float, error: GatewayError | None) -> dict[str, Any]:
+        """The access record's fields, built as one dict (serialised at once by ``AccessLog.write``)."""
         key = self.key
-        record: dict[str, Any] = {
-            "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
-            "route": self.label,
-            "tenant": key.tenant if key is not None else None,
-            "key_id": getattr(key, "id", None) or getattr(key, "name", None) if key is not None else None,
-            "status": status, "latency_ms": round(elapsed * 1000, 2),
-        }
+        if key is None:
+            tenant = key_id = None
+        else:
+            tenant = key.tenant
+            key_id = getattr(key, "id", None) or getattr(key, "name", None)
         state = self.state
-        if state is not None:
+        if state is None:
+            record: dict[str, Any] = {
+                "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
+                "route": self.label, "tenant": tenant, "key_id": key_id, "status": status,
+                "latency_ms": int(elapsed * 100_000 + 0.5) / 100,  # ms to 2 decimals (round() is slower)
+            }
+        else:
             usage = state.usage
-            record.update(iterations=state.iterations, answered_by=list(state.answered_by),
-                          prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                          tool_calls=len(state.tool_records))
-        cost = self.meter.cost_usd if self.meter is not None else None
-        if cost is not None:
-            record["cost_usd"] = cost
+            record = {
+                "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
+                "route": self.label, "tenant": tenant, "key_id": key_id, "status": status,
+                "latency_ms": int(elapsed * 100_000 + 0.5) / 100, "iterations": state.iterations,
+                "answered_by": state.answered_by,  # serialised before the state could change
+                "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                "tool_calls": len(state.tool_records),
+            }
+        meter = self.meter
+        if meter is not None and meter.cost_nano is not None:
+            record["cost_usd"] = meter.cost_nano / NANO
         if error is not None:
             record["error"] = _error_class(error)
         return record

@@ -58,7 +58,7 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         plan = runtime.routes.lookup(parsed.model)
         if plan is not None:  # an unknown model is prepare_response's 404
             check_model_access(key, plan)
-        if runtime.usage.budgeted(key):
+        if runtime.usage.check_budget_now(key):
             await runtime.usage.check_budget(key)
         admission = await runtime.limits.admit(key, incoming.body_bytes)
         run = await prepare_response(parsed, runtime, key, key.headless or parsed.headless or incoming.headless,

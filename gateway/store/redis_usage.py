@@ -81,6 +81,8 @@ class RedisUsage(UsageStore):
         # (tenant, key id, periods) -> summed counts, waiting for the next flush
         self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        # pending entry -> its row names, built once (the same entries come back every flush)
+        self._key_names: dict[tuple[str, str, tuple[str, str, str]], list[str]] = {}
         self._flushing: set[asyncio.Task[None]] = set()
 
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
@@ -117,19 +119,33 @@ class RedisUsage(UsageStore):
             self._timer = None
         pending, self._pending = self._pending, {}
         by_tenant: dict[str, list[tuple[list[str], list[Any]]]] = {}
-        for (tenant, key_id, periods), values in pending.items():
-            keys = [usage_key(tenant, "", p) for p in periods]
-            if key_id:
-                keys += [usage_key(tenant, key_id, p) for p in periods]
+        for entry, values in pending.items():
             args: list[Any] = [self._ttl_s]
             for field, value in zip(FIELDS, values, strict=True):
                 if value:
                     args += [field, value]
-            by_tenant.setdefault(tenant, []).append((keys, args))
+            by_tenant.setdefault(entry[0], []).append((self._keys(entry), args))
+        if len(by_tenant) == 1:  # the common case: no gather, no task per tenant
+            (calls,) = by_tenant.values()
+            await self._send(calls)
+            return
         results = await asyncio.gather(*(self._send(calls) for calls in by_tenant.values()), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
             raise failure
+
+    def _keys(self, entry: tuple[str, str, tuple[str, str, str]]) -> list[str]:
+        """The rows of a pending entry: its tenant's and (with a key id) its key's, for its three periods."""
+        keys = self._key_names.get(entry)
+        if keys is None:
+            tenant, key_id, periods = entry
+            keys = [usage_key(tenant, "", p) for p in periods]
+            if key_id:
+                keys += [usage_key(tenant, key_id, p) for p in periods]
+            if len(self._key_names) >= MAX_PENDING:
+                self._key_names.clear()
+            self._key_names[entry] = keys
+        return keys
 
     async def _send(self, calls: list[tuple[list[str], list[Any]]]) -> None:
         def build(pipe: Any) -> None:

@@ -2,12 +2,15 @@
 
 The check reads the usage rows (one script call; the month and total rows exist for exactly this)
 at most once a second per budget and process (``SpentCache``): a store round trip costs a request
-about as much as everything else it does. Between two readings the process adds what it records
-itself, so its own traffic counts at once; other replicas' traffic shows within ``REFRESH_S`` plus
-their ``usage.flush_s``. A key or tenant without a budget costs nothing. It is a soft limit: spending is
-compared before a request starts, so a loop that crosses the budget mid-way finishes, and
-requests already running when it is crossed finish too; the next one is refused with 429
-``insufficient_quota``. A store that cannot answer lets the request through (logged, counted in
+about as much as everything else it does. One reading per row is in flight at a time: the requests
+that arrive meanwhile are judged on the previous reading (only the first requests of a row, which
+have none, wait for it), so a process at any concurrency still reads a row once per ``REFRESH_S``.
+Between two readings the process adds what it records itself, so its own traffic counts at once;
+other replicas' traffic shows within ``REFRESH_S`` plus their ``usage.flush_s``. A key or tenant
+without a budget costs nothing. It is a soft limit: spending is compared before a request starts,
+so a loop that crosses the budget mid-way finishes, and requests already running when it is
+crossed finish too; the next one is refused with 429 ``insufficient_quota``. A store that cannot
+answer lets the request through (logged, counted in
 ``loopgate_usage_store_failures_total{op="budget_check"}``): an outage of the accounting store
 does not take the gateway down with it.
 
@@ -17,6 +20,7 @@ Every surface that runs the loop (chat completions, both resume ways, the Respon
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import time
 from dataclasses import dataclass
@@ -39,12 +43,6 @@ class BudgetCheck:
     limit: float
     #: the key id or the tenant name (``owner`` is how the message names it)
     ident: str = ""
-
-
-def exhausted(check: BudgetCheck, spent: Spent) -> bool:
-    if check.unit == "usd":
-        return spent.cost_nano >= check.limit * NANO
-    return spent.tokens >= check.limit
 
 
 def refusal(check: BudgetCheck, spent: Spent, now: float) -> GatewayError:
@@ -89,21 +87,66 @@ MAX_CACHED = 100_000
 
 
 class SpentCache:
-    """Per budget row: a store reading (at most ``REFRESH_S`` old) plus what this process recorded since."""
+    """Per budget row: a store reading (at most ``REFRESH_S`` old) plus what this process recorded since.
 
-    __slots__ = ("_seen",)
+    ``reading`` marks the rows whose store read is under way (see ``stale``), so concurrent checks
+    do not each read the same row.
+    """
+
+    __slots__ = ("_reading", "_seen")
 
     def __init__(self) -> None:
         # (scope, key id or tenant) -> [read at (monotonic), period, tokens, cost in nano-USD]
         self._seen: dict[tuple[str, str], list[Any]] = {}
+        # (scope, key id or tenant) -> resolved when the read under way for that row is over
+        self._reading: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     def stale(self, checks: list[BudgetCheck], now: float) -> list[BudgetCheck]:
+        """The checks whose row needs a reading and is not being read already."""
         found = []
         for check in checks:
-            seen = self._seen.get((check.scope, check.ident))
-            if seen is None or now - seen[0] >= REFRESH_S or seen[1] != check.period:
+            row = (check.scope, check.ident)
+            seen = self._seen.get(row)
+            if (seen is None or now - seen[0] >= REFRESH_S or seen[1] != check.period) and row not in self._reading:
                 found.append(check)
         return found
+
+    def needs_store(self, checks: list[BudgetCheck], now: float) -> bool:
+        """Whether judging ``checks`` has to read the store or wait for a read (``stale`` or ``waits``)."""
+        reading = self._reading
+        for check in checks:
+            row = (check.scope, check.ident)
+            seen = self._seen.get(row)
+            if seen is None or seen[1] != check.period:
+                return True  # no usable reading: read it, or wait for the read under way
+            if now - seen[0] >= REFRESH_S and row not in reading:
+                return True
+        return False
+
+    def waits(self, checks: list[BudgetCheck]) -> list[asyncio.Future[None]]:
+        """The reads under way that a check has to wait for: those of rows with no usable reading yet."""
+        found = []
+        for check in checks:
+            pending = self._reading.get((check.scope, check.ident))
+            if pending is not None:
+                seen = self._seen.get((check.scope, check.ident))
+                if seen is None or seen[1] != check.period:
+                    found.append(pending)
+        return found
+
+    def reading(self, checks: list[BudgetCheck]) -> asyncio.Future[None]:
+        """Mark the rows of ``checks`` as being read; ``read_over`` ends it, however the read went."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for check in checks:
+            self._reading[(check.scope, check.ident)] = done
+        return done
+
+    def read_over(self, checks: list[BudgetCheck], done: asyncio.Future[None]) -> None:
+        for check in checks:
+            if self._reading.get((check.scope, check.ident)) is done:
+                del self._reading[(check.scope, check.ident)]
+        if not done.done():
+            done.set_result(None)
 
     def remember(self, checks: list[BudgetCheck], spent: list[Spent], now: float) -> None:
         if len(self._seen) >= MAX_CACHED:
@@ -115,12 +158,24 @@ class SpentCache:
         seen = self._seen.get((check.scope, check.ident))
         return None if seen is None else Spent(seen[2], seen[3])
 
+    def over(self, check: BudgetCheck) -> Spent | None:
+        """What the row has spent when that exhausts ``check``'s budget, else None (also with no reading)."""
+        seen = self._seen.get((check.scope, check.ident))
+        if seen is None:
+            return None
+        if (seen[3] >= check.limit * NANO) if check.unit == "usd" else (seen[2] >= check.limit):
+            return Spent(seen[2], seen[3])
+        return None
+
     def add(self, tenant: str, key_id: str, tokens: int, cost_nano: int) -> None:
         """A request this process recorded: counted by the next check without waiting for a reading."""
         if not self._seen:
             return
-        for ident in (("tenant", tenant), ("key", key_id)):
-            seen = self._seen.get(ident)
-            if seen is not None:
-                seen[2] += tokens
-                seen[3] += cost_nano
+        seen = self._seen.get(("tenant", tenant))
+        if seen is not None:
+            seen[2] += tokens
+            seen[3] += cost_nano
+        seen = self._seen.get(("key", key_id))
+        if seen is not None:
+            seen[2] += tokens
+            seen[3] += cost_nano

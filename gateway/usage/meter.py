@@ -12,6 +12,7 @@ were paid for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -21,13 +22,14 @@ from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.store.usage import UsageStore
-from gateway.usage.budgets import SpentCache, budget_checks, exhausted, refusal
-from gateway.usage.pricing import Pricing, usd
+from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
+from gateway.usage.pricing import NANO, Pricing, usd
 
 log = logging.getLogger("loopgate.usage")
 
 _LOG_EVERY_S = 10.0
-_KINDS = ("prompt", "completion", "cached", "reasoning")
+#: keys whose budget checks are remembered (past it the memory starts over; they are rebuilt)
+MAX_CACHED_KEYS = 10_000
 
 
 class Metering:
@@ -36,41 +38,77 @@ class Metering:
     def __init__(self, pricing: Pricing, store: UsageStore | None, tenants: frozenset[str],
                  tenant_budgets: dict[str, Budget] | None = None) -> None:
         self.pricing = pricing
+        self.priced = bool(pricing)  # read per request: an attribute, not a ``__bool__`` call
         self.store = store
         self._tenant_budgets = tenant_budgets or {}
         self._spent = SpentCache()
+        # id(key) -> (key, its checks); the key object is held so its id() stays its own
+        self._checks_by_key: dict[int, tuple[ApiKey, list[BudgetCheck]]] = {}
         # Tenant label values come from the config only: a managed key's made-up tenant is "other".
         self._tenant_labels = tenants
         self._logged_at = 0.0
         if store is not None:
             store.on_error = self._store_failed
 
-    def budgeted(self, key: ApiKey) -> bool:
-        """Whether ``check_budget`` has anything to check (no coroutine for the common case)."""
-        return self.store is not None and (key.budget is not None or key.tenant in self._tenant_budgets)
+    def check_budget_now(self, key: ApiKey) -> bool:
+        """The budget check without a coroutine where it can be: True when ``check_budget`` has to run.
+
+        False for a key without budgets, and for one whose rows have a reading that is fresh (or
+        being renewed by another request): those are judged here at once (429 raised here).
+        """
+        if self.store is None:
+            return False
+        checks = self._checks(key)
+        if not checks:
+            return False
+        if self._spent.needs_store(checks, time.monotonic()):
+            return True
+        self._judge(checks)
+        return False
+
+    def _checks(self, key: ApiKey) -> list[BudgetCheck]:
+        """The key's budget checks, built once per key object (a managed key edit makes a new object)."""
+        found = self._checks_by_key.get(id(key))
+        if found is not None and found[0] is key:
+            return found[1]
+        if len(self._checks_by_key) >= MAX_CACHED_KEYS:
+            self._checks_by_key.clear()
+        checks = budget_checks(key, self._tenant_budgets.get(key.tenant))
+        self._checks_by_key[id(key)] = (key, checks)  # the key is kept: its id() cannot be reused meanwhile
+        return checks
 
     async def check_budget(self, key: ApiKey) -> None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        No budget, no store call; a budget's row is read at most once a second per process (between
-        readings this process adds what it records); a store failure lets the request through
-        (see gateway/usage/budgets.py).
+        No budget, no store call; a budget's row is read at most once a second per process, one
+        read at a time (between readings this process adds what it records); a store failure lets
+        the request through (see gateway/usage/budgets.py).
         """
-        checks = budget_checks(key, self._tenant_budgets.get(key.tenant))
+        checks = self._checks(key)
         if not checks or self.store is None:
             return
-        stale = self._spent.stale(checks, time.monotonic())
+        cache = self._spent
+        stale = cache.stale(checks, time.monotonic())
         if stale:
+            done = cache.reading(stale)
             try:
                 spent = await self.store.spent(key.tenant, key.id, [(check.scope, check.period) for check in stale],
                                                time.time())
             except Exception as exc:  # judged on the last reading, if any
                 self._failed("budget_check", "budget check failed, request let through: %s", exc)
             else:
-                self._spent.remember(stale, spent, time.monotonic())
+                cache.remember(stale, spent, time.monotonic())
+            finally:
+                cache.read_over(stale, done)
+        waits = cache.waits(checks)
+        if waits:  # rows another request is reading for the first time; shielded: a waiter may be cancelled
+            await asyncio.shield(asyncio.gather(*waits))
+        self._judge(checks)
+
+    def _judge(self, checks: list[BudgetCheck]) -> None:
         for check in checks:
-            amount = self._spent.spent(check)
-            if amount is not None and exhausted(check, amount):
+            amount = self._spent.over(check)
+            if amount is not None:
                 raise refusal(check, amount, time.time())
 
     def meter(self, tenant: str, key_id: str) -> Meter:
@@ -86,18 +124,25 @@ class Metering:
             values: tuple[int, ...] = (1, int(failed), 0, 0, 0, 0, 0, tool_calls)
         else:
             usage = state.usage
-            if cost_nano is None and self.pricing:
+            if cost_nano is None and self.priced:
                 cost_nano = self.pricing.cost_nano(state.calls)
             cost_nano = cost_nano or 0
-            counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens)
-            values = (1, int(failed), *counts, cost_nano, tool_calls)
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            cached, reasoning = usage.cached_tokens, usage.reasoning_tokens
+            values = (1, int(failed), prompt, completion, cached, reasoning, cost_nano, tool_calls)
             label = tenant if tenant in self._tenant_labels else "other"
-            for kind, count in zip(_KINDS, counts, strict=True):
-                if count:
-                    metrics.TOKENS.inc(label, route, kind, amount=count)
+            tokens = metrics.TOKENS
+            if prompt:
+                tokens.inc(label, route, "prompt", amount=prompt)
+            if completion:
+                tokens.inc(label, route, "completion", amount=completion)
+            if cached:
+                tokens.inc(label, route, "cached", amount=cached)
+            if reasoning:
+                tokens.inc(label, route, "reasoning", amount=reasoning)
             if cost_nano:
-                metrics.COST.inc(label, route, amount=usd(cost_nano))
-            self._spent.add(tenant, key_id, counts[0] + counts[1], cost_nano)
+                metrics.COST.inc(label, route, amount=cost_nano / NANO)
+            self._spent.add(tenant, key_id, prompt + completion, cost_nano)
         if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time()):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
@@ -121,7 +166,7 @@ class Metering:
 
 
 class Meter:
-    __slots__ = ("_closed", "_cost", "_finished", "_metering", "_state", "key_id", "route", "tenant")
+    __slots__ = ("_closed", "_finished", "_metering", "_state", "cost_nano", "key_id", "route", "tenant")
 
     def __init__(self, metering: Metering, tenant: str, key_id: str) -> None:
         self._metering = metering
@@ -130,7 +175,8 @@ class Meter:
         self.route = "unknown"  # the bounded metrics label of the route, once known
         self._state: LoopState | None = None
         self._finished = self._closed = False
-        self._cost: int | None = None
+        #: the response's cost in nano-USD when every call of it had a price (the access record's ``cost_usd``)
+        self.cost_nano: int | None = None
 
     def watch(self, request: LoopRequest) -> None:
         self._state = request.state
@@ -139,15 +185,10 @@ class Meter:
     def finish(self, result: LoopResult) -> None:
         """The engine's hook: ``usage_cost`` only when every call of the response has a price."""
         self._finished = True
-        if self._state is not None and self._metering.pricing:
-            self._cost = self._metering.pricing.cost_nano(self._state.calls)
-            if self._cost is not None:
-                result.gateway["usage_cost"] = usd(self._cost)
-
-    @property
-    def cost_usd(self) -> float | None:
-        """The response's cost when every call of it had a price (the access record's ``cost_usd``)."""
-        return None if self._cost is None else usd(self._cost)
+        if self._state is not None and self._metering.priced:
+            self.cost_nano = self._metering.pricing.cost_nano(self._state.calls)
+            if self.cost_nano is not None:
+                result.gateway["usage_cost"] = usd(self.cost_nano)
 
     def close(self, status: int) -> None:
         """Once per request, however it ended; an unfinished loop (error, disconnect) counts as an error."""
@@ -155,4 +196,4 @@ class Meter:
             return
         self._closed = True
         self._metering.record(self.tenant, self.key_id, self.route, self._state,
-                              status >= 400 or not self._finished, self._cost)
+                              status >= 400 or not self._finished, self.cost_nano)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from gateway import logs, metrics, redact
 from gateway.api import exchange
 from gateway.api.exchange import Exchange, request_id
 from gateway.config.checks import ConfigError
+from gateway.config.model import ApiKey
 from gateway.config.validate import build_config
+from gateway.loop.engine import LoopState
 from gateway.metrics_shared import SharedMetrics
 from gateway.redact import Redactor
 
@@ -89,6 +92,36 @@ def test_json_lines_are_one_object_each_and_scrubbed(captured: io.StringIO) -> N
     assert "ValueError" in records[1]["exc"] and records[1]["pid"] == os.getpid()
     assert records[2]["request_id"] == "rid-1" and records[2]["status"] == 429 and records[2]["route"] == "smart"
     assert records[2]["logger"] == "loopgate.access" and records[2]["ts"].endswith("Z")
+
+
+def test_json_access_record_fields_in_order_on_a_stream_that_is_not_line_buffered(tmp_path: Path) -> None:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    path = tmp_path / "log"
+    try:
+        with open(path, "w", buffering=8192) as stream:
+            logs.configure("info", "json", access=True)
+            logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
+            done = Exchange("POST", "/v1/chat/completions", b"rid-3", None)
+            done.label = "smart"
+            done.key = ApiKey(key="", tenant="team", id="key_1", name="one")
+            done.state = LoopState()
+            done.state.iterations = 2
+            done.state.answered_by.extend(["p:m1", "p:m2"])
+            done.done(200)
+            written = path.read_text()  # before the file is closed: the line was flushed
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        exchange.ACCESS = saved[2]
+    (line,) = written.splitlines()
+    record = orjson.loads(line)
+    assert list(record) == ["ts", "level", "logger", "pid", "message", "request_id", "method", "path", "route",
+                            "tenant", "key_id", "status", "latency_ms", "iterations", "answered_by", "prompt_tokens",
+                            "completion_tokens", "tool_calls"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["ts"])
+    assert record["key_id"] == "key_1" and record["tenant"] == "team" and record["answered_by"] == ["p:m1", "p:m2"]
+    assert record["latency_ms"] == round(record["latency_ms"], 2) and record["message"] == "access"
 
 
 def test_text_access_record_is_one_line(captured: io.StringIO) -> None:
