@@ -266,7 +266,9 @@ def test_capture_content_and_propagation_to_providers(fakes: dict[str, FakeUpstr
         gw.stop()
 
 
-def test_nothing_from_opentelemetry_is_imported_when_not_configured() -> None:
+def opentelemetry_modules_after_start(config: str, check: str = "pass") -> None:
+    """Start the app's lifespan in a fresh interpreter with ``config`` (a Python literal) and assert
+    that no ``opentelemetry`` module was imported (``check``: a statement run inside the lifespan)."""
     import subprocess
     import sys
 
@@ -275,15 +277,19 @@ def test_nothing_from_opentelemetry_is_imported_when_not_configured() -> None:
     code = ("import asyncio, sys\n"
             "from gateway.api.app import create_app\n"
             "from gateway.config.validate import build_config\n"
-            "app = create_app(build_config({}))\n"
+            f"app = create_app(build_config({config}))\n"
             "async def main():\n"
             "    async with app.app.router.lifespan_context(app.app):\n"
-            "        pass\n"
+            f"        {check}\n"
             "asyncio.run(main())\n"
             "loaded = sorted(m for m in sys.modules if m.startswith('opentelemetry'))\n"
             "assert not loaded, loaded\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_nothing_from_opentelemetry_is_imported_when_not_configured() -> None:
+    opentelemetry_modules_after_start("{}")
 
 
 def test_a_caller_unsampled_trace_records_nothing(traced: Gateway, fakes: dict[str, FakeUpstream],
