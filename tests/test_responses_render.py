@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from gateway.api.responses import _encode
-from gateway.api.responses_render import ResponseBuilder
+from gateway.api.responses_render import TERMINAL, ResponseBuilder
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
@@ -104,17 +106,37 @@ def test_without_emit_the_response_is_the_same() -> None:
     assert quiet.response | {"created_at": 0} == loud.response | {"created_at": 0}
 
 
-def test_frames_are_the_bytes_of_the_events() -> None:
+_FRAMED_RUNS: dict[str, list[Any]] = {
+    "text and a tool": [
+        [Answering("up-1"), TextDelta('Say "hi"\n')], [TextDelta("é\u2028"), TextDelta("b")],
+        ToolStarted("c1", "get_weather", "{}"), ToolFinished("c1", "get_weather", "ok", 1.0, "x"),
+        [TextDelta(ITERATION_SEPARATOR), TextDelta("Sunny.")], TextDelta(" Done."),
+        Finished(LoopResult("completed", "stop", Usage(10, 2, 1, 1), {}, [], "m"))],
+    "reasoning, a failed tool, a pause": [
+        [Answering("up-1"), ReasoningDelta("hmm"), ReasoningDelta(" ok")], TextDelta("Looking."),
+        ToolStarted("c1", "lookup", '{"q":1}'), ToolFinished("c1", "lookup", "error", 1.0, "boom"),
+        paused([("c2", "lookup", "client"), ("c3", "delete", "approval")])],
+    "cut off": [TextDelta("Cut"), Finished(LoopResult("completed", "length", Usage(), {}))],
+    "failed mid text": [TextDelta("Part"), ToolStarted("c1", "slow", "{}"), "fail"],
+    "failed in a message": [TextDelta("Part"), "fail"],
+}
+
+
+@pytest.mark.parametrize("name", list(_FRAMED_RUNS))
+def test_frames_are_the_bytes_of_the_events(name: str) -> None:
     """An SSE body from a ``frames`` builder is byte for byte the dict events, encoded."""
-    events: list[Any] = [[Answering("up-1"), TextDelta('Say "hi"\n')], [TextDelta("é\u2028"), TextDelta("b")],
-                         ToolStarted("c1", "get_weather", "{}"), ToolFinished("c1", "get_weather", "ok", 1.0, "x"),
-                         [TextDelta(ITERATION_SEPARATOR), TextDelta("Sunny.")], TextDelta(" Done."),
-                         Finished(LoopResult("completed", "stop", Usage(10, 2, 1, 1), {}, [], "m"))]
     bodies = []
     for frames in (False, True):
         b = ResponseBuilder("resp_1", "agent", {"metadata": {}}, lambda name: "loopgate", created_at=1,
                             frames=frames)
-        body = _encode(b.start()) + b"".join(_encode(b.feed(event)) for event in events)
-        bodies.append(re.sub(rb"msg_[0-9a-f]+", b"msg_X", body))
-    assert b"event: response.output_text.delta" in bodies[1]
+        batches = [b.start()]
+        for event in _FRAMED_RUNS[name]:
+            batches.append(b.fail(GatewayError(502, "upstream broke")) if event == "fail" else b.feed(event))
+        if frames:  # every event is its frame, but for the terminal one the run frames after the save
+            if batches[-1][-1] is TERMINAL:
+                batches[-1][-1] = b.terminal_frame(None)
+            assert all(frame.__class__ is bytes for batch in batches for frame in batch)
+        body = b"".join(_encode(batch) for batch in batches)
+        bodies.append(re.sub(rb"(msg|rs)_[0-9a-f]+", b"id_X", body))
+    assert b"event: response." in bodies[1]
     assert bodies[0] == bodies[1]

@@ -35,14 +35,40 @@ from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, T
 
 _PREFIX = secrets.token_hex(6)
 _SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
+# A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
+# stored record was made of (``terminal_frame``), so the final Response is serialised once.
+TERMINAL: dict[str, Any] = {"type": "terminal"}
 _COUNTER = itertools.count(1)
 _SEP_PREFIX = "_" + _PREFIX
-# The events one step produces: dicts, except a ``frames`` builder's text deltas (SSE frames, bytes).
+# The events one step produces: dicts, or (a ``frames`` builder) their SSE frames, bytes.
 Batch = list[Any]
-# The SSE frame of a text delta after its item's constant head (``frames`` mode): the same bytes
-# ``orjson.dumps`` makes of the event dict (same keys, same order), without building that dict.
+
+# ``frames`` mode: the SSE frames of the events every text answer has, as byte templates. Each is
+# the bytes ``orjson.dumps`` makes of the event dict (same keys, same order: a unit test compares
+# them with the dict events encoded), without building that dict or calling ``_event``.
 _DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
 _DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
+_STARTED = (b'event: response.created\ndata: {"response":%b,"type":"response.created","sequence_number":%d}\n\n'
+            b'event: response.in_progress\ndata: {"response":%b,"type":"response.in_progress","sequence_number":%d}'
+            b'\n\n')
+_MESSAGE_OPENED = (
+    b'event: response.output_item.added\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
+    b'"role":"assistant","status":"in_progress","content":[]},"type":"response.output_item.added",'
+    b'"sequence_number":%d}\n\n'
+    b'event: response.content_part.added\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"type":"response.content_part.added",'
+    b'"sequence_number":%d}\n\n')
+_MESSAGE_CLOSED = (
+    b'event: response.output_text.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"text":%b,'
+    b'"logprobs":[],"type":"response.output_text.done","sequence_number":%d}\n\n'
+    b'event: response.content_part.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},"type":"response.content_part.done",'
+    b'"sequence_number":%d}\n\n'
+    b'event: response.output_item.done\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
+    b'"role":"assistant","status":%b,"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
+    b'"type":"response.output_item.done","sequence_number":%d}\n\n')
+_TERMINAL = b'event: response.%b\ndata: {"response":%b,"type":"response.%b","sequence_number":%d}\n\n'
+_STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
 
 
 def new_id(kind: str) -> str:
@@ -90,7 +116,7 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
-    __slots__ = ("_delta_head", "_open", "_open_id", "_open_type", "_parts", "_seq", "_texted", "_tools", "approved",
+    __slots__ = ("_delta_head", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq", "_texted", "_tools", "approved",
                  "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
@@ -125,6 +151,7 @@ class ResponseBuilder:
         self._open: int | None = None  # output index of the open message or reasoning item
         self._open_type: str | None = None  # its type and id (read on every delta)
         self._open_id = ""
+        self._open_json = b""  # ``frames``: the open item's id as JSON
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
@@ -140,6 +167,8 @@ class ResponseBuilder:
             return _SILENT
         fields["type"] = kind
         fields["sequence_number"] = number
+        if self.frames:
+            return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(fields) + b"\n\n"  # type: ignore[return-value]
         return fields
 
     def _snapshot(self) -> dict[str, Any]:
@@ -150,9 +179,10 @@ class ResponseBuilder:
             self._seq += 2
             return []
         if self.frames:  # the same object twice: serialised once
-            snapshot = orjson.Fragment(orjson.dumps(self.response))
-            return [self._event("response.created", {"response": snapshot}),
-                    self._event("response.in_progress", {"response": snapshot})]
+            snapshot = orjson.dumps(self.response)
+            seq = self._seq
+            self._seq += 2
+            return [_STARTED % (snapshot, seq, snapshot, seq + 1)]
         return [self._event("response.created", {"response": self._snapshot()}),
                 self._event("response.in_progress", {"response": self._snapshot()})]
 
@@ -160,8 +190,9 @@ class ResponseBuilder:
     def _add(self, item: dict[str, Any], out: Batch) -> int:
         index = len(self.response["output"])
         self.response["output"].append(item)
-        if self.emit:
-            out.append(self._event("response.output_item.added", {"output_index": index, "item": dict(item)}))
+        if self.emit:  # a copy: the item changes before the event is encoded (not so for frames)
+            out.append(self._event("response.output_item.added",
+                                   {"output_index": index, "item": item if self.frames else dict(item)}))
         return index
 
     def _done(self, index: int, out: Batch) -> None:
@@ -179,6 +210,16 @@ class ResponseBuilder:
         emit = self.emit
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            if self.frames:
+                item["content"] = [part]
+                item["status"] = status
+                item_id = self._open_json
+                encoded = orjson.dumps(text)
+                seq = self._seq
+                self._seq += 3
+                out.append(_MESSAGE_CLOSED % (item_id, index, encoded, seq, item_id, index, encoded, seq + 1, index,
+                                              item_id, _STATUS.get(status) or orjson.dumps(status), encoded, seq + 2))
+                return
             if emit:
                 out.append(self._event("response.output_text.done", {"item_id": item["id"], "output_index": index,
                                                                      "content_index": 0, "text": text, "logprobs": []}))
@@ -207,12 +248,20 @@ class ResponseBuilder:
             if self._open is not None:
                 self._close(out)
             item_id = self._open_id = new_id("msg")
-            self._open = self._add({"id": item_id, "type": "message", "role": "assistant", "status": "in_progress",
-                                    "content": []}, out)
             self._open_type = "message"
+            item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
             if self.frames:
-                self._delta_head = _DELTA_HEAD % (orjson.dumps(item_id), self._open)
-            if self.emit:
+                output = self.response["output"]
+                index = self._open = len(output)
+                output.append(item)
+                encoded = self._open_json = orjson.dumps(item_id)
+                self._delta_head = _DELTA_HEAD % (encoded, index)
+                seq = self._seq
+                self._seq += 2
+                out.append(_MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
+            else:
+                self._open = self._add(item, out)
+            if self.emit and not self.frames:
                 out.append(self._event("response.content_part.added", {
                     "item_id": item_id, "output_index": self._open, "content_index": 0,
                     "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
@@ -320,11 +369,19 @@ class ResponseBuilder:
         response["usage"] = usage_object(result.usage)
         response["gateway"] = {"route": self.route, **result.gateway}
         self.done = True
-        if self.emit:
+        if self.frames:  # framed by the run once the record is written (``terminal_frame``)
+            self._seq += 1
+            out.append(TERMINAL)
+        elif self.emit:
             out.append(self._event(f"response.{response['status']}", {"response": response}))
         else:
             self._seq += 1
             out.append(_SILENT)  # what ``retract_terminal`` takes back
+
+    def terminal_frame(self, final: bytes | None) -> bytes:
+        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch): ``final`` is the Response's JSON, if made."""
+        status = self.response["status"].encode()
+        return _TERMINAL % (status, final or orjson.dumps(self.response), status, self._seq - 1)
 
     def retract_terminal(self, events: Batch) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""

@@ -27,7 +27,7 @@ from gateway.api.access import check_model_access, visible_routes
 from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses_items import Converted, to_messages
-from gateway.api.responses_render import Batch, ResponseBuilder, response_id, server_label
+from gateway.api.responses_render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
@@ -217,12 +217,10 @@ class ResponseRun:
                 self.builder.retract_terminal(out)
                 out.extend(self.builder.fail(to_gateway_error(exc)))
             else:
-                final = self._final
-                if final is not None and out and not self.request.background and \
-                        out[-1].get("response") is self.builder.response:
-                    # The terminal event carries the bytes the record was made of (background
-                    # runs keep plain dicts: their consumers read the events).
-                    out[-1]["response"] = orjson.Fragment(final)
+                # A framed (SSE) terminal event carries the bytes the record was made of
+                # (background runs keep plain dicts: their consumers read the events).
+                if out and out[-1] is TERMINAL:
+                    out[-1] = self.builder.terminal_frame(self._final)
         return out
 
     def record(self, finished: Finished | None = None) -> dict[str, Any]:
