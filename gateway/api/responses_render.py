@@ -116,8 +116,8 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
-    __slots__ = ("_delta_head", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq", "_texted", "_tools", "approved",
-                 "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
+    __slots__ = ("_delta_head", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq", "_texted", "_tools",
+                 "approved", "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
@@ -146,7 +146,8 @@ class ResponseBuilder:
         self.response: dict[str, Any] = response
         self.done = False
         self.result: LoopResult | None = None
-        self.final_text: list[str] = []  # text of the last model call: the transcript's final assistant message
+        # The closed messages' text since the last tool started: the transcript's final assistant message.
+        self.final_text: list[str] = []
         self._seq = 0
         self._open: int | None = None  # output index of the open message or reasoning item
         self._open_type: str | None = None  # its type and id (read on every delta)
@@ -209,6 +210,7 @@ class ResponseBuilder:
         self._parts = []
         emit = self.emit
         if item["type"] == "message":
+            self.final_text.append(text)  # a message's text is the last model call's (until a tool starts)
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             if self.frames:
                 item["content"] = [part]
@@ -249,6 +251,7 @@ class ResponseBuilder:
                 self._close(out)
             item_id = self._open_id = new_id("msg")
             self._open_type = "message"
+            self._texted = True
             item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
             if self.frames:
                 output = self.response["output"]
@@ -265,9 +268,7 @@ class ResponseBuilder:
                 out.append(self._event("response.content_part.added", {
                     "item_id": item_id, "output_index": self._open, "content_index": 0,
                     "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
-        self._texted = True
         self._parts.append(text)
-        self.final_text.append(text)
         if self.frames:
             out.append(self._delta_head + orjson.dumps(text) + _DELTA_TAIL % self._seq)
         elif self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
@@ -379,7 +380,7 @@ class ResponseBuilder:
             out.append(_SILENT)  # what ``retract_terminal`` takes back
 
     def terminal_frame(self, final: bytes | None) -> bytes:
-        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch): ``final`` is the Response's JSON, if made."""
+        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON."""
         status = self.response["status"].encode()
         return _TERMINAL % (status, final or orjson.dumps(self.response), status, self._seq - 1)
 
