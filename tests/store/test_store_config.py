@@ -13,7 +13,8 @@ from gateway.redact import Redactor
 from gateway.store import open_configured_store
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
-from gateway.store.redis_connect import parse_url
+from gateway.store.redis_connect import connect, parse_url
+from tests.store.conftest import REDIS_URL, require_redis
 
 
 def store_of(section: str, env: dict[str, str] | None = None) -> StoreConfig:
@@ -123,3 +124,25 @@ async def test_open_configured_store_picks_the_deployment() -> None:
     finally:
         await cluster.aclose()
         await sentinel.aclose()
+
+
+async def test_new_connections_do_not_read_package_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py 7 reads its version from package metadata for every new connection unless told once."""
+    await require_redis()
+    import redis.utils
+
+    calls: list[int] = []
+    real = redis.utils.get_lib_version
+    monkeypatch.setattr(redis.utils, "get_lib_version", lambda: calls.append(1) or real())
+    clients = connect(REDIS_URL)
+    pool = clients.client.connection_pool
+    try:
+        held = [await pool.get_connection() for _ in range(4)]  # four distinct, new connections
+        assert len({id(c) for c in held}) == 4
+        for conn in held:
+            await conn.send_command("PING")
+            assert await conn.read_response() in (b"PONG", "PONG")
+            await pool.release(conn)
+    finally:
+        await clients.client.aclose()
+    assert calls == []
