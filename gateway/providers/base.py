@@ -86,9 +86,13 @@ class InProcessAdapter(Protocol):
     async def complete(self, request: ModelRequest, provider: ProviderConfig, model: str,
                        timeout: float) -> ModelResponse: ...
 
-    def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
-               timeout: float) -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
-        """Delta lists (the first starting with ``Answering``), then the whole turn as a ``ModelResponse``."""
+    def stream(self, request: ModelRequest, provider: ProviderConfig, model: str, timeout: float,
+               label: str = "") -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
+        """Delta lists (the first starting with ``Answering``), then the whole turn as a ``ModelResponse``.
+
+        ``label``: the target's metric label (bounded: ``PROVIDER:*`` for a direct route, whose
+        model name the caller chose), for anything the adapter counts.
+        """
         ...
 
 

@@ -82,11 +82,12 @@ class LiteLLMAdapter:
             raise _error(exc) from None
         return _openai.parse_response(_dump(response))
 
-    async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
-                     timeout: float) -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
+    async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str, timeout: float,
+                     label: str = "") -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
         litellm = _library()
-        # The label a configured target of this provider and model has (metrics, malformed events).
-        parser = _openai.new_stream_parser(f"{provider.name}:{model}", model)
+        # Malformed events are counted under the target's metric label: never the model name a
+        # direct route's caller chose (an unbounded label set).
+        parser = _openai.new_stream_parser(label or f"{provider.name}:*", model)
         try:
             kwargs = self._kwargs(request, provider, model, timeout)
             kwargs["stream"] = True

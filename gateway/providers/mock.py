@@ -200,8 +200,8 @@ class MockAdapter:
         await _wait(provider.latency_ms / 1000, min(timeout, provider.timeout_s), "latency_ms")
         return response
 
-    async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str,
-                     timeout: float) -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
+    async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str, timeout: float,
+                     label: str = "") -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
         response, parts = respond(request, model)
         read_timeout = provider.timeout_s
         await _wait(provider.latency_ms / 1000, min(timeout, read_timeout), "latency_ms")

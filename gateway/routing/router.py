@@ -346,7 +346,8 @@ class Router:
                 response: ModelResponse | None = None
                 if target.in_process:
                     source = cast(InProcessAdapter, target.adapter).stream(request, target.provider, target.model,
-                                                                           deadline - time.monotonic())
+                                                                           deadline - time.monotonic(),
+                                                                           target.metric_label)
                     try:
                         async for item in source:
                             if isinstance(item, ModelResponse):
