@@ -31,7 +31,15 @@ import aiohttp
 from bench import servers
 from bench.common import Report, cpus_for
 from bench.instructions import ADMIN_KEY, _otlp_sink
-from bench.loadgen import chat_body, cpu_seconds, machine_busy_seconds, own_cpu_seconds, percentile
+from bench.loadgen import (
+    chat_body,
+    cpu_seconds,
+    machine_busy_seconds,
+    own_cpu_seconds,
+    percentile,
+    run_wrk_load,
+    wrk_available,
+)
 
 _HIGH = {"rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}
 _BUDGET = {"limit": 1e15, "unit": "tokens", "period": "month"}
@@ -112,9 +120,14 @@ async def _sequential(url: str, headers: dict[str, str], body: bytes, n: int) ->
 
 
 def _load_row(proc: servers.Proc, url: str, headers: dict[str, str], body: bytes, conc: int,
-              duration: float) -> dict[str, Any]:
+              duration: float, tool: str = "python") -> dict[str, Any]:
     cpu0, own0, busy0 = cpu_seconds(proc.pid), own_cpu_seconds(), machine_busy_seconds()
-    res = asyncio.run(_load(url, headers, body, conc, duration))
+    if tool == "wrk":
+        done = run_wrk_load(url, body, conc, duration, authorization=headers.get("authorization"))
+        res = {"requests": done.requests, "errors": done.errors, "error_samples": done.error_samples,
+               "rps": done.rps, "p50_ms": done.p50_ms, "p99_ms": done.p99_ms, "elapsed_s": done.duration_s}
+    else:
+        res = asyncio.run(_load(url, headers, body, conc, duration))
     cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / max(1, res["requests"])
     other = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)
     other_pct = round(max(0.0, other) / (res["elapsed_s"] * (os.cpu_count() or 1)) * 100, 1)
@@ -126,8 +139,9 @@ def scenario_controls(args: argparse.Namespace) -> None:
     unknown = set(on) - set(CONTROLS)
     if unknown:
         raise SystemExit(f"--controls: unknown {sorted(unknown)} (known: {', '.join(CONTROLS)})")
+    tool = "wrk" if args.tool == "wrk" or (args.tool == "auto" and wrk_available()) else "python"
     params = {"duration_s": args.duration, "concurrency": args.concurrency, "rounds": args.rounds,
-              "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on)}
+              "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on), "tool": tool}
     cols = ["setup", "RPS (mean)", "% of plain", "load p50 ms", "load p99 ms", "errors", "CPU ms/req",
             "seq p50 ms", "added seq p50 ms", "other CPU %"]
     report = Report("controls", cols, params)
@@ -156,7 +170,7 @@ def scenario_controls(args: argparse.Namespace) -> None:
             for name in order:
                 proc, headers = setups[name]
                 loads[name].append(_load_row(proc, f"{proc.base}/v1/chat/completions", headers, body,
-                                             args.concurrency, args.duration))
+                                             args.concurrency, args.duration, tool))
             for name in order:
                 proc, headers = setups[name]
                 lat = asyncio.run(_sequential(f"{proc.base}/v1/chat/completions", headers, body, args.per_round))
@@ -188,5 +202,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (plain and controls alternate first)")
     p.add_argument("--per-round", type=int, default=200, help="sequential requests per setup and round")
     p.add_argument("--redis", default="redis://127.0.0.1:6379/5", help="store.url of the controls gateway")
+    p.add_argument("--tool", choices=["auto", "wrk", "python"], default="python",
+                   help="load generator of the load rows (auto: wrk when installed); sequential rows use aiohttp")
     p.add_argument("--controls", default=",".join(CONTROLS),
                    help="which controls the second gateway has on (a managed key always): " + ",".join(CONTROLS))

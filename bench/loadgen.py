@@ -224,6 +224,8 @@ wrk.headers["Content-Type"] = "application/json"
 local f = assert(io.open(os.getenv("BENCH_BODY_FILE"), "rb"))
 wrk.body = f:read("*a")
 f:close()
+local authorization = os.getenv("BENCH_AUTHORIZATION")
+if authorization then wrk.headers["Authorization"] = authorization end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -239,9 +241,13 @@ def wrk_available() -> bool:
 
 
 def run_wrk_load(
-    url: str, body: bytes, concurrency: int = 50, duration_s: float = 10.0, threads: int = 1, timeout_s: float = 30.0
+    url: str, body: bytes, concurrency: int = 50, duration_s: float = 10.0, threads: int = 1, timeout_s: float = 30.0,
+    authorization: str | None = None,
 ) -> LoadResult:
-    """Closed-loop load with wrk (duration-bounded). Non-2xx answers and socket errors count as errors."""
+    """Closed-loop load with wrk (duration-bounded). Non-2xx answers and socket errors count as errors.
+
+    ``authorization``: the ``Authorization`` header value every request carries (a key's ``Bearer ...``).
+    """
     if not url.startswith("http://127.0.0.1"):
         raise ValueError("load is only ever sent to 127.0.0.1")
     with tempfile.TemporaryDirectory() as tmp:
@@ -253,6 +259,8 @@ def run_wrk_load(
         cmd = ["wrk", f"-t{threads}", f"-c{concurrency}", f"-d{max(1, round(duration_s))}s"]
         cmd += [f"--timeout={timeout_s:g}s", "-s", lua, url]
         env = {**os.environ, "BENCH_BODY_FILE": body_file}
+        if authorization:
+            env["BENCH_AUTHORIZATION"] = authorization
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration_s + timeout_s + 30)
     m = re.search(r"WRKJSON (\{.*\})", proc.stdout)
     if proc.returncode != 0 or not m:

@@ -18,6 +18,7 @@ import itertools
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from gateway import metrics, tracing
@@ -42,7 +43,7 @@ def request_id(raw: bytes | None) -> bytes:
     return b"%s%08x" % (_ID_PREFIX, next(_ID_COUNTER))
 
 
-def scope_request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
+def scope_request_id(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     for name, value in headers:
         if name == REQUEST_ID_HEADER:
             return request_id(value)

@@ -126,8 +126,9 @@ class ResponseBuilder:
         # Without ``emit`` (a non-stream response) every step runs the same, only the events are
         # not built: the returned lists hold only the marker of the terminal event (how the run sees the end).
         self.emit = emit or frames
-        # With ``frames`` (an SSE body, nobody reads the events) the per-chunk text deltas are
-        # their SSE frames already (bytes) and the two start snapshots share one serialisation.
+        # With ``frames`` (an SSE body, nobody reads the events) every event is its SSE frame
+        # (bytes), the frequent ones filled into byte templates; the terminal one is ``TERMINAL``
+        # until the run frames it with ``terminal_frame`` (from the stored record's bytes).
         self.frames = frames
         self._delta_head = b""
         self.label_of = label_of

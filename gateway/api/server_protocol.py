@@ -49,6 +49,7 @@ from uvicorn.config import Config as UvicornConfig
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from gateway.api.exchange import REQUEST_ID_HEADER, request_id, scope_request_id
 from gateway.config.model import ServerConfig
 from gateway.errors import GatewayError
 
@@ -203,8 +204,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             answer = cycle.response_complete
         if answer:
             kind = "timeout_error" if status == 408 else "invalid_request_error"
+            # A stalled body's head was whole: its request's id (the caller's, when safe) is the one the
+            # application logs. A head refused or never finished may not even have been read: a new id.
+            rid = scope_request_id(cycle.scope["headers"]) if cycle is not None and self._phase == _BODY \
+                else request_id(None)
             self.transport.write(_error_bytes(self.server_state.default_headers,
-                                              GatewayError(status, message, kind, code=code)))
+                                              GatewayError(status, message, kind, code=code), rid))
         if cycle is not None:
             cycle.keep_alive = False
         self.transport.close()
@@ -213,11 +218,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._reject(400, msg, "invalid_http_request")
 
 
-def _error_bytes(default_headers: list[tuple[bytes, bytes]], error: GatewayError) -> bytes:
+def _error_bytes(default_headers: list[tuple[bytes, bytes]], error: GatewayError, rid: bytes) -> bytes:
     body = error.body()
     head = [STATUS_LINE[error.status]]
     for name, value in default_headers:
         head.extend([name, b": ", value, b"\r\n"])
+    head.extend([REQUEST_ID_HEADER, b": ", rid, b"\r\n"])  # every answer carries a request id
     head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
     return b"".join(head) + body
 

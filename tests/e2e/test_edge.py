@@ -116,6 +116,7 @@ def test_head_over_limit_gets_431_before_any_work(edge: Gateway) -> None:
     status, headers, body = _read_response(sock)
     assert status == 431
     assert headers["content-type"] == "application/json"
+    assert headers["x-request-id"].startswith("req_")  # a new id: the refused head is never echoed
     error = _error(body)
     assert error["code"] == "request_header_fields_too_large" and "65536" in str(error["message"])
     assert _closed(sock, 2)
@@ -194,8 +195,8 @@ def test_head_sent_a_byte_at_a_time_gets_408(edge: Gateway) -> None:
         if select.select([sock], [], [], 0.25)[0]:
             break  # the gateway answered
         sock.sendall(bytes([byte]))
-    status, _, body = _read_response(sock)
-    assert status == 408
+    status, headers, body = _read_response(sock)
+    assert status == 408 and headers["x-request-id"].startswith("req_")
     error = _error(body)
     assert error["code"] == "request_timeout" and "header_timeout_s" in str(error["message"])
     assert time.monotonic() - started < 6
@@ -223,11 +224,12 @@ def test_connection_that_sends_nothing_is_closed(edge: Gateway) -> None:
 
 def test_stalled_body_gets_408(edge: Gateway) -> None:
     sock = _connect(edge)
-    sock.sendall(_post_head("/v1/chat/completions", 1000) + b'{"model": "plain"')
+    sock.sendall(_post_head("/v1/chat/completions", 1000, "X-Request-Id: stall-42\r\n") + b'{"model": "plain"')
     started = time.monotonic()
     status, headers, body = _read_response(sock)
     assert status == 408
     assert headers["connection"] == "close"
+    assert headers["x-request-id"] == "stall-42"  # the head was whole: the caller's id, as the app logs it
     error = _error(body)
     assert error["code"] == "request_timeout" and "body_timeout_s" in str(error["message"])
     assert time.monotonic() - started < 5
