@@ -65,11 +65,18 @@ class TargetHealth:
         return "closed"
 
     def healthy(self, target: str) -> bool:
-        """The common case, decided without awaiting: a closed circuit and no shared state to refresh."""
-        if self._shared is not None:
-            return False
+        """The common case, decided without awaiting: a closed circuit and no shared state to refresh.
+
+        With shared health (Redis) that is a closed circuit whose shared state was read less than
+        ``SHARED_REFRESH_S`` ago: ``admit`` would answer "closed" without a store call, so the
+        walk needs no coroutine per target; once the refresh is due, ``admit`` reads the store.
+        """
         state = self._states.get(target)
-        return state is None or not state.open_until
+        if state is None:
+            return self._shared is None  # shared: the first request reads the shared state
+        if state.open_until:
+            return False
+        return self._shared is None or time.time() - state.shared_checked_at < self.SHARED_REFRESH_S
 
     def is_open(self, target: str) -> bool:
         """Whether requests must skip ``target`` now (checked before a retry, so none goes to a just-opened circuit)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from gateway.routing.health import TargetHealth
 
@@ -32,3 +33,33 @@ async def test_a_failed_probe_reopens_the_circuit_at_once() -> None:
     assert await health.admit("t") == "probe"
     await health.record("t", failed=True)
     assert health.is_open("t") and health.state("t") == "open"
+
+
+class _Shared:
+    """Shared health as another replica left it: an "open until" per target, and the reads counted."""
+
+    def __init__(self) -> None:
+        self.open_until: dict[str, float] = {}
+        self.reads = 0
+
+    async def health_report(self, target: str, failed: bool, threshold: int, cooldown_s: float) -> float | None:
+        return None
+
+    async def health_open_until(self, target: str) -> float | None:
+        self.reads += 1
+        return self.open_until.get(target)
+
+
+async def test_shared_health_is_read_back_once_a_refresh_and_the_fast_path_holds_between() -> None:
+    shared = _Shared()
+    health = TargetHealth(failures_to_open=2, cooldown_s=30, shared=shared)
+    health.SHARED_REFRESH_S = 0.2  # type: ignore[misc]
+    assert not health.healthy("t"), "never read yet: the walk must ask the shared store"
+    assert await health.admit("t") == "closed" and shared.reads == 1
+    assert health.healthy("t"), "read just now and closed: no coroutine, no store call"
+    shared.open_until["t"] = time.time() + 30  # another replica found the target dead
+    assert health.healthy("t"), "within the refresh interval the last reading stands"
+    await asyncio.sleep(0.25)
+    assert not health.healthy("t"), "a refresh is due: the walk goes through admit"
+    assert await health.admit("t") == "refused" and shared.reads == 2
+    assert not health.healthy("t") and health.is_open("t")
