@@ -176,7 +176,7 @@ class Continuations:
         return item
 
     async def audit_denial(self, tenant: str, call: ToolCall, reason: str, key_id: str = "",
-                           key_name: str = "") -> None:
+                           key_name: str = "", route: str = "") -> None:
         """A headless denial: decided by the asking key's headless mode (``reason``: what it would have needed)."""
         arguments = call["function"]["arguments"].encode()
         await self.store.append_audit({
@@ -186,7 +186,7 @@ class Continuations:
             "arguments_sha256": hashlib.sha256(arguments).hexdigest(),
         })
         metrics.CONTINUATIONS.inc("headless_denial")
-        self.notifier.headless_denied(tenant, call, reason, key_name)
+        self.notifier.headless_denied(tenant, call, reason, key_name, route)
 
     def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
         """Executes approved calls at most once per continuation.

@@ -165,7 +165,8 @@ class PendingCall:
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]
 # (tenant, call, reason, asking key id, asking key name)
-AuditHook = Callable[[str, ToolCall, str, str, str], Awaitable[None]]
+# (tenant, call, reason, key id, key name, route) -> None: a headless denial, audited and notified
+AuditHook = Callable[[str, ToolCall, str, str, str, str], Awaitable[None]]
 # (call, registered tool) -> outcome with .status, .content, .elapsed_ms
 ExecuteHook = Callable[[ToolCall, Any], Awaitable[Any]]
 
@@ -368,7 +369,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
                                                "loopgate.reason": reason})
                 _record(state, call, "denied", 0.0, None if reason == "approval" else "client")
-                await deps.audit(request.tenant, call, reason, request.key_id, request.key_name)
+                await deps.audit(request.tenant, call, reason, request.key_id, request.key_name, request.plan.name)
             else:
                 pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
 

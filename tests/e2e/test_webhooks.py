@@ -160,6 +160,7 @@ def test_headless_denial_event(gateway: Gateway, receiver: WebhookReceiver) -> N
     event = delivery.json
     assert signed(delivery) and event["tenant"] == "jobs" and event["tool_calls"][0]["name"] == "delete_record"
     assert event["continuation_id"] is None and event["reason"] and event["decided_by"] == "nightly"
+    assert event["route"] == "agent"
 
 
 def test_retry_after_500_then_success(gateway: Gateway, receiver: WebhookReceiver) -> None:
