@@ -28,6 +28,7 @@ from gateway.context.summary import is_summary, summary_message, summary_prompt
 from gateway.loop.events import Notice
 from gateway.routing.router import Attempt, Router
 from gateway.routing.routes import RoutePlan
+from gateway.tracing import NOOP, Span
 
 # Room for the finalize instruction and per-message framing on top of the estimate.
 _SLACK_TOKENS = 64
@@ -55,8 +56,10 @@ def _window(plan: RoutePlan) -> tuple[int, bool]:
 
 class ContextStep:
     def __init__(self, guard: ContextGuard, router: Router, plan: RoutePlan, params: dict[str, Any],
-                 deadline: float, lookup: Callable[[str], RoutePlan | None] | None, usage_sink: Any) -> None:
+                 deadline: float, lookup: Callable[[str], RoutePlan | None] | None, usage_sink: Any,
+                 span: Span = NOOP) -> None:
         self._guard = guard
+        self._span = span  # the request's span: a summary is a model call, with its own ``chat`` span
         self._router = router
         self._plan = plan
         self._deadline = deadline
@@ -83,8 +86,16 @@ class ContextStep:
         assert self._summarizer is not None
         attempts: list[Attempt] = []
         request = ModelRequest(messages=summary_prompt(old), params={"max_tokens": _SUMMARY_MAX_TOKENS})
-        answer = await self._router.complete(self._summarizer.targets, request, attempts, self._summarizer.retries,
-                                             self._deadline)
+        targets = self._summarizer.targets
+        call_span = self._span.model_call(targets, request) if self._span.recording else None
+        try:
+            answer = await self._router.complete(targets, request, attempts, self._summarizer.retries, self._deadline)
+        except BaseException as exc:
+            if call_span is not None:
+                call_span.failed(exc, attempts)
+            raise
+        if call_span is not None:
+            call_span.answered(answer.target, answer.response, attempts)
         self._usage(answer.target.label, answer.response.usage)
         return text_of(answer.response.message.get("content"))
 

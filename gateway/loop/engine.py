@@ -229,7 +229,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
     tool_defs = deps.tools.definitions(route_tools) + request.client_tools
     transcript = request.messages
     context = (ContextStep(deps.context, deps.router, plan, request.params, request.deadline, deps.route_lookup,
-                           state.add_call) if deps.context is not None else None)
+                           state.add_call, span) if deps.context is not None else None)
     if context is not None:
         state.context = context.report
     cap = context.cap if context is not None else _unchanged

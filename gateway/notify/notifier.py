@@ -147,8 +147,8 @@ class Notifier:
         """``key_name``: the headless key that asked (its headless mode decided); ``route``: the model it asked for."""
         function = call.get("function") or {}
         item = {"tool_call_id": call.get("id"), "name": function.get("name"), "arguments": function.get("arguments")}
-        self.emit("headless_denied", tenant, route=events.cut(route, 200) if route else None, calls=[item], reason=events.cut(reason),
-                  decided_by=key_name or None, asked_by=key_name or None)
+        self.emit("headless_denied", tenant, route=events.cut(route, 200) if route else None, calls=[item],
+                  reason=events.cut(reason), decided_by=key_name or None, asked_by=key_name or None)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:

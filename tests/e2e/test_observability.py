@@ -329,5 +329,14 @@ def test_context_actions_are_span_events(traced: Gateway, fakes: dict[str, FakeU
     response = traced.post("/v1/chat/completions", {"model": "ctx_compress", "messages": long_history(),
                                                     "max_tokens": 300}, headers={"traceparent": traceparent})
     assert response.status_code == 200 and response.json()["gateway"]["context"]["compressions"] == 1
-    (server,) = by_name(receiver.trace(trace_id, 2), "POST")
+    spans = receiver.trace(trace_id, 3)
+    (server,) = by_name(spans, "POST")
     assert "loopgate.context.context_compressed" in [name for name, _ in server.events]
+    # The summary is a model call too: its own ``chat`` span under the request's, with its usage.
+    chats = {span.name: span for span in by_name(spans, "chat ")}
+    assert set(chats) == {"chat sum-model", "chat ctx-model"}
+    summary = chats["chat sum-model"]
+    assert summary.parent_span_id == server.span_id and summary.kind == "client"
+    assert summary.attributes["gen_ai.request.model"] == "sum-model"
+    assert summary.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    assert "gen_ai.usage.input_tokens" in summary.attributes
