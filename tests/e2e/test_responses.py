@@ -9,7 +9,7 @@ import openai
 import orjson
 import pytest
 
-from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway
+from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, PROVIDER_MODELS, Gateway
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -451,3 +451,37 @@ def test_the_raw_stream_names_every_event_and_numbers_it(gateway: Gateway, fakes
 def test_every_endpoint_needs_a_key(gateway: Gateway, method: str, path: str) -> None:
     response = httpx.request(method, f"{gateway.url}{path}", json={"model": "plain", "input": "hi"}, timeout=10)
     assert response.status_code == 401 and response.json()["error"]["type"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+@pytest.mark.parametrize("provider", list(PROVIDER_MODELS))
+class TestWireFormats:
+    """Each wire format (OpenAI-compatible, Anthropic, Gemini) behind the Responses renderer, both modes."""
+
+    def test_text_with_reasoning(self, gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str,
+                                 stream: bool) -> None:
+        fakes[provider].queue(Reply(reasoning="Both are in Europe.", text="Sunny in both.", usage=(11, 6)))
+        response = create(gateway, stream, model=f"{provider}/{PROVIDER_MODELS[provider]}",
+                          input="Weather in Paris and Rome?", max_output_tokens=200)
+        assert response.status == "completed" and response.output_text == "Sunny in both."
+        assert kinds(response) == ["reasoning", "message"]
+        assert response.output[0].summary[0].text == "Both are in Europe."
+        assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 6)
+        assert response.model_extra["gateway"]["answered_by"] == [f"{provider}:{PROVIDER_MODELS[provider]}"]
+
+    def test_server_tools_then_a_client_call_then_its_answer(self, gateway: Gateway,
+                                                             fakes: dict[str, FakeUpstream], provider: str,
+                                                             stream: bool) -> None:
+        fakes[provider].queue(Reply(tool_calls=[("get_weather", {"city": "Paris"}), ("add", {"a": 2, "b": 3})]),
+                              Reply(text="Checking the record.", tool_calls=[("lookup", {"q": "42"})]))
+        first = create(gateway, stream, model=f"solo_{provider}", input="Weather, a sum, then record 42",
+                       tools=LOOKUP)
+        assert kinds(first) == ["mcp_call", "mcp_call", "message", "function_call"]
+        assert [item.status for item in first.output if item.type == "mcp_call"] == ["completed", "completed"]
+        assert first.model_extra["gateway"]["status"] == "paused"
+        call = first.output[-1]
+        fakes[provider].queue(Reply(text="Record 42 is archived."))
+        second = create(gateway, stream, model=f"solo_{provider}", previous_response_id=first.id, tools=LOOKUP,
+                        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "archived"}])
+        assert second.status == "completed" and second.output_text == "Record 42 is archived."
+        assert len(fakes[provider].requests) == 3  # the strict fakes accepted every transcript sent
