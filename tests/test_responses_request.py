@@ -153,6 +153,16 @@ def test_an_approved_call_then_its_execution_is_one_turn() -> None:
     assert converted.messages[2]["content"] == "deleted" and converted.decisions == []
 
 
+def test_an_output_of_text_parts_is_their_text() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "shipped "},
+                                                                      {"type": "input_text", "text": "today"}]},
+    ))
+    assert converted.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "shipped today"}
+
+
 def test_answers_without_their_calls_are_orphans() -> None:
     converted = to_messages(items({"type": "function_call_output", "call_id": "c9", "output": "x"}))
     assert converted.orphan == "input[0]" and converted.decisions == [{"tool_call_id": "c9", "output": "x"}]
@@ -164,6 +174,13 @@ def test_answers_without_their_calls_are_orphans() -> None:
     ({"role": "user", "content": 5}, "input[0].content"),
     ({"type": "function_call", "name": "f", "arguments": "{}"}, "input[0].call_id"),
     ({"type": "mcp_approval_response", "approval_request_id": "a", "approve": "yes"}, "input[0].approve"),
+    ({"type": "reasoning", "summary": "not a list"}, "input[0].summary"),
+    ({"type": "function_call_output", "call_id": "c1", "output": {"x": 1}}, "input[0].output"),
+    ({"type": "function_call_output", "call_id": "c1", "output": [
+        {"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": "data:image/png;base64,AA"}]},
+     "input[0].output[1].type"),
+    ({"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": 5}]},
+     "input[0].output[0].text"),
 ])
 def test_bad_items_name_the_parameter(item: dict[str, Any], param: str) -> None:
     with pytest.raises(GatewayError) as caught:

@@ -119,6 +119,24 @@ def _parts(content: Any, param: str, role: str) -> Any:
     return parts
 
 
+def _output_text(parts: list[Any], param: str) -> str:
+    """A function call's output given as content parts: their text, joined.
+
+    The engine hands tool results to every provider as text, so an image or file part would be
+    lost on the way: it is refused, naming the part, rather than dropped.
+    """
+    texts = []
+    for index, part in enumerate(parts):
+        where = f"{param}[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "output_text", "text"):
+            raise bad_request(f"function_call_output part type {quoted(kind)} is not supported by this gateway: a "
+                              "tool's output reaches the model as text (send a string or 'input_text' parts)",
+                              f"{where}.type")
+        texts.append(_str(part, "text", where, required=False))
+    return "".join(texts)
+
+
 def to_messages(items: list[dict[str, Any]]) -> Converted:
     if len(items) == 1:  # the common case (``input`` a string): what the loop below makes of it, directly
         item = items[0]
@@ -149,7 +167,10 @@ def to_messages(items: list[dict[str, Any]]) -> Converted:
                 turn.text.append(content if isinstance(content, str) else "".join(p["text"] for p in content))
             elif kind == "reasoning":
                 summary = item.get("summary")
-                if isinstance(summary, list):
+                if summary is not None and not isinstance(summary, list):
+                    raise bad_request(f"'{param}.summary' must be an array of summary_text parts, not "
+                                      f"{type_name(summary)}", f"{param}.summary")
+                if summary:
                     turn.reasoning.extend(s.get("text", "") for s in summary if isinstance(s, dict)
                                           and isinstance(s.get("text"), str))
             elif kind == "function_call":
@@ -164,10 +185,11 @@ def to_messages(items: list[dict[str, Any]]) -> Converted:
         elif kind == "function_call_output":
             call_id = _str(item, "call_id", param)
             output = item.get("output")
-            if isinstance(output, list):  # output content parts: the text of them
-                output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
-            if not isinstance(output, str):
-                raise bad_request(f"'{param}.output' must be a string", f"{param}.output")
+            if isinstance(output, list):
+                output = _output_text(output, f"{param}.output")
+            elif not isinstance(output, str):
+                raise bad_request(f"'{param}.output' must be a string or an array of input_text parts, not "
+                                  f"{type_name(output)}", f"{param}.output")
             if _answered(turn, call_id):
                 turn.results[call_id] = output
             else:
