@@ -162,7 +162,8 @@ class ResponseBuilder:
     def id(self) -> str:
         return str(self.response["id"])
 
-    def _event(self, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    def _event(self, kind: str, fields: dict[str, Any]) -> Any:
+        """The event dict, or (``frames``) its SSE frame; numbered either way."""
         number = self._seq
         self._seq += 1
         if not self.emit:
@@ -170,7 +171,7 @@ class ResponseBuilder:
         fields["type"] = kind
         fields["sequence_number"] = number
         if self.frames:
-            return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(fields) + b"\n\n"  # type: ignore[return-value]
+            return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(fields) + b"\n\n"
         return fields
 
     def _snapshot(self) -> dict[str, Any]:
