@@ -23,12 +23,12 @@ from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
 from gateway.api.responses_background import check_background, start_background
-from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request
+from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request, response_not_found
 from gateway.api.responses_run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.canonical import Usage
-from gateway.errors import GatewayError, bad_request, quoted
+from gateway.errors import bad_request
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
@@ -127,13 +127,8 @@ def usage_of(response: dict[str, Any]) -> Usage | None:
 def _response_id(request: Request) -> str:
     response_id: str = request.path_params["id"]
     if len(response_id) > MAX_ID_CHARS:
-        raise _not_found(response_id[:MAX_ID_CHARS] + "…")
+        raise response_not_found(response_id)
     return response_id
-
-
-def _not_found(response_id: str) -> GatewayError:
-    return GatewayError(404, f"No response found with id {quoted(response_id)}.", "invalid_request_error", None,
-                        "response_not_found")
 
 
 async def _record(request: Request) -> tuple[Runtime, str, str, dict[str, Any]]:
@@ -142,7 +137,7 @@ async def _record(request: Request) -> tuple[Runtime, str, str, dict[str, Any]]:
     response_id = _response_id(request)
     record = await runtime.responses.get(key.tenant, response_id)
     if record is None:
-        raise _not_found(response_id)
+        raise response_not_found(response_id)
     return runtime, key.tenant, response_id, record
 
 

@@ -30,15 +30,14 @@ from gateway.api.background_runner import BackgroundRunner, close_events, failed
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.responses_request import MAX_ID_CHARS, response_not_found
 from gateway.api.responses_run import ResponseRun
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.errors import GatewayError, bad_request
+from gateway.errors import bad_request
 from gateway.store.background import BackgroundRun, RunNotFound
 from gateway.usage.meter import Meter
 
-# Ids the gateway issues are far shorter; a longer one cannot exist.
-MAX_ID_CHARS = 100
 # Stored events read per store round trip while replaying.
 REPLAY_BATCH = 256
 # How long a cancel waits for the running replica to store "cancelled" before answering anyway.
@@ -56,13 +55,8 @@ def _runner(runtime: Runtime) -> BackgroundRunner:
 def _run_id(request: Request) -> str:
     run_id: str = request.path_params["id"]
     if len(run_id) > MAX_ID_CHARS:
-        raise _not_found(run_id[:MAX_ID_CHARS] + "…")
+        raise response_not_found(run_id)
     return run_id
-
-
-def _not_found(run_id: str) -> GatewayError:
-    return GatewayError(404, f"Response with id {run_id!r} not found.", "invalid_request_error", "response_id",
-                        "response_not_found")
 
 
 def check_background(runtime: Runtime, store: bool) -> None:
@@ -219,7 +213,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
                 if await runtime.responses.get(key.tenant, run_id) is not None:
                     raise bad_request("Only responses created with background=true can be cancelled.",
                                       code="response_not_cancellable")
-                raise _not_found(run_id)
+                raise response_not_found(run_id)
             return JSONResponse(orjson.dumps(run.response))
         except Exception as exc:
             return error_response(to_gateway_error(exc))

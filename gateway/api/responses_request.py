@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.api.request import _expect, _function, type_name
 from gateway.canonical import ToolDef
-from gateway.errors import bad_request, quoted
+from gateway.errors import GatewayError, bad_request, quoted
 
 # Bounds on caller-controlled counts (the body itself is bounded by server.max_body_bytes).
 MAX_INPUT_ITEMS = 4096
@@ -319,3 +319,10 @@ def _metadata(value: Any) -> dict[str, str]:
             raise bad_request(f"'metadata' values must be strings of at most {MAX_METADATA_VALUE_CHARS} characters",
                               f"metadata.{key[:MAX_METADATA_KEY_CHARS]}")
     return value
+
+
+def response_not_found(response_id: str) -> GatewayError:
+    """The 404 for an unknown, expired, deleted or other tenant's response id (every endpoint the same)."""
+    shown = response_id if len(response_id) <= MAX_ID_CHARS else response_id[:MAX_ID_CHARS] + "…"
+    return GatewayError(404, f"No response found with id {quoted(shown)}.", "invalid_request_error", None,
+                        "response_not_found")

@@ -186,8 +186,12 @@ def test_get_delete_input_items_and_tenancy(gateway: Gateway, fakes: dict[str, F
     desc = client.get(f"/responses/{response.id}/input_items", cast_to=object)
     assert desc["data"][0]["content"] == "message 4" and desc["first_id"] == desc["data"][0]["id"]
 
-    with pytest.raises(openai.NotFoundError):
-        gateway.client(OTHER_KEY).responses.retrieve(response.id)
+    # Another tenant's id is an unknown one, on every endpoint, with one error.
+    for call in (lambda c: c.responses.retrieve(response.id), lambda c: c.responses.cancel(response.id),
+                 lambda c: c.responses.delete(response.id), lambda c: c.responses.input_items.list(response.id)):
+        with pytest.raises(openai.NotFoundError) as unknown:
+            call(gateway.client(OTHER_KEY))
+        assert unknown.value.code == "response_not_found" and response.id in unknown.value.message
     with pytest.raises(openai.BadRequestError) as other:
         gateway.client(OTHER_KEY).responses.create(model="plain", input="hi", previous_response_id=response.id)
     assert other.value.code == "previous_response_not_found"
