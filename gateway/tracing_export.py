@@ -9,15 +9,25 @@ CPU, not in the gateway's (its ``OTEL_BSP_*`` environment variables apply).
 
 Stdin closing (the gateway shut down or died) ends it: the processor exports what it holds, then
 it exits. Ctrl-C reaches the whole process group, so SIGINT is ignored here: the gateway decides.
+
+Spans that never reach the collector are counted and reported, never lost silently: when the
+queue is full (``OTEL_BSP_MAX_QUEUE_SIZE`` spans waiting: the collector or this process cannot
+keep up) a span is dropped here, and an export the collector refused or did not answer loses its
+batch. The first loss is logged at once, later ones as one line with their numbers at most every
+``REPORT_INTERVAL_S`` and at exit. (The SDK's own queue-full line would come once per 20 s with no
+count.)
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import signal
 import struct
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
@@ -25,7 +35,7 @@ import orjson
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -38,6 +48,67 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _KINDS = {kind.value: kind for kind in SpanKind}
 _UNSET = Status(StatusCode.UNSET)
 logger = logging.getLogger("loopgate.tracing")
+#: the longest time a loss of spans waits to be reported (the first one is reported at once)
+REPORT_INTERVAL_S = 10.0
+_SDK_QUEUE, _SDK_BATCH = 2048, 512  # the SDK's defaults of OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class CountingExporter(SpanExporter):
+    """The official exporter, with the spans it was handed and the ones it could not deliver counted."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.taken = 0  # spans the processor took off its queue (read by the main thread)
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.taken += len(spans)
+        try:
+            result = self.inner.export(spans)
+        except Exception:
+            self.failed += len(spans)
+            raise
+        if result is not SpanExportResult.SUCCESS:
+            self.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class Losses:
+    """Spans dropped (queue full) or not delivered, reported as described in the module docstring."""
+
+    def __init__(self, exporter: CountingExporter, interval_s: float = REPORT_INTERVAL_S) -> None:
+        self.exporter = exporter
+        self.interval_s = interval_s
+        self.dropped = 0  # totals
+        self._reported = (0, 0)  # (dropped, failed) at the last report
+        self._last = -math.inf
+
+    def report(self, final: bool = False) -> None:
+        dropped, failed = self.dropped, self.exporter.failed
+        if (dropped, failed) == self._reported:
+            return
+        now = time.monotonic()
+        if not final and now - self._last < self.interval_s:
+            return
+        new_dropped, new_failed = dropped - self._reported[0], failed - self._reported[1]
+        self._reported, self._last = (dropped, failed), now
+        logger.warning("trace exporter: %d span(s) dropped because the queue was full (the collector or this "
+                       "process cannot keep up) and %d not delivered (the collector refused or did not answer) "
+                       "since the last report; %d and %d in all", new_dropped, new_failed, dropped, failed)
 
 
 def read_frame(stream: BinaryIO, limit: int) -> bytes | None:
@@ -101,14 +172,26 @@ def main() -> int:
     password = urlsplit(settings["endpoint"]).password
     redact.install(Redactor([*header_secrets(settings["headers"].values()), *([password] if password else [])]))
     _logging(settings["log_format"], settings["log_level"])
-    exporter = OTLPSpanExporter(endpoint=f"{settings['endpoint']}/v1/traces", headers=settings["headers"])
-    processor = BatchSpanProcessor(exporter)
+    exporter = CountingExporter(OTLPSpanExporter(endpoint=f"{settings['endpoint']}/v1/traces",
+                                                 headers=settings["headers"]))
+    queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _SDK_QUEUE)
+    batch = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _SDK_BATCH)
+    # The queue bound is kept here, where drops can be counted: the SDK's queue is one batch larger
+    # (the batch being taken off it is counted as taken a moment late), so it never drops itself.
+    processor = BatchSpanProcessor(exporter, max_queue_size=queue + batch, max_export_batch_size=min(batch, queue))
+    losses = Losses(exporter)
     rebuilder = Rebuilder(settings["service_name"], settings["service_version"])
     limit = settings["frame_max"]
+    handed = 0
     try:
         while (payload := read_frame(stream, limit)) is not None:
             for span in rebuilder.spans(orjson.loads(payload)):
+                if handed - exporter.taken >= queue:
+                    losses.dropped += 1
+                    continue
                 processor.on_end(span)
+                handed += 1
+            losses.report()
     except ValueError as exc:  # a frame that is not ours: nothing after it can be trusted
         logger.error("trace exporter: bad input from the gateway: %s", exc)
         return 1
@@ -117,6 +200,7 @@ def main() -> int:
         return 1
     finally:
         processor.shutdown()
+        losses.report(final=True)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,8 +44,16 @@ def _attributes(items: Any) -> dict[str, Any]:
 
 
 class OtlpReceiver(ThreadedApp):
-    def __init__(self) -> None:
+    """An OTLP/HTTP collector decoding with the official protobuf definitions.
+
+    ``delay_s``: how long each export waits before its answer (a slow collector); ``refuse``: every
+    export answered 400 (a collector that will not take them: no retry).
+    """
+
+    def __init__(self, delay_s: float = 0.0, refuse: bool = False) -> None:
         super().__init__()
+        self.delay_s = delay_s
+        self.refuse = refuse
         self.spans: list[ReceivedSpan] = []
         self.content_types: list[str] = []
         self.authorizations: list[str] = []
@@ -56,6 +65,10 @@ class OtlpReceiver(ThreadedApp):
         return app
 
     async def _traces(self, request: web.Request) -> web.Response:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.refuse:
+            return web.Response(status=400, body=b"no")
         self.content_types.append(request.content_type)
         self.authorizations.append(request.headers.get("authorization", ""))
         export = ExportTraceServiceRequest()

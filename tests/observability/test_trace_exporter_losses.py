@@ -1,0 +1,90 @@
+"""The exporter process counts and reports the spans that never reach the collector.
+
+The real ``python -m gateway.tracing_export`` is fed frames on stdin, as the gateway's shipper
+does, and exports to a local OTLP/HTTP collector that is slow (its queue fills: spans dropped) or
+refuses every export (batches not delivered). Every span handed over is accounted for: received,
+dropped or not delivered, and the log says how many, in a few lines rather than one per span.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+
+import orjson
+
+from tests.fakes.otlp_receiver import OtlpReceiver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPORT = re.compile(r"(\d+) span\(s\) dropped .*? and (\d+) not delivered .*?; (\d+) and (\d+) in all")
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+def _requests(count: int) -> list[list[object]]:
+    now = time.time_ns()
+    out: list[list[object]] = []
+    for n in range(count):
+        span_id = n + 1
+        out.append([os.urandom(16).hex(), [["POST /v1/chat/completions", 2, span_id, 0, now, now + 1000,
+                                            {"http.response.status_code": 200, "loopgate.route": "r"}, [], 0, None]]])
+    return out
+
+
+def _run_exporter(receiver: OtlpReceiver, spans: int, env: dict[str, str]) -> list[str]:
+    settings = {"endpoint": receiver.url, "headers": {}, "service_name": "loopgate", "service_version": "test",
+                "frame_max": 8 << 20, "log_format": "text", "log_level": "INFO"}
+    requests = _requests(spans)
+    data = _frame(orjson.dumps(settings)) + b"".join(
+        _frame(orjson.dumps(requests[i:i + 500])) for i in range(0, spans, 500))
+    done = subprocess.run([sys.executable, "-m", "gateway.tracing_export"], input=data, capture_output=True,
+                          cwd=ROOT, env={**os.environ, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return done.stderr.decode().splitlines()
+
+
+def _reports(lines: list[str]) -> list[tuple[int, int, int, int]]:
+    found = [_REPORT.search(line) for line in lines if "trace exporter:" in line]
+    return [tuple(int(g) for g in match.groups()) for match in found if match]  # type: ignore[misc]
+
+
+def test_a_full_queue_drops_spans_counted_and_reported_in_a_few_lines() -> None:
+    receiver = OtlpReceiver(delay_s=0.2).start()
+    try:
+        lines = _run_exporter(receiver, 3000, {"OTEL_BSP_MAX_QUEUE_SIZE": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "50",
+                                               "OTEL_BSP_SCHEDULE_DELAY": "50"})
+        reports = _reports(lines)
+        assert 1 <= len(reports) <= 3, lines  # the first loss at once, the rest at exit: never one per span
+        dropped = reports[-1][2]
+        assert dropped == sum(r[0] for r in reports) and reports[-1][3] == 0
+        assert dropped > 0 and len(receiver.spans) + dropped == 3000  # every span accounted for
+        assert not any("Queue full" in line for line in lines)  # the SDK's own queue never overflowed
+    finally:
+        receiver.stop()
+
+
+def test_a_collector_that_refuses_every_export_is_reported_as_not_delivered() -> None:
+    receiver = OtlpReceiver(refuse=True).start()
+    try:
+        lines = _run_exporter(receiver, 120, {"OTEL_BSP_SCHEDULE_DELAY": "50"})
+        reports = _reports(lines)
+        assert reports and reports[-1][2:] == (0, 120), lines
+        assert receiver.spans == []
+    finally:
+        receiver.stop()
+
+
+def test_nothing_lost_means_nothing_reported() -> None:
+    receiver = OtlpReceiver().start()
+    try:
+        lines = _run_exporter(receiver, 200, {"OTEL_BSP_SCHEDULE_DELAY": "50"})
+        assert _reports(lines) == [] and not any("trace exporter:" in line for line in lines), lines
+        assert len(receiver.spans) == 200
+    finally:
+        receiver.stop()
