@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import yaml
 
 from bench import servers
 from bench.instructions import _send
+from bench.loadgen import cpu_seconds
 
 PROMPT = "Say hello in one short sentence."
 BODIES = {
@@ -36,13 +36,6 @@ BODIES = {
     "responses": ("responses", orjson.dumps({"model": "bench", "input": PROMPT})),
     "responses-nostore": ("responses", orjson.dumps({"model": "bench", "input": PROMPT, "store": False})),
 }
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pid: int) -> tuple[float, float]:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 def main() -> None:
@@ -72,17 +65,15 @@ def main() -> None:
                     url = f"{gateway.base}/v1/{path}"
                     asyncio.run(_send(url, 500, args.concurrency, body, lambda status, raw: status == 200))
                     for chunk in range(args.chunks):
-                        user0, system0 = _cpu(gateway.pid)
+                        cpu0 = cpu_seconds(gateway.pid, tree=False)
                         started = time.perf_counter()
                         ok = asyncio.run(_send(url, args.requests, args.concurrency, body,
                                                lambda status, raw: status == 200))
                         elapsed = time.perf_counter() - started
-                        user1, system1 = _cpu(gateway.pid)
                         errors += args.requests - ok
-                        cost = (user1 - user0 + system1 - system0) * 1000 / args.requests
+                        cost = (cpu_seconds(gateway.pid, tree=False) - cpu0) * 1000 / args.requests
                         per_request[name].append(cost)
-                        print(f"{name:18s} chunk {chunk}: user {(user1 - user0) * 1000 / args.requests:.3f} "
-                              f"+ sys {(system1 - system0) * 1000 / args.requests:.3f} ms/req, "
+                        print(f"{name:18s} chunk {chunk}: {cost:.3f} ms/req (user+sys), "
                               f"{args.requests / elapsed:,.0f} req/s, {args.requests - ok} errors", flush=True)
     base = statistics.mean(per_request[setups[0]])
     for name in setups:

@@ -23,7 +23,12 @@ from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.limits import Admission
 from gateway.api.responses_background import check_background, start_background
-from gateway.api.responses_request import MAX_ID_CHARS, parse_responses_request, response_not_found
+from gateway.api.responses_request import (
+    MAX_ID_CHARS,
+    parse_responses_request,
+    path_response_id,
+    response_not_found,
+)
 from gateway.api.responses_run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
@@ -124,17 +129,10 @@ def usage_of(response: dict[str, Any]) -> Usage | None:
                  completion_tokens=int(usage.get("output_tokens") or 0))
 
 
-def _response_id(request: Request) -> str:
-    response_id: str = request.path_params["id"]
-    if len(response_id) > MAX_ID_CHARS:
-        raise response_not_found(response_id)
-    return response_id
-
-
 async def _record(request: Request) -> tuple[Runtime, str, str, dict[str, Any]]:
     runtime: Runtime = request.app.state.runtime
     key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-    response_id = _response_id(request)
+    response_id = path_response_id(request.path_params)
     record = await runtime.responses.get(key.tenant, response_id)
     if record is None:
         raise response_not_found(response_id)

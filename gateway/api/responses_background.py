@@ -30,7 +30,7 @@ from gateway.api.background_runner import BackgroundRunner, close_events, failed
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.responses_request import MAX_ID_CHARS, response_not_found
+from gateway.api.responses_request import path_response_id, response_not_found
 from gateway.api.responses_run import ResponseRun
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
@@ -50,13 +50,6 @@ Fallback = Callable[[Request], Awaitable[Any]]
 
 def _runner(runtime: Runtime) -> BackgroundRunner:
     return runtime.background
-
-
-def _run_id(request: Request) -> str:
-    run_id: str = request.path_params["id"]
-    if len(run_id) > MAX_ID_CHARS:
-        raise response_not_found(run_id)
-    return run_id
 
 
 def check_background(runtime: Runtime, store: bool) -> None:
@@ -186,7 +179,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         runtime: Runtime = request.app.state.runtime
         try:
             key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-            run_id = _run_id(request)
+            run_id = path_response_id(request.path_params)
             stream, after = _stream_options(request)
             run = await lookup(runtime, run_id, key.tenant)
             if run is None:
@@ -207,7 +200,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         runtime: Runtime = request.app.state.runtime
         try:
             key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-            run_id = _run_id(request)
+            run_id = path_response_id(request.path_params)
             run = await cancel(runtime, run_id, key.tenant)
             if run is None:
                 if await runtime.responses.get(key.tenant, run_id) is not None:
@@ -222,7 +215,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         runtime: Runtime = request.app.state.runtime
         try:
             key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-            run_id = _run_id(request)
+            run_id = path_response_id(request.path_params)
             runner = _runner(runtime)
             # A run still going stops at its next write (its record is gone: the fence says so).
             if not await runner.store.delete(run_id, key.tenant):

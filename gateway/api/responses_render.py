@@ -266,10 +266,10 @@ class ResponseBuilder:
                 out.append(_MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
             else:
                 self._open = self._add(item, out)
-            if self.emit and not self.frames:
-                out.append(self._event("response.content_part.added", {
-                    "item_id": item_id, "output_index": self._open, "content_index": 0,
-                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
+                if self.emit:
+                    out.append(self._event("response.content_part.added", {
+                        "item_id": item_id, "output_index": self._open, "content_index": 0,
+                        "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
         self._parts.append(text)
         if self.frames:
             out.append(self._delta_head + orjson.dumps(text) + _DELTA_TAIL % self._seq)

@@ -13,6 +13,7 @@ parameter, never dropped silently. Every count and size a caller controls is bou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -319,6 +320,14 @@ def _metadata(value: Any) -> dict[str, str]:
             raise bad_request(f"'metadata' values must be strings of at most {MAX_METADATA_VALUE_CHARS} characters",
                               f"metadata.{key[:MAX_METADATA_KEY_CHARS]}")
     return value
+
+
+def path_response_id(path_params: Mapping[str, Any]) -> str:
+    """The ``{id}`` of a ``/v1/responses/{id}...`` path; one longer than any issued id is a 404 at once."""
+    response_id: str = path_params["id"]
+    if len(response_id) > MAX_ID_CHARS:
+        raise response_not_found(response_id)
+    return response_id
 
 
 def response_not_found(response_id: str) -> GatewayError:

@@ -24,6 +24,16 @@ from gateway.config.model import StoreSentinel, StoreTls
 
 DEFAULT_PORT = 6379
 
+# What every connection reports in CLIENT SETINFO, made once: without it, redis-py 7 builds one per
+# new connection and reads its package metadata through importlib (about 1 ms of CPU each time).
+# Older redis-py reads its version once, at import, and has no ``driver_info`` parameter.
+try:
+    from redis.driver_info import DriverInfo
+except ImportError:  # redis-py < 7
+    _DRIVER_KWARGS: dict[str, Any] = {}
+else:
+    _DRIVER_KWARGS = {"driver_info": DriverInfo()}
+
 
 @dataclass(frozen=True, slots=True)
 class RedisUrl:
@@ -109,16 +119,6 @@ class RedisClients:
             await node.aclose()
         self._nodes.clear()
         await self.client.aclose()
-
-# What every connection reports in CLIENT SETINFO, made once: without it, redis-py 7 builds one per
-# new connection and reads its package metadata through importlib (about 1 ms of CPU each time).
-# Older redis-py reads its version once, at import, and has no ``driver_info`` parameter.
-try:
-    from redis.driver_info import DriverInfo
-except ImportError:  # redis-py < 7
-    _DRIVER_KWARGS: dict[str, Any] = {}
-else:
-    _DRIVER_KWARGS = {"driver_info": DriverInfo()}
 
 
 def connect(url: str, *, username: str | None = None, password: str | None = None, tls: StoreTls | None = None,
