@@ -173,8 +173,9 @@ def main() -> None:
     parser.add_argument("--tracing", action="store_true", help="export spans to a local OTLP/HTTP receiver")
     parser.add_argument("--sample-ratio", type=float, default=1.0, help="observability.sample_ratio with --tracing")
     parser.add_argument("--json-logs", action="store_true", help="JSON logs with an access record per request")
-    parser.add_argument("--controls", action="store_true",
-                        help="every control of the bench scenario 'controls' (needs --store redis://...)")
+    parser.add_argument("--controls", nargs="?", const="all", default=None, metavar="LIST",
+                        help="every control of the bench scenario 'controls' (needs --store redis://...), or "
+                             "the ones named (limits,budget,price,redis,tracing,logs; a managed key always)")
     args = parser.parse_args()
     body = _body(args.stream, args.responses, args.agent, args.keep)
 
@@ -204,10 +205,14 @@ def main() -> None:
                 entry["budget"] = {"limit": 1e12, "unit": "tokens", "period": "month"}
             config["auth"] = {**config.get("auth", {}), "keys": [entry]}
         if args.controls:
-            from bench.controls import controls_config  # bench.controls imports this module
+            from bench.controls import CONTROLS, controls_config  # bench.controls imports this module
 
-            config = controls_config(fake.base, args.store or "redis://127.0.0.1:6379/5", _otlp_sink())
+            on = CONTROLS if args.controls == "all" else tuple(n.strip() for n in args.controls.split(",") if n.strip())
+            args.tracing = args.tracing or "tracing" in on
+            config = controls_config(fake.base, args.store or "redis://127.0.0.1:6379/5", _otlp_sink(), on)
             args.limited = True
+            if "limits" not in on:
+                args.limits = ""
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         # Traced, each worker has an exporter process (gateway/tracing_export.py): callgrind follows
         # it too, so its instructions are counted apart from the gateway's.
@@ -246,7 +251,7 @@ def main() -> None:
     kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
     kind += " agent turn" if args.agent else " request"
     kind += "" if args.keep or not args.responses else " (store: false)"
-    kind += " all controls" if args.controls else ""
+    kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dumps in {out_dir})")

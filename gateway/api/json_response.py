@@ -4,13 +4,22 @@ Starlette's ``Response`` builds its header list through a ``MutableHeaders`` pas
 for background tasks on every call; on the hot path the gateway only ever needs two fixed
 headers (plus ``Retry-After`` on some errors), so this sends the two ASGI messages directly.
 Starlette endpoints may return it too: it is a plain ASGI callable.
+
+Served by Loopgate's own server (``gateway/api/server_protocol.py``), a response without
+``headers`` is written whole, in one write: its ``raw_headers`` are the gateway's own
+(``x-request-id``, the ``x-ratelimit-*`` numbers), encoded here without uvicorn's per-header
+checks. ``headers`` (an error's, such as ``Retry-After``) and any other server take the two
+ASGI messages, checked as usual.
 """
 
 from __future__ import annotations
 
 from starlette.types import Receive, Scope, Send
 
+from gateway.api.server_protocol import whole_response_cycle, write_whole_response
+
 _CONTENT_TYPE = (b"content-type", b"application/json")
+_HEAD = b"content-type: application/json\r\ncontent-length: %d\r\n"
 
 
 class JSONResponse:
@@ -21,9 +30,18 @@ class JSONResponse:
         self.body = body
         self.status_code = status_code
         self.headers = headers
-        self.raw_headers = raw_headers  # already encoded (``x-request-id``)
+        #: already encoded by the gateway from its own values (``x-request-id``, ``x-ratelimit-*``)
+        self.raw_headers = raw_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.headers:
+            cycle = whole_response_cycle(send)
+            if cycle is not None:
+                head = _HEAD % len(self.body)
+                if self.raw_headers:
+                    head += b"".join([b"%s: %s\r\n" % pair for pair in self.raw_headers])
+                write_whole_response(cycle, self.status_code, head, self.body)
+                return
         raw = [_CONTENT_TYPE, (b"content-length", b"%d" % len(self.body))]
         if self.headers:
             raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]

@@ -46,7 +46,7 @@ from typing import Any
 
 import httptools
 from uvicorn.config import Config as UvicornConfig
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from gateway.api.exchange import REQUEST_ID_HEADER, request_id, scope_request_id
@@ -226,6 +226,52 @@ def _error_bytes(default_headers: list[tuple[bytes, bytes]], error: GatewayError
     head.extend([REQUEST_ID_HEADER, b": ", rid, b"\r\n"])  # every answer carries a request id
     head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
     return b"".join(head) + body
+
+
+# The server's default header lines (``date``, replaced by uvicorn once a second), encoded once per list.
+_defaults: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
+
+
+def whole_response_cycle(send: Any) -> RequestResponseCycle | None:
+    """The request's uvicorn cycle when ``send`` is its own and a whole response may be written at once.
+
+    That is our server (not a test client or a wrapping middleware), nothing sent yet, the
+    transport not applying back-pressure, no uvicorn access log and not a ``HEAD`` request; else
+    None, and the response goes through ``send`` as usual.
+    """
+    cycle = getattr(send, "__self__", None)
+    if (type(cycle) is not RequestResponseCycle or cycle.response_started or cycle.flow.write_paused
+            or cycle.access_log or cycle.scope["method"] == "HEAD"):
+        return None
+    return cycle
+
+
+def write_whole_response(cycle: RequestResponseCycle, status: int, head: bytes, body: bytes) -> None:
+    """A whole response in one write, with the state changes uvicorn's ``send`` makes for its two messages.
+
+    Why: a JSON answer is complete before its first byte, and uvicorn's ``send`` costs a
+    coroutine, a write system call and a check of every header with two regular expressions
+    per message. ``head`` holds header lines (``name: value\r\n``) that the gateway encoded
+    itself, from constants, numbers and checked ids (never caller or upstream text), and
+    must include ``content-length``. ``cycle`` comes from :func:`whole_response_cycle`.
+    """
+    global _defaults
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    if cycle.disconnected:
+        return  # as uvicorn's ``send``: nothing to write to
+    defaults = cycle.default_headers
+    if _defaults[0] is not defaults:
+        _defaults = (defaults, b"".join([b"%s: %s\r\n" % (name, value) for name, value in defaults]))
+    close = b"" if cycle.keep_alive else b"connection: close\r\n"
+    cycle.transport.write(b"".join((STATUS_LINE[status], _defaults[1], head, close, b"\r\n", body)))
+    cycle.chunked_encoding = False
+    cycle.expected_content_length = 0
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
 
 
 def protocol_factory(limits: ServerConfig) -> functools.partial[BoundedHttpToolsProtocol]:

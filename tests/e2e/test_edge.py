@@ -185,6 +185,83 @@ def test_pipelined_requests_are_all_answered(edge: Gateway) -> None:
     sock.close()
 
 
+def _chat_request(extra: str = "", version: str = "1.1") -> bytes:
+    return (_post_head("/v1/chat/completions", len(CHAT), extra).replace(b"HTTP/1.1", f"HTTP/{version}".encode(), 1)
+            + CHAT)
+
+
+# JSON answers written whole, in one write (gateway/api/server_protocol.py: write_whole_response)
+
+def test_json_answer_written_whole_has_every_header_and_keeps_the_connection(
+        edge: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="one"))
+    fakes["primary"].queue(Reply(text="two"))
+    sock = _connect(edge)
+    for text, request_id in (("one", "caller-id-1"), ("two", None)):
+        sock.sendall(_chat_request(f"X-Request-Id: {request_id}\r\n" if request_id else ""))
+        status, headers, body = _read_response(sock)
+        assert status == 200, body
+        assert orjson.loads(body)["choices"][0]["message"]["content"] == text
+        assert headers["content-type"] == "application/json"
+        assert int(headers["content-length"]) == len(body)
+        assert headers["date"].endswith(" GMT")  # the server's default header
+        assert headers["x-request-id"] == (request_id or headers["x-request-id"]) and headers["x-request-id"]
+        assert "connection" not in headers and "transfer-encoding" not in headers
+    sock.close()
+
+
+@pytest.mark.parametrize(("extra", "version"), [("Connection: close\r\n", "1.1"), ("", "1.0")])
+def test_json_answer_written_whole_closes_when_the_caller_asked(
+        edge: Gateway, fakes: dict[str, FakeUpstream], extra: str, version: str) -> None:
+    fakes["primary"].queue(Reply(text="bye"))
+    sock = _connect(edge)
+    sock.sendall(_chat_request(extra, version))
+    status, headers, body = _read_response(sock)
+    assert status == 200, body
+    assert orjson.loads(body)["choices"][0]["message"]["content"] == "bye"
+    assert headers["connection"] == "close"
+    assert _closed(sock, 5)
+    sock.close()
+
+
+def test_pipelined_json_answers_come_whole_and_in_order(edge: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    for text in ("first", "second", "third"):
+        fakes["primary"].queue(Reply(text=text))
+    sock = _connect(edge)
+    sock.sendall(_chat_request() * 3)
+    texts = []
+    data = b""
+    while len(texts) < 3:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {texts}"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(data) < length:
+            data += sock.recv(65536)
+        texts.append(orjson.loads(data[:length])["choices"][0]["message"]["content"])
+        data = data[length:]
+    assert texts == ["first", "second", "third"]
+    sock.close()
+
+
+def test_caller_gone_before_the_answer_leaves_the_server_serving(edge: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="late", delay_s=0.5))
+    sock = _connect(edge)
+    sock.sendall(_chat_request())
+    sock.close()  # before the answer: it is written to nobody, and nothing else breaks
+    time.sleep(1.0)
+    fakes["primary"].queue(Reply(text="next"))
+    sock = _connect(edge)
+    sock.sendall(_chat_request())
+    status, _, body = _read_response(sock)
+    assert status == 200, body
+    assert orjson.loads(body)["choices"][0]["message"]["content"] == "next"
+    sock.close()
+
+
 # Read timeouts
 
 def test_head_sent_a_byte_at_a_time_gets_408(edge: Gateway) -> None:
