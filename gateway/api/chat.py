@@ -13,7 +13,7 @@ from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import Exchange, request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.limits import Admission
+from gateway.api.limits import LATER, Admission
 from gateway.api.request import parse_chat_request
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
@@ -70,7 +70,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             meter.watch(loop_request)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
-            admission = await runtime.limits.admit(key, request.body_bytes)
+            now = runtime.limits.admit_now(key, request.body_bytes)
+            admission = await runtime.limits.admit(key, request.body_bytes) if now is LATER else now
             if plan.needs_artifacts:
                 await reattach(runtime.store, key.tenant, chat.messages)
             max_iterations = plan.max_tool_iterations
@@ -95,7 +96,10 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
                     events = admission.observe(events)
         response = await respond(events, chat.stream, chat.include_usage, chat.model, exchange)
         if settle_after and admission is not None:
-            await admission.finish(loop_request.state.usage)  # the loop's usage, as its Finished event reports
+            # the loop's usage, as its Finished event reports; a coroutine only when the store must hear of it
+            remote = admission.finish_now(loop_request.state.usage)
+            if remote is not None:
+                await remote
         return response
     except Exception as exc:
         if admission is not None:

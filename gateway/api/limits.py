@@ -14,12 +14,14 @@ a limiter that takes every caller down with it protects nothing. Budgets are sep
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Final
 
 from gateway.canonical import Usage
 from gateway.config.model import ApiKey, Config
@@ -68,28 +70,63 @@ class RateLimits:
         self._scopes[key.id] = (key, scopes, settle)
         return scopes, settle
 
-    async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
-        """None when nothing limits ``key``; else the admission (its headers go on the response).
+    def admit_now(self, key: ApiKey, body_bytes: int) -> Admission | Later | None:
+        """``admit`` without a coroutine where the limiter decides at once (memory, leased allowance).
 
-        Raises the 429 when a limit refuses the request.
+        ``LATER`` when the decision needs the store: then await ``admit``. Raises the 429 as ``admit`` does.
         """
         if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
             return None
         scopes, settle = self.scopes(key)
         estimate = body_bytes // BYTES_PER_TOKEN + 1
         member = self._member_prefix + str(next(self._members))
+        verdict = self.limiter.acquire_now(key.tenant, scopes, estimate, member, self.lease_s)
+        if verdict is None:
+            return LATER
+        if not verdict.allowed:
+            raise refusal(verdict, estimate)
+        return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
+                         verdict.ticket)
+
+    async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
+        """None when nothing limits ``key``; else the admission (its headers go on the response).
+
+        Raises the 429 when a limit refuses the request.
+        """
+        try:
+            now = self.admit_now(key, body_bytes)
+        except StoreUnavailable as exc:
+            self._outage(exc)
+            return None
+        if now is not LATER:
+            return now
+        scopes, settle = self.scopes(key)
+        estimate = body_bytes // BYTES_PER_TOKEN + 1
+        member = self._member_prefix + str(next(self._members))
         try:
             verdict = await self.limiter.acquire(key.tenant, scopes, estimate, member, self.lease_s)
         except StoreUnavailable as exc:
-            now = time.monotonic()
-            if now - self._outage_logged > 60:
-                self._outage_logged = now
-                log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
+            self._outage(exc)
             return None
         if not verdict.allowed:
             raise refusal(verdict, estimate)
         return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
                          verdict.ticket)
+
+    def _outage(self, exc: StoreUnavailable) -> None:
+        now = time.monotonic()
+        if now - self._outage_logged > 60:
+            self._outage_logged = now
+            log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
+
+
+class Later(enum.Enum):
+    """``LATER``: the limiter needs the store to decide (await ``RateLimits.admit``)."""
+
+    LATER = "later"
+
+
+LATER: Final = Later.LATER
 
 
 class Admission:
@@ -112,17 +149,33 @@ class Admission:
         self.needs_settling = settle
         self._done = not settle
 
-    async def finish(self, usage: Usage | None) -> None:
-        """Correct the token estimate by ``usage`` (None: the request failed, give it back) and free the slot."""
+    def finish_now(self, usage: Usage | None) -> Coroutine[Any, Any, None] | None:
+        """``finish`` without a coroutine where the limiter settles locally; else the coroutine to await.
+
+        Settles once: later calls (and ``finish``) do nothing.
+        """
         if self._done:
-            return
+            return None
         self._done = True
-        used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
+        extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
         try:
-            await self._limiter.settle(self._tenant, self._scopes, used - self._estimate, self._member,
-                                       self._ticket)
+            if self._limiter.settle_now(self._tenant, self._scopes, extra, self._member, self._ticket):
+                return None
+        except StoreUnavailable:
+            return None
+        return self._settle_remote(extra)
+
+    async def _settle_remote(self, extra: int) -> None:
+        try:
+            await self._limiter.settle_remote(self._tenant, self._scopes, extra, self._member, self._ticket)
         except StoreUnavailable:
             return  # on an outage the slot's lease frees it, and the estimate stands as the count
+
+    async def finish(self, usage: Usage | None) -> None:
+        """Correct the token estimate by ``usage`` (None: the request failed, give it back) and free the slot."""
+        remote = self.finish_now(usage)
+        if remote is not None:
+            await remote
 
     async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """``events`` passed through; at their end (or on close) the request is settled with its usage."""
@@ -145,23 +198,36 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
+# A bucket refills within a minute: the reset of every header but a bucket in debt is one of these.
+_RESET_MS = tuple(b"%dms" % ms for ms in range(1001))  # ceil(seconds * 1000) for 0 < seconds < 1
+_RESET_S = tuple(_duration(float(s)).encode() for s in range(61))
+
+
+def _reset(seconds: float) -> bytes:
+    if seconds < 1:
+        return _RESET_MS[math.ceil(seconds * 1000)] if seconds > 0 else b"0ms"
+    whole = math.ceil(seconds)
+    return _RESET_S[whole] if whole <= 60 else _duration(seconds).encode()
+
+
 def headers(verdict: Decision) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw_headers(verdict)}
 
 
 def raw_headers(verdict: Decision) -> list[tuple[bytes, bytes]]:
     """The ``x-ratelimit-*`` headers, encoded (every limited response carries them)."""
-    out: list[tuple[bytes, bytes]] = []
-    window = verdict.requests
-    if window is not None:
-        out += ((b"x-ratelimit-limit-requests", b"%d" % window.limit),
-                (b"x-ratelimit-remaining-requests", b"%d" % window.remaining),
-                (b"x-ratelimit-reset-requests", _duration(window.reset_s).encode()))
-    window = verdict.tokens
-    if window is not None:
-        out += ((b"x-ratelimit-limit-tokens", b"%d" % window.limit),
-                (b"x-ratelimit-remaining-tokens", b"%d" % window.remaining),
-                (b"x-ratelimit-reset-tokens", _duration(window.reset_s).encode()))
+    limit, level = verdict.limit_r, verdict.level_r
+    if limit:
+        out = [(b"x-ratelimit-limit-requests", b"%d" % limit),
+               (b"x-ratelimit-remaining-requests", b"%d" % level if level > 0 else b"0"),
+               (b"x-ratelimit-reset-requests", _reset((limit - level) * 60 / limit) if level < limit else b"0ms")]
+    else:
+        out = []
+    limit, level = verdict.limit_t, verdict.level_t
+    if limit:
+        out += ((b"x-ratelimit-limit-tokens", b"%d" % limit),
+                (b"x-ratelimit-remaining-tokens", b"%d" % level if level > 0 else b"0"),
+                (b"x-ratelimit-reset-tokens", _reset((limit - level) * 60 / limit) if level < limit else b"0ms"))
     return out
 
 

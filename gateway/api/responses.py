@@ -21,7 +21,7 @@ from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import Exchange, request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.limits import Admission
+from gateway.api.limits import LATER, Admission
 from gateway.api.responses_background import check_background, start_background
 from gateway.api.responses_request import (
     MAX_ID_CHARS,
@@ -65,7 +65,8 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             check_model_access(key, plan)
         if runtime.usage.check_budget_now(key):
             await runtime.usage.check_budget(key)
-        admission = await runtime.limits.admit(key, incoming.body_bytes)
+        now = runtime.limits.admit_now(key, incoming.body_bytes)
+        admission = await runtime.limits.admit(key, incoming.body_bytes) if now is LATER else now
         run = await prepare_response(parsed, runtime, key, key.headless or parsed.headless or incoming.headless,
                                      plan)
         exchange.label = meter.route = run.label
@@ -89,8 +90,8 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             # answers without the rate-limit headers, one after with them, as for a stream.
             await run.complete(None if admission is None else lambda: exchange.add_headers(admission.headers))
             exchange.done(200)
-            if admission is not None:
-                await admission.finish(usage_of(run.response))
+            if admission is not None and (remote := admission.finish_now(usage_of(run.response))) is not None:
+                await remote
             return JSONResponse(run.response_json(), raw_headers=exchange.headers)
         await run.open()
         if admission is not None:

@@ -35,7 +35,6 @@ class LimitScope:
     max_concurrent: int
 
 
-# Window and Decision are built per limited request: plain slotted classes initialise faster than frozen ones.
 @dataclass(slots=True)
 class Window:
     """What the ``x-ratelimit-*-requests`` (or ``-tokens``) headers say: the tightest scope's bucket."""
@@ -45,19 +44,40 @@ class Window:
     reset_s: float
 
 
-@dataclass(slots=True)
 class Decision:
-    allowed: bool
-    #: why not: requests | tokens | concurrency, and the scope that refused (key | tenant)
-    kind: str | None = None
-    scope: str | None = None
-    retry_after_s: float = 0.0
-    requests: Window | None = None
-    tokens: Window | None = None
-    #: the estimate alone is above the tpm limit: no wait will let it through
-    too_large: bool = False
-    #: what the limiter needs back at ``settle`` (Redis: which leases the request used)
-    ticket: object = None
+    """A limiter's verdict, with the tightest scope's levels after the take (what the headers show).
+
+    Built for every limited request, so it holds plain numbers (a limit of 0: that kind is not
+    limited); ``requests`` and ``tokens`` make their ``Window`` only when asked.
+    """
+
+    __slots__ = ("allowed", "kind", "level_r", "level_t", "limit_r", "limit_t", "retry_after_s", "scope", "ticket",
+                 "too_large")
+
+    def __init__(self, allowed: bool, limit_r: int = 0, level_r: float = 0.0, limit_t: int = 0, level_t: float = 0.0,
+                 kind: str | None = None, scope: str | None = None, retry_after_s: float = 0.0,
+                 too_large: bool = False, ticket: object = None) -> None:
+        self.allowed = allowed
+        self.limit_r = limit_r
+        self.level_r = level_r
+        self.limit_t = limit_t
+        self.level_t = level_t
+        #: why not: requests | tokens | concurrency, and the scope that refused (key | tenant)
+        self.kind = kind
+        self.scope = scope
+        self.retry_after_s = retry_after_s
+        #: the estimate alone is above the tpm limit: no wait will let it through
+        self.too_large = too_large
+        #: what the limiter needs back at ``settle`` (Redis: which leases the request used)
+        self.ticket = ticket
+
+    @property
+    def requests(self) -> Window | None:
+        return _window(self.limit_r, self.level_r) if self.limit_r else None
+
+    @property
+    def tokens(self) -> Window | None:
+        return _window(self.limit_t, self.level_t) if self.limit_t else None
 
 
 def decision(scopes: tuple[LimitScope, ...], reply: list[Any]) -> Decision:
@@ -66,37 +86,54 @@ def decision(scopes: tuple[LimitScope, ...], reply: list[Any]) -> Decision:
     ``reply``: ``[verdict, kind_index, scope_index, retry_after_s, r1, t1, r2, t2, ...]`` with
     verdict 1 allowed, 0 refused, 2 refused as too large; levels are after the request's take.
     """
-    requests = tokens = None
-    if len(scopes) == 1:  # the common case, without the search for the tightest scope
-        scope = scopes[0]
+    limit_r = limit_t = 0
+    level_r = level_t = 0.0
+    for index, scope in enumerate(scopes):  # the tightest scope of each kind
         if scope.rpm:
-            requests = _window(scope.rpm, float(reply[4]))
+            level = float(reply[4 + 2 * index])
+            if not limit_r or level < level_r:
+                limit_r, level_r = scope.rpm, level
         if scope.tpm:
-            tokens = _window(scope.tpm, float(reply[5]))
-    else:
-        tightest_r: tuple[int, float] | None = None
-        tightest_t: tuple[int, float] | None = None
-        for index, scope in enumerate(scopes):
-            level_r, level_t = float(reply[4 + 2 * index]), float(reply[5 + 2 * index])
-            if scope.rpm and (tightest_r is None or level_r < tightest_r[1]):
-                tightest_r = (scope.rpm, level_r)
-            if scope.tpm and (tightest_t is None or level_t < tightest_t[1]):
-                tightest_t = (scope.tpm, level_t)
-        requests = None if tightest_r is None else _window(*tightest_r)
-        tokens = None if tightest_t is None else _window(*tightest_t)
+            level = float(reply[5 + 2 * index])
+            if not limit_t or level < level_t:
+                limit_t, level_t = scope.tpm, level
     verdict = int(reply[0])
     if verdict == 1:
-        return Decision(True, None, None, 0.0, requests, tokens)
-    return Decision(False, KINDS[int(reply[1])], scopes[int(reply[2])].kind, float(reply[3]), requests, tokens,
-                    verdict == 2)
+        return Decision(True, limit_r, level_r, limit_t, level_t)
+    return Decision(False, limit_r, level_r, limit_t, level_t, KINDS[int(reply[1])], scopes[int(reply[2])].kind,
+                    float(reply[3]), verdict == 2)
 
 
 def _window(limit: int, level: float) -> Window:
     """``remaining`` whole units left, ``reset_s`` until the bucket is full again."""
-    return Window(limit, int(level) if level > 0 else 0, (limit - level) * 60 / limit if level < limit else 0.0)
+    return Window(limit, int(level) if level > 0 else 0, reset_seconds(limit, level))
+
+
+def reset_seconds(limit: int, level: float) -> float:
+    """How long a bucket at ``level`` takes to be full again (it refills at ``limit`` a minute)."""
+    return (limit - level) * 60 / limit if level < limit else 0.0
 
 
 class RateLimiter(ABC):
+    def acquire_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
+                    lease_s: float) -> Decision | None:
+        """``acquire`` without a coroutine where no store call is needed; None: await ``acquire``.
+
+        Most requests are decided here (in memory; on Redis, from the leased allowance), and a
+        coroutine per request is a measurable share of what a limit costs.
+        """
+        return None
+
+    def settle_now(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                   ticket: object = None) -> bool:
+        """The part of ``settle`` that needs no store call; False: ``settle_remote`` must follow."""
+        return False
+
+    async def settle_remote(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                            ticket: object = None) -> None:
+        """What ``settle_now`` left to the store (by default the whole ``settle``)."""
+        await self.settle(tenant, scopes, extra_tokens, member, ticket)
+
     @abstractmethod
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                       lease_s: float, now: float | None = None) -> Decision:
@@ -135,6 +172,10 @@ class MemoryRateLimiter(RateLimiter):
 
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                       lease_s: float, now: float | None = None) -> Decision:
+        return self.acquire_now(tenant, scopes, tokens, member, lease_s, now)
+
+    def acquire_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
+                    lease_s: float, now: float | None = None) -> Decision:
         now = time.time() if now is None else now
         levels = [self._refill(scope, now) for scope in scopes]
         flat: list[float] = [x for level in levels for x in level[:2]]
@@ -163,6 +204,10 @@ class MemoryRateLimiter(RateLimiter):
 
     async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
                      ticket: object = None) -> None:
+        self.settle_now(tenant, scopes, extra_tokens, member, ticket)
+
+    def settle_now(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                   ticket: object = None) -> bool:
         now = time.time()
         for scope in scopes:
             if scope.tpm and extra_tokens:
@@ -171,7 +216,7 @@ class MemoryRateLimiter(RateLimiter):
                 self._buckets[(scope.kind, scope.ident)] = level
             if scope.max_concurrent:
                 self._slots.get((scope.kind, scope.ident), {}).pop(member, None)
-
+        return True
 
     async def aclose(self) -> None:
         """Nothing to give back: the buckets are this process's own."""

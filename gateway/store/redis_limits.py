@@ -26,7 +26,7 @@ import secrets
 import time
 from typing import Any
 
-from gateway.store.limits import Decision, LimitScope, RateLimiter, _window, decision
+from gateway.store.limits import Decision, LimitScope, RateLimiter, decision
 from gateway.store.redis import PREFIX, RedisStore, _esc, _f
 from gateway.store.redis_batch import ScriptBatcher
 from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, SLOT_RENEW_S, TICK_S, Lease
@@ -83,19 +83,29 @@ class RedisRateLimiter(RateLimiter):
             self._keeper = asyncio.get_running_loop().create_task(self._keep())
         return leases
 
-    async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
-                      lease_s: float, now: float | None = None, waited: bool = False) -> Decision:
+    def acquire_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
+                    lease_s: float) -> Decision | None:
+        """Taken from the leased allowance when it covers every scope (no round trip); else None."""
         leases = self._leases_of(tenant, scopes)
+        if len(leases) == 1:  # the common case, written out: this runs for nearly every limited request
+            lease = leases[0]
+            if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
+                    or (lease.has_c and lease.in_flight >= len(lease.slots))):
+                return None
+            if lease.has_r:
+                lease.requests -= 1
+            if lease.has_t:
+                lease.tokens -= tokens
+            if lease.has_c:
+                lease.in_flight += 1
+            lease.last_used = time.monotonic()
+            scope = lease.scope
+            return Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm, lease.level_t + lease.tokens,
+                            None, None, 0.0, False, (leases, 0))
         for lease in leases:
             if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
                     or (lease.has_c and lease.in_flight >= len(lease.slots))):
-                asking = [lease.asking for lease in leases if lease.asking is not None]
-                if asking and not waited:  # a slice is on its way: share it, then look again
-                    await asyncio.wait(asking)
-                    return await self.acquire(tenant, scopes, tokens, member, lease_s, now, waited=True)
-                return await self._call(tenant, scopes, leases, tokens, member, lease_s,
-                                        time.time() if now is None else now)
-        # Every scope has it leased: no round trip.
+                return None
         mono = time.monotonic()
         for lease in leases:
             if lease.has_r:
@@ -106,6 +116,18 @@ class RedisRateLimiter(RateLimiter):
                 lease.in_flight += 1
             lease.last_used = mono
         return self._decided(scopes, leases, None, 0)
+
+    async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
+                      lease_s: float, now: float | None = None, waited: bool = False) -> Decision:
+        verdict = self.acquire_now(tenant, scopes, tokens, member, lease_s)
+        if verdict is not None:
+            return verdict
+        leases = self._leases_of(tenant, scopes)
+        asking = [lease.asking for lease in leases if lease.asking is not None]
+        if asking and not waited:  # a slice is on its way: share it, then look again
+            await asyncio.wait(asking)
+            return await self.acquire(tenant, scopes, tokens, member, lease_s, now, waited=True)
+        return await self._call(tenant, scopes, leases, tokens, member, lease_s, time.time() if now is None else now)
 
     async def _call(self, tenant: str, scopes: tuple[LimitScope, ...], leases: list[Lease], tokens: int,
                     member: str, lease_s: float, now: float) -> Decision:
@@ -189,9 +211,8 @@ class RedisRateLimiter(RateLimiter):
         """The decision with the leases' levels (``head``: the script's verdict; None: allowed here)."""
         if head is None and len(leases) == 1:  # the common case, without the search for the tightest scope
             lease = leases[0]
-            verdict = Decision(True, None, None, 0.0,
-                               _window(lease.scope.rpm, lease.level_r + lease.requests) if lease.has_r else None,
-                               _window(lease.scope.tpm, lease.level_t + lease.tokens) if lease.has_t else None)
+            scope = lease.scope
+            verdict = Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm, lease.level_t + lease.tokens)
         else:
             levels: list[Any] = [1, 0, 0, 0.0] if head is None else head
             for lease in leases:
@@ -202,26 +223,35 @@ class RedisRateLimiter(RateLimiter):
 
     async def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
                      ticket: object = None) -> None:
-        if isinstance(ticket, tuple):
-            leases, exact = ticket
-            remote = False
-            for index, lease in enumerate(leases):
-                if extra_tokens and lease.has_t:
-                    if lease.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
-                        if not lease.debt:
-                            lease.debt_since = time.monotonic()
-                        lease.debt += extra_tokens
-                    else:
-                        remote = True
-                if lease.has_c:
-                    if exact & (1 << index):
-                        remote = True
-                    elif lease.in_flight > 0:
-                        lease.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
-            if not remote:
-                return
-        else:  # no ticket: every slot is a per-request one
-            leases, exact = [], -1
+        if not self.settle_now(tenant, scopes, extra_tokens, member, ticket):
+            await self.settle_remote(tenant, scopes, extra_tokens, member, ticket)
+
+    def settle_now(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                   ticket: object = None) -> bool:
+        """Leased tokens and slots settle here; False when a per-request part needs the script call."""
+        if not isinstance(ticket, tuple):  # no ticket: every slot is a per-request one
+            return False
+        leases, exact = ticket
+        remote = False
+        for index, lease in enumerate(leases):
+            if extra_tokens and lease.has_t:
+                if lease.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
+                    if not lease.debt:
+                        lease.debt_since = time.monotonic()
+                    lease.debt += extra_tokens
+                else:
+                    remote = True
+            if lease.has_c:
+                if exact & (1 << index):
+                    remote = True
+                elif lease.in_flight > 0:
+                    lease.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
+        return not remote
+
+    async def settle_remote(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+                            ticket: object = None) -> None:
+        """The script call for what ``settle_now`` left: unleased tokens and per-request slots."""
+        leases, exact = ticket if isinstance(ticket, tuple) else ([], -1)
         args: list[Any] = [_f(time.time()), extra_tokens, member]
         for index, scope in enumerate(scopes):
             deferred = bool(leases) and leases[index].want_t > 0

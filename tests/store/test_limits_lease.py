@@ -214,3 +214,70 @@ async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) ->
     verdict = await again.acquire("t", (LimitScope("key", "k_everywhere", 1000, 0, 0),), 1, "x", 60, now)
     assert verdict.requests is not None and verdict.requests.remaining >= 1000 - admitted - 1 - 20
     await again.aclose()
+
+
+def _rate_limits(limiter: RedisRateLimiter) -> Any:
+    from gateway.api.limits import RateLimits
+    from gateway.config.loader import parse_config
+
+    config = parse_config('providers: {p: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: x}}\n'
+                          "models: {m: {targets: [{provider: p, model: m}]}}\n")
+    return RateLimits(limiter, config)
+
+
+async def test_requests_a_lease_covers_are_admitted_and_settled_without_a_coroutine(
+        replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
+    from gateway.api.limits import LATER
+    from gateway.canonical import Usage
+    from gateway.config.model import ApiKey
+
+    one, _ = replicas
+    limits = _rate_limits(one)
+    key = ApiKey(key="", tenant="t", id="k_sync", rpm=6_000, tpm=1_000_000, max_concurrent=100)
+    assert limits.admit_now(key, 400) is LATER  # nothing leased yet: the store decides
+    first = await limits.admit(key, 400)
+    assert first is not None
+    calls = _count_calls(one)
+    second = limits.admit_now(key, 400)  # from the slice
+    assert second is not LATER and second is not None and calls == []
+    assert dict(second.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 2)
+    assert dict(second.headers)[b"x-ratelimit-remaining-tokens"] == b"%d" % (1_000_000 - 2 * 101)
+    lease = one._leases[("t", limits.scopes(key)[0][0])]
+    assert lease.in_flight == 2
+    assert second.finish_now(Usage(prompt_tokens=30, completion_tokens=11)) is None  # leased: settled here
+    assert second.finish_now(None) is None and lease.in_flight == 1 and lease.debt == 41 - 101  # once only
+    await first.finish(None)
+    assert lease.in_flight == 0 and calls == []
+
+
+async def test_a_per_request_slot_is_freed_by_the_coroutine_finish_now_returns(
+        replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
+    from gateway.config.model import ApiKey
+
+    one, _ = replicas
+    limits = _rate_limits(one)
+    key = ApiKey(key="", tenant="t", id="k_exact", max_concurrent=3)  # small: never leased, exact per request
+    admission = await limits.admit(key, 40)
+    assert admission is not None
+    slots = scope_keys("t", limits.scopes(key)[0][0])[1]
+    assert await redis_raw.zcard(slots) == 1
+    remote = admission.finish_now(None)
+    assert remote is not None and await redis_raw.zcard(slots) == 1
+    await remote
+    assert await redis_raw.zcard(slots) == 0
+    assert admission.finish_now(None) is None
+
+
+async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
+    from gateway.api.limits import LATER
+    from gateway.config.model import ApiKey
+    from gateway.errors import GatewayError
+    from gateway.store.limits import MemoryRateLimiter
+
+    limits = _rate_limits(MemoryRateLimiter())  # type: ignore[arg-type]
+    key = ApiKey(key="", tenant="t", id="k_mem", rpm=2)
+    admitted = [limits.admit_now(key, 40) for _ in range(2)]
+    assert all(a is not None and a is not LATER for a in admitted)
+    with pytest.raises(GatewayError) as refused:
+        limits.admit_now(key, 40)
+    assert refused.value.status == 429 and refused.value.headers["retry-after"] == "30"
