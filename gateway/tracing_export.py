@@ -20,6 +20,7 @@ count.)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -50,7 +51,9 @@ _UNSET = Status(StatusCode.UNSET)
 logger = logging.getLogger("loopgate.tracing")
 #: the longest time a loss of spans waits to be reported (the first one is reported at once)
 REPORT_INTERVAL_S = 10.0
-_SDK_QUEUE, _SDK_BATCH = 2048, 512  # the SDK's defaults of OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE
+_SDK_QUEUE, _SDK_BATCH = 2048, 512
+#: how much lower than the gateway's this process's CPU priority is (``nice``); 0 in the variable: not lowered
+NICE_ENV, DEFAULT_NICENESS = "LOOPGATE_TRACE_EXPORTER_NICE", 10  # the SDK's defaults of OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE
 
 
 def _env_int(name: str, default: int) -> int:
@@ -156,11 +159,24 @@ def _logging(kind: str, level: str) -> None:
     root.setLevel(level)
 
 
+def lower_priority() -> None:
+    """Run below the gateway's priority: on a busy host the request path gets the CPU, the export the rest.
+
+    Spans wait in this process's queue (then the pipe, then the worker's buffer) while it is behind;
+    a backlog that outgrows them is dropped and counted as described above, never slowing a request.
+    """
+    niceness = _env_int(NICE_ENV, DEFAULT_NICENESS) if os.environ.get(NICE_ENV, "").strip() != "0" else 0
+    if niceness:
+        with contextlib.suppress(OSError):  # a container without the capability: stay as is
+            os.nice(min(niceness, 19))
+
+
 def _terminate(signum: int, frame: Any) -> None:
     raise SystemExit(0)  # leaves the read loop through ``finally``: the processor exports what it holds
 
 
 def main() -> int:
+    lower_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminate)
     stream = sys.stdin.buffer

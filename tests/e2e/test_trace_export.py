@@ -186,6 +186,30 @@ def test_the_collectors_headers_are_not_on_the_exporters_command_line_or_environ
         gw.stop()
 
 
+def _niceness(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5): nice
+
+
+@pytest.mark.parametrize(("env", "lower_by"), [({}, 10), ({"LOOPGATE_TRACE_EXPORTER_NICE": "5"}, 5),
+                                               ({"LOOPGATE_TRACE_EXPORTER_NICE": "0"}, 0)])
+def test_the_exporter_runs_below_the_gateways_cpu_priority(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver,
+                                                          env: dict[str, str], lower_by: int) -> None:
+    gw = Gateway(config(fakes, receiver.url), env=env).start()
+    try:
+        assert gw.process is not None
+        child = exporter_pid(gw)
+        deadline = time.monotonic() + 10  # set by the child itself as it starts
+        while _niceness(child) != min(19, _niceness(gw.process.pid) + lower_by) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _niceness(child) == min(19, _niceness(gw.process.pid) + lower_by)
+        traceparent, trace_id, _ = caller_traceparent()
+        assert gw.post("/v1/chat/completions", BODY, headers={"traceparent": traceparent}).status_code == 200
+        assert receiver.trace(trace_id, 2)
+    finally:
+        gw.stop()
+
+
 @pytest.mark.parametrize("traceparent", [
     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",  # no flags
     "00-00000000000000000000000000000000-b7ad6b7169203331-01",  # all-zero trace id
