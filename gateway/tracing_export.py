@@ -51,9 +51,9 @@ _UNSET = Status(StatusCode.UNSET)
 logger = logging.getLogger("loopgate.tracing")
 #: the longest time a loss of spans waits to be reported (the first one is reported at once)
 REPORT_INTERVAL_S = 10.0
-_SDK_QUEUE, _SDK_BATCH = 2048, 512
+_SDK_QUEUE, _SDK_BATCH = 2048, 512  # the SDK's defaults of OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE
 #: how much lower than the gateway's this process's CPU priority is (``nice``); 0 in the variable: not lowered
-NICE_ENV, DEFAULT_NICENESS = "LOOPGATE_TRACE_EXPORTER_NICE", 10  # the SDK's defaults of OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE
+NICE_ENV, DEFAULT_NICENESS = "LOOPGATE_TRACE_EXPORTER_NICE", 10
 
 
 def _env_int(name: str, default: int) -> int:
