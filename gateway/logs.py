@@ -107,6 +107,7 @@ class _Clock:
 _CLOCK = _Clock()
 #: "000" to "999": the milliseconds of a timestamp without a format call per record
 _MILLIS = tuple(f"{ms:03d}" for ms in range(1000))
+_MILLIS_BYTES = tuple(ms.encode() for ms in _MILLIS)
 
 
 class AccessLog:
@@ -119,6 +120,11 @@ class AccessLog:
     gateway chose and numbers; the line still goes through ``redact.scrub`` in text form. A JSON
     line is the record's fields serialised once, behind a prefix that is constant but for ``ts``
     (no second dict per record).
+
+    On a line-buffered stream with a file descriptor and UTF-8 (stderr, as ``loopgate serve`` logs)
+    a JSON line is bytes from orjson to one ``write`` system call: nothing is pending in the text
+    layer between two whole lines, and one call per line keeps lines whole beside other writers.
+    Elsewhere (a file opened with a buffer, a test's ``StringIO``) it goes through ``write``.
     """
 
     def __init__(self, handler: logging.StreamHandler, kind: str) -> None:
@@ -127,34 +133,56 @@ class AccessLog:
         self._pid = os.getpid()
         # what follows the milliseconds of ``ts`` on every JSON line
         self._head = f'Z","level":"info","logger":"loopgate.access","pid":{self._pid},"message":"access"'
+        self._head_bytes = self._head.encode() + b","
         self._second = -1
         self._prefix = ""  # '{"ts":"' and the current second, to the decimal point
+        self._prefix_bytes = b""
         # A line-buffered stream (stderr) flushes at the line's end by itself; others are flushed per line.
         self._stream: Any = None
         self._flush = True
+        self._fd = -1  # the stream's descriptor when whole JSON lines may be written to it directly
 
     def write(self, fields: dict[str, Any]) -> None:
         now = time.time()
+        handler = self._handler
+        stream = handler.stream
+        if stream is not self._stream:  # the handler's stream can be replaced (``setStream``)
+            self._use(stream)
         if self._json:
             second = int(now)
             if second != self._second:
                 self._second = second
                 self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
+                self._prefix_bytes = self._prefix.encode()
+            if self._fd >= 0 and fields:
+                line = b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)], self._head_bytes,
+                                 orjson.dumps(fields, default=str)[1:], b"\n"))
+                try:
+                    os.write(self._fd, line)  # the whole line: a short write only for a full disk or pipe
+                    return
+                except OSError:
+                    self._fd = -1  # the descriptor went away: the stream's own write from now on
             body = orjson.dumps(fields, default=str).decode()
-            line = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
+            text = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
                             body[1:], "\n"))
         else:
             pairs = " ".join(f"{name}={_text(value)}" for name, value in fields.items() if value is not None)
-            line = f"{_CLOCK.text(now)} INFO loopgate.access: " + redact.scrub(escape("access " + pairs)) + "\n"
-        handler = self._handler
-        stream = handler.stream
+            text = f"{_CLOCK.text(now)} INFO loopgate.access: " + redact.scrub(escape("access " + pairs)) + "\n"
         with handler.lock:  # type: ignore[union-attr]
-            if stream is not self._stream:  # the handler's stream can be replaced (``setStream``)
-                self._stream = stream
-                self._flush = not getattr(stream, "line_buffering", False)
-            stream.write(line)
+            stream.write(text)
             if self._flush:
                 stream.flush()
+
+    def _use(self, stream: Any) -> None:
+        self._stream = stream
+        self._flush = not getattr(stream, "line_buffering", False)
+        self._fd = -1
+        encoding = (getattr(stream, "encoding", "") or "").lower().replace("-", "")
+        if self._json and not self._flush and encoding == "utf8":
+            try:
+                self._fd = stream.fileno()
+            except (AttributeError, OSError, ValueError):  # no descriptor behind it (StringIO)
+                self._fd = -1
 
 
 def _text(value: Any) -> str:

@@ -124,6 +124,32 @@ def test_json_access_record_fields_in_order_on_a_stream_that_is_not_line_buffere
     assert record["latency_ms"] == round(record["latency_ms"], 2) and record["message"] == "access"
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_json_access_records_on_a_line_buffered_stream_are_whole_lines_in_order(tmp_path: Path, encoding: str) -> None:
+    """UTF-8 and line-buffered (stderr): each record is one write of its own; other lines stay in order."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    path = tmp_path / "log"
+    try:
+        with open(path, "w", buffering=1, encoding=encoding) as stream:
+            logs.configure("info", "json", access=True)
+            logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
+            for rid in (b"rid-a", b"rid-b"):
+                done = Exchange("POST", "/v1/chat/completions", rid, None)
+                done.key = ApiKey(key="", tenant="t\u00e9am \"q\"", id="key_1", name="one")
+                done.done(200)
+                logging.getLogger("loopgate.test").warning("between %s", rid.decode())
+            written = path.read_bytes()  # before the file is closed: every line is out
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        exchange.ACCESS = saved[2]
+    records = [orjson.loads(line) for line in written.decode(encoding).splitlines()]
+    assert [r.get("request_id") or r["message"] for r in records] == ["rid-a", "between rid-a", "rid-b",
+                                                                       "between rid-b"]
+    assert records[0]["tenant"] == "t\u00e9am \"q\"" and records[0]["logger"] == "loopgate.access"
+
+
 def test_text_access_record_is_one_line(captured: io.StringIO) -> None:
     _configure(captured, "text")
     done = Exchange("GET", "/v1/continuations", b"rid-2", None, echo=False, metered=False)
