@@ -11,6 +11,9 @@ formatter writes goes through ``redact.scrub`` last.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
 import logging
 import os
 import time
@@ -122,9 +125,13 @@ class AccessLog:
     (no second dict per record).
 
     On a line-buffered stream with a file descriptor and UTF-8 (stderr, as ``loopgate serve`` logs)
-    a JSON line is bytes from orjson to one ``write`` system call: nothing is pending in the text
-    layer between two whole lines, and one call per line keeps lines whole beside other writers.
-    Elsewhere (a file opened with a buffer, a test's ``StringIO``) it goes through ``write``.
+    a JSON line is bytes from orjson, written with the system's ``write``: nothing is pending in
+    the text layer between two whole lines. Lines of requests that end in the same turn of the
+    event loop go out together, in one ``write`` at the end of that turn (under load one system
+    call serves several requests); a line written outside a running loop goes out at once. One
+    call per batch of whole lines keeps them whole beside other writers; a log line written in
+    the same turn by other code may come before them. Elsewhere (a file opened with a buffer, a
+    test's ``StringIO``) a line goes through the stream's ``write``.
     """
 
     def __init__(self, handler: logging.StreamHandler, kind: str) -> None:
@@ -141,6 +148,8 @@ class AccessLog:
         self._stream: Any = None
         self._flush = True
         self._fd = -1  # the stream's descriptor when whole JSON lines may be written to it directly
+        self._pending: list[bytes] = []  # lines of this loop turn, written by ``flush`` at its end
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that runs ``flush``
 
     def write(self, fields: dict[str, Any]) -> None:
         now = time.time()
@@ -155,13 +164,12 @@ class AccessLog:
                 self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
                 self._prefix_bytes = self._prefix.encode()
             if self._fd >= 0 and fields:
-                line = b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)], self._head_bytes,
-                                 orjson.dumps(fields, default=str)[1:], b"\n"))
-                try:
-                    os.write(self._fd, line)  # the whole line: a short write only for a full disk or pipe
-                    return
-                except OSError:
-                    self._fd = -1  # the descriptor went away: the stream's own write from now on
+                pending = self._pending
+                pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
+                                         self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
+                if len(pending) == 1 and not self._defer():
+                    self.flush()
+                return
             body = orjson.dumps(fields, default=str).decode()
             text = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
                             body[1:], "\n"))
@@ -173,7 +181,35 @@ class AccessLog:
             if self._flush:
                 stream.flush()
 
+    def _defer(self) -> bool:
+        """Have ``flush`` run at the end of this loop turn; False outside a running loop."""
+        loop = self._loop
+        if loop is None or not loop.is_running():  # asyncio's own look-up makes a system call (getpid) on 3.11
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return False
+        loop.call_soon(self.flush)
+        return True
+
+    def flush(self) -> None:
+        """Write the pending lines, in one system call where the descriptor takes them whole."""
+        pending = self._pending
+        if not pending:
+            return
+        data = b"".join(pending) if len(pending) > 1 else pending[0]
+        pending.clear()
+        try:
+            while data:  # a short write only for a full disk or pipe
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            self._fd = -1  # the descriptor went away: the stream's own write from now on
+            with contextlib.suppress(Exception), self._handler.lock:  # type: ignore[union-attr]
+                self._stream.write(data.decode("utf-8", "replace"))
+                self._stream.flush()
+
     def _use(self, stream: Any) -> None:
+        self.flush()  # lines for the old stream go to it
         self._stream = stream
         self._flush = not getattr(stream, "line_buffering", False)
         self._fd = -1
@@ -191,6 +227,15 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+@atexit.register
+def _flush_access() -> None:
+    """Lines of the last loop turn, when the loop stopped before that turn ended."""
+    from gateway.api import exchange
+
+    if exchange.ACCESS is not None:
+        exchange.ACCESS.flush()
+
+
 def configure(level: str, kind: str = "text", access: bool = False) -> None:
     """Root logging for ``loopgate serve`` (and each worker process): one safe handler on stderr."""
     from gateway.api import exchange  # the access switch lives beside the one place that writes records
@@ -206,4 +251,7 @@ def configure(level: str, kind: str = "text", access: bool = False) -> None:
     logging.logThreads = False
     logging.logMultiprocessing = False
     enabled = access and logging.getLogger("loopgate.access").isEnabledFor(logging.INFO)
+    if exchange.ACCESS is not None:
+        exchange.ACCESS.flush()
     exchange.ACCESS = AccessLog(handler, kind) if enabled else None
+

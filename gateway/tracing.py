@@ -52,8 +52,10 @@ class Span:
     def set(self, key: str, value: Any) -> None:
         """One attribute."""
 
-    def finish(self, status: int, error_type: str | None) -> None:
-        """End a server span with the HTTP status (and ``error.type`` for a failed request)."""
+    def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
+               tenant: str | None = None) -> None:
+        """End a server span with the HTTP status, ``error.type`` for a failed request, and the request's
+        ``loopgate.route``, ``loopgate.request_id`` and ``loopgate.tenant`` (one call: it runs per request)."""
 
     def traceparent(self) -> str | None:
         """The W3C ``traceparent`` naming this span, for a request made under it."""

@@ -49,6 +49,7 @@ _ZERO_TRACE, _ZERO_SPAN = b"0" * 32, b"0" * 16
 _REQUEST_PARAMS = (("temperature", "gen_ai.request.temperature"), ("top_p", "gen_ai.request.top_p"),
                    ("max_tokens", "gen_ai.request.max_tokens"), ("max_completion_tokens", "gen_ai.request.max_tokens"))
 _bits = random.getrandbits
+_NO_EVENTS: tuple[()] = ()  # shared by every span without events (serialised as [])
 _now = time.time_ns
 
 #: One finished span as shipped: name, kind, span id, parent span id (0: none), start and end
@@ -116,15 +117,15 @@ class LeanSpan(Span):
         self._parent = parent
         self._attributes = attributes
         self._first = first
-        self._events: list[list[Any]] = []
-        self._status: str | None = None  # the error description once the span failed
+        self._events: list[list[Any]] | tuple[()] = _NO_EVENTS  # a list of its own from the first event
+        self._status = ""  # the error description once the span failed
         self.span_id = _bits(64) or new_id(64)
         self._start = _now()
 
     def _end(self) -> None:
         status = self._status
         record = [self._name, self._kind, self.span_id, self._parent, self._start, _now(), self._attributes,
-                  self._events, UNSET if status is None else ERROR, status or ""]
+                  self._events, ERROR if status else UNSET, status]
         trace = self._trace
         if trace.shipped:  # ended after its request's server span (a cancelled task): shipped on its own
             self._tracer.sink(trace.hex, [record])
@@ -183,7 +184,7 @@ class LeanSpan(Span):
                           "loopgate.elapsed_ms": entry["elapsed_ms"]}
             if entry.get("status") is not None:
                 attributes["http.response.status_code"] = entry["status"]
-            self._events.append(["loopgate.attempt", _now(), attributes])
+            self._event(["loopgate.attempt", _now(), attributes])
         if len(attempts) > 1:
             self._attributes["loopgate.attempts"] = len(attempts)
 
@@ -207,15 +208,30 @@ class LeanSpan(Span):
         self._end()
 
     def event(self, name: str, attributes: dict[str, Any]) -> None:
-        self._events.append([name, _now(), attributes])
+        self._event([name, _now(), attributes])
+
+    def _event(self, event: list[Any]) -> None:
+        events = self._events
+        if isinstance(events, list):
+            events.append(event)
+        else:
+            self._events = [event]
 
     def set(self, key: str, value: Any) -> None:
         self._attributes[key] = value
 
-    def finish(self, status: int, error_type: str | None) -> None:
-        self._attributes["http.response.status_code"] = status
+    def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
+               tenant: str | None = None) -> None:
+        attributes = self._attributes
+        if route is not None:
+            attributes["loopgate.route"] = route
+        if request_id is not None:
+            attributes["loopgate.request_id"] = request_id
+        if tenant is not None:
+            attributes["loopgate.tenant"] = tenant
+        attributes["http.response.status_code"] = status
         if error_type is not None:
-            self._attributes["error.type"] = error_type
+            attributes["error.type"] = error_type
         if status >= 500:
             self._status = error_type or str(status)
         self._end()

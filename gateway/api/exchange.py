@@ -95,11 +95,8 @@ class Exchange:
         error = error or self.error
         span = self.span
         if span.recording:
-            span.set("loopgate.route", self.label)
-            span.set("loopgate.request_id", self.request_id.decode("ascii"))
-            if self.key is not None:
-                span.set("loopgate.tenant", self.key.tenant)
-            span.finish(status, _error_class(error) if error is not None else None)
+            span.finish(status, _error_class(error) if error is not None else None, self.label,
+                        self.request_id.decode("ascii"), None if self.key is None else self.key.tenant)
         if ACCESS is not None:
             ACCESS.write(self._record(status, elapsed, error))
 

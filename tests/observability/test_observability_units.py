@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
@@ -148,6 +149,30 @@ def test_json_access_records_on_a_line_buffered_stream_are_whole_lines_in_order(
     assert [r.get("request_id") or r["message"] for r in records] == ["rid-a", "between rid-a", "rid-b",
                                                                        "between rid-b"]
     assert records[0]["tenant"] == "t\u00e9am \"q\"" and records[0]["logger"] == "loopgate.access"
+
+
+async def test_json_access_records_of_one_loop_turn_are_written_together_at_its_end(tmp_path: Path) -> None:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    path = tmp_path / "log"
+    try:
+        with open(path, "w", buffering=1, encoding="utf-8") as stream:
+            logs.configure("info", "json", access=True)
+            logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
+            for rid in (b"rid-1", b"rid-2", b"rid-3"):
+                Exchange("POST", "/v1/chat/completions", rid, None).done(200)
+            assert path.read_bytes() == b""  # still this turn
+            await asyncio.sleep(0)
+            first_turn = path.read_bytes()
+            Exchange("POST", "/v1/chat/completions", b"rid-4", None).done(500)
+            await asyncio.sleep(0)
+            written = path.read_bytes()
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        exchange.ACCESS = saved[2]
+    assert [orjson.loads(line)["request_id"] for line in first_turn.splitlines()] == ["rid-1", "rid-2", "rid-3"]
+    assert [orjson.loads(line)["status"] for line in written.splitlines()] == [200, 200, 200, 500]
 
 
 def test_text_access_record_is_one_line(captured: io.StringIO) -> None:
