@@ -35,15 +35,15 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_body", "_body_left", "_buffered", "_deadline", "_decoded_left", "_decoder", "_early", "_eof", "_error",
-        "_framed", "_head_bytes", "_informational", "_keep_alive", "_last_data", "_loop", "_max_bytes", "_parser",
+        "_framed", "_head_bytes", "_informational", "_keep_alive", "_last_data", "_max_bytes", "_parser",
         "_paused", "_read_timeout_s", "_received", "_streaming", "_timer", "_transport", "_unsent", "_waiter",
-        "_write_progress", "_write_timeout_s", "closed", "complete", "headers_done", "idle_since", "origin_key",
+        "_write_progress", "_write_timeout_s", "closed", "complete", "headers_done", "idle_since", "loop", "origin_key",
         "raw_headers", "status"
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, origin_key: tuple[str, int, bool], read_timeout_s: float,
                  write_timeout_s: float = 30.0, max_response_bytes: int = 32 * 1024 * 1024) -> None:
-        self._loop = loop
+        self.loop = loop
         self.origin_key = origin_key
         self._read_timeout_s = read_timeout_s
         self._write_timeout_s = write_timeout_s
@@ -88,7 +88,7 @@ class Connection(asyncio.Protocol):
         """Start an exchange that must end by ``deadline`` (a ``time.monotonic()`` instant): every
         wait on this connection until the next ``send`` fails at it, whatever the read timeout allows."""
         self._begin()
-        now = self._last_data = self._loop.time()
+        now = self._last_data = self.loop.time()
         self._deadline = deadline + (now - time.monotonic())  # on the loop's clock; inf stays inf
         self._streaming = streaming
         transport = self._transport
@@ -156,9 +156,9 @@ class Connection(asyncio.Protocol):
     async def _wait(self) -> None:
         if self._error is not None:
             raise self._error
-        waiter = self._loop.create_future()
+        waiter = self.loop.create_future()
         self._waiter = waiter
-        self._timer = self._loop.call_at(self._due(), self._timed_out)
+        self._timer = self.loop.call_at(self._due(), self._timed_out)
         try:
             await waiter
         finally:
@@ -176,7 +176,7 @@ class Connection(asyncio.Protocol):
         return min(due, self._deadline)
 
     def _timed_out(self) -> None:
-        now = self._loop.time()
+        now = self.loop.time()
         sending = self._unsent and not self._received
         if sending and self._transport is not None:
             left = self._transport.get_write_buffer_size()
@@ -185,7 +185,7 @@ class Connection(asyncio.Protocol):
                 self._write_progress = self._last_data = now
         due = self._due()
         if now < due:  # data moved since the timer was set: wait the rest
-            self._timer = self._loop.call_at(due, self._timed_out)
+            self._timer = self.loop.call_at(due, self._timed_out)
             return
         self._timer = None
         if now >= self._deadline:
@@ -222,7 +222,7 @@ class Connection(asyncio.Protocol):
         if self.complete:  # bytes nobody asked for on an idle connection: it cannot be trusted
             self.close()
             return
-        self._last_data = self._loop.time()
+        self._last_data = self.loop.time()
         if not self.headers_done:
             self._head_bytes += len(data)  # (with any body bytes in the same read: an upper bound)
         if not self._received:
