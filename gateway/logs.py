@@ -126,13 +126,19 @@ class AccessLog:
 
     On a line-buffered stream with a file descriptor and UTF-8 (stderr, as ``loopgate serve`` logs)
     a JSON line is bytes from orjson, written with the system's ``write``: nothing is pending in
-    the text layer between two whole lines. Lines of requests that end in the same turn of the
-    event loop go out together, in one ``write`` at the end of that turn (under load one system
-    call serves several requests); a line written outside a running loop goes out at once. One
-    call per batch of whole lines keeps them whole beside other writers; a log line written in
-    the same turn by other code may come before them. Elsewhere (a file opened with a buffer, a
-    test's ``StringIO``) a line goes through the stream's ``write``.
+    the text layer between two whole lines. Lines wait at most ``FLUSH_S`` (or until
+    ``FLUSH_BYTES`` wait) and go out together in one ``write``: a system call per line cost as
+    much as the rest of the record on a busy worker (bench/README.md). A line written outside a
+    running loop goes out at once, and what waits at exit is written then. One call per batch of
+    whole lines keeps them whole beside other writers; a log line written meanwhile by other code
+    may come before them. Elsewhere (a file opened with a buffer, a test's ``StringIO``) a line
+    goes through the stream's ``write``.
     """
+
+    #: the longest an access line waits to be written with the next ones
+    FLUSH_S = 0.02
+    #: written at once when this much waits (a bound on what a crash can lose, with ``FLUSH_S``)
+    FLUSH_BYTES = 32 * 1024
 
     def __init__(self, handler: logging.StreamHandler, kind: str) -> None:
         self._handler = handler
@@ -148,8 +154,10 @@ class AccessLog:
         self._stream: Any = None
         self._flush = True
         self._fd = -1  # the stream's descriptor when whole JSON lines may be written to it directly
-        self._pending: list[bytes] = []  # lines of this loop turn, written by ``flush`` at its end
+        self._pending: list[bytes] = []  # lines waiting for ``flush``
+        self._pending_bytes = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that runs ``flush``
+        self._timer: asyncio.TimerHandle | None = None
 
     def write(self, fields: dict[str, Any]) -> None:
         now = time.time()
@@ -164,11 +172,16 @@ class AccessLog:
                 self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
                 self._prefix_bytes = self._prefix.encode()
             if self._fd >= 0 and fields:
+                line = b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)], self._head_bytes,
+                                 orjson.dumps(fields, default=str)[1:], b"\n"))
                 pending = self._pending
-                pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
-                                         self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
-                if len(pending) == 1 and not self._defer():
-                    self.flush()
+                pending.append(line)
+                self._pending_bytes += len(line)
+                if len(pending) == 1:  # the first of a batch: its timer (none outside a running loop)
+                    if not self._defer():
+                        self.flush()
+                elif self._pending_bytes >= self.FLUSH_BYTES or not self._loop.is_running():  # type: ignore[union-attr]
+                    self.flush()  # enough waits, or the loop of the timer stopped (it would never fire)
                 return
             body = orjson.dumps(fields, default=str).decode()
             text = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
@@ -182,23 +195,27 @@ class AccessLog:
                 stream.flush()
 
     def _defer(self) -> bool:
-        """Have ``flush`` run at the end of this loop turn; False outside a running loop."""
+        """Have ``flush`` run within ``FLUSH_S``; False outside a running loop."""
         loop = self._loop
         if loop is None or not loop.is_running():  # asyncio's own look-up makes a system call (getpid) on 3.11
             try:
                 loop = self._loop = asyncio.get_running_loop()
             except RuntimeError:
                 return False
-        loop.call_soon(self.flush)
+        self._timer = loop.call_later(self.FLUSH_S, self.flush)
         return True
 
     def flush(self) -> None:
         """Write the pending lines, in one system call where the descriptor takes them whole."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         pending = self._pending
         if not pending:
             return
         data = b"".join(pending) if len(pending) > 1 else pending[0]
         pending.clear()
+        self._pending_bytes = 0
         try:
             while data:  # a short write only for a full disk or pipe
                 data = data[os.write(self._fd, data):]

@@ -151,7 +151,7 @@ def test_json_access_records_on_a_line_buffered_stream_are_whole_lines_in_order(
     assert records[0]["tenant"] == "t\u00e9am \"q\"" and records[0]["logger"] == "loopgate.access"
 
 
-async def test_json_access_records_of_one_loop_turn_are_written_together_at_its_end(tmp_path: Path) -> None:
+async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: Path) -> None:
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, exchange.ACCESS)
     path = tmp_path / "log"
@@ -161,18 +161,24 @@ async def test_json_access_records_of_one_loop_turn_are_written_together_at_its_
             logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
             for rid in (b"rid-1", b"rid-2", b"rid-3"):
                 Exchange("POST", "/v1/chat/completions", rid, None).done(200)
-            assert path.read_bytes() == b""  # still this turn
             await asyncio.sleep(0)
-            first_turn = path.read_bytes()
-            Exchange("POST", "/v1/chat/completions", b"rid-4", None).done(500)
-            await asyncio.sleep(0)
+            assert path.read_bytes() == b""  # waiting for the next ones
+            await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
+            first_batch = path.read_bytes()
+            many = logs.AccessLog.FLUSH_BYTES // 200 + 1  # each line is over 200 bytes: past the bound
+            for n in range(many):
+                Exchange("POST", "/v1/chat/completions", b"rid-x%d" % n, None).done(500)
+            bounded = path.read_bytes()  # written without waiting for the timer
+            await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
             written = path.read_bytes()
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         exchange.ACCESS = saved[2]
-    assert [orjson.loads(line)["request_id"] for line in first_turn.splitlines()] == ["rid-1", "rid-2", "rid-3"]
-    assert [orjson.loads(line)["status"] for line in written.splitlines()] == [200, 200, 200, 500]
+    assert [orjson.loads(line)["request_id"] for line in first_batch.splitlines()] == ["rid-1", "rid-2", "rid-3"]
+    assert len(bounded) - len(first_batch) >= logs.AccessLog.FLUSH_BYTES
+    statuses = [orjson.loads(line)["status"] for line in written.splitlines()]
+    assert statuses == [200] * 3 + [500] * many
 
 
 def test_text_access_record_is_one_line(captured: io.StringIO) -> None:
