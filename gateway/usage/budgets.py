@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.model import ApiKey, Budget
@@ -43,6 +43,11 @@ class BudgetCheck:
     limit: float
     #: the key id or the tenant name (``owner`` is how the message names it)
     ident: str = ""
+    #: ``(scope, ident)``: the row's key in ``SpentCache`` (made once, read per request)
+    row: tuple[str, str] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "row", (self.scope, self.ident))
 
 
 def refusal(check: BudgetCheck, spent: Spent, now: float) -> GatewayError:
@@ -121,6 +126,19 @@ class SpentCache:
                 return True  # no usable reading: read it, or wait for the read under way
             if now - seen[0] >= REFRESH_S and row not in reading:
                 return True
+        return False
+
+    def judge_now(self, checks: list[BudgetCheck], now: float) -> tuple[BudgetCheck, Spent] | bool:
+        """The request path's one pass: True when a row needs the store (``needs_store``); else the first
+        exhausted check with what its row spent, or False when every budget has room."""
+        reading, seen_rows = self._reading, self._seen
+        for check in checks:
+            row = check.row
+            seen = seen_rows.get(row)
+            if seen is None or seen[1] != check.period or (now - seen[0] >= REFRESH_S and row not in reading):
+                return True
+            if (seen[3] >= check.limit * NANO) if check.unit == "usd" else (seen[2] >= check.limit):
+                return check, Spent(seen[2], seen[3])
         return False
 
     def waits(self, checks: list[BudgetCheck]) -> list[asyncio.Future[None]]:

@@ -61,10 +61,10 @@ class Metering:
         checks = self._checks(key)
         if not checks:
             return False
-        if self._spent.needs_store(checks, time.monotonic()):
-            return True
-        self._judge(checks)
-        return False
+        verdict = self._spent.judge_now(checks, time.monotonic())
+        if verdict is True or verdict is False:
+            return verdict
+        raise refusal(verdict[0], verdict[1], time.time())
 
     def _checks(self, key: ApiKey) -> list[BudgetCheck]:
         """The key's budget checks, built once per key object (a managed key edit makes a new object)."""

@@ -106,3 +106,22 @@ def test_spent_cache_reads_once_a_second_and_adds_what_the_process_records() -> 
     assert cache.spent(tenant) == Spent(31, 18)
     assert cache.stale([key, tenant], 10.0 + REFRESH_S) == [key, tenant]
     assert cache.stale([BudgetCheck("key", "k1", "month", "tokens", 100, "k1")], 10.5) != []  # period changed
+
+
+async def test_judge_now_asks_for_the_store_or_names_the_first_exhausted_budget() -> None:
+    from gateway.store.usage import Spent
+    from gateway.usage.budgets import REFRESH_S, BudgetCheck, SpentCache
+
+    key = BudgetCheck("key", "k1", "day", "tokens", 100, "k1")
+    tenant = BudgetCheck("tenant", "'t'", "month", "usd", 1, "t")
+    cache = SpentCache()
+    assert cache.judge_now([key, tenant], 10.0) is True  # no reading yet
+    cache.remember([key, tenant], [Spent(40, 0), Spent(0, 10)], 10.0)
+    assert cache.judge_now([key, tenant], 10.1) is False  # fresh, both with room
+    cache.add("t", "k1", 60, 10**9)
+    assert cache.judge_now([key, tenant], 10.2) == (key, Spent(100, 10**9))  # the first exhausted, in order
+    assert cache.judge_now([tenant], 10.2) == (tenant, Spent(60, 10**9 + 10))
+    assert cache.judge_now([key, tenant], 10.0 + REFRESH_S) is True  # stale: read again
+    cache.reading([key, tenant])  # a read under way: the last reading is judged meanwhile
+    assert cache.judge_now([key, tenant], 10.0 + REFRESH_S) == (key, Spent(100, 10**9))
+    assert cache.judge_now([BudgetCheck("key", "k1", "month", "tokens", 100, "k1")], 10.5) is True  # other period
