@@ -88,6 +88,21 @@ class Lease:
         #: this scope leases at all (else every request is exact and nobody waits for anybody)
         self.leasing = bool(self.want_r or self.want_t or self.want_c)
 
+    def covers(self, tokens: int) -> bool:
+        """The unspent slice holds one more request of ``tokens`` (and a free leased slot, where limited)."""
+        return not ((self.has_r and self.requests < 1) or (self.has_t and self.tokens < tokens)
+                    or (self.has_c and self.in_flight >= len(self.slots)))
+
+    def take(self, tokens: int, now: float) -> None:
+        """Spend one request of ``tokens`` from the slice (``covers`` said it may), at ``now`` (monotonic)."""
+        if self.has_r:
+            self.requests -= 1
+        if self.has_t:
+            self.tokens -= tokens
+        if self.has_c:
+            self.in_flight += 1
+        self.last_used = now
+
     def held(self) -> bool:
         """Anything here that Redis counts as taken, or that Redis has not heard of yet."""
         return bool(self.requests >= 1 or self.tokens >= 1 or self.slots or self.debt or self.in_flight)

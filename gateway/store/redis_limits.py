@@ -87,34 +87,12 @@ class RedisRateLimiter(RateLimiter):
                     lease_s: float) -> Decision | None:
         """Taken from the leased allowance when it covers every scope (no round trip); else None."""
         leases = self._leases_of(tenant, scopes)
-        if len(leases) == 1:  # the common case, written out: this runs for nearly every limited request
-            lease = leases[0]
-            if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
-                    or (lease.has_c and lease.in_flight >= len(lease.slots))):
-                return None
-            if lease.has_r:
-                lease.requests -= 1
-            if lease.has_t:
-                lease.tokens -= tokens
-            if lease.has_c:
-                lease.in_flight += 1
-            lease.last_used = time.monotonic()
-            scope = lease.scope
-            return Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm, lease.level_t + lease.tokens,
-                            None, None, 0.0, False, (leases, 0))
         for lease in leases:
-            if ((lease.has_r and lease.requests < 1) or (lease.has_t and lease.tokens < tokens)
-                    or (lease.has_c and lease.in_flight >= len(lease.slots))):
+            if not lease.covers(tokens):
                 return None
         mono = time.monotonic()
         for lease in leases:
-            if lease.has_r:
-                lease.requests -= 1
-            if lease.has_t:
-                lease.tokens -= tokens
-            if lease.has_c:
-                lease.in_flight += 1
-            lease.last_used = mono
+            lease.take(tokens, mono)
         return self._decided(scopes, leases, None, 0)
 
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
