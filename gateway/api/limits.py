@@ -79,6 +79,11 @@ class RateLimits:
             return None
         scopes, settle = self.scopes(key)
         estimate = body_bytes // BYTES_PER_TOKEN + 1
+        taken = self.limiter.take_now(key.tenant, scopes, estimate)
+        if taken is not None:  # the common case far from a limit: no Decision, no slot name
+            limit_r, level_r, limit_t, level_t, ticket = taken
+            return Admission(self.limiter, key.tenant, scopes, estimate, "",
+                             _headers(limit_r, level_r, limit_t, level_t), settle, ticket)
         member = self._member_prefix + str(next(self._members))
         verdict = self.limiter.acquire_now(key.tenant, scopes, estimate, member, self.lease_s)
         if verdict is None:
@@ -216,18 +221,23 @@ def headers(verdict: Decision) -> dict[str, str]:
 
 def raw_headers(verdict: Decision) -> list[tuple[bytes, bytes]]:
     """The ``x-ratelimit-*`` headers, encoded (every limited response carries them)."""
-    limit, level = verdict.limit_r, verdict.level_r
-    if limit:
-        out = [(b"x-ratelimit-limit-requests", b"%d" % limit),
-               (b"x-ratelimit-remaining-requests", b"%d" % level if level > 0 else b"0"),
-               (b"x-ratelimit-reset-requests", _reset((limit - level) * 60 / limit) if level < limit else b"0ms")]
+    return _headers(verdict.limit_r, verdict.level_r, verdict.limit_t, verdict.level_t)
+
+
+def _headers(limit_r: int, level_r: float, limit_t: int, level_t: float) -> list[tuple[bytes, bytes]]:
+    """The headers of the tightest buckets' levels (a limit of 0: that kind is not limited)."""
+    if limit_r:
+        out = [(b"x-ratelimit-limit-requests", b"%d" % limit_r),
+               (b"x-ratelimit-remaining-requests", b"%d" % level_r if level_r > 0 else b"0"),
+               (b"x-ratelimit-reset-requests",
+                _reset((limit_r - level_r) * 60 / limit_r) if level_r < limit_r else b"0ms")]
     else:
         out = []
-    limit, level = verdict.limit_t, verdict.level_t
-    if limit:
-        out += ((b"x-ratelimit-limit-tokens", b"%d" % limit),
-                (b"x-ratelimit-remaining-tokens", b"%d" % level if level > 0 else b"0"),
-                (b"x-ratelimit-reset-tokens", _reset((limit - level) * 60 / limit) if level < limit else b"0ms"))
+    if limit_t:
+        out += ((b"x-ratelimit-limit-tokens", b"%d" % limit_t),
+                (b"x-ratelimit-remaining-tokens", b"%d" % level_t if level_t > 0 else b"0"),
+                (b"x-ratelimit-reset-tokens",
+                 _reset((limit_t - level_t) * 60 / limit_t) if level_t < limit_t else b"0ms"))
     return out
 
 

@@ -114,6 +114,10 @@ def reset_seconds(limit: int, level: float) -> float:
     return (limit - level) * 60 / limit if level < limit else 0.0
 
 
+#: An admission ``take_now`` allowed: rpm and the requests level after it, tpm and the tokens level, the ticket.
+Taken = tuple[int, float, int, float, object]
+
+
 class RateLimiter(ABC):
     def acquire_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                     lease_s: float) -> Decision | None:
@@ -121,6 +125,13 @@ class RateLimiter(ABC):
 
         Most requests are decided here (in memory; on Redis, from the leased allowance), and a
         coroutine per request is a measurable share of what a limit costs.
+        """
+        return None
+
+    def take_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int) -> Taken | None:
+        """The cheapest admission: one scope, allowed from what this process holds, as plain numbers.
+
+        None: ask ``acquire_now`` (then ``acquire``). Nothing is taken when it returns None.
         """
         return None
 

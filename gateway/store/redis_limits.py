@@ -26,7 +26,7 @@ import secrets
 import time
 from typing import Any
 
-from gateway.store.limits import Decision, LimitScope, RateLimiter, decision
+from gateway.store.limits import Decision, LimitScope, RateLimiter, Taken, decision
 from gateway.store.redis import PREFIX, RedisStore, _esc, _f
 from gateway.store.redis_batch import ScriptBatcher
 from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, SLOT_RENEW_S, TICK_S, Lease
@@ -94,6 +94,18 @@ class RedisRateLimiter(RateLimiter):
         for lease in leases:
             lease.take(tokens, mono)
         return self._decided(scopes, leases, None, 0)
+
+    def take_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int) -> Taken | None:
+        """One scope whose lease covers the request: taken, with the levels the headers show."""
+        leases = self._leases_of(tenant, scopes)
+        if len(leases) != 1:
+            return None
+        lease = leases[0]
+        if not lease.covers(tokens):
+            return None
+        lease.take(tokens, time.monotonic())
+        scope = lease.scope
+        return scope.rpm, lease.level_r + lease.requests, scope.tpm, lease.level_t + lease.tokens, (leases, 0)
 
     async def acquire(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
                       lease_s: float, now: float | None = None, waited: bool = False) -> Decision:

@@ -281,3 +281,27 @@ async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
     with pytest.raises(GatewayError) as refused:
         limits.admit_now(key, 40)
     assert refused.value.status == 429 and refused.value.headers["retry-after"] == "30"
+
+
+async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_leases(
+        replicas: tuple[RedisRateLimiter, ...]) -> None:
+    """Two scopes skip the one-scope shortcut (take_now) and are taken from both leases at once."""
+    from gateway.api.limits import LATER, RateLimits
+    from gateway.config.loader import parse_config
+    from gateway.config.model import ApiKey
+
+    one, _ = replicas
+    config = parse_config('providers: {p: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: x}}\n'
+                          "models: {m: {targets: [{provider: p, model: m}]}}\n"
+                          "tenants: {t: {rpm: 3000}}\n")
+    limits = RateLimits(one, config)
+    key = ApiKey(key="", tenant="t", id="k_two", rpm=6_000)
+    assert one.take_now("t", limits.scopes(key)[0], 10) is None
+    assert limits.admit_now(key, 40) is LATER
+    assert await limits.admit(key, 40) is not None
+    calls = _count_calls(one)
+    admission = limits.admit_now(key, 40)
+    assert admission is not None and admission is not LATER and calls == []
+    # the tighter of the two buckets: the tenant's 3,000, two requests taken
+    assert dict(admission.headers)[b"x-ratelimit-limit-requests"] == b"3000"
+    assert dict(admission.headers)[b"x-ratelimit-remaining-requests"] == b"2998"
