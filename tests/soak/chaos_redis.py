@@ -346,5 +346,34 @@ class SentinelGroup(Topology):
             time.sleep(0.1)
         return False
 
+    def restore(self, timeout_s: float = 30.0) -> bool:
+        """Restart the killed master as a replica of the promoted one, once every sentinel names that one.
+
+        A node without persistence must never come back as a master: it is empty, and a sentinel that
+        had not yet taken in the failover would make the promoted node replicate it, wiping every
+        acknowledged write (the procedure Redis documents for a master restarted without persistence).
+        """
+        deadline = time.monotonic() + timeout_s
+        promoted = None
+        while time.monotonic() < deadline:
+            try:
+                ports = {int(s.client().execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER)[1])
+                         for s in self.sentinels}
+            except (redis.RedisError, RedisUnavailable, TypeError, IndexError):
+                ports = set()
+            if len(ports) == 1 and not ports & set(self.killed):
+                promoted = ports.pop()
+                break
+            time.sleep(0.1)
+        if promoted is None:
+            return False
+        node = next(n for n in self.nodes if n.port == self.killed[-1])
+        args = list(node.args)
+        if "--replicaof" in args:
+            at = args.index("--replicaof")
+            del args[at:at + 3]
+        node.args = (*args, "--replicaof", "127.0.0.1", str(promoted))
+        return super().restore(max(1.0, deadline - time.monotonic()))
+
 
 TOPOLOGIES: dict[str, type[Topology]] = {"replica": ReplicaPair, "cluster": RedisCluster, "sentinel": SentinelGroup}
