@@ -271,4 +271,3 @@ def configure(level: str, kind: str = "text", access: bool = False) -> None:
     if exchange.ACCESS is not None:
         exchange.ACCESS.flush()
     exchange.ACCESS = AccessLog(handler, kind) if enabled else None
-

@@ -71,7 +71,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
             now = runtime.limits.admit_now(key, request.body_bytes)
-            admission = await runtime.limits.admit(key, request.body_bytes) if now is LATER else now
+            admission = await runtime.limits.admit_later(key, request.body_bytes) if now is LATER else now
             if plan.needs_artifacts:
                 await reattach(runtime.store, key.tenant, chat.messages)
             max_iterations = plan.max_tool_iterations

@@ -29,7 +29,7 @@ from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Finished
 from gateway.store.base import StoreUnavailable
-from gateway.store.limits import Decision, LimitScope, RateLimiter
+from gateway.store.limits import Decision, LimitScope, RateLimiter, reset_seconds
 
 log = logging.getLogger("loopgate.limits")
 
@@ -73,7 +73,8 @@ class RateLimits:
     def admit_now(self, key: ApiKey, body_bytes: int) -> Admission | Later | None:
         """``admit`` without a coroutine where the limiter decides at once (memory, leased allowance).
 
-        ``LATER`` when the decision needs the store: then await ``admit``. Raises the 429 as ``admit`` does.
+        ``LATER`` when the decision needs the store: then await ``admit_later``. Raises the 429 as
+        ``admit`` does. Nothing is taken when it answers ``LATER``.
         """
         if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
             return None
@@ -88,42 +89,37 @@ class RateLimits:
         verdict = self.limiter.acquire_now(key.tenant, scopes, estimate, member, self.lease_s)
         if verdict is None:
             return LATER
-        if not verdict.allowed:
-            raise refusal(verdict, estimate)
-        return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
-                         verdict.ticket)
+        return self._admitted(key, scopes, settle, estimate, member, verdict)
 
     async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
         """None when nothing limits ``key``; else the admission (its headers go on the response).
 
         Raises the 429 when a limit refuses the request.
         """
-        try:
-            now = self.admit_now(key, body_bytes)
-        except StoreUnavailable as exc:
-            self._outage(exc)
-            return None
-        if now is not LATER:
-            return now
+        now = self.admit_now(key, body_bytes)
+        return await self.admit_later(key, body_bytes) if now is LATER else now
+
+    async def admit_later(self, key: ApiKey, body_bytes: int) -> Admission | None:
+        """The decision ``admit_now`` left to the store (a store outage fails open: None)."""
         scopes, settle = self.scopes(key)
         estimate = body_bytes // BYTES_PER_TOKEN + 1
         member = self._member_prefix + str(next(self._members))
         try:
             verdict = await self.limiter.acquire(key.tenant, scopes, estimate, member, self.lease_s)
         except StoreUnavailable as exc:
-            self._outage(exc)
+            now = time.monotonic()
+            if now - self._outage_logged > 60:
+                self._outage_logged = now
+                log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
             return None
+        return self._admitted(key, scopes, settle, estimate, member, verdict)
+
+    def _admitted(self, key: ApiKey, scopes: tuple[LimitScope, ...], settle: bool, estimate: int, member: str,
+                  verdict: Decision) -> Admission:
         if not verdict.allowed:
             raise refusal(verdict, estimate)
         return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
                          verdict.ticket)
-
-    def _outage(self, exc: StoreUnavailable) -> None:
-        now = time.monotonic()
-        if now - self._outage_logged > 60:
-            self._outage_logged = now
-            log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
-
 
 class Later(enum.Enum):
     """``LATER``: the limiter needs the store to decide (await ``RateLimits.admit``)."""
@@ -208,9 +204,13 @@ _RESET_MS = tuple(b"%dms" % ms for ms in range(1001))  # ceil(seconds * 1000) fo
 _RESET_S = tuple(_duration(float(s)).encode() for s in range(61))
 
 
-def _reset(seconds: float) -> bytes:
+def _reset_of(limit: int, level: float) -> bytes:
+    """How long a bucket at ``level`` takes to be full again (it refills at ``limit`` a minute), as OpenAI writes it."""
+    if level >= limit:
+        return b"0ms"
+    seconds = reset_seconds(limit, level)
     if seconds < 1:
-        return _RESET_MS[math.ceil(seconds * 1000)] if seconds > 0 else b"0ms"
+        return _RESET_MS[math.ceil(seconds * 1000)]
     whole = math.ceil(seconds)
     return _RESET_S[whole] if whole <= 60 else _duration(seconds).encode()
 
@@ -229,15 +229,13 @@ def _headers(limit_r: int, level_r: float, limit_t: int, level_t: float) -> list
     if limit_r:
         out = [(b"x-ratelimit-limit-requests", b"%d" % limit_r),
                (b"x-ratelimit-remaining-requests", b"%d" % level_r if level_r > 0 else b"0"),
-               (b"x-ratelimit-reset-requests",
-                _reset((limit_r - level_r) * 60 / limit_r) if level_r < limit_r else b"0ms")]
+               (b"x-ratelimit-reset-requests", _reset_of(limit_r, level_r))]
     else:
         out = []
     if limit_t:
         out += ((b"x-ratelimit-limit-tokens", b"%d" % limit_t),
                 (b"x-ratelimit-remaining-tokens", b"%d" % level_t if level_t > 0 else b"0"),
-                (b"x-ratelimit-reset-tokens",
-                 _reset((limit_t - level_t) * 60 / limit_t) if level_t < limit_t else b"0ms"))
+                (b"x-ratelimit-reset-tokens", _reset_of(limit_t, level_t)))
     return out
 
 

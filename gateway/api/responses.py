@@ -66,7 +66,7 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         if runtime.usage.check_budget_now(key):
             await runtime.usage.check_budget(key)
         now = runtime.limits.admit_now(key, incoming.body_bytes)
-        admission = await runtime.limits.admit(key, incoming.body_bytes) if now is LATER else now
+        admission = await runtime.limits.admit_later(key, incoming.body_bytes) if now is LATER else now
         run = await prepare_response(parsed, runtime, key, key.headless or parsed.headless or incoming.headless,
                                      plan)
         exchange.label = meter.route = run.label
