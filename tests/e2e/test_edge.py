@@ -7,6 +7,7 @@ within seconds; the time bounds asserted are generous (several times the timeout
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import socket
 import threading
@@ -207,6 +208,19 @@ def test_json_answer_written_whole_has_every_header_and_keeps_the_connection(
         assert headers["date"].endswith(" GMT")  # the server's default header
         assert headers["x-request-id"] == (request_id or headers["x-request-id"]) and headers["x-request-id"]
         assert "connection" not in headers and "transfer-encoding" not in headers
+    sock.close()
+
+
+@pytest.mark.parametrize("hostile", ["x" * 129, 'a"b', "a b", "caf\u00e9", "a,b;c"])
+def test_a_hostile_request_id_never_reaches_a_json_answer_written_whole(
+        edge: Gateway, fakes: dict[str, FakeUpstream], hostile: str) -> None:
+    """The head is written without uvicorn's checks: only a checked or generated id may be in it."""
+    fakes["primary"].queue(Reply(text="ok"))
+    sock = _connect(edge)
+    sock.sendall(_chat_request(f"X-Request-Id: {hostile}\r\n".encode().decode("latin-1")))
+    status, headers, body = _read_response(sock)
+    assert status == 200, body
+    assert re.fullmatch(r"req_[0-9a-f]{20}", headers["x-request-id"]), headers["x-request-id"]
     sock.close()
 
 
