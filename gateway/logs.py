@@ -124,9 +124,10 @@ class AccessLog:
     line is the record's fields serialised once, behind a prefix that is constant but for ``ts``
     (no second dict per record).
 
-    On a line-buffered stream with a file descriptor and UTF-8 (stderr, as ``loopgate serve`` logs)
-    a JSON line is bytes from orjson, written with the system's ``write``: nothing is pending in
-    the text layer between two whole lines. Lines wait at most ``FLUSH_S`` (or until
+    On a line-buffered or write-through stream with a file descriptor and UTF-8 (stderr, as
+    ``loopgate serve`` logs: line-buffered on a terminal, write-through on a pipe or a file) a
+    JSON line is bytes from orjson, written with the system's ``write``: nothing is pending in the
+    text layer between two whole lines. Lines wait at most ``FLUSH_S`` (or until
     ``FLUSH_BYTES`` wait) and go out together in one ``write``: a system call per line cost as
     much as the rest of the record on a busy worker (bench/README.md). A line written outside a
     running loop goes out at once, and what waits at exit is written then. One call per batch of
@@ -217,9 +218,13 @@ class AccessLog:
         pending.clear()
         self._pending_bytes = 0
         try:
+            stream = self._stream
+            if not stream.line_buffering:  # write-through over a buffered layer: what it holds goes first
+                with self._handler.lock:  # type: ignore[union-attr]
+                    stream.flush()
             while data:  # a short write only for a full disk or pipe
                 data = data[os.write(self._fd, data):]
-        except OSError:
+        except (OSError, ValueError):  # ValueError: the stream was closed
             self._fd = -1  # the descriptor went away: the stream's own write from now on
             with contextlib.suppress(Exception), self._handler.lock:  # type: ignore[union-attr]
                 self._stream.write(data.decode("utf-8", "replace"))
@@ -231,7 +236,10 @@ class AccessLog:
         self._flush = not getattr(stream, "line_buffering", False)
         self._fd = -1
         encoding = (getattr(stream, "encoding", "") or "").lower().replace("-", "")
-        if self._json and not self._flush and encoding == "utf8":
+        # stderr is line-buffered on a terminal and write-through elsewhere (a pipe, a file: where a
+        # service's logs go); either way the text layer holds nothing between two whole lines.
+        whole_lines = not self._flush or getattr(stream, "write_through", False)
+        if self._json and whole_lines and encoding == "utf8":
             try:
                 self._fd = stream.fileno()
             except (AttributeError, OSError, ValueError):  # no descriptor behind it (StringIO)

@@ -7,6 +7,8 @@ import io
 import logging
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,12 +153,23 @@ def test_json_access_records_on_a_line_buffered_stream_are_whole_lines_in_order(
     assert records[0]["tenant"] == "t\u00e9am \"q\"" and records[0]["logger"] == "loopgate.access"
 
 
-async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: Path) -> None:
+def _open_like_stderr(path: Path, kind: str) -> io.TextIOWrapper:
+    """A text stream as Python makes ``sys.stderr``: line-buffered on a terminal, write-through over
+    an unbuffered file elsewhere (a pipe, a file); or write-through over a buffered layer."""
+    if kind == "line-buffered":
+        return open(path, "w", buffering=1, encoding="utf-8")
+    raw = io.FileIO(path, "w")
+    layer: io.RawIOBase | io.BufferedWriter = raw if kind == "write-through" else io.BufferedWriter(raw)
+    return io.TextIOWrapper(layer, encoding="utf-8", write_through=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["line-buffered", "write-through", "write-through-buffered"])
+async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: Path, kind: str) -> None:
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, exchange.ACCESS)
     path = tmp_path / "log"
     try:
-        with open(path, "w", buffering=1, encoding="utf-8") as stream:
+        with _open_like_stderr(path, kind) as stream:
             logs.configure("info", "json", access=True)
             logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
             for rid in (b"rid-1", b"rid-2", b"rid-3"):
@@ -179,6 +192,55 @@ async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: P
     assert len(bounded) - len(first_batch) >= logs.AccessLog.FLUSH_BYTES
     statuses = [orjson.loads(line)["status"] for line in written.splitlines()]
     assert statuses == [200] * 3 + [500] * many
+
+
+def test_a_log_line_held_by_a_buffered_layer_goes_out_before_the_batch(tmp_path: Path) -> None:
+    """Write-through over a buffered layer: the batch's own write comes after what that layer holds."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    path = tmp_path / "log"
+    try:
+        with _open_like_stderr(path, "write-through-buffered") as stream:
+            logs.configure("info", "json", access=True)
+            logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
+            logging.getLogger("loopgate.test").warning("before")
+            Exchange("POST", "/v1/chat/completions", b"rid-1", None).done(200)  # no loop: written at once
+            written = path.read_bytes()
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        exchange.ACCESS = saved[2]
+    records = [orjson.loads(line) for line in written.splitlines()]
+    assert [r.get("request_id") or r["message"] for r in records] == ["before", "rid-1"]
+
+
+def test_a_worker_whose_stderr_is_a_file_batches_its_access_lines(tmp_path: Path) -> None:
+    """Where a service's logs go (a pipe, a file), Python's stderr is write-through, not line-buffered:
+    the batched path must hold there too, not only on a terminal."""
+    script = """
+import asyncio, logging, sys
+from gateway import logs
+from gateway.api import exchange
+from gateway.api.exchange import Exchange
+logs.configure("info", "json", access=True)
+assert not sys.stderr.line_buffering and sys.stderr.write_through
+async def main():
+    for n in range(3):
+        Exchange("POST", "/v1/chat/completions", b"rid-%d" % n, None).done(200)
+    print(len(exchange.ACCESS._pending), flush=True)  # waiting for the batch's write
+    await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
+    print(len(exchange.ACCESS._pending), flush=True)
+    Exchange("POST", "/v1/chat/completions", b"rid-last", None).done(204)  # flushed at exit
+asyncio.run(main())
+"""
+    err = tmp_path / "stderr"
+    with open(err, "wb") as sink:
+        done = subprocess.run([sys.executable, "-c", script], stderr=sink, stdout=subprocess.PIPE, timeout=60,
+                              cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, err.read_text()
+    assert done.stdout.split() == [b"3", b"0"]
+    ids = [orjson.loads(line)["request_id"] for line in err.read_bytes().splitlines()]
+    assert ids == ["rid-0", "rid-1", "rid-2", "rid-last"]
 
 
 def test_text_access_record_is_one_line(captured: io.StringIO) -> None:
