@@ -2,7 +2,8 @@
 
 Started by ``gateway/tracing_ship.py`` as ``python -m gateway.tracing_export``, one per worker
 process. It reads length-prefixed orjson frames on stdin: first its configuration, then lists of
-``[trace id, spans]`` (see ``gateway/tracing_lean.py`` for a span's fields). Each span becomes an
+``[trace id, spans]`` (see ``Record`` in ``gateway/tracing_lean.py`` for a span's fields: attributes
+by position get their names here, where it costs no request any time). Each span becomes an
 ``opentelemetry.sdk.trace.ReadableSpan`` handed to a ``BatchSpanProcessor`` over
 ``OTLPSpanExporter``: the protobuf encoding and the HTTP posts happen here, on this process's
 CPU, not in the gateway's (its ``OTEL_BSP_*`` environment variables apply).
@@ -43,6 +44,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from gateway import redact
 from gateway.logs import FORMAT, JsonFormatter, SafeFormatter
 from gateway.redact import Redactor, header_secrets
+from gateway.tracing_lean import expand
 
 _HEADER = struct.Struct(">I")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -137,7 +139,8 @@ class Rebuilder:
         resource, scope = self.resource, self.scope
         for trace_hex, records in batch:
             trace_id = int(trace_hex, 16)
-            for name, kind, span_id, parent_id, start, end, attributes, events, status, message in records:
+            for raw_name, kind, span_id, parent_id, start, end, raw_attributes, events, status, message in records:
+                name, attributes = expand(raw_name, raw_attributes)
                 parent = None
                 if parent_id:  # only a server span's parent (the caller's span) is remote
                     parent = SpanContext(trace_id, parent_id, is_remote=kind == SpanKind.SERVER.value,

@@ -54,7 +54,22 @@ _now = time.time_ns
 
 #: One finished span as shipped: name, kind, span id, parent span id (0: none), start and end
 #: (ns since the epoch), attributes, events ``[name, ns, attributes]``, status code, status message.
+#: The attributes are a dict, or (the server and model-call spans: every request has them) a list
+#: ``[schema, value, ..., extra]`` whose values are named by ``ATTRIBUTE_NAMES[schema]`` (None:
+#: not set) and ``extra`` is None or a dict of the rest; such a span's name is None, made from its
+#: attributes by :func:`span_name`. Positions instead of names: no dict is built per span here.
 Record = list[Any]
+SERVER_ATTRIBUTES, CHAT_ATTRIBUTES = 1, 2
+ATTRIBUTE_NAMES: dict[int, tuple[str, ...]] = {
+    SERVER_ATTRIBUTES: ("http.request.method", "http.route", "loopgate.route", "loopgate.request_id",
+                        "loopgate.tenant", "http.response.status_code", "error.type"),
+    CHAT_ATTRIBUTES: ("gen_ai.provider.name", "gen_ai.request.model", "loopgate.target", "gen_ai.response.model",
+                      "gen_ai.response.finish_reasons", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+                      "gen_ai.response.id", "gen_ai.usage.cache_read.input_tokens"),
+}
+#: attributes every span of a schema has, with the same value
+FIXED_ATTRIBUTES: dict[int, dict[str, Any]] = {SERVER_ATTRIBUTES: {},
+                                               CHAT_ATTRIBUTES: {"gen_ai.operation.name": "chat"}}
 #: What the tracer hands on per request: the trace id (32 hex digits) and its finished spans.
 Sink = Callable[[str, list[Record]], None]
 
@@ -70,6 +85,30 @@ def parse_traceparent(value: bytes) -> tuple[str, int, bool] | None:
     if version == b"ff" or (version == b"00" and rest is not None) or trace == _ZERO_TRACE or parent == _ZERO_SPAN:
         return None
     return trace.decode(), int(parent, 16), bool(int(flags, 16) & 1)
+
+
+def expand(name: str | None, attributes: dict[str, Any] | list[Any]) -> tuple[str, dict[str, Any]]:
+    """A record's name and attributes as a dict (see ``Record``): a schema's span is named after its
+    attributes (``{METHOD} {route}``, ``chat {model}``). ValueError for a record of no known shape."""
+    if isinstance(attributes, dict):
+        if name is None:
+            raise ValueError("a span with attributes by name has no name")
+        return name, attributes
+    schema = attributes[0] if attributes else None
+    names = ATTRIBUTE_NAMES.get(schema) if isinstance(schema, int) else None
+    if names is None or len(attributes) != len(names) + 2:
+        raise ValueError(f"attributes of an unknown shape: {str(attributes)[:100]}")
+    out = dict(FIXED_ATTRIBUTES[schema])  # type: ignore[index]
+    for key, value in zip(names, attributes[1:-1], strict=True):
+        if value is not None:
+            out[key] = value
+    extra = attributes[-1]
+    if extra:
+        out.update(extra)
+    if name is None:
+        name = (f"{out.get('http.request.method')} {out.get('http.route')}" if schema == SERVER_ATTRIBUTES
+                else f"chat {out.get('gen_ai.request.model')}")
+    return name, out
 
 
 def new_id(bits: int) -> int:
@@ -92,88 +131,160 @@ def error_type(error: BaseException) -> str:
     return str(error_class.value) if error_class is not None else type(error).__name__
 
 
-class _Trace:
-    """The request's share of a trace: its id and the spans finished so far (shipped with the server span)."""
+class _Recording(Span):
+    """What every recording span shares: its id, start, events, status, and the request span it belongs to."""
 
-    __slots__ = ("hex", "shipped", "spans")
+    __slots__ = ("_events", "_owner", "_parent", "_start", "_status", "span_id")
+    recording = True
 
-    def __init__(self, trace_hex: str) -> None:
+    _owner: ServerSpan  # the request's span (children only: the request's span has no reference to itself)
+
+    # Each kind's __init__ sets them all (no shared method: one call less per span): ``_parent``;
+    # ``_events`` the shared empty tuple until the first event; ``_status`` the error
+    # description once the span failed; ``span_id``; ``_start`` (ns since the epoch).
+    _events: list[list[Any]] | tuple[()]
+    _parent: int
+    _status: str
+    _start: int
+    span_id: int
+
+    def _end(self, name: str | None, attributes: dict[str, Any] | list[Any]) -> None:
+        """Hand on the finished span (``name`` None: the exporter names it after its attributes)."""
+        status = self._status
+        record = [name, self._kind, self.span_id, self._parent, self._start, _now(), attributes, self._events,
+                  ERROR if status else UNSET, status]
+        root = self._owner
+        if root.shipped:  # ended after its request's server span (a cancelled task): shipped on its own
+            root.tracer.sink(root.hex, [record])
+        else:
+            root.spans.append(record)
+
+    _kind = INTERNAL
+
+    def model_call(self, targets: Sequence[Any], request: Any) -> Span:
+        return ChatSpan(self._owner, self.span_id, targets[0], request)
+
+    def tool(self, call: Any, tool: Any) -> Span:
+        return ToolSpan(self._owner, self.span_id, call, tool)
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        self._event([name, _now(), attributes])
+
+    def _event(self, event: list[Any]) -> None:
+        events = self._events
+        if isinstance(events, list):
+            events.append(event)
+        else:
+            self._events = [event]
+
+    def traceparent(self) -> str | None:
+        return f"00-{self._owner.hex}-{self.span_id:016x}-01"
+
+    def outgoing(self) -> str | None:
+        return self.traceparent() if self._owner.tracer.propagate else None
+
+
+class ServerSpan(_Recording):
+    """``{METHOD} {path}``: the request's span, holding its trace and the child spans finished so far."""
+
+    __slots__ = ("_extra", "_method", "_path", "hex", "shipped", "spans", "tracer")
+    _kind = SERVER
+
+    def __init__(self, tracer: LeanTracer, trace_hex: str, parent: int, method: str, path: str) -> None:
+        self.tracer = tracer
         self.hex = trace_hex
         self.spans: list[Record] = []
         self.shipped = False
-
-
-class LeanSpan(Span):
-    __slots__ = ("_attributes", "_events", "_first", "_kind", "_name", "_parent", "_start", "_status",
-                 "_trace", "_tracer", "span_id")
-    recording = True
-
-    def __init__(self, tracer: LeanTracer, trace: _Trace, name: str, kind: int, parent: int,
-                 attributes: dict[str, Any], first: Any = None) -> None:
-        self._tracer = tracer
-        self._trace = trace
-        self._name = name
-        self._kind = kind
+        self._method = method
+        self._path = path
+        self._extra: dict[str, Any] | None = None
         self._parent = parent
-        self._attributes = attributes
-        self._first = first
-        self._events: list[list[Any]] | tuple[()] = _NO_EVENTS  # a list of its own from the first event
-        self._status = ""  # the error description once the span failed
+        self._events = _NO_EVENTS
+        self._status = ""
         self.span_id = _bits(64) or new_id(64)
         self._start = _now()
 
-    def _end(self) -> None:
+    # What the children reach through ``_owner``, the request's span has itself.
+
+    def _end(self, name: str | None, attributes: dict[str, Any] | list[Any]) -> None:
         status = self._status
-        record = [self._name, self._kind, self.span_id, self._parent, self._start, _now(), self._attributes,
-                  self._events, ERROR if status else UNSET, status]
-        trace = self._trace
-        if trace.shipped:  # ended after its request's server span (a cancelled task): shipped on its own
-            self._tracer.sink(trace.hex, [record])
-        else:
-            trace.spans.append(record)
+        self.spans.append([name, SERVER, self.span_id, self._parent, self._start, _now(), attributes, self._events,
+                           ERROR if status else UNSET, status])
 
     def model_call(self, targets: Sequence[Any], request: Any) -> Span:
-        first = targets[0]
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": _provider(first),
-                      "gen_ai.request.model": first.model, "loopgate.target": first.label}
+        return ChatSpan(self, self.span_id, targets[0], request)
+
+    def tool(self, call: Any, tool: Any) -> Span:
+        return ToolSpan(self, self.span_id, call, tool)
+
+    def traceparent(self) -> str | None:
+        return f"00-{self.hex}-{self.span_id:016x}-01"
+
+    def outgoing(self) -> str | None:
+        return self.traceparent() if self.tracer.propagate else None
+
+    def set(self, key: str, value: Any) -> None:
+        if self._extra is None:
+            self._extra = {}
+        self._extra[key] = value
+
+    def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
+               tenant: str | None = None) -> None:
+        if status >= 500:
+            self._status = error_type or str(status)
+        self._end(None, [SERVER_ATTRIBUTES, self._method, self._path, route, request_id, tenant, status, error_type,
+                   self._extra])
+        self.shipped = True
+        self.tracer.sink(self.hex, self.spans)
+
+
+class ChatSpan(_Recording):
+    """``chat {model}``: one model call, its failover walk's failed attempts as events."""
+
+    __slots__ = ("_extra", "_first")
+    _kind = CLIENT
+
+    def __init__(self, root: ServerSpan, parent: int, first: Any, request: Any) -> None:
+        self._first = first
+        extra: dict[str, Any] | None = None
         params = request.params
         if params:
             for key, name in _REQUEST_PARAMS:
                 value = params.get(key)
                 if isinstance(value, int | float) and not isinstance(value, bool):
-                    attributes[name] = value
-        if self._tracer.capture:
-            attributes["gen_ai.input.messages"] = orjson.dumps(request.messages, default=str).decode()
-        return LeanSpan(self._tracer, self._trace, f"chat {first.model}", CLIENT, self.span_id, attributes, first)
+                    if extra is None:
+                        extra = {}
+                    extra[name] = value
+        if root.tracer.capture:
+            extra = extra or {}
+            extra["gen_ai.input.messages"] = orjson.dumps(request.messages, default=str).decode()
+        self._owner = root
+        self._extra = extra
+        self._parent = parent
+        self._events = _NO_EVENTS
+        self._status = ""
+        self.span_id = _bits(64) or new_id(64)
+        self._start = _now()
 
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
-        attributes = self._attributes
-        if target is not self._first:  # failed over: the span names the model that answered
-            self._name = f"chat {target.model}"
-            attributes["gen_ai.provider.name"] = _provider(target)
-            attributes["gen_ai.request.model"] = target.model
-            attributes["loopgate.target"] = target.label
         if attempts:
             self._attempts(attempts)
         usage = response.usage
-        attributes["gen_ai.response.model"] = response.model or target.model
-        attributes["gen_ai.response.finish_reasons"] = [str(response.finish_reason)]
-        attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
-        attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
-        if response.id:
-            attributes["gen_ai.response.id"] = response.id
-        if usage.cached_tokens:
-            attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached_tokens
-        if self._tracer.capture:
-            attributes["gen_ai.output.messages"] = orjson.dumps([response.message], default=str).decode()
-        self._end()
+        model = target.model
+        if self._owner.tracer.capture:
+            self.set("gen_ai.output.messages", orjson.dumps([response.message], default=str).decode())
+        self._end(None, [CHAT_ATTRIBUTES, _provider(target), model, target.label, response.model or model,
+                   [str(response.finish_reason)], usage.prompt_tokens, usage.completion_tokens, response.id or None,
+                   usage.cached_tokens or None, self._extra])
 
     def failed(self, error: BaseException, attempts: list[dict[str, Any]]) -> None:
         self._attempts(attempts)
         kind = error_type(error)
-        self._attributes["error.type"] = kind
+        self.set("error.type", kind)
         self._status = kind
-        self._end()
+        first = self._first
+        self._end(None, [CHAT_ATTRIBUTES, _provider(first), first.model, first.label, None, None, None, None, None,
+                         None, self._extra])
 
     def _attempts(self, attempts: list[dict[str, Any]]) -> None:
         """Every attempt of the walk that did not answer, as an event (the answering one is the span itself)."""
@@ -186,16 +297,36 @@ class LeanSpan(Span):
                 attributes["http.response.status_code"] = entry["status"]
             self._event(["loopgate.attempt", _now(), attributes])
         if len(attempts) > 1:
-            self._attributes["loopgate.attempts"] = len(attempts)
+            self.set("loopgate.attempts", len(attempts))
 
-    def tool(self, call: Any, tool: Any) -> Span:
-        name = call["function"]["name"]
+    def set(self, key: str, value: Any) -> None:
+        if self._extra is None:
+            self._extra = {}
+        self._extra[key] = value
+
+
+class ToolSpan(_Recording):
+    """``execute_tool {name}``: one server-side tool execution (its attributes as a plain dict)."""
+
+    __slots__ = ("_attributes", "_name")
+
+    def __init__(self, root: ServerSpan, parent: int, call: Any, tool: Any) -> None:
+        name = self._name = call["function"]["name"]
         attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                       "gen_ai.tool.call.id": call["id"], "gen_ai.tool.type": "function",
                       "loopgate.tool.source": str(getattr(tool.spec, "source", ""))}
-        if self._tracer.capture:
+        if root.tracer.capture:
             attributes["gen_ai.tool.call.arguments"] = call["function"].get("arguments") or ""
-        return LeanSpan(self._tracer, self._trace, f"execute_tool {name}", INTERNAL, self.span_id, attributes)
+        self._owner = root
+        self._attributes = attributes
+        self._parent = parent
+        self._events = _NO_EVENTS
+        self._status = ""
+        self.span_id = _bits(64) or new_id(64)
+        self._start = _now()
+
+    def set(self, key: str, value: Any) -> None:
+        self._attributes[key] = value
 
     def tool_done(self, status: str, content: str | None) -> None:
         attributes = self._attributes
@@ -203,47 +334,9 @@ class LeanSpan(Span):
         if status != "ok":
             attributes["error.type"] = status
             self._status = status
-        if self._tracer.capture and content is not None:
+        if self._owner.tracer.capture and content is not None:
             attributes["gen_ai.tool.call.result"] = content
-        self._end()
-
-    def event(self, name: str, attributes: dict[str, Any]) -> None:
-        self._event([name, _now(), attributes])
-
-    def _event(self, event: list[Any]) -> None:
-        events = self._events
-        if isinstance(events, list):
-            events.append(event)
-        else:
-            self._events = [event]
-
-    def set(self, key: str, value: Any) -> None:
-        self._attributes[key] = value
-
-    def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
-               tenant: str | None = None) -> None:
-        attributes = self._attributes
-        if route is not None:
-            attributes["loopgate.route"] = route
-        if request_id is not None:
-            attributes["loopgate.request_id"] = request_id
-        if tenant is not None:
-            attributes["loopgate.tenant"] = tenant
-        attributes["http.response.status_code"] = status
-        if error_type is not None:
-            attributes["error.type"] = error_type
-        if status >= 500:
-            self._status = error_type or str(status)
-        self._end()
-        trace = self._trace
-        trace.shipped = True
-        self._tracer.sink(trace.hex, trace.spans)
-
-    def traceparent(self) -> str | None:
-        return f"00-{self._trace.hex}-{self.span_id:016x}-01"
-
-    def outgoing(self) -> str | None:
-        return self.traceparent() if self._tracer.propagate else None
+        self._end(f"execute_tool {self._name}", attributes)
 
 
 def _provider(target: Any) -> str:
@@ -273,8 +366,7 @@ class LeanTracer(Tracer):
             if self._ratio < 1.0 and random.random() >= self._ratio:
                 return NOOP
             trace_hex, parent = "%032x" % (_bits(128) or new_id(128)), 0  # faster than an f-string's format
-        return LeanSpan(self, _Trace(trace_hex), f"{method} {path}", SERVER, parent,
-                        {"http.request.method": method, "http.route": path})
+        return ServerSpan(self, trace_hex, parent, method, path)
 
     async def shutdown(self) -> None:
         if self._close is not None:

@@ -5,12 +5,15 @@ its stdin with length-prefixed frames: a 4-byte big-endian length, then orjson. 
 the configuration (the collector's headers are secrets: they travel only on this pipe, never on
 the command line or in the environment); each later frame is a list of ``[trace id, spans]``.
 
-The event loop only appends a request's spans to a deque (``submit``); a writer thread drains it
-every ``FLUSH_INTERVAL_S`` (sooner when ``BATCH_SPANS`` are waiting), encodes and writes frames,
-and blocks on the pipe when the child is slow, which is why the deque is bounded: beyond
-``max_buffered_spans`` a request's spans are dropped and counted in
-``loopgate_trace_spans_dropped_total``. A child that dies is restarted with backoff; what was in
-the frame being written is dropped (counted), what the child had already read is lost with it.
+The event loop encodes a request's spans (one orjson call) and appends the bytes to a deque
+(``submit``): nothing of them stays for the garbage collector to walk, and the writer thread only
+joins bytes. The writer drains the deque every ``FLUSH_INTERVAL_S`` (sooner when ``BATCH_SPANS``
+are waiting), packs the requests into frames and writes them, blocking on the pipe when the
+child is slow, which is why the deque is bounded: beyond ``max_buffered_spans`` a request's spans
+are dropped and counted in ``loopgate_trace_spans_dropped_total`` (as are a request whose spans
+alone are over the frame limit, and one that cannot be encoded). A child that dies is restarted
+with backoff; what was in the frame being written is dropped (counted), what the child had
+already read is lost with it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -43,10 +47,29 @@ RESTART_BACKOFF_S = (0.5, 30.0)
 DROP_LOG_INTERVAL_S = 60.0
 DROP_REASONS = ("buffer_full", "exporter_down", "too_large", "unencodable")
 _HEADER = struct.Struct(">I")
+_dumps = orjson.dumps
 
 
 def frame(payload: bytes) -> bytes:
     return _HEADER.pack(len(payload)) + payload
+
+
+def packed(entries: list[tuple[int, bytes]], frame_max: int) -> Iterator[tuple[int, bytes]]:
+    """Encoded requests joined into JSON arrays of at most ``frame_max`` bytes: ``(spans, payload)`` each.
+
+    Every entry fits a frame alone (``submit`` dropped the others); order is kept."""
+    spans = 0
+    size = 2  # "[" and "]"
+    batch: list[bytes] = []
+    for count, encoded in entries:
+        if batch and size + 1 + len(encoded) > frame_max:
+            yield spans, b"[" + b",".join(batch) + b"]"
+            spans, size, batch = 0, 2, []
+        spans += count
+        size += len(encoded) + (1 if batch else 0)
+        batch.append(encoded)
+    if batch:
+        yield spans, b"[" + b",".join(batch) + b"]"
 
 
 class Shipper:
@@ -54,7 +77,8 @@ class Shipper:
         self.config = config
         self.max_spans = config.max_buffered_spans
         self.frame_max = config.max_frame_bytes
-        self._queue: collections.deque[tuple[str, list[Any]]] = collections.deque()
+        self._entry_max = self.frame_max - 2  # a frame is a JSON array: "[" entries "]"
+        self._queue: collections.deque[tuple[int, bytes]] = collections.deque()  # (spans, encoded request)
         # Spans queued (only the event loop adds) and spans taken off (only the writer adds): the
         # difference is what is buffered, with no lock on the request path.
         self._queued = 0
@@ -77,13 +101,21 @@ class Shipper:
     # -- the event loop's side -------------------------------------------------------------------
 
     def submit(self, trace_hex: str, spans: list[Any]) -> None:
-        """Queue one request's finished spans (dropped, and counted, when the buffer is full)."""
+        """Queue one request's finished spans, encoded (dropped, and counted, when they cannot go)."""
         count = len(spans)
         queued = self._queued + count
         if queued - self._taken > self.max_spans or self._closing:
             self.drop("exporter_down" if self._closing else "buffer_full", count)
             return
-        self._queue.append((trace_hex, spans))
+        try:
+            encoded = _dumps((trace_hex, spans), default=str)
+        except orjson.JSONEncodeError:  # an integer past 64 bits (a caller's max_tokens, say)
+            self.drop("unencodable", count)
+            return
+        if len(encoded) > self._entry_max:
+            self.drop("too_large", count)
+            return
+        self._queue.append((count, encoded))
         self._queued = queued
         if queued >= self._next_wake:
             self._next_wake = queued + BATCH_SPANS
@@ -170,35 +202,18 @@ class Shipper:
         entries = [popleft() for _ in range(len(queue))]  # the event loop may append meanwhile: those wait
         if not entries:
             return False
-        count = sum([len(spans) for _, spans in entries])
+        count = sum([spans for spans, _ in entries])
         taken = self._taken
         try:
-            self._send(entries, count)
+            for frame_count, payload in packed(entries, self.frame_max):
+                self._write(frame(payload))
+                self._taken += frame_count
         except OSError:  # BrokenPipeError: the child is gone with what was not written yet
             unsent = count - (self._taken - taken)
             self._taken += unsent
             self.drop("exporter_down", unsent)
             raise
         return True
-
-    def _send(self, entries: list[tuple[str, list[Any]]], count: int) -> None:
-        """One frame (one orjson call for the whole batch), halved until it fits the frame limit."""
-        try:
-            payload: bytes | None = orjson.dumps(entries, default=str)
-        except orjson.JSONEncodeError:  # an integer past 64 bits (a caller's max_tokens, say)
-            payload = None
-        if payload is not None and len(payload) <= self.frame_max:
-            self._write(frame(payload))
-            self._taken += count
-        elif len(entries) == 1:
-            self._taken += count
-            self.drop("too_large" if payload is not None else "unencodable", count)
-        else:
-            half = len(entries) // 2
-            first, second = entries[:half], entries[half:]
-            first_count = sum([len(spans) for _, spans in first])
-            self._send(first, first_count)
-            self._send(second, count - first_count)
 
     def _lost(self) -> None:
         process = self.process
@@ -227,7 +242,7 @@ class Shipper:
     def _discard(self, reason: str) -> None:
         count = 0
         while self._queue:
-            count += len(self._queue.popleft()[1])
+            count += self._queue.popleft()[0]
         self._taken += count
         self.drop(reason, count)
 

@@ -34,6 +34,7 @@ def test_one_scrape_sums_both_workers(fakes: dict[str, FakeUpstream]) -> None:
 
         with ThreadPoolExecutor(8) as pool:
             assert list(pool.map(one, range(REQUESTS))) == [200] * REQUESTS
+        time.sleep(0.2)  # access lines wait up to 20 ms to go out together (AccessLog.FLUSH_S)
         records = [orjson.loads(line) for line in gw.logs().splitlines() if line.strip()]
         served = {r["pid"] for r in records if r.get("message") == "access" and r["path"] == "/v1/chat/completions"}
         assert len(served) == 2, f"both workers must serve some requests for this test to mean anything: {served}"

@@ -7,7 +7,8 @@ file is parsed line by line (``logging.format: json``), uvicorn's lines included
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -189,9 +190,17 @@ def test_pause_and_resume_events_carry_the_continuation_id(traced: Gateway, fake
     assert events["loopgate.denial"]["loopgate.continuation_id"] == continuation_id
 
 
-def log_records(gateway: Gateway) -> list[dict[str, Any]]:
-    lines = [line for line in gateway.logs().splitlines() if line.strip()]
-    return [orjson.loads(line) for line in lines]  # every line is JSON, or this raises
+def log_records(gateway: Gateway, want: Callable[[list[dict[str, Any]]], bool] = bool,
+                timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """The gateway's log lines, parsed, once ``want`` holds: access lines wait up to 20 ms to be written
+    together (``AccessLog.FLUSH_S``), so the last request's record may not be there at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [line for line in gateway.logs().splitlines() if line.strip()]
+        records = [orjson.loads(line) for line in lines]  # every line is JSON, or this raises
+        if want(records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.02)
 
 
 def test_json_logs_every_line_access_records_and_no_secrets(traced: Gateway, fakes: dict[str, FakeUpstream]
@@ -200,7 +209,8 @@ def test_json_logs_every_line_access_records_and_no_secrets(traced: Gateway, fak
     response = tool_loop(traced, fakes, False, traceparent)
     request_id = response.headers["x-request-id"]
     traced.post("/v1/chat/completions", {"model": "traced", "messages": []})  # a 400
-    records = log_records(traced)
+    records = log_records(traced, lambda found: any(r.get("message") == "access" and r["status"] == 400
+                                                    for r in found))
     assert any(r["logger"].startswith("uvicorn") for r in records), "uvicorn's own lines are JSON too"
     assert all({"ts", "level", "logger", "message"} <= set(r) for r in records)
     (access,) = [r for r in records if r.get("request_id") == request_id]
@@ -242,7 +252,10 @@ def test_request_id_echoed_generated_and_bounded(traced: Gateway, fakes: dict[st
         assert response.headers["x-request-id"]
         assert len(response.headers.get_list("x-request-id")) == 1
     assert response.headers["x-request-id"] == "cont-1"
-    assert any(r.get("request_id") == "cont-1" and r["status"] == 404 for r in log_records(traced))
+    def logged(found: list[dict[str, Any]]) -> bool:
+        return any(r.get("request_id") == "cont-1" and r["status"] == 404 for r in found)
+
+    assert logged(log_records(traced, logged))
 
 
 def test_capture_content_and_propagation_to_providers(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import time
 
+import orjson
+import pytest
+
 from gateway import metrics
 from gateway.config.observability_section import ObservabilityConfig
 from gateway.tracing_lean import SERVER
@@ -43,3 +46,41 @@ def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_reque
     finally:
         os.environ.pop("OTEL_BSP_SCHEDULE_DELAY", None)
         receiver.stop()
+
+
+def test_records_by_position_get_their_names_and_only_the_values_that_are_set() -> None:
+    from gateway.tracing_lean import CHAT_ATTRIBUTES, SERVER_ATTRIBUTES, expand
+
+    name, attributes = expand(None, [SERVER_ATTRIBUTES, "POST", "/v1/chat/completions", "smart", "req_1", None, 200,
+                                     None, {"loopgate.extra": 1}])
+    assert name == "POST /v1/chat/completions"
+    assert attributes == {"http.request.method": "POST", "http.route": "/v1/chat/completions",
+                          "loopgate.route": "smart", "loopgate.request_id": "req_1",
+                          "http.response.status_code": 200, "loopgate.extra": 1}
+    name, attributes = expand(None, [CHAT_ATTRIBUTES, "openai", "m1", "p:m1", "m1-2025", ["stop"], 10, 3, None, 0,
+                                     None])
+    assert name == "chat m1"
+    assert attributes == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                          "gen_ai.request.model": "m1", "loopgate.target": "p:m1", "gen_ai.response.model": "m1-2025",
+                          "gen_ai.response.finish_reasons": ["stop"], "gen_ai.usage.input_tokens": 10,
+                          "gen_ai.usage.output_tokens": 3, "gen_ai.usage.cache_read.input_tokens": 0}
+    assert expand("GET /x", {"a": 1}) == ("GET /x", {"a": 1})  # by name: as it is
+    for bad in ([], [99, "x", None], [SERVER_ATTRIBUTES, "POST"], ["1", *[None] * 8]):
+        with pytest.raises(ValueError):
+            expand(None, bad)
+    with pytest.raises(ValueError):
+        expand(None, {"a": 1})
+
+
+def test_encoded_requests_are_packed_into_frames_in_order_and_under_the_limit() -> None:
+    from gateway.tracing_ship import packed
+
+    entries = [(n % 3 + 1, orjson.dumps([f"{n:032x}", ["x" * (n * 7 % 50)]])) for n in range(200)]
+    frames = list(packed(entries, 400))
+    assert all(len(payload) <= 400 for _, payload in frames) and len(frames) > 10
+    assert sum(count for count, _ in frames) == sum(count for count, _ in entries)
+    decoded = [entry for _, payload in frames for entry in orjson.loads(payload)]
+    assert decoded == [orjson.loads(encoded) for _, encoded in entries]
+    assert list(packed([], 400)) == []
+    ((count, payload),) = packed([(2, b"[1]")], 5)  # one entry alone, exactly at the limit
+    assert (count, payload) == (2, b"[[1]]")
