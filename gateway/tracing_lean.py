@@ -46,8 +46,7 @@ UNSET, ERROR = 0, 2
 MAX_TRACEPARENT = 512
 _TRACEPARENT = re.compile(rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?")
 _ZERO_TRACE, _ZERO_SPAN = b"0" * 32, b"0" * 16
-_REQUEST_PARAMS = (("temperature", "gen_ai.request.temperature"), ("top_p", "gen_ai.request.top_p"),
-                   ("max_tokens", "gen_ai.request.max_tokens"), ("max_completion_tokens", "gen_ai.request.max_tokens"))
+_NO_PARAMS = (None, None, None, None)
 _bits = random.getrandbits
 _NO_EVENTS: tuple[()] = ()  # shared by every span without events (serialised as [])
 _now = time.time_ns
@@ -65,8 +64,13 @@ ATTRIBUTE_NAMES: dict[int, tuple[str, ...]] = {
                         "loopgate.tenant", "http.response.status_code", "error.type"),
     CHAT_ATTRIBUTES: ("gen_ai.provider.name", "gen_ai.request.model", "loopgate.target", "gen_ai.response.model",
                       "gen_ai.response.finish_reasons", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-                      "gen_ai.response.id", "gen_ai.usage.cache_read.input_tokens"),
+                      "gen_ai.response.id", "gen_ai.usage.cache_read.input_tokens", "gen_ai.request.temperature",
+                      "gen_ai.request.top_p", "gen_ai.request.max_tokens", "gen_ai.request.max_tokens"),
 }
+# Values shipped as the gateway holds them, made what the conventions want here: the provider's
+# type becomes its ``gen_ai.provider.name``, the finish reason a list; request parameters are kept
+# only when they are numbers (a later position wins: max_completion_tokens over max_tokens).
+_NUMERIC = frozenset({"gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.max_tokens"})
 #: attributes every span of a schema has, with the same value
 FIXED_ATTRIBUTES: dict[int, dict[str, Any]] = {SERVER_ATTRIBUTES: {},
                                                CHAT_ATTRIBUTES: {"gen_ai.operation.name": "chat"}}
@@ -100,8 +104,13 @@ def expand(name: str | None, attributes: dict[str, Any] | list[Any]) -> tuple[st
         raise ValueError(f"attributes of an unknown shape: {str(attributes)[:100]}")
     out = dict(FIXED_ATTRIBUTES[schema])  # type: ignore[index]
     for key, value in zip(names, attributes[1:-1], strict=True):
-        if value is not None:
-            out[key] = value
+        if value is None or (key in _NUMERIC and (not isinstance(value, int | float) or isinstance(value, bool))):
+            continue
+        if key == "gen_ai.provider.name":
+            value = PROVIDER_NAMES.get(value, str(value))
+        elif key == "gen_ai.response.finish_reasons":
+            value = [str(value)]
+        out[key] = value
     extra = attributes[-1]
     if extra:
         out.update(extra)
@@ -241,23 +250,15 @@ class ServerSpan(_Recording):
 class ChatSpan(_Recording):
     """``chat {model}``: one model call, its failover walk's failed attempts as events."""
 
-    __slots__ = ("_extra", "_first")
+    __slots__ = ("_extra", "_first", "_params")
     _kind = CLIENT
 
     def __init__(self, root: ServerSpan, parent: int, first: Any, request: Any) -> None:
         self._first = first
+        self._params = request.params  # read at the end: only the request parameters of the conventions
         extra: dict[str, Any] | None = None
-        params = request.params
-        if params:
-            for key, name in _REQUEST_PARAMS:
-                value = params.get(key)
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    if extra is None:
-                        extra = {}
-                    extra[name] = value
         if root.tracer.capture:
-            extra = extra or {}
-            extra["gen_ai.input.messages"] = orjson.dumps(request.messages, default=str).decode()
+            extra = {"gen_ai.input.messages": orjson.dumps(request.messages, default=str).decode()}
         self._owner = root
         self._extra = extra
         self._parent = parent
@@ -267,15 +268,15 @@ class ChatSpan(_Recording):
         self._start = _now()
 
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
-        if attempts:
+        if len(attempts) > 1 or (attempts and attempts[0].get("error_class") is not None):
             self._attempts(attempts)
         usage = response.usage
         model = target.model
         if self._owner.tracer.capture:
             self.set("gen_ai.output.messages", orjson.dumps([response.message], default=str).decode())
-        self._end(None, [CHAT_ATTRIBUTES, _provider(target), model, target.label, response.model or model,
-                   [str(response.finish_reason)], usage.prompt_tokens, usage.completion_tokens, response.id or None,
-                   usage.cached_tokens or None, self._extra])
+        self._end(None, [CHAT_ATTRIBUTES, target.provider.type, model, target.label, response.model or model,
+                         response.finish_reason, usage.prompt_tokens, usage.completion_tokens, response.id or None,
+                         usage.cached_tokens or None, *self._requested(), self._extra])
 
     def failed(self, error: BaseException, attempts: list[dict[str, Any]]) -> None:
         self._attempts(attempts)
@@ -283,8 +284,16 @@ class ChatSpan(_Recording):
         self.set("error.type", kind)
         self._status = kind
         first = self._first
-        self._end(None, [CHAT_ATTRIBUTES, _provider(first), first.model, first.label, None, None, None, None, None,
-                         None, self._extra])
+        self._end(None, [CHAT_ATTRIBUTES, first.provider.type, first.model, first.label, None, None, None, None,
+                         None, None, *self._requested(), self._extra])
+
+    def _requested(self) -> tuple[Any, Any, Any, Any]:
+        """temperature, top_p, max_tokens, max_completion_tokens as the caller sent them (checked by the exporter)."""
+        params = self._params
+        if not params:
+            return _NO_PARAMS
+        get = params.get
+        return get("temperature"), get("top_p"), get("max_tokens"), get("max_completion_tokens")
 
     def _attempts(self, attempts: list[dict[str, Any]]) -> None:
         """Every attempt of the walk that did not answer, as an event (the answering one is the span itself)."""
@@ -337,10 +346,6 @@ class ToolSpan(_Recording):
         if self._owner.tracer.capture and content is not None:
             attributes["gen_ai.tool.call.result"] = content
         self._end(f"execute_tool {self._name}", attributes)
-
-
-def _provider(target: Any) -> str:
-    return PROVIDER_NAMES.get(target.provider.type, str(target.provider.type))
 
 
 class LeanTracer(Tracer):

@@ -93,6 +93,20 @@ class Lease:
         return not ((self.has_r and self.requests < 1) or (self.has_t and self.tokens < tokens)
                     or (self.has_c and self.in_flight >= len(self.slots)))
 
+    def take_if_covered(self, tokens: int, now: float) -> bool:
+        """``covers`` and ``take`` in one call (the request path's); False, nothing taken, when it does not cover."""
+        if ((self.has_r and self.requests < 1) or (self.has_t and self.tokens < tokens)
+                or (self.has_c and self.in_flight >= len(self.slots))):
+            return False
+        if self.has_r:
+            self.requests -= 1
+        if self.has_t:
+            self.tokens -= tokens
+        if self.has_c:
+            self.in_flight += 1
+        self.last_used = now
+        return True
+
     def take(self, tokens: int, now: float) -> None:
         """Spend one request of ``tokens`` from the slice (``covers`` said it may), at ``now`` (monotonic)."""
         if self.has_r:

@@ -101,9 +101,8 @@ class RedisRateLimiter(RateLimiter):
         if len(leases) != 1:
             return None
         lease = leases[0]
-        if not lease.covers(tokens):
+        if not lease.take_if_covered(tokens, time.monotonic()):
             return None
-        lease.take(tokens, time.monotonic())
         scope = lease.scope
         return scope.rpm, lease.level_r + lease.requests, scope.tpm, lease.level_t + lease.tokens, (leases, 0)
 

@@ -146,12 +146,15 @@ def test_failover_attempt_event_and_error_type(traced: Gateway, fakes: dict[str,
     fakes["primary"].queue(Reply(status=401, error_body={"error": {"message": "bad key", "type": "auth"}}))
     fakes["secondary"].queue(Reply(text="from m2", usage=(5, 2)))
     traceparent, trace_id, _ = caller_traceparent()
-    response = traced.post("/v1/chat/completions", {"model": "traced_failover", "messages": [
+    response = traced.post("/v1/chat/completions", {"model": "traced_failover", "temperature": 0.25, "max_tokens": 40,
+                                                    "max_completion_tokens": 50, "top_p": None, "messages": [
         {"role": "user", "content": "hi"}]}, headers={"traceparent": traceparent})
     assert response.status_code == 200
     spans = receiver.trace(trace_id, 2)
     (chat,) = by_name(spans, "chat ")
     assert chat.name == "chat m2" and chat.attributes["gen_ai.request.model"] == "m2"
+    assert chat.attributes["gen_ai.request.temperature"] == 0.25 and chat.attributes["gen_ai.request.max_tokens"] == 50
+    assert "gen_ai.request.top_p" not in chat.attributes and chat.attributes["loopgate.attempts"] == 2
     (attempt,) = [attrs for name, attrs in chat.events if name == "loopgate.attempt"]
     assert attempt["error.type"] == "auth" and attempt["http.response.status_code"] == 401
     # Every target failing: the chat span and the server span carry error.type.

@@ -57,15 +57,20 @@ def test_records_by_position_get_their_names_and_only_the_values_that_are_set() 
     assert attributes == {"http.request.method": "POST", "http.route": "/v1/chat/completions",
                           "loopgate.route": "smart", "loopgate.request_id": "req_1",
                           "http.response.status_code": 200, "loopgate.extra": 1}
-    name, attributes = expand(None, [CHAT_ATTRIBUTES, "openai", "m1", "p:m1", "m1-2025", ["stop"], 10, 3, None, 0,
-                                     None])
+    name, attributes = expand(None, [CHAT_ATTRIBUTES, "gemini", "m1", "p:m1", "m1-2025", "stop", 10, 3, None, 0,
+                                     0.5, True, 100, 200, None])
     assert name == "chat m1"
-    assert attributes == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+    assert attributes == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "gcp.gemini",
                           "gen_ai.request.model": "m1", "loopgate.target": "p:m1", "gen_ai.response.model": "m1-2025",
                           "gen_ai.response.finish_reasons": ["stop"], "gen_ai.usage.input_tokens": 10,
-                          "gen_ai.usage.output_tokens": 3, "gen_ai.usage.cache_read.input_tokens": 0}
+                          "gen_ai.usage.output_tokens": 3, "gen_ai.usage.cache_read.input_tokens": 0,
+                          "gen_ai.request.temperature": 0.5, "gen_ai.request.max_tokens": 200}  # true: not a number
+    _, attributes = expand(None, [CHAT_ATTRIBUTES, "brand-new", "m", "p:m", None, None, None, None, None, None,
+                                  "0.5", None, 100, "x" * 9, {"error.type": "timeout"}])
+    assert attributes["gen_ai.provider.name"] == "brand-new" and attributes["error.type"] == "timeout"
+    assert "gen_ai.request.temperature" not in attributes and attributes["gen_ai.request.max_tokens"] == 100
     assert expand("GET /x", {"a": 1}) == ("GET /x", {"a": 1})  # by name: as it is
-    for bad in ([], [99, "x", None], [SERVER_ATTRIBUTES, "POST"], ["1", *[None] * 8]):
+    for bad in ([], [99, "x", None], [SERVER_ATTRIBUTES, "POST"], ["1", *[None] * 8], [CHAT_ATTRIBUTES, *[None] * 11]):
         with pytest.raises(ValueError):
             expand(None, bad)
     with pytest.raises(ValueError):

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from gateway.api.limits import raw_headers
 from gateway.store.limits import LimitScope, open_limiter
 from gateway.store.redis import RedisStore
-from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S
+from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S, Lease
 from gateway.store.redis_limits import RedisRateLimiter, scope_keys
 from tests.store.conftest import StoreFactory
 
@@ -305,3 +305,28 @@ async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_l
     # the tighter of the two buckets: the tenant's 3,000, two requests taken
     assert dict(admission.headers)[b"x-ratelimit-limit-requests"] == b"3000"
     assert dict(admission.headers)[b"x-ratelimit-remaining-requests"] == b"2998"
+
+
+@pytest.mark.parametrize(("limits", "state", "tokens", "covered"), [
+    ((10_000, 0, 0), {"requests": 1.0}, 5, True),
+    ((10_000, 0, 0), {"requests": 0.5}, 5, False),  # less than one request left
+    ((0, 100_000, 0), {"tokens": 50.0}, 50, True),
+    ((0, 100_000, 0), {"tokens": 49.0}, 50, False),
+    ((0, 0, 1_000), {"slots": ["a"], "in_flight": 0}, 1, True),
+    ((0, 0, 1_000), {"slots": ["a"], "in_flight": 1}, 1, False),  # every leased slot in use
+    ((10_000, 100_000, 1_000), {"requests": 3.0, "tokens": 10.0, "slots": ["a"]}, 11, False),
+])
+def test_take_if_covered_takes_all_or_nothing_as_covers_and_take_do(
+        limits: tuple[int, int, int], state: dict[str, object], tokens: int, covered: bool) -> None:
+    scope = LimitScope("key", "k", *limits)
+    one, two = Lease(scope, [], "p:"), Lease(scope, [], "p:")
+    for lease in (one, two):
+        lease.last_used = 0.0
+        for name, value in state.items():
+            setattr(lease, name, list(value) if isinstance(value, list) else value)
+    assert one.covers(tokens) is covered
+    if covered:
+        one.take(tokens, 5.0)
+    assert two.take_if_covered(tokens, 5.0) is covered
+    fields = ("requests", "tokens", "in_flight", "last_used")
+    assert [getattr(two, name) for name in fields] == [getattr(one, name) for name in fields]
