@@ -128,6 +128,12 @@ class RateLimiter(ABC):
         """
         return None
 
+    def single_lease(self, tenant: str, scopes: tuple[LimitScope, ...]) -> Any:
+        """A lease of this process's own allowance for requests limited by ``scopes`` alone, with
+        ``take_if_covered(tokens, monotonic_now)``, ``scope``, ``level_r``/``requests``,
+        ``level_t``/``tokens`` and ``retired``; it is the ticket ``settle_now`` takes. None: none."""
+        return None
+
     def take_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int) -> Taken | None:
         """The cheapest admission: one scope, allowed from what this process holds, as plain numbers.
 

@@ -56,8 +56,8 @@ class Lease:
     """What this process holds of one scope's limits in Redis, and what it used of it."""
 
     __slots__ = ("asking", "debt", "debt_since", "has_c", "has_r", "has_t", "in_flight", "keys", "last_used",
-                 "leasing", "level_r", "level_t", "next_slot", "renew_at", "requests", "scope", "slot_prefix", "slots",
-                 "tokens", "want_c", "want_r", "want_t")
+                 "leasing", "level_r", "level_t", "next_slot", "renew_at", "requests", "retired", "scope",
+                 "slot_prefix", "slots", "tokens", "want_c", "want_r", "want_t")
 
     def __init__(self, scope: LimitScope, keys: list[str], slot_prefix: str) -> None:
         self.scope = scope
@@ -87,6 +87,8 @@ class Lease:
         self.asking: asyncio.Future[None] | None = None
         #: this scope leases at all (else every request is exact and nobody waits for anybody)
         self.leasing = bool(self.want_r or self.want_t or self.want_c)
+        #: forgotten by its limiter (idle, holding nothing): whoever kept it asks the limiter again
+        self.retired = False
 
     def covers(self, tokens: int) -> bool:
         """The unspent slice holds one more request of ``tokens`` (and a free leased slot, where limited)."""
@@ -106,6 +108,21 @@ class Lease:
             self.in_flight += 1
         self.last_used = now
         return True
+
+    def settle_taken(self, extra_tokens: int) -> bool:
+        """The end of a request ``take_if_covered`` admitted: its token correction waits here (leased
+        tokens) and its leased slot is free again. False: the correction needs the script call."""
+        remote = False
+        if extra_tokens and self.has_t:
+            if self.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
+                if not self.debt:
+                    self.debt_since = time.monotonic()
+                self.debt += extra_tokens
+            else:
+                remote = True
+        if self.has_c and self.in_flight > 0:
+            self.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
+        return not remote
 
     def take(self, tokens: int, now: float) -> None:
         """Spend one request of ``tokens`` from the slice (``covers`` said it may), at ``now`` (monotonic)."""

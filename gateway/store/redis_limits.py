@@ -95,6 +95,12 @@ class RedisRateLimiter(RateLimiter):
             lease.take(tokens, mono)
         return self._decided(scopes, leases, None, 0)
 
+    def single_lease(self, tenant: str, scopes: tuple[LimitScope, ...]) -> Lease | None:
+        """The lease of a request limited by one scope, for the caller to ``take_if_covered`` from
+        directly (its ticket for ``settle_now``) until the lease is ``retired``."""
+        leases = self._leases_of(tenant, scopes)
+        return leases[0] if len(leases) == 1 else None
+
     def take_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int) -> Taken | None:
         """One scope whose lease covers the request: taken, with the levels the headers show."""
         leases = self._leases_of(tenant, scopes)
@@ -218,6 +224,8 @@ class RedisRateLimiter(RateLimiter):
     def settle_now(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
                    ticket: object = None) -> bool:
         """Leased tokens and slots settle here; False when a per-request part needs the script call."""
+        if ticket.__class__ is Lease:  # taken from ``single_lease``
+            return ticket.settle_taken(extra_tokens)
         if not isinstance(ticket, tuple):  # no ticket: every slot is a per-request one
             return False
         leases, exact = ticket
@@ -240,7 +248,10 @@ class RedisRateLimiter(RateLimiter):
     async def settle_remote(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
                             ticket: object = None) -> None:
         """The script call for what ``settle_now`` left: unleased tokens and per-request slots."""
-        leases, exact = ticket if isinstance(ticket, tuple) else ([], -1)
+        if isinstance(ticket, Lease):
+            leases, exact = [ticket], 0
+        else:
+            leases, exact = ticket if isinstance(ticket, tuple) else ([], -1)
         args: list[Any] = [_f(time.time()), extra_tokens, member]
         for index, scope in enumerate(scopes):
             deferred = bool(leases) and leases[index].want_t > 0
@@ -274,6 +285,7 @@ class RedisRateLimiter(RateLimiter):
             if not (give_r or give_t or flush or release or renew):
                 if mono - lease.last_used >= _FORGET_S and not lease.held():
                     del self._leases[key]
+                    lease.retired = True
                     self._by_scopes.clear()  # it may hold the lease
                 continue
             add_t = give_t - (lease.debt if flush else 0)

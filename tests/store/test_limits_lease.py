@@ -330,3 +330,34 @@ def test_take_if_covered_takes_all_or_nothing_as_covers_and_take_do(
     assert two.take_if_covered(tokens, 5.0) is covered
     fields = ("requests", "tokens", "in_flight", "last_used")
     assert [getattr(two, name) for name in fields] == [getattr(one, name) for name in fields]
+
+
+async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_successor(
+        replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
+    from gateway.api.limits import LATER
+    from gateway.config.model import ApiKey
+    from gateway.store.redis_limits import _FORGET_S
+
+    one, _ = replicas
+    limits = _rate_limits(one)
+    key = ApiKey(key="", tenant="t", id="k_forget", rpm=6_000, max_concurrent=100)
+    await (await limits.admit(key, 40)).finish(None)  # type: ignore[union-attr]
+    held = limits.admit_now(key, 40)  # straight from the lease RateLimits keeps for the key
+    assert held is not None and held is not LATER
+    await held.finish(None)
+    scope = limits.scopes(key)[0][0]
+    old = one._leases[("t", scope)]
+    await one._tidy_all(closing=True)  # everything leased goes back to Redis
+    old.last_used -= _FORGET_S + 1
+    await one._tidy_all(closing=False)  # idle and holding nothing: forgotten
+    assert old.retired and ("t", scope) not in one._leases
+    assert limits.admit_now(key, 40) is LATER  # the retired lease is not used; its successor holds nothing yet
+    await (await limits.admit(key, 40)).finish(None)  # type: ignore[union-attr]
+    again = limits.admit_now(key, 40)
+    assert again is not None and again is not LATER
+    successor = one._leases[("t", scope)]
+    assert successor is not old and successor.in_flight == 1 and old.in_flight == 0
+    assert limits._leases[key.id][1] is successor  # the fast path follows the successor, not the retired lease
+    assert dict(again.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 4)
+    await again.finish(None)
+    assert successor.in_flight == 0
