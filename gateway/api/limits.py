@@ -49,8 +49,9 @@ class RateLimits:
         self._outage_logged = 0.0
         # Per key id: the key object they were built for (a reload makes new ones) and its scopes.
         self._scopes: dict[str, tuple[ApiKey, tuple[LimitScope, ...], bool]] = {}
-        # Per key id: the key object and the limiter's lease for a key limited by one scope (see admit_now).
-        self._leases: dict[str, tuple[ApiKey, Any]] = {}
+        # Per key id: the key object, the limiter's lease for a key limited by one scope (else None),
+        # its scopes and whether its end is settled: what ``admit_now`` needs, in one look-up.
+        self._plans: dict[str, tuple[ApiKey, Any, tuple[LimitScope, ...], bool]] = {}
         # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
         self._member_prefix = secrets.token_hex(6) + ":"
         self._members = itertools.count()
@@ -80,13 +81,12 @@ class RateLimits:
         """
         if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
             return None
-        scopes, settle = self.scopes(key)
+        plan = self._plans.get(key.id)
+        if plan is None or plan[0] is not key or (plan[1] is not None and plan[1].retired):
+            plan = self._plan(key)
+        _, lease, scopes, settle = plan
         estimate = body_bytes // BYTES_PER_TOKEN + 1
         # The cheapest way in: the allowance this process holds for the key's one scope, taken here.
-        held = self._leases.get(key.id)
-        if held is None or held[0] is not key or (held[1] is not None and held[1].retired):
-            held = self._lease_of(key, scopes)
-        lease = held[1]
         if lease is not None and lease.take_if_covered(estimate, time.monotonic()):
             scope = lease.scope
             return Admission(self.limiter, key.tenant, scopes, estimate, "",
@@ -103,11 +103,12 @@ class RateLimits:
             return LATER
         return self._admitted(key, scopes, settle, estimate, member, verdict)
 
-    def _lease_of(self, key: ApiKey, scopes: tuple[LimitScope, ...]) -> tuple[ApiKey, Any]:
-        if len(self._leases) >= _SCOPE_CACHE_LIMIT:
-            self._leases.clear()
-        held = self._leases[key.id] = (key, self.limiter.single_lease(key.tenant, scopes))
-        return held
+    def _plan(self, key: ApiKey) -> tuple[ApiKey, Any, tuple[LimitScope, ...], bool]:
+        scopes, settle = self.scopes(key)
+        if len(self._plans) >= _SCOPE_CACHE_LIMIT:
+            self._plans.clear()
+        plan = self._plans[key.id] = (key, self.limiter.single_lease(key.tenant, scopes), scopes, settle)
+        return plan
 
     async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
         """None when nothing limits ``key``; else the admission (its headers go on the response).

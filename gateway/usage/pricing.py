@@ -18,10 +18,16 @@ _PER_TOKEN = 1_000_000  # prices are per million tokens
 
 
 class Pricing:
-    __slots__ = ("_prices",)
+    __slots__ = ("_per_token", "_prices")
 
     def __init__(self, prices: dict[str, Price]) -> None:
         self._prices = prices
+        # Per label, nano-USD per token (input, cached input, output): one tuple read per call.
+        scale = NANO / _PER_TOKEN
+        self._per_token = {label: (price.input_per_mtok * scale,
+                                   (price.input_per_mtok if price.cached_input_per_mtok is None
+                                    else price.cached_input_per_mtok) * scale,
+                                   price.output_per_mtok * scale) for label, price in prices.items()}
 
     @classmethod
     def from_config(cls, config: Config) -> Pricing:
@@ -43,17 +49,17 @@ class Pricing:
         prompt (OpenAI's convention, which every adapter follows) and cost the cached price when
         one is given; reasoning tokens are part of the completion.
         """
-        if not self._prices:
+        per_token = self._per_token
+        if not per_token:
             return None
         total = 0.0
         for label, prompt, completion, cached, _reasoning in calls:
-            price = self._prices.get(label)
+            price = per_token.get(label)
             if price is None:
                 return None
-            cached_price = price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
-            total += ((prompt - cached) * price.input_per_mtok + cached * cached_price
-                      + completion * price.output_per_mtok)
-        return round(total * (NANO // _PER_TOKEN))
+            uncached, cached_price, output = price
+            total += (prompt - cached) * uncached + cached * cached_price + completion * output
+        return round(total)
 
 
 def usd(nano: int) -> float:

@@ -357,7 +357,7 @@ async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_
     assert again is not None and again is not LATER
     successor = one._leases[("t", scope)]
     assert successor is not old and successor.in_flight == 1 and old.in_flight == 0
-    assert limits._leases[key.id][1] is successor  # the fast path follows the successor, not the retired lease
+    assert limits._plans[key.id][1] is successor  # the fast path follows the successor, not the retired lease
     assert dict(again.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 4)
     await again.finish(None)
     assert successor.in_flight == 0
