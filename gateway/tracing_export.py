@@ -128,11 +128,30 @@ def read_frame(stream: BinaryIO, limit: int) -> bytes | None:
     return payload if len(payload) == size else None
 
 
+class FixedResource(Resource):
+    """The process's one resource, its hash taken once.
+
+    The official encoder groups every span by its resource, and ``Resource`` hashes by JSON-encoding
+    its attributes each time: about a tenth of this process's CPU, for a value that never changes
+    (the attributes are fixed when it is made)."""
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other)
+
+
 class Rebuilder:
     """Turns shipped span records into SDK ``ReadableSpan`` objects of one resource and scope."""
 
     def __init__(self, service_name: str, service_version: str) -> None:
-        self.resource = Resource.create({"service.name": service_name, "service.version": service_version})
+        self.resource = FixedResource(Resource.create({"service.name": service_name,
+                                                       "service.version": service_version}))
         self.scope = InstrumentationScope("loopgate", service_version)
 
     def spans(self, batch: list[Any]) -> Iterator[ReadableSpan]:

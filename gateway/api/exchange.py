@@ -93,14 +93,15 @@ class Exchange:
             metrics.REQUESTS.inc(self.path, self.label, str(status))
             metrics.LATENCY.observe(elapsed, self.path)
         error = error or self.error
+        request_id = self.request_id.decode("ascii")
         span = self.span
         if span.recording:
-            span.finish(status, _error_class(error) if error is not None else None, self.label,
-                        self.request_id.decode("ascii"), None if self.key is None else self.key.tenant)
+            span.finish(status, _error_class(error) if error is not None else None, self.label, request_id,
+                        None if self.key is None else self.key.tenant)
         if ACCESS is not None:
-            ACCESS.write(self._record(status, elapsed, error))
+            ACCESS.write(self._record(status, elapsed, error, request_id))
 
-    def _record(self, status: int, elapsed: float, error: GatewayError | None) -> dict[str, Any]:
+    def _record(self, status: int, elapsed: float, error: GatewayError | None, request_id: str) -> dict[str, Any]:
         """The access record's fields, built as one dict (serialised at once by ``AccessLog.write``)."""
         key = self.key
         if key is None:
@@ -111,14 +112,14 @@ class Exchange:
         state = self.state
         if state is None:
             record: dict[str, Any] = {
-                "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
+                "request_id": request_id, "method": self.method, "path": self.path,
                 "route": self.label, "tenant": tenant, "key_id": key_id, "status": status,
                 "latency_ms": int(elapsed * 100_000 + 0.5) / 100,  # ms to 2 decimals (round() is slower)
             }
         else:
             usage = state.usage
             record = {
-                "request_id": self.request_id.decode("ascii"), "method": self.method, "path": self.path,
+                "request_id": request_id, "method": self.method, "path": self.path,
                 "route": self.label, "tenant": tenant, "key_id": key_id, "status": status,
                 "latency_ms": int(elapsed * 100_000 + 0.5) / 100, "iterations": state.iterations,
                 "answered_by": state.answered_by,  # serialised before the state could change

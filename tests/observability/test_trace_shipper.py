@@ -89,3 +89,16 @@ def test_encoded_requests_are_packed_into_frames_in_order_and_under_the_limit() 
     assert list(packed([], 400)) == []
     ((count, payload),) = packed([(2, b"[1]")], 5)  # one entry alone, exactly at the limit
     assert (count, payload) == (2, b"[[1]]")
+
+
+def test_the_exporters_resource_hashes_once_and_equals_the_sdks() -> None:
+    from opentelemetry.sdk.resources import Resource
+
+    from gateway.tracing_export import FixedResource, Rebuilder
+
+    base = Resource.create({"service.name": "loopgate", "service.version": "9"})
+    fixed = FixedResource(base)
+    assert fixed == base and hash(fixed) == hash(base) and dict(fixed.attributes) == dict(base.attributes)
+    assert {fixed: 1}[base] == 1  # the encoder's grouping finds it under either
+    resource = Rebuilder("loopgate", "9").resource
+    assert resource.attributes["service.name"] == "loopgate" and isinstance(resource, FixedResource)
