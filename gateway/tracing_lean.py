@@ -213,12 +213,7 @@ class ServerSpan(_Recording):
         self.span_id = _bits(64) or new_id(64)
         self._start = _now()
 
-    # What the children reach through ``_owner``, the request's span has itself.
-
-    def _end(self, name: str | None, attributes: dict[str, Any] | list[Any]) -> None:
-        status = self._status
-        self.spans.append([name, SERVER, self.span_id, self._parent, self._start, _now(), attributes, self._events,
-                           ERROR if status else UNSET, status])
+    # What the children reach through ``_owner``, the request's span has itself (it ends in ``finish``).
 
     def model_call(self, targets: Sequence[Any], request: Any) -> Span:
         return ChatSpan(self, self.span_id, targets[0], request)
@@ -239,12 +234,13 @@ class ServerSpan(_Recording):
 
     def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
                tenant: str | None = None) -> None:
-        if status >= 500:
-            self._status = error_type or str(status)
-        self._end(None, [SERVER_ATTRIBUTES, self._method, self._path, route, request_id, tenant, status, error_type,
-                   self._extra])
+        failure = self._status = (error_type or str(status)) if status >= 500 else self._status
+        spans = self.spans
+        spans.append([None, SERVER, self.span_id, self._parent, self._start, _now(),
+                      [SERVER_ATTRIBUTES, self._method, self._path, route, request_id, tenant, status, error_type,
+                       self._extra], self._events, ERROR if failure else UNSET, failure])
         self.shipped = True
-        self.tracer.sink(self.hex, self.spans)
+        self.tracer.sink(self.hex, spans)
 
 
 class ChatSpan(_Recording):

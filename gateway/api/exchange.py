@@ -76,7 +76,10 @@ class Exchange:
     def add_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         """More response headers, encoded (the rate limits'), on every answer this exchange gives from now on."""
         if headers:
-            self.headers = headers if self.headers is None else [*self.headers, *headers]
+            if self.headers is None:
+                self.headers = list(headers)  # its own list: a later call extends it
+            else:
+                self.headers.extend(headers)
 
     def failed(self, error: GatewayError) -> GatewayError:
         """Remember the error a stream ended with after its 200 (for the span and the access record)."""

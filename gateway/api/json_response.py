@@ -22,6 +22,9 @@ _CONTENT_TYPE = (b"content-type", b"application/json")
 _HEAD = b"content-type: application/json\r\ncontent-length: %d\r\n"
 
 
+_COLON = b": "
+
+
 class JSONResponse:
     __slots__ = ("body", "headers", "raw_headers", "status_code")
 
@@ -38,8 +41,8 @@ class JSONResponse:
             cycle = whole_response_cycle(send)
             if cycle is not None:
                 head = _HEAD % len(self.body)
-                if self.raw_headers:
-                    head += b"".join([b"%s: %s\r\n" % pair for pair in self.raw_headers])
+                if self.raw_headers:  # joined in C: no Python step per header
+                    head += b"\r\n".join(map(_COLON.join, self.raw_headers)) + b"\r\n"
                 write_whole_response(cycle, self.status_code, head, self.body)
                 return
         raw = [_CONTENT_TYPE, (b"content-length", b"%d" % len(self.body))]

@@ -102,3 +102,28 @@ def test_the_exporters_resource_hashes_once_and_equals_the_sdks() -> None:
     assert {fixed: 1}[base] == 1  # the encoder's grouping finds it under either
     resource = Rebuilder("loopgate", "9").resource
     assert resource.attributes["service.name"] == "loopgate" and isinstance(resource, FixedResource)
+
+
+def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only() -> None:
+    from types import SimpleNamespace
+
+    from gateway.tracing_lean import ERROR, UNSET, LeanTracer, expand
+
+    shipped: list[tuple[str, list[list[object]]]] = []
+    tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),
+                        lambda trace, spans: shipped.append((trace, spans)))
+    for status, error, expected in [(200, None, (UNSET, "")), (400, "invalid_request_error", (UNSET, "")),
+                                    (502, "upstream_error", (ERROR, "upstream_error")), (503, None, (ERROR, "503"))]:
+        tracer.server("POST", "/v1/chat/completions", None).finish(status, error)
+        record = shipped.pop()[1][-1]
+        assert (record[8], record[9]) == expected
+    span = tracer.server("POST", "/v1/chat/completions", None)
+    target = SimpleNamespace(model="m1", label="p:m1", provider=SimpleNamespace(type="openai"))
+    call = span.model_call([target], SimpleNamespace(params={}, messages=[]))
+    call.failed(TimeoutError(), [{"target": "p:m1", "error_class": "timeout", "elapsed_ms": 5.0}])
+    span.finish(504, "timeout")
+    chat, server = shipped.pop()[1]
+    name, attributes = expand(chat[0], chat[6])  # type: ignore[arg-type]
+    assert name == "chat m1" and (chat[8], chat[9]) == (ERROR, "TimeoutError")
+    assert attributes["error.type"] == "TimeoutError" and attributes["gen_ai.provider.name"] == "openai"
+    assert chat[7][0][0] == "loopgate.attempt" and server[3] == 0 and chat[3] == server[2]  # type: ignore[index]
