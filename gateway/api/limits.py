@@ -91,7 +91,7 @@ class RateLimits:
             scope = lease.scope
             return Admission(self.limiter, key.tenant, scopes, estimate, "",
                              _headers(scope.rpm, lease.level_r + lease.requests, scope.tpm,
-                                      lease.level_t + lease.tokens), settle, lease)
+                                      lease.level_t + lease.tokens), settle, lease, True)
         taken = self.limiter.take_now(key.tenant, scopes, estimate)
         if taken is not None:  # the common case far from a limit: no Decision, no slot name
             limit_r, level_r, limit_t, level_t, ticket = taken
@@ -152,13 +152,15 @@ LATER: Final = Later.LATER
 class Admission:
     """A request the limits let through: its headers, and the settling step for its end."""
 
-    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "_ticket", "headers",
+    __slots__ = ("_done", "_estimate", "_leased", "_limiter", "_member", "_scopes", "_tenant", "_ticket", "headers",
                  "needs_settling")
 
     def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
                  member: str, response_headers: list[tuple[bytes, bytes]], settle: bool,
-                 ticket: object = None) -> None:
+                 ticket: object = None, leased: bool = False) -> None:
         self._limiter = limiter
+        #: taken from the limiter's ``single_lease`` (the ticket): it settles the end itself
+        self._leased = leased
         self._tenant = tenant
         self._scopes = scopes
         self._estimate = estimate
@@ -179,7 +181,8 @@ class Admission:
         self._done = True
         extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
         try:
-            if self._limiter.settle_now(self._tenant, self._scopes, extra, self._member, self._ticket):
+            if (self._ticket.settle_taken(extra) if self._leased  # type: ignore[attr-defined]
+                    else self._limiter.settle_now(self._tenant, self._scopes, extra, self._member, self._ticket)):
                 return None
         except StoreUnavailable:
             return None

@@ -131,7 +131,8 @@ class RateLimiter(ABC):
     def single_lease(self, tenant: str, scopes: tuple[LimitScope, ...]) -> Any:
         """A lease of this process's own allowance for requests limited by ``scopes`` alone, with
         ``take_if_covered(tokens, monotonic_now)``, ``scope``, ``level_r``/``requests``,
-        ``level_t``/``tokens`` and ``retired``; it is the ticket ``settle_now`` takes. None: none."""
+        ``level_t``/``tokens``, ``retired`` and ``settle_taken(extra_tokens)`` (False: ``settle_remote``
+        must follow, with the lease as its ticket). None: this limiter has none."""
         return None
 
     def take_now(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int) -> Taken | None:
