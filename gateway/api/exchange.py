@@ -111,7 +111,7 @@ class Exchange:
             tenant = key_id = None
         else:
             tenant = key.tenant
-            key_id = getattr(key, "id", None) or getattr(key, "name", None)
+            key_id = key.id or key.name
         state = self.state
         if state is None:
             record: dict[str, Any] = {

@@ -45,9 +45,16 @@ class BudgetCheck:
     ident: str = ""
     #: ``(scope, ident)``: the row's key in ``SpentCache`` (made once, read per request)
     row: tuple[str, str] = field(init=False, compare=False)
+    #: where a ``SpentCache`` reading holds this budget's unit (2: tokens, 3: nano-USD) and the
+    #: amount there that exhausts it: one index and one comparison per check on the request path
+    index: int = field(init=False, compare=False)
+    threshold: float = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "row", (self.scope, self.ident))
+        usd = self.unit == "usd"
+        object.__setattr__(self, "index", 3 if usd else 2)
+        object.__setattr__(self, "threshold", self.limit * NANO if usd else self.limit)
 
 
 def refusal(check: BudgetCheck, spent: Spent, now: float) -> GatewayError:
@@ -137,7 +144,7 @@ class SpentCache:
             seen = seen_rows.get(row)
             if seen is None or seen[1] != check.period or (now - seen[0] >= REFRESH_S and row not in reading):
                 return True
-            if (seen[3] >= check.limit * NANO) if check.unit == "usd" else (seen[2] >= check.limit):
+            if seen[check.index] >= check.threshold:
                 return check, Spent(seen[2], seen[3])
         return False
 
@@ -181,7 +188,7 @@ class SpentCache:
         seen = self._seen.get((check.scope, check.ident))
         if seen is None:
             return None
-        if (seen[3] >= check.limit * NANO) if check.unit == "usd" else (seen[2] >= check.limit):
+        if seen[check.index] >= check.threshold:
             return Spent(seen[2], seen[3])
         return None
 
