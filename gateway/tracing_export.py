@@ -142,9 +142,6 @@ class FixedResource(Resource):
     def __hash__(self) -> int:
         return self._hash
 
-    def __eq__(self, other: object) -> bool:
-        return super().__eq__(other)
-
 
 class Rebuilder:
     """Turns shipped span records into SDK ``ReadableSpan`` objects of one resource and scope."""

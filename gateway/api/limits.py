@@ -47,10 +47,9 @@ class RateLimits:
         self.tenants = {name: LimitScope("tenant", name, t.rpm or 0, t.tpm or 0, t.max_concurrent or 0)
                         for name, t in config.tenants.items() if t.limits.any}
         self._outage_logged = 0.0
-        # Per key id: the key object they were built for (a reload makes new ones) and its scopes.
-        self._scopes: dict[str, tuple[ApiKey, tuple[LimitScope, ...], bool]] = {}
-        # Per key id: the key object, the limiter's lease for a key limited by one scope (else None),
-        # its scopes and whether its end is settled: what ``admit_now`` needs, in one look-up.
+        # Per key id: the key object it was built for (a reload or an edit makes a new one), the
+        # limiter's lease for a key limited by one scope (else None), its scopes and whether its end
+        # is settled: what ``admit_now`` needs, in one look-up.
         self._plans: dict[str, tuple[ApiKey, Any, tuple[LimitScope, ...], bool]] = {}
         # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
         self._member_prefix = secrets.token_hex(6) + ":"
@@ -58,20 +57,10 @@ class RateLimits:
 
     def scopes(self, key: ApiKey) -> tuple[tuple[LimitScope, ...], bool]:
         """The scopes limiting ``key`` and whether its end must be settled (tpm or max_concurrent)."""
-        cached = self._scopes.get(key.id)
-        if cached is not None and cached[0] is key:
-            return cached[1], cached[2]
-        tenant = self.tenants.get(key.tenant)
-        if key.rpm is None and key.tpm is None and key.max_concurrent is None:
-            scopes: tuple[LimitScope, ...] = () if tenant is None else (tenant,)
-        else:
-            own = LimitScope("key", key.id, key.rpm or 0, key.tpm or 0, key.max_concurrent or 0)
-            scopes = (own,) if tenant is None else (own, tenant)
-        settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
-        if len(self._scopes) >= _SCOPE_CACHE_LIMIT:
-            self._scopes.clear()  # keys come and go with reloads; never let old ones pile up
-        self._scopes[key.id] = (key, scopes, settle)
-        return scopes, settle
+        plan = self._plans.get(key.id)
+        if plan is None or plan[0] is not key:
+            plan = self._plan(key)
+        return plan[2], plan[3]
 
     def admit_now(self, key: ApiKey, body_bytes: int) -> Admission | Later | None:
         """``admit`` without a coroutine where the limiter decides at once (memory, leased allowance).
@@ -104,9 +93,15 @@ class RateLimits:
         return self._admitted(key, scopes, settle, estimate, member, verdict)
 
     def _plan(self, key: ApiKey) -> tuple[ApiKey, Any, tuple[LimitScope, ...], bool]:
-        scopes, settle = self.scopes(key)
+        tenant = self.tenants.get(key.tenant)
+        if key.rpm is None and key.tpm is None and key.max_concurrent is None:
+            scopes: tuple[LimitScope, ...] = () if tenant is None else (tenant,)
+        else:
+            own = LimitScope("key", key.id, key.rpm or 0, key.tpm or 0, key.max_concurrent or 0)
+            scopes = (own,) if tenant is None else (own, tenant)
+        settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
         if len(self._plans) >= _SCOPE_CACHE_LIMIT:
-            self._plans.clear()
+            self._plans.clear()  # keys come and go with reloads; never let old ones pile up
         plan = self._plans[key.id] = (key, self.limiter.single_lease(key.tenant, scopes), scopes, settle)
         return plan
 

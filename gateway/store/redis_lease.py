@@ -109,9 +109,10 @@ class Lease:
         self.last_used = now
         return True
 
-    def settle_taken(self, extra_tokens: int) -> bool:
-        """The end of a request ``take_if_covered`` admitted: its token correction waits here (leased
-        tokens) and its leased slot is free again. False: the correction needs the script call."""
+    def settle_taken(self, extra_tokens: int, slot_leased: bool = True) -> bool:
+        """The end of a request admitted here: its token correction waits here (leased tokens) and its
+        leased slot is free again. False: a part needs the script call (tokens not leased, or a
+        per-request slot: ``slot_leased`` False)."""
         remote = False
         if extra_tokens and self.has_t:
             if self.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
@@ -120,19 +121,17 @@ class Lease:
                 self.debt += extra_tokens
             else:
                 remote = True
-        if self.has_c and self.in_flight > 0:
-            self.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
+        if self.has_c:
+            if not slot_leased:
+                remote = True
+            elif self.in_flight > 0:
+                self.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
         return not remote
 
     def take(self, tokens: int, now: float) -> None:
-        """Spend one request of ``tokens`` from the slice (``covers`` said it may), at ``now`` (monotonic)."""
-        if self.has_r:
-            self.requests -= 1
-        if self.has_t:
-            self.tokens -= tokens
-        if self.has_c:
-            self.in_flight += 1
-        self.last_used = now
+        """Spend one request of ``tokens`` from the slice once ``covers`` said it may (every lease of a
+        request is checked before any is taken from), at ``now`` (monotonic)."""
+        self.take_if_covered(tokens, now)
 
     def held(self) -> bool:
         """Anything here that Redis counts as taken, or that Redis has not heard of yet."""

@@ -231,18 +231,8 @@ class RedisRateLimiter(RateLimiter):
         leases, exact = ticket
         remote = False
         for index, lease in enumerate(leases):
-            if extra_tokens and lease.has_t:
-                if lease.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
-                    if not lease.debt:
-                        lease.debt_since = time.monotonic()
-                    lease.debt += extra_tokens
-                else:
-                    remote = True
-            if lease.has_c:
-                if exact & (1 << index):
-                    remote = True
-                elif lease.in_flight > 0:
-                    lease.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
+            if not lease.settle_taken(extra_tokens, not exact & (1 << index)):
+                remote = True
         return not remote
 
     async def settle_remote(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
