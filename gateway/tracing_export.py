@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import orjson
+from opentelemetry.exporter.otlp.proto.http import trace_exporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -44,6 +45,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from gateway import redact
 from gateway.logs import FORMAT, JsonFormatter, SafeFormatter
 from gateway.redact import Redactor, header_secrets
+from gateway.tracing_encode import install as install_encoder
 from gateway.tracing_lean import expand
 
 _HEADER = struct.Struct(">I")
@@ -207,6 +209,7 @@ def main() -> int:
     password = urlsplit(settings["endpoint"]).password
     redact.install(Redactor([*header_secrets(settings["headers"].values()), *([password] if password else [])]))
     _logging(settings["log_format"], settings["log_level"])
+    install_encoder(trace_exporter)
     exporter = CountingExporter(OTLPSpanExporter(endpoint=f"{settings['endpoint']}/v1/traces",
                                                  headers=settings["headers"]))
     queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _SDK_QUEUE)

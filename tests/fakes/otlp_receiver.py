@@ -57,6 +57,7 @@ class OtlpReceiver(ThreadedApp):
         self.spans: list[ReceivedSpan] = []
         self.content_types: list[str] = []
         self.authorizations: list[str] = []
+        self.bodies: list[bytes] = []  # every export as posted (protobuf)
         self._lock = threading.Lock()
 
     def build(self) -> web.Application:
@@ -71,8 +72,10 @@ class OtlpReceiver(ThreadedApp):
             return web.Response(status=400, body=b"no")
         self.content_types.append(request.content_type)
         self.authorizations.append(request.headers.get("authorization", ""))
+        body = await request.read()
+        self.bodies.append(body)
         export = ExportTraceServiceRequest()
-        export.ParseFromString(await request.read())
+        export.ParseFromString(body)
         received = []
         for resource_spans in export.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
