@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import time
+import urllib.request
 from typing import Any
 
 import aiohttp
@@ -41,6 +43,7 @@ from bench.loadgen import (
     wrk_available,
 )
 
+_DROPPED = re.compile(r"^loopgate_trace_spans_dropped_total\{[^}]*\} (\S+)$", re.M)
 _HIGH = {"rpm": 100_000_000, "tpm": 1_000_000_000, "max_concurrent": 10_000}
 _BUDGET = {"limit": 1e15, "unit": "tokens", "period": "month"}
 
@@ -119,6 +122,14 @@ async def _sequential(url: str, headers: dict[str, str], body: bytes, n: int) ->
     return out
 
 
+def _spans_dropped(base: str) -> int:
+    """Spans the gateway dropped (``loopgate_trace_spans_dropped_total``, every reason): a trace bench
+    that drops spans does less work than it claims, so the row says how many."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return int(sum(float(value) for value in _DROPPED.findall(text)))
+
+
 def _load_row(proc: servers.Proc, url: str, headers: dict[str, str], body: bytes, conc: int,
               duration: float, tool: str = "python") -> dict[str, Any]:
     cpu0, own0, busy0 = cpu_seconds(proc.pid), own_cpu_seconds(), machine_busy_seconds()
@@ -143,7 +154,7 @@ def scenario_controls(args: argparse.Namespace) -> None:
     params = {"duration_s": args.duration, "concurrency": args.concurrency, "rounds": args.rounds,
               "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on), "tool": tool}
     cols = ["setup", "RPS (mean)", "% of plain", "load p50 ms", "load p99 ms", "errors", "CPU ms/req",
-            "seq p50 ms", "added seq p50 ms", "other CPU %"]
+            "seq p50 ms", "added seq p50 ms", "other CPU %", "spans dropped"]
     report = Report("controls", cols, params)
     ok, why = servers.gateway_runnable()
     if not ok:
@@ -175,6 +186,7 @@ def scenario_controls(args: argparse.Namespace) -> None:
                 proc, headers = setups[name]
                 lat = asyncio.run(_sequential(f"{proc.base}/v1/chat/completions", headers, body, args.per_round))
                 seq[name].append(percentile(lat, 50) * 1000)
+        spans_dropped = {"plain": 0, "controls": _spans_dropped(ctl.base) if "tracing" in on else 0}
     rps = {name: statistics.fmean(m["rps"] for m in rows) for name, rows in loads.items()}
     seq50 = {name: statistics.median(v) for name, v in seq.items()}
     for name, rows in loads.items():
@@ -187,9 +199,9 @@ def scenario_controls(args: argparse.Namespace) -> None:
              "cpu_ms_per_req": round(statistics.fmean(x["cpu_ms_per_req"] for x in rows), 3),
              "seq_p50_ms": round(seq50[name], 3), "seq_p50_rounds_ms": [round(x, 3) for x in seq[name]],
              "added_seq_p50_ms": round(added, 3),
-             "other_cpu_pct": max(x["other_cpu_pct"] for x in rows)}
+             "other_cpu_pct": max(x["other_cpu_pct"] for x in rows), "spans_dropped": spans_dropped[name]}
         cells = [m["rps_mean"], round(share, 1), m["load_p50_ms"], m["load_p99_ms"], m["errors"],
-                 m["cpu_ms_per_req"], m["seq_p50_ms"], m["added_seq_p50_ms"], m["other_cpu_pct"]]
+                 m["cpu_ms_per_req"], m["seq_p50_ms"], m["added_seq_p50_ms"], m["other_cpu_pct"], m["spans_dropped"]]
         report.add(name, cells, m)
     report.print()
 

@@ -112,6 +112,8 @@ def _otlp_sink() -> str:
     """A local OTLP/HTTP endpoint that accepts and drops every export (the receiver's work is not counted)."""
 
     class Sink(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a collector does: no connection per export
+
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", 0)))
             OTLP_POSTS[0] += 1

@@ -11,12 +11,15 @@ CPU, not in the gateway's (its ``OTEL_BSP_*`` environment variables apply).
 Stdin closing (the gateway shut down or died) ends it: the processor exports what it holds, then
 it exits. Ctrl-C reaches the whole process group, so SIGINT is ignored here: the gateway decides.
 
-Spans that never reach the collector are counted and reported, never lost silently: when the
-queue is full (``OTEL_BSP_MAX_QUEUE_SIZE`` spans waiting: the collector or this process cannot
-keep up) a span is dropped here, and an export the collector refused or did not answer loses its
-batch. The first loss is logged at once, later ones as one line with their numbers at most every
-``REPORT_INTERVAL_S`` and at exit. (The SDK's own queue-full line would come once per 20 s with no
-count.)
+When ``OTEL_BSP_MAX_QUEUE_SIZE`` spans wait here (the collector or this process cannot keep up),
+it stops reading until an export takes some: the pipe fills, then the worker's buffer, which drops
+whole requests' spans past ``max_buffered_spans`` and counts them in the worker's metrics. A
+moment's stall (this process waiting for a CPU) is absorbed by those buffers instead of losing
+spans here one by one, which would break traces apart.
+
+An export the collector refused or did not answer loses its batch: counted and reported, never
+silently. The first loss is logged at once, later ones as one line with their numbers at most
+every ``REPORT_INTERVAL_S`` and at exit.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import os
 import signal
 import struct
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
@@ -56,8 +60,8 @@ logger = logging.getLogger("loopgate.tracing")
 #: the longest time a loss of spans waits to be reported (the first one is reported at once)
 REPORT_INTERVAL_S = 10.0
 _SDK_QUEUE, _SDK_BATCH = 2048, 512  # the SDK's defaults of OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE
-#: how much lower than the gateway's this process's CPU priority is (``nice``); 0 in the variable: not lowered
-NICE_ENV, DEFAULT_NICENESS = "LOOPGATE_TRACE_EXPORTER_NICE", 10
+#: this process's CPU priority: unset, the idle scheduling class; N, ``nice`` +N; 0, the gateway's (``lower_priority``)
+NICE_ENV, FALLBACK_NICENESS = "LOOPGATE_TRACE_EXPORTER_NICE", 19
 
 
 def _env_int(name: str, default: int) -> int:
@@ -75,9 +79,20 @@ class CountingExporter(SpanExporter):
         self.inner = inner
         self.taken = 0  # spans the processor took off its queue (read by the main thread)
         self.failed = 0
+        self._room = threading.Condition()
+
+    def wait_for_room(self, handed: int, queue: int, poll_s: float = 1.0) -> None:
+        """Return once fewer than ``queue`` of the ``handed`` spans wait for an export."""
+        if handed - self.taken < queue:
+            return
+        with self._room:
+            while handed - self.taken >= queue:
+                self._room.wait(poll_s)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.taken += len(spans)
+        with self._room:
+            self.taken += len(spans)
+            self._room.notify_all()
         try:
             result = self.inner.export(spans)
         except Exception:
@@ -95,27 +110,24 @@ class CountingExporter(SpanExporter):
 
 
 class Losses:
-    """Spans dropped (queue full) or not delivered, reported as described in the module docstring."""
+    """Spans the collector refused or did not take, reported as described in the module docstring."""
 
     def __init__(self, exporter: CountingExporter, interval_s: float = REPORT_INTERVAL_S) -> None:
         self.exporter = exporter
         self.interval_s = interval_s
-        self.dropped = 0  # totals
-        self._reported = (0, 0)  # (dropped, failed) at the last report
+        self._reported = 0  # failed at the last report
         self._last = -math.inf
 
     def report(self, final: bool = False) -> None:
-        dropped, failed = self.dropped, self.exporter.failed
-        if (dropped, failed) == self._reported:
+        failed = self.exporter.failed
+        if failed == self._reported:
             return
         now = time.monotonic()
         if not final and now - self._last < self.interval_s:
             return
-        new_dropped, new_failed = dropped - self._reported[0], failed - self._reported[1]
-        self._reported, self._last = (dropped, failed), now
-        logger.warning("trace exporter: %d span(s) dropped because the queue was full (the collector or this "
-                       "process cannot keep up) and %d not delivered (the collector refused or did not answer) "
-                       "since the last report; %d and %d in all", new_dropped, new_failed, dropped, failed)
+        new_failed, self._reported, self._last = failed - self._reported, failed, now
+        logger.warning("trace exporter: %d span(s) not delivered (the collector refused or did not answer) "
+                       "since the last report; %d in all", new_failed, failed)
 
 
 def read_frame(stream: BinaryIO, limit: int) -> bytes | None:
@@ -181,15 +193,30 @@ def _logging(kind: str, level: str) -> None:
 
 
 def lower_priority() -> None:
-    """Run below the gateway's priority: on a busy host the request path gets the CPU, the export the rest.
+    """Run below the gateway: on a busy host the request path gets the CPU, the export what is left.
 
-    Spans wait in this process's queue (then the pipe, then the worker's buffer) while it is behind;
-    a backlog that outgrows them is dropped and counted as described above, never slowing a request.
+    By default in Linux's idle scheduling class (``SCHED_IDLE``): this process runs only on a CPU
+    no other process wants. A mere ``nice`` step is not enough: the scheduler often places the
+    exporter on its worker's CPU, where even at +10 it takes a tenth of that CPU from requests
+    (bench/README.md, "Every control on": traces cost 23 % of the throughput at +10, 7 % idle).
+    ``LOOPGATE_TRACE_EXPORTER_NICE=N`` asks for ``nice`` +N instead (a fixed small share of a busy
+    CPU), ``0`` for the worker's own priority; where the idle class is unavailable, +19.
+
+    Spans wait here, then in the pipe, then in the worker's buffer while this process is behind;
+    a backlog that outgrows them is dropped and counted there, never slowing a request.
     """
-    niceness = _env_int(NICE_ENV, DEFAULT_NICENESS) if os.environ.get(NICE_ENV, "").strip() != "0" else 0
-    if niceness:
-        with contextlib.suppress(OSError):  # a container without the capability: stay as is
-            os.nice(min(niceness, 19))
+    raw = os.environ.get(NICE_ENV, "").strip()
+    if raw == "0":
+        return
+    niceness = _env_int(NICE_ENV, 0)
+    if not niceness:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            return
+        except (AttributeError, OSError):  # not Linux, or a sandbox that forbids it
+            niceness = FALLBACK_NICENESS
+    with contextlib.suppress(OSError):  # a container without the capability: stay as is
+        os.nice(min(niceness, 19))
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -224,9 +251,7 @@ def main() -> int:
     try:
         while (payload := read_frame(stream, limit)) is not None:
             for span in rebuilder.spans(orjson.loads(payload)):
-                if handed - exporter.taken >= queue:
-                    losses.dropped += 1
-                    continue
+                exporter.wait_for_room(handed, queue)
                 processor.on_end(span)
                 handed += 1
             losses.report()

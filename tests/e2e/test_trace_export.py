@@ -191,21 +191,28 @@ def _niceness(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5): nice
 
 
-@pytest.mark.parametrize(("env", "lower_by"), [({}, 10), ({"LOOPGATE_TRACE_EXPORTER_NICE": "5"}, 5),
-                                               ({"LOOPGATE_TRACE_EXPORTER_NICE": "0"}, 0)])
+def _policy(pid: int) -> int:
+    return os.sched_getscheduler(pid)
+
+
+@pytest.mark.parametrize(("env", "idle", "lower_by"), [({}, True, 0), ({"LOOPGATE_TRACE_EXPORTER_NICE": "5"}, False, 5),
+                                                       ({"LOOPGATE_TRACE_EXPORTER_NICE": "0"}, False, 0)])
 def test_the_exporter_runs_below_the_gateways_cpu_priority(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver,
-                                                          env: dict[str, str], lower_by: int) -> None:
+                                                          env: dict[str, str], idle: bool, lower_by: int) -> None:
+    """By default in the idle scheduling class (the gateway's stays normal); a nice step when asked for one."""
     gw = Gateway(config(fakes, receiver.url), env=env).start()
     try:
         assert gw.process is not None
         child = exporter_pid(gw)
+        want = (os.SCHED_IDLE if idle else os.SCHED_OTHER, min(19, _niceness(gw.process.pid) + lower_by))
         deadline = time.monotonic() + 10  # set by the child itself as it starts
-        while _niceness(child) != min(19, _niceness(gw.process.pid) + lower_by) and time.monotonic() < deadline:
+        while (_policy(child), _niceness(child)) != want and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _niceness(child) == min(19, _niceness(gw.process.pid) + lower_by)
+        assert (_policy(child), _niceness(child)) == want
+        assert _policy(gw.process.pid) == os.SCHED_OTHER
         traceparent, trace_id, _ = caller_traceparent()
         assert gw.post("/v1/chat/completions", BODY, headers={"traceparent": traceparent}).status_code == 200
-        assert receiver.trace(trace_id, 2)
+        assert receiver.trace(trace_id, 2)  # the idle class still gets a CPU nobody else wants
     finally:
         gw.stop()
 
