@@ -4,7 +4,8 @@ Imported only when ``observability.otlp_endpoint`` is set (``gateway/tracing.py`
 touches the OpenTelemetry SDK: a span is a slotted object holding its ids, times, attributes and
 events, and a request's finished spans are handed in one piece to the shipper
 (``gateway/tracing_ship.py``), which sends them to the exporter process
-(``gateway/tracing_export.py``) where the official SDK and OTLP exporter encode and post them.
+(``gateway/tracing_export.py``) where the official SDK's processor and OTLP exporter post them
+(encoded by ``gateway/tracing_encode.py``).
 Building SDK spans and encoding protobuf here cost three times a plain request (bench/README.md).
 
 Spans:
