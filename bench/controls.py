@@ -153,7 +153,7 @@ def scenario_controls(args: argparse.Namespace) -> None:
     tool = "wrk" if args.tool == "wrk" or (args.tool == "auto" and wrk_available()) else "python"
     params = {"duration_s": args.duration, "concurrency": args.concurrency, "rounds": args.rounds,
               "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on), "tool": tool}
-    cols = ["setup", "RPS (mean)", "% of plain", "load p50 ms", "load p99 ms", "errors", "CPU ms/req",
+    cols = ["setup", "RPS (mean)", "% of plain", "% per round", "load p50 ms", "load p99 ms", "errors", "CPU ms/req",
             "seq p50 ms", "added seq p50 ms", "other CPU %", "spans dropped"]
     report = Report("controls", cols, params)
     ok, why = servers.gateway_runnable()
@@ -191,8 +191,11 @@ def scenario_controls(args: argparse.Namespace) -> None:
     seq50 = {name: statistics.median(v) for name, v in seq.items()}
     for name, rows in loads.items():
         share = rps[name] / rps["plain"] * 100
+        # Each round's pair, measured back to back: how far the machine moved the ratio within the run.
+        paired = [x["rps"] / p["rps"] * 100 for x, p in zip(rows, loads["plain"], strict=True)]
         added = seq50[name] - seq50["plain"]
         m = {"rps_mean": round(rps[name], 1), "rps_rounds": [x["rps"] for x in rows], "pct_of_plain": round(share, 1),
+             "pct_of_plain_rounds": [round(x, 1) for x in paired],
              "load_p50_ms": statistics.median(x["p50_ms"] for x in rows),
              "load_p99_ms": statistics.median(x["p99_ms"] for x in rows),
              "errors": sum(x["errors"] for x in rows), "error_samples": rows[-1]["error_samples"],
@@ -200,8 +203,9 @@ def scenario_controls(args: argparse.Namespace) -> None:
              "seq_p50_ms": round(seq50[name], 3), "seq_p50_rounds_ms": [round(x, 3) for x in seq[name]],
              "added_seq_p50_ms": round(added, 3),
              "other_cpu_pct": max(x["other_cpu_pct"] for x in rows), "spans_dropped": spans_dropped[name]}
-        cells = [m["rps_mean"], round(share, 1), m["load_p50_ms"], m["load_p99_ms"], m["errors"],
-                 m["cpu_ms_per_req"], m["seq_p50_ms"], m["added_seq_p50_ms"], m["other_cpu_pct"], m["spans_dropped"]]
+        cells = [m["rps_mean"], round(share, 1), f"{min(paired):.1f}-{max(paired):.1f}", m["load_p50_ms"],
+                 m["load_p99_ms"], m["errors"], m["cpu_ms_per_req"], m["seq_p50_ms"], m["added_seq_p50_ms"],
+                 m["other_cpu_pct"], m["spans_dropped"]]
         report.add(name, cells, m)
     report.print()
 
