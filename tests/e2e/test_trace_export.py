@@ -195,11 +195,13 @@ def _policy(pid: int) -> int:
     return os.sched_getscheduler(pid)
 
 
-@pytest.mark.parametrize(("env", "idle", "lower_by"), [({}, True, 0), ({"LOOPGATE_TRACE_EXPORTER_NICE": "5"}, False, 5),
+@pytest.mark.parametrize(("env", "idle", "lower_by"), [({"LOOPGATE_TRACE_EXPORTER_NICE": ""}, True, 0),
+                                                       ({"LOOPGATE_TRACE_EXPORTER_NICE": "5"}, False, 5),
                                                        ({"LOOPGATE_TRACE_EXPORTER_NICE": "0"}, False, 0)])
 def test_the_exporter_runs_below_the_gateways_cpu_priority(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver,
                                                           env: dict[str, str], idle: bool, lower_by: int) -> None:
-    """By default in the idle scheduling class (the gateway's stays normal); a nice step when asked for one."""
+    """By default (the variable unset or empty) in the idle scheduling class, the gateway's staying
+    normal; a nice step when asked for one. (tests/conftest.py sets +10 for the other tests.)"""
     gw = Gateway(config(fakes, receiver.url), env=env).start()
     try:
         assert gw.process is not None
