@@ -230,7 +230,7 @@ class SpanEncoder:
         if attributes:
             cache, attribute = self._attributes, self.attribute
             for key, value in attributes.items():
-                kind = value.__class__
+                kind = value.__class__  # ``_cache_key``'s scalar case, written out: most attributes take it
                 encoded = cache.get((key, kind, value)) if kind in _SCALARS else None
                 parts.append(encoded if encoded is not None else attribute(key, value))
         for event in span.events:

@@ -241,8 +241,9 @@ def main() -> int:
                                                  headers=settings["headers"]))
     queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _SDK_QUEUE)
     batch = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _SDK_BATCH)
-    # The queue bound is kept here, where drops can be counted: the SDK's queue is one batch larger
-    # (the batch being taken off it is counted as taken a moment late), so it never drops itself.
+    # The queue bound is kept here (``wait_for_room`` holds the input back at it): the SDK's queue is
+    # one batch larger (the batch being taken off it is counted as taken a moment late), so it never
+    # drops a span itself.
     processor = BatchSpanProcessor(exporter, max_queue_size=queue + batch, max_export_batch_size=min(batch, queue))
     losses = Losses(exporter)
     rebuilder = Rebuilder(settings["service_name"], settings["service_version"])
