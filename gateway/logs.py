@@ -128,9 +128,11 @@ class AccessLog:
     ``loopgate serve`` logs: line-buffered on a terminal, write-through on a pipe or a file) a
     JSON line is bytes from orjson, written with the system's ``write``: nothing is pending in the
     text layer between two whole lines. Lines wait at most ``FLUSH_S`` (or until
-    ``FLUSH_BYTES`` wait) and go out together in one ``write``: a system call per line cost as
-    much as the rest of the record on a busy worker (bench/README.md). A line written outside a
-    running loop goes out at once, and what waits at exit is written then. One call per batch of
+    ``FLUSH_LINES`` wait) and go out together in one ``write``: a system call per line cost as
+    much as the rest of the record on a busy worker (bench/README.md). The first line of a batch
+    checks the stream (``setStream`` may have replaced it) and starts the batch's timer; the
+    others only join it. A line written outside a running loop goes out at once, and what waits
+    at exit is written then. One call per batch of
     whole lines keeps them whole beside other writers; a log line written meanwhile by other code
     may come before them. Elsewhere (a file opened with a buffer, a test's ``StringIO``) a line
     goes through the stream's ``write``.
@@ -138,8 +140,9 @@ class AccessLog:
 
     #: the longest an access line waits to be written with the next ones
     FLUSH_S = 0.02
-    #: written at once when this much waits (a bound on what a crash can lose, with ``FLUSH_S``)
-    FLUSH_BYTES = 32 * 1024
+    #: written at once when this many lines wait (a bound on what a crash can lose, with ``FLUSH_S``;
+    #: a line is a few hundred bytes: its fields are ids, names from the config and numbers)
+    FLUSH_LINES = 100
 
     def __init__(self, handler: logging.StreamHandler, kind: str) -> None:
         self._handler = handler
@@ -156,11 +159,24 @@ class AccessLog:
         self._flush = True
         self._fd = -1  # the stream's descriptor when whole JSON lines may be written to it directly
         self._pending: list[bytes] = []  # lines waiting for ``flush``
-        self._pending_bytes = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that runs ``flush``
         self._timer: asyncio.TimerHandle | None = None
 
     def write(self, fields: dict[str, Any]) -> None:
+        pending = self._pending
+        if pending and self._loop.is_running():  # type: ignore[union-attr]
+            # A batch is open (JSON to the descriptor, its timer set): this line joins it.
+            now = time.time()
+            second = int(now)
+            if second != self._second:
+                self._new_second(second)
+            pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
+                                     self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
+            if len(pending) >= self.FLUSH_LINES:
+                self.flush()
+            return
+        if pending:
+            self.flush()  # the loop of the batch's timer stopped: it would never fire
         now = time.time()
         handler = self._handler
         stream = handler.stream
@@ -169,20 +185,12 @@ class AccessLog:
         if self._json:
             second = int(now)
             if second != self._second:
-                self._second = second
-                self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
-                self._prefix_bytes = self._prefix.encode()
+                self._new_second(second)
             if self._fd >= 0 and fields:
-                line = b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)], self._head_bytes,
-                                 orjson.dumps(fields, default=str)[1:], b"\n"))
-                pending = self._pending
-                pending.append(line)
-                self._pending_bytes += len(line)
-                if len(pending) == 1:  # the first of a batch: its timer (none outside a running loop)
-                    if not self._defer():
-                        self.flush()
-                elif self._pending_bytes >= self.FLUSH_BYTES or not self._loop.is_running():  # type: ignore[union-attr]
-                    self.flush()  # enough waits, or the loop of the timer stopped (it would never fire)
+                pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
+                                         self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
+                if not self._defer():  # the first of a batch: its timer (none outside a running loop)
+                    self.flush()
                 return
             body = orjson.dumps(fields, default=str).decode()
             text = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
@@ -194,6 +202,11 @@ class AccessLog:
             stream.write(text)
             if self._flush:
                 stream.flush()
+
+    def _new_second(self, second: int) -> None:
+        self._second = second
+        self._prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second))
+        self._prefix_bytes = self._prefix.encode()
 
     def _defer(self) -> bool:
         """Have ``flush`` run within ``FLUSH_S``; False outside a running loop."""
@@ -216,7 +229,6 @@ class AccessLog:
             return
         data = b"".join(pending) if len(pending) > 1 else pending[0]
         pending.clear()
-        self._pending_bytes = 0
         try:
             stream = self._stream
             if not stream.line_buffering:  # write-through over a buffered layer: what it holds goes first

@@ -2,8 +2,9 @@
 
 Started by ``gateway/tracing_ship.py`` as ``python -m gateway.tracing_export``, one per worker
 process. It reads length-prefixed orjson frames on stdin: first its configuration, then lists of
-``[trace id, spans]`` (see ``Record`` in ``gateway/tracing_lean.py`` for a span's fields: attributes
-by position get their names here, where it costs no request any time). Each span becomes an
+one entry per request (see ``Entry`` in ``gateway/tracing_lean.py``: values by position, which get
+their attribute names, the conventions' value rules and missing span ids here, where it costs no
+request any time). Each span becomes an
 ``opentelemetry.sdk.trace.ReadableSpan`` handed to a ``BatchSpanProcessor`` over
 ``OTLPSpanExporter``: the protobuf encoding and the HTTP posts happen here, on this process's
 CPU, not in the gateway's (its ``OTEL_BSP_*`` environment variables apply).
@@ -50,7 +51,7 @@ from gateway import redact
 from gateway.logs import FORMAT, JsonFormatter, SafeFormatter
 from gateway.redact import Redactor, header_secrets
 from gateway.tracing_encode import install as install_encoder
-from gateway.tracing_lean import expand
+from gateway.tracing_lean import rebuild
 
 _HEADER = struct.Struct(">I")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -158,7 +159,7 @@ class FixedResource(Resource):
 
 
 class Rebuilder:
-    """Turns shipped span records into SDK ``ReadableSpan`` objects of one resource and scope."""
+    """Turns shipped entries into SDK ``ReadableSpan`` objects of one resource and scope."""
 
     def __init__(self, service_name: str, service_version: str) -> None:
         self.resource = FixedResource(Resource.create({"service.name": service_name,
@@ -167,20 +168,19 @@ class Rebuilder:
 
     def spans(self, batch: list[Any]) -> Iterator[ReadableSpan]:
         resource, scope = self.resource, self.scope
-        for trace_hex, records in batch:
-            trace_id = int(trace_hex, 16)
-            for raw_name, kind, span_id, parent_id, start, end, raw_attributes, events, status, message in records:
-                name, attributes = expand(raw_name, raw_attributes)
+        for entry in batch:
+            for trace_hex, span_id, parent_id, remote, kind, name, start, end, attributes, events, failure in \
+                    rebuild(entry):
+                trace_id = int(trace_hex, 16)
                 parent = None
-                if parent_id:  # only a server span's parent (the caller's span) is remote
-                    parent = SpanContext(trace_id, parent_id, is_remote=kind == SpanKind.SERVER.value,
-                                         trace_flags=_SAMPLED)
+                if parent_id:
+                    parent = SpanContext(trace_id, parent_id, is_remote=remote, trace_flags=_SAMPLED)
                 yield ReadableSpan(
                     name=name, context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED),
                     parent=parent, resource=resource, attributes=attributes,
                     events=[Event(event, attrs, timestamp=at) for event, at, attrs in events],
                     kind=_KINDS.get(kind, SpanKind.INTERNAL),
-                    status=Status(StatusCode.ERROR, message) if status == StatusCode.ERROR.value else _UNSET,
+                    status=Status(StatusCode.ERROR, failure) if failure else _UNSET,
                     start_time=start, end_time=end, instrumentation_scope=scope)
 
 

@@ -1,12 +1,12 @@
 """Spans following the OpenTelemetry GenAI conventions, recorded as plain Python values in the gateway process.
 
 Imported only when ``observability.otlp_endpoint`` is set (``gateway/tracing.py``). Nothing here
-touches the OpenTelemetry SDK: a span is a slotted object holding its ids, times, attributes and
-events, and a request's finished spans are handed in one piece to the shipper
-(``gateway/tracing_ship.py``), which sends them to the exporter process
-(``gateway/tracing_export.py``) where the official SDK's processor and OTLP exporter post them
-(encoded by ``gateway/tracing_encode.py``).
-Building SDK spans and encoding protobuf here cost three times a plain request (bench/README.md).
+touches the OpenTelemetry SDK: a request's spans become one flat list (``Entry`` below), handed
+whole to the shipper (``gateway/tracing_ship.py``), which sends it to the exporter process
+(``gateway/tracing_export.py``) where :func:`rebuild` turns it back into spans for the official
+SDK's processor and OTLP exporter (encoded by ``gateway/tracing_encode.py``). The names of
+attributes, the conventions' value rules and the ids nobody outside has seen are made there, on
+that process's CPU: the request path only copies values it already holds (bench/README.md).
 
 Spans:
 
@@ -29,7 +29,7 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -47,36 +47,31 @@ UNSET, ERROR = 0, 2
 MAX_TRACEPARENT = 512
 _TRACEPARENT = re.compile(rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?")
 _ZERO_TRACE, _ZERO_SPAN = b"0" * 32, b"0" * 16
-_NO_PARAMS = (None, None, None, None)
 _bits = random.getrandbits
 _NO_EVENTS: tuple[()] = ()  # shared by every span without events (serialised as [])
 _now = time.time_ns
 
-#: One finished span as shipped: name, kind, span id, parent span id (0: none), start and end
-#: (ns since the epoch), attributes, events ``[name, ns, attributes]``, status code, status message.
-#: The attributes are a dict, or (the server and model-call spans: every request has them) a list
-#: ``[schema, value, ..., extra]`` whose values are named by ``ATTRIBUTE_NAMES[schema]`` (None:
-#: not set) and ``extra`` is None or a dict of the rest; such a span's name is None, made from its
-#: attributes by :func:`span_name`. Positions instead of names: no dict is built per span here.
-Record = list[Any]
-SERVER_ATTRIBUTES, CHAT_ATTRIBUTES = 1, 2
-ATTRIBUTE_NAMES: dict[int, tuple[str, ...]] = {
-    SERVER_ATTRIBUTES: ("http.request.method", "http.route", "loopgate.route", "loopgate.request_id",
-                        "loopgate.tenant", "http.response.status_code", "error.type"),
-    CHAT_ATTRIBUTES: ("gen_ai.provider.name", "gen_ai.request.model", "loopgate.target", "gen_ai.response.model",
-                      "gen_ai.response.finish_reasons", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-                      "gen_ai.response.id", "gen_ai.usage.cache_read.input_tokens", "gen_ai.request.temperature",
-                      "gen_ai.request.top_p", "gen_ai.request.max_tokens", "gen_ai.request.max_tokens"),
-}
-# Values shipped as the gateway holds them, made what the conventions want here: the provider's
-# type becomes its ``gen_ai.provider.name``, the finish reason a list; request parameters are kept
-# only when they are numbers (a later position wins: max_completion_tokens over max_tokens).
-_NUMERIC = frozenset({"gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.max_tokens"})
-#: attributes every span of a schema has, with the same value
-FIXED_ATTRIBUTES: dict[int, dict[str, Any]] = {SERVER_ATTRIBUTES: {},
-                                               CHAT_ATTRIBUTES: {"gen_ai.operation.name": "chat"}}
-#: What the tracer hands on per request: the trace id (32 hex digits) and its finished spans.
-Sink = Callable[[str, list[Record]], None]
+#: One request's spans as shipped, a flat list:
+#: ``[trace id (32 hex digits), caller's span id (0: a root), server span id, start, end, method,
+#: path, route, request id, tenant, status, error.type, failure, events, extra, children]``, times
+#: in ns since the epoch, ``failure`` the status description of a span that failed ("" when it did
+#: not), ``events`` a list of ``[name, ns, attributes]``, ``extra`` None or a dict of more
+#: attributes, ``children`` the child spans (``CHAT`` and ``TOOL`` records below), every one a
+#: child of the server span. A child that ends after its request was shipped (a cancelled task)
+#: comes alone as ``[trace id, server span id, [child]]``.
+Entry = list[Any]
+#: ``[CHAT, span id (0: the exporter makes one), start, end, failure, events, extra, provider type,
+#: requested model, target label, response model, finish reason, input tokens, output tokens,
+#: response id, cached input tokens, temperature, top_p, max_tokens, max_completion_tokens]``:
+#: values as the gateway holds them; the exporter applies the conventions (provider type to
+#: ``gen_ai.provider.name``, the finish reason as a list, request parameters only when numbers,
+#: empty ids and zero cached tokens left out).
+CHAT = 1
+#: ``[TOOL, span id, start, end, failure, events, tool name, attributes]``
+TOOL = 2
+_CHAT_LENGTH, _TOOL_LENGTH, _ENTRY_LENGTH, _LATE_LENGTH = 20, 8, 16, 3
+#: What the tracer hands on per request: the entry and how many spans it holds.
+Sink = Callable[[Entry, int], None]
 
 
 def parse_traceparent(value: bytes) -> tuple[str, int, bool] | None:
@@ -90,35 +85,6 @@ def parse_traceparent(value: bytes) -> tuple[str, int, bool] | None:
     if version == b"ff" or (version == b"00" and rest is not None) or trace == _ZERO_TRACE or parent == _ZERO_SPAN:
         return None
     return trace.decode(), int(parent, 16), bool(int(flags, 16) & 1)
-
-
-def expand(name: str | None, attributes: dict[str, Any] | list[Any]) -> tuple[str, dict[str, Any]]:
-    """A record's name and attributes as a dict (see ``Record``): a schema's span is named after its
-    attributes (``{METHOD} {route}``, ``chat {model}``). ValueError for a record of no known shape."""
-    if isinstance(attributes, dict):
-        if name is None:
-            raise ValueError("a span with attributes by name has no name")
-        return name, attributes
-    schema = attributes[0] if attributes else None
-    names = ATTRIBUTE_NAMES.get(schema) if isinstance(schema, int) else None
-    if names is None or len(attributes) != len(names) + 2:
-        raise ValueError(f"attributes of an unknown shape: {str(attributes)[:100]}")
-    out = dict(FIXED_ATTRIBUTES[schema])  # type: ignore[index]
-    for key, value in zip(names, attributes[1:-1], strict=True):
-        if value is None or (key in _NUMERIC and (not isinstance(value, int | float) or isinstance(value, bool))):
-            continue
-        if key == "gen_ai.provider.name":
-            value = PROVIDER_NAMES.get(value, str(value))
-        elif key == "gen_ai.response.finish_reasons":
-            value = [str(value)]
-        out[key] = value
-    extra = attributes[-1]
-    if extra:
-        out.update(extra)
-    if name is None:
-        name = (f"{out.get('http.request.method')} {out.get('http.route')}" if schema == SERVER_ATTRIBUTES
-                else f"chat {out.get('gen_ai.request.model')}")
-    return name, out
 
 
 def new_id(bits: int) -> int:
@@ -141,86 +107,47 @@ def error_type(error: BaseException) -> str:
     return str(error_class.value) if error_class is not None else type(error).__name__
 
 
-class _Recording(Span):
-    """What every recording span shares: its id, start, events, status, and the request span it belongs to."""
-
-    __slots__ = ("_events", "_owner", "_parent", "_start", "_status", "span_id")
-    recording = True
-
-    _owner: ServerSpan  # the request's span (children only: the request's span has no reference to itself)
-
-    # Each kind's __init__ sets them all (no shared method: one call less per span): ``_parent``;
-    # ``_events`` the shared empty tuple until the first event; ``_status`` the error
-    # description once the span failed; ``span_id``; ``_start`` (ns since the epoch).
-    _events: list[list[Any]] | tuple[()]
-    _parent: int
-    _status: str
-    _start: int
-    span_id: int
-
-    def _end(self, name: str | None, attributes: dict[str, Any] | list[Any]) -> None:
-        """Hand on the finished span (``name`` None: the exporter names it after its attributes)."""
-        status = self._status
-        record = [name, self._kind, self.span_id, self._parent, self._start, _now(), attributes, self._events,
-                  ERROR if status else UNSET, status]
-        root = self._owner
-        if root.shipped:  # ended after its request's server span (a cancelled task): shipped on its own
-            root.tracer.sink(root.hex, [record])
-        else:
-            root.spans.append(record)
-
-    _kind = INTERNAL
-
-    def model_call(self, targets: Sequence[Any], request: Any) -> Span:
-        return ChatSpan(self._owner, self.span_id, targets[0], request)
-
-    def tool(self, call: Any, tool: Any) -> Span:
-        return ToolSpan(self._owner, self.span_id, call, tool)
-
-    def event(self, name: str, attributes: dict[str, Any]) -> None:
-        self._event([name, _now(), attributes])
-
-    def _event(self, event: list[Any]) -> None:
-        events = self._events
-        if isinstance(events, list):
-            events.append(event)
-        else:
-            self._events = [event]
-
-    def traceparent(self) -> str | None:
-        return f"00-{self._owner.hex}-{self.span_id:016x}-01"
-
-    def outgoing(self) -> str | None:
-        return self.traceparent() if self._owner.tracer.propagate else None
+def _appended(events: list[list[Any]] | tuple[()], event: list[Any]) -> list[list[Any]]:
+    """``events`` with ``event`` added: the shared empty tuple becomes a list of the span's own."""
+    if isinstance(events, list):
+        events.append(event)
+        return events
+    return [event]
 
 
-class ServerSpan(_Recording):
+class ServerSpan(Span):
     """``{METHOD} {path}``: the request's span, holding its trace and the child spans finished so far."""
 
-    __slots__ = ("_extra", "_method", "_path", "hex", "shipped", "spans", "tracer")
-    _kind = SERVER
+    __slots__ = ("_children", "_events", "_extra", "_method", "_parent", "_path", "_start", "hex", "shipped",
+                 "span_id", "tracer")
+    recording = True
 
     def __init__(self, tracer: LeanTracer, trace_hex: str, parent: int, method: str, path: str) -> None:
         self.tracer = tracer
         self.hex = trace_hex
-        self.spans: list[Record] = []
-        self.shipped = False
+        self._parent = parent
         self._method = method
         self._path = path
+        self._children: list[list[Any]] = []
+        self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
         self._extra: dict[str, Any] | None = None
-        self._parent = parent
-        self._events = _NO_EVENTS
-        self._status = ""
+        self.shipped = False
         self.span_id = _bits(64) or new_id(64)
         self._start = _now()
 
-    # What the children reach through ``_owner``, the request's span has itself (it ends in ``finish``).
-
     def model_call(self, targets: Sequence[Any], request: Any) -> Span:
-        return ChatSpan(self, self.span_id, targets[0], request)
+        return ChatSpan(self, targets[0], request)
 
     def tool(self, call: Any, tool: Any) -> Span:
-        return ToolSpan(self, self.span_id, call, tool)
+        return ToolSpan(self, call, tool)
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        self._events = _appended(self._events, [name, _now(), attributes])
+
+    def set(self, key: str, value: Any) -> None:
+        if self._extra is None:
+            self._extra = {}
+        self._extra[key] = value
 
     def traceparent(self) -> str | None:
         return f"00-{self.hex}-{self.span_id:016x}-01"
@@ -228,72 +155,86 @@ class ServerSpan(_Recording):
     def outgoing(self) -> str | None:
         return self.traceparent() if self.tracer.propagate else None
 
+    def child_done(self, record: list[Any]) -> None:
+        if self.shipped:  # ended after its request's server span (a cancelled task): shipped on its own
+            self.tracer.sink([self.hex, self.span_id, [record]], 1)
+        else:
+            self._children.append(record)
+
+    def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
+               tenant: str | None = None) -> None:
+        self.shipped = True
+        children = self._children
+        self.tracer.sink([self.hex, self._parent, self.span_id, self._start, _now(), self._method, self._path, route,
+                          request_id, tenant, status, error_type,
+                          (error_type or str(status)) if status >= 500 else "", self._events, self._extra, children],
+                         len(children) + 1)
+
+
+class ChatSpan(Span):
+    """``chat {model}``: one model call, its failover walk's failed attempts as events.
+
+    Its id is made by the exporter unless a request made under it needs it (``outgoing``)."""
+
+    __slots__ = ("_extra", "_first", "_id", "_owner", "_request", "_start")
+    recording = True
+
+    def __init__(self, owner: ServerSpan, first: Any, request: Any) -> None:
+        self._owner = owner
+        self._first = first
+        self._request = request  # its parameters are read at the end: only those of the conventions
+        self._extra: dict[str, Any] | None = (
+            {"gen_ai.input.messages": orjson.dumps(request.messages, default=str).decode()}
+            if owner.tracer.capture else None)
+        self._id = 0
+        self._start = _now()
+
+    def outgoing(self) -> str | None:
+        return self.traceparent() if self._owner.tracer.propagate else None
+
+    def traceparent(self) -> str | None:
+        if not self._id:
+            self._id = new_id(64)
+        return f"00-{self._owner.hex}-{self._id:016x}-01"
+
     def set(self, key: str, value: Any) -> None:
         if self._extra is None:
             self._extra = {}
         self._extra[key] = value
 
-    def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
-               tenant: str | None = None) -> None:
-        failure = self._status = (error_type or str(status)) if status >= 500 else self._status
-        spans = self.spans
-        spans.append([None, SERVER, self.span_id, self._parent, self._start, _now(),
-                      [SERVER_ATTRIBUTES, self._method, self._path, route, request_id, tenant, status, error_type,
-                       self._extra], self._events, ERROR if failure else UNSET, failure])
-        self.shipped = True
-        self.tracer.sink(self.hex, spans)
-
-
-class ChatSpan(_Recording):
-    """``chat {model}``: one model call, its failover walk's failed attempts as events."""
-
-    __slots__ = ("_extra", "_first", "_params")
-    _kind = CLIENT
-
-    def __init__(self, root: ServerSpan, parent: int, first: Any, request: Any) -> None:
-        self._first = first
-        self._params = request.params  # read at the end: only the request parameters of the conventions
-        extra: dict[str, Any] | None = None
-        if root.tracer.capture:
-            extra = {"gen_ai.input.messages": orjson.dumps(request.messages, default=str).decode()}
-        self._owner = root
-        self._extra = extra
-        self._parent = parent
-        self._events = _NO_EVENTS
-        self._status = ""
-        self.span_id = _bits(64) or new_id(64)
-        self._start = _now()
-
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
+        events: list[list[Any]] | tuple[()] = _NO_EVENTS
         if len(attempts) > 1 or (attempts and attempts[0].get("error_class") is not None):
-            self._attempts(attempts)
-        usage = response.usage
-        model = target.model
-        if self._owner.tracer.capture:
+            events = self._attempts(attempts)
+        owner = self._owner
+        if owner.tracer.capture:
             self.set("gen_ai.output.messages", orjson.dumps([response.message], default=str).decode())
-        self._end(None, [CHAT_ATTRIBUTES, target.provider.type, model, target.label, response.model or model,
-                         response.finish_reason, usage.prompt_tokens, usage.completion_tokens, response.id or None,
-                         usage.cached_tokens or None, *self._requested(), self._extra])
+        usage = response.usage
+        params = self._request.params
+        if params:
+            get = params.get
+            temperature, top_p, max_tokens, max_completion = (get("temperature"), get("top_p"), get("max_tokens"),
+                                                               get("max_completion_tokens"))
+        else:
+            temperature = top_p = max_tokens = max_completion = None
+        owner.child_done([CHAT, self._id, self._start, _now(), "", events, self._extra, target.provider.type,
+                          target.model, target.label, response.model, response.finish_reason, usage.prompt_tokens,
+                          usage.completion_tokens, response.id, usage.cached_tokens, temperature, top_p, max_tokens,
+                          max_completion])
 
     def failed(self, error: BaseException, attempts: list[dict[str, Any]]) -> None:
-        self._attempts(attempts)
+        events = self._attempts(attempts)
         kind = error_type(error)
         self.set("error.type", kind)
-        self._status = kind
+        params = self._request.params or {}
         first = self._first
-        self._end(None, [CHAT_ATTRIBUTES, first.provider.type, first.model, first.label, None, None, None, None,
-                         None, None, *self._requested(), self._extra])
+        self._owner.child_done([CHAT, self._id, self._start, _now(), kind, events, self._extra, first.provider.type,
+                                first.model, first.label, None, None, None, None, None, None, params.get("temperature"),
+                                params.get("top_p"), params.get("max_tokens"), params.get("max_completion_tokens")])
 
-    def _requested(self) -> tuple[Any, Any, Any, Any]:
-        """temperature, top_p, max_tokens, max_completion_tokens as the caller sent them (checked by the exporter)."""
-        params = self._params
-        if not params:
-            return _NO_PARAMS
-        get = params.get
-        return get("temperature"), get("top_p"), get("max_tokens"), get("max_completion_tokens")
-
-    def _attempts(self, attempts: list[dict[str, Any]]) -> None:
+    def _attempts(self, attempts: list[dict[str, Any]]) -> list[list[Any]] | tuple[()]:
         """Every attempt of the walk that did not answer, as an event (the answering one is the span itself)."""
+        events: list[list[Any]] = []
         for entry in attempts:
             if entry.get("error_class") is None:
                 continue
@@ -301,52 +242,57 @@ class ChatSpan(_Recording):
                           "loopgate.elapsed_ms": entry["elapsed_ms"]}
             if entry.get("status") is not None:
                 attributes["http.response.status_code"] = entry["status"]
-            self._event(["loopgate.attempt", _now(), attributes])
+            events.append(["loopgate.attempt", _now(), attributes])
         if len(attempts) > 1:
             self.set("loopgate.attempts", len(attempts))
-
-    def set(self, key: str, value: Any) -> None:
-        if self._extra is None:
-            self._extra = {}
-        self._extra[key] = value
+        return events or _NO_EVENTS
 
 
-class ToolSpan(_Recording):
+class ToolSpan(Span):
     """``execute_tool {name}``: one server-side tool execution (its attributes as a plain dict)."""
 
-    __slots__ = ("_attributes", "_name")
+    __slots__ = ("_attributes", "_events", "_name", "_owner", "_start", "span_id")
+    recording = True
 
-    def __init__(self, root: ServerSpan, parent: int, call: Any, tool: Any) -> None:
+    def __init__(self, owner: ServerSpan, call: Any, tool: Any) -> None:
         name = self._name = call["function"]["name"]
         attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                       "gen_ai.tool.call.id": call["id"], "gen_ai.tool.type": "function",
                       "loopgate.tool.source": str(getattr(tool.spec, "source", ""))}
-        if root.tracer.capture:
+        if owner.tracer.capture:
             attributes["gen_ai.tool.call.arguments"] = call["function"].get("arguments") or ""
-        self._owner = root
+        self._owner = owner
         self._attributes = attributes
-        self._parent = parent
-        self._events = _NO_EVENTS
-        self._status = ""
-        self.span_id = _bits(64) or new_id(64)
+        self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
+        self.span_id = new_id(64)  # the traceparent of the tool's own requests names it
         self._start = _now()
 
     def set(self, key: str, value: Any) -> None:
         self._attributes[key] = value
 
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        self._events = _appended(self._events, [name, _now(), attributes])
+
+    def traceparent(self) -> str | None:
+        return f"00-{self._owner.hex}-{self.span_id:016x}-01"
+
+    def outgoing(self) -> str | None:
+        return self.traceparent() if self._owner.tracer.propagate else None
+
     def tool_done(self, status: str, content: str | None) -> None:
         attributes = self._attributes
         attributes["loopgate.tool.status"] = status
+        failure = ""
         if status != "ok":
-            attributes["error.type"] = status
-            self._status = status
+            attributes["error.type"] = failure = status
         if self._owner.tracer.capture and content is not None:
             attributes["gen_ai.tool.call.result"] = content
-        self._end(f"execute_tool {self._name}", attributes)
+        self._owner.child_done([TOOL, self.span_id, self._start, _now(), failure, self._events, self._name,
+                                attributes])
 
 
 class LeanTracer(Tracer):
-    """Samples and starts server spans; ``sink`` receives each request's finished spans (the shipper's ``submit``)."""
+    """Samples and starts server spans; ``sink`` receives each request's entry (the shipper's ``submit``)."""
 
     enabled = True
 
@@ -373,3 +319,73 @@ class LeanTracer(Tracer):
     async def shutdown(self) -> None:
         if self._close is not None:
             await asyncio.to_thread(self._close)
+
+
+#: One span rebuilt from an entry: trace id (hex), span id, parent span id (0: none), whether that
+#: parent is remote (the caller's), kind, name, start, end, attributes, events, failure ("": none).
+Rebuilt = tuple[str, int, int, bool, int, str, int, int, dict[str, Any], list[Any], str]
+
+
+def rebuild(entry: Entry) -> Iterator[Rebuilt]:
+    """The spans of one shipped entry (see ``Entry``), their attributes named as the conventions want.
+
+    Runs in the exporter process. A span id of 0 gets a random one. ValueError for an entry of
+    no known shape (a frame that is not the gateway's)."""
+    if not isinstance(entry, list):
+        raise ValueError(f"an entry of an unknown shape: {str(entry)[:100]}")
+    if len(entry) == _LATE_LENGTH:
+        trace_hex, server_id, children = entry
+    elif len(entry) == _ENTRY_LENGTH:
+        (trace_hex, parent, server_id, start, end, method, path, route, request_id, tenant, status, error, failure,
+         events, extra, children) = entry
+        attributes: dict[str, Any] = {"http.request.method": method, "http.route": path}
+        for key, value in (("loopgate.route", route), ("loopgate.request_id", request_id),
+                           ("loopgate.tenant", tenant), ("http.response.status_code", status), ("error.type", error)):
+            if value is not None:
+                attributes[key] = value
+        if extra:
+            attributes.update(extra)
+        yield trace_hex, server_id, parent, True, SERVER, f"{method} {path}", start, end, attributes, events, failure
+    else:
+        raise ValueError(f"an entry of an unknown shape: {str(entry)[:100]}")
+    if not isinstance(trace_hex, str) or not isinstance(server_id, int) or not isinstance(children, list):
+        raise ValueError(f"an entry of an unknown shape: {str(entry)[:100]}")
+    for child in children:
+        kind = child[0] if isinstance(child, list) and child else None
+        if kind == CHAT and len(child) == _CHAT_LENGTH:
+            yield _chat(trace_hex, server_id, child)
+        elif kind == TOOL and len(child) == _TOOL_LENGTH:
+            _, span_id, start, end, failure, events, name, attributes = child
+            yield (trace_hex, span_id or new_id(64), server_id, False, INTERNAL, f"execute_tool {name}", start, end,
+                   attributes, events, failure)
+        else:
+            raise ValueError(f"a span of an unknown shape: {str(child)[:100]}")
+
+
+def _chat(trace_hex: str, parent: int, child: list[Any]) -> Rebuilt:
+    (_, span_id, start, end, failure, events, extra, provider, model, label, response_model, finish, input_tokens,
+     output_tokens, response_id, cached, temperature, top_p, max_tokens, max_completion) = child
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat",
+                                  "gen_ai.provider.name": PROVIDER_NAMES.get(provider, str(provider)),
+                                  "gen_ai.request.model": model, "loopgate.target": label}
+    if input_tokens is not None:  # answered: the model that answered (the requested one when it did not say)
+        attributes["gen_ai.response.model"] = response_model or model
+    if finish is not None:
+        attributes["gen_ai.response.finish_reasons"] = [str(finish)]
+    if input_tokens is not None:
+        attributes["gen_ai.usage.input_tokens"] = input_tokens
+    if output_tokens is not None:
+        attributes["gen_ai.usage.output_tokens"] = output_tokens
+    if response_id:
+        attributes["gen_ai.response.id"] = response_id
+    if cached:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = cached
+    # request parameters as the caller sent them: kept only when numbers (max_completion_tokens wins)
+    for key, value in (("gen_ai.request.temperature", temperature), ("gen_ai.request.top_p", top_p),
+                       ("gen_ai.request.max_tokens", max_tokens), ("gen_ai.request.max_tokens", max_completion)):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            attributes[key] = value
+    if extra:
+        attributes.update(extra)
+    return (trace_hex, span_id or new_id(64), parent, False, CLIENT, f"chat {model}", start, end, attributes, events,
+            failure)

@@ -3,9 +3,10 @@
 The exporter (``python -m gateway.tracing_export``) is a child of each worker process, fed over
 its stdin with length-prefixed frames: a 4-byte big-endian length, then orjson. The first frame is
 the configuration (the collector's headers are secrets: they travel only on this pipe, never on
-the command line or in the environment); each later frame is a list of ``[trace id, spans]``.
+the command line or in the environment); each later frame is a list of requests' entries (``Entry``
+in ``gateway/tracing_lean.py``).
 
-The event loop encodes a request's spans (one orjson call) and appends the bytes to a deque
+The event loop encodes a request's entry (one orjson call) and appends the bytes to a deque
 (``submit``): nothing of them stays for the garbage collector to walk, and the writer thread only
 joins bytes. The writer drains the deque every ``FLUSH_INTERVAL_S`` (sooner when ``BATCH_SPANS``
 are waiting), packs the requests into frames and writes them, blocking on the pipe when the
@@ -100,15 +101,14 @@ class Shipper:
 
     # -- the event loop's side -------------------------------------------------------------------
 
-    def submit(self, trace_hex: str, spans: list[Any]) -> None:
-        """Queue one request's finished spans, encoded (dropped, and counted, when they cannot go)."""
-        count = len(spans)
+    def submit(self, entry: list[Any], count: int) -> None:
+        """Queue one request's entry of ``count`` spans, encoded (dropped, and counted, when it cannot go)."""
         queued = self._queued + count
         if queued - self._taken > self.max_spans or self._closing:
             self.drop("exporter_down" if self._closing else "buffer_full", count)
             return
         try:
-            encoded = _dumps((trace_hex, spans), default=str)
+            encoded = _dumps(entry, default=str)
         except orjson.JSONEncodeError:  # an integer past 64 bits (a caller's max_tokens, say)
             self.drop("unencodable", count)
             return

@@ -178,7 +178,7 @@ async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: P
             assert path.read_bytes() == b""  # waiting for the next ones
             await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
             first_batch = path.read_bytes()
-            many = logs.AccessLog.FLUSH_BYTES // 200 + 1  # each line is over 200 bytes: past the bound
+            many = logs.AccessLog.FLUSH_LINES + 1  # past the bound
             for n in range(many):
                 Exchange("POST", "/v1/chat/completions", b"rid-x%d" % n, None).done(500)
             bounded = path.read_bytes()  # written without waiting for the timer
@@ -189,7 +189,7 @@ async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: P
         root.setLevel(saved[1])
         exchange.ACCESS = saved[2]
     assert [orjson.loads(line)["request_id"] for line in first_batch.splitlines()] == ["rid-1", "rid-2", "rid-3"]
-    assert len(bounded) - len(first_batch) >= logs.AccessLog.FLUSH_BYTES
+    assert len(bounded.splitlines()) - len(first_batch.splitlines()) == logs.AccessLog.FLUSH_LINES
     statuses = [orjson.loads(line)["status"] for line in written.splitlines()]
     assert statuses == [200] * 3 + [500] * many
 
@@ -273,27 +273,27 @@ def test_shared_metrics_sum_counters_and_take_the_max_circuit(tmp_path: Path) ->
 def test_sampling_roots_by_ratio_and_following_the_callers_flags() -> None:
     from gateway.config.observability_section import ObservabilityConfig
     from gateway.tracing import NOOP
-    from gateway.tracing_lean import LeanTracer, expand
+    from gateway.tracing_lean import LeanTracer, rebuild
 
-    shipped: list[tuple[str, list[list[object]]]] = []
+    shipped: list[list[object]] = []
     config = ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.25)
-    tracer = LeanTracer(config, lambda trace, spans: shipped.append((trace, spans)))
+    tracer = LeanTracer(config, lambda entry, count: shipped.append(entry))
     share = sum(tracer.server("POST", "/v1/chat/completions", None) is not NOOP for _ in range(4000)) / 4000
     assert 0.18 < share < 0.32
     sampled = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     assert all(tracer.server("POST", "/x", sampled).recording for _ in range(50))
     assert all(tracer.server("POST", "/x", sampled[:-1] + b"0") is NOOP for _ in range(50))
-    never = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0), shipped.append)
+    never = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0),
+                       lambda entry, count: shipped.append(entry))
     assert all(never.server("POST", "/x", b"not-a-traceparent") is NOOP for _ in range(50))
     continued = tracer.server("POST", "/x", sampled)
     assert continued.traceparent() is not None
     assert continued.traceparent().startswith("00-0af7651916cd43dd8448eb211c80319c-")  # type: ignore[union-attr]
     assert not shipped  # nothing is shipped before a server span ends
     continued.finish(200, None)
-    ((trace, (record,)),) = shipped
-    name, attributes = expand(record[0], record[6])
+    ((trace, _, parent, remote, _, name, *_, attributes, _, _),) = rebuild(shipped.pop())
     assert trace == "0af7651916cd43dd8448eb211c80319c" and name == "POST /x"
-    assert record[3] == 0xb7ad6b7169203331 and attributes["http.response.status_code"] == 200
+    assert parent == 0xb7ad6b7169203331 and remote and attributes["http.response.status_code"] == 200
 
 
 VALID = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -313,14 +313,15 @@ def test_a_malformed_traceparent_starts_a_new_trace(value: bytes) -> None:
     from gateway.tracing_lean import LeanTracer, parse_traceparent
 
     assert parse_traceparent(value) is None
-    shipped: list[tuple[str, list[list[object]]]] = []
+    shipped: list[list[object]] = []
     tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),
-                        lambda trace, spans: shipped.append((trace, spans)))
+                        lambda entry, count: shipped.append(entry))
     span = tracer.server("GET", "/x", value)
     assert span.recording and "0af7651916cd43dd8448eb211c80319c" not in (span.traceparent() or "")
     span.finish(200, None)
-    ((trace, (record,)),) = shipped
-    assert record[3] == 0 and len(trace) == 32 and int(trace, 16) != 0  # a root: no parent
+    (entry,) = shipped
+    trace = entry[0]
+    assert entry[1] == 0 and isinstance(trace, str) and len(trace) == 32 and int(trace, 16) != 0  # a root
 
 
 def test_valid_traceparents_including_a_later_version() -> None:

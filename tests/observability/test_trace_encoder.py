@@ -33,7 +33,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from gateway import tracing_encode
 from gateway.tracing_encode import SpanEncoder, equivalent, install, sample_spans, varint
 from gateway.tracing_export import Rebuilder
-from gateway.tracing_lean import CHAT_ATTRIBUTES, SERVER_ATTRIBUTES
+from gateway.tracing_lean import CHAT, TOOL
 from tests.fakes.otlp_receiver import OtlpReceiver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,20 +45,17 @@ def _parsed(encoder: SpanEncoder, spans: list[ReadableSpan]) -> ExportTraceServi
 
 
 def _shipped(trace_hex: str = "363ac4763424bacf3fdf8f658424c2d8") -> list[Any]:
-    """One request's spans as the gateway ships them (positional attributes, events, an error)."""
-    chat = [CHAT_ATTRIBUTES, "openai", "gpt-4o", "openai:gpt-4o", "gpt-4o-2024", "stop", 24, 8, "chatcmpl-1",
-            3, 0.5, None, 100, None, {"extra.flag": True}]
-    server = [SERVER_ATTRIBUTES, "POST", "/v1/chat/completions", "bench", "req_1", "acme", 200, None, None]
-    failed = [CHAT_ATTRIBUTES, "anthropic", "claude", "a:claude", None, None, None, None, None, None, None, None,
-              None, None, None]
-    return [trace_hex, [
-        [None, 2, 11, 12, _NOW, _NOW + 900, chat, [["loopgate.attempt", _NOW + 5, {"error.type": "timeout"}]], 0, ""],
-        [None, 2, 13, 12, _NOW, _NOW + 100, failed, [], 2, "upstream_error"],
-        ["execute_tool get_weather", 0, 14, 12, _NOW + 1, _NOW + 2,
-         {"gen_ai.tool.name": "get_weather", "gen_ai.operation.name": "execute_tool"}, [], 0, ""],
-        [None, 1, 12, 0xABCDEF, _NOW - 5, _NOW + 1000, server,
-         [["loopgate.pause", _NOW + 950, {"loopgate.continuation_id": "cont_1"}]], 0, ""],
-    ]]
+    """One request's entry as the gateway ships it (values by position, events, errors, a tool)."""
+    chat = [CHAT, 11, _NOW, _NOW + 900, "", [["loopgate.attempt", _NOW + 5, {"error.type": "timeout"}]],
+            {"extra.flag": True}, "openai", "gpt-4o", "openai:gpt-4o", "gpt-4o-2024", "stop", 24, 8, "chatcmpl-1", 3,
+            0.5, None, 100, None]
+    failed = [CHAT, 13, _NOW, _NOW + 100, "upstream_error", [], {"error.type": "upstream_error"}, "anthropic",
+              "claude", "a:claude", None, None, None, None, None, None, None, None, None, None]
+    tool = [TOOL, 14, _NOW + 1, _NOW + 2, "", [], "get_weather",
+            {"gen_ai.tool.name": "get_weather", "gen_ai.operation.name": "execute_tool"}]
+    return [trace_hex, 0xABCDEF, 12, _NOW - 5, _NOW + 1000, "POST", "/v1/chat/completions", "bench", "req_1", "acme",
+            200, None, "", [["loopgate.pause", _NOW + 950, {"loopgate.continuation_id": "cont_1"}]], None,
+            [chat, failed, tool]]
 
 
 def test_the_samples_every_shape_encode_as_the_official_encoder_does() -> None:

@@ -32,8 +32,8 @@ def _requests(count: int) -> list[list[object]]:
     out: list[list[object]] = []
     for n in range(count):
         span_id = n + 1
-        out.append([os.urandom(16).hex(), [["POST /v1/chat/completions", 2, span_id, 0, now, now + 1000,
-                                            {"http.response.status_code": 200, "loopgate.route": "r"}, [], 0, None]]])
+        out.append([os.urandom(16).hex(), 0, span_id, now, now + 1000, "POST", "/v1/chat/completions", "r", None,
+                    None, 200, None, "", [], None, []])
     return out
 
 

@@ -10,14 +10,15 @@ import pytest
 
 from gateway import metrics
 from gateway.config.observability_section import ObservabilityConfig
-from gateway.tracing_lean import SERVER
 from gateway.tracing_ship import Shipper
 from tests.fakes.otlp_receiver import OtlpReceiver
 
 
-def record(span_id: int, text: str) -> list[object]:
+def record(trace_hex: str, span_id: int, text: str) -> list[object]:
+    """A request's entry with its server span alone (``Entry`` in gateway/tracing_lean.py)."""
     now = time.time_ns()
-    return [f"GET /{span_id}", SERVER, span_id, 0, now, now + 1000, {"loopgate.text": text}, [], 0, ""]
+    return [trace_hex, 0, span_id, now, now + 1000, "GET", f"/{span_id}", None, None, None, 200, None, "", [],
+            {"loopgate.text": text}, []]
 
 
 def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_requests_dropped() -> None:
@@ -30,11 +31,11 @@ def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_reque
         shipper = Shipper(config)
         trace_hex = os.urandom(16).hex()
         for span_id in range(1, 201):  # ~200 kB: at least four frames
-            shipper.submit(trace_hex, [record(span_id, "x" * 1000)])
-        shipper.submit(trace_hex, [record(999, "y" * (70 << 10))])  # alone over the limit
-        huge = record(998, "z")
-        huge[6]["gen_ai.request.max_tokens"] = 10 ** 30  # type: ignore[index]
-        shipper.submit(trace_hex, [huge])  # not JSON-encodable: dropped alone, the rest of its batch goes
+            shipper.submit(record(trace_hex, span_id, "x" * 1000), 1)
+        shipper.submit(record(trace_hex, 999, "y" * (70 << 10)), 1)  # alone over the limit
+        huge = record(trace_hex, 998, "z")
+        huge[14]["gen_ai.request.max_tokens"] = 10 ** 30  # type: ignore[index]
+        shipper.submit(huge, 1)  # not JSON-encodable: dropped alone, the rest of its batch goes
         shipper.close()
         assert shipper.process is not None and shipper.process.returncode == 0
         spans = receiver.trace(trace_hex, 200, timeout_s=5)
@@ -48,33 +49,41 @@ def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_reque
         receiver.stop()
 
 
-def test_records_by_position_get_their_names_and_only_the_values_that_are_set() -> None:
-    from gateway.tracing_lean import CHAT_ATTRIBUTES, SERVER_ATTRIBUTES, expand
+def test_entries_are_rebuilt_with_the_conventions_names_and_only_the_values_that_are_set() -> None:
+    from gateway.tracing_lean import CHAT, CLIENT, INTERNAL, SERVER, TOOL, rebuild
 
-    name, attributes = expand(None, [SERVER_ATTRIBUTES, "POST", "/v1/chat/completions", "smart", "req_1", None, 200,
-                                     None, {"loopgate.extra": 1}])
-    assert name == "POST /v1/chat/completions"
-    assert attributes == {"http.request.method": "POST", "http.route": "/v1/chat/completions",
-                          "loopgate.route": "smart", "loopgate.request_id": "req_1",
-                          "http.response.status_code": 200, "loopgate.extra": 1}
-    name, attributes = expand(None, [CHAT_ATTRIBUTES, "gemini", "m1", "p:m1", "m1-2025", "stop", 10, 3, None, 0,
-                                     0.5, True, 100, 200, None])
-    assert name == "chat m1"
-    assert attributes == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "gcp.gemini",
-                          "gen_ai.request.model": "m1", "loopgate.target": "p:m1", "gen_ai.response.model": "m1-2025",
-                          "gen_ai.response.finish_reasons": ["stop"], "gen_ai.usage.input_tokens": 10,
-                          "gen_ai.usage.output_tokens": 3, "gen_ai.usage.cache_read.input_tokens": 0,
-                          "gen_ai.request.temperature": 0.5, "gen_ai.request.max_tokens": 200}  # true: not a number
-    _, attributes = expand(None, [CHAT_ATTRIBUTES, "brand-new", "m", "p:m", None, None, None, None, None, None,
-                                  "0.5", None, 100, "x" * 9, {"error.type": "timeout"}])
-    assert attributes["gen_ai.provider.name"] == "brand-new" and attributes["error.type"] == "timeout"
-    assert "gen_ai.request.temperature" not in attributes and attributes["gen_ai.request.max_tokens"] == 100
-    assert expand("GET /x", {"a": 1}) == ("GET /x", {"a": 1})  # by name: as it is
-    for bad in ([], [99, "x", None], [SERVER_ATTRIBUTES, "POST"], ["1", *[None] * 8], [CHAT_ATTRIBUTES, *[None] * 11]):
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    answered = [CHAT, 0, 10, 20, "", [], None, "gemini", "m1", "p:m1", "", "stop", 10, 3, "", 0, 0.5, True, 100,
+                200]
+    failed = [CHAT, 7, 11, 21, "timeout", [["loopgate.attempt", 12, {"error.type": "timeout"}]],
+              {"error.type": "timeout"}, "brand-new", "m", "p:m", None, None, None, None, None, None, "0.5", None,
+              100, "x" * 9]
+    tool = [TOOL, 9, 12, 13, "", [], "get_weather", {"gen_ai.tool.name": "get_weather"}]
+    entry = [trace, 0xB7AD6B7169203331, 5, 1, 30, "POST", "/v1/chat/completions", "smart", "req_1", None, 200, None,
+             "", [], {"loopgate.extra": 1}, [answered, failed, tool]]
+    server, chat, failure, ran = rebuild(entry)
+    assert server == (trace, 5, 0xB7AD6B7169203331, True, SERVER, "POST /v1/chat/completions", 1, 30,
+                      {"http.request.method": "POST", "http.route": "/v1/chat/completions", "loopgate.route": "smart",
+                       "loopgate.request_id": "req_1", "http.response.status_code": 200, "loopgate.extra": 1}, [], "")
+    assert chat[1] != 0 and chat[2:8] == (5, False, CLIENT, "chat m1", 10, 20)  # an id made here
+    assert chat[8] == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "gcp.gemini",
+                       "gen_ai.request.model": "m1", "loopgate.target": "p:m1",
+                       "gen_ai.response.model": "m1",  # the answer named none: the requested model
+                       "gen_ai.response.finish_reasons": ["stop"], "gen_ai.usage.input_tokens": 10,
+                       "gen_ai.usage.output_tokens": 3, "gen_ai.request.temperature": 0.5,
+                       "gen_ai.request.max_tokens": 200}  # top_p true: not a number; max_completion_tokens wins
+    assert failure[1] == 7 and failure[10] == "timeout" and failure[9] == failed[5]
+    assert failure[8] == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "brand-new",
+                          "gen_ai.request.model": "m", "loopgate.target": "p:m", "gen_ai.request.max_tokens": 100,
+                          "error.type": "timeout"}  # "0.5" is no number; no usage, no response model
+    assert ran == (trace, 9, 5, False, INTERNAL, "execute_tool get_weather", 12, 13,
+                   {"gen_ai.tool.name": "get_weather"}, [], "")
+    ids = {span[1] for _ in range(200) for span in rebuild([trace, 5, [answered]])}  # a late child alone
+    assert len(ids) == 200 and 0 not in ids
+    for bad in ([], "x", [trace, 5], [trace, 5, [[99]]], [trace, 5, [answered[:-1]]], [trace, 5, [[*tool, 1]]],
+                [trace, 5, "children"], [5, 5, []], [*entry[:-1]]):
         with pytest.raises(ValueError):
-            expand(None, bad)
-    with pytest.raises(ValueError):
-        expand(None, {"a": 1})
+            list(rebuild(bad))
 
 
 def test_encoded_requests_are_packed_into_frames_in_order_and_under_the_limit() -> None:
@@ -107,23 +116,31 @@ def test_the_exporters_resource_hashes_once_and_equals_the_sdks() -> None:
 def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only() -> None:
     from types import SimpleNamespace
 
-    from gateway.tracing_lean import ERROR, UNSET, LeanTracer, expand
+    from gateway.tracing_lean import LeanTracer, rebuild
 
-    shipped: list[tuple[str, list[list[object]]]] = []
+    shipped: list[tuple[list[object], int]] = []
     tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),
-                        lambda trace, spans: shipped.append((trace, spans)))
-    for status, error, expected in [(200, None, (UNSET, "")), (400, "invalid_request_error", (UNSET, "")),
-                                    (502, "upstream_error", (ERROR, "upstream_error")), (503, None, (ERROR, "503"))]:
+                        lambda entry, count: shipped.append((entry, count)))
+    for status, error, expected in [(200, None, ""), (400, "invalid_request_error", ""),
+                                    (502, "upstream_error", "upstream_error"), (503, None, "503")]:
         tracer.server("POST", "/v1/chat/completions", None).finish(status, error)
-        record = shipped.pop()[1][-1]
-        assert (record[8], record[9]) == expected
+        entry, count = shipped.pop()
+        assert count == 1 and next(rebuild(entry))[10] == expected
     span = tracer.server("POST", "/v1/chat/completions", None)
     target = SimpleNamespace(model="m1", label="p:m1", provider=SimpleNamespace(type="openai"))
     call = span.model_call([target], SimpleNamespace(params={}, messages=[]))
     call.failed(TimeoutError(), [{"target": "p:m1", "error_class": "timeout", "elapsed_ms": 5.0}])
     span.finish(504, "timeout")
-    chat, server = shipped.pop()[1]
-    name, attributes = expand(chat[0], chat[6])  # type: ignore[arg-type]
-    assert name == "chat m1" and (chat[8], chat[9]) == (ERROR, "TimeoutError")
-    assert attributes["error.type"] == "TimeoutError" and attributes["gen_ai.provider.name"] == "openai"
-    assert chat[7][0][0] == "loopgate.attempt" and server[3] == 0 and chat[3] == server[2]  # type: ignore[index]
+    entry, count = shipped.pop()
+    server, chat = rebuild(entry)
+    assert count == 2 and server[10] == "timeout"
+    assert chat[5] == "chat m1" and chat[10] == "TimeoutError" and chat[2] == server[1]  # a child of the server span
+    assert chat[8]["error.type"] == "TimeoutError" and chat[8]["gen_ai.provider.name"] == "openai"
+    assert chat[9][0][0] == "loopgate.attempt"
+    late = span.model_call([target], SimpleNamespace(params={"temperature": 1}, messages=[]))
+    late.answered(target, SimpleNamespace(usage=SimpleNamespace(prompt_tokens=1, completion_tokens=2, cached_tokens=0),
+                                          model="m1-x", finish_reason="stop", id="r1", message={}), [])
+    entry, count = shipped.pop()  # ended after its request's span: shipped alone, still its child
+    (chat,) = rebuild(entry)
+    assert count == 1 and chat[0] == server[0] and chat[2] == server[1] and chat[8]["gen_ai.response.id"] == "r1"
+    assert chat[8]["gen_ai.request.temperature"] == 1 and chat[8]["gen_ai.response.model"] == "m1-x"
