@@ -48,9 +48,10 @@ class RateLimits:
                         for name, t in config.tenants.items() if t.limits.any}
         self._outage_logged = 0.0
         # Per key id: the key object it was built for (a reload or an edit makes a new one), the
-        # limiter's lease for a key limited by one scope (else None), its scopes and whether its end
-        # is settled: what ``admit_now`` needs, in one look-up.
-        self._plans: dict[str, tuple[ApiKey, Any, tuple[LimitScope, ...], bool]] = {}
+        # limiter's lease for a key limited by one scope (else None), its scopes, whether its end
+        # is settled and what a leased admission settles remotely with: what ``admit_now`` needs,
+        # in one look-up.
+        self._plans: dict[str, Plan] = {}
         # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
         self._member_prefix = secrets.token_hex(6) + ":"
         self._members = itertools.count()
@@ -73,14 +74,13 @@ class RateLimits:
         plan = self._plans.get(key.id)
         if plan is None or plan[0] is not key or (plan[1] is not None and plan[1].retired):
             plan = self._plan(key)
-        _, lease, scopes, settle = plan
+        _, lease, scopes, settle, remote = plan
         estimate = body_bytes // BYTES_PER_TOKEN + 1
         # The cheapest way in: the allowance this process holds for the key's one scope, taken here.
         if lease is not None and lease.take_if_covered(estimate, time.monotonic()):
             scope = lease.scope
-            return Admission(self.limiter, key.tenant, scopes, estimate, "",
-                             _headers(scope.rpm, lease.level_r + lease.requests, scope.tpm,
-                                      lease.level_t + lease.tokens), settle, lease, True)
+            return LeaseAdmission(lease, estimate, _headers(scope.rpm, lease.level_r + lease.requests, scope.tpm,
+                                                            lease.level_t + lease.tokens), settle, remote)
         taken = self.limiter.take_now(key.tenant, scopes, estimate)
         if taken is not None:  # the common case far from a limit: no Decision, no slot name
             limit_r, level_r, limit_t, level_t, ticket = taken
@@ -92,7 +92,7 @@ class RateLimits:
             return LATER
         return self._admitted(key, scopes, settle, estimate, member, verdict)
 
-    def _plan(self, key: ApiKey) -> tuple[ApiKey, Any, tuple[LimitScope, ...], bool]:
+    def _plan(self, key: ApiKey) -> Plan:
         tenant = self.tenants.get(key.tenant)
         if key.rpm is None and key.tpm is None and key.max_concurrent is None:
             scopes: tuple[LimitScope, ...] = () if tenant is None else (tenant,)
@@ -102,7 +102,8 @@ class RateLimits:
         settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
         if len(self._plans) >= _SCOPE_CACHE_LIMIT:
             self._plans.clear()  # keys come and go with reloads; never let old ones pile up
-        plan = self._plans[key.id] = (key, self.limiter.single_lease(key.tenant, scopes), scopes, settle)
+        plan = self._plans[key.id] = (key, self.limiter.single_lease(key.tenant, scopes), scopes, settle,
+                                      (self.limiter, key.tenant, scopes))
         return plan
 
     async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
@@ -135,6 +136,11 @@ class RateLimits:
         return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
                          verdict.ticket)
 
+#: ``RateLimits``'s per-key plan: the key, its single scope's lease (or None), its scopes, whether its
+#: end is settled, and (limiter, tenant, scopes) for a leased admission's remote settling.
+Plan = tuple[ApiKey, Any, tuple[LimitScope, ...], bool, tuple[RateLimiter, str, tuple[LimitScope, ...]]]
+
+
 class Later(enum.Enum):
     """``LATER``: the limiter needs the store to decide (await ``RateLimits.admit``)."""
 
@@ -147,15 +153,13 @@ LATER: Final = Later.LATER
 class Admission:
     """A request the limits let through: its headers, and the settling step for its end."""
 
-    __slots__ = ("_done", "_estimate", "_leased", "_limiter", "_member", "_scopes", "_tenant", "_ticket", "headers",
+    __slots__ = ("_done", "_estimate", "_limiter", "_member", "_scopes", "_tenant", "_ticket", "headers",
                  "needs_settling")
 
     def __init__(self, limiter: RateLimiter, tenant: str, scopes: tuple[LimitScope, ...], estimate: int,
                  member: str, response_headers: list[tuple[bytes, bytes]], settle: bool,
-                 ticket: object = None, leased: bool = False) -> None:
+                 ticket: object = None) -> None:
         self._limiter = limiter
-        #: taken from the limiter's ``single_lease`` (the ticket): it settles the end itself
-        self._leased = leased
         self._tenant = tenant
         self._scopes = scopes
         self._estimate = estimate
@@ -176,8 +180,7 @@ class Admission:
         self._done = True
         extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
         try:
-            if (self._ticket.settle_taken(extra) if self._leased  # type: ignore[attr-defined]
-                    else self._limiter.settle_now(self._tenant, self._scopes, extra, self._member, self._ticket)):
+            if self._limiter.settle_now(self._tenant, self._scopes, extra, self._member, self._ticket):
                 return None
         except StoreUnavailable:
             return None
@@ -206,6 +209,33 @@ class Admission:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
             await self.finish(usage)
+
+
+class LeaseAdmission(Admission):
+    """A request admitted from the limiter's lease of its key's one scope (``single_lease``): the lease
+    settles its end itself, and only a part it does not hold (tokens it does not lease) needs the store."""
+
+    __slots__ = ("_lease", "_remote")
+
+    def __init__(self, lease: Any, estimate: int, response_headers: list[tuple[bytes, bytes]], settle: bool,
+                 remote: tuple[RateLimiter, str, tuple[LimitScope, ...]]) -> None:
+        self._lease = lease
+        self._estimate = estimate
+        self.headers = response_headers
+        self.needs_settling = settle
+        self._done = not settle
+        self._remote = remote  # the limiter, tenant and scopes, for that rare remote part
+
+    def finish_now(self, usage: Usage | None) -> Coroutine[Any, Any, None] | None:
+        if self._done:
+            return None
+        self._done = True
+        extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
+        if self._lease.settle_taken(extra):
+            return None
+        self._limiter, self._tenant, self._scopes = self._remote
+        self._member, self._ticket = "", self._lease
+        return self._settle_remote(extra)
 
 
 def _duration(seconds: float) -> str:
@@ -243,17 +273,22 @@ def raw_headers(verdict: Decision) -> list[tuple[bytes, bytes]]:
 
 def _headers(limit_r: int, level_r: float, limit_t: int, level_t: float) -> list[tuple[bytes, bytes]]:
     """The headers of the tightest buckets' levels (a limit of 0: that kind is not limited)."""
-    if limit_r:
-        out = [(b"x-ratelimit-limit-requests", b"%d" % limit_r),
-               (b"x-ratelimit-remaining-requests", b"%d" % level_r if level_r > 0 else b"0"),
-               (b"x-ratelimit-reset-requests", _reset_of(limit_r, level_r))]
-    else:
-        out = []
-    if limit_t:
-        out += ((b"x-ratelimit-limit-tokens", b"%d" % limit_t),
+    if limit_r and limit_t:  # the common case in one list
+        return [(b"x-ratelimit-limit-requests", b"%d" % limit_r),
+                (b"x-ratelimit-remaining-requests", b"%d" % level_r if level_r > 0 else b"0"),
+                (b"x-ratelimit-reset-requests", _reset_of(limit_r, level_r)),
+                (b"x-ratelimit-limit-tokens", b"%d" % limit_t),
                 (b"x-ratelimit-remaining-tokens", b"%d" % level_t if level_t > 0 else b"0"),
-                (b"x-ratelimit-reset-tokens", _reset_of(limit_t, level_t)))
-    return out
+                (b"x-ratelimit-reset-tokens", _reset_of(limit_t, level_t))]
+    if limit_r:
+        return [(b"x-ratelimit-limit-requests", b"%d" % limit_r),
+                (b"x-ratelimit-remaining-requests", b"%d" % level_r if level_r > 0 else b"0"),
+                (b"x-ratelimit-reset-requests", _reset_of(limit_r, level_r))]
+    if limit_t:
+        return [(b"x-ratelimit-limit-tokens", b"%d" % limit_t),
+                (b"x-ratelimit-remaining-tokens", b"%d" % level_t if level_t > 0 else b"0"),
+                (b"x-ratelimit-reset-tokens", _reset_of(limit_t, level_t))]
+    return []
 
 
 def refusal(verdict: Decision, estimate: int) -> GatewayError:
