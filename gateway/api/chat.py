@@ -32,8 +32,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
     admission: Admission | None = None
     try:
         key = exchange.key = authenticate(request.authorization, runtime.keys)
-        meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
-        if runtime.usage.check_budget_now(key):
+        meter = exchange.meter = runtime.usage.meter(key)
+        if meter.check_budget_now():
             await runtime.usage.check_budget(key)
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)

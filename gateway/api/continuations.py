@@ -116,8 +116,8 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     admission: Admission | None = None
     try:
         key = exchange.key = authenticate(incoming.authorization, runtime.keys)
-        meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
-        if runtime.usage.check_budget_now(key):
+        meter = exchange.meter = runtime.usage.meter(key)
+        if meter.check_budget_now():
             await runtime.usage.check_budget(key)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         if not isinstance(body, dict):

@@ -55,7 +55,7 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
     admission: Admission | None = None
     try:
         key = exchange.key = authenticate(incoming.authorization, runtime.keys)
-        meter = exchange.meter = runtime.usage.meter(key.tenant, key.id)
+        meter = exchange.meter = runtime.usage.meter(key)
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
@@ -63,7 +63,7 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         plan = runtime.routes.lookup(parsed.model)
         if plan is not None:  # an unknown model is prepare_response's 404
             check_model_access(key, plan)
-        if runtime.usage.check_budget_now(key):
+        if meter.check_budget_now():
             await runtime.usage.check_budget(key)
         now = runtime.limits.admit_now(key, incoming.body_bytes)
         admission = await runtime.limits.admit_later(key, incoming.body_bytes) if now is LATER else now

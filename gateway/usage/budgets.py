@@ -192,15 +192,13 @@ class SpentCache:
             return Spent(seen[2], seen[3])
         return None
 
-    def add(self, tenant: str, key_id: str, tokens: int, cost_nano: int) -> None:
-        """A request this process recorded: counted by the next check without waiting for a reading."""
-        if not self._seen:
-            return
-        seen = self._seen.get(("tenant", tenant))
-        if seen is not None:
-            seen[2] += tokens
-            seen[3] += cost_nano
-        seen = self._seen.get(("key", key_id))
-        if seen is not None:
-            seen[2] += tokens
-            seen[3] += cost_nano
+    def add(self, checks: list[BudgetCheck], tokens: int, cost_nano: int) -> None:
+        """A request this process recorded, of a key with these checks: counted by the next check of
+        their rows without waiting for a reading. (Every key of a tenant with a budget has that
+        tenant's check: no row the request counts for is missed.)"""
+        seen_rows = self._seen
+        for check in checks:
+            seen = seen_rows.get(check.row)
+            if seen is not None:
+                seen[2] += tokens
+                seen[3] += cost_nano

@@ -50,22 +50,6 @@ class Metering:
         if store is not None:
             store.on_error = self._store_failed
 
-    def check_budget_now(self, key: ApiKey) -> bool:
-        """The budget check without a coroutine where it can be: True when ``check_budget`` has to run.
-
-        False for a key without budgets, and for one whose rows have a reading that is fresh (or
-        being renewed by another request): those are judged here at once (429 raised here).
-        """
-        if self.store is None:
-            return False
-        checks = self._checks(key)
-        if not checks:
-            return False
-        verdict = self._spent.judge_now(checks, time.monotonic())
-        if verdict is True or verdict is False:
-            return verdict
-        raise refusal(verdict[0], verdict[1], time.time())
-
     def _checks(self, key: ApiKey) -> list[BudgetCheck]:
         """The key's budget checks, built once per key object (a managed key edit makes a new object)."""
         found = self._checks_by_key.get(id(key))
@@ -111,14 +95,16 @@ class Metering:
             if amount is not None:
                 raise refusal(check, amount, time.time())
 
-    def meter(self, tenant: str, key_id: str) -> Meter:
-        return Meter(self, tenant, key_id)
+    def meter(self, key: ApiKey) -> Meter:
+        """The request's meter, holding the key's budget checks (none without a store: nothing is
+        recorded to compare with)."""
+        return Meter(self, key.tenant, key.id, _NO_CHECKS if self.store is None else self._checks(key))
 
     def tenant_label(self, tenant: str) -> str:
         return tenant if tenant in self._tenant_labels else "other"
 
-    def record(self, tenant: str, key_id: str, route: str, state: LoopState | None, failed: bool,
-               cost_nano: int | None) -> None:
+    def record(self, meter: Meter, failed: bool) -> None:
+        tenant, key_id, state, cost_nano = meter.tenant, meter.key_id, meter._state, meter.cost_nano
         tool_calls = len(state.tool_records) if state is not None else 0
         if state is None or not state.calls:
             values: tuple[int, ...] = (1, int(failed), 0, 0, 0, 0, 0, tool_calls)
@@ -131,18 +117,20 @@ class Metering:
             cached, reasoning = usage.cached_tokens, usage.reasoning_tokens
             values = (1, int(failed), prompt, completion, cached, reasoning, cost_nano, tool_calls)
             label = tenant if tenant in self._tenant_labels else "other"
-            tokens = metrics.TOKENS
+            route = meter.route
+            series = metrics.TOKENS.values  # one dict update per kind: the Counter's ``inc`` without the calls
             if prompt:
-                tokens.inc(label, route, "prompt", amount=prompt)
+                series[label, route, "prompt"] = series.get((label, route, "prompt"), 0.0) + prompt
             if completion:
-                tokens.inc(label, route, "completion", amount=completion)
+                series[label, route, "completion"] = series.get((label, route, "completion"), 0.0) + completion
             if cached:
-                tokens.inc(label, route, "cached", amount=cached)
+                series[label, route, "cached"] = series.get((label, route, "cached"), 0.0) + cached
             if reasoning:
-                tokens.inc(label, route, "reasoning", amount=reasoning)
+                series[label, route, "reasoning"] = series.get((label, route, "reasoning"), 0.0) + reasoning
             if cost_nano:
                 metrics.COST.inc(label, route, amount=cost_nano / NANO)
-            self._spent.add(tenant, key_id, prompt + completion, cost_nano)
+            if meter.checks:
+                self._spent.add(meter.checks, prompt + completion, cost_nano)
         if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time()):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
@@ -165,18 +153,37 @@ class Metering:
                 self._store_failed("write", exc)
 
 
-class Meter:
-    __slots__ = ("_closed", "_finished", "_metering", "_state", "cost_nano", "key_id", "route", "tenant")
+_NO_CHECKS: list[BudgetCheck] = []  # shared by every key without a budget (never changed)
 
-    def __init__(self, metering: Metering, tenant: str, key_id: str) -> None:
+
+class Meter:
+    __slots__ = ("_closed", "_finished", "_metering", "_state", "checks", "cost_nano", "key_id", "route", "tenant")
+
+    def __init__(self, metering: Metering, tenant: str, key_id: str, checks: list[BudgetCheck]) -> None:
         self._metering = metering
         self.tenant = tenant
         self.key_id = key_id
+        #: the key's budget checks (built once per key by ``Metering``)
+        self.checks = checks
         self.route = "unknown"  # the bounded metrics label of the route, once known
         self._state: LoopState | None = None
         self._finished = self._closed = False
         #: the response's cost in nano-USD when every call of it had a price (the access record's ``cost_usd``)
         self.cost_nano: int | None = None
+
+    def check_budget_now(self) -> bool:
+        """The budget check without a coroutine where it can be: True when ``Metering.check_budget`` has to run.
+
+        False for a key without budgets, and for one whose rows have a reading that is fresh (or
+        being renewed by another request): those are judged here at once (429 raised here).
+        """
+        checks = self.checks
+        if not checks:
+            return False
+        verdict = self._metering._spent.judge_now(checks, time.monotonic())
+        if verdict is True or verdict is False:
+            return verdict
+        raise refusal(verdict[0], verdict[1], time.time())
 
     def watch(self, request: LoopRequest) -> None:
         self._state = request.state
@@ -195,5 +202,4 @@ class Meter:
         if self._closed:
             return
         self._closed = True
-        self._metering.record(self.tenant, self.key_id, self.route, self._state,
-                              status >= 400 or not self._finished, self.cost_nano)
+        self._metering.record(self, status >= 400 or not self._finished)

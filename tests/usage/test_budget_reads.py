@@ -45,7 +45,7 @@ async def _outcomes(metering: Metering, count: int) -> list[str]:
 async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_reading() -> None:
     store = GatedUsage()
     metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100)})
-    assert metering.check_budget_now(KEY)  # no reading yet: the store has to be read
+    assert metering.meter(KEY).check_budget_now()  # no reading yet: the store has to be read
     await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=150), time.time())
 
     first = asyncio.ensure_future(_outcomes(metering, 10))
@@ -55,9 +55,9 @@ async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_read
     assert await first == ["insufficient_quota"] * 10
     assert store.reads == 1
     with pytest.raises(GatewayError):  # a fresh reading: judged at once, no coroutine
-        metering.check_budget_now(KEY)
+        metering.meter(KEY).check_budget_now()
     other = ApiKey(key="other", tenant="u", id="k2", name="k2")
-    assert not metering.check_budget_now(other)  # no budget at all
+    assert not metering.meter(other).check_budget_now()  # no budget at all
 
     # The reading gets old; the next read is under way while more requests arrive: they do not wait.
     for seen in metering._spent._seen.values():

@@ -97,11 +97,11 @@ def test_spent_cache_reads_once_a_second_and_adds_what_the_process_records() -> 
     tenant = BudgetCheck("tenant", "'t'", "month", "usd", 1, "t")
     cache = SpentCache()
     assert cache.stale([key, tenant], 10.0) == [key, tenant]
-    cache.add("t", "k1", 5, 5)  # nothing remembered yet: nothing to add to
+    cache.add([key, tenant], 5, 5)  # nothing remembered yet: nothing to add to
     cache.remember([key, tenant], [Spent(40, 0), Spent(0, 10)], 10.0)
     assert cache.stale([key, tenant], 10.0 + REFRESH_S / 2) == []
-    cache.add("t", "k1", 30, 7)
-    cache.add("t", "k2", 1, 1)  # another key of the tenant counts for the tenant only
+    cache.add([key, tenant], 30, 7)
+    cache.add([tenant], 1, 1)  # another key of the tenant (no budget of its own) counts for it only
     assert cache.spent(key) == Spent(70, 7)
     assert cache.spent(tenant) == Spent(31, 18)
     assert cache.stale([key, tenant], 10.0 + REFRESH_S) == [key, tenant]
@@ -118,7 +118,7 @@ async def test_judge_now_asks_for_the_store_or_names_the_first_exhausted_budget(
     assert cache.judge_now([key, tenant], 10.0) is True  # no reading yet
     cache.remember([key, tenant], [Spent(40, 0), Spent(0, 10)], 10.0)
     assert cache.judge_now([key, tenant], 10.1) is False  # fresh, both with room
-    cache.add("t", "k1", 60, 10**9)
+    cache.add([key, tenant], 60, 10**9)
     assert cache.judge_now([key, tenant], 10.2) == (key, Spent(100, 10**9))  # the first exhausted, in order
     assert cache.judge_now([tenant], 10.2) == (tenant, Spent(60, 10**9 + 10))
     assert cache.judge_now([key, tenant], 10.0 + REFRESH_S) is True  # stale: read again

@@ -1,0 +1,58 @@
+"""``authenticate``: the written-out path for ``Bearer <key>`` and the general one agree on every header."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gateway.api.auth import ANONYMOUS, KeyRing, authenticate
+from gateway.config.model import ApiKey
+from gateway.errors import GatewayError
+
+KEY = ApiKey(key="sk-live", tenant="t", id="k1", name="k1")
+EXPIRED = ApiKey(key="sk-old", tenant="t", id="k2", name="k2", expires_at=time.time() - 1)
+
+
+def _outcome(header: str | None, ring: KeyRing) -> str:
+    try:
+        return authenticate(header, ring).id
+    except GatewayError as exc:
+        return f"{exc.status} {exc.code}"
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("Bearer sk-live", "k1"),  # the written-out path
+    ("bearer sk-live", "k1"), ("BEARER sk-live", "k1"),  # the scheme in any case: the general path
+    ("Bearer   sk-live  ", "k1"), ("Bearer sk-live\t", "k1"),  # spaces around the token
+    ("Bearer sk-old", "401 invalid_api_key"),  # expired: as unknown
+    ("Bearer sk-other", "401 invalid_api_key"), ("Bearer sk-live2", "401 invalid_api_key"),
+    ("Bearer ", "401 invalid_api_key"), ("Bearer    ", "401 invalid_api_key"), ("Bearer", "401 invalid_api_key"),
+    ("", "401 invalid_api_key"), ("Basic sk-live", "401 invalid_api_key"), ("sk-live", "401 invalid_api_key"),
+    ("Bearer sk-live extra", "401 invalid_api_key"),  # the whole rest is the token
+    (None, "400 duplicate_authorization"),
+    ("Bearer \udcff", "401 invalid_api_key"),  # a lone surrogate: hashed, not an error
+])
+def test_every_authorization_header_is_judged_alike(header: str | None, expected: str) -> None:
+    ring = KeyRing([KEY, EXPIRED], enabled=True)
+    assert _outcome(header, ring) == expected
+
+
+@pytest.mark.parametrize("header", ["Bearer sk-live", "Bearer whatever", "", "Basic x"])
+def test_without_keys_every_caller_is_anonymous_unless_the_header_came_twice(header: str) -> None:
+    ring = KeyRing([], enabled=False)
+    assert authenticate(header, ring) is ANONYMOUS
+    assert _outcome(None, ring) == "400 duplicate_authorization"
+
+
+def test_a_managed_key_is_found_and_a_revoked_one_is_not() -> None:
+    from gateway.config.keys_section import secret_digest
+
+    managed = ApiKey(key="", tenant="t", id="key_1", name="m", managed=True)
+    revoked = ApiKey(key="", tenant="t", id="key_2", name="r", managed=True, revoked=True)
+    ring = KeyRing([KEY], enabled=True)
+    ring.replace_managed([(secret_digest("sk-managed"), managed), (secret_digest("sk-revoked"), revoked)])
+    assert _outcome("Bearer sk-managed", ring) == "key_1"
+    assert _outcome("bearer sk-managed", ring) == "key_1"
+    assert _outcome("Bearer sk-revoked", ring) == "401 invalid_api_key"
+    assert _outcome("Bearer sk-live", ring) == "k1"
