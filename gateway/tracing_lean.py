@@ -118,8 +118,8 @@ def _appended(events: list[list[Any]] | tuple[()], event: list[Any]) -> list[lis
 class ServerSpan(Span):
     """``{METHOD} {path}``: the request's span, holding its trace and the child spans finished so far."""
 
-    __slots__ = ("_children", "_events", "_extra", "_method", "_parent", "_path", "_start", "hex", "shipped",
-                 "span_id", "tracer")
+    __slots__ = ("_children", "_events", "_extra", "_method", "_parent", "_path", "_start", "hex", "span_id",
+                 "tracer")
     recording = True
 
     def __init__(self, tracer: LeanTracer, trace_hex: str, parent: int, method: str, path: str) -> None:
@@ -128,10 +128,9 @@ class ServerSpan(Span):
         self._parent = parent
         self._method = method
         self._path = path
-        self._children: list[list[Any]] = []
+        self._children: list[list[Any]] | None = []  # None once shipped
         self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
         self._extra: dict[str, Any] | None = None
-        self.shipped = False
         self.span_id = _bits(64) or new_id(64)
         self._start = _now()
 
@@ -156,15 +155,18 @@ class ServerSpan(Span):
         return self.traceparent() if self.tracer.propagate else None
 
     def child_done(self, record: list[Any]) -> None:
-        if self.shipped:  # ended after its request's server span (a cancelled task): shipped on its own
+        children = self._children
+        if children is None:  # ended after its request's server span (a cancelled task): shipped on its own
             self.tracer.sink([self.hex, self.span_id, [record]], 1)
         else:
-            self._children.append(record)
+            children.append(record)
 
     def finish(self, status: int, error_type: str | None, route: str | None = None, request_id: str | None = None,
                tenant: str | None = None) -> None:
-        self.shipped = True
         children = self._children
+        if children is None:
+            return  # finished once already
+        self._children = None
         self.tracer.sink([self.hex, self._parent, self.span_id, self._start, _now(), self._method, self._path, route,
                           request_id, tenant, status, error_type,
                           (error_type or str(status)) if status >= 500 else "", self._events, self._extra, children],
