@@ -133,6 +133,7 @@ def _spans_dropped(base: str) -> int:
 def _load_row(proc: servers.Proc, url: str, headers: dict[str, str], body: bytes, conc: int,
               duration: float, tool: str = "python") -> dict[str, Any]:
     cpu0, own0, busy0 = cpu_seconds(proc.pid), own_cpu_seconds(), machine_busy_seconds()
+    worker0 = cpu_seconds(proc.pid, tree=False)
     if tool == "wrk":
         done = run_wrk_load(url, body, conc, duration, authorization=headers.get("authorization"))
         res = {"requests": done.requests, "errors": done.errors, "error_samples": done.error_samples,
@@ -140,9 +141,11 @@ def _load_row(proc: servers.Proc, url: str, headers: dict[str, str], body: bytes
     else:
         res = asyncio.run(_load(url, headers, body, conc, duration))
     cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / max(1, res["requests"])
+    worker_ms = (cpu_seconds(proc.pid, tree=False) - worker0) * 1000 / max(1, res["requests"])
     other = (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)
     other_pct = round(max(0.0, other) / (res["elapsed_s"] * (os.cpu_count() or 1)) * 100, 1)
-    return res | {"cpu_ms_per_req": round(cpu_ms, 3), "other_cpu_pct": other_pct}
+    return res | {"cpu_ms_per_req": round(cpu_ms, 3), "worker_cpu_ms_per_req": round(worker_ms, 4),
+                  "other_cpu_pct": other_pct}
 
 
 def scenario_controls(args: argparse.Namespace) -> None:
@@ -153,8 +156,8 @@ def scenario_controls(args: argparse.Namespace) -> None:
     tool = "wrk" if args.tool == "wrk" or (args.tool == "auto" and wrk_available()) else "python"
     params = {"duration_s": args.duration, "concurrency": args.concurrency, "rounds": args.rounds,
               "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on), "tool": tool}
-    cols = ["setup", "RPS (mean)", "% of plain", "% per round", "load p50 ms", "load p99 ms", "errors", "CPU ms/req",
-            "seq p50 ms", "added seq p50 ms", "other CPU %", "spans dropped"]
+    cols = ["setup", "RPS (mean)", "% of plain", "% per round (median)", "load p50 ms", "load p99 ms", "errors",
+            "CPU ms/req", "worker CPU ms/req", "seq p50 ms", "added seq p50 ms", "other CPU %", "spans dropped"]
     report = Report("controls", cols, params)
     ok, why = servers.gateway_runnable()
     if not ok:
@@ -199,13 +202,16 @@ def scenario_controls(args: argparse.Namespace) -> None:
              "load_p50_ms": statistics.median(x["p50_ms"] for x in rows),
              "load_p99_ms": statistics.median(x["p99_ms"] for x in rows),
              "errors": sum(x["errors"] for x in rows), "error_samples": rows[-1]["error_samples"],
+             "pct_of_plain_round_median": round(statistics.median(paired), 1),
              "cpu_ms_per_req": round(statistics.fmean(x["cpu_ms_per_req"] for x in rows), 3),
+             "worker_cpu_ms_per_req": round(statistics.fmean(x["worker_cpu_ms_per_req"] for x in rows), 4),
              "seq_p50_ms": round(seq50[name], 3), "seq_p50_rounds_ms": [round(x, 3) for x in seq[name]],
              "added_seq_p50_ms": round(added, 3),
              "other_cpu_pct": max(x["other_cpu_pct"] for x in rows), "spans_dropped": spans_dropped[name]}
-        cells = [m["rps_mean"], round(share, 1), f"{min(paired):.1f}-{max(paired):.1f}", m["load_p50_ms"],
-                 m["load_p99_ms"], m["errors"], m["cpu_ms_per_req"], m["seq_p50_ms"], m["added_seq_p50_ms"],
-                 m["other_cpu_pct"], m["spans_dropped"]]
+        spread = f"{min(paired):.1f}-{max(paired):.1f} ({statistics.median(paired):.1f})"
+        cells = [m["rps_mean"], round(share, 1), spread,
+                 m["load_p50_ms"], m["load_p99_ms"], m["errors"], m["cpu_ms_per_req"], m["worker_cpu_ms_per_req"],
+                 m["seq_p50_ms"], m["added_seq_p50_ms"], m["other_cpu_pct"], m["spans_dropped"]]
         report.add(name, cells, m)
     report.print()
 

@@ -50,14 +50,17 @@ _ZERO_TRACE, _ZERO_SPAN = b"0" * 32, b"0" * 16
 _bits = random.getrandbits
 _NO_EVENTS: tuple[()] = ()  # shared by every span without events (serialised as [])
 _now = time.time_ns
+#: the request parameters of the conventions, as the caller names them (read with one ``map``)
+_REQUESTED = ("temperature", "top_p", "max_tokens", "max_completion_tokens")
 
 #: One request's spans as shipped, a flat list:
 #: ``[trace id (32 hex digits), caller's span id (0: a root), server span id, start, end, method,
-#: path, route, request id, tenant, status, error.type, failure, events, extra, children]``, times
-#: in ns since the epoch, ``failure`` the status description of a span that failed ("" when it did
-#: not), ``events`` a list of ``[name, ns, attributes]``, ``extra`` None or a dict of more
-#: attributes, ``children`` the child spans (``CHAT`` and ``TOOL`` records below), every one a
-#: child of the server span. A child that ends after its request was shipped (a cancelled task)
+#: path, route, request id, tenant, status, error.type, events, extra, children]``, times in ns
+#: since the epoch, ``events`` a list of ``[name, ns, attributes]``, ``extra`` None or a dict of
+#: more attributes, ``children`` the child spans (``CHAT`` and ``TOOL`` records below), every one a
+#: child of the server span. The server span is an error for a status of 500 and above (described
+#: by its ``error.type``, else the status); a child's ``failure`` is its status description ("":
+#: not an error). A child that ends after its request was shipped (a cancelled task)
 #: comes alone as ``[trace id, server span id, [child]]``.
 Entry = list[Any]
 #: ``[CHAT, span id (0: the exporter makes one), start, end, failure, events, extra, provider type,
@@ -69,7 +72,7 @@ Entry = list[Any]
 CHAT = 1
 #: ``[TOOL, span id, start, end, failure, events, tool name, attributes]``
 TOOL = 2
-_CHAT_LENGTH, _TOOL_LENGTH, _ENTRY_LENGTH, _LATE_LENGTH = 20, 8, 16, 3
+_CHAT_LENGTH, _TOOL_LENGTH, _ENTRY_LENGTH, _LATE_LENGTH = 20, 8, 15, 3
 #: What the tracer hands on per request: the entry and how many spans it holds.
 Sink = Callable[[Entry, int], None]
 
@@ -168,8 +171,7 @@ class ServerSpan(Span):
             return  # finished once already
         self._children = None
         self.tracer.sink([self.hex, self._parent, self.span_id, self._start, _now(), self._method, self._path, route,
-                          request_id, tenant, status, error_type,
-                          (error_type or str(status)) if status >= 500 else "", self._events, self._extra, children],
+                          request_id, tenant, status, error_type, self._events, self._extra, children],
                          len(children) + 1)
 
 
@@ -206,19 +208,13 @@ class ChatSpan(Span):
 
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
         events: list[list[Any]] | tuple[()] = _NO_EVENTS
-        if len(attempts) > 1 or (attempts and attempts[0].get("error_class") is not None):
+        if len(attempts) != 1 or attempts[0].get("error_class") is not None:
             events = self._attempts(attempts)
         owner = self._owner
         if owner.tracer.capture:
             self.set("gen_ai.output.messages", orjson.dumps([response.message], default=str).decode())
         usage = response.usage
-        params = self._request.params
-        if params:
-            get = params.get
-            temperature, top_p, max_tokens, max_completion = (get("temperature"), get("top_p"), get("max_tokens"),
-                                                               get("max_completion_tokens"))
-        else:
-            temperature = top_p = max_tokens = max_completion = None
+        temperature, top_p, max_tokens, max_completion = map(self._request.params.get, _REQUESTED)
         owner.child_done([CHAT, self._id, self._start, _now(), "", events, self._extra, target.provider.type,
                           target.model, target.label, response.model, response.finish_reason, usage.prompt_tokens,
                           usage.completion_tokens, response.id, usage.cached_tokens, temperature, top_p, max_tokens,
@@ -228,11 +224,10 @@ class ChatSpan(Span):
         events = self._attempts(attempts)
         kind = error_type(error)
         self.set("error.type", kind)
-        params = self._request.params or {}
         first = self._first
         self._owner.child_done([CHAT, self._id, self._start, _now(), kind, events, self._extra, first.provider.type,
-                                first.model, first.label, None, None, None, None, None, None, params.get("temperature"),
-                                params.get("top_p"), params.get("max_tokens"), params.get("max_completion_tokens")])
+                                first.model, first.label, None, None, None, None, None, None,
+                                *map(self._request.params.get, _REQUESTED)])
 
     def _attempts(self, attempts: list[dict[str, Any]]) -> list[list[Any]] | tuple[()]:
         """Every attempt of the walk that did not answer, as an event (the answering one is the span itself)."""
@@ -338,8 +333,9 @@ def rebuild(entry: Entry) -> Iterator[Rebuilt]:
     if len(entry) == _LATE_LENGTH:
         trace_hex, server_id, children = entry
     elif len(entry) == _ENTRY_LENGTH:
-        (trace_hex, parent, server_id, start, end, method, path, route, request_id, tenant, status, error, failure,
-         events, extra, children) = entry
+        (trace_hex, parent, server_id, start, end, method, path, route, request_id, tenant, status, error, events,
+         extra, children) = entry
+        failure = (error or str(status)) if isinstance(status, int) and status >= 500 else ""
         attributes: dict[str, Any] = {"http.request.method": method, "http.route": path}
         for key, value in (("loopgate.route", route), ("loopgate.request_id", request_id),
                            ("loopgate.tenant", tenant), ("http.response.status_code", status), ("error.type", error)):

@@ -54,7 +54,7 @@ def _shipped(trace_hex: str = "363ac4763424bacf3fdf8f658424c2d8") -> list[Any]:
     tool = [TOOL, 14, _NOW + 1, _NOW + 2, "", [], "get_weather",
             {"gen_ai.tool.name": "get_weather", "gen_ai.operation.name": "execute_tool"}]
     return [trace_hex, 0xABCDEF, 12, _NOW - 5, _NOW + 1000, "POST", "/v1/chat/completions", "bench", "req_1", "acme",
-            200, None, "", [["loopgate.pause", _NOW + 950, {"loopgate.continuation_id": "cont_1"}]], None,
+            200, None, [["loopgate.pause", _NOW + 950, {"loopgate.continuation_id": "cont_1"}]], None,
             [chat, failed, tool]]
 
 

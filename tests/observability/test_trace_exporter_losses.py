@@ -33,7 +33,7 @@ def _requests(count: int) -> list[list[object]]:
     for n in range(count):
         span_id = n + 1
         out.append([os.urandom(16).hex(), 0, span_id, now, now + 1000, "POST", "/v1/chat/completions", "r", None,
-                    None, 200, None, "", [], None, []])
+                    None, 200, None, [], None, []])
     return out
 
 

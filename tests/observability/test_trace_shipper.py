@@ -17,7 +17,7 @@ from tests.fakes.otlp_receiver import OtlpReceiver
 def record(trace_hex: str, span_id: int, text: str) -> list[object]:
     """A request's entry with its server span alone (``Entry`` in gateway/tracing_lean.py)."""
     now = time.time_ns()
-    return [trace_hex, 0, span_id, now, now + 1000, "GET", f"/{span_id}", None, None, None, 200, None, "", [],
+    return [trace_hex, 0, span_id, now, now + 1000, "GET", f"/{span_id}", None, None, None, 200, None, [],
             {"loopgate.text": text}, []]
 
 
@@ -34,7 +34,7 @@ def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_reque
             shipper.submit(record(trace_hex, span_id, "x" * 1000), 1)
         shipper.submit(record(trace_hex, 999, "y" * (70 << 10)), 1)  # alone over the limit
         huge = record(trace_hex, 998, "z")
-        huge[14]["gen_ai.request.max_tokens"] = 10 ** 30  # type: ignore[index]
+        huge[13]["gen_ai.request.max_tokens"] = 10 ** 30  # type: ignore[index]
         shipper.submit(huge, 1)  # not JSON-encodable: dropped alone, the rest of its batch goes
         shipper.close()
         assert shipper.process is not None and shipper.process.returncode == 0
@@ -60,7 +60,7 @@ def test_entries_are_rebuilt_with_the_conventions_names_and_only_the_values_that
               100, "x" * 9]
     tool = [TOOL, 9, 12, 13, "", [], "get_weather", {"gen_ai.tool.name": "get_weather"}]
     entry = [trace, 0xB7AD6B7169203331, 5, 1, 30, "POST", "/v1/chat/completions", "smart", "req_1", None, 200, None,
-             "", [], {"loopgate.extra": 1}, [answered, failed, tool]]
+             [], {"loopgate.extra": 1}, [answered, failed, tool]]
     server, chat, failure, ran = rebuild(entry)
     assert server == (trace, 5, 0xB7AD6B7169203331, True, SERVER, "POST /v1/chat/completions", 1, 30,
                       {"http.request.method": "POST", "http.route": "/v1/chat/completions", "loopgate.route": "smart",
