@@ -136,6 +136,7 @@ class RateLimits:
         return Admission(self.limiter, key.tenant, scopes, estimate, member, raw_headers(verdict), settle,
                          verdict.ticket)
 
+
 #: ``RateLimits``'s per-key plan: the key, its single scope's lease (or None), its scopes, whether its
 #: end is settled, and (limiter, tenant, scopes) for a leased admission's remote settling.
 Plan = tuple[ApiKey, Any, tuple[LimitScope, ...], bool, tuple[RateLimiter, str, tuple[LimitScope, ...]]]
