@@ -180,7 +180,7 @@ class ChatSpan(Span):
 
     Its id is made by the exporter unless a request made under it needs it (``outgoing``)."""
 
-    __slots__ = ("_extra", "_first", "_id", "_owner", "_request", "_start")
+    __slots__ = ("_events", "_extra", "_first", "_id", "_owner", "_request", "_start")
     recording = True
 
     def __init__(self, owner: ServerSpan, first: Any, request: Any) -> None:
@@ -191,7 +191,11 @@ class ChatSpan(Span):
             {"gen_ai.input.messages": orjson.dumps(request.messages, default=str).decode()}
             if owner.tracer.capture else None)
         self._id = 0
+        self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
         self._start = _now()
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        self._events = _appended(self._events, [name, _now(), attributes])
 
     def outgoing(self) -> str | None:
         return self.traceparent() if self._owner.tracer.propagate else None
@@ -207,7 +211,7 @@ class ChatSpan(Span):
         self._extra[key] = value
 
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
-        events: list[list[Any]] | tuple[()] = _NO_EVENTS
+        events = self._events
         if len(attempts) != 1 or attempts[0].get("error_class") is not None:
             events = self._attempts(attempts)
         owner = self._owner
@@ -230,8 +234,9 @@ class ChatSpan(Span):
                                 *map(self._request.params.get, _REQUESTED)])
 
     def _attempts(self, attempts: list[dict[str, Any]]) -> list[list[Any]] | tuple[()]:
-        """Every attempt of the walk that did not answer, as an event (the answering one is the span itself)."""
-        events: list[list[Any]] = []
+        """The span's events with every attempt of the walk that did not answer added (the answering one
+        is the span itself)."""
+        events = self._events
         for entry in attempts:
             if entry.get("error_class") is None:
                 continue
@@ -239,10 +244,10 @@ class ChatSpan(Span):
                           "loopgate.elapsed_ms": entry["elapsed_ms"]}
             if entry.get("status") is not None:
                 attributes["http.response.status_code"] = entry["status"]
-            events.append(["loopgate.attempt", _now(), attributes])
+            events = _appended(events, ["loopgate.attempt", _now(), attributes])
         if len(attempts) > 1:
             self.set("loopgate.attempts", len(attempts))
-        return events or _NO_EVENTS
+        return events
 
 
 class ToolSpan(Span):

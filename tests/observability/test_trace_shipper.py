@@ -129,6 +129,7 @@ def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only()
     span = tracer.server("POST", "/v1/chat/completions", None)
     target = SimpleNamespace(model="m1", label="p:m1", provider=SimpleNamespace(type="openai"))
     call = span.model_call([target], SimpleNamespace(params={}, messages=[]))
+    call.event("loopgate.note", {"a": 1})
     call.failed(TimeoutError(), [{"target": "p:m1", "error_class": "timeout", "elapsed_ms": 5.0}])
     span.finish(504, "timeout")
     entry, count = shipped.pop()
@@ -136,7 +137,7 @@ def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only()
     assert count == 2 and server[10] == "timeout"
     assert chat[5] == "chat m1" and chat[10] == "TimeoutError" and chat[2] == server[1]  # a child of the server span
     assert chat[8]["error.type"] == "TimeoutError" and chat[8]["gen_ai.provider.name"] == "openai"
-    assert chat[9][0][0] == "loopgate.attempt"
+    assert [event[0] for event in chat[9]] == ["loopgate.note", "loopgate.attempt"]
     late = span.model_call([target], SimpleNamespace(params={"temperature": 1}, messages=[]))
     late.answered(target, SimpleNamespace(usage=SimpleNamespace(prompt_tokens=1, completion_tokens=2, cached_tokens=0),
                                           model="m1-x", finish_reason="stop", id="r1", message={}), [])
