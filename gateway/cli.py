@@ -40,7 +40,7 @@ def _app_factory():
     # A worker process starts with no logging set up: the same safe handler as a single process.
     config = load_config(os.environ.get("LOOPGATE_CONFIG"))
     _configure_logs(config, os.environ.get("LOOPGATE_LOG_LEVEL"))
-    return create_app(config)
+    return create_app(config, serving=True)
 
 
 def _configure_logs(config: Config, level: str | None) -> str:
@@ -96,5 +96,5 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[metrics_shared.ENV] = directory
             uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
     else:
-        uvicorn.run(create_app(config), **common)
+        uvicorn.run(create_app(config, serving=True), **common)
     return 0

@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway import metrics, tracing
+from gateway import gc_policy, metrics, tracing
 from gateway.api.access import visible_routes
 from gateway.api.admin import admin_routes
 from gateway.api.admin_usage import usage_routes
@@ -100,12 +100,17 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(to_gateway_error(exc))
 
 
-def create_app(config: Config) -> FastChatPath:
+def create_app(config: Config, serving: bool = False) -> FastChatPath:
+    """The gateway's ASGI app; ``serving``: it is a worker of ``loopgate serve`` (the process is its own:
+    the garbage collector is settled for it, ``gateway/gc_policy.py``)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         tracer = tracing.install(config.observability)  # per worker process: the exporter's thread is its own
         runtime = app.state.runtime = await Runtime.start(config)
         app.state.started = int(time.time())
+        if serving:
+            gc_policy.settle(config.server.gc_young_threshold)
         shared = app.state.shared_metrics = SharedMetrics.from_environment(lambda: _refresh_gauges(runtime))
         if shared is not None:
             shared.start()

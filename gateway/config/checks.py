@@ -26,7 +26,7 @@ TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "mod
             "usage", "background", "logging", "observability", "notifications"}
 USAGE_KEYS = {"record", "retention_days", "flush_s"}
 SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
-                "keepalive_timeout_s", "public_url"}
+                "keepalive_timeout_s", "public_url", "gc_young_threshold"}
 AUTH_KEYS = {"keys", "admin_keys"}
 API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
                 "expires_at", "tools"}

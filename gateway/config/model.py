@@ -30,6 +30,9 @@ class ServerConfig:
     keepalive_timeout_s: float = 5.0
     #: the gateway's address as people reach it (links in notifications: {public_url}/ui/approvals)
     public_url: str | None = None
+    #: the garbage collector's youngest-generation threshold in a serving worker (0: Python's own
+    #: settings, nothing frozen); see gateway/gc_policy.py
+    gc_young_threshold: int = 10_000
 
 
 KeyRole = Literal["caller", "approver"]

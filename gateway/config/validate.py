@@ -81,7 +81,15 @@ def _server(raw: Any) -> ServerConfig:
         body_timeout_s=_server_timeout(section, "body_timeout_s", 30.0),
         keepalive_timeout_s=_server_timeout(section, "keepalive_timeout_s", 5.0),
         public_url=public_url(section.get("public_url")),
+        gc_young_threshold=_gc_threshold(section),
     )
+
+
+def _gc_threshold(section: dict[str, Any]) -> int:
+    value = get(section, "gc_young_threshold", "server", int, 10_000)
+    if value != 0 and not 700 <= value <= 1_000_000:
+        raise ConfigError("server.gc_young_threshold", f"must be 0 (Python's settings) or 700 to 1000000, got {value}")
+    return int(value)
 
 
 def _server_timeout(section: dict[str, Any], key: str, default: float) -> float:
