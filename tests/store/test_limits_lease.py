@@ -206,7 +206,12 @@ async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) ->
     scope = LimitScope("key", "k_everywhere", 1000, 0, 100)
     now = time.time()
     admitted = await _burst(replicas, scope, 1, 100, now)
-    assert admitted + _held(replicas, scope)[2] == 100  # unused slots held by one replica are the only slack
+    held = _held(replicas, scope)[2]
+    # Every slot Redis counts is admitted or held unused by a replica (none lost, none twice); the
+    # only slack is what a replica holds, or gave back after IDLE_S when a loaded machine stalled
+    # the burst that long (a refusal while allowance sat idle elsewhere, as documented).
+    taken = await stores[0]._r.zcard(scope_keys("t", scope)[1])  # type: ignore[attr-defined]
+    assert taken == admitted + held <= 100
     assert _held(replicas, scope)[0] >= 1  # requests were leased beyond those admitted
     await replicas[0].aclose()
     await replicas[1].aclose()  # both gave back what they held: only the 100 admitted stay taken
