@@ -164,34 +164,38 @@ class AccessLog:
 
     def write(self, fields: dict[str, Any]) -> None:
         pending = self._pending
-        if pending and self._loop.is_running():  # type: ignore[union-attr]
-            # A batch is open (JSON to the descriptor, its timer set): this line joins it.
-            now = time.time()
-            second = int(now)
-            if second != self._second:
-                self._new_second(second)
-            pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
-                                     self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
-            if len(pending) >= self.FLUSH_LINES:
-                self.flush()
-            return
-        if pending:
-            self.flush()  # the loop of the batch's timer stopped: it would never fire
+        joining = bool(pending) and self._loop.is_running()  # type: ignore[union-attr]
+        if not joining:
+            if pending:
+                self.flush()  # the loop of the batch's timer stopped: it would never fire
+            if not self._opens_batch(fields):
+                return
+        # A JSON line for the descriptor: it opens a batch or joins the open one.
         now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._new_second(second)
+        pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
+                                 self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
+        if not joining:
+            if not self._defer():  # the batch's timer (none outside a running loop: written at once)
+                self.flush()
+        elif len(pending) >= self.FLUSH_LINES:
+            self.flush()
+
+    def _opens_batch(self, fields: dict[str, Any]) -> bool:
+        """True when this line is JSON for the descriptor (``write`` batches it); else it is written here."""
         handler = self._handler
         stream = handler.stream
         if stream is not self._stream:  # the handler's stream can be replaced (``setStream``)
             self._use(stream)
+        if self._json and self._fd >= 0 and fields:
+            return True
+        now = time.time()
         if self._json:
             second = int(now)
             if second != self._second:
                 self._new_second(second)
-            if self._fd >= 0 and fields:
-                pending.append(b"".join((self._prefix_bytes, _MILLIS_BYTES[int((now - second) * 1000)],
-                                         self._head_bytes, orjson.dumps(fields, default=str)[1:], b"\n")))
-                if not self._defer():  # the first of a batch: its timer (none outside a running loop)
-                    self.flush()
-                return
             body = orjson.dumps(fields, default=str).decode()
             text = "".join((self._prefix, _MILLIS[int((now - second) * 1000)], self._head, "," if fields else "",
                             body[1:], "\n"))
@@ -202,6 +206,7 @@ class AccessLog:
             stream.write(text)
             if self._flush:
                 stream.flush()
+        return False
 
     def _new_second(self, second: int) -> None:
         self._second = second

@@ -118,12 +118,28 @@ def _appended(events: list[list[Any]] | tuple[()], event: list[Any]) -> list[lis
     return [event]
 
 
-class ServerSpan(Span):
+class _Recording(Span):
+    """What the request's span and a model call's share: events, and attributes beyond their fixed values."""
+
+    __slots__ = ("_events", "_extra")
+    recording = True
+
+    _events: list[list[Any]] | tuple[()]
+    _extra: dict[str, Any] | None
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        self._events = _appended(self._events, [name, _now(), attributes])
+
+    def set(self, key: str, value: Any) -> None:
+        if self._extra is None:
+            self._extra = {}
+        self._extra[key] = value
+
+
+class ServerSpan(_Recording):
     """``{METHOD} {path}``: the request's span, holding its trace and the child spans finished so far."""
 
-    __slots__ = ("_children", "_events", "_extra", "_method", "_parent", "_path", "_start", "hex", "span_id",
-                 "tracer")
-    recording = True
+    __slots__ = ("_children", "_method", "_parent", "_path", "_start", "hex", "span_id", "tracer")
 
     def __init__(self, tracer: LeanTracer, trace_hex: str, parent: int, method: str, path: str) -> None:
         self.tracer = tracer
@@ -142,14 +158,6 @@ class ServerSpan(Span):
 
     def tool(self, call: Any, tool: Any) -> Span:
         return ToolSpan(self, call, tool)
-
-    def event(self, name: str, attributes: dict[str, Any]) -> None:
-        self._events = _appended(self._events, [name, _now(), attributes])
-
-    def set(self, key: str, value: Any) -> None:
-        if self._extra is None:
-            self._extra = {}
-        self._extra[key] = value
 
     def traceparent(self) -> str | None:
         return f"00-{self.hex}-{self.span_id:016x}-01"
@@ -175,13 +183,12 @@ class ServerSpan(Span):
                          len(children) + 1)
 
 
-class ChatSpan(Span):
+class ChatSpan(_Recording):
     """``chat {model}``: one model call, its failover walk's failed attempts as events.
 
     Its id is made by the exporter unless a request made under it needs it (``outgoing``)."""
 
-    __slots__ = ("_events", "_extra", "_first", "_id", "_owner", "_request", "_start")
-    recording = True
+    __slots__ = ("_first", "_id", "_owner", "_request", "_start")
 
     def __init__(self, owner: ServerSpan, first: Any, request: Any) -> None:
         self._owner = owner
@@ -194,9 +201,6 @@ class ChatSpan(Span):
         self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
         self._start = _now()
 
-    def event(self, name: str, attributes: dict[str, Any]) -> None:
-        self._events = _appended(self._events, [name, _now(), attributes])
-
     def outgoing(self) -> str | None:
         return self.traceparent() if self._owner.tracer.propagate else None
 
@@ -204,11 +208,6 @@ class ChatSpan(Span):
         if not self._id:
             self._id = new_id(64)
         return f"00-{self._owner.hex}-{self._id:016x}-01"
-
-    def set(self, key: str, value: Any) -> None:
-        if self._extra is None:
-            self._extra = {}
-        self._extra[key] = value
 
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
         events = self._events

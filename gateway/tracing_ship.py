@@ -88,7 +88,6 @@ class Shipper:
         self._wake = threading.Event()
         self._stopping = threading.Event()  # ends a restart's backoff at once
         self._closing = False
-        self._room = self.max_spans  # what may be buffered: -1 once closing
         self._drop_lock = threading.Lock()
         self._dropped_unlogged: dict[str, int] = {}
         self._last_drop_log = 0.0
@@ -105,7 +104,7 @@ class Shipper:
     def submit(self, entry: list[Any], count: int) -> None:
         """Queue one request's entry of ``count`` spans, encoded (dropped, and counted, when it cannot go)."""
         queued = self._queued + count
-        if queued - self._taken > self._room:  # past the buffer, or closing (no room at all)
+        if queued - self._taken > self.max_spans or self._closing:
             self.drop("exporter_down" if self._closing else "buffer_full", count)
             return
         try:
@@ -167,7 +166,7 @@ class Shipper:
             self._loop()
         except Exception:  # a bug here must not pass silently: spans would pile up until dropped
             logger.exception("the trace shipper stopped; spans are dropped from now on")
-            self._closing, self._room = True, -1
+            self._closing = True
 
     def _loop(self) -> None:
         backoff = RESTART_BACKOFF_S[0]
@@ -263,7 +262,7 @@ class Shipper:
         """Flush, close the child's stdin (its processor exports the rest), wait a bounded time, then kill it."""
         timeout = self.config.shutdown_timeout_s
         deadline = time.monotonic() + timeout
-        self._closing, self._room = True, -1
+        self._closing = True
         self._stopping.set()
         self._wake.set()
         self._writer.join(timeout)

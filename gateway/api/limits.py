@@ -29,7 +29,7 @@ from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Finished
 from gateway.store.base import StoreUnavailable
-from gateway.store.limits import Decision, LimitScope, RateLimiter
+from gateway.store.limits import Decision, LimitScope, RateLimiter, reset_seconds
 
 log = logging.getLogger("loopgate.limits")
 
@@ -256,7 +256,7 @@ def _reset_of(limit: int, level: float) -> bytes:
     """How long a bucket at ``level`` takes to be full again (it refills at ``limit`` a minute), as OpenAI writes it."""
     if level >= limit:
         return b"0ms"
-    seconds = (limit - level) * 60 / limit  # ``reset_seconds``, written out (twice per limited request)
+    seconds = reset_seconds(limit, level)
     if seconds < 1:
         return _RESET_MS[math.ceil(seconds * 1000)]
     whole = math.ceil(seconds)

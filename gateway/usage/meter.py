@@ -118,15 +118,15 @@ class Metering:
             values = (1, int(failed), prompt, completion, cached, reasoning, cost_nano, tool_calls)
             label = tenant if tenant in self._tenant_labels else "other"
             route = meter.route
-            series = metrics.TOKENS.values  # one dict update per kind: the Counter's ``inc`` without the calls
+            tokens = metrics.TOKENS
             if prompt:
-                series[label, route, "prompt"] = series.get((label, route, "prompt"), 0.0) + prompt
+                tokens.inc(label, route, "prompt", amount=prompt)
             if completion:
-                series[label, route, "completion"] = series.get((label, route, "completion"), 0.0) + completion
+                tokens.inc(label, route, "completion", amount=completion)
             if cached:
-                series[label, route, "cached"] = series.get((label, route, "cached"), 0.0) + cached
+                tokens.inc(label, route, "cached", amount=cached)
             if reasoning:
-                series[label, route, "reasoning"] = series.get((label, route, "reasoning"), 0.0) + reasoning
+                tokens.inc(label, route, "reasoning", amount=reasoning)
             if cost_nano:
                 metrics.COST.inc(label, route, amount=cost_nano / NANO)
             if meter.checks:
