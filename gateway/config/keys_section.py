@@ -37,11 +37,16 @@ UNITS: tuple[str, ...] = ("tokens", "usd")
 PERIODS: tuple[str, ...] = ("day", "month", "total")
 # Tenants end up in store keys (escaped) and metric labels: managed keys get a plain alphabet.
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
+# An empty SHA-256 state: copying it skips OpenSSL's algorithm look-up (``EVP_MD_fetch``), the larger
+# part of hashing a key on every request once the CPU's caches are cold (busy worker: ~1.5 vs ~2.5 us).
+_SHA256 = hashlib.sha256()
 
 
 def secret_digest(secret: str) -> bytes:
     """The SHA-256 of a key's secret: what the store keeps and what lookups compare, never the secret."""
-    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+    state = _SHA256.copy()
+    state.update(secret.encode("utf-8", "surrogatepass"))
+    return state.digest()
 
 
 def config_key_id(secret: str) -> str:

@@ -56,3 +56,16 @@ def test_a_managed_key_is_found_and_a_revoked_one_is_not() -> None:
     assert _outcome("bearer sk-managed", ring) == "key_1"
     assert _outcome("Bearer sk-revoked", ring) == "401 invalid_api_key"
     assert _outcome("Bearer sk-live", ring) == "k1"
+
+
+def test_a_key_digest_is_sha256_of_its_utf8_whatever_came_before() -> None:
+    """``secret_digest`` copies one shared empty state: no call may leave anything in it for the next
+    (stored managed keys were hashed with ``hashlib.sha256`` directly)."""
+    import hashlib
+
+    from gateway.config.keys_section import secret_digest
+
+    secrets = ["sk-live", "", "sk-live", "x" * 10_000, "sk-live", "é \udcff", "sk-live"]
+    digests = [secret_digest(secret) for secret in secrets]
+    assert digests == [hashlib.sha256(s.encode("utf-8", "surrogatepass")).digest() for s in secrets]
+    assert len(set(digests)) == 4  # the same key hashes alike every time
