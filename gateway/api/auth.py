@@ -5,6 +5,13 @@ of the presented secret in one in-process dict (``KeyRing``): no store round tri
 The managed part of the ring is a snapshot that ``gateway.api.key_sync`` replaces whenever the
 store's key generation changes, so a revoke, an edit or an expiry takes effect on every replica
 within a poll interval.
+
+A key that was found is remembered with its digest (``KeyRing.digests``, at most
+``REMEMBERED_KEYS``, forgotten with every new snapshot), so its later requests skip hashing it:
+SHA-256 through OpenSSL was the costliest step of authenticating on a busy worker (bench/README.md).
+Only secrets that matched a key are remembered: a caller trying secrets cannot fill it, and a
+wrong secret costs the hash as before. The memo is a dict keyed by the secret, whose string hash is
+keyed per process: how long a look-up takes says nothing usable about a secret.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from gateway.config.model import ApiKey
 from gateway.errors import GatewayError
 
 ANONYMOUS = ApiKey(key="", tenant="default", id="anonymous", name="anonymous")
+#: secrets of found keys remembered with their digests (past it the memo starts over)
+REMEMBERED_KEYS = 10_000
 
 
 class KeyRing:
     """Caller keys by the SHA-256 of their secret: the config's (fixed) and the managed snapshot."""
 
-    __slots__ = ("_config", "by_digest", "enabled")
+    __slots__ = ("_config", "by_digest", "digests", "enabled")
 
     def __init__(self, config_keys: Iterable[ApiKey], enabled: bool) -> None:
         self._config: dict[bytes, ApiKey] = {secret_digest(key.key): key for key in config_keys}
@@ -30,12 +39,15 @@ class KeyRing:
         self.by_digest = dict(self._config)
         #: False only when neither caller keys nor admin keys are configured (development mode)
         self.enabled = enabled
+        #: secret -> digest of keys found since the last snapshot (``authenticate`` fills it)
+        self.digests: dict[str, bytes] = {}
 
     def replace_managed(self, managed: Iterable[tuple[bytes, ApiKey]]) -> None:
         """Swap in a new snapshot of managed keys (one assignment: a request sees the old or the new one)."""
         ring = {digest: key for digest, key in managed if not key.revoked}
         ring.update(self._config)  # a config key can never be shadowed by a managed record
         self.by_digest = ring
+        self.digests = {}  # a revoked or replaced key's secret is not kept
 
     def lookup(self, token: str) -> ApiKey | None:
         # Keyed by digest, not by secret: how long the lookup takes says nothing about any secret.
@@ -67,7 +79,17 @@ def authenticate(header: str | None, keys: KeyRing) -> ApiKey:
     """
     if header is not None and header[:7] == "Bearer " and keys.enabled and (token := header[7:].strip()):
         # How every SDK writes it: ``bearer`` and ``KeyRing.lookup`` written out (two calls less per request).
-        found = keys.by_digest.get(secret_digest(token))
+        digest = keys.digests.get(token)
+        if digest is not None:
+            found = keys.by_digest.get(digest)
+        else:
+            digest = secret_digest(token)
+            found = keys.by_digest.get(digest)
+            if found is not None:
+                remembered = keys.digests
+                if len(remembered) >= REMEMBERED_KEYS:
+                    remembered.clear()
+                remembered[token] = digest
     elif header is None or keys.enabled:
         found = keys.lookup(bearer(header))
     else:

@@ -69,3 +69,37 @@ def test_a_key_digest_is_sha256_of_its_utf8_whatever_came_before() -> None:
     digests = [secret_digest(secret) for secret in secrets]
     assert digests == [hashlib.sha256(s.encode("utf-8", "surrogatepass")).digest() for s in secrets]
     assert len(set(digests)) == 4  # the same key hashes alike every time
+
+
+def test_found_keys_are_remembered_by_secret_wrong_ones_never_and_a_snapshot_forgets_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.api import auth
+    from gateway.config.keys_section import secret_digest
+
+    managed = ApiKey(key="", tenant="t", id="key_1", name="m", managed=True)
+    ring = KeyRing([KEY], enabled=True)
+    ring.replace_managed([(secret_digest("sk-managed"), managed)])
+    hashed: list[str] = []
+    monkeypatch.setattr(auth, "secret_digest", lambda secret: hashed.append(secret) or secret_digest(secret))
+    for _ in range(3):
+        assert _outcome("Bearer sk-managed", ring) == "key_1"
+        assert _outcome("Bearer sk-wrong", ring) == "401 invalid_api_key"
+    assert hashed == ["sk-managed", "sk-wrong", "sk-wrong", "sk-wrong"]  # a found key is hashed once
+    assert set(ring.digests) == {"sk-managed"}  # a wrong secret is never kept
+    revoked = ApiKey(key="", tenant="t", id="key_1", name="m", managed=True, revoked=True)
+    ring.replace_managed([(secret_digest("sk-managed"), revoked)])
+    assert ring.digests == {}  # a new snapshot drops what was remembered
+    assert _outcome("Bearer sk-managed", ring) == "401 invalid_api_key"
+    assert _outcome("Bearer sk-live", ring) == "k1" and set(ring.digests) == {"sk-live"}
+
+
+def test_the_memo_of_found_keys_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.api import auth
+
+    monkeypatch.setattr(auth, "REMEMBERED_KEYS", 3)
+    keys = [ApiKey(key=f"sk-{n}", tenant="t", id=f"k{n}", name=f"k{n}") for n in range(7)]
+    ring = KeyRing(keys, enabled=True)
+    for key in keys:
+        assert _outcome(f"Bearer {key.key}", ring) == key.id
+        assert len(ring.digests) <= 3
+    assert _outcome("Bearer sk-0", ring) == "k0"  # forgotten or not, still found
