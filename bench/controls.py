@@ -224,7 +224,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (plain and controls alternate first)")
     p.add_argument("--per-round", type=int, default=200, help="sequential requests per setup and round")
     p.add_argument("--redis", default="redis://127.0.0.1:6379/5", help="store.url of the controls gateway")
-    p.add_argument("--tool", choices=["auto", "wrk", "python"], default="python",
-                   help="load generator of the load rows (auto: wrk when installed); sequential rows use aiohttp")
+    p.add_argument("--tool", choices=["auto", "wrk", "python"], default="auto",
+                   help="load generator of the load rows (auto: wrk when installed, as for `load`: a Python "
+                        "generator takes a share of a small machine's CPUs); sequential rows use aiohttp")
     p.add_argument("--controls", default=",".join(CONTROLS),
                    help="which controls the second gateway has on (a managed key always): " + ",".join(CONTROLS))
