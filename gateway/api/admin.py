@@ -17,16 +17,15 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.admin_auth import require_admin
 from gateway.api.body import read_json
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.config.checks import ConfigError, mapping
 from gateway.config.keys_section import check_models, key_options, label, plain_label, secret_digest
-from gateway.config.model import ApiKey
+from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, bad_request
+from gateway.loop.approvals import new_audit_id
 from gateway.store.keys import KeyLimitReached, budget_record, from_record, new_key_id, new_secret, to_record
 
 #: admin bodies are a handful of fields
@@ -104,50 +103,45 @@ def _json(payload: object, status: int = 200) -> JSONResponse:
     return JSONResponse(orjson.dumps(payload), status)
 
 
-async def create_key(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
+async def _audit(runtime: Runtime, admin: AdminKey, event: str, key: ApiKey, changes: list[str]) -> None:
+    """Who changed which key, in the key's tenant's audit log (field names only: never values or secrets)."""
+    await runtime.store.append_audit({"id": new_audit_id(), "tenant": key.tenant, "ts": time.time(), "event": event,
+                                      "key_id": key.id, "key_name": key.name, "admin": admin.name,
+                                      "changes": changes})
+
+
+async def create_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    admin = work.authenticate_admin()
+    fields = _fields(await read_json(work.incoming, MAX_ADMIN_BODY), _CREATE, runtime)
+    if "tenant" not in fields:
+        raise bad_request("tenant is required", "tenant")
+    secret = new_secret()
+    key_id = new_key_id()
+    changes = sorted(fields)
+    key = ApiKey(key="", id=key_id, name=fields.pop("name", key_id), managed=True, created_at=time.time(), **fields)
     try:
-        incoming = Incoming(request.scope, request.receive)
-        require_admin(incoming, runtime)
-        fields = _fields(await read_json(incoming, MAX_ADMIN_BODY), _CREATE, runtime)
-        if "tenant" not in fields:
-            raise bad_request("tenant is required", "tenant")
-        secret = new_secret()
-        key_id = new_key_id()
-        key = ApiKey(key="", id=key_id, name=fields.pop("name", key_id), managed=True, created_at=time.time(),
-                     **fields)
-        try:
-            await runtime.key_store.put(to_record(key, secret_digest(secret)), create=True)
-        except KeyLimitReached:
-            raise GatewayError(409, "the managed key limit is reached; revoke unused keys first",
-                               code="key_limit_reached") from None
-        await runtime.key_sync.reload()  # this replica at once; the others within a poll
-        return _json({**view(key), "key": secret}, 201)
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+        await runtime.key_store.put(to_record(key, secret_digest(secret)), create=True)
+    except KeyLimitReached:
+        raise GatewayError(409, "the managed key limit is reached; revoke unused keys first",
+                           code="key_limit_reached") from None
+    await runtime.key_sync.reload()  # this replica at once; the others within a poll
+    await _audit(runtime, admin, "key.created", key, changes)
+    return _json({**view(key), "key": secret}, 201)
 
 
-async def list_keys(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        require_admin(Incoming(request.scope, request.receive), runtime)
-        tenant = request.query_params.get("tenant")
-        keys = [*runtime.config.auth.keys, *sorted((await _records(runtime)).values(),
-                                                   key=lambda k: (k.created_at or 0, k.id))]
-        data = [view(key) for key in keys if tenant is None or key.tenant == tenant]
-        return _json({"object": "list", "data": data})
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+async def list_keys(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    work.authenticate_admin()
+    tenant = request.query_params.get("tenant")
+    keys = [*runtime.config.auth.keys, *sorted((await _records(runtime)).values(),
+                                               key=lambda k: (k.created_at or 0, k.id))]
+    data = [view(key) for key in keys if tenant is None or key.tenant == tenant]
+    return _json({"object": "list", "data": data})
 
 
-async def get_key(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        require_admin(Incoming(request.scope, request.receive), runtime)
-        key, _ = await _find(runtime, _key_id(request))
-        return _json(view(key))
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+async def get_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    work.authenticate_admin()
+    key, _ = await _find(runtime, _key_id(request))
+    return _json(view(key))
 
 
 def _managed(key: ApiKey, digest: bytes | None, change: str) -> bytes:
@@ -158,51 +152,47 @@ def _managed(key: ApiKey, digest: bytes | None, change: str) -> bytes:
     return digest
 
 
-async def update_key(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
+async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    admin = work.authenticate_admin()
+    body = await read_json(work.incoming, MAX_ADMIN_BODY)
+    if isinstance(body, dict) and "tenant" in body:
+        raise bad_request("tenant cannot be changed: create a key for the other tenant", "tenant")
+    fields = _fields(body, _EDITABLE, runtime)
+    key, digest = await _find(runtime, _key_id(request))
+    digest = _managed(key, digest, "edit")
+    # The fields are ApiKey's own (parsed like the config's): one encoding, to_record's.
+    record = to_record(dataclasses.replace(key, **fields), digest)
     try:
-        incoming = Incoming(request.scope, request.receive)
-        require_admin(incoming, runtime)
-        body = await read_json(incoming, MAX_ADMIN_BODY)
-        if isinstance(body, dict) and "tenant" in body:
-            raise bad_request("tenant cannot be changed: create a key for the other tenant", "tenant")
-        fields = _fields(body, _EDITABLE, runtime)
-        key, digest = await _find(runtime, _key_id(request))
-        digest = _managed(key, digest, "edit")
-        # The fields are ApiKey's own (parsed like the config's): one encoding, to_record's.
-        record = to_record(dataclasses.replace(key, **fields), digest)
-        try:
-            await runtime.key_store.put(record, create=False)
-        except KeyError:
-            raise _not_found(key.id) from None
+        await runtime.key_store.put(record, create=False)
+    except KeyError:
+        raise _not_found(key.id) from None
+    await runtime.key_sync.reload()
+    edited = from_record(record)[1]
+    await _audit(runtime, admin, "key.updated", edited, sorted(fields))
+    return _json(view(edited))
+
+
+async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    admin = work.authenticate_admin()
+    key, digest = await _find(runtime, _key_id(request))
+    if digest is None:
+        _managed(key, digest, "remove")
+    if not key.revoked:
+        record = to_record(key, digest or b"")
+        record["revoked"] = True
+        await runtime.key_store.put(record, create=False)
         await runtime.key_sync.reload()
-        return _json(view(from_record(record)[1]))
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
-
-
-async def revoke_key(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        require_admin(Incoming(request.scope, request.receive), runtime)
-        key, digest = await _find(runtime, _key_id(request))
-        if digest is None:
-            _managed(key, digest, "remove")
-        if not key.revoked:
-            record = to_record(key, digest or b"")
-            record["revoked"] = True
-            await runtime.key_store.put(record, create=False)
-            await runtime.key_sync.reload()
-        return _json({"id": key.id, "object": "api_key.deleted", "deleted": True})
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+        await _audit(runtime, admin, "key.revoked", key, [])
+    return _json({"id": key.id, "object": "api_key.deleted", "deleted": True})
 
 
 def admin_routes() -> list[Route]:
+    """Every admin call is metered and recorded (access record, span), its changes audited."""
+    keys, one = "/admin/keys", "/admin/keys/{id}"
     return [
-        Route("/admin/keys", create_key, methods=["POST"]),
-        Route("/admin/keys", list_keys, methods=["GET"]),
-        Route("/admin/keys/{id}", get_key, methods=["GET"]),
-        Route("/admin/keys/{id}", update_key, methods=["PATCH"]),
-        Route("/admin/keys/{id}", revoke_key, methods=["DELETE"]),
+        Route(keys, endpoint(keys, create_key, metered=True), methods=["POST"]),
+        Route(keys, endpoint(keys, list_keys, metered=True), methods=["GET"]),
+        Route(one, endpoint(one, get_key, metered=True), methods=["GET"]),
+        Route(one, endpoint(one, update_key, metered=True), methods=["PATCH"]),
+        Route(one, endpoint(one, revoke_key, metered=True), methods=["DELETE"]),
     ]

@@ -16,10 +16,8 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.admin_auth import require_admin
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.store.keys import from_record
@@ -95,31 +93,27 @@ def row(day: str, tenant: str, key_id: str, values: list[int]) -> dict[str, Any]
             "tool_calls": counts["tc"]}
 
 
-async def get_usage(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        require_admin(Incoming(request.scope, request.receive), runtime)
-        store = runtime.usage.store
-        if store is None:
-            raise GatewayError(404, "usage is not recorded: usage.record is off", "not_found_error",
-                               code="usage_disabled")
-        days = day_range(_param(request, "from"), _param(request, "to"))
-        tenant, key_id = _param(request, "tenant"), _param(request, "key") or ""
-        if key_id and tenant is None:
-            tenant = await _key_tenant(runtime, key_id)
-            if tenant is None:
-                raise GatewayError(404, f"no API key with id {quoted(key_id)} (for a deleted key's usage, "
-                                   "name its tenant too)", "not_found_error", "key", "key_not_found")
-        tenants = [tenant] if tenant is not None else await _known_tenants(runtime)
-        data = []
-        for name in tenants:
-            for day, values in zip(days, await store.days(name, key_id, days), strict=True):
-                if any(values):
-                    data.append(row(day, name, key_id, values))
-        return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": False}))
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+async def get_usage(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    work.authenticate_admin()
+    store = runtime.usage.store
+    if store is None:
+        raise GatewayError(404, "usage is not recorded: usage.record is off", "not_found_error",
+                           code="usage_disabled")
+    days = day_range(_param(request, "from"), _param(request, "to"))
+    tenant, key_id = _param(request, "tenant"), _param(request, "key") or ""
+    if key_id and tenant is None:
+        tenant = await _key_tenant(runtime, key_id)
+        if tenant is None:
+            raise GatewayError(404, f"no API key with id {quoted(key_id)} (for a deleted key's usage, "
+                               "name its tenant too)", "not_found_error", "key", "key_not_found")
+    tenants = [tenant] if tenant is not None else await _known_tenants(runtime)
+    data = []
+    for name in tenants:
+        for day, values in zip(days, await store.days(name, key_id, days), strict=True):
+            if any(values):
+                data.append(row(day, name, key_id, values))
+    return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": False}))
 
 
 def usage_routes() -> list[Route]:
-    return [Route("/admin/usage", get_usage, methods=["GET"])]
+    return [Route("/admin/usage", endpoint("/admin/usage", get_usage, metered=True), methods=["GET"])]

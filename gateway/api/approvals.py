@@ -125,11 +125,17 @@ async def list_continuations(request: Request) -> JSONResponse:
 
 
 def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
-    return {"id": entry.get("id"), "object": "audit.entry", "event": entry.get("event"),
+    """An entry as listed. A key's change (``key.created``/``key.updated``/``key.revoked``) names the key it
+    changed in ``key``, the admin key that changed it in ``admin`` and the fields set in ``changes``."""
+    view = {"id": entry.get("id"), "object": "audit.entry", "event": entry.get("event"),
             "created_at": entry.get("ts"), "key": {"id": entry.get("key_id"), "name": entry.get("key_name")},
             "tool": entry.get("tool"), "tool_call_id": entry.get("tool_call_id"),
             "continuation_id": entry.get("continuation_id"), "arguments_sha256": entry.get("arguments_sha256"),
             "reason": entry.get("reason")}
+    if "admin" in entry:
+        view["admin"] = entry["admin"]
+        view["changes"] = entry.get("changes") or []
+    return view
 
 
 async def list_audit(request: Request) -> JSONResponse:

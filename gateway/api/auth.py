@@ -31,7 +31,7 @@ REMEMBERED_KEYS = 10_000
 class KeyRing:
     """Caller keys by the SHA-256 of their secret: the config's (fixed) and the managed snapshot."""
 
-    __slots__ = ("_config", "by_digest", "digests", "enabled")
+    __slots__ = ("_by_id", "_config", "by_digest", "digests", "enabled")
 
     def __init__(self, config_keys: Iterable[ApiKey], enabled: bool) -> None:
         self._config: dict[bytes, ApiKey] = {secret_digest(key.key): key for key in config_keys}
@@ -41,6 +41,7 @@ class KeyRing:
         self.enabled = enabled
         #: secret -> digest of keys found since the last snapshot (``authenticate`` fills it)
         self.digests: dict[str, bytes] = {}
+        self._by_id: dict[str, ApiKey] | None = None
 
     def replace_managed(self, managed: Iterable[tuple[bytes, ApiKey]]) -> None:
         """Swap in a new snapshot of managed keys (one assignment: a request sees the old or the new one)."""
@@ -48,6 +49,22 @@ class KeyRing:
         ring.update(self._config)  # a config key can never be shadowed by a managed record
         self.by_digest = ring
         self.digests = {}  # a revoked or replaced key's secret is not kept
+        self._by_id = None
+
+    def find(self, key_id: str) -> ApiKey | None:
+        """The live key with this public id (None: unknown, revoked or expired); what a resume is charged to.
+
+        The index is built on first use after a snapshot: only resumes need it, never the hot path.
+        """
+        if not self.enabled:
+            return ANONYMOUS if key_id == ANONYMOUS.id else None
+        by_id = self._by_id
+        if by_id is None:
+            by_id = self._by_id = {key.id: key for key in self.by_digest.values()}
+        found = by_id.get(key_id)
+        if found is None or (found.expires_at is not None and found.expires_at <= time.time()):
+            return None
+        return found
 
     def lookup(self, token: str) -> ApiKey | None:
         """The key of a presented secret, or None. Keys are compared by digest; a found key's secret is

@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from gateway.api.sse_response import event_frame
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
 from gateway.store.background import BackgroundRun, BackgroundStore, EventsLimit, RunLost
@@ -48,7 +49,7 @@ FINISH_TIMEOUT_S = 10.0
 
 def sse_frame(event: dict[str, Any]) -> bytes:
     """One Responses stream event as an SSE frame (``event:`` line + ``data:`` line), as OpenAI sends it."""
-    return b"event: " + str(event.get("type", "")).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+    return event_frame(str(event.get("type", "")), orjson.dumps(event))
 
 
 def failed_snapshot(response: dict[str, Any], code: str, message: str) -> dict[str, Any]:

@@ -5,15 +5,11 @@ from __future__ import annotations
 import logging
 import time
 
-from gateway.api.access import check_model_access, visible_routes
-from gateway.api.auth import authenticate
+from gateway.api.access import visible_routes
 from gateway.api.body import read_json
-from gateway.api.continuations import resume_plan
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.exchange import Exchange, request_id
+from gateway.api.continuations import asker_of, resume_plan
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.limits import LATER, Admission
 from gateway.api.request import parse_chat_request
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
@@ -28,13 +24,9 @@ PATH = "/v1/chat/completions"
 
 
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
-    exchange = Exchange("POST", PATH, request_id(request.request_id), request.traceparent)
-    admission: Admission | None = None
+    work = runtime.lifecycle.begin("POST", PATH, request)
     try:
-        key = exchange.key = authenticate(request.authorization, runtime.keys)
-        meter = exchange.meter = runtime.usage.meter(key)
-        if meter.check_budget_now():
-            await runtime.usage.check_budget(key)
+        key = work.authenticate()
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
         plan = runtime.routes.lookup(chat.model)
@@ -42,9 +34,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
                                f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
                                "invalid_request_error", "model", "model_not_found")
-        # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
-        exchange.label = meter.route = plan.metric_label
-        check_model_access(key, plan)
+        work.allow(plan)
         if chat.tools:
             server = set(server_tool_names(plan, runtime.tools))
             for index, tool in enumerate(chat.tools):
@@ -60,18 +50,17 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a
             plan = resume_plan(runtime, stored)  # before the claim: a refused resume leaves it pending
-            check_model_access(key, plan)
-            admission = await runtime.limits.admit(key, request.body_bytes)
+            work.allow(plan)
+            work.charge_to(asker_of(stored), plan)
+            await work.admit(request.body_bytes)
             claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
             continuations.notifier.resumed(claimed, "a")
             loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
                                                          key.tenant, headless)
-            loop_request.span = exchange.span
-            meter.watch(loop_request)
+            work.watch(loop_request)
             events = continuations.run_resumed(claimed, loop_request, runtime.deps)
         else:
-            now = runtime.limits.admit_now(key, request.body_bytes)
-            admission = await runtime.limits.admit_later(key, request.body_bytes) if now is LATER else now
+            await work.admit(request.body_bytes)
             if plan.needs_artifacts:
                 await reattach(runtime.store, key.tenant, chat.messages)
             max_iterations = plan.max_tool_iterations
@@ -81,29 +70,15 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
                 plan=plan, messages=list(chat.messages), client_tools=chat.tools, tool_choice=chat.tool_choice,
                 params=chat.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
                 stream=chat.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                allowed_tools=key.tools, span=exchange.span,
+                allowed_tools=key.tools,
             )
-            meter.watch(loop_request)
+            work.watch(loop_request)
             events = run_loop(loop_request, runtime.deps)
-        exchange.state = loop_request.state
-        settle_after = False
-        if admission is not None:
-            exchange.add_headers(admission.headers)
-            if admission.needs_settling:
-                # A stream settles at its end; a JSON answer once it is complete (no wrapper per event).
-                settle_after = not chat.stream
-                if chat.stream:
-                    events = admission.observe(events)
-        response = await respond(events, chat.stream, chat.include_usage, chat.model, exchange)
-        if settle_after and admission is not None:
-            # the loop's usage, as its Finished event reports; a coroutine only when the store must hear of it
-            remote = admission.finish_now(loop_request.state.usage)
-            if remote is not None:
-                await remote
+        work.show_limits()
+        if chat.stream:
+            return await respond(work.settled_at_end(events), True, chat.include_usage, chat.model, work)
+        response = await respond(events, False, chat.include_usage, chat.model, work)
+        await work.settle(loop_request.state.usage)  # the loop's usage, as its Finished event reports
         return response
     except Exception as exc:
-        if admission is not None:
-            await admission.finish(None)  # a no-op once the loop's own end settled it
-        error = to_gateway_error(exc)
-        exchange.done(error.status, error)
-        return error_response(error, exchange.headers)
+        return work.render_error(await work.failed(exc))

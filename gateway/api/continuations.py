@@ -10,15 +10,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway import metrics
-from gateway.api.access import check_model_access
 from gateway.api.approvals import key_identity
-from gateway.api.auth import authenticate
 from gateway.api.body import read_json
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.exchange import Exchange, scope_request_id
+from gateway.api.exchange import scope_request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.limits import Admission
+from gateway.api.lifecycle import Work
 from gateway.api.respond import respond
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
@@ -59,11 +56,17 @@ def _view(continuation: Continuation) -> dict[str, object]:
     return continuation_view(continuation)
 
 
-def _exchange(request: Request, incoming: Incoming, metered: bool) -> Exchange:
+def _begin(request: Request, runtime: Runtime, metered: bool) -> Work:
     """The app's wrapper (``app.FastChatPath``) chose the request id and sends ``x-request-id`` itself."""
     scope = request.scope
     rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
-    return Exchange(request.method, PATH, rid, incoming.traceparent, echo=False, metered=metered)
+    return runtime.lifecycle.begin(request.method, PATH, Incoming(scope, request.receive), rid=rid, metered=metered)
+
+
+def asker_of(stored: Continuation) -> str:
+    """The id of the key that asked for the paused work ("" for continuations stored before askers were)."""
+    asker = stored.data.get("asker")
+    return str(asker.get("id") or "") if isinstance(asker, dict) else ""
 
 
 def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[dict[str, Any]],
@@ -78,100 +81,90 @@ def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[
 
 async def get_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
-    incoming = Incoming(request.scope, request.receive)
-    exchange = _exchange(request, incoming, metered=False)
+    work = _begin(request, runtime, metered=False)
     try:
-        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
+        key = work.authenticate()
         continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
-        exchange.done(200)
+        work.done(200)
         return JSONResponse(orjson.dumps(_view(continuation)))
     except Exception as exc:
-        error = to_gateway_error(exc)
-        exchange.done(error.status, error)
-        return error_response(error)
+        return work.render_error(await work.failed(exc))
 
 
 async def delete_continuation(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
-    incoming = Incoming(request.scope, request.receive)
-    exchange = _exchange(request, incoming, metered=False)
+    work = _begin(request, runtime, metered=False)
     try:
-        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
+        key = work.authenticate()
         await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
         metrics.CONTINUATIONS.inc("cancelled")
-        exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
-        exchange.done(200)
+        work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
+        work.done(200)
         return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
                                           "deleted": True}))
     except Exception as exc:
-        error = to_gateway_error(exc)
-        exchange.done(error.status, error)
-        return error_response(error)
+        return work.render_error(await work.failed(exc))
+
+
+def _stream_options(body: Any) -> tuple[bool, bool]:
+    """``stream`` and ``stream_options.include_usage`` of a decisions body."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
+    elif not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean", "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object", "stream_options")
+    return stream, bool((options or {}).get("include_usage"))
 
 
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
+    """Way B: the caller decides (any key of the tenant, approvers included); the asker is charged."""
     runtime: Runtime = request.app.state.runtime
-    incoming = Incoming(request.scope, request.receive)
-    exchange = _exchange(request, incoming, metered=True)
-    admission: Admission | None = None
+    work = _begin(request, runtime, metered=True)
     try:
-        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
-        meter = exchange.meter = runtime.usage.meter(key)
-        if meter.check_budget_now():
-            await runtime.usage.check_budget(key)
+        decider = work.authenticate()
+        incoming = work.incoming
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        stream = body.get("stream")
-        if stream is None:
-            stream = False
-        elif not isinstance(stream, bool):
-            raise bad_request("'stream' must be a boolean", "stream")
-        options = body.get("stream_options")
-        if options is not None and not isinstance(options, dict):
-            raise bad_request("'stream_options' must be an object", "stream_options")
-        include_usage = bool((options or {}).get("include_usage"))
+        stream, include_usage = _stream_options(body)
         continuations = runtime.continuations
-        stored = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
+        stored = await runtime.store.get_continuation(_continuation_id(request), decider.tenant)
         if stored.status == "resumed":
             raise GatewayError(409, f"continuation {stored.id} was already resumed", code="continuation_conflict")
         results, approved = continuations.decisions_to_results(stored, body.get("decisions"))
         plan = resume_plan(runtime, stored)
-        exchange.label = meter.route = plan.metric_label
-        check_model_access(key, plan, resume=True)
-        if exchange.span.recording:
+        work.allow(plan, resume=True)
+        asker = work.charge_to(asker_of(stored), plan)
+        span = work.exchange.span
+        if span.recording:
             for call_id, result in results.items():
                 if result.status == "denied":
-                    exchange.span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
-                                                            "gen_ai.tool.call.id": call_id})
-        admission = await runtime.limits.admit(key, incoming.body_bytes)
-        claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
-        notify_decisions(continuations.notifier, claimed, body["decisions"], key_identity(key)[1] or None)
+                    span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
+                                                   "gen_ai.tool.call.id": call_id})
+        await work.admit(incoming.body_bytes)
+        claimed = await runtime.store.claim_continuation(stored.id, decider.tenant, continuations.lease_s)
+        notify_decisions(continuations.notifier, claimed, body["decisions"], key_identity(decider)[1] or None)
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
-        headless = key.headless or incoming.headless
-        loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, key.tenant,
-                                                     headless)
-        loop_request.span = exchange.span
-        exchange.state = loop_request.state
-        meter.watch(loop_request)
+        headless = asker.headless or incoming.headless
+        loop_request = continuations.resumed_request(claimed, plan, results, approved, stream, deadline,
+                                                     decider.tenant, headless)
+        work.watch(loop_request)
+        # The decider's identity goes to the audit log only: the work stays the asker's.
         decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(body["decisions"]),
-                                  *key_identity(key))
+                                  *key_identity(decider))
         events = continuations.run_resumed(claimed, loop_request, runtime.deps, decided)
-        if admission is not None:
-            exchange.add_headers(admission.headers)
-            if admission.needs_settling:
-                events = admission.observe(events)
-        return await respond(events, stream, include_usage, stored.model, exchange)
+        work.show_limits()
+        return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work)
     except Exception as exc:
-        if admission is not None:
-            await admission.finish(None)
-        error = to_gateway_error(exc)
-        exchange.done(error.status, error)
+        error = await work.failed(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
         elif error.code == "continuation_not_found":
             metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
-        return error_response(error, exchange.headers)
+        return work.render_error(error)
 
 
 def denied_reasons(decisions: list[dict[str, object]]) -> dict[str, str | None]:

@@ -47,6 +47,8 @@ class RateLimits:
         self.tenants = {name: LimitScope("tenant", name, t.rpm or 0, t.tpm or 0, t.max_concurrent or 0)
                         for name, t in config.tenants.items() if t.limits.any}
         self._outage_logged = 0.0
+        self.runs_per_key = config.background.max_runs_per_key
+        self.runs_per_tenant = config.background.max_runs_per_tenant
         # Per key id: the key object it was built for (a reload or an edit makes a new one), the
         # limiter's lease for a key limited by one scope (else None), its scopes, whether its end
         # is settled and what a leased admission settles remotely with: what ``admit_now`` needs,
@@ -122,12 +124,46 @@ class RateLimits:
         try:
             verdict = await self.limiter.acquire(key.tenant, scopes, estimate, member, self.lease_s)
         except StoreUnavailable as exc:
-            now = time.monotonic()
-            if now - self._outage_logged > 60:
-                self._outage_logged = now
-                log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
+            self._outage(exc)
             return None
         return self._admitted(key, scopes, settle, estimate, member, verdict)
+
+    async def admit_background(self, key: ApiKey) -> Admission | None:
+        """A background run's slot under ``background.max_runs_per_key`` / ``max_runs_per_tenant``.
+
+        The slots are the limiter's concurrency slots (so the caps hold across every replica
+        sharing the store), in scopes of their own: ``bg:`` and ``bgt:`` idents never collide
+        with a key id. None when neither cap is set; 429 when one is reached. Settling the
+        admission (with no usage: these scopes count no tokens) frees the slot.
+        """
+        scopes: tuple[LimitScope, ...] = ()
+        if self.runs_per_key:
+            scopes = (LimitScope("key", "bg:" + key.id, 0, 0, self.runs_per_key),)
+        if self.runs_per_tenant:
+            scopes += (LimitScope("key", "bgt:" + key.tenant, 0, 0, self.runs_per_tenant),)
+        if not scopes:
+            return None
+        member = self._member_prefix + str(next(self._members))
+        try:
+            verdict = await self.limiter.acquire(key.tenant, scopes, 0, member, self.lease_s)
+        except StoreUnavailable as exc:
+            self._outage(exc)
+            return None
+        if not verdict.allowed:
+            # Both caps are one atomic take; the verdict does not say which of them refused.
+            caps = [f"background.max_runs_per_key: {self.runs_per_key}"] if self.runs_per_key else []
+            if self.runs_per_tenant:
+                caps.append(f"background.max_runs_per_tenant: {self.runs_per_tenant}")
+            raise GatewayError(429, f"too many background responses of this key or its tenant are running "
+                               f"({', '.join(caps)}); retry when one ends", "rate_limit_error",
+                               code="too_many_background_responses", headers={"retry-after": "1"})
+        return Admission(self.limiter, key.tenant, scopes, 0, member, [], True, verdict.ticket)
+
+    def _outage(self, exc: StoreUnavailable) -> None:
+        now = time.monotonic()
+        if now - self._outage_logged > 60:
+            self._outage_logged = now
+            log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
 
     def _admitted(self, key: ApiKey, scopes: tuple[LimitScope, ...], settle: bool, estimate: int, member: str,
                   verdict: Decision) -> Admission:

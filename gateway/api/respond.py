@@ -9,8 +9,8 @@ import orjson
 
 from gateway import metrics
 from gateway.api.errors import to_gateway_error
-from gateway.api.exchange import Exchange
 from gateway.api.json_response import JSONResponse
+from gateway.api.lifecycle import Work
 from gateway.api.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError
@@ -19,20 +19,21 @@ from gateway.loop.events import Notice
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str,
-                  exchange: Exchange) -> JSONResponse | SSEResponse:
+                  work: Work) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
     ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
-    the model that answered (see ``render``). ``exchange.done`` runs once the request is over: for
+    the model that answered (see ``render``). ``work.done`` runs once the request is over: for
     a stream, after its last byte (or its client's disconnect).
     """
+    exchange = work.exchange
     response_id = completion_id()
     if not stream:
         try:
             payload = await collect(events, response_id, route)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-        exchange.done(200)
+        work.done(200)
         return JSONResponse(orjson.dumps(payload), raw_headers=exchange.headers)
     # Pull the first events before answering, so a request that fails before any byte (every
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
@@ -57,7 +58,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         # Closing the engine here (also on client disconnect) cancels running tools and
         # releases the upstream connection at once rather than at garbage collection.
         await events.aclose()  # type: ignore[attr-defined]
-        exchange.done(200)
+        work.done(200)
 
     def on_error(exc: BaseException) -> GatewayError:
         return exchange.failed(to_gateway_error(exc))

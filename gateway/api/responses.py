@@ -14,15 +14,13 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.access import check_model_access
 from gateway.api.auth import authenticate
 from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.exchange import Exchange, request_id
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
-from gateway.api.limits import LATER, Admission
 from gateway.api.responses_background import check_background, start_background
+from gateway.api.responses_render import usage_of
 from gateway.api.responses_request import (
     MAX_ID_CHARS,
     parse_responses_request,
@@ -32,7 +30,6 @@ from gateway.api.responses_request import (
 from gateway.api.responses_run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
-from gateway.canonical import Usage
 from gateway.errors import bad_request
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
 
@@ -41,93 +38,51 @@ DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
 
 
-def sse_frame(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
 async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
     """Reached only for what ``FastChatPath`` passes on (it serves ``POST /v1/responses`` itself)."""
     return await create_response(Incoming(request.scope, request.receive), request.app.state.runtime)
 
 
 async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
-    exchange = Exchange("POST", PATH, request_id(incoming.request_id), incoming.traceparent)
-    admission: Admission | None = None
+    work = runtime.lifecycle.begin("POST", PATH, incoming)
     try:
-        key = exchange.key = authenticate(incoming.authorization, runtime.keys)
-        meter = exchange.meter = runtime.usage.meter(key)
+        key = work.authenticate()
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
             check_background(runtime, parsed.store)
+            work.background = True  # admission also takes a slot under the per-key/per-tenant run caps
         plan = runtime.routes.lookup(parsed.model)
         if plan is not None:  # an unknown model is prepare_response's 404
-            check_model_access(key, plan)
-        if meter.check_budget_now():
-            await runtime.usage.check_budget(key)
-        now = runtime.limits.admit_now(key, incoming.body_bytes)
-        admission = await runtime.limits.admit_later(key, incoming.body_bytes) if now is LATER else now
-        run = await prepare_response(parsed, runtime, key, key.headless or parsed.headless or incoming.headless,
+            work.allow(plan)
+        # Resolves the request (a resume is charged to its asker) and admits it before the loop starts.
+        run = await prepare_response(parsed, runtime, work, key.headless or parsed.headless or incoming.headless,
                                      plan)
-        exchange.label = meter.route = run.label
-        loop_request = run.loop_request
-        loop_request.span = exchange.span
-        exchange.state = loop_request.state
-        meter.watch(loop_request)
-        if parsed.background:  # the run goes on in a task of this process
-            if admission is not None:
-                # A background run holds no request slot: its concurrency ends with this answer,
-                # its token estimate stays counted (the run's own usage is not reported back).
-                await admission.finish(None)
-                admission = None
-            # Its usage is recorded when the run ends (responses_background), not with this answer.
-            exchange.meter = None
-            exchange.state = None
-            exchange.done(200)
-            return await start_background(runtime, key.tenant, run, parsed.stream, meter)
+        work.watch(run.loop_request)
+        if parsed.background:  # the run goes on in a task of this process, holding its admission
+            answer = await start_background(runtime, key.tenant, run, parsed.stream, work.hold())
+            work.done(200)
+            return answer
         if not parsed.stream:
             # ``complete`` calls back where ``open`` would return: a failure before any output
             # answers without the rate-limit headers, one after with them, as for a stream.
-            await run.complete(None if admission is None else lambda: exchange.add_headers(admission.headers))
-            exchange.done(200)
-            if admission is not None and (remote := admission.finish_now(usage_of(run.response))) is not None:
-                await remote
-            return JSONResponse(run.response_json(), raw_headers=exchange.headers)
+            await run.complete(work.show_limits)
+            work.done(200)
+            await work.settle(usage_of(run.response))
+            return JSONResponse(run.response_json(), raw_headers=work.exchange.headers)
         await run.open()
-        if admission is not None:
-            exchange.add_headers(admission.headers)
+        work.show_limits()
 
         async def on_close() -> None:
-            exchange.done(200)
-            if admission is not None:
-                await admission.finish(usage_of(run.response))
-        return SSEResponse(run.frames(_join, on_close), exchange.headers)
+            work.done(200)
+            await work.settle(usage_of(run.response))
+        return SSEResponse(run.frames(_join, on_close), work.exchange.headers)
     except Exception as exc:
-        if admission is not None:
-            await admission.finish(None)  # a no-op once settled
-        error = to_gateway_error(exc)
-        exchange.done(error.status, error)
-        return error_response(error, exchange.headers)
+        return work.render_error(await work.failed(exc))
 
 
 # A ``frames`` builder's batches are SSE frames already (bytes): the body joins them.
 _join = b"".join
-
-
-def _encode(batch: list[Any]) -> bytes:
-    """A batch of dict events (or frames) as an SSE body part: what ``_join`` gives for a ``frames`` builder."""
-    dumps = orjson.dumps
-    return b"".join([event if event.__class__ is bytes else
-                     b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n" for event in batch])
-
-
-def usage_of(response: dict[str, Any]) -> Usage | None:
-    """The usage a Responses object reports, for the rate limits' token correction."""
-    usage = response.get("usage")
-    if not isinstance(usage, dict):
-        return None
-    return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
-                 completion_tokens=int(usage.get("output_tokens") or 0))
 
 
 async def _record(request: Request) -> tuple[Runtime, str, str, dict[str, Any]]:

@@ -30,13 +30,15 @@ from gateway.api.background_runner import BackgroundRunner, close_events, failed
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
+from gateway.api.lifecycle import Held
+from gateway.api.responses_render import usage_of
 from gateway.api.responses_request import path_response_id, response_not_found
 from gateway.api.responses_run import ResponseRun
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
+from gateway.canonical import Usage
 from gateway.errors import bad_request
 from gateway.store.background import BackgroundRun, RunNotFound
-from gateway.usage.meter import Meter
 
 # Stored events read per store round trip while replaying.
 REPLAY_BATCH = 256
@@ -59,33 +61,45 @@ def check_background(runtime: Runtime, store: bool) -> None:
     _runner(runtime).check_capacity()
 
 
-async def _metered(events: AsyncIterator[dict[str, Any]], meter: Meter) -> AsyncIterator[dict[str, Any]]:
-    """The run's events; its usage is recorded when it ends, however it ends (a cancel counts as an error)."""
+_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
+
+
+async def _held(events: AsyncIterator[dict[str, Any]], held: Held) -> AsyncIterator[dict[str, Any]]:
+    """The run's events; when it ends, however it ends, its usage is recorded and its admission settled
+    (with the usage its last snapshot reports: a failed run's calls were paid for too)."""
     status = 500
+    usage: Usage | None = None
     try:
         async for event in events:
-            if event.get("type") == "response.completed" or event.get("type") == "response.incomplete":
-                status = 200
+            kind = event.get("type")
+            if kind in _ENDS:
+                if kind == "response.completed" or kind == "response.incomplete":
+                    status = 200
+                response = event.get("response")
+                if isinstance(response, dict):
+                    usage = usage_of(response)
             yield event
     finally:
-        meter.close(status)
-        await close_events(events)
+        try:
+            await close_events(events)
+        finally:
+            await held.end(status, usage)
 
 
 async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stream: bool,
-                           meter: Meter | None = None) -> JSONResponse | SSEResponse:
+                           held: Held) -> JSONResponse | SSEResponse:
     """Hand a prepared response to the runner; answer with the stored snapshot or the live stream.
 
     ``run.open()`` is not awaited: the request answers before the first model call. The response
     record is written first (its input items are listed while the run goes on); the run's end
-    rewrites it, as in the foreground.
+    rewrites it, as in the foreground. ``held`` is the request's admission and meter: the run
+    keeps them until it ends (if it cannot start, the request's own failure gives them back).
     """
     saved = False
     try:
         await run.save()
         saved = True
-        events = run.events() if meter is None else _metered(run.events(), meter)
-        stored = await _runner(runtime).launch(tenant, events, stream)
+        stored = await _runner(runtime).launch(tenant, _held(run.events(), held), stream)
     except BaseException:
         await run.aclose()  # a claimed continuation goes back to resumable
         if saved:  # nothing runs: no record may say "in_progress"

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.api.responses_request import ECHO_FIELDS
+from gateway.api.sse_response import event_frame
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
@@ -171,7 +172,7 @@ class ResponseBuilder:
         fields["type"] = kind
         fields["sequence_number"] = number
         if self.frames:
-            return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(fields) + b"\n\n"
+            return event_frame(kind, orjson.dumps(fields))
         return fields
 
     def _snapshot(self) -> dict[str, Any]:
@@ -409,3 +410,12 @@ class ResponseBuilder:
         self.done = True
         out.append(self._event("response.failed", {"response": response}))
         return out
+
+
+def usage_of(response: dict[str, Any]) -> Usage | None:
+    """The usage a Responses object reports, for settling the rate limits' token estimate."""
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
+                 completion_tokens=int(usage.get("output_tokens") or 0))

@@ -23,15 +23,15 @@ from typing import Any, TypeVar
 
 import orjson
 
-from gateway.api.access import check_model_access, visible_routes
-from gateway.api.continuations import denied_reasons, notify_decisions, resume_plan
+from gateway.api.access import visible_routes
+from gateway.api.continuations import asker_of, denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
+from gateway.api.lifecycle import Work
 from gateway.api.responses_items import Converted, to_messages
 from gateway.api.responses_render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
-from gateway.config.model import ApiKey
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import audit_decisions
 from gateway.loop.artifacts import reattach
@@ -287,12 +287,16 @@ def _label_of(runtime: Runtime) -> Callable[[str], str]:
     return _labels(runtime.tools)
 
 
-async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: ApiKey,
+async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Work,
                            headless: bool, plan: RoutePlan | None = None) -> ResponseRun:
     """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError.
 
-    ``plan``: the route of ``request.model`` when the caller already looked it up.
+    ``work`` is admitted here, once it is known who is charged (a resume: the key that asked), and
+    before anything is claimed or run. ``plan``: the route of ``request.model`` when the caller
+    already looked it up.
     """
+    key = work.key
+    assert key is not None, "authenticated by the caller"
     tenant = key.tenant
     if plan is None:
         plan = runtime.routes.lookup(request.model)
@@ -325,12 +329,12 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
             stored = await runtime.store.get_continuation(record["continuation_id"], tenant)
         except ContinuationNotFound:
             raise previous_not_found(str(request.previous_response_id)) from None
-        return await _resume(request, runtime, key, headless, stored, converted, deadline,
+        return await _resume(request, runtime, work, headless, stored, converted, deadline,
                              bool(record.get("instructions_first")))
     if record is None and converted.decisions and converted.orphan is None:
         stored_match = await _paused_match(continuations, runtime, tenant, converted)
         if stored_match is not None:
-            return await _resume(request, runtime, key, headless, stored_match, converted, deadline, None)
+            return await _resume(request, runtime, work, headless, stored_match, converted, deadline, None)
     if converted.orphan is not None:
         raise bad_request("no function_call or mcp_approval_request in the input has this call id; to answer a "
                           "stored response, send 'previous_response_id'", converted.orphan)
@@ -351,6 +355,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, key: Api
     problem = pairing_problem(messages)
     if problem is not None:
         raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
+    await work.admit(work.incoming.body_bytes)
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
     # The ten leading fields positionally (in their order): keyword matching is a cost every request pays.
@@ -386,11 +391,16 @@ async def _paused_match(continuations: Continuations, runtime: Runtime, tenant: 
     return stored if continuations.history_mismatch(stored, converted.messages) is None else None
 
 
-async def _resume(request: ResponsesRequest, runtime: Runtime, key: ApiKey, headless: bool, stored: Continuation,
+async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headless: bool, stored: Continuation,
                   converted: Converted, deadline: float, instructions_first: bool | None) -> ResponseRun:
-    """Resume a paused loop with the input's answers (way B's checks, claim, ledger, audit and notifications)."""
+    """Resume a paused loop with the input's answers (way B's checks, claim, ledger, audit and notifications).
+
+    The caller decides; the key that asked is charged (``Work.charge_to``), admitted before the claim.
+    """
     continuations = runtime.continuations
-    tenant = key.tenant
+    decider = work.key
+    assert decider is not None
+    tenant = decider.tenant
     if stored.status == "resumed":
         raise GatewayError(409, f"the pending calls of this response were already answered (continuation "
                            f"{stored.id})", code="continuation_conflict")
@@ -400,11 +410,13 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, key: ApiKey, head
         error.param = "input"
         raise
     plan = resume_plan(runtime, stored)
-    check_model_access(key, plan, resume=True)
+    work.allow(plan, resume=True)
+    work.charge_to(asker_of(stored), plan)
+    await work.admit(work.incoming.body_bytes)
     claimed = await runtime.store.claim_continuation(stored.id, tenant, continuations.lease_s)
-    notify_decisions(continuations.notifier, claimed, converted.decisions, key.name or None)
-    decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(converted.decisions), key.id,
-                              key.name)
+    notify_decisions(continuations.notifier, claimed, converted.decisions, decider.name or None)
+    decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(converted.decisions), decider.id,
+                              decider.name)
     loop = continuations.resumed_request(claimed, plan, results, approved, request.stream, deadline, tenant,
                                          headless)
     first = bool(instructions_first)

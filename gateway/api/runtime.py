@@ -12,6 +12,7 @@ from gateway.api.admin_auth import admin_ring
 from gateway.api.auth import KeyRing
 from gateway.api.background_runner import BackgroundRunner
 from gateway.api.key_sync import KeySync
+from gateway.api.lifecycle import Lifecycle
 from gateway.api.limits import RateLimits
 from gateway.canonical import ToolCall
 from gateway.config.model import AdminKey, Config
@@ -64,6 +65,8 @@ class Runtime:
     limits: RateLimits
     usage: Metering
     background: BackgroundRunner
+    #: what every request goes through (auth, allow-lists, admission, budget, metering, records)
+    lifecycle: Lifecycle
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -99,13 +102,16 @@ class Runtime:
         # Only a shared store can change behind this process's back: memory needs no polling.
         key_sync = KeySync(key_store, keys, poll=store.kind == "redis")
         await key_sync.start()
+        admin_keys = admin_ring(config.auth.admin_keys)
+        limits = RateLimits(open_limiter(store), config)
+        usage = start_metering(config, store)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp, responses=response_records(store), admin_keys=admin_ring(config.auth.admin_keys),
-                   key_store=key_store, key_sync=key_sync, limits=RateLimits(open_limiter(store), config),
-                   usage=start_metering(config, store),
+                   mcp=mcp, responses=response_records(store), admin_keys=admin_keys,
+                   key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
                    background=BackgroundRunner(background_store(store), config.background,
-                                               config.store.continuation_ttl_s))
+                                               config.store.continuation_ttl_s),
+                   lifecycle=Lifecycle(keys, admin_keys, limits, usage))
 
     async def stop(self) -> None:
         await self.background.aclose()

@@ -22,6 +22,14 @@ _HEADERS = [
 ]
 
 
+def event_frame(kind: str, data: bytes) -> bytes:
+    """A named Server-Sent Event (``event:`` line + ``data:`` line), as the Responses API streams them.
+
+    The one place such a frame is written (the chat completions' chunks are unnamed ``data:`` lines).
+    """
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
 class SSEResponse:
     __slots__ = ("_frames", "_headers")
 

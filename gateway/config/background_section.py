@@ -26,6 +26,8 @@ def background_section(raw: Any) -> BackgroundConfig:
 
     config = BackgroundConfig(
         max_concurrent=whole("max_concurrent", 0, 100_000),
+        max_runs_per_key=whole("max_runs_per_key", 0, 100_000),
+        max_runs_per_tenant=whole("max_runs_per_tenant", 0, 100_000),
         max_events=whole("max_events", 16, 10_000_000),
         max_event_bytes=whole("max_event_bytes", 4096, 1024 * 1024 * 1024),
         lease_s=seconds("lease_s", 1.0, 3600.0),

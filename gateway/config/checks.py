@@ -50,7 +50,8 @@ PRICE_KEYS = {"input_per_mtok", "output_per_mtok", "cached_input_per_mtok"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
                  "request_timeout_s"}
-BACKGROUND_KEYS = {"max_concurrent", "max_events", "max_event_bytes", "lease_s", "heartbeat_s", "poll_s"}
+BACKGROUND_KEYS = {"max_concurrent", "max_runs_per_key", "max_runs_per_tenant", "max_events", "max_event_bytes",
+                   "lease_s", "heartbeat_s", "poll_s"}
 NOTIFICATIONS_KEYS = {"webhooks", "retry_for_s", "backoff_base_s", "backoff_max_s", "max_queue"}
 WEBHOOK_KEYS = {"url", "secret", "events", "format", "timeout_s"}
 SECTIONS: tuple[tuple[str, set[str]], ...] = (

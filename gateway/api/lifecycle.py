@@ -1,0 +1,264 @@
+"""The one request lifecycle every surface goes through; a surface is a parser and a renderer around it.
+
+``Lifecycle.begin`` opens a :class:`Work` for one HTTP request. The surface then calls, in
+order, what applies to it:
+
+1. ``authenticate`` (caller keys) or ``authenticate_admin`` (``/admin/``);
+2. ``allow(plan)``: the key's role and route allow-list, and the route's metrics label;
+3. ``charge_to(asker)`` when the work resumes a pause: the key that **asked** pays for it (its
+   limits, budget and usage rows), whoever decided;
+4. ``await admit(body_bytes)``: the budget check, then admission (rpm, tpm, concurrency per key
+   and tenant), and for a background run its slot under the per-key/per-tenant run caps;
+5. ``watch(loop_request)``: the loop's usage feeds the meter, the access record and the span;
+6. the end: ``done(status)`` once the answer is complete and ``await settle(usage)`` (a JSON
+   answer), ``settled_at_end(events)`` (a stream), ``hold()`` (work that outlives its request:
+   a background run, settled by the run's own end), or ``render_error(await failed(exc))``.
+
+Admission is held for the whole life of the work and settled exactly once with its real usage
+(no usage: the request failed, its estimate is given back). The error shape is the surface's:
+``begin`` takes the renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from gateway.api.access import check_model_access
+from gateway.api.admin_auth import require_admin
+from gateway.api.auth import KeyRing, authenticate
+from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.exchange import Exchange, request_id, scope_request_id
+from gateway.api.incoming import Incoming
+from gateway.api.limits import LATER, Admission, RateLimits
+from gateway.canonical import Usage
+from gateway.config.model import AdminKey, ApiKey
+from gateway.errors import GatewayError, quoted
+from gateway.loop.engine import LoopEvent, LoopRequest
+from gateway.routing.routes import RoutePlan
+from gateway.usage.meter import Meter, Metering
+
+if TYPE_CHECKING:
+    from gateway.api.runtime import Runtime
+
+#: renders a mapped error in the surface's own shape, with the exchange's headers
+ErrorRenderer = Callable[[GatewayError, list[tuple[bytes, bytes]] | None], Any]
+
+
+class Lifecycle:
+    """The services a request goes through, built once per worker (``Runtime.start``)."""
+
+    __slots__ = ("admin_keys", "keys", "limits", "usage")
+
+    def __init__(self, keys: KeyRing, admin_keys: dict[bytes, AdminKey], limits: RateLimits,
+                 usage: Metering) -> None:
+        self.keys = keys
+        self.admin_keys = admin_keys
+        self.limits = limits
+        self.usage = usage
+
+    def begin(self, method: str, path: str, incoming: Incoming, *, rid: bytes | None = None,
+              metered: bool = True, background: bool = False,
+              errors: ErrorRenderer = error_response) -> Work:
+        """A new request. ``path`` is the route's template (never caller text: it is logged and a label).
+
+        ``rid``: the request id an outer layer already chose and echoes (``FastChatPath``); None:
+        chosen here and sent back as ``x-request-id`` on every answer of this work.
+        """
+        if rid is None:
+            exchange = Exchange(method, path, request_id(incoming.request_id), incoming.traceparent)
+        else:
+            exchange = Exchange(method, path, rid, incoming.traceparent, echo=False, metered=metered)
+        return Work(self, exchange, incoming, background, errors)
+
+
+class Work:
+    """One request's way through the lifecycle, and the work that outlives it (see the module docstring)."""
+
+    __slots__ = ("admission", "background", "errors", "exchange", "incoming", "key", "lifecycle", "meter", "slot")
+
+    def __init__(self, lifecycle: Lifecycle, exchange: Exchange, incoming: Incoming, background: bool,
+                 errors: ErrorRenderer) -> None:
+        self.lifecycle = lifecycle
+        self.exchange = exchange
+        self.incoming = incoming
+        self.errors = errors
+        #: a background run: ``admit`` also takes a slot under the per-key/per-tenant run caps
+        self.background = background
+        #: the key the work is charged to (the caller's, or the asker's on a resume)
+        self.key: ApiKey | None = None
+        self.meter: Meter | None = None
+        self.admission: Admission | None = None
+        self.slot: Admission | None = None
+
+    # -- who ------------------------------------------------------------------------------------
+    def authenticate(self) -> ApiKey:
+        """The caller's key (401 for an unknown, revoked or expired one); the work is charged to it."""
+        lifecycle = self.lifecycle
+        key = self.key = self.exchange.key = authenticate(self.incoming.authorization, lifecycle.keys)
+        self.meter = self.exchange.meter = lifecycle.usage.meter(key)
+        return key
+
+    def authenticate_admin(self) -> AdminKey:
+        """An ``auth.admin_keys`` key (404 when the admin API is off, 401 otherwise); recorded by name."""
+        admin = require_admin(self.incoming, self.lifecycle.admin_keys)
+        self.exchange.key = ApiKey(key="", tenant="", id="admin:" + admin.name, name=admin.name)
+        return admin
+
+    def allow(self, plan: RoutePlan, resume: bool = False) -> None:
+        """403 when the caller may not run ``plan`` (``resume``: deciding a pause, which approvers may)."""
+        assert self.key is not None, "authenticate first"
+        # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
+        self.exchange.label = plan.metric_label
+        if self.meter is not None:
+            self.meter.route = plan.metric_label
+        check_model_access(self.key, plan, resume)
+
+    def charge_to(self, asker_id: str, plan: RoutePlan) -> ApiKey:
+        """Charge a resume to the key that asked for the paused work: its allow-list, limits, budget, usage.
+
+        The caller (an approver, the inbox, another key of the tenant) only decided. 403 when the
+        asking key is gone (revoked or expired): its work does not go on. A continuation from
+        before askers were recorded stays charged to the caller.
+        """
+        caller = self.key
+        assert caller is not None, "authenticate first"
+        if not asker_id or asker_id == caller.id:
+            check_model_access(caller, plan)
+            return caller
+        asker = self.lifecycle.keys.find(asker_id)
+        if asker is None:
+            raise GatewayError(403, f"the key that asked for this work ({quoted(asker_id)}) is revoked or expired; "
+                               "its paused work cannot go on", "permission_error", code="asker_key_revoked")
+        check_model_access(asker, plan)
+        meter = self.lifecycle.usage.meter(asker)
+        meter.route = plan.metric_label
+        self.key = self.exchange.key = asker
+        self.meter = self.exchange.meter = meter
+        return asker
+
+    # -- admission ------------------------------------------------------------------------------
+    async def admit(self, body_bytes: int) -> None:
+        """Budget, then rate limits (a 429 for either), then a background run's slot: all for ``key``.
+
+        The fast paths (a budget judged from a fresh reading, an allowance held in process) are
+        taken here, behind this one step, without a store call.
+        """
+        key, meter = self.key, self.meter
+        assert key is not None and meter is not None, "authenticate first"
+        lifecycle = self.lifecycle
+        if meter.check_budget_now():
+            await lifecycle.usage.check_budget(key)
+        limits = lifecycle.limits
+        now = limits.admit_now(key, body_bytes)
+        self.admission = await limits.admit_later(key, body_bytes) if now is LATER else now
+        if self.background:
+            self.slot = await limits.admit_background(key)
+
+    def show_limits(self) -> None:
+        """The admission's ``x-ratelimit-*`` headers on every answer from now on."""
+        if self.admission is not None:
+            self.exchange.add_headers(self.admission.headers)
+
+    # -- the run --------------------------------------------------------------------------------
+    def watch(self, loop_request: LoopRequest) -> None:
+        """The loop's state feeds the meter (usage, cost), the access record and the server span."""
+        loop_request.span = self.exchange.span
+        self.exchange.state = loop_request.state
+        if self.meter is not None:
+            self.meter.watch(loop_request)
+
+    def settled_at_end(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
+        """A stream's events; the admission is settled with the loop's usage when they end (or close)."""
+        admission = self.admission
+        if admission is None or not admission.needs_settling:
+            return events
+        return admission.observe(events)
+
+    async def settle(self, usage: Usage | None) -> None:
+        """Settle the admission (and a background slot) with the work's real usage; once, later calls do nothing."""
+        admission, slot = self.admission, self.slot
+        if admission is not None:
+            remote = admission.finish_now(usage)
+            if remote is not None:
+                await remote
+        if slot is not None:
+            await slot.finish(None)
+
+    def done(self, status: int) -> None:
+        """The answer is complete: count it, end its span, write its access record."""
+        self.exchange.done(status)
+
+    def hold(self) -> Held:
+        """The work goes on after its answer (a background run): its admission, background slot and
+        meter move to the returned :class:`Held`, whose ``end`` the run calls once, however it ends.
+
+        The answer itself is still this work's: ``done(200)`` once it is given, ``failed`` if the
+        run could not be started (that settles what was admitted, as ``Held.end`` would).
+        """
+        exchange = self.exchange
+        held = Held(self, self.meter)
+        exchange.meter = None  # recorded when the run ends, not with this answer
+        exchange.state = None
+        return held
+
+    # -- failure --------------------------------------------------------------------------------
+    async def failed(self, exc: BaseException) -> GatewayError:
+        """Give back what was admitted, map ``exc`` to the client's error, record the request."""
+        await self.settle(None)
+        error = to_gateway_error(exc)
+        self.exchange.done(error.status, error)
+        return error
+
+    def render_error(self, error: GatewayError) -> Any:
+        """``error`` in the surface's shape, with this work's headers (request id, rate limits)."""
+        return self.errors(error, self.exchange.headers)
+
+
+class Held:
+    """A detached work's admission and meter, until the run that outlives its request ends."""
+
+    __slots__ = ("_meter", "_work")
+
+    def __init__(self, work: Work, meter: Meter | None) -> None:
+        self._work = work
+        self._meter = meter
+
+    async def end(self, status: int, usage: Usage | None) -> None:
+        """Once, however the run ended: its usage recorded (an error status counts it as failed), admission settled."""
+        meter, self._meter = self._meter, None
+        if meter is not None:
+            meter.close(status)
+        await self._work.settle(usage)  # a failed run's calls were paid for too
+
+
+
+#: a surface's handler of one request: it parses, calls the lifecycle's steps on ``work``, renders
+Handler = Callable[[Request, "Runtime", Work], Awaitable[Any]]
+
+
+def endpoint(path: str, handler: Handler, metered: bool = False) -> Callable[[Request], Awaitable[Any]]:
+    """A Starlette endpoint serving ``handler`` through the lifecycle: every answer, error or not, is
+    recorded (access record, span; metrics when ``metered``), every failure rendered in its shape.
+
+    ``path`` is the route's template. The app's wrapper (``FastChatPath``) chose the request id and
+    sends ``x-request-id`` itself.
+    """
+
+    async def serve(request: Request) -> Any:
+        runtime: Runtime = request.app.state.runtime
+        scope = request.scope
+        rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
+        work = runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid,
+                                       metered=metered)
+        try:
+            response = await handler(request, runtime, work)
+        except Exception as exc:
+            return work.render_error(await work.failed(exc))
+        work.done(getattr(response, "status_code", 200))
+        return response
+
+    serve.__name__ = getattr(handler, "__name__", "endpoint")
+    return serve
