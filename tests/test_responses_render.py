@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.responses import _encode
+from gateway.api.background_runner import sse_frame
 from gateway.api.responses_render import TERMINAL, ResponseBuilder
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
@@ -136,7 +136,7 @@ def test_frames_are_the_bytes_of_the_events(name: str) -> None:
             if batches[-1][-1] is TERMINAL:
                 batches[-1][-1] = b.terminal_frame(None)
             assert all(frame.__class__ is bytes for batch in batches for frame in batch)
-        body = b"".join(_encode(batch) for batch in batches)
+        body = b"".join(event if event.__class__ is bytes else sse_frame(event) for batch in batches for event in batch)
         bodies.append(re.sub(rb"(msg|rs)_[0-9a-f]+", b"id_X", body))
     assert b"event: response." in bodies[1]
     assert bodies[0] == bodies[1]
