@@ -17,7 +17,8 @@ def test_defaults_when_absent() -> None:
 def test_values_are_read() -> None:
     config = build_config({"background": {"max_concurrent": 3, "max_events": 100, "max_event_bytes": 65536,
                                           "lease_s": 10, "heartbeat_s": 2, "poll_s": 0.5}}).background
-    assert config == BackgroundConfig(3, 100, 65536, 10.0, 2.0, 0.5)
+    assert config == BackgroundConfig(max_concurrent=3, max_events=100, max_event_bytes=65536,
+                                     lease_s=10.0, heartbeat_s=2.0, poll_s=0.5)
 
 
 @pytest.mark.parametrize(("section", "path"), [

@@ -337,11 +337,6 @@ class BackgroundConfig:
 
     #: background responses one gateway process runs at once; past it a new one gets 429
     max_concurrent: int = 64
-    #: background responses one key runs at once across every replica sharing the store (0: no cap
-    #: but the process's); past it a new one gets 429, so one key cannot take every slot
-    max_runs_per_key: int = 16
-    #: the same for all the keys of one tenant together (0: no tenant cap)
-    max_runs_per_tenant: int = 0
     #: stream events stored per run (only for runs created with ``stream: true``); past it the run fails
     max_events: int = 50_000
     #: their total size in bytes
@@ -352,6 +347,11 @@ class BackgroundConfig:
     heartbeat_s: float = 1.0
     #: how often a stream follower on another replica looks for new events
     poll_s: float = 0.1
+    #: background responses one key runs at once across every replica sharing the store (0: no cap
+    #: but the process's); past it a new one gets 429, so one key cannot take every slot
+    max_runs_per_key: int = 16
+    #: the same for all the keys of one tenant together (0: no tenant cap)
+    max_runs_per_tenant: int = 0
 
 
 @dataclass(frozen=True, slots=True)
