@@ -7,11 +7,11 @@ import time
 
 from gateway.api.access import visible_routes
 from gateway.api.body import read_json
-from gateway.api.continuations import asker_of, resume_plan
 from gateway.api.incoming import Incoming
 from gateway.api.json_response import JSONResponse
 from gateway.api.request import parse_chat_request
 from gateway.api.respond import respond
+from gateway.api.resume import resume_paused
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
@@ -49,16 +49,10 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a
-            plan = resume_plan(runtime, stored)  # before the claim: a refused resume leaves it pending
-            work.allow(plan)
-            work.charge_to(asker_of(stored), plan)
-            await work.admit(request.body_bytes)
-            claimed = await runtime.store.claim_continuation(stored.id, key.tenant, continuations.lease_s)
-            continuations.notifier.resumed(claimed, "a")
-            loop_request = continuations.resumed_request(claimed, plan, results, [], chat.stream, deadline,
-                                                         key.tenant, headless)
-            work.watch(loop_request)
-            events = continuations.run_resumed(claimed, loop_request, runtime.deps)
+            resumed = await resume_paused(runtime, work, stored, results=results, approved=[], decisions=None,
+                                          stream=chat.stream, headless=headless, deadline=deadline,
+                                          conflict=f"continuation {stored.id} was already resumed")
+            loop_request, events = resumed.loop, resumed.events
         else:
             await work.admit(request.body_bytes)
             if plan.needs_artifacts:

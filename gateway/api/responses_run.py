@@ -24,16 +24,15 @@ from typing import Any, TypeVar
 import orjson
 
 from gateway.api.access import visible_routes
-from gateway.api.continuations import asker_of, denied_reasons, notify_decisions, resume_plan
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.responses_items import Converted, to_messages
 from gateway.api.responses_render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
 from gateway.api.responses_request import ResponsesRequest
+from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted
-from gateway.loop.approvals import audit_decisions
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
@@ -397,28 +396,17 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
 
     The caller decides; the key that asked is charged (``Work.charge_to``), admitted before the claim.
     """
-    continuations = runtime.continuations
-    decider = work.key
-    assert decider is not None
-    tenant = decider.tenant
-    if stored.status == "resumed":
-        raise GatewayError(409, f"the pending calls of this response were already answered (continuation "
-                           f"{stored.id})", code="continuation_conflict")
+    conflict = f"the pending calls of this response were already answered (continuation {stored.id})"
+    check_pending(stored, conflict)
     try:
-        results, approved = continuations.decisions_to_results(stored, converted.decisions)
+        results, approved = runtime.continuations.decisions_to_results(stored, converted.decisions)
     except GatewayError as error:
         error.param = "input"
         raise
-    plan = resume_plan(runtime, stored)
-    work.allow(plan, resume=True)
-    work.charge_to(asker_of(stored), plan)
-    await work.admit(work.incoming.body_bytes)
-    claimed = await runtime.store.claim_continuation(stored.id, tenant, continuations.lease_s)
-    notify_decisions(continuations.notifier, claimed, converted.decisions, decider.name or None)
-    decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(converted.decisions), decider.id,
-                              decider.name)
-    loop = continuations.resumed_request(claimed, plan, results, approved, request.stream, deadline, tenant,
-                                         headless)
+    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved,
+                                  decisions=converted.decisions, stream=request.stream, headless=headless,
+                                  deadline=deadline, conflict=conflict)
+    loop = resumed.loop
     first = bool(instructions_first)
     if instructions_first is not None:  # previous_response_id: this request's instructions replace the stored ones
         if instructions_first and loop.messages:
@@ -429,5 +417,5 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
                               emit=request.stream or request.background,
                               frames=request.stream and not request.background)
-    events = continuations.run_resumed(claimed, loop, runtime.deps, decided)
-    return ResponseRun(runtime, tenant, request, plan, loop, events, builder, first)
+    assert work.key is not None
+    return ResponseRun(runtime, work.key.tenant, request, resumed.plan, loop, resumed.events, builder, first)
