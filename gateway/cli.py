@@ -67,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from gateway.api.app import create_app
-    from gateway.api.server_protocol import protocol_factory
+    from gateway.http.server_protocol import protocol_factory
 
     log_level = _configure_logs(config, args.log_level)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
-    # httptools with a bounded head and read timeouts (gateway/api/server_protocol.py); no WebSocket
+    # httptools with a bounded head and read timeouts (gateway/http/server_protocol.py); no WebSocket
     # endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
     # uvicorn's own records go to the root handler above, escaped and redacted like ours.
     common: dict[str, Any] = {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(config.server),

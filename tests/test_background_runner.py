@@ -1,4 +1,4 @@
-"""The background runner (gateway/api/background_runner.py) driving event streams into the embedded store.
+"""The background runner (gateway/background/runner.py) driving event streams into the embedded store.
 
 The event sources are plain async generators shaped like ``ResponseRun.events()``; the store is the
 real ``MemoryBackground`` (one subclass injects a store outage). The end-to-end behaviour over HTTP,
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.api.background_runner import BackgroundRunner
+from gateway.background.runner import BackgroundRunner
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
 from gateway.store.base import StoreUnavailable

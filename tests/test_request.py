@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.request import parse_chat_request
+from gateway.api.chat.request import parse_chat_request
 from gateway.errors import GatewayError, quoted
 
 USER = {"role": "user", "content": "hi"}

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.api.background_runner import sse_frame
-from gateway.api.responses_render import TERMINAL, ResponseBuilder
+from gateway.api.responses.render import TERMINAL, ResponseBuilder
+from gateway.background.runner import sse_frame
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR

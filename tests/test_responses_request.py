@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.api.responses_items import to_messages
-from gateway.api.responses_request import (
+from gateway.api.responses.items import to_messages
+from gateway.api.responses.request import (
     ECHO_FIELDS,
     MAX_INPUT_ITEMS,
     MAX_METADATA_KEYS,

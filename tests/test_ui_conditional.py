@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.api import ui
+from gateway.api.approvals import inbox as ui
 
 
 def app_answering(status: int, *chunks: bytes) -> Any:

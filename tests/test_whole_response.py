@@ -10,7 +10,7 @@ import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from gateway.api.json_response import JSONResponse
+from gateway.http.json_response import JSONResponse
 
 
 class Transport:

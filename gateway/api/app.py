@@ -17,24 +17,24 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import gc_policy, metrics, tracing
-from gateway.api.access import visible_routes
-from gateway.api.admin import admin_routes
-from gateway.api.admin_usage import usage_routes
-from gateway.api.approvals import approval_routes
-from gateway.api.auth import authenticate
-from gateway.api.chat import chat_completions
-from gateway.api.continuations import continuation_routes
+from gateway.api.admin.keys import admin_routes
+from gateway.api.admin.usage import usage_routes
+from gateway.api.approvals.endpoint import approval_routes
+from gateway.api.approvals.inbox import ConditionalGet, ui_routes
+from gateway.api.chat.endpoint import chat_completions
+from gateway.api.continuations.endpoint import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import REQUEST_ID_HEADER, scope_request_id
-from gateway.api.incoming import Incoming
-from gateway.api.json_response import JSONResponse
-from gateway.api.responses import create_response, delete_response, get_response, responses_routes
-from gateway.api.responses_background import background_routes
+from gateway.api.responses.background import background_routes
+from gateway.api.responses.endpoint import create_response, delete_response, get_response, responses_routes
 from gateway.api.runtime import Runtime
-from gateway.api.sse_response import SSEResponse
-from gateway.api.ui import ConditionalGet, ui_routes
 from gateway.config.model import Config
 from gateway.errors import GatewayError
+from gateway.governance.access import visible_routes
+from gateway.governance.keys import authenticate
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
 from gateway.metrics_shared import SharedMetrics
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from gateway.api.json_response import JSONResponse
 from gateway.errors import GatewayError, from_upstream, upstream_message
+from gateway.http.json_response import JSONResponse
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
 

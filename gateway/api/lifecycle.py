@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from gateway.api.access import check_model_access
-from gateway.api.admin_auth import require_admin
-from gateway.api.auth import KeyRing, authenticate
+from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import Exchange, request_id, scope_request_id
-from gateway.api.incoming import Incoming
-from gateway.api.limits import LATER, Admission, RateLimits
 from gateway.canonical import Usage
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
+from gateway.governance.access import check_model_access
+from gateway.governance.admission import LATER, Admission, RateLimits
+from gateway.governance.keys import KeyRing, authenticate
+from gateway.http.incoming import Incoming
 from gateway.loop.engine import LoopEvent, LoopRequest
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering

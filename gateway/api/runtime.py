@@ -8,15 +8,15 @@ from dataclasses import dataclass
 import aiohttp
 
 from gateway import redact
-from gateway.api.admin_auth import admin_ring
-from gateway.api.auth import KeyRing
-from gateway.api.background_runner import BackgroundRunner
-from gateway.api.key_sync import KeySync
+from gateway.api.admin.auth import admin_ring
 from gateway.api.lifecycle import Lifecycle
-from gateway.api.limits import RateLimits
+from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
 from gateway.config.model import AdminKey, Config
 from gateway.context import ContextGuard
+from gateway.governance.admission import RateLimits
+from gateway.governance.key_sync import KeySync
+from gateway.governance.keys import KeyRing
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
@@ -58,7 +58,7 @@ class Runtime:
     deps: LoopDeps
     mcp: McpRefresher
     responses: ResponseRecords  # stored Responses-API responses (same backend as ``store``)
-    #: ``auth.admin_keys`` by the SHA-256 of their secret (see api/admin_auth.py)
+    #: ``auth.admin_keys`` by the SHA-256 of their secret (see api/admin/auth.py)
     admin_keys: dict[bytes, AdminKey]
     key_store: KeyStore
     key_sync: KeySync

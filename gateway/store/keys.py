@@ -2,7 +2,7 @@
 
 Replicas do not read a key per request. Each keeps a snapshot of every record and a
 *generation* number that every change increments; a cheap poll of that number (one GET) tells a
-replica to reload (``gateway.api.key_sync``). So the store interface is: change a record (which
+replica to reload (``gateway.governance.key_sync``). So the store interface is: change a record (which
 bumps the generation), read the generation, read everything.
 """
 

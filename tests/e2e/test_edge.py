@@ -191,7 +191,7 @@ def _chat_request(extra: str = "", version: str = "1.1") -> bytes:
             + CHAT)
 
 
-# JSON answers written whole, in one write (gateway/api/server_protocol.py: write_whole_response)
+# JSON answers written whole, in one write (gateway/http/server_protocol.py: write_whole_response)
 
 def test_json_answer_written_whole_has_every_header_and_keeps_the_connection(
         edge: Gateway, fakes: dict[str, FakeUpstream]) -> None:

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from gateway.api.auth import ANONYMOUS, KeyRing, authenticate
 from gateway.config.model import ApiKey
 from gateway.errors import GatewayError
+from gateway.governance.keys import ANONYMOUS, KeyRing, authenticate
 
 KEY = ApiKey(key="sk-live", tenant="t", id="k1", name="k1")
 EXPIRED = ApiKey(key="sk-old", tenant="t", id="k2", name="k2", expires_at=time.time() - 1)
@@ -73,8 +73,8 @@ def test_a_key_digest_is_sha256_of_its_utf8_whatever_came_before() -> None:
 
 def test_found_keys_are_remembered_by_secret_wrong_ones_never_and_a_snapshot_forgets_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.api import auth
     from gateway.config.keys_section import secret_digest
+    from gateway.governance import keys as auth
 
     managed = ApiKey(key="", tenant="t", id="key_1", name="m", managed=True)
     ring = KeyRing([KEY], enabled=True)
@@ -94,7 +94,7 @@ def test_found_keys_are_remembered_by_secret_wrong_ones_never_and_a_snapshot_for
 
 
 def test_the_memo_of_found_keys_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.api import auth
+    from gateway.governance import keys as auth
 
     monkeypatch.setattr(auth, "REMEMBERED_KEYS", 3)
     keys = [ApiKey(key=f"sk-{n}", tenant="t", id=f"k{n}", name=f"k{n}") for n in range(7)]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.api.limits import raw_headers
+from gateway.governance.admission import raw_headers
 from gateway.store.limits import LimitScope, open_limiter
 from gateway.store.redis import RedisStore
 from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S, Lease
@@ -222,8 +222,8 @@ async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) ->
 
 
 def _rate_limits(limiter: RedisRateLimiter) -> Any:
-    from gateway.api.limits import RateLimits
     from gateway.config.loader import parse_config
+    from gateway.governance.admission import RateLimits
 
     config = parse_config('providers: {p: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: x}}\n'
                           "models: {m: {targets: [{provider: p, model: m}]}}\n")
@@ -232,9 +232,9 @@ def _rate_limits(limiter: RedisRateLimiter) -> Any:
 
 async def test_requests_a_lease_covers_are_admitted_and_settled_without_a_coroutine(
         replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
-    from gateway.api.limits import LATER
     from gateway.canonical import Usage
     from gateway.config.model import ApiKey
+    from gateway.governance.admission import LATER
 
     one, _ = replicas
     limits = _rate_limits(one)
@@ -274,9 +274,9 @@ async def test_a_per_request_slot_is_freed_by_the_coroutine_finish_now_returns(
 
 
 async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
-    from gateway.api.limits import LATER
     from gateway.config.model import ApiKey
     from gateway.errors import GatewayError
+    from gateway.governance.admission import LATER
     from gateway.store.limits import MemoryRateLimiter
 
     limits = _rate_limits(MemoryRateLimiter())  # type: ignore[arg-type]
@@ -291,9 +291,9 @@ async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
 async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_leases(
         replicas: tuple[RedisRateLimiter, ...]) -> None:
     """Two scopes skip the one-scope shortcut (take_now) and are taken from both leases at once."""
-    from gateway.api.limits import LATER, RateLimits
     from gateway.config.loader import parse_config
     from gateway.config.model import ApiKey
+    from gateway.governance.admission import LATER, RateLimits
 
     one, _ = replicas
     config = parse_config('providers: {p: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: x}}\n'
@@ -339,8 +339,8 @@ def test_take_if_covered_takes_all_or_nothing_as_covers_and_take_do(
 
 async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_successor(
         replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
-    from gateway.api.limits import LATER
     from gateway.config.model import ApiKey
+    from gateway.governance.admission import LATER
     from gateway.store.redis_limits import _FORGET_S
 
     one, _ = replicas

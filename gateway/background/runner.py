@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from gateway.api.sse_response import event_frame
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
+from gateway.http.sse_response import event_frame
 from gateway.store.background import BackgroundRun, BackgroundStore, EventsLimit, RunLost
 from gateway.store.base import StoreUnavailable
 

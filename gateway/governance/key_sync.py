@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import logging
 
-from gateway.api.auth import KeyRing
 from gateway.config.model import ApiKey
+from gateway.governance.keys import KeyRing
 from gateway.store.base import StoreUnavailable
 from gateway.store.keys import KeyStore, from_record
 

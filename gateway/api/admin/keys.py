@@ -17,14 +17,14 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.body import read_json
-from gateway.api.json_response import JSONResponse
 from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.config.checks import ConfigError, mapping
 from gateway.config.keys_section import check_models, key_options, label, plain_label, secret_digest
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, bad_request
+from gateway.http.body import read_json
+from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import new_audit_id
 from gateway.store.keys import KeyLimitReached, budget_record, from_record, new_key_id, new_secret, to_record
 

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import orjson
 
 from gateway import metrics
+from gateway.api.chat.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
 from gateway.api.errors import to_gateway_error
-from gateway.api.json_response import JSONResponse
 from gateway.api.lifecycle import Work
-from gateway.api.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
-from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Notice
 

@@ -5,7 +5,7 @@ for background tasks on every call; on the hot path the gateway only ever needs 
 headers (plus ``Retry-After`` on some errors), so this sends the two ASGI messages directly.
 Starlette endpoints may return it too: it is a plain ASGI callable.
 
-Served by Loopgate's own server (``gateway/api/server_protocol.py``), a response without
+Served by Loopgate's own server (``gateway/http/server_protocol.py``), a response without
 ``headers`` is written whole, in one write: its ``raw_headers`` are the gateway's own
 (``x-request-id``, the ``x-ratelimit-*`` numbers), encoded here without uvicorn's per-header
 checks. ``headers`` (an error's, such as ``Retry-After``) and any other server take the two
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.api.server_protocol import whole_response_cycle, write_whole_response
+from gateway.http.server_protocol import whole_response_cycle, write_whole_response
 
 _CONTENT_TYPE = (b"content-type", b"application/json")
 _HEAD = b"content-type: application/json\r\ncontent-length: %d\r\n"

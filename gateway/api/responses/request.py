@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.request import _expect, _function, type_name
+from gateway.api.chat.request import _expect, _function, type_name
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
 

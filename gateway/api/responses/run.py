@@ -23,16 +23,16 @@ from typing import Any, TypeVar
 
 import orjson
 
-from gateway.api.access import visible_routes
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
-from gateway.api.responses_items import Converted, to_messages
-from gateway.api.responses_render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
-from gateway.api.responses_request import ResponsesRequest
+from gateway.api.responses.items import Converted, to_messages
+from gateway.api.responses.render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
+from gateway.api.responses.request import ResponsesRequest
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.governance.access import visible_routes
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.api.auth import bearer, invalid_key
-from gateway.api.incoming import Incoming
 from gateway.config.keys_section import secret_digest
 from gateway.config.model import AdminKey
 from gateway.errors import GatewayError
+from gateway.governance.keys import bearer, invalid_key
+from gateway.http.incoming import Incoming
 
 
 def admin_ring(keys: tuple[AdminKey, ...]) -> dict[bytes, AdminKey]:

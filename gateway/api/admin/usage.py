@@ -16,10 +16,10 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.json_response import JSONResponse
 from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.http.json_response import JSONResponse
 from gateway.store.keys import from_record
 from gateway.store.usage import FIELDS
 from gateway.usage.pricing import usd

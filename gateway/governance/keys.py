@@ -2,7 +2,7 @@
 
 Every caller key, from the config or managed through ``/admin/keys``, is looked up by the SHA-256
 of the presented secret in one in-process dict (``KeyRing``): no store round trip per request.
-The managed part of the ring is a snapshot that ``gateway.api.key_sync`` replaces whenever the
+The managed part of the ring is a snapshot that ``gateway.governance.key_sync`` replaces whenever the
 store's key generation changes, so a revoke, an edit or an expiry takes effect on every replica
 within a poll interval.
 

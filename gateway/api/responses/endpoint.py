@@ -14,23 +14,23 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.auth import authenticate
-from gateway.api.body import read_json
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.incoming import Incoming
-from gateway.api.json_response import JSONResponse
-from gateway.api.responses_background import check_background, start_background
-from gateway.api.responses_render import usage_of
-from gateway.api.responses_request import (
+from gateway.api.responses.background import check_background, start_background
+from gateway.api.responses.render import usage_of
+from gateway.api.responses.request import (
     MAX_ID_CHARS,
     parse_responses_request,
     path_response_id,
     response_not_found,
 )
-from gateway.api.responses_run import input_items, prepare_response
+from gateway.api.responses.run import input_items, prepare_response
 from gateway.api.runtime import Runtime
-from gateway.api.sse_response import SSEResponse
 from gateway.errors import bad_request
+from gateway.governance.keys import authenticate
+from gateway.http.body import read_json
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
 from gateway.store.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"

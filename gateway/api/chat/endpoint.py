@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 import time
 
-from gateway.api.access import visible_routes
-from gateway.api.body import read_json
-from gateway.api.incoming import Incoming
-from gateway.api.json_response import JSONResponse
-from gateway.api.request import parse_chat_request
-from gateway.api.respond import respond
+from gateway.api.chat.request import parse_chat_request
+from gateway.api.chat.respond import respond
 from gateway.api.resume import resume_paused
 from gateway.api.runtime import Runtime
-from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.governance.access import visible_routes
+from gateway.http.body import read_json
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import may_resume_way_a
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names

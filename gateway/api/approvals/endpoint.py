@@ -17,13 +17,13 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.auth import authenticate
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.incoming import Incoming
-from gateway.api.json_response import JSONResponse
 from gateway.api.runtime import Runtime
 from gateway.config.model import ApiKey
 from gateway.errors import bad_request
+from gateway.governance.keys import authenticate
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import with_status
 from gateway.store.audit_pages import audit_page, entry_key
 

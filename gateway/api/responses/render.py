@@ -27,10 +27,10 @@ from typing import Any
 
 import orjson
 
-from gateway.api.responses_request import ECHO_FIELDS
-from gateway.api.sse_response import event_frame
+from gateway.api.responses.request import ECHO_FIELDS
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
+from gateway.http.sse_response import event_frame
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.request import type_name
+from gateway.api.chat.request import type_name
 from gateway.canonical import Message
 from gateway.errors import bad_request, quoted
 from gateway.loop.continuations import declined

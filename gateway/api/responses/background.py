@@ -25,19 +25,19 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.auth import authenticate
-from gateway.api.background_runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.incoming import Incoming
-from gateway.api.json_response import JSONResponse
 from gateway.api.lifecycle import Held
-from gateway.api.responses_render import usage_of
-from gateway.api.responses_request import path_response_id, response_not_found
-from gateway.api.responses_run import ResponseRun
+from gateway.api.responses.render import usage_of
+from gateway.api.responses.request import path_response_id, response_not_found
+from gateway.api.responses.run import ResponseRun
 from gateway.api.runtime import Runtime
-from gateway.api.sse_response import SSEResponse
+from gateway.background.runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
 from gateway.canonical import Usage
 from gateway.errors import bad_request
+from gateway.governance.keys import authenticate
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
 from gateway.store.background import BackgroundRun, RunNotFound
 
 # Stored events read per store round trip while replaying.

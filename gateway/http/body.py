@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from gateway.api.incoming import Incoming
 from gateway.errors import GatewayError, bad_request
+from gateway.http.incoming import Incoming
 
 # Arrays and objects nested deeper than this are refused. orjson parses up to 1024 levels but
 # serialises only up to 255, and every upstream request wraps the caller's values a few levels deeper:

@@ -10,16 +10,16 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway import metrics
-from gateway.api.body import read_json
+from gateway.api.chat.respond import respond
 from gateway.api.exchange import scope_request_id
-from gateway.api.incoming import Incoming
-from gateway.api.json_response import JSONResponse
 from gateway.api.lifecycle import Work
-from gateway.api.respond import respond
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
-from gateway.api.sse_response import SSEResponse
 from gateway.errors import bad_request
+from gateway.http.body import read_json
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
 from gateway.loop.approvals import continuation_view
 from gateway.store.base import Continuation, ContinuationNotFound
 
