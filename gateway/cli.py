@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from gateway.api.app import create_app
-    from gateway.http.server_protocol import protocol_factory
+    from gateway.api.errors import protocol_error_body
+    from gateway.http.server_protocol import ServerLimits, protocol_factory
 
     log_level = _configure_logs(config, args.log_level)
     host = args.host or config.server.host
@@ -76,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     # httptools with a bounded head and read timeouts (gateway/http/server_protocol.py); no WebSocket
     # endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
     # uvicorn's own records go to the root handler above, escaped and redacted like ours.
-    common: dict[str, Any] = {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(config.server),
+    server = config.server
+    limits = ServerLimits(server.max_header_bytes, server.header_timeout_s, server.body_timeout_s)
+    common: dict[str, Any] = {
+              "host": host, "port": port, "loop": "uvloop", "http": protocol_factory(limits, protocol_error_body),
               "timeout_keep_alive": config.server.keepalive_timeout_s, "log_level": log_level,
               "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
               "ws": "none",

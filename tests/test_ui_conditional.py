@@ -6,7 +6,8 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.api.approvals import inbox as ui
+from gateway.api.approvals.inbox import POLLED
+from gateway.http.conditional import ConditionalGet
 
 
 def app_answering(status: int, *chunks: bytes) -> Any:
@@ -19,7 +20,8 @@ def app_answering(status: int, *chunks: bytes) -> Any:
 
 
 async def call(app: Any, path: str = "/v1/continuations", method: str = "GET",
-               headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
+               headers: list[tuple[bytes, bytes]] | None = None,
+               max_buffered: int = 4 * 1024 * 1024) -> tuple[int, dict[bytes, bytes], bytes]:
     sent: list[Message] = []
 
     async def receive() -> Message:
@@ -29,7 +31,7 @@ async def call(app: Any, path: str = "/v1/continuations", method: str = "GET",
         sent.append(message)
 
     scope = {"type": "http", "method": method, "path": path, "headers": headers or []}
-    await ui.ConditionalGet(app)(scope, receive, send)
+    await ConditionalGet(app, POLLED, max_buffered)(scope, receive, send)
     start = sent[0]
     return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -54,7 +56,6 @@ async def test_errors_other_paths_and_methods_pass_through_untouched() -> None:
         assert status == 200 and body == b"{}" and b"etag" not in headers
 
 
-async def test_a_body_past_the_buffer_bound_streams_through(monkeypatch: Any) -> None:
-    monkeypatch.setattr(ui, "MAX_BUFFERED", 10)
-    status, headers, body = await call(app_answering(200, b"0123456789", b"abcdef", b"XYZ"))
+async def test_a_body_past_the_buffer_bound_streams_through() -> None:
+    status, headers, body = await call(app_answering(200, b"0123456789", b"abcdef", b"XYZ"), max_buffered=10)
     assert status == 200 and body == b"0123456789abcdefXYZ" and b"etag" not in headers

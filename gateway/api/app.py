@@ -20,20 +20,21 @@ from gateway import gc_policy, metrics, tracing
 from gateway.api.admin.keys import admin_routes
 from gateway.api.admin.usage import usage_routes
 from gateway.api.approvals.endpoint import approval_routes
-from gateway.api.approvals.inbox import ConditionalGet, ui_routes
+from gateway.api.approvals.inbox import POLLED, ui_routes
 from gateway.api.chat.endpoint import chat_completions
 from gateway.api.continuations.endpoint import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.exchange import REQUEST_ID_HEADER, scope_request_id
+from gateway.api.lifecycle import Work, endpoint
 from gateway.api.responses.background import background_routes
 from gateway.api.responses.endpoint import create_response, delete_response, get_response, responses_routes
 from gateway.api.runtime import Runtime
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 from gateway.governance.access import visible_routes
-from gateway.governance.keys import authenticate
+from gateway.http.conditional import ConditionalGet
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
+from gateway.http.request_id import REQUEST_ID_HEADER, scope_request_id
 from gateway.http.sse_response import SSEResponse
 from gateway.metrics_shared import SharedMetrics
 
@@ -47,12 +48,8 @@ async def chat_endpoint(request: Request) -> JSONResponse | SSEResponse:
     return await chat_completions(Incoming(request.scope, request.receive), request.app.state.runtime)
 
 
-async def list_models(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-    except GatewayError as error:
-        return error_response(error)
+async def list_models(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    key = work.authenticate()
     created = request.app.state.started
     names = visible_routes(key, runtime.routes.names())
     return _json({"object": "list", "data": [{"id": name, "object": "model", "created": created,
@@ -125,7 +122,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
     routes = [
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/chat/completions", chat_endpoint, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models", endpoint("/v1/models", list_models), methods=["GET"]),
         *ui_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -140,7 +137,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
-                    middleware=[Middleware(ConditionalGet)])
+                    middleware=[Middleware(ConditionalGet, paths=POLLED)])
     return FastChatPath(app)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from gateway.errors import GatewayError, from_upstream, upstream_message
+from gateway.http.body import BodyError
 from gateway.http.json_response import JSONResponse
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
 from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
@@ -16,6 +17,8 @@ def to_gateway_error(exc: BaseException) -> GatewayError:
     """Every exception a request can end with, as the error the client should see."""
     if isinstance(exc, GatewayError):
         return exc
+    if isinstance(exc, BodyError):
+        return GatewayError(exc.status, exc.message, "invalid_request_error", code=exc.code)
     if isinstance(exc, AllTargetsFailed):
         log.info("upstream failure from %s (%s, HTTP %s): %s", exc.target, exc.last.error_class.value,
                  exc.last.status, upstream_message(exc.last))
@@ -40,3 +43,9 @@ def to_gateway_error(exc: BaseException) -> GatewayError:
 
 def error_response(error: GatewayError, raw_headers: list[tuple[bytes, bytes]] | None = None) -> JSONResponse:
     return JSONResponse(error.body(), error.status, error.headers, raw_headers)
+
+
+def protocol_error_body(status: int, message: str, code: str) -> bytes:
+    """The body of an answer the HTTP server gives itself (431, 408, 400 for unparsable HTTP)."""
+    kind = "timeout_error" if status == 408 else "invalid_request_error"
+    return GatewayError(status, message, kind, code=code).body()

@@ -4,9 +4,7 @@ Every endpoint that runs the loop (chat completions, continuation resumes) and t
 continuation endpoints make one :class:`Exchange` and end it with :meth:`Exchange.done`, the
 one place a request is counted, its span ended and its access record written.
 
-``x-request-id``: a caller's value is kept when it is 1 to 128 characters of ``A-Z a-z 0-9
-. _ : @ / + = -`` (anything else could forge log fields or headers), otherwise replaced by a
-generated id. Generated ids are unique, not secret: a random per-process prefix and a counter.
+``x-request-id`` is chosen by :mod:`gateway.http.request_id`.
 
 The access record (``logging.access``) holds ids, names the gateway chose, numbers and the
 error's class: never message text, tool arguments or results, or a key.
@@ -14,40 +12,17 @@ error's class: never message text, tool arguments or results, or a key.
 
 from __future__ import annotations
 
-import itertools
-import re
-import secrets
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from gateway import metrics, tracing
 from gateway.errors import GatewayError
+from gateway.http.request_id import REQUEST_ID_HEADER
 from gateway.logs import AccessLog
 from gateway.usage.pricing import NANO
 
-REQUEST_ID_HEADER = b"x-request-id"
-MAX_REQUEST_ID = 128
-_SAFE_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,%d}" % MAX_REQUEST_ID)
-_ID_PREFIX = f"req_{secrets.token_hex(6)}".encode()
-_ID_COUNTER = itertools.count(1)
-
 # Set once at start-up from ``logging.access`` (``gateway.logs.configure``); None: no access records.
 ACCESS: AccessLog | None = None
-
-
-def request_id(raw: bytes | None) -> bytes:
-    """The caller's ``x-request-id`` when it is safe to echo and log, else a new one (ASCII bytes)."""
-    if raw is not None and _SAFE_ID.fullmatch(raw):
-        return raw
-    return b"%s%08x" % (_ID_PREFIX, next(_ID_COUNTER))
-
-
-def scope_request_id(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
-    for name, value in headers:
-        if name == REQUEST_ID_HEADER:
-            return request_id(value)
-    return request_id(None)
 
 
 class Exchange:

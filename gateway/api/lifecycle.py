@@ -28,7 +28,7 @@ from starlette.requests import Request
 
 from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.exchange import Exchange, request_id, scope_request_id
+from gateway.api.exchange import Exchange
 from gateway.canonical import Usage
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
@@ -36,6 +36,7 @@ from gateway.governance.access import check_model_access
 from gateway.governance.admission import LATER, Admission, RateLimits
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
+from gateway.http.request_id import request_id, scope_request_id
 from gateway.loop.engine import LoopEvent, LoopRequest
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering
@@ -235,6 +236,15 @@ class Held:
 
 
 
+def begin_routed(request: Request, path: str, metered: bool) -> Work:
+    """The work of a request Starlette routed (the app's wrapper, ``FastChatPath``, chose its request id
+    and sends ``x-request-id`` itself). ``path`` is the route's template, never the caller's text."""
+    runtime: Runtime = request.app.state.runtime
+    scope = request.scope
+    rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
+    return runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid, metered=metered)
+
+
 #: a surface's handler of one request: it parses, calls the lifecycle's steps on ``work``, renders
 Handler = Callable[[Request, "Runtime", Work], Awaitable[Any]]
 
@@ -249,10 +259,7 @@ def endpoint(path: str, handler: Handler, metered: bool = False) -> Callable[[Re
 
     async def serve(request: Request) -> Any:
         runtime: Runtime = request.app.state.runtime
-        scope = request.scope
-        rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
-        work = runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid,
-                                       metered=metered)
+        work = begin_routed(request, path, metered)
         try:
             response = await handler(request, runtime, work)
         except Exception as exc:

@@ -6,13 +6,29 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import GatewayError, bad_request
 from gateway.http.incoming import Incoming
 
 # Arrays and objects nested deeper than this are refused. orjson parses up to 1024 levels but
 # serialises only up to 255, and every upstream request wraps the caller's values a few levels deeper:
 # 200 leaves that room, and no real request comes near it.
 MAX_DEPTH = 200
+
+
+class BodyError(Exception):
+    """A request body that cannot be used: ``status`` 400 or 413, with a message for the caller.
+
+    This layer knows no API's error shape; the application maps it (``gateway.api.errors``).
+    """
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+def _bad(message: str) -> BodyError:
+    return BodyError(400, message)
 
 
 async def read_json(request: Incoming, limit: int) -> Any:
@@ -27,7 +43,7 @@ async def read_json(request: Incoming, limit: int) -> Any:
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            raise bad_request("the client disconnected before sending the whole body")
+            raise _bad("the client disconnected before sending the whole body")
         chunk = message.get("body", b"")
         if chunk:
             size += len(chunk)
@@ -39,14 +55,14 @@ async def read_json(request: Incoming, limit: int) -> Any:
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     request.body_bytes = size
     if not raw:
-        raise bad_request("the request body is empty; send a JSON object")
+        raise _bad("the request body is empty; send a JSON object")
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise bad_request(f"the request body is not valid JSON: {exc}") from None
+        raise _bad(f"the request body is not valid JSON: {exc}") from None
     # Only a body with more brackets than the limit can be nested that deep: one C-speed count skips the walk.
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(value):
-        raise bad_request(f"the request body is nested deeper than {MAX_DEPTH} levels")
+        raise _bad(f"the request body is nested deeper than {MAX_DEPTH} levels")
     return value
 
 
@@ -64,6 +80,5 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(413, f"the request body is larger than the limit of {limit} bytes",
-                        "invalid_request_error", code="request_too_large")
+def _too_large(limit: int) -> BodyError:
+    return BodyError(413, f"the request body is larger than the limit of {limit} bytes", "request_too_large")

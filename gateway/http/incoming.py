@@ -31,6 +31,6 @@ class Incoming:
         self.content_length: bytes | None = headers.get(b"content-length")
         #: ``x-gateway-headless`` asks for a headless run (nothing pauses: such calls are denied)
         self.headless: bool = headers.get(b"x-gateway-headless", b"").strip().lower() in _TRUE
-        #: the caller's ``x-request-id`` (checked by ``exchange.request_id``) and W3C ``traceparent``, raw
+        #: the caller's ``x-request-id`` (checked by ``request_id.request_id``) and W3C ``traceparent``, raw
         self.request_id: bytes | None = headers.get(b"x-request-id")
         self.traceparent: bytes | None = headers.get(b"traceparent")

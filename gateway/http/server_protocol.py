@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
@@ -49,9 +51,7 @@ from uvicorn.config import Config as UvicornConfig
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from gateway.api.exchange import REQUEST_ID_HEADER, request_id, scope_request_id
-from gateway.config.model import ServerConfig
-from gateway.errors import GatewayError
+from gateway.http.request_id import REQUEST_ID_HEADER, request_id, scope_request_id
 
 # Connection phases. HEAD: reading a head (``_head_bytes`` > 0 once a byte of it arrived);
 # BODY: the head is complete and the body is not. Plain ints, tested for truth on the hot path.
@@ -60,11 +60,29 @@ _HEAD, _BODY = 0, 1
 #: bytes/s a request body must average once its first ``body_timeout_s`` are over
 MIN_BODY_RATE = 500
 
+#: the JSON body of an answer the server gives itself: ``(status, message, code) -> bytes``. The
+#: application supplies it, so these answers have the API's error shape without this layer knowing it.
+ErrorBody = Callable[[int, str, str], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one connection may take before the server answers for the application (module docstring)."""
+
+    #: request line + headers; past it 431
+    max_header_bytes: int = 64 * 1024
+    #: a whole request head must arrive within this
+    header_timeout_s: float = 10.0
+    #: the longest silence between two reads of a request body
+    body_timeout_s: float = 30.0
+
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, config: UvicornConfig, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None, *, limits: ServerConfig) -> None:
+                 _loop: asyncio.AbstractEventLoop | None = None, *, limits: ServerLimits,
+                 error_body: ErrorBody) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self._error_body = error_body
         self._max_head = limits.max_header_bytes
         self._header_timeout = limits.header_timeout_s
         self._body_timeout = limits.body_timeout_s
@@ -203,13 +221,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         else:
             answer = cycle.response_complete
         if answer:
-            kind = "timeout_error" if status == 408 else "invalid_request_error"
             # A stalled body's head was whole: its request's id (the caller's, when safe) is the one the
             # application logs. A head refused or never finished may not even have been read: a new id.
             rid = scope_request_id(cycle.scope["headers"]) if cycle is not None and self._phase == _BODY \
                 else request_id(None)
-            self.transport.write(_error_bytes(self.server_state.default_headers,
-                                              GatewayError(status, message, kind, code=code), rid))
+            self.transport.write(_error_bytes(self.server_state.default_headers, status,
+                                              self._error_body(status, message, code), rid))
         if cycle is not None:
             cycle.keep_alive = False
         self.transport.close()
@@ -218,9 +235,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._reject(400, msg, "invalid_http_request")
 
 
-def _error_bytes(default_headers: list[tuple[bytes, bytes]], error: GatewayError, rid: bytes) -> bytes:
-    body = error.body()
-    head = [STATUS_LINE[error.status]]
+def _error_bytes(default_headers: list[tuple[bytes, bytes]], status: int, body: bytes, rid: bytes) -> bytes:
+    head = [STATUS_LINE[status]]
     for name, value in default_headers:
         head.extend([name, b": ", value, b"\r\n"])
     head.extend([REQUEST_ID_HEADER, b": ", rid, b"\r\n"])  # every answer carries a request id
@@ -274,6 +290,6 @@ def write_whole_response(cycle: RequestResponseCycle, status: int, head: bytes, 
     cycle.on_response()
 
 
-def protocol_factory(limits: ServerConfig) -> functools.partial[BoundedHttpToolsProtocol]:
-    """What to pass as uvicorn's ``http=`` setting."""
-    return functools.partial(BoundedHttpToolsProtocol, limits=limits)
+def protocol_factory(limits: ServerLimits, error_body: ErrorBody) -> functools.partial[BoundedHttpToolsProtocol]:
+    """What to pass as uvicorn's ``http=`` setting (``error_body`` must be a module-level function: it pickles)."""
+    return functools.partial(BoundedHttpToolsProtocol, limits=limits, error_body=error_body)

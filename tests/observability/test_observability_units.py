@@ -17,10 +17,11 @@ import pytest
 
 from gateway import logs, metrics, redact
 from gateway.api import exchange
-from gateway.api.exchange import Exchange, request_id
+from gateway.api.exchange import Exchange
 from gateway.config.checks import ConfigError
 from gateway.config.model import ApiKey
 from gateway.config.validate import build_config
+from gateway.http.request_id import request_id
 from gateway.loop.engine import LoopState
 from gateway.metrics_shared import SharedMetrics
 from gateway.redact import Redactor

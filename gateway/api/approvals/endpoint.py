@@ -17,12 +17,10 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.config.model import ApiKey
 from gateway.errors import bad_request
-from gateway.governance.keys import authenticate
-from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import with_status
 from gateway.store.audit_pages import audit_page, entry_key
@@ -97,31 +95,27 @@ def _list(data: list[dict[str, Any]], more: bool, last: tuple[float, str] | None
     return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": more, "next_cursor": cursor}))
 
 
-async def list_continuations(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-        query = request.query_params
-        limit = parse_limit(query.get("limit"))
-        before = decode_cursor(query.get("cursor"))
-        status = query.get("status") or "all"
-        wanted = STATUS_FILTERS.get(status)
-        if wanted is None:
-            raise bad_request("'status' must be one of: paused, claimed, all", "status")
-        data: list[dict[str, Any]] = []
-        last = before
-        more = True
-        for _ in range(MAX_FILTER_PAGES):
-            entries, more = await runtime.store.list_continuations(key.tenant, limit - len(data), last)
-            for entry in entries:
-                last = (float(entry["_score"]), str(entry["id"]))
-                if entry["status"] in wanted:
-                    data.append(with_status(entry, entry["status"]))
-            if not more or len(data) >= limit:
-                break
-        return _list(data, more, last)
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+async def list_continuations(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    key = work.authenticate()
+    query = request.query_params
+    limit = parse_limit(query.get("limit"))
+    before = decode_cursor(query.get("cursor"))
+    status = query.get("status") or "all"
+    wanted = STATUS_FILTERS.get(status)
+    if wanted is None:
+        raise bad_request("'status' must be one of: paused, claimed, all", "status")
+    data: list[dict[str, Any]] = []
+    last = before
+    more = True
+    for _ in range(MAX_FILTER_PAGES):
+        entries, more = await runtime.store.list_continuations(key.tenant, limit - len(data), last)
+        for entry in entries:
+            last = (float(entry["_score"]), str(entry["id"]))
+            if entry["status"] in wanted:
+                data.append(with_status(entry, entry["status"]))
+        if not more or len(data) >= limit:
+            break
+    return _list(data, more, last)
 
 
 def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
@@ -138,23 +132,19 @@ def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def list_audit(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    try:
-        key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-        query = request.query_params
-        limit = parse_limit(query.get("limit"))
-        before = decode_cursor(query.get("cursor"))
-        since, until = parse_time(query.get("from"), "from"), parse_time(query.get("to"), "to")
-        entries, more = await audit_page(runtime.store, key.tenant, since, until, before, limit)
-        last = entry_key(entries[-1]) if entries else None
-        return _list([audit_view(e) for e in entries], more, last)
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+async def list_audit(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    key = work.authenticate()
+    query = request.query_params
+    limit = parse_limit(query.get("limit"))
+    before = decode_cursor(query.get("cursor"))
+    since, until = parse_time(query.get("from"), "from"), parse_time(query.get("to"), "to")
+    entries, more = await audit_page(runtime.store, key.tenant, since, until, before, limit)
+    last = entry_key(entries[-1]) if entries else None
+    return _list([audit_view(e) for e in entries], more, last)
 
 
 def approval_routes() -> list[Route]:
     return [
-        Route("/v1/continuations", list_continuations, methods=["GET"]),
-        Route("/v1/audit", list_audit, methods=["GET"]),
+        Route("/v1/continuations", endpoint("/v1/continuations", list_continuations), methods=["GET"]),
+        Route("/v1/audit", endpoint("/v1/audit", list_audit), methods=["GET"]),
     ]

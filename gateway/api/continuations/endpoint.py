@@ -11,19 +11,18 @@ from starlette.routing import Route
 
 from gateway import metrics
 from gateway.api.chat.respond import respond
-from gateway.api.exchange import scope_request_id
-from gateway.api.lifecycle import Work
+from gateway.api.lifecycle import Work, begin_routed, endpoint
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
 from gateway.http.body import read_json
-from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.approvals import continuation_view
-from gateway.store.base import Continuation, ContinuationNotFound
+from gateway.store.base import ContinuationNotFound
 
 PATH = "/v1/continuations"
+ONE = PATH + "/{id}"
 
 
 # Ids the gateway issues are far shorter; a longer one cannot exist, and is not echoed back whole.
@@ -37,42 +36,19 @@ def _continuation_id(request: Request) -> str:
     return continuation_id
 
 
-def _view(continuation: Continuation) -> dict[str, object]:
-    return continuation_view(continuation)
+async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    key = work.authenticate()
+    continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
+    return JSONResponse(orjson.dumps(continuation_view(continuation)))
 
 
-def _begin(request: Request, runtime: Runtime, metered: bool) -> Work:
-    """The app's wrapper (``app.FastChatPath``) chose the request id and sends ``x-request-id`` itself."""
-    scope = request.scope
-    rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
-    return runtime.lifecycle.begin(request.method, PATH, Incoming(scope, request.receive), rid=rid, metered=metered)
-
-
-async def get_continuation(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    work = _begin(request, runtime, metered=False)
-    try:
-        key = work.authenticate()
-        continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
-        work.done(200)
-        return JSONResponse(orjson.dumps(_view(continuation)))
-    except Exception as exc:
-        return work.render_error(await work.failed(exc))
-
-
-async def delete_continuation(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    work = _begin(request, runtime, metered=False)
-    try:
-        key = work.authenticate()
-        await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
-        metrics.CONTINUATIONS.inc("cancelled")
-        work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
-        work.done(200)
-        return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
-                                          "deleted": True}))
-    except Exception as exc:
-        return work.render_error(await work.failed(exc))
+async def delete_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    key = work.authenticate()
+    await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
+    metrics.CONTINUATIONS.inc("cancelled")
+    work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
+    return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
+                                      "deleted": True}))
 
 
 def _stream_options(body: Any) -> tuple[bool, bool]:
@@ -93,7 +69,7 @@ def _stream_options(body: Any) -> tuple[bool, bool]:
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     """Way B: the caller decides (any key of the tenant, approvers included); the asker is charged."""
     runtime: Runtime = request.app.state.runtime
-    work = _begin(request, runtime, metered=True)
+    work = begin_routed(request, PATH, metered=True)
     try:
         decider = work.authenticate()
         incoming = work.incoming
@@ -127,7 +103,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
 
 def continuation_routes() -> list[Route]:
     return [
-        Route("/v1/continuations/{id}", get_continuation, methods=["GET"]),
-        Route("/v1/continuations/{id}", resume_continuation, methods=["POST"]),
-        Route("/v1/continuations/{id}", delete_continuation, methods=["DELETE"]),
+        Route(ONE, endpoint(PATH, get_continuation), methods=["GET"]),
+        Route(ONE, resume_continuation, methods=["POST"]),
+        Route(ONE, endpoint(PATH, delete_continuation), methods=["DELETE"]),
     ]
