@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 
 from gateway.config.checks import ConfigError, get, header_map, mapping, one_line, positive
 from gateway.config.prices_section import Price, parse_prices
+from gateway.upstream.timeouts import DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PoolLimits, Timeouts
 
 PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
@@ -26,18 +27,12 @@ class ProviderConfig:
     type: ProviderType
     base_url: str
     api_key: str = ""
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    # Transport bounds (README "Providers"): sending a request body that makes no progress,
-    # waiting for a free pooled connection, reusing an idle keep-alive connection (below common
-    # server idle timeouts: uvicorn 5 s, nginx 75 s), and one response's size (raw, decompressed,
-    # or a whole stream).
-    write_timeout_s: float = 30.0
-    pool_timeout_s: float = 30.0
-    idle_timeout_s: float = 4.0
-    max_response_bytes: int = 32 * 1024 * 1024
+    # Transport bounds (README "Providers"): ``timeout_s``, ``connect_timeout_s``, ``write_timeout_s``
+    # and ``pool_timeout_s`` are ``timeouts``; ``max_connections``, ``idle_timeout_s`` and
+    # ``max_response_bytes`` are ``limits`` (gateway/upstream/timeouts.py).
+    timeouts: Timeouts = DEFAULT_TIMEOUTS
+    limits: PoolLimits = DEFAULT_LIMITS
     headers: dict[str, str] = field(default_factory=dict)
-    max_connections: int = 1000
     # Anthropic requires max_tokens; used when the client sent none.
     default_max_tokens: int = 4096
     # Azure OpenAI: deployment-style URL and the api-key header.
@@ -91,23 +86,25 @@ def provider_section(name: str, raw: Any) -> ProviderConfig:
             raise ConfigError(f"{path}.base_url", f"must be an http(s) URL, got '{base_url}'")
     if kind == "litellm" and importlib.util.find_spec("litellm") is None:
         raise ConfigError(f"{path}.type", "litellm providers need: pip install 'loopgate[litellm]'")
+    # Checked in the order the keys were always checked, so the first mistake reported stays the same.
+    api_key = one_line(get(section, "api_key", path, str, ""), f"{path}.api_key")
+    read = positive(get(section, "timeout_s", path, float, 600.0), f"{path}.timeout_s")
+    connect = positive(get(section, "connect_timeout_s", path, float, 10.0), f"{path}.connect_timeout_s")
+    write = positive(get(section, "write_timeout_s", path, float, 30.0), f"{path}.write_timeout_s")
+    pool = positive(get(section, "pool_timeout_s", path, float, 30.0), f"{path}.pool_timeout_s")
+    keepalive = positive(get(section, "idle_timeout_s", path, float, 4.0), f"{path}.idle_timeout_s", allow_zero=True)
+    most_bytes = int(positive(get(section, "max_response_bytes", path, int, 32 * 1024 * 1024),
+                              f"{path}.max_response_bytes"))
+    headers = header_map(section.get("headers"), f"{path}.headers")
+    connections = int(positive(get(section, "max_connections", path, int, 1000), f"{path}.max_connections"))
     return ProviderConfig(
         name=name,
         type=kind,
         base_url=base_url,
-        api_key=one_line(get(section, "api_key", path, str, ""), f"{path}.api_key"),
-        timeout_s=positive(get(section, "timeout_s", path, float, 600.0), f"{path}.timeout_s"),
-        connect_timeout_s=positive(get(section, "connect_timeout_s", path, float, 10.0),
-                                    f"{path}.connect_timeout_s"),
-        write_timeout_s=positive(get(section, "write_timeout_s", path, float, 30.0), f"{path}.write_timeout_s"),
-        pool_timeout_s=positive(get(section, "pool_timeout_s", path, float, 30.0), f"{path}.pool_timeout_s"),
-        idle_timeout_s=positive(get(section, "idle_timeout_s", path, float, 4.0), f"{path}.idle_timeout_s",
-                                 allow_zero=True),
-        max_response_bytes=int(positive(get(section, "max_response_bytes", path, int, 32 * 1024 * 1024),
-                                         f"{path}.max_response_bytes")),
-        headers=header_map(section.get("headers"), f"{path}.headers"),
-        max_connections=int(positive(get(section, "max_connections", path, int, 1000),
-                                      f"{path}.max_connections")),
+        api_key=api_key,
+        timeouts=Timeouts(connect=connect, read=read, write=write, pool=pool),
+        limits=PoolLimits(max_connections=connections, keepalive_expiry=keepalive, max_response_bytes=most_bytes),
+        headers=headers,
         default_max_tokens=int(positive(get(section, "default_max_tokens", path, int, 4096),
                                          f"{path}.default_max_tokens")),
         api_version=get(section, "api_version", path, str, None),

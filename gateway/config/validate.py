@@ -104,7 +104,7 @@ def deadline_warnings(config: Config) -> list[str]:
     warnings = []
     for name, route in config.models.items():
         for index, target in enumerate(route.targets):
-            worst = (route.retries + 1) * config.providers[target.provider].timeout_s
+            worst = (route.retries + 1) * config.providers[target.provider].timeouts.read
             if worst >= limit:
                 consequence = ("the targets after it may never be tried" if index < len(route.targets) - 1
                                else "its retries cannot all happen")

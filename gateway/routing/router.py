@@ -259,7 +259,7 @@ class _Walk:
         after = now + delay
         following = self._next
         if following is not None:
-            after += (now - started) + following.provider.connect_timeout_s
+            after += (now - started) + following.provider.timeouts.connect
         return after < self._cutoff
 
     def _out_of_time(self, target: ResolvedTarget) -> AllTargetsFailed:
