@@ -53,7 +53,7 @@ from gateway.canonical import (
     stable_tool_call_id,
     text_of,
 )
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.mock_arguments import sample_arguments
 
