@@ -19,7 +19,7 @@ class ServerConfig:
     port: int = 8080
     max_body_bytes: int = 4 * 1024 * 1024
     workers: int = 1
-    #: request line + headers; past it 431 (gateway/api/server_protocol.py)
+    #: request line + headers; past it 431 (gateway/http/server_protocol.py)
     max_header_bytes: int = 64 * 1024
     #: a whole request head must arrive within this
     header_timeout_s: float = 10.0
