@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.upstream.http1 import Http1Client
+from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 UPSTREAM = os.environ.get("BARE_UPSTREAM", "http://127.0.0.1:9100")
 MODEL = os.environ.get("BARE_MODEL", "fake-model")
@@ -38,7 +39,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     global _session, _http1
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     _session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600))
-    _http1 = Http1Client(limit=100_000, connect_timeout_s=10, read_timeout_s=600, extra_head="", tls=None)
+    _http1 = Http1Client(timeouts=Timeouts(connect=10, read=600), limits=PoolLimits(max_connections=100_000),
+                         extra_head="", tls=None)
     try:
         yield
     finally:

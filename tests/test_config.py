@@ -60,7 +60,7 @@ def test_the_contract_example_parses_into_typed_objects() -> None:
                                                                          ("cron", "jobs", True)]
     assert config.store.url == "memory://" and config.store.kind == "memory"
     assert config.providers["claude"].base_url == "https://api.anthropic.com"
-    assert config.providers["gemini"].timeout_s == 30.0
+    assert config.providers["gemini"].timeouts.read == 30.0
     assert config.providers["openai"].api_key == ""
     route = config.models["smart"]
     assert [t.label for t in route.targets] == ["openai:gpt-4.1", "claude:claude-sonnet-4-5"]

@@ -6,10 +6,12 @@ Apart from validate.py so the approval policy (issue 16) stays one small, self-c
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from gateway.config.checks import ConfigError, get
-from gateway.config.model import ApprovalMode
+
+#: ``auto`` follows MCP tool annotations (gateway/tools/mcp/protocol.py); a tool without any is ``required``
+ApprovalMode = Literal["never", "required", "auto"]
 
 APPROVAL_MODES: tuple[str, ...] = ("required", "never", "auto")
 #: a week: an approval deadline beyond it is almost certainly a unit mistake (ms for s)

@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.checks import BACKGROUND_KEYS, ConfigError, get, mapping
-from gateway.config.model import BackgroundConfig
+from gateway.config.checks import ConfigError, get, mapping
+
+BACKGROUND_KEYS = {"max_concurrent", "max_runs_per_key", "max_runs_per_tenant", "max_events", "max_event_bytes",
+                   "lease_s", "heartbeat_s", "poll_s"}
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundConfig:
+    """Background responses (``background: true``): bounds per process and per run, and the runner's lease."""
+
+    #: background responses one gateway process runs at once; past it a new one gets 429
+    max_concurrent: int = 64
+    #: stream events stored per run (only for runs created with ``stream: true``); past it the run fails
+    max_events: int = 50_000
+    #: their total size in bytes
+    max_event_bytes: int = 16 * 1024 * 1024
+    #: a run whose replica stopped renewing its lease for this long is marked failed by the next reader
+    lease_s: float = 30.0
+    #: how often the runner renews its lease and checks for a cancel issued on another replica
+    heartbeat_s: float = 1.0
+    #: how often a stream follower on another replica looks for new events
+    poll_s: float = 0.1
+    #: background responses one key runs at once across every replica sharing the store (0: no cap
+    #: but the process's); past it a new one gets 429, so one key cannot take every slot
+    max_runs_per_key: int = 16
+    #: the same for all the keys of one tenant together (0: no tenant cap)
+    max_runs_per_tenant: int = 0
 
 
 def background_section(raw: Any) -> BackgroundConfig:

@@ -1,6 +1,7 @@
-"""The checks every config section shares: typed lookups, unknown-key errors with hints, key tables.
+"""The checks every config section shares: ``ConfigError``, typed lookups, unknown-key errors with hints.
 
-One table per section lists its keys, so a key that is valid in another section can name where it
+Each section's module (``*_section.py``) holds its dataclasses, its keys and its parser; the table
+of every section's keys (``validate.SECTIONS``) lets an unknown key name the section where it
 belongs (``models.smart.max_tool_result_tokens`` -> ``models.smart.context.max_tool_result_tokens``).
 """
 
@@ -18,53 +19,6 @@ class ConfigError(Exception):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
-
-
-# The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
-# table, so a key that is unknown where it was written but valid elsewhere can name where it belongs.
-TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
-            "usage", "background", "logging", "observability", "notifications"}
-USAGE_KEYS = {"record", "retention_days", "flush_s"}
-SERVER_KEYS = {"host", "port", "max_body_bytes", "workers", "max_header_bytes", "header_timeout_s", "body_timeout_s",
-                "keepalive_timeout_s", "public_url", "gc_young_threshold"}
-AUTH_KEYS = {"keys", "admin_keys"}
-API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
-                "expires_at", "tools"}
-ADMIN_KEY_KEYS = {"key", "name"}
-TENANT_KEYS = {"rpm", "tpm", "max_concurrent", "budget"}
-BUDGET_KEYS = {"limit", "unit", "period"}
-STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
-               "wait_timeout_ms"}
-STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
-SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
-PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
-                  "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
-                  "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
-                  "tokens_per_s", "prices"}
-TOOL_KEYS = {"description", "parameters", "http", "python", "approval", "timeout_s", "approval_timeout_s"}
-HTTP_TOOL_KEYS = {"url", "timeout_s", "headers"}
-MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s"}
-ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
-TARGET_KEYS = {"provider", "model", "price"}
-PRICE_KEYS = {"input_per_mtok", "output_per_mtok", "cached_input_per_mtok"}
-CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
-ROUTING_KEYS = {"backoff_base_s", "backoff_max_s", "retry_after_cap_s", "breaker_failures", "breaker_cooldown_s",
-                 "request_timeout_s"}
-BACKGROUND_KEYS = {"max_concurrent", "max_runs_per_key", "max_runs_per_tenant", "max_events", "max_event_bytes",
-                   "lease_s", "heartbeat_s", "poll_s"}
-NOTIFICATIONS_KEYS = {"webhooks", "retry_for_s", "backoff_base_s", "backoff_max_s", "max_queue"}
-WEBHOOK_KEYS = {"url", "secret", "events", "format", "timeout_s"}
-SECTIONS: tuple[tuple[str, set[str]], ...] = (
-    ("", TOP_KEYS), ("server", SERVER_KEYS), ("auth", AUTH_KEYS), ("auth.keys[N]", API_KEY_KEYS),
-    ("store", STORE_KEYS), ("store.tls", STORE_TLS_KEYS), ("store.sentinel", SENTINEL_KEYS),
-    ("providers.NAME", PROVIDER_KEYS), ("tools.NAME", TOOL_KEYS),
-    ("tools.NAME.http", HTTP_TOOL_KEYS), ("mcp_servers.NAME", MCP_KEYS), ("models.NAME", ROUTE_KEYS),
-    ("models.NAME.targets[N]", TARGET_KEYS), ("models.NAME.context", CONTEXT_KEYS), ("routing", ROUTING_KEYS),
-    ("models.NAME.targets[N].price", PRICE_KEYS), ("usage", USAGE_KEYS),
-    ("auth.admin_keys[N]", ADMIN_KEY_KEYS), ("tenants.NAME", TENANT_KEYS), ("auth.keys[N].budget", BUDGET_KEYS),
-    ("background", BACKGROUND_KEYS),
-    ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
-)
 
 
 def mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
@@ -85,6 +39,8 @@ def elsewhere(key: str, path: str, allowed: set[str]) -> str:
     The section sharing most of this one's path wins (a route key that belongs in its ``context``,
     a target key that belongs to its route); the shared part is filled in from ``path``.
     """
+    from gateway.config.validate import SECTIONS  # error path only; validate imports every section
+
     here = next((template for template, keys in SECTIONS if keys is allowed), None)
     if here is None:
         return ""

@@ -9,21 +9,112 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 from gateway.config.approval_section import key_tools
-from gateway.config.checks import (
-    ADMIN_KEY_KEYS,
-    API_KEY_KEYS,
-    AUTH_KEYS,
-    BUDGET_KEYS,
-    TENANT_KEYS,
-    ConfigError,
-    get,
-    mapping,
-    type_name,
-)
-from gateway.config.model import AdminKey, ApiKey, AuthConfig, Budget, BudgetPeriod, BudgetUnit, KeyRole, TenantConfig
+from gateway.config.checks import ConfigError, get, mapping, type_name
+
+AUTH_KEYS = {"keys", "admin_keys"}
+API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
+                "expires_at", "tools"}
+ADMIN_KEY_KEYS = {"key", "name"}
+TENANT_KEYS = {"rpm", "tpm", "max_concurrent", "budget"}
+BUDGET_KEYS = {"limit", "unit", "period"}
+
+KeyRole = Literal["caller", "approver"]
+BudgetUnit = Literal["tokens", "usd"]
+BudgetPeriod = Literal["day", "month", "total"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A spending cap; parsed and stored here, enforced by the budget module (usage-budgets)."""
+
+    limit: float
+    unit: BudgetUnit = "tokens"
+    period: BudgetPeriod = "month"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The rate limits of a key or a tenant; ``None`` = unlimited. A scope whose three are ``None`` costs nothing."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.rpm is not None or self.tpm is not None or self.max_concurrent is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A caller key: from ``auth.keys`` (``key`` holds the secret) or managed (``key`` empty, ``managed`` true).
+
+    ``id`` is stable and public: ``cfg_`` + 16 hex of the secret's SHA-256 for config keys, ``key_...``
+    for managed ones. ``models`` is the allow-list of routes (``None``: every route); an entry
+    ``PROVIDER/*`` allows direct ``PROVIDER/MODEL`` calls to that provider.
+    """
+
+    key: str
+    tenant: str
+    headless: bool = False
+    id: str = ""
+    name: str = ""
+    role: KeyRole = "caller"
+    models: tuple[str, ...] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    budget: Budget | None = None
+    #: Unix seconds (UTC); past it the key is rejected like an unknown one
+    expires_at: float | None = None
+    managed: bool = False
+    created_at: float | None = None
+    revoked: bool = False
+    #: server tools this key may use (None: every tool of the route); others are never offered to the model
+    tools: frozenset[str] | None = None
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.rpm, self.tpm, self.max_concurrent)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminKey:
+    """A key of the ``/admin/`` API (``auth.admin_keys``); it cannot call models."""
+
+    key: str = field(repr=False)
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """``tenants.NAME``: limits shared by every key of the tenant, and its budget."""
+
+    name: str
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    budget: Budget | None = None
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.rpm, self.tpm, self.max_concurrent)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    keys: tuple[ApiKey, ...] = ()
+    admin_keys: tuple[AdminKey, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        # Admin keys switch auth on too: they can create caller keys, which must then be required.
+        return bool(self.keys or self.admin_keys)
+
 
 #: ``rpm``, ``tpm`` and ``max_concurrent`` above this are typos, not limits
 MAX_LIMIT = 1_000_000_000

@@ -1,41 +1,48 @@
-"""The ``notifications`` section (webhooks) and ``server.public_url``, the address their links point at."""
+"""The ``notifications`` section: the webhooks approval events are delivered to (gateway/notify)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 from urllib.parse import urlparse
 
-from gateway.config.checks import (
-    NOTIFICATIONS_KEYS,
-    WEBHOOK_KEYS,
-    ConfigError,
-    closest,
-    get,
-    mapping,
-    one_line,
-    positive,
-)
-from gateway.config.model import WEBHOOK_EVENTS, NotificationsConfig, WebhookConfig
+from gateway.config.checks import ConfigError, closest, get, mapping, one_line, positive
+
+NOTIFICATIONS_KEYS = {"webhooks", "retry_for_s", "backoff_base_s", "backoff_max_s", "max_queue"}
+WEBHOOK_KEYS = {"url", "secret", "events", "format", "timeout_s"}
+
+WEBHOOK_EVENTS: tuple[str, ...] = ("paused", "resumed", "decided", "expired", "headless_denied")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """One receiver of notifications (gateway/notify): where, how signed, which events, which body format."""
+
+    url: str
+    secret: str = field(repr=False)
+    events: tuple[str, ...] = WEBHOOK_EVENTS
+    format: Literal["json", "slack"] = "json"
+    #: one delivery attempt (connect + send + response head) must finish within this
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationsConfig:
+    webhooks: tuple[WebhookConfig, ...] = ()
+    #: an event not delivered this long after it happened is dropped (and counted)
+    retry_for_s: float = 600.0
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    #: deliveries waiting in the store at most; past it new events are dropped (and counted)
+    max_queue: int = 100_000
+
 
 #: More receivers than this is a misconfiguration (every event is queued once per receiver).
 MAX_WEBHOOKS = 20
 _MAX_TIMEOUT_S = 120.0
 _MAX_RETRY_FOR_S = 7 * 86400.0
 _MAX_QUEUE = 10_000_000
-
-
-def public_url(value: Any) -> str | None:
-    """``server.public_url``: an http(s) URL without query or fragment; a trailing slash is dropped."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ConfigError("server.public_url", "expected a string")
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment:
-        raise ConfigError("server.public_url", f"must be an http(s) URL such as https://gateway.example.com, "
-                                               f"got '{value}'")
-    return value.rstrip("/")
 
 
 def notifications_section(raw: Any, public: str | None) -> NotificationsConfig:

@@ -3,20 +3,58 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from gateway.config.checks import (
-    SENTINEL_KEYS,
-    STORE_KEYS,
-    STORE_TLS_KEYS,
-    ConfigError,
-    get,
-    mapping,
-    positive,
-    type_name,
-)
-from gateway.config.model import REDIS_SCHEMES, StoreConfig, StoreSentinel, StoreTls
+from gateway.config.checks import ConfigError, get, mapping, positive, type_name
+
+STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
+               "wait_timeout_ms"}
+STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
+SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
+
+REDIS_SCHEMES: tuple[str, ...] = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTls:
+    """Files for ``rediss://``: the CA that signed the server certificate, and a client certificate + key."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSentinel:
+    """Sentinels that name the current master of ``master`` (the url's host is then ignored)."""
+
+    master: str
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    #: TLS to the sentinels themselves, with the files of ``store.tls``
+    tls: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    # repr=False: a URL may carry a password, and config objects end up in logs and tracebacks.
+    url: str = field(default="memory://", repr=False)
+    continuation_ttl_s: int = 86400
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: StoreTls | None = None
+    cluster: bool = False
+    sentinel: StoreSentinel | None = None
+    #: a pause, a claim and a ledger entry are acknowledged only after WAIT confirms this many replicas
+    wait_replicas: int = 0
+    wait_timeout_ms: int = 500
+
+    @property
+    def kind(self) -> str:
+        return "redis" if self.sentinel is not None or self.url.startswith(REDIS_SCHEMES) else "memory"
 
 
 def store_section(raw: Any) -> StoreConfig:

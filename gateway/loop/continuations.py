@@ -24,7 +24,7 @@ import orjson
 
 from gateway import metrics
 from gateway.canonical import Message, ToolCall, text_of
-from gateway.config.model import NotificationsConfig
+from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import (
     arguments_digest,

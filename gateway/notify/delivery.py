@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.config.model import WebhookConfig
+from gateway.config.notifications_section import WebhookConfig
 from gateway.notify.signing import EVENT_ID_HEADER, EVENT_TYPE_HEADER, HEADER, sign
 from gateway.notify.slack import slack_payload
 from gateway.upstream.errors import ProviderError
@@ -40,10 +40,12 @@ class Receiver:
     key: str
     proxy: ClientProxy = field(default_factory=ClientProxy)
     unusable: str | None = None  # why its egress proxy cannot be used (logged at start-up)
+    #: ``config.timeout_s`` as aiohttp takes it, built once rather than per attempt
+    timeout: aiohttp.ClientTimeout = field(default_factory=aiohttp.ClientTimeout)
 
     @classmethod
     def build(cls, config: WebhookConfig, proxies: Mapping[str, str]) -> Receiver:
-        receiver = cls(config, hook_key(config))
+        receiver = cls(config, hook_key(config), timeout=aiohttp.ClientTimeout(total=config.timeout_s))
         try:
             receiver.proxy = client_proxy(config.url, proxies)
         except ProviderError as exc:
@@ -67,7 +69,7 @@ class Receiver:
                    EVENT_TYPE_HEADER: str(event["type"]), **self.proxy.headers}
         try:
             async with session.post(self.config.url, data=body, headers=headers, allow_redirects=False,
-                                    timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
+                                    timeout=self.timeout,
                                     **self.proxy.options) as resp:
                 if 200 <= resp.status < 300:
                     return None

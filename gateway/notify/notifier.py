@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 
 from gateway import metrics
-from gateway.config.model import WEBHOOK_EVENTS, NotificationsConfig
+from gateway.config.notifications_section import WEBHOOK_EVENTS, NotificationsConfig
 from gateway.notify import events
 from gateway.notify.delivery import Receiver
 from gateway.store.base import Continuation, ContinuationNotFound, Store

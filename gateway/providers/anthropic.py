@@ -46,7 +46,7 @@ from typing import Any
 import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, history_arguments, text_of
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.anthropic_stream import (
     THINKING_TYPES,

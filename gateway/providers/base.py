@@ -19,7 +19,7 @@ import orjson
 
 from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
 from gateway.upstream.pool import UpstreamRequest
 from gateway.upstream.sse import SSEEvent

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, history_arguments, text_of
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
     MALFORMED,

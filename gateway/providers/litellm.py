@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, class_for_status, looks_like_context_overflow
 from gateway.providers.openai import OpenAIAdapter
 

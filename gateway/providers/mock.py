@@ -53,7 +53,7 @@ from gateway.canonical import (
     stable_tool_call_id,
     text_of,
 )
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.mock_arguments import sample_arguments
 
@@ -197,13 +197,13 @@ class MockAdapter:
     async def complete(self, request: ModelRequest, provider: ProviderConfig, model: str,
                        timeout: float) -> ModelResponse:
         response, _ = respond(request, model)
-        await _wait(provider.latency_ms / 1000, min(timeout, provider.timeout_s), "latency_ms")
+        await _wait(provider.latency_ms / 1000, min(timeout, provider.timeouts.read), "latency_ms")
         return response
 
     async def stream(self, request: ModelRequest, provider: ProviderConfig, model: str, timeout: float,
                      label: str = "") -> AsyncGenerator[list[StreamDelta] | ModelResponse, None]:
         response, parts = respond(request, model)
-        read_timeout = provider.timeout_s
+        read_timeout = provider.timeouts.read
         await _wait(provider.latency_ms / 1000, min(timeout, read_timeout), "latency_ms")
         if parts:
             rate = provider.tokens_per_s

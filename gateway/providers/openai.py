@@ -31,7 +31,7 @@ from gateway.canonical import (
     text_of,
     token_count,
 )
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
     DICT_OR_NONE,

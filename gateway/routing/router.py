@@ -47,7 +47,9 @@ from typing import Any, cast
 
 from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
-from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.config.models_section import TargetConfig
+from gateway.config.providers_section import ProviderConfig
+from gateway.config.routing_section import RoutingConfig
 from gateway.context.windows import known_window
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError
 from gateway.providers.registry import adapter_for
@@ -259,7 +261,7 @@ class _Walk:
         after = now + delay
         following = self._next
         if following is not None:
-            after += (now - started) + following.provider.connect_timeout_s
+            after += (now - started) + following.provider.timeouts.connect
         return after < self._cutoff
 
     def _out_of_time(self, target: ResolvedTarget) -> AllTargetsFailed:

@@ -1,6 +1,6 @@
 """Server-side tools: sources (HTTP, Python, MCP servers), the registry, and the executor."""
 
-from gateway.tools.base import Approval, ToolFailure, ToolOutcome, ToolSource, ToolSpec
+from gateway.tools.base import Approval, ToolFailure, ToolOutcome, ToolSource, ToolSpec, ToolTimeouts
 from gateway.tools.executor import run_tool
 from gateway.tools.http_source import HttpToolSource
 from gateway.tools.python_source import PythonToolSource
@@ -16,5 +16,6 @@ __all__ = [
     "ToolRegistry",
     "ToolSource",
     "ToolSpec",
+    "ToolTimeouts",
     "run_tool",
 ]

@@ -15,6 +15,23 @@ from typing import Any, Literal, Protocol, runtime_checkable
 Approval = Literal["never", "required"]
 
 
+@dataclass(frozen=True, slots=True)
+class ToolTimeouts:
+    """A tool source's two clocks, built once from its config (``timeout_s``, ``approval_timeout_s``).
+
+    ``call`` bounds one call (for an MCP server also one listing or handshake); ``approval`` is how
+    long a pending approval of its tools may wait before it counts as denied (None: only the
+    continuation's TTL). Each listed ``ToolSpec`` carries both as ``timeout_s``/``approval_timeout_s``.
+    """
+
+    call: float = 30.0
+    approval: float | None = None
+
+
+#: a source's values when its config sets none of the keys
+DEFAULT_TOOL_TIMEOUTS = ToolTimeouts()
+
+
 def resolve_approval(mode: str, annotations: Any = None) -> Approval:
     """A configured mode (required | never | auto) as the policy of one tool.
 

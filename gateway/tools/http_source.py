@@ -19,7 +19,7 @@ import orjson
 from multidict import CIMultiDict
 
 from gateway import tracing
-from gateway.config.model import ToolConfig
+from gateway.config.tools_section import ToolConfig
 from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
 from gateway.tools.bounded import read_bounded
 from gateway.upstream.errors import ProviderError

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config.model import ToolConfig
+from gateway.config.tools_section import ToolConfig
 from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
 
 log = logging.getLogger("loopgate.tools")

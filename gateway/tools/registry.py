@@ -21,7 +21,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from gateway.config.model import ToolConfig
+from gateway.config.tools_section import ToolConfig
 from gateway.tools.base import ToolSource, ToolSpec
 from gateway.tools.http_source import HttpToolSource
 from gateway.tools.python_source import PythonToolSource

@@ -17,6 +17,7 @@ import httptools
 from gateway.upstream.decoding import BodyDecoder, decoder_for
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.headers import ResponseHeaders
+from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 __all__ = ["MAX_HEAD_BYTES", "Connection", "ResponseHeaders"]
 
@@ -41,13 +42,14 @@ class Connection(asyncio.Protocol):
         "raw_headers", "status"
     )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, origin_key: tuple[str, int, bool], read_timeout_s: float,
-                 write_timeout_s: float = 30.0, max_response_bytes: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, origin_key: tuple[str, int, bool], timeouts: Timeouts,
+                 limits: PoolLimits) -> None:
         self.loop = loop
         self.origin_key = origin_key
-        self._read_timeout_s = read_timeout_s
-        self._write_timeout_s = write_timeout_s
-        self._max_bytes = max_response_bytes
+        # Unpacked once per connection: they are read on every wait and every piece of body.
+        self._read_timeout_s = timeouts.read
+        self._write_timeout_s = timeouts.write
+        self._max_bytes = limits.max_response_bytes
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[None] | None = None

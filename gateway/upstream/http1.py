@@ -36,6 +36,7 @@ from gateway.upstream.connection import Connection
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.proxy import Proxy, open_tunnel, proxy_for
+from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 DNS_TTL_S = 300.0
 _URL_CACHE_SIZE = 1024
@@ -88,21 +89,18 @@ def through_proxy(origin: Origin, proxy: Proxy) -> Origin:
 
 
 class Http1Client:
-    """The connections of one provider: keep-alive per origin, at most ``limit`` in use at once."""
+    """The connections of one provider: keep-alive per origin, at most ``limits.max_connections`` in use at once."""
 
-    def __init__(self, *, limit: int, connect_timeout_s: float, read_timeout_s: float,
-                 extra_head: str, tls: ssl.SSLContext | None, proxies: Mapping[str, str] | None = None,
-                 write_timeout_s: float = 30.0, pool_timeout_s: float = 30.0, idle_timeout_s: float = 4.0,
-                 max_response_bytes: int = 32 * 1024 * 1024) -> None:
-        self._limit = limit
-        self._connect_timeout_s = connect_timeout_s
-        self._read_timeout_s = read_timeout_s
-        self._write_timeout_s = write_timeout_s
-        self._pool_timeout_s = pool_timeout_s
+    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits, extra_head: str, tls: ssl.SSLContext | None,
+                 proxies: Mapping[str, str] | None = None) -> None:
+        self.timeouts = timeouts
+        self.limits = limits
+        # Read on every request: kept as plain attributes (one look-up each, as before the two objects).
+        self._limit = limits.max_connections
+        self._pool_timeout_s = timeouts.pool
         # Idle keep-alive connections older than this are closed, never reused: below the
         # server's own idle timeout, so a request is not written into a socket it is closing.
-        self._idle_timeout_s = idle_timeout_s
-        self._max_response_bytes = max_response_bytes
+        self._idle_timeout_s = limits.keepalive_expiry
         self._extra_head = extra_head  # constant header lines, e.g. User-Agent, Accept-Encoding
         self._tls = tls
         self._proxies = dict(proxies or {})  # as http1_proxy.environment_proxies() gives them
@@ -214,7 +212,7 @@ class Http1Client:
 
     async def _connect(self, origin: Origin, deadline: float) -> Connection:
         loop = asyncio.get_running_loop()
-        conn = Connection(loop, origin.key, self._read_timeout_s, self._write_timeout_s, self._max_response_bytes)
+        conn = Connection(loop, origin.key, self.timeouts, self.limits)
         tls = None
         if origin.tls:
             if self._tls is None:  # a client built without one: the system trust store, loaded once
@@ -223,7 +221,7 @@ class Http1Client:
         proxy = origin.proxy
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         try:
-            async with asyncio.timeout_at(min(loop.time() + self._connect_timeout_s, on_loop_clock(deadline, loop))):
+            async with asyncio.timeout_at(min(loop.time() + self.timeouts.connect, on_loop_clock(deadline, loop))):
                 addresses = await self._resolve(host, port, loop)
                 # Happy eyeballs (RFC 8305): a host whose IPv6 route is broken still connects
                 # over IPv4 quickly, instead of hanging on the first address until the timeout.

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway import tracing
-from gateway.config.model import ProviderConfig
+from gateway.config.providers_section import ProviderConfig
 from gateway.upstream.connection import Connection
 from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.http1 import Http1Client, default_tls_context
@@ -93,11 +93,8 @@ class UpstreamPool:
             extra = "" if "user-agent" in custom else f"User-Agent: {_USER_AGENT}\r\n"
             if "accept-encoding" not in custom:
                 extra += "Accept-Encoding: gzip, deflate\r\n"
-            client = Http1Client(limit=provider.max_connections, connect_timeout_s=provider.connect_timeout_s,
-                                 read_timeout_s=provider.timeout_s, extra_head=extra, tls=self._tls,
-                                 proxies=self._proxies, write_timeout_s=provider.write_timeout_s,
-                                 pool_timeout_s=provider.pool_timeout_s, idle_timeout_s=provider.idle_timeout_s,
-                                 max_response_bytes=provider.max_response_bytes)
+            client = Http1Client(timeouts=provider.timeouts, limits=provider.limits, extra_head=extra, tls=self._tls,
+                                 proxies=self._proxies)
             self._clients[provider.name] = client
         return client
 

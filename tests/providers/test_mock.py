@@ -17,6 +17,7 @@ from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.mock import MockAdapter, pieces, respond, tools_to_call
 from gateway.providers.mock_arguments import sample_arguments
 from gateway.providers.registry import adapter_for
+from gateway.upstream.timeouts import Timeouts
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
@@ -208,14 +209,16 @@ async def test_stream_pieces_and_the_answering_marker() -> None:
 
 async def test_latency_beyond_the_time_allowed_is_a_timeout() -> None:
     adapter = MockAdapter()
-    slow = ProviderConfig(name="demo", type="mock", base_url="", latency_ms=60_000, timeout_s=0.01)
+    slow = ProviderConfig(name="demo", type="mock", base_url="", latency_ms=60_000,
+                          timeouts=Timeouts(read=0.01))
     with pytest.raises(ProviderError) as caught:
         await adapter.complete(ModelRequest(messages=[_user("hi")]), slow, "m", 30)
     assert caught.value.error_class is ErrorClass.TIMEOUT
     with pytest.raises(ProviderError) as caught:
         await _collect(adapter, ModelRequest(messages=[_user("hi")]), _provider(latency_ms=60_000), timeout=0.01)
     assert caught.value.error_class is ErrorClass.TIMEOUT
-    crawl = ProviderConfig(name="demo", type="mock", base_url="", tokens_per_s=0.001, timeout_s=0.01)
+    crawl = ProviderConfig(name="demo", type="mock", base_url="", tokens_per_s=0.001,
+                           timeouts=Timeouts(read=0.01))
     with pytest.raises(ProviderError) as caught:
         await _collect(adapter, ModelRequest(messages=[_user("two words")]), crawl)
     assert caught.value.error_class is ErrorClass.TIMEOUT

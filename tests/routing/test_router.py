@@ -22,6 +22,7 @@ from gateway.providers.base import ErrorClass
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import AllTargetsFailed, Answer, Attempt, ResolvedTarget, Router
 from gateway.upstream.pool import UpstreamPool
+from gateway.upstream.timeouts import Timeouts
 from tests.fakes.stalling import StallingUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -60,7 +61,7 @@ def _fresh(upstreams: Upstreams) -> None:
 async def router_for(upstreams: Upstreams, *, timeout_s: float = 1.0, connect_timeout_s: float = 0.5,
                      breaker_failures: int = 1000, cooldown_s: float = 30.0) -> AsyncIterator[Router]:
     providers = {name: ProviderConfig(name=name, type="openai", base_url=upstream.url, api_key="k",
-                                      timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
+                                      timeouts=Timeouts(connect=connect_timeout_s, read=timeout_s))
                  for name, upstream in upstreams.all().items()}
     pool = UpstreamPool(providers)
     policy = RoutingConfig(backoff_base_s=0.01, backoff_max_s=0.05, breaker_failures=breaker_failures,

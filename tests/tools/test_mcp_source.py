@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.tools import ToolFailure, ToolRegistry, ToolSource, run_tool
+from gateway.tools.base import ToolTimeouts
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from tests.fakes.mcp_server import NUMBERS, FakeMcpServer
 from tests.tools.helpers import unused_port
@@ -31,7 +32,7 @@ async def server() -> AsyncIterator[FakeMcpServer]:
 
 @pytest.fixture
 async def http(server: FakeMcpServer) -> AsyncIterator[McpHttpSource]:
-    source = McpHttpSource("mcp", server.url, headers={"X-Api-Key": "k"}, timeout_s=5.0)
+    source = McpHttpSource("mcp", server.url, headers={"X-Api-Key": "k"}, timeouts=ToolTimeouts(call=5.0))
     try:
         yield source
     finally:
@@ -40,7 +41,8 @@ async def http(server: FakeMcpServer) -> AsyncIterator[McpHttpSource]:
 
 @pytest.fixture
 async def stdio() -> AsyncIterator[McpStdioSource]:
-    source = McpStdioSource("local", STDIO_SERVER, env={"FAKE_MCP": "1"}, timeout_s=5.0, approval="required")
+    source = McpStdioSource("local", STDIO_SERVER, env={"FAKE_MCP": "1"}, timeouts=ToolTimeouts(call=5.0),
+                            approval="required")
     try:
         yield source
     finally:
@@ -161,7 +163,7 @@ async def test_end_to_end_through_registry_and_executor(server: FakeMcpServer, h
 
 
 async def test_executor_timeout_cancels_a_slow_mcp_call(server: FakeMcpServer) -> None:
-    source = McpHttpSource("mcp", server.url, timeout_s=0.2)
+    source = McpHttpSource("mcp", server.url, timeouts=ToolTimeouts(call=0.2))
     try:
         registry = ToolRegistry([source])
         await registry.refresh(strict=True)

@@ -12,9 +12,11 @@ import asyncio
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Self
 
 from gateway.upstream.http1 import Http1Client
+from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 
@@ -125,8 +127,22 @@ def answer_once(*parts: bytes, pause_s: float = 0.0, hold_s: float = 0.0) -> Han
     return handler
 
 
+TIMEOUTS = Timeouts(connect=2.0, read=5.0)
+LIMITS = PoolLimits(max_connections=10)
+
+
+def with_timeouts(**changes: float) -> Timeouts:
+    """The test client's timeouts with ``changes`` (``read=0.2``)."""
+    return replace(TIMEOUTS, **changes)
+
+
+def with_limits(**changes: float) -> PoolLimits:
+    """The test client's limits with ``changes`` (``max_connections=1``)."""
+    return replace(LIMITS, **changes)
+
+
 def client(**overrides: object) -> Http1Client:
-    options: dict[str, object] = {"limit": 10, "connect_timeout_s": 2.0, "read_timeout_s": 5.0,
+    options: dict[str, object] = {"timeouts": TIMEOUTS, "limits": LIMITS,
                                   "extra_head": "User-Agent: loopgate-test\r\n", "tls": None}
     options.update(overrides)
     return Http1Client(**options)  # type: ignore[arg-type]

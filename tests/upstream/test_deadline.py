@@ -18,7 +18,8 @@ from gateway.routing.health import TargetHealth
 from gateway.routing.router import AllTargetsFailed, Router
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.pool import UpstreamPool, UpstreamRequest
-from tests.upstream.hostile import BODY, HEADERS, Server, answer_once, client, drip, silent
+from gateway.upstream.timeouts import Timeouts
+from tests.upstream.hostile import BODY, HEADERS, Server, answer_once, client, drip, silent, with_limits, with_timeouts
 
 # Far beyond the deadlines below: a failure inside this bound proves the deadline ended the
 # wait, not a read or connect timeout (those are set to 30 s and more).
@@ -37,7 +38,7 @@ async def fails_by_deadline(call: asyncio.Future[object] | object, started: floa
 
 async def test_a_dripping_body_fails_at_the_deadline_not_after() -> None:
     async with Server(drip(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")) as server:
-        http = client(read_timeout_s=30)
+        http = client(timeouts=with_timeouts(read=30))
         started = time.monotonic()
         error = await fails_by_deadline(http.post(server.url, HEADERS, BODY, started + 0.4), started)
         assert error.responded  # the head had arrived
@@ -48,7 +49,7 @@ async def test_a_dripping_body_fails_at_the_deadline_not_after() -> None:
 
 async def test_a_stream_read_fails_at_the_deadline() -> None:
     async with Server(drip(CHUNKED_HEAD + b"5\r\n: hi\n\r\n", byte=b"")) as server:  # then nothing, ever
-        http = client(read_timeout_s=30)
+        http = client(timeouts=with_timeouts(read=30))
         started = time.monotonic()
         conn = await http.open_stream(server.url, HEADERS, BODY, started + 0.4)
         assert await conn.read_some() == b": hi\n"
@@ -60,7 +61,7 @@ async def test_a_stream_read_fails_at_the_deadline() -> None:
 
 async def test_a_head_that_never_comes_fails_at_the_deadline_with_nothing_received() -> None:
     async with Server(answer_once(hold_s=10)) as server:
-        http = client(read_timeout_s=30)
+        http = client(timeouts=with_timeouts(read=30))
         started = time.monotonic()
         error = await fails_by_deadline(http.post(server.url, HEADERS, BODY, started + 0.3), started)
         assert not error.responded
@@ -69,7 +70,7 @@ async def test_a_head_that_never_comes_fails_at_the_deadline_with_nothing_receiv
 
 async def test_the_wait_for_a_free_connection_ends_at_the_deadline() -> None:
     async with Server(answer_once(hold_s=10)) as server:
-        http = client(read_timeout_s=30, limit=1)
+        http = client(timeouts=with_timeouts(read=30), limits=with_limits(max_connections=1))
         busy = asyncio.create_task(http.post(server.url, HEADERS, BODY))
         await asyncio.sleep(0.05)
         started = time.monotonic()
@@ -85,7 +86,7 @@ async def test_the_wait_for_a_free_connection_ends_at_the_deadline() -> None:
 
 async def test_connecting_ends_at_the_deadline() -> None:
     async with Server(silent) as server:  # the TLS handshake never completes
-        http = client(connect_timeout_s=30, tls=ssl.create_default_context())
+        http = client(timeouts=with_timeouts(connect=30), tls=ssl.create_default_context())
         started = time.monotonic()
         error = await fails_by_deadline(http.post(f"https://127.0.0.1:{server.port}/x", HEADERS, BODY,
                                                   started + 0.3), started)
@@ -95,7 +96,7 @@ async def test_connecting_ends_at_the_deadline() -> None:
 
 
 def provider(url: str, timeout_s: float = 30.0) -> ProviderConfig:
-    return ProviderConfig(name="dripping", type="openai", base_url=url, timeout_s=timeout_s)
+    return ProviderConfig(name="dripping", type="openai", base_url=url, timeouts=Timeouts(read=timeout_s))
 
 
 async def test_the_pool_passes_the_deadline_to_posts_and_streams() -> None:

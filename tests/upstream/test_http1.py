@@ -18,7 +18,18 @@ import pytest
 
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.upstream.http1 import parse_url
-from tests.upstream.hostile import BODY, HEADERS, Server, answer_once, answering_after, client, keep_answering, response
+from tests.upstream.hostile import (
+    BODY,
+    HEADERS,
+    Server,
+    answer_once,
+    answering_after,
+    client,
+    keep_answering,
+    response,
+    with_limits,
+    with_timeouts,
+)
 
 
 async def test_request_head_and_body_are_sent_as_written() -> None:
@@ -119,7 +130,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
 
 async def test_silent_server_hits_the_read_timeout_and_frees_the_slot() -> None:
     async with Server(answer_once(hold_s=5)) as server:  # reads the request, never answers
-        http = client(read_timeout_s=0.2, limit=1)
+        http = client(timeouts=with_timeouts(read=0.2), limits=with_limits(max_connections=1))
         with pytest.raises(ProviderError) as caught:
             await http.post(server.url, HEADERS, BODY)
         assert caught.value.error_class is ErrorClass.TIMEOUT
@@ -141,14 +152,14 @@ async def test_read_timeout_is_per_read_not_for_the_whole_body() -> None:
         await writer.drain()
 
     async with Server(trickle) as server:
-        http = client(read_timeout_s=0.25)
+        http = client(timeouts=with_timeouts(read=0.25))
         assert (await http.post(server.url, HEADERS, BODY))[2] == b"xxxxxx"
         http.close()
 
 
 async def test_headers_timeout_of_a_stream() -> None:
     async with Server(answer_once(hold_s=5)) as server:  # no response head in time
-        http = client(read_timeout_s=30)
+        http = client(timeouts=with_timeouts(read=30))
         started = asyncio.get_running_loop().time()
         with pytest.raises(ProviderError) as caught:
             await http.open_stream(server.url, HEADERS, BODY, deadline=time.monotonic() + 0.2)
@@ -184,7 +195,7 @@ async def test_idle_connection_closed_by_the_server_is_not_reused() -> None:
 
 async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn() -> None:
     async with Server(answering_after(0.02)) as server:
-        http = client(limit=2)
+        http = client(limits=with_limits(max_connections=2))
         calls = [asyncio.create_task(http.post(server.url, HEADERS, BODY)) for _ in range(8)]
         await asyncio.sleep(0.01)
         assert http.stats() == (2, 0, 6)  # two in flight, six queued for a connection
@@ -198,7 +209,7 @@ async def test_concurrency_is_capped_at_the_limit_and_waiters_are_served_in_turn
 
 async def test_a_cancelled_waiter_gives_its_turn_away() -> None:
     async with Server(answering_after(0.1)) as server:
-        http = client(limit=1)
+        http = client(limits=with_limits(max_connections=1))
         first = asyncio.create_task(http.post(server.url, HEADERS, BODY))
         await asyncio.sleep(0.02)
         queued = asyncio.create_task(http.post(server.url, HEADERS, BODY))
@@ -358,7 +369,7 @@ async def test_tls_handshake_that_never_completes_hits_the_connect_timeout() -> 
         await asyncio.sleep(5)
 
     async with Server(mute) as server:
-        http = client(connect_timeout_s=0.2, tls=ssl.create_default_context())
+        http = client(timeouts=with_timeouts(connect=0.2), tls=ssl.create_default_context())
         with pytest.raises(ProviderError) as caught:
             await http.post(f"https://127.0.0.1:{server.port}/x", HEADERS, BODY)
         assert caught.value.error_class is ErrorClass.TIMEOUT
@@ -431,7 +442,7 @@ async def test_a_large_error_body_of_a_stream_is_read_whole() -> None:
         await reader.read()
 
     async with Server(big_error) as server:
-        http = client(read_timeout_s=1.0)
+        http = client(timeouts=with_timeouts(read=1.0))
         conn = await http.open_stream(server.url, HEADERS, BODY)
         await asyncio.sleep(0.1)  # let the socket fill past the pause threshold first
         assert (conn.status, await conn.read_all()) == (500, body)
@@ -441,7 +452,7 @@ async def test_a_large_error_body_of_a_stream_is_read_whole() -> None:
 
 async def test_a_connection_left_paused_by_its_last_stream_reads_again() -> None:
     async with Server(keep_answering) as server:
-        http = client(read_timeout_s=1.0)
+        http = client(timeouts=with_timeouts(read=1.0))
         conn = await http.open_stream(server.url, HEADERS, BODY)
         assert await conn.read_all() == b'{"ok":true}'
         # The state a stream leaves when its last read crossed the pause threshold and

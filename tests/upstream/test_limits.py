@@ -21,6 +21,7 @@ from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.http1 import Http1Client
 from gateway.upstream.pool import UpstreamPool, UpstreamRequest
 from gateway.upstream.sse import MAX_EVENT_BYTES, SSEDecoder
+from gateway.upstream.timeouts import PoolLimits
 from tests.upstream.hostile import (
     BODY,
     HEADERS,
@@ -33,6 +34,8 @@ from tests.upstream.hostile import (
     never_reads_the_body,
     reset_after,
     response,
+    with_limits,
+    with_timeouts,
 )
 
 LIMIT = 1024 * 1024
@@ -41,7 +44,9 @@ CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def bounded_client(**overrides: object) -> Http1Client:
-    return client(read_timeout_s=30.0, max_response_bytes=LIMIT, **overrides)
+    options: dict[str, object] = {"timeouts": with_timeouts(read=30.0), "limits": with_limits(max_response_bytes=LIMIT)}
+    options.update(overrides)
+    return client(**options)
 
 
 async def fails_within_memory(call: Awaitable[object], error_class: ErrorClass = ErrorClass.INVALID_RESPONSE
@@ -201,7 +206,7 @@ async def test_an_early_answer_to_a_large_body_never_goes_back_to_the_pool(statu
     big = b"b" * (32 * 1024 * 1024)  # far more than the socket buffers take while the server is not reading
     early = b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\n\r\n"
     async with Server(answer_before_the_body(early, keep_answering)) as server:
-        http = bounded_client(limit=1)
+        http = bounded_client(limits=with_limits(max_connections=1, max_response_bytes=LIMIT))
         assert (await http.post(server.url, HEADERS, big))[0] == int(status[:3])
         started = time.monotonic()
         assert (await http.post(server.url, HEADERS, BODY))[2] == b'{"ok":true}'  # promptly, on a new connection
@@ -223,7 +228,7 @@ async def test_a_413_after_the_whole_body_is_not_reused_either() -> None:
 async def test_a_peer_that_stops_reading_the_body_hits_the_write_timeout() -> None:
     big = b"b" * (32 * 1024 * 1024)
     async with Server(never_reads_the_body) as server:
-        http = bounded_client(write_timeout_s=0.3)
+        http = bounded_client(timeouts=with_timeouts(read=30.0, write=0.3))
         started = time.monotonic()
         with pytest.raises(ProviderError) as caught:  # (memory here is the request's own body)
             await http.post(server.url, HEADERS, big)
@@ -247,14 +252,14 @@ async def test_a_slow_reader_of_a_large_body_is_not_a_write_timeout() -> None:
         await writer.drain()
 
     async with Server(slow_reader) as server:
-        http = client(read_timeout_s=30.0, write_timeout_s=0.25)
+        http = client(timeouts=with_timeouts(read=30.0, write=0.25))
         assert (await http.post(server.url, HEADERS, big))[0] == 200
         http.close()
 
 
 async def test_the_wait_for_a_free_connection_is_bounded_by_the_pool_timeout() -> None:
     async with Server(answer_once(hold_s=10)) as server:
-        http = client(read_timeout_s=30.0, pool_timeout_s=0.3, limit=1)
+        http = client(timeouts=with_timeouts(read=30.0, pool=0.3), limits=with_limits(max_connections=1))
         busy = asyncio.create_task(http.post(server.url, HEADERS, BODY))
         await asyncio.sleep(0.05)
         started = time.monotonic()
@@ -271,7 +276,7 @@ async def test_the_wait_for_a_free_connection_is_bounded_by_the_pool_timeout() -
 
 async def test_idle_connections_past_the_idle_timeout_are_not_reused() -> None:
     async with Server(keep_answering) as server:  # keeps every connection open for as long as the client does
-        http = client(idle_timeout_s=0.1)
+        http = client(limits=with_limits(keepalive_expiry=0.1))
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200
         assert server.connections == 1  # reused while fresh
@@ -284,7 +289,7 @@ async def test_idle_connections_past_the_idle_timeout_are_not_reused() -> None:
 
 async def test_an_idle_timeout_of_zero_never_reuses() -> None:
     async with Server(keep_answering) as server:
-        http = client(idle_timeout_s=0)
+        http = client(limits=with_limits(keepalive_expiry=0))
         for _ in range(2):
             assert (await http.post(server.url, HEADERS, BODY))[0] == 200
         assert server.connections == 2 and not http._open and not any(http._idle.values())
@@ -311,7 +316,7 @@ def test_an_sse_line_or_event_past_the_bound_fails_the_stream() -> None:
 async def test_the_pool_applies_each_providers_max_response_bytes() -> None:
     async with Server(endless(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n", b"p" * 65536)) as server:
         provider = ProviderConfig(name="p", type="openai", base_url=f"http://127.0.0.1:{server.port}",
-                                  max_response_bytes=LIMIT)
+                                  limits=PoolLimits(max_response_bytes=LIMIT))
         pool = UpstreamPool({"p": provider})
         error = await fails_within_memory(pool.post(provider, UpstreamRequest(server.url, dict(HEADERS), BODY),
                                                     time.monotonic() + 30))

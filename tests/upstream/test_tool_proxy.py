@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.tools.base import ToolFailure
+from gateway.tools.base import ToolFailure, ToolTimeouts
 from gateway.tools.http_source import HttpToolSource
 from gateway.tools.mcp.http import McpHttpSource
 from tests.fakes.mcp_server import FakeMcpServer
@@ -100,7 +100,7 @@ async def test_an_mcp_server_goes_through_the_proxy() -> None:
     port = int(fake.url.rsplit(":", 1)[1].split("/")[0])
     try:
         async with ForwardProxy({"mcp.test:9000": ("127.0.0.1", port)}) as proxy:
-            source = McpHttpSource("remote", "http://mcp.test:9000/mcp", timeout_s=5.0,
+            source = McpHttpSource("remote", "http://mcp.test:9000/mcp", timeouts=ToolTimeouts(call=5.0),
                                    proxies={"http": f"http://team:s3cret@127.0.0.1:{proxy.port}"})
             try:
                 assert await source.call("add", {"a": 2, "b": 3}) == "5"

@@ -7,6 +7,7 @@ import pytest
 from gateway.config import ConfigError, parse_config
 from gateway.config.model import ProviderConfig
 from gateway.upstream.pool import UpstreamPool
+from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 BASE = """
 providers:
@@ -22,12 +23,14 @@ def provider_config(extra: str = "") -> ProviderConfig:
 
 def test_defaults() -> None:
     p = provider_config()
-    assert (p.write_timeout_s, p.pool_timeout_s, p.idle_timeout_s, p.max_response_bytes) == (30.0, 30.0, 4.0, 33554432)
+    assert p.timeouts == Timeouts(connect=10.0, read=600.0, write=30.0, pool=30.0)
+    assert p.limits == PoolLimits(max_connections=1000, keepalive_expiry=4.0, max_response_bytes=33554432)
 
 
 def test_values_and_validation() -> None:
     p = provider_config(", write_timeout_s: 5, pool_timeout_s: 1.5, idle_timeout_s: 0, max_response_bytes: 1048576")
-    assert (p.write_timeout_s, p.pool_timeout_s, p.idle_timeout_s, p.max_response_bytes) == (5.0, 1.5, 0.0, 1048576)
+    assert (p.timeouts.write, p.timeouts.pool, p.limits.keepalive_expiry, p.limits.max_response_bytes) == (
+        5.0, 1.5, 0.0, 1048576)
     for bad, message in ((", max_response_bytes: 0", "providers.p.max_response_bytes: must be > 0, got 0"),
                          (", max_response_bytes: 1.5", "providers.p.max_response_bytes: expected an integer"),
                          (", idle_timeout_s: -1", "providers.p.idle_timeout_s: must be >= 0, got -1.0"),
@@ -41,5 +44,6 @@ def test_values_and_validation() -> None:
 def test_the_pool_builds_each_client_with_its_providers_settings() -> None:
     p = provider_config(", write_timeout_s: 5, pool_timeout_s: 1.5, idle_timeout_s: 2, max_response_bytes: 4096")
     client = UpstreamPool({"p": p})._client(p)
-    assert (client._write_timeout_s, client._pool_timeout_s, client._idle_timeout_s, client._max_response_bytes) == (
-        5.0, 1.5, 2.0, 4096)
+    assert client.timeouts is p.timeouts and client.limits is p.limits
+    assert (client.timeouts.write, client.timeouts.pool, client.limits.keepalive_expiry,
+            client.limits.max_response_bytes) == (5.0, 1.5, 2.0, 4096)

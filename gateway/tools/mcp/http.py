@@ -19,8 +19,8 @@ import orjson
 from multidict import CIMultiDict
 
 from gateway import tracing
-from gateway.config.model import ApprovalMode
-from gateway.tools.base import ToolFailure, ToolSpec
+from gateway.config.approval_section import ApprovalMode
+from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolSpec, ToolTimeouts
 from gateway.tools.bounded import read_bounded, sse_data
 from gateway.tools.mcp.protocol import (
     CLOSE_GRACE_S,
@@ -51,8 +51,8 @@ class McpHttpSource:
     beyond the shared session state (id counter, session id), which only the handshake writes.
     """
 
-    def __init__(self, name: str, url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0,
-                 approval: ApprovalMode = "never", approval_timeout_s: float | None = None,
+    def __init__(self, name: str, url: str, headers: dict[str, str] | None = None,
+                 timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never",
                  session: aiohttp.ClientSession | None = None,
                  proxies: Mapping[str, str] | None = None) -> None:
         self._name = name
@@ -70,9 +70,9 @@ class McpHttpSource:
         except ProviderError as exc:
             log.error("MCP server %s: %s", name, exc.message)
             self._proxy_error = exc.message
-        self._timeout_s = timeout_s
+        self._timeouts = timeouts
+        self._timeout_s = timeouts.call
         self._approval: ApprovalMode = approval
-        self._approval_timeout_s = approval_timeout_s
         self._session = session
         self._owns_session = session is None
         self._ids = itertools.count(1)
@@ -95,8 +95,7 @@ class McpHttpSource:
         # A refresh has no deadline of its own; a hung server must not hold the registry lock.
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await list_all(self._name, self._call_method, self._approval, self._timeout_s,
-                                       self._approval_timeout_s)
+                return await list_all(self._name, self._call_method, self._approval, self._timeouts)
         except TimeoutError:
             raise ToolFailure(f"MCP server {self._name} did not list its tools within {self._timeout_s:g}s") from None
 

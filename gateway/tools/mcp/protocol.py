@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
+from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolSpec, ToolTimeouts, resolve_approval
 
 log = logging.getLogger("loopgate.tools.mcp")
 
@@ -73,8 +73,7 @@ def result_of(source: str, method: str, message: dict[str, Any]) -> dict[str, An
     return result
 
 
-def to_spec(source: str, item: Any, approval: str, timeout_s: float,
-            approval_timeout_s: float | None = None) -> ToolSpec | None:
+def to_spec(source: str, item: Any, approval: str, timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS) -> ToolSpec | None:
     """One ``tools/list`` entry as a ToolSpec; None (logged) for an entry without a usable name."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
         log.warning("MCP server %s listed a tool without a name; skipped: %.200r", source, item)
@@ -84,11 +83,11 @@ def to_spec(source: str, item: Any, approval: str, timeout_s: float,
         schema = {"type": "object"}  # MCP requires an object schema; be lenient with servers that omit it
     description = item.get("description") or item.get("title") or ""
     return ToolSpec(item["name"], str(description), schema, resolve_approval(approval, item.get("annotations")),
-                    timeout_s, source, approval_timeout_s)
+                    timeouts.call, source, timeouts.approval)
 
 
-async def list_all(source: str, request: Requester, approval: str, timeout_s: float,
-                   approval_timeout_s: float | None = None) -> list[ToolSpec]:
+async def list_all(source: str, request: Requester, approval: str,
+                   timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS) -> list[ToolSpec]:
     """Every page of ``tools/list``; ``request(method, params)`` is the transport's round trip."""
     specs: list[ToolSpec] = []
     cursor: str | None = None
@@ -99,7 +98,7 @@ async def list_all(source: str, request: Requester, approval: str, timeout_s: fl
         if not isinstance(tools, list):
             raise ToolFailure(f"MCP server {source} sent a tools/list result without 'tools'")
         for item in tools:
-            spec = to_spec(source, item, approval, timeout_s, approval_timeout_s)
+            spec = to_spec(source, item, approval, timeouts)
             if spec is not None:
                 specs.append(spec)
         cursor = result.get("nextCursor")

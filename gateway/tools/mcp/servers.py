@@ -13,8 +13,8 @@ import logging
 
 import aiohttp
 
-from gateway.config.model import McpServerConfig
-from gateway.tools.base import ToolSource
+from gateway.config.mcp_section import McpServerConfig
+from gateway.tools.base import ToolSource, ToolTimeouts
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from gateway.tools.registry import ToolRegistry
 
@@ -25,14 +25,13 @@ def mcp_sources(servers: dict[str, McpServerConfig], session: aiohttp.ClientSess
     sources: list[ToolSource] = []
     for server in servers.values():
         name = f"mcp:{server.name}"
+        timeouts = ToolTimeouts(call=server.timeout_s, approval=server.approval_timeout_s)
         if server.url is not None:
-            sources.append(McpHttpSource(name, server.url, headers=server.headers, timeout_s=server.timeout_s,
-                                         approval=server.approval, approval_timeout_s=server.approval_timeout_s,
-                                         session=session))
+            sources.append(McpHttpSource(name, server.url, headers=server.headers, timeouts=timeouts,
+                                         approval=server.approval, session=session))
         else:
-            sources.append(McpStdioSource(name, list(server.command), env=server.env or None,
-                                          timeout_s=server.timeout_s, approval=server.approval,
-                                          approval_timeout_s=server.approval_timeout_s))
+            sources.append(McpStdioSource(name, list(server.command), env=server.env or None, timeouts=timeouts,
+                                          approval=server.approval))
     return sources
 
 

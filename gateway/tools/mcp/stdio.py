@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from gateway.config.model import ApprovalMode
-from gateway.tools.base import ToolFailure, ToolSpec
+from gateway.config.approval_section import ApprovalMode
+from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolSpec, ToolTimeouts
 from gateway.tools.mcp.protocol import (
     CLOSE_GRACE_S,
     STDIO_LINE_LIMIT,
@@ -147,17 +147,17 @@ class McpStdioSource:
     when the process dies fails; it is not retried, because the tool may already have acted.
     """
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None, timeout_s: float = 30.0,
-                 approval: ApprovalMode = "never", approval_timeout_s: float | None = None) -> None:
+    def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None,
+                 timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never") -> None:
         if not command:
             raise ValueError(f"MCP server {name}: command is empty")
         self._name = name
         self._command = list(command)
         # Configured variables extend the gateway's environment (PATH etc.) rather than replace it.
         self._env = {**os.environ, **env} if env else None
-        self._timeout_s = timeout_s
+        self._timeouts = timeouts
+        self._timeout_s = timeouts.call
         self._approval: ApprovalMode = approval
-        self._approval_timeout_s = approval_timeout_s
         self._ids = itertools.count(1)
         self._start_lock = asyncio.Lock()
         self._process: _Process | None = None
@@ -182,8 +182,7 @@ class McpStdioSource:
             async with asyncio.timeout(self._timeout_s):
                 process = await self._ensure_started()
                 return await list_all(self._name, lambda m, p: self._request(process, m, p),
-                                       self._approval, self._timeout_s,
-                                       self._approval_timeout_s)
+                                       self._approval, self._timeouts)
         except TimeoutError:
             raise ToolFailure(f"MCP server {self._name} did not list its tools within {self._timeout_s:g}s") from None
 

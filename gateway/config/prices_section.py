@@ -1,4 +1,4 @@
-"""The ``price`` of a route target and a provider's ``prices`` (USD per million tokens); the ``usage`` section.
+"""The ``price`` of a route target and a provider's ``prices`` (USD per million tokens).
 
 A price is part of the bill a tenant sees, so a typo must fail at start-up, never price a call
 at zero: every number is checked, and one target label (``provider:model``) has one price
@@ -7,10 +7,25 @@ across the whole config.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from gateway.config.checks import PRICE_KEYS, USAGE_KEYS, ConfigError, get, mapping, positive, type_name
-from gateway.config.model import Price, RouteConfig, UsageConfig
+from gateway.config.checks import ConfigError, get, mapping, type_name
+
+if TYPE_CHECKING:
+    from gateway.config.models_section import RouteConfig
+
+PRICE_KEYS = {"input_per_mtok", "output_per_mtok", "cached_input_per_mtok"}
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens; cached input at the input price when no cached price is given."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+
 
 #: far above any real list price (USD per million tokens): a larger number is a unit mistake
 MAX_PRICE_PER_MTOK = 100_000.0
@@ -54,20 +69,3 @@ def check_target_prices(models: dict[str, RouteConfig]) -> None:
             if first[0] != target.price:
                 raise ConfigError(here, f"{label} already has another price at {first[1]}; give a target one "
                                         f"price (or set it once under providers.{target.provider}.prices)")
-
-
-#: a bound on how long day rows are kept (and how far back /admin/usage can look)
-MAX_RETENTION_DAYS = 3660
-#: usage a crashed process loses, and how late budgets see it, stay within this
-MAX_FLUSH_S = 10.0
-
-
-def usage_section(raw: Any) -> UsageConfig:
-    section = mapping(raw, "usage", USAGE_KEYS)
-    days = int(positive(get(section, "retention_days", "usage", int, 400), "usage.retention_days"))
-    if days > MAX_RETENTION_DAYS:
-        raise ConfigError("usage.retention_days", f"must be at most {MAX_RETENTION_DAYS}, got {days}")
-    flush_s = positive(get(section, "flush_s", "usage", float, 0.5), "usage.flush_s")
-    if flush_s > MAX_FLUSH_S:
-        raise ConfigError("usage.flush_s", f"must be at most {MAX_FLUSH_S:g} seconds, got {flush_s:g}")
-    return UsageConfig(record=get(section, "record", "usage", bool, True), retention_days=days, flush_s=flush_s)

@@ -1,0 +1,117 @@
+"""The ``models`` section: routes, each an ordered list of provider targets with its tools and context policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config.checks import ConfigError, closest, get, mapping, positive
+from gateway.config.mcp_section import McpServerConfig
+from gateway.config.prices_section import Price, parse_price
+from gateway.config.providers_section import ProviderConfig
+from gateway.config.tools_section import ToolConfig
+from gateway.providers.urls import model_problem
+
+ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
+TARGET_KEYS = {"provider", "model", "price"}
+CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    provider: str
+    model: str
+    price: Price | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextConfig:
+    threshold: float = 0.8
+    compress_with: str | None = None
+    max_tool_result_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfig:
+    name: str
+    targets: tuple[TargetConfig, ...]
+    tools: tuple[str, ...] = ()
+    # MCP servers whose every tool (as listed now and at each refresh) belongs to the route: ``mcp:NAME``.
+    mcp_servers: tuple[str, ...] = ()
+    max_tool_iterations: int = 25
+    context_window: int | None = None
+    retries: int = 0
+    tool_concurrency: int = 8
+    context: ContextConfig = field(default_factory=ContextConfig)
+
+
+def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
+           mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
+    path = f"models.{name}"
+    section = mapping(raw, path, ROUTE_KEYS)
+    raw_targets = get(section, "targets", path, list, None)
+    if not raw_targets:
+        raise ConfigError(f"{path}.targets", "needs at least one target")
+    targets = []
+    for i, entry in enumerate(raw_targets):
+        tpath = f"{path}.targets[{i}]"
+        item = mapping(entry, tpath, TARGET_KEYS)
+        provider = get(item, "provider", tpath, str, "")
+        if provider not in providers:
+            hint = closest(provider, set(providers))
+            raise ConfigError(f"{tpath}.provider", f"unknown provider '{provider}'{hint}")
+        model = get(item, "model", tpath, str, "")
+        if not model:
+            raise ConfigError(f"{tpath}.model", "is required")
+        problem = model_problem(model)
+        if problem is not None:
+            raise ConfigError(f"{tpath}.model", f"{model!r} {problem}")
+        price = parse_price(item["price"], f"{tpath}.price") if item.get("price") is not None else None
+        targets.append(TargetConfig(provider=provider, model=model, price=price))
+    tool_names: list[str] = []
+    mcp_names: list[str] = []
+    for i, tool in enumerate(get(section, "tools", path, list, [])):
+        if isinstance(tool, str) and tool.startswith("mcp:"):
+            server = tool[4:]
+            if server not in mcp_servers:
+                hint = closest(server, set(mcp_servers))
+                raise ConfigError(f"{path}.tools[{i}]", f"unknown MCP server '{server}'{hint}")
+            mcp_names.append(server)
+        elif tool not in tools:
+            raise ConfigError(f"{path}.tools[{i}]", f"unknown tool '{tool}'{closest(str(tool), set(tools))}")
+        else:
+            tool_names.append(tool)
+    iterations = get(section, "max_tool_iterations", path, int, 25)
+    window = get(section, "context_window", path, int, None)
+    ctx_raw = mapping(section.get("context"), f"{path}.context", CONTEXT_KEYS)
+    threshold = get(ctx_raw, "threshold", f"{path}.context", float, 0.8)
+    if not 0 < threshold <= 1:
+        raise ConfigError(f"{path}.context.threshold", f"must be in (0, 1], got {threshold}")
+    return RouteConfig(
+        name=name,
+        targets=tuple(targets),
+        tools=tuple(tool_names),
+        mcp_servers=tuple(mcp_names),
+        max_tool_iterations=int(positive(iterations, f"{path}.max_tool_iterations")),
+        context_window=None if window is None else int(positive(window, f"{path}.context_window")),
+        retries=int(positive(get(section, "retries", path, int, 0), f"{path}.retries", allow_zero=True)),
+        tool_concurrency=int(positive(get(section, "tool_concurrency", path, int, 8),
+                                       f"{path}.tool_concurrency")),
+        context=ContextConfig(
+            threshold=threshold,
+            compress_with=get(ctx_raw, "compress_with", f"{path}.context", str, None),
+            max_tool_result_tokens=get(ctx_raw, "max_tool_result_tokens", f"{path}.context", int, None),
+        ),
+    )
+
+
+def check_compress_with(models: dict[str, RouteConfig]) -> None:
+    """``context.compress_with`` names a configured route."""
+    for name, route in models.items():
+        target = route.context.compress_with
+        if target is not None and target not in models:
+            raise ConfigError(f"models.{name}.context.compress_with", f"unknown model route '{target}'")
