@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway import gc_policy, metrics, tracing
+from gateway import gc_policy
 from gateway.api.access import visible_routes
 from gateway.api.admin import admin_routes
 from gateway.api.admin_usage import usage_routes
@@ -35,7 +35,8 @@ from gateway.api.sse_response import SSEResponse
 from gateway.api.ui import ConditionalGet, ui_routes
 from gateway.config.model import Config
 from gateway.errors import GatewayError
-from gateway.metrics_shared import SharedMetrics
+from gateway.observability import metrics, startup
+from gateway.observability.metrics_shared import SharedMetrics
 
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
@@ -106,7 +107,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tracer = tracing.install(config.observability)  # per worker process: the exporter's thread is its own
+        tracer = startup.install_tracer(config.observability)  # per worker process: the exporter's thread is its own
         runtime = app.state.runtime = await Runtime.start(config)
         app.state.started = int(time.time())
         if serving:

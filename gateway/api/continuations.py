@@ -9,7 +9,6 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway import metrics
 from gateway.api.approvals import key_identity
 from gateway.api.body import read_json
 from gateway.api.exchange import scope_request_id
@@ -22,6 +21,7 @@ from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import audit_decisions, continuation_view
 from gateway.notify import Notifier
+from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound
 

@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway import metrics, tracing
 from gateway.errors import GatewayError
-from gateway.logs import AccessLog
+from gateway.observability import access_log, metrics, tracing
+from gateway.observability.access_log import AccessLog
 from gateway.usage.pricing import NANO
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -32,8 +32,17 @@ _SAFE_ID = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,%d}" % MAX_REQUEST_ID)
 _ID_PREFIX = f"req_{secrets.token_hex(6)}".encode()
 _ID_COUNTER = itertools.count(1)
 
-# Set once at start-up from ``logging.access`` (``gateway.logs.configure``); None: no access records.
+# The access record writer (``logging.access``, chosen at start-up: ``observability.startup``), kept
+# as this module's own global for ``done``; None: no access records.
 ACCESS: AccessLog | None = None
+
+
+def _use_access(writer: AccessLog | None) -> None:
+    global ACCESS
+    ACCESS = writer
+
+
+access_log.subscribe(_use_access)
 
 
 def request_id(raw: bytes | None) -> bytes:

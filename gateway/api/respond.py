@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from gateway import metrics
 from gateway.api.errors import to_gateway_error
 from gateway.api.json_response import JSONResponse
 from gateway.api.lifecycle import Work
@@ -16,6 +15,7 @@ from gateway.api.sse_response import SSEResponse
 from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Notice
+from gateway.observability import metrics
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str,

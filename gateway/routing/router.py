@@ -45,10 +45,10 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
 from gateway.context.windows import known_window
+from gateway.observability import metrics
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError
 from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
