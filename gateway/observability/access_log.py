@@ -21,10 +21,14 @@ from typing import Any
 import orjson
 
 from gateway import redact
-from gateway.observability.logs import CLOCK as _CLOCK
+from gateway.observability import logs
 from gateway.observability.logs import MILLIS as _MILLIS
 from gateway.observability.logs import MILLIS_BYTES as _MILLIS_BYTES
 from gateway.observability.logs import escape
+
+# Bound by assignment, not by ``from ... import``: CPython calls a method of an imported name
+# through a bound method object, of an assigned one without (LOAD_METHOD), as it did before the move.
+_CLOCK = logs.CLOCK
 
 
 class AccessLog:

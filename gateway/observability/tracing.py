@@ -7,7 +7,7 @@ imported and no object is built per request (a hook costs one method call). With
 then, and only then) in :data:`TRACER` at start-up, and an exporter process per worker
 (``python -m gateway.observability.exporter``) does the OpenTelemetry SDK's work.
 
-This module imports nothing: the recorder builds on it, never the other way round.
+This module imports nothing from the gateway: the recorder builds on it, never the other way round.
 
 The engine sees spans only through this module, so it stays free of HTTP and of the SDK. An
 outgoing request (an HTTP tool, an MCP server, optionally a provider) continues the trace by
