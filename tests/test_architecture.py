@@ -3,7 +3,9 @@
 The graph is read statically: every module under ``gateway/`` is parsed with ``ast`` and each
 ``import`` and ``from ... import`` in it is an edge, wherever it sits (module level, a function, a
 class, ``try``), relative imports resolved against the importing module. ``from P import N`` is an
-edge to ``P.N`` when that is a module, else to ``P``. Imports under ``if TYPE_CHECKING:`` never run:
+edge to ``P.N`` when that is a module, else to ``P``; ``import a.b.c`` is an edge to ``a.b.c``. The
+parent packages Python initialises first are not edges of their own (a package whose ``__init__``
+imports its modules would otherwise be on a cycle with each of them). Imports under ``if TYPE_CHECKING:`` never run:
 they are dependencies (the layering rules count them) but cannot close an import cycle (the cycle
 check leaves them out).
 
@@ -20,7 +22,7 @@ one must still exist and still break its rule, so the set cannot outlive the fix
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,18 +91,18 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.AST, typing_only: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import statement in ``tree`` at any depth, and whether it sits under ``if TYPE_CHECKING:``."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node, typing_only
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.body:
-                yield from _import_nodes(ast.Module(body=[child], type_ignores=[]), True)
-            for child in node.orelse:
-                yield from _import_nodes(ast.Module(body=[child], type_ignores=[]), typing_only)
-        else:
-            yield from _import_nodes(node, typing_only)
+def _import_nodes(node: ast.AST, typing_only: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement in ``node`` at any depth, and whether it sits under ``if TYPE_CHECKING:``."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node, typing_only
+    elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        for child in node.body:
+            yield from _import_nodes(child, True)
+        for child in node.orelse:
+            yield from _import_nodes(child, typing_only)
+    else:
+        for child in ast.iter_child_nodes(node):
+            yield from _import_nodes(child, typing_only)
 
 
 def resolve_base(module: str, is_package: bool, level: int, name: str | None) -> str:
@@ -114,13 +116,12 @@ def resolve_base(module: str, is_package: bool, level: int, name: str | None) ->
     return ".".join([*anchor, name] if name else anchor)
 
 
-def _known(name: str, modules: Iterable[str]) -> str | None:
+def _known(name: str, modules: Container[str]) -> str | None:
     """``name`` or its longest prefix that is a module of the graph (``import a.b.c`` runs ``a.b.c``)."""
-    known = set(modules)
     parts = name.split(".")
     while parts:
         candidate = ".".join(parts)
-        if candidate in known:
+        if candidate in modules:
             return candidate
         parts.pop()
     return None
@@ -156,21 +157,33 @@ def read_package(root: Path = ROOT, package: str = PACKAGE) -> list[Edge]:
     return build_graph({name: (path.read_text(), is_package) for name, (path, is_package) in found.items()})
 
 
-def cycles(edges: Iterable[Edge]) -> list[list[str]]:
-    """One cycle per strongly connected component of the executed edges: ``[a, b, ..., a]``, shortest from its
-    first module (by name)."""
+def _executed(edges: Iterable[Edge]) -> dict[str, set[str]]:
+    """The graph of the edges that run (``TYPE_CHECKING`` ones left out): module -> the modules it imports."""
     graph: dict[str, set[str]] = {}
     for edge in edges:
         if not edge.typing_only:
             graph.setdefault(edge.source, set()).add(edge.target)
             graph.setdefault(edge.target, set())
+    return graph
+
+
+def cyclic_components(edges: Iterable[Edge]) -> list[tuple[list[str], list[str]]]:
+    """``(cycle, component)`` per strongly connected component of more than one module (or a module
+    importing itself): a shortest cycle ``[a, b, ..., a]`` from its first module by name, and every
+    module of the component (each is on some cycle with the others)."""
+    graph = _executed(edges)
     found = []
     for component in _components(graph):
         start = min(component)
         if len(component) == 1 and start not in graph[start]:
             continue
-        found.append(_shortest_cycle(graph, component, start))
+        found.append((_shortest_cycle(graph, component, start), sorted(component)))
     return sorted(found)
+
+
+def cycles(edges: Iterable[Edge]) -> list[list[str]]:
+    """One cycle per strongly connected component (``cyclic_components``)."""
+    return [cycle for cycle, _ in cyclic_components(edges)]
 
 
 def _components(graph: Mapping[str, set[str]]) -> list[set[str]]:
@@ -265,10 +278,7 @@ def layer_violations(edges: Iterable[Edge], layers: Mapping[str, tuple[str, ...]
 def cycle_edges(edges: Iterable[Edge]) -> set[tuple[str, str]]:
     """Every executed edge that lies on some import cycle (both ends in one strongly connected component)."""
     edges = [edge for edge in edges if not edge.typing_only]
-    graph: dict[str, set[str]] = {}
-    for edge in edges:
-        graph.setdefault(edge.source, set()).add(edge.target)
-        graph.setdefault(edge.target, set())
+    graph = _executed(edges)
     component_of = {}
     for number, component in enumerate(_components(graph)):
         for module in component:
@@ -281,8 +291,10 @@ def violations(edges: list[Edge], exceptions: frozenset[tuple[str, str, str]] = 
     problems = []
     cycle_exceptions = {(source, target) for rule, source, target in exceptions if rule == "cycle"}
     kept = [edge for edge in edges if (edge.source, edge.target) not in cycle_exceptions]
-    for cycle in cycles(kept):
-        problems.append("import cycle: " + " -> ".join(cycle))
+    for cycle, component in cyclic_components(kept):
+        others = sorted(set(component) - set(cycle))
+        problems.append("import cycle: " + " -> ".join(cycle)
+                        + (f" (more cycles through {', '.join(others)})" if others else ""))
     broken = {("cycle", source, target) for source, target in cycle_edges(edges)}
     for edge in http_violations(edges):
         broken.add(("http", edge.source, edge.target))
@@ -306,7 +318,8 @@ def gateway_edges() -> list[Edge]:
 
 
 def test_gateway_import_graph_keeps_its_rules(gateway_edges: list[Edge]) -> None:
-    assert violations(gateway_edges) == []
+    problems = violations(gateway_edges)
+    assert not problems, "\n".join(problems)
 
 
 def test_the_walker_sees_gateway_whole(gateway_edges: list[Edge]) -> None:
@@ -349,6 +362,12 @@ def test_a_cycle_is_found_and_reported_as_a_path() -> None:
                    g__d="from g import a\n")
     assert cycles(edges) == [["g.a", "g.b", "g.c", "g.a"]]
     assert violations(edges, frozenset()) == ["import cycle: g.a -> g.b -> g.c -> g.a"]
+
+
+def test_a_component_of_several_cycles_is_reported_whole() -> None:
+    edges = _graph(g__a="import g.b\n", g__b="import g.a\nimport g.c\n", g__c="import g.b\n", g__d="import g.d\n")
+    assert cyclic_components(edges) == [(["g.a", "g.b", "g.a"], ["g.a", "g.b", "g.c"])]
+    assert violations(edges, frozenset()) == ["import cycle: g.a -> g.b -> g.a (more cycles through g.c)"]
 
 
 def test_a_function_level_import_closes_a_cycle_and_type_checking_does_not() -> None:
