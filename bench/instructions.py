@@ -216,7 +216,7 @@ def main() -> None:
             if "limits" not in on:
                 args.limits = ""
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-        # Traced, each worker has an exporter process (gateway/tracing_export.py): callgrind follows
+        # Traced, each worker has an exporter process (gateway/observability/exporter.py): callgrind follows
         # it too, so its instructions are counted apart from the gateway's.
         exporting = args.tracing or args.controls
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/cg.%p",

@@ -9,10 +9,11 @@ import sys
 import tempfile
 from typing import Any
 
-from gateway import __version__, logs, metrics_shared
+from gateway import __version__
 from gateway.config import DEFAULT_PATH, ConfigError, load_config
 from gateway.config.model import Config
 from gateway.config.validate import deadline_warnings
+from gateway.observability import metrics_shared, startup
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +47,7 @@ def _app_factory():
 def _configure_logs(config: Config, level: str | None) -> str:
     """Set up logging from ``--log-level`` (or the environment) over ``logging.level``; return the level."""
     level = level or config.logging.level or "info"
-    logs.configure(level, config.logging.format, config.logging.access)
+    startup.configure_logging(level, config.logging.format, config.logging.access)
     return level
 
 
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.config:
             os.environ["LOOPGATE_CONFIG"] = os.path.abspath(args.config)
         os.environ["LOOPGATE_LOG_LEVEL"] = log_level
-        # Each worker publishes its metrics there; any worker's scrape sums them (gateway/metrics_shared.py).
+        # Each worker publishes its metrics there; any worker's scrape sums them
+        # (gateway/observability/metrics_shared.py).
         with tempfile.TemporaryDirectory(prefix="loopgate-metrics-") as directory:
             os.environ[metrics_shared.ENV] = directory
             uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)

@@ -4,7 +4,7 @@ Some providers (and proxies in front of them) echo the request in an error body:
 API key, a tool's bearer token. Every configured secret is therefore replaced by ``[redacted]``
 wherever upstream text leaves the gateway: an upstream error turned into a client error
 (``errors.from_upstream``, the interrupted-stream error), a server tool's result, and every
-log line (``logs.SafeFormatter``).
+log line (``gateway/observability/logs.py``).
 
 The secret set is built once per process at start-up (``Runtime.start`` installs it): logging
 is process-wide, so the set it reads is too. Values shorter than ``MIN_SECRET_CHARS`` are not

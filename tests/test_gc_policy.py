@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway import gc_policy
-from gateway.api import exchange
 from gateway.config import ConfigError, parse_config
+from gateway.observability import access_log
 
 BASE = "providers: {p: {type: openai, api_key: k}}\nmodels: {m: {targets: [{provider: p, model: x}]}}\n"
 
@@ -69,7 +69,7 @@ def test_a_served_worker_settles_and_an_embedded_app_does_not(restored_gc: None,
     path.write_text("server: {gc_young_threshold: 4321}\n" + BASE)
     monkeypatch.setenv("LOOPGATE_CONFIG", str(path))
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    saved = (root.handlers[:], root.level, access_log.ACCESS)
     try:
         with TestClient(_app_factory()) as client:  # what each worker of ``loopgate serve --workers N`` runs
             assert client.get("/healthz").status_code == 200
@@ -77,4 +77,4 @@ def test_a_served_worker_settles_and_an_embedded_app_does_not(restored_gc: None,
     finally:  # the factory set up this process's logging, as a worker's
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        exchange.ACCESS = saved[2]
+        access_log.install(saved[2])

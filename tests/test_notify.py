@@ -123,9 +123,9 @@ def test_slack_escapes_caller_text() -> None:
 
 async def test_a_store_outage_drops_and_counts_never_raises() -> None:
     """emit() with the Redis store unreachable: the request path returns at once; the flusher counts the loss."""
-    from gateway import metrics
     from gateway.config.model import NotificationsConfig, WebhookConfig
     from gateway.notify import Notifier
+    from gateway.observability import metrics
     from gateway.store.base import Continuation
     from gateway.store.redis import RedisStore
     from tests.e2e.conftest import free_port

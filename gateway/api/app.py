@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway import gc_policy, metrics, tracing
+from gateway import gc_policy
 from gateway.api.admin.keys import admin_routes
 from gateway.api.admin.usage import usage_routes
 from gateway.api.approvals.endpoint import approval_routes
@@ -36,7 +36,8 @@ from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.request_id import REQUEST_ID_HEADER, scope_request_id
 from gateway.http.sse_response import SSEResponse
-from gateway.metrics_shared import SharedMetrics
+from gateway.observability import metrics, startup
+from gateway.observability.metrics_shared import SharedMetrics
 
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
@@ -103,7 +104,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tracer = tracing.install(config.observability)  # per worker process: the exporter's thread is its own
+        tracer = startup.install_tracer(config.observability)  # per worker process: the exporter's thread is its own
         runtime = app.state.runtime = await Runtime.start(config)
         app.state.started = int(time.time())
         if serving:

@@ -15,14 +15,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway import metrics, tracing
 from gateway.errors import GatewayError
 from gateway.http.request_id import REQUEST_ID_HEADER
-from gateway.logs import AccessLog
+from gateway.observability import access_log, metrics, tracing
+from gateway.observability.access_log import AccessLog
 from gateway.usage.pricing import NANO
 
-# Set once at start-up from ``logging.access`` (``gateway.logs.configure``); None: no access records.
+# The access record writer (``logging.access``, chosen at start-up: ``observability.startup``), kept
+# as this module's own global for ``done``; None: no access records.
 ACCESS: AccessLog | None = None
+
+
+def _use_access(writer: AccessLog | None) -> None:
+    global ACCESS
+    ACCESS = writer
+
+
+access_log.subscribe(_use_access)
 
 
 class Exchange:

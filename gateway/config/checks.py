@@ -33,14 +33,23 @@ def mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
     return value
 
 
+#: every section's keys by path template, registered by ``validate`` (which imports every section, so
+#: this module, imported by each of them, cannot import it): see :func:`register_sections`
+SECTIONS: tuple[tuple[str, set[str]], ...] = ()
+
+
+def register_sections(sections: tuple[tuple[str, set[str]], ...]) -> None:
+    """The table :func:`elsewhere` consults; on a tie the earlier entry wins."""
+    global SECTIONS
+    SECTIONS = sections
+
+
 def elsewhere(key: str, path: str, allowed: set[str]) -> str:
     """`` (did you mean models.x.context.KEY?)`` when ``key`` belongs to another section, else ``""``.
 
     The section sharing most of this one's path wins (a route key that belongs in its ``context``,
     a target key that belongs to its route); the shared part is filled in from ``path``.
     """
-    from gateway.config.validate import SECTIONS  # error path only; validate imports every section
-
     here = next((template for template, keys in SECTIONS if keys is allowed), None)
     if here is None:
         return ""

@@ -1,7 +1,7 @@
 """The ``logging`` and ``observability`` sections: log format and access records, OpenTelemetry export.
 
 Both are optional. Without ``observability.otlp_endpoint`` no tracing code is imported and no
-span is built (``gateway/tracing.py``); without ``logging.access`` no access record is built.
+span is built (``gateway/observability/tracing.py``); without ``logging.access`` no access record is built.
 With it, each worker starts an exporter process; the bounds below cap what a worker holds for it.
 """
 
@@ -37,7 +37,7 @@ class ObservabilityConfig:
     capture_content: bool = False
     propagate_to_providers: bool = False
     service_name: str = "loopgate"
-    # Spans waiting in a worker for its exporter process (gateway/tracing_ship.py); beyond it a
+    # Spans waiting in a worker for its exporter process (gateway/observability/shipper.py); beyond it a
     # request's spans are dropped and counted in ``loopgate_trace_spans_dropped_total``.
     max_buffered_spans: int = 10_000
     # The largest frame sent to the exporter process; a request whose spans alone are larger is dropped.

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.background_section import BACKGROUND_KEYS, background_section
-from gateway.config.checks import ConfigError, T, mapping, type_name
+from gateway.config.checks import ConfigError, T, mapping, register_sections, type_name
 from gateway.config.keys_section import (
     ADMIN_KEY_KEYS,
     API_KEY_KEYS,
@@ -59,6 +59,7 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("background", BACKGROUND_KEYS),
     ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
 )
+register_sections(SECTIONS)
 
 
 def _named(raw: Any, section: str, build: Callable[[str, Any], T]) -> dict[str, T]:

@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from gateway import metrics
 from gateway.canonical import Message, ModelRequest, ToolDef, text_of
 from gateway.context import (
     ContextGuard,
@@ -26,9 +25,10 @@ from gateway.context import (
 )
 from gateway.context.summary import is_summary, summary_message, summary_prompt
 from gateway.loop.events import Notice
+from gateway.observability import metrics
+from gateway.observability.tracing import NOOP, Span
 from gateway.routing.router import Attempt, Router
 from gateway.routing.routes import RoutePlan
-from gateway.tracing import NOOP, Span
 
 # Room for the finalize instruction and per-message framing on top of the estimate.
 _SLACK_TOKENS = 64

@@ -22,7 +22,6 @@ from typing import Any
 
 import orjson
 
-from gateway import metrics
 from gateway.canonical import Message, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import GatewayError, bad_request, quoted
@@ -48,6 +47,7 @@ from gateway.loop.engine import (
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.pairing import ToolResult
 from gateway.notify import Notifier
+from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Continuation, ContinuationNotFound, Store
 from gateway.tools.base import ToolOutcome

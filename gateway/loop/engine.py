@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway import metrics
 from gateway.canonical import (
     Answering,
     Message,
@@ -43,9 +42,10 @@ from gateway.context import ContextGuard
 from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
 from gateway.loop.pairing import ToolResult, tool_turn
+from gateway.observability import metrics
+from gateway.observability.tracing import NOOP, OUTGOING, Span
 from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
-from gateway.tracing import NOOP, OUTGOING, Span
 
 FINALIZE_INSTRUCTION = (
     "The tool-call limit for this request has been reached. Do not call any more tools. "

@@ -31,10 +31,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway import metrics
 from gateway.config.notifications_section import WEBHOOK_EVENTS, NotificationsConfig
 from gateway.notify import events
 from gateway.notify.delivery import Receiver
+from gateway.observability import metrics
 from gateway.store.base import Continuation, ContinuationNotFound, Store
 from gateway.store.outbox import Claimed, Outbox, now_ms
 from gateway.upstream.proxy import environment_proxies

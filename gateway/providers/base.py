@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.providers_section import ProviderConfig
+from gateway.observability import metrics
 from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
 from gateway.upstream.pool import UpstreamRequest
 from gateway.upstream.sse import SSEEvent

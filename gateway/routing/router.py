@@ -45,12 +45,12 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from gateway import metrics
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.models_section import TargetConfig
 from gateway.config.providers_section import ProviderConfig
 from gateway.config.routing_section import RoutingConfig
 from gateway.context.windows import known_window
+from gateway.observability import metrics
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError
 from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth

@@ -18,8 +18,8 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
-from gateway import tracing
 from gateway.config.tools_section import ToolConfig
+from gateway.observability import tracing
 from gateway.tools.base import ToolFailure, ToolSpec, resolve_approval
 from gateway.tools.bounded import read_bounded
 from gateway.upstream.errors import ProviderError

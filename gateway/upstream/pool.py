@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from gateway import tracing
 from gateway.config.providers_section import ProviderConfig
+from gateway.observability import tracing
 from gateway.upstream.connection import Connection
 from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.http1 import Http1Client, default_tls_context

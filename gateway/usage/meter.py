@@ -17,10 +17,10 @@ import logging
 import time
 from typing import Any
 
-from gateway import metrics
 from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
+from gateway.observability import metrics
 from gateway.store.usage import UsageStore
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import NANO, Pricing, usd

@@ -1,7 +1,7 @@
 """The exporter process of tracing: restarts, bounds, shutdown, secrets, and what a traceparent starts.
 
 A real gateway exports to the OTLP/HTTP receiver of the tests through its exporter process
-(``gateway/tracing_export.py``), which is found as the gateway's child in ``/proc``.
+(``gateway/observability/exporter.py``), which is found as the gateway's child in ``/proc``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def exporter_pid(gateway: Gateway, timeout_s: float = 10.0, not_pid: int | None 
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"gateway.tracing_export" in cmdline and int(pid) != not_pid:
+                if b"gateway.observability.exporter" in cmdline and int(pid) != not_pid:
                     return int(pid)
         time.sleep(0.05)
     raise AssertionError("no exporter process")
@@ -176,7 +176,7 @@ def test_the_collectors_headers_are_not_on_the_exporters_command_line_or_environ
     try:
         child = exporter_pid(gw)
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        assert b"gateway.tracing_export" in cmdline and COLLECTOR_TOKEN.encode() not in cmdline
+        assert b"gateway.observability.exporter" in cmdline and COLLECTOR_TOKEN.encode() not in cmdline
         assert COLLECTOR_TOKEN.encode() not in Path(f"/proc/{child}/environ").read_bytes()
         traceparent, trace_id, _ = caller_traceparent()
         assert gw.post("/v1/chat/completions", BODY, headers={"traceparent": traceparent}).status_code == 200
@@ -246,4 +246,5 @@ def traced_plain(fakes: dict[str, FakeUpstream], receiver: OtlpReceiver) -> Iter
 def test_the_gateway_process_never_imports_opentelemetry(receiver: OtlpReceiver) -> None:
     # Tracing is on, yet only the exporter process loads the SDK.
     config = f"{{'observability': {{'otlp_endpoint': '{receiver.url}'}}}}"
-    opentelemetry_modules_after_start(config, "from gateway import tracing; assert tracing.TRACER.enabled")
+    opentelemetry_modules_after_start(config, "from gateway.observability import tracing; "
+                                              "assert tracing.TRACER.enabled")

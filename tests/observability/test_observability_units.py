@@ -15,15 +15,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway import logs, metrics, redact
-from gateway.api import exchange
+from gateway import redact
 from gateway.api.exchange import Exchange
 from gateway.config.checks import ConfigError
 from gateway.config.model import ApiKey
 from gateway.config.validate import build_config
 from gateway.http.request_id import request_id
 from gateway.loop.engine import LoopState
-from gateway.metrics_shared import SharedMetrics
+from gateway.observability import access_log, metrics, startup
+from gateway.observability.metrics_shared import SharedMetrics
 from gateway.redact import Redactor
 
 
@@ -62,16 +62,16 @@ def test_request_ids_kept_only_when_safe() -> None:
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    saved = (root.handlers[:], root.level, access_log.ACCESS)
     stream = io.StringIO()
     yield stream
     root.handlers[:] = saved[0]
     root.setLevel(saved[1])
-    exchange.ACCESS = saved[2]
+    access_log.install(saved[2])
 
 
 def _configure(stream: io.StringIO, kind: str) -> None:
-    logs.configure("info", kind, access=True)
+    startup.configure_logging("info", kind, access=True)
     logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
 
 
@@ -100,11 +100,11 @@ def test_json_lines_are_one_object_each_and_scrubbed(captured: io.StringIO) -> N
 
 def test_json_access_record_fields_in_order_on_a_stream_that_is_not_line_buffered(tmp_path: Path) -> None:
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    saved = (root.handlers[:], root.level, access_log.ACCESS)
     path = tmp_path / "log"
     try:
         with open(path, "w", buffering=8192) as stream:
-            logs.configure("info", "json", access=True)
+            startup.configure_logging("info", "json", access=True)
             logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
             done = Exchange("POST", "/v1/chat/completions", b"rid-3", None)
             done.label = "smart"
@@ -117,7 +117,7 @@ def test_json_access_record_fields_in_order_on_a_stream_that_is_not_line_buffere
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        exchange.ACCESS = saved[2]
+        access_log.install(saved[2])
     (line,) = written.splitlines()
     record = orjson.loads(line)
     assert list(record) == ["ts", "level", "logger", "pid", "message", "request_id", "method", "path", "route",
@@ -132,11 +132,11 @@ def test_json_access_record_fields_in_order_on_a_stream_that_is_not_line_buffere
 def test_json_access_records_on_a_line_buffered_stream_are_whole_lines_in_order(tmp_path: Path, encoding: str) -> None:
     """UTF-8 and line-buffered (stderr): each record is one write of its own; other lines stay in order."""
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    saved = (root.handlers[:], root.level, access_log.ACCESS)
     path = tmp_path / "log"
     try:
         with open(path, "w", buffering=1, encoding=encoding) as stream:
-            logs.configure("info", "json", access=True)
+            startup.configure_logging("info", "json", access=True)
             logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
             for rid in (b"rid-a", b"rid-b"):
                 done = Exchange("POST", "/v1/chat/completions", rid, None)
@@ -147,7 +147,7 @@ def test_json_access_records_on_a_line_buffered_stream_are_whole_lines_in_order(
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        exchange.ACCESS = saved[2]
+        access_log.install(saved[2])
     records = [orjson.loads(line) for line in written.decode(encoding).splitlines()]
     assert [r.get("request_id") or r["message"] for r in records] == ["rid-a", "between rid-a", "rid-b",
                                                                        "between rid-b"]
@@ -167,30 +167,30 @@ def _open_like_stderr(path: Path, kind: str) -> io.TextIOWrapper:
 @pytest.mark.parametrize("kind", ["line-buffered", "write-through", "write-through-buffered"])
 async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: Path, kind: str) -> None:
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    saved = (root.handlers[:], root.level, access_log.ACCESS)
     path = tmp_path / "log"
     try:
         with _open_like_stderr(path, kind) as stream:
-            logs.configure("info", "json", access=True)
+            startup.configure_logging("info", "json", access=True)
             logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
             for rid in (b"rid-1", b"rid-2", b"rid-3"):
                 Exchange("POST", "/v1/chat/completions", rid, None).done(200)
             await asyncio.sleep(0)
             assert path.read_bytes() == b""  # waiting for the next ones
-            await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
+            await asyncio.sleep(access_log.AccessLog.FLUSH_S + 0.05)
             first_batch = path.read_bytes()
-            many = logs.AccessLog.FLUSH_LINES + 1  # past the bound
+            many = access_log.AccessLog.FLUSH_LINES + 1  # past the bound
             for n in range(many):
                 Exchange("POST", "/v1/chat/completions", b"rid-x%d" % n, None).done(500)
             bounded = path.read_bytes()  # written without waiting for the timer
-            await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
+            await asyncio.sleep(access_log.AccessLog.FLUSH_S + 0.05)
             written = path.read_bytes()
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        exchange.ACCESS = saved[2]
+        access_log.install(saved[2])
     assert [orjson.loads(line)["request_id"] for line in first_batch.splitlines()] == ["rid-1", "rid-2", "rid-3"]
-    assert len(bounded.splitlines()) - len(first_batch.splitlines()) == logs.AccessLog.FLUSH_LINES
+    assert len(bounded.splitlines()) - len(first_batch.splitlines()) == access_log.AccessLog.FLUSH_LINES
     statuses = [orjson.loads(line)["status"] for line in written.splitlines()]
     assert statuses == [200] * 3 + [500] * many
 
@@ -198,11 +198,11 @@ async def test_json_access_records_wait_a_moment_and_go_out_together(tmp_path: P
 def test_a_log_line_held_by_a_buffered_layer_goes_out_before_the_batch(tmp_path: Path) -> None:
     """Write-through over a buffered layer: the batch's own write comes after what that layer holds."""
     root = logging.getLogger()
-    saved = (root.handlers[:], root.level, exchange.ACCESS)
+    saved = (root.handlers[:], root.level, access_log.ACCESS)
     path = tmp_path / "log"
     try:
         with _open_like_stderr(path, "write-through-buffered") as stream:
-            logs.configure("info", "json", access=True)
+            startup.configure_logging("info", "json", access=True)
             logging.getLogger().handlers[0].setStream(stream)  # type: ignore[attr-defined]
             logging.getLogger("loopgate.test").warning("before")
             Exchange("POST", "/v1/chat/completions", b"rid-1", None).done(200)  # no loop: written at once
@@ -210,7 +210,7 @@ def test_a_log_line_held_by_a_buffered_layer_goes_out_before_the_batch(tmp_path:
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        exchange.ACCESS = saved[2]
+        access_log.install(saved[2])
     records = [orjson.loads(line) for line in written.splitlines()]
     assert [r.get("request_id") or r["message"] for r in records] == ["before", "rid-1"]
 
@@ -220,16 +220,16 @@ def test_a_worker_whose_stderr_is_a_file_batches_its_access_lines(tmp_path: Path
     the batched path must hold there too, not only on a terminal."""
     script = """
 import asyncio, logging, sys
-from gateway import logs
 from gateway.api import exchange
 from gateway.api.exchange import Exchange
-logs.configure("info", "json", access=True)
+from gateway.observability import access_log, startup
+startup.configure_logging("info", "json", access=True)
 assert not sys.stderr.line_buffering and sys.stderr.write_through
 async def main():
     for n in range(3):
         Exchange("POST", "/v1/chat/completions", b"rid-%d" % n, None).done(200)
     print(len(exchange.ACCESS._pending), flush=True)  # waiting for the batch's write
-    await asyncio.sleep(logs.AccessLog.FLUSH_S + 0.05)
+    await asyncio.sleep(access_log.AccessLog.FLUSH_S + 0.05)
     print(len(exchange.ACCESS._pending), flush=True)
     Exchange("POST", "/v1/chat/completions", b"rid-last", None).done(204)  # flushed at exit
 asyncio.run(main())
@@ -273,8 +273,8 @@ def test_shared_metrics_sum_counters_and_take_the_max_circuit(tmp_path: Path) ->
 
 def test_sampling_roots_by_ratio_and_following_the_callers_flags() -> None:
     from gateway.config.observability_section import ObservabilityConfig
-    from gateway.tracing import NOOP
-    from gateway.tracing_lean import LeanTracer, rebuild
+    from gateway.observability.recorder import LeanTracer, rebuild
+    from gateway.observability.tracing import NOOP
 
     shipped: list[list[object]] = []
     config = ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.25)
@@ -311,7 +311,7 @@ VALID = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 ])
 def test_a_malformed_traceparent_starts_a_new_trace(value: bytes) -> None:
     from gateway.config.observability_section import ObservabilityConfig
-    from gateway.tracing_lean import LeanTracer, parse_traceparent
+    from gateway.observability.recorder import LeanTracer, parse_traceparent
 
     assert parse_traceparent(value) is None
     shipped: list[list[object]] = []
@@ -326,7 +326,7 @@ def test_a_malformed_traceparent_starts_a_new_trace(value: bytes) -> None:
 
 
 def test_valid_traceparents_including_a_later_version() -> None:
-    from gateway.tracing_lean import parse_traceparent
+    from gateway.observability.recorder import parse_traceparent
 
     assert parse_traceparent(VALID) == ("0af7651916cd43dd8448eb211c80319c", 0xb7ad6b7169203331, True)
     assert parse_traceparent(b"01" + VALID[2:] + b"-what-comes-next") is not None

@@ -30,10 +30,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind
 
-from gateway import tracing_encode
-from gateway.tracing_encode import SpanEncoder, equivalent, install, sample_spans, varint
-from gateway.tracing_export import Rebuilder
-from gateway.tracing_lean import CHAT, TOOL
+from gateway.observability import otlp_encoder
+from gateway.observability.exporter import Rebuilder
+from gateway.observability.otlp_encoder import SpanEncoder, equivalent, install, sample_spans, varint
+from gateway.observability.recorder import CHAT, TOOL
 from tests.fakes.otlp_receiver import OtlpReceiver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -166,7 +166,7 @@ def test_install_hands_the_encoder_to_the_exporter_module(caplog: pytest.LogCapt
 
 
 def test_the_environment_keeps_the_official_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tracing_encode.ENCODER_ENV, "official")
+    monkeypatch.setenv(otlp_encoder.ENCODER_ENV, "official")
     module = _module()
     assert install(module) is False and module.encode_spans is encode_spans
 
@@ -217,9 +217,9 @@ def test_the_exporter_process_posts_what_the_official_encoder_makes(encoder: str
     try:
         settings["endpoint"] = receiver.url
         data = _frame(orjson.dumps(settings)) + _frame(orjson.dumps(requests))
-        done = subprocess.run([sys.executable, "-m", "gateway.tracing_export"], input=data, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "gateway.observability.exporter"], input=data, capture_output=True,
                               cwd=ROOT, env={**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "50",
-                                             tracing_encode.ENCODER_ENV: encoder}, timeout=60)
+                                             otlp_encoder.ENCODER_ENV: encoder}, timeout=60)
     finally:
         receiver.stop()
     assert done.returncode == 0, done.stderr.decode()[-2000:]

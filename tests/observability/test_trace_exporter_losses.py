@@ -1,6 +1,6 @@
 """The exporter process holds back rather than dropping spans, and reports those never delivered.
 
-The real ``python -m gateway.tracing_export`` is fed frames on stdin, as the gateway's shipper
+The real ``python -m gateway.observability.exporter`` is fed frames on stdin, as the gateway's shipper
 does, and exports to a local OTLP/HTTP collector that is slow (its queue fills: it stops reading
 its stdin until an export makes room, and every span arrives) or refuses every export (batches
 not delivered: counted, and the log says how many in a few lines rather than one per span).
@@ -43,7 +43,7 @@ def _run_exporter(receiver: OtlpReceiver, spans: int, env: dict[str, str]) -> li
     requests = _requests(spans)
     data = _frame(orjson.dumps(settings)) + b"".join(
         _frame(orjson.dumps(requests[i:i + 500])) for i in range(0, spans, 500))
-    done = subprocess.run([sys.executable, "-m", "gateway.tracing_export"], input=data, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "gateway.observability.exporter"], input=data, capture_output=True,
                           cwd=ROOT, env={**os.environ, **env}, timeout=120)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     return done.stderr.decode().splitlines()

@@ -8,14 +8,14 @@ import time
 import orjson
 import pytest
 
-from gateway import metrics
 from gateway.config.observability_section import ObservabilityConfig
-from gateway.tracing_ship import Shipper
+from gateway.observability import metrics
+from gateway.observability.shipper import Shipper
 from tests.fakes.otlp_receiver import OtlpReceiver
 
 
 def record(trace_hex: str, span_id: int, text: str) -> list[object]:
-    """A request's entry with its server span alone (``Entry`` in gateway/tracing_lean.py)."""
+    """A request's entry with its server span alone (``Entry`` in gateway/observability/recorder.py)."""
     now = time.time_ns()
     return [trace_hex, 0, span_id, now, now + 1000, "GET", f"/{span_id}", None, None, None, 200, None, [],
             {"loopgate.text": text}, []]
@@ -50,7 +50,7 @@ def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_reque
 
 
 def test_entries_are_rebuilt_with_the_conventions_names_and_only_the_values_that_are_set() -> None:
-    from gateway.tracing_lean import CHAT, CLIENT, INTERNAL, SERVER, TOOL, rebuild
+    from gateway.observability.recorder import CHAT, CLIENT, INTERNAL, SERVER, TOOL, rebuild
 
     trace = "0af7651916cd43dd8448eb211c80319c"
     answered = [CHAT, 0, 10, 20, "", [], None, "gemini", "m1", "p:m1", "", "stop", 10, 3, "", 0, 0.5, True, 100,
@@ -87,7 +87,7 @@ def test_entries_are_rebuilt_with_the_conventions_names_and_only_the_values_that
 
 
 def test_encoded_requests_are_packed_into_frames_in_order_and_under_the_limit() -> None:
-    from gateway.tracing_ship import packed
+    from gateway.observability.shipper import packed
 
     entries = [(n % 3 + 1, orjson.dumps([f"{n:032x}", ["x" * (n * 7 % 50)]])) for n in range(200)]
     frames = list(packed(entries, 400))
@@ -103,7 +103,7 @@ def test_encoded_requests_are_packed_into_frames_in_order_and_under_the_limit() 
 def test_the_exporters_resource_hashes_once_and_equals_the_sdks() -> None:
     from opentelemetry.sdk.resources import Resource
 
-    from gateway.tracing_export import FixedResource, Rebuilder
+    from gateway.observability.exporter import FixedResource, Rebuilder
 
     base = Resource.create({"service.name": "loopgate", "service.version": "9"})
     fixed = FixedResource(base)
@@ -116,7 +116,7 @@ def test_the_exporters_resource_hashes_once_and_equals_the_sdks() -> None:
 def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only() -> None:
     from types import SimpleNamespace
 
-    from gateway.tracing_lean import LeanTracer, rebuild
+    from gateway.observability.recorder import LeanTracer, rebuild
 
     shipped: list[tuple[list[object], int]] = []
     tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),

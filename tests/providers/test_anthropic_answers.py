@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway import metrics
 from gateway.canonical import Answering, TextDelta, Usage
+from gateway.observability import metrics
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gateway import metrics
 from gateway.canonical import ModelRequest
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.observability import metrics
 from gateway.providers import litellm as litellm_adapter
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Answer, Attempt, Router

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway import logs, redact
+from gateway import redact
+from gateway.observability import logs, startup
 from gateway.redact import Redactor
 
 FORGED = "gem/x\n1999-01-01 10:00:00,000 ERROR loopgate.api: [fake] admin logged in\r\x1b[31m\u2028end"
@@ -69,7 +70,7 @@ def test_configure_installs_one_safe_root_handler() -> None:
     root = logging.getLogger()
     before = list(root.handlers), root.level
     try:
-        logs.configure("warning")
+        startup.configure_logging("warning")
         assert len(root.handlers) == 1 and isinstance(root.handlers[0].formatter, logs.SafeFormatter)
         assert root.level == logging.WARNING
     finally:

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from gateway import metrics
 from gateway.api.chat.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
@@ -16,6 +15,7 @@ from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Notice
+from gateway.observability import metrics
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str,

@@ -9,7 +9,6 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway import metrics
 from gateway.api.chat.respond import respond
 from gateway.api.lifecycle import Work, begin_routed, endpoint
 from gateway.api.resume import check_pending, resume_paused
@@ -19,6 +18,7 @@ from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.approvals import continuation_view
+from gateway.observability import metrics
 from gateway.store.base import ContinuationNotFound
 
 PATH = "/v1/continuations"

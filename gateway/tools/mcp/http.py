@@ -18,8 +18,8 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
-from gateway import tracing
 from gateway.config.approval_section import ApprovalMode
+from gateway.observability import tracing
 from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolSpec, ToolTimeouts
 from gateway.tools.bounded import read_bounded, sse_data
 from gateway.tools.mcp.protocol import (

@@ -1,10 +1,10 @@
 """Ships finished spans from the gateway process to its exporter process, never blocking a request.
 
-The exporter (``python -m gateway.tracing_export``) is a child of each worker process, fed over
+The exporter (``python -m gateway.observability.exporter``) is a child of each worker process, fed over
 its stdin with length-prefixed frames: a 4-byte big-endian length, then orjson. The first frame is
 the configuration (the collector's headers are secrets: they travel only on this pipe, never on
 the command line or in the environment); each later frame is a list of requests' entries (``Entry``
-in ``gateway/tracing_lean.py``).
+in ``gateway/observability/recorder.py``).
 
 The event loop encodes a request's entry (one orjson call) and appends the bytes to a deque
 (``submit``): nothing of them stays for the garbage collector to walk, and the writer thread only
@@ -33,9 +33,10 @@ from typing import Any
 
 import orjson
 
-from gateway import __version__, metrics
+from gateway import __version__
 from gateway.config.observability_section import ObservabilityConfig
-from gateway.logs import JsonFormatter
+from gateway.observability import metrics
+from gateway.observability.logs import JsonFormatter
 
 logger = logging.getLogger("loopgate.tracing")
 
@@ -47,6 +48,8 @@ RESTART_BACKOFF_S = (0.5, 30.0)
 #: Drops are logged at most this often (the counter has every one).
 DROP_LOG_INTERVAL_S = 60.0
 DROP_REASONS = ("buffer_full", "exporter_down", "too_large", "unencodable")
+#: the exporter process runs ``python -m`` this
+EXPORTER_MODULE = "gateway.observability.exporter"
 _HEADER = struct.Struct(">I")
 _dumps = orjson.dumps
 
@@ -150,7 +153,7 @@ class Shipper:
                     "service_name": self.config.service_name, "service_version": __version__,
                     "frame_max": self.frame_max, "log_format": "json" if json_logs else "text",
                     "log_level": logging.getLevelName(root.getEffectiveLevel())}
-        self.process = subprocess.Popen([sys.executable, "-m", "gateway.tracing_export"], stdin=subprocess.PIPE,
+        self.process = subprocess.Popen([sys.executable, "-m", EXPORTER_MODULE], stdin=subprocess.PIPE,
                                         close_fds=True)
         self._write(frame(orjson.dumps(settings)))
 

@@ -1,8 +1,8 @@
 """The exporter process: rebuilds the gateway's spans as SDK spans and exports them with the official exporter.
 
-Started by ``gateway/tracing_ship.py`` as ``python -m gateway.tracing_export``, one per worker
-process. It reads length-prefixed orjson frames on stdin: first its configuration, then lists of
-one entry per request (see ``Entry`` in ``gateway/tracing_lean.py``: values by position, which get
+Started by ``gateway/observability/shipper.py`` as ``python -m gateway.observability.exporter``, one
+per worker process. It reads length-prefixed orjson frames on stdin: first its configuration, then lists of
+one entry per request (see ``Entry`` in ``gateway/observability/recorder.py``: values by position, which get
 their attribute names, the conventions' value rules and missing span ids here, where it costs no
 request any time). Each span becomes an
 ``opentelemetry.sdk.trace.ReadableSpan`` handed to a ``BatchSpanProcessor`` over
@@ -48,10 +48,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from gateway import redact
-from gateway.logs import FORMAT, JsonFormatter, SafeFormatter
+from gateway.observability.logs import FORMAT, JsonFormatter, SafeFormatter
+from gateway.observability.otlp_encoder import install as install_encoder
+from gateway.observability.recorder import rebuild
 from gateway.redact import Redactor, header_secrets
-from gateway.tracing_encode import install as install_encoder
-from gateway.tracing_lean import rebuild
 
 _HEADER = struct.Struct(">I")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)

@@ -3,8 +3,11 @@
 Hooks call methods of a :class:`Span`. Without ``observability.otlp_endpoint`` every span is
 the one shared :data:`NOOP` whose methods return at once: nothing from OpenTelemetry is
 imported and no object is built per request (a hook costs one method call). With it,
-:func:`install` swaps in ``gateway.tracing_lean`` (imported then, and only then) at start-up, and
-an exporter process per worker (``gateway.tracing_export``) does the OpenTelemetry SDK's work.
+``startup.install_tracer`` puts the span recorder (``gateway.observability.recorder``, imported
+then, and only then) in :data:`TRACER` at start-up, and an exporter process per worker
+(``python -m gateway.observability.exporter``) does the OpenTelemetry SDK's work.
+
+This module imports nothing from the gateway: the recorder builds on it, never the other way round.
 
 The engine sees spans only through this module, so it stays free of HTTP and of the SDK. An
 outgoing request (an HTTP tool, an MCP server, optionally a provider) continues the trace by
@@ -15,10 +18,7 @@ context variable because each tool runs in its own task: a value set there stays
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gateway.config.observability_section import ObservabilityConfig
+from typing import Any
 
 OUTGOING: ContextVar[str | None] = ContextVar("loopgate_traceparent", default=None)
 
@@ -81,30 +81,5 @@ class Tracer:
         """Flush and stop the exporter (at the end of a worker's lifespan)."""
 
 
+#: The process's tracer, chosen at start-up (``startup.install_tracer``).
 TRACER: Tracer = Tracer()
-
-
-def install(config: ObservabilityConfig) -> Tracer:
-    """Pick the process's tracer at start-up (each worker process calls it in its lifespan).
-
-    With an endpoint, the worker records spans itself (``gateway/tracing_lean.py``) and starts its
-    exporter process (``gateway/tracing_ship.py``), which alone imports the OpenTelemetry SDK.
-    """
-    global TRACER
-    if config.otlp_endpoint is None:
-        TRACER = Tracer()
-        return TRACER
-    from importlib import metadata
-
-    for package in ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"):
-        try:
-            metadata.version(package)  # looked up, not imported: the exporter process imports it
-        except metadata.PackageNotFoundError as exc:
-            raise RuntimeError("observability.otlp_endpoint is set but the OpenTelemetry SDK is not installed: "
-                               "pip install 'loopgate[otel]'") from exc
-    from gateway.tracing_lean import LeanTracer
-    from gateway.tracing_ship import Shipper
-
-    shipper = Shipper(config)
-    TRACER = LeanTracer(config, shipper.submit, shipper.close)
-    return TRACER

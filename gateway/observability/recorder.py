@@ -1,10 +1,10 @@
 """Spans following the OpenTelemetry GenAI conventions, recorded as plain Python values in the gateway process.
 
-Imported only when ``observability.otlp_endpoint`` is set (``gateway/tracing.py``). Nothing here
+Imported only when ``observability.otlp_endpoint`` is set (``startup.install_tracer``). Nothing here
 touches the OpenTelemetry SDK: a request's spans become one flat list (``Entry`` below), handed
-whole to the shipper (``gateway/tracing_ship.py``), which sends it to the exporter process
-(``gateway/tracing_export.py``) where :func:`rebuild` turns it back into spans for the official
-SDK's processor and OTLP exporter (encoded by ``gateway/tracing_encode.py``). The names of
+whole to the shipper (``gateway/observability/shipper.py``), which sends it to the exporter process
+(``gateway/observability/exporter.py``) where :func:`rebuild` turns it back into spans for the official
+SDK's processor and OTLP exporter (encoded by ``gateway/observability/otlp_encoder.py``). The names of
 attributes, the conventions' value rules and the ids nobody outside has seen are made there, on
 that process's CPU: the request path only copies values it already holds (bench/README.md).
 
@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from gateway.config.observability_section import ObservabilityConfig
-from gateway.tracing import NOOP, Span, Tracer
+from gateway.observability.tracing import NOOP, Span, Tracer
 
 # ``gen_ai.provider.name`` values of the conventions, by provider type.
 PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini", "litellm": "litellm",

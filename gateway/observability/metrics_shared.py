@@ -1,6 +1,6 @@
 """One ``/metrics`` scrape summing every worker of ``loopgate serve --workers N``.
 
-Each worker keeps its own registry (``gateway/metrics.py``: an increment stays one dict
+Each worker keeps its own registry (``gateway/observability/metrics.py``: an increment stays one dict
 operation). With more than one worker, ``loopgate serve`` makes a private directory and hands
 it to the workers (``LOOPGATE_METRICS_DIR``); every worker then writes a snapshot of its
 registry there once a second (one small file per process, written off the event loop and
@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from gateway import metrics
+from gateway.observability import metrics
 
 ENV = "LOOPGATE_METRICS_DIR"
 INTERVAL_S = 1.0

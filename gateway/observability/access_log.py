@@ -1,12 +1,10 @@
-"""Log lines a caller cannot forge and that carry no configured secret.
+"""Access records (``logging.access``): one line per request, written straight to the log handler's stream.
 
-Caller text (a model name, a tool name, an upstream's error) reaches log messages. A line
-break in it would start what looks like a new record (``\\n2026-01-01 ... ERROR ...``), so the
-formatter escapes every control character in the rendered message (C0, DEL, C1 and the Unicode
-line/paragraph separators): one record is one line. A traceback keeps its line breaks (it is
-unreadable without them) but every line after its first is indented, so no text inside it can
-pass for the start of a record; its other control characters are escaped too. Everything the
-formatter writes goes through ``redact.scrub`` last.
+The record's fields are chosen by the request's exchange (``gateway/api/exchange.py``); this module
+only writes them. Which writer is in use (or none: access records off) is decided once per process
+at start-up (``startup.configure_logging`` calls :func:`install`). A module that writes records on
+its hot path keeps its own reference through :func:`subscribe` instead of looking it up here for
+every request; this module imports nothing from the layers that write records.
 """
 
 from __future__ import annotations
@@ -17,100 +15,20 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from gateway import redact
+from gateway.observability import logs
+from gateway.observability.logs import MILLIS as _MILLIS
+from gateway.observability.logs import MILLIS_BYTES as _MILLIS_BYTES
+from gateway.observability.logs import escape
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def _escapes(keep_newline: bool) -> dict[int, str]:
-    table = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-    table.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
-    if keep_newline:
-        del table[0x0A]
-    return table
-
-
-_MESSAGE_ESCAPES = _escapes(keep_newline=False)
-_TRACE_ESCAPES = _escapes(keep_newline=True)
-TRACE_INDENT = "    "
-
-
-def escape(text: str) -> str:
-    """``text`` on one line: control characters as ``\\n``, ``\\r``, ``\\t``, ``\\xNN``."""
-    return text.translate(_MESSAGE_ESCAPES)
-
-
-class SafeFormatter(logging.Formatter):
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        return redact.scrub(escape(super().formatMessage(record)))
-
-    def formatException(self, ei: logging._SysExcInfoType) -> str:
-        return _multiline(super().formatException(ei))
-
-    def formatStack(self, stack_info: str) -> str:
-        return _multiline(super().formatStack(stack_info))
-
-
-def _multiline(text: str) -> str:
-    return redact.scrub(text.translate(_TRACE_ESCAPES).replace("\n", "\n" + TRACE_INDENT))
-
-
-class JsonFormatter(logging.Formatter):
-    """``logging.format: json``: every record one JSON object on one line (uvicorn's own included).
-
-    Fields: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``pid`` (the worker), ``message`` and
-    ``exc`` (a traceback). Text goes through ``redact.scrub``; JSON escaping already keeps a
-    record on one line. Access records have the same fields plus their own (``AccessLog``).
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": _CLOCK.iso(record.created),
-            "level": record.levelname.lower(), "logger": record.name, "pid": record.process,
-        }
-        entry["message"] = redact.scrub(record.getMessage())
-        if record.exc_info:
-            entry["exc"] = redact.scrub(self.formatException(record.exc_info))
-        if record.stack_info:
-            entry["stack"] = redact.scrub(self.formatStack(record.stack_info))
-        return orjson.dumps(entry, default=str).decode()
-
-
-class _Clock:
-    """Timestamps with one ``strftime`` per second, not one per record."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._iso = self._text = ""
-
-    def _at(self, second: int) -> None:
-        self._second = second
-        self._iso = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
-        self._text = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
-
-    def iso(self, created: float) -> str:
-        """ISO 8601 UTC with milliseconds (JSON logs)."""
-        second = int(created)
-        if second != self._second:
-            self._at(second)
-        return self._iso + _MILLIS[int((created - second) * 1000)] + "Z"
-
-    def text(self, created: float) -> str:
-        """``logging``'s default ``asctime`` (text logs)."""
-        second = int(created)
-        if second != self._second:
-            self._at(second)
-        return self._text + _MILLIS[int((created - second) * 1000)]
-
-
-_CLOCK = _Clock()
-#: "000" to "999": the milliseconds of a timestamp without a format call per record
-_MILLIS = tuple(f"{ms:03d}" for ms in range(1000))
-_MILLIS_BYTES = tuple(ms.encode() for ms in _MILLIS)
+# Bound by assignment, not by ``from ... import``: CPython calls a method of an imported name
+# through a bound method object, of an assigned one without (LOAD_METHOD), as it did before the move.
+_CLOCK = logs.CLOCK
 
 
 class AccessLog:
@@ -269,30 +187,29 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+#: The process's access record writer; None: no access records (``logging.access`` off).
+ACCESS: AccessLog | None = None
+_subscribers: list[Callable[[AccessLog | None], None]] = []
+
+
+def subscribe(use: Callable[[AccessLog | None], None]) -> None:
+    """Call ``use`` with the writer in use now, and again with each one :func:`install` puts in its place."""
+    _subscribers.append(use)
+    use(ACCESS)
+
+
+def install(writer: AccessLog | None) -> None:
+    """Make ``writer`` the process's access record writer (None: no records); the old one's lines are written."""
+    global ACCESS
+    if ACCESS is not None:
+        ACCESS.flush()
+    ACCESS = writer
+    for use in _subscribers:
+        use(writer)
+
+
 @atexit.register
 def _flush_access() -> None:
     """Lines of the last loop turn, when the loop stopped before that turn ended."""
-    from gateway.api import exchange
-
-    if exchange.ACCESS is not None:
-        exchange.ACCESS.flush()
-
-
-def configure(level: str, kind: str = "text", access: bool = False) -> None:
-    """Root logging for ``loopgate serve`` (and each worker process): one safe handler on stderr."""
-    from gateway.api import exchange  # the access switch lives beside the one place that writes records
-
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if kind == "json" else SafeFormatter(FORMAT))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level.upper())
-    # Neither format shows thread or process names: LogRecord need not look them up for every record.
-    logging.logThreads = False
-    logging.logMultiprocessing = False
-    enabled = access and logging.getLogger("loopgate.access").isEnabledFor(logging.INFO)
-    if exchange.ACCESS is not None:
-        exchange.ACCESS.flush()
-    exchange.ACCESS = AccessLog(handler, kind) if enabled else None
+    if ACCESS is not None:
+        ACCESS.flush()
