@@ -23,7 +23,7 @@ from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import audit_decisions, continuation_view
 from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
-from gateway.store.base import Continuation, ContinuationNotFound
+from gateway.store.continuations.base import Continuation, ContinuationNotFound
 
 PATH = "/v1/continuations"
 

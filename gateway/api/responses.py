@@ -31,7 +31,7 @@ from gateway.api.responses_run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.errors import bad_request
-from gateway.store.base import ContinuationConflict, ContinuationNotFound
+from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
 DEFAULT_LIST_LIMIT = 20

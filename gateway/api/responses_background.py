@@ -38,7 +38,7 @@ from gateway.api.runtime import Runtime
 from gateway.api.sse_response import SSEResponse
 from gateway.canonical import Usage
 from gateway.errors import bad_request
-from gateway.store.background import BackgroundRun, RunNotFound
+from gateway.store.background.base import BackgroundRun, RunNotFound
 
 # Stored events read per store round trip while replaying.
 REPLAY_BATCH = 256

@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
-from gateway.store.usage import Period, Scope, Spent
+from gateway.store.usage.base import Period, Scope, Spent
 from gateway.usage.pricing import NANO
 
 

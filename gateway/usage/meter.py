@@ -21,7 +21,7 @@ from gateway import metrics
 from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
-from gateway.store.usage import UsageStore
+from gateway.store.usage.base import UsageStore
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import NANO, Pricing, usd
 

@@ -9,7 +9,8 @@ import pytest
 
 from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
-from gateway.store.usage import MemoryUsage, Period, Scope, Spent, UsageDelta
+from gateway.store.usage.base import Period, Scope, Spent, UsageDelta
+from gateway.store.usage.memory import MemoryUsage
 from gateway.usage.budgets import REFRESH_S
 from gateway.usage.meter import Metering
 from gateway.usage.pricing import Pricing
