@@ -152,7 +152,7 @@ class RedisBackground(BackgroundStore):
     def _owned(reply: list[Any], run_id: str) -> bool:
         code = reply[0]
         if code == b"ok":
-            return reply[1] == b"1"
+            return bool(reply[1] == b"1")
         if code == b"limit":
             raise EventsLimit(f"background response {run_id!r} reached its stored-events cap")
         raise RunLost(run_id, reply[1].decode() if len(reply) > 1 and reply[1] else None)

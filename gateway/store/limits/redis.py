@@ -222,10 +222,9 @@ class RedisRateLimiter(RateLimiter):
                ticket: object = None) -> Settled | PendingSettle:
         """Leased tokens and slots settle here; the script call settles unleased tokens and per-request slots."""
         if ticket.__class__ is Lease:  # admitted from one scope's lease
-            lease: Lease = ticket  # type: ignore[assignment]
-            if lease.settle_taken(extra_tokens):
+            if ticket.settle_taken(extra_tokens):
                 return SETTLED
-            return self._settle_remote(tenant, scopes, extra_tokens, member, [lease], 0)
+            return self._settle_remote(tenant, scopes, extra_tokens, member, [ticket], 0)
         if not isinstance(ticket, tuple):  # no ticket: every slot is a per-request one
             return self._settle_remote(tenant, scopes, extra_tokens, member, [], -1)
         leases, exact = ticket

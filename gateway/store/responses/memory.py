@@ -50,7 +50,8 @@ class MemoryResponseRecords(ResponseRecords):
         if item[1] <= time.time():
             del self._items[key]
             return None
-        return orjson.loads(item[0])
+        record: dict[str, Any] = orjson.loads(item[0])
+        return record
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         item = self._items.pop((tenant, response_id), None)
