@@ -83,7 +83,11 @@ class RateLimits:
         if not isinstance(verdict, Decision):  # the store decides: nothing is taken until it runs
             verdict.close()
             return LATER
-        return self._admitted(key, scopes, settle, estimate, member, verdict)
+        if verdict.allowed:  # the common case, without a call more
+            return Admission(self.limiter, key.tenant, scopes, estimate, member,
+                             _headers(verdict.limit_r, verdict.level_r, verdict.limit_t, verdict.level_t), settle,
+                             verdict.ticket)
+        raise refusal(verdict, estimate)
 
     def _plan(self, key: ApiKey) -> Plan:
         tenant = self.tenants.get(key.tenant)

@@ -100,10 +100,8 @@ class RedisRateLimiter(RateLimiter):
             lease = leases[0]
             if lease.take_if_covered(tokens, time.monotonic()):
                 scope = lease.scope
-                verdict = Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm,
-                                   lease.level_t + lease.tokens)
-                verdict.ticket = lease
-                return verdict
+                return Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm,
+                                lease.level_t + lease.tokens, None, None, 0.0, False, lease)
             return self._admit_remote(tenant, scopes, leases, tokens, member, lease_s, now)
         for lease in leases:
             if not lease.covers(tokens):
