@@ -62,7 +62,7 @@ async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_read
 
     # The reading gets old; the next read is under way while more requests arrive: they do not wait.
     for seen in metering._spent._seen.values():
-        seen[0] -= REFRESH_S
+        seen.read_at -= REFRESH_S
     store.gate.clear()
     reader = asyncio.ensure_future(metering.check_budget(KEY))
     await asyncio.sleep(0.01)
