@@ -323,7 +323,7 @@ class NotificationsConfig:
 
 @dataclass(frozen=True, slots=True)
 class UsageConfig:
-    """Daily usage aggregates in the store (gateway/store/usage.py); off: nothing is written."""
+    """Daily usage aggregates in the store (gateway/store/usage/); off: nothing is written."""
 
     record: bool = True
     retention_days: int = 400

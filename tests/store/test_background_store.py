@@ -1,4 +1,4 @@
-"""The background-run contract (gateway/store/background.py), against memory and a real Redis.
+"""The background-run contract (gateway/store/background/), against memory and a real Redis.
 
 Two ``RedisBackground`` objects over two ``RedisStore`` connections play two replicas: what one
 writes the other must see, and the fences (owner, status, lease) must hold across them.

@@ -1,4 +1,4 @@
-"""Background runs in Redis, shared by every replica (the contract: gateway/store/background.py).
+"""Background runs in Redis, shared by every replica (the contract: base.py).
 
 Key layout (the ``{bg:<id>}`` hash tag keeps both keys of a run in one Cluster slot)::
 

@@ -1,4 +1,4 @@
-"""The rate limits' Lua scripts (redis_limits.py calls them; redis_lease.py explains the slices).
+"""The rate limits' Lua scripts (redis.py calls them; lease.py explains the slices).
 
 Replies are one bulk string, because redis-py's pure-Python reply parser costs far more per array
 element than one split() does.

@@ -4,7 +4,7 @@ a budget check is one script call answering one string.
 Keys (all of a tenant's rows share the hash tag ``{u:<tenant>}``, so everything one flush adds
 for a tenant sits in one slot and goes out as one pipeline, Cluster included)::
 
-    loopgate:{u:<tenant>}:<period>               hash r e p c ca rs n tc (see store/usage.py)
+    loopgate:{u:<tenant>}:<period>               hash r e p c ca rs n tc (see base.py)
     loopgate:{u:<tenant>}:k:<key id>:<period>    the same for one key of the tenant
 
 ``<period>`` is ``d:YYYY-MM-DD``, ``m:YYYY-MM`` or ``all`` (UTC). Every write renews the row's
