@@ -11,11 +11,10 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from gateway.store.continuations.base import Continuation
-from gateway.store.continuations.redis_listing import record_key
 from gateway.store.errors import StoreUnavailable
 from gateway.store.health.redis import health_keys
 from gateway.store.redis import RedisStore
-from gateway.store.redis_client.keys import tenant_key
+from gateway.store.redis_client.keys import record_key, tenant_key
 
 
 def _cont(tenant: str = "acme", ids: tuple[str, ...] = ("call_1", "call_2")) -> Continuation:

@@ -41,9 +41,8 @@ from gateway.store.continuations.base import (
     ContinuationStatus,
     ContinuationStore,
 )
-from gateway.store.continuations.redis_listing import record_key
 from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
-from gateway.store.redis_client.keys import num, tenant_key
+from gateway.store.redis_client.keys import num, record_key, tenant_key
 from gateway.store.ttl import check_ttl
 
 log = logging.getLogger("loopgate.store")

@@ -20,7 +20,7 @@ import orjson
 
 from gateway.store.continuations.base import Continuation
 from gateway.store.redis_client.client import RedisIO, Script, evalsha
-from gateway.store.redis_client.keys import PREFIX, esc, tenant_key
+from gateway.store.redis_client.keys import record_key, tenant_key
 
 # Expired entries removed per read, at most: bounds the script's run time and its Lua stack.
 TRIM_BATCH = 500
@@ -57,11 +57,6 @@ for _, k in ipairs(KEYS) do
 end
 return 1
 """
-
-
-def record_key(continuation_id: str) -> str:
-    """``loopgate:{<continuation id>}:rec``: the continuation's record (its own slot)."""
-    return f"{PREFIX}{{{esc(continuation_id)}}}:rec"
 
 
 def listing_keys(tenant: str) -> tuple[str, str]:

@@ -15,6 +15,11 @@ def esc(value: str) -> str:
     return value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
+def record_key(continuation_id: str) -> str:
+    """``loopgate:{<continuation id>}:rec``: a continuation's record (its own slot)."""
+    return f"{PREFIX}{{{esc(continuation_id)}}}:rec"
+
+
 def tenant_key(tenant: str, kind: str, sub: str | None = None) -> str:
     """``loopgate:{t:<tenant>}:<kind>[:<sub>]``: the tenant's keys share one slot."""
     base = f"{PREFIX}{{t:{esc(tenant)}}}:{kind}"
