@@ -8,10 +8,12 @@ leave a bucket in debt, which later requests wait out). Concurrency is a set of 
 ids, each with a lease (``routing.request_timeout_s``), so a replica that dies mid-request
 cannot leak a slot forever.
 
-``acquire`` and ``settle`` are each one atomic step: at most one Lua script call in Redis (every
-key of a request shares its tenant's hash tag; far from a limit none, see lease.py), one
-synchronous function in memory. This module holds
-the types and the interface; memory.py the in-process implementation, redis.py the shared one.
+``RateLimiter`` has one method per operation, ``admit`` and ``settle``, each one atomic step: at
+most one Lua script call in Redis (every key of a request shares its tenant's hash tag; far from
+a limit none, see lease.py), one synchronous function in memory. Each answers at once with a
+ready result (a ``Decision``; ``SETTLED``) when no store call is needed, else with the coroutine
+that makes it. This module holds the types and the interface; memory.py the in-process
+implementation, redis.py the shared one.
 """
 
 from __future__ import annotations
