@@ -49,10 +49,8 @@ class RateLimits:
         self._outage_logged = 0.0
         self.runs_per_key = config.background.max_runs_per_key
         self.runs_per_tenant = config.background.max_runs_per_tenant
-        # Per key id: the key object it was built for (a reload or an edit makes a new one), the
-        # limiter's lease for a key limited by one scope (else None), its scopes, whether its end
-        # is settled and what a leased admission settles remotely with: what ``admit_now`` needs,
-        # in one look-up.
+        # Per key id: the key object it was built for (a reload or an edit makes a new one), its
+        # scopes and whether its end is settled: what ``admit_now`` needs, in one look-up.
         self._plans: dict[str, Plan] = {}
         # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
         self._member_prefix = secrets.token_hex(6) + ":"
