@@ -15,7 +15,7 @@ from gateway.loop.approvals import (
     summary_of,
 )
 from gateway.loop.continuations import Continuations
-from gateway.store.base import Continuation
+from gateway.store.continuations.base import Continuation
 
 
 def paused(pending: list[dict[str, object]], data: dict[str, object] | None = None) -> Continuation:

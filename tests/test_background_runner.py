@@ -17,8 +17,8 @@ import pytest
 from gateway.background.runner import BackgroundRunner
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
-from gateway.store.base import StoreUnavailable
-from gateway.store.memory_background import MemoryBackground
+from gateway.store.background.memory import MemoryBackground
+from gateway.store.errors import StoreUnavailable
 
 CONFIG = BackgroundConfig(max_concurrent=2, max_events=16, max_event_bytes=1 << 20, lease_s=5.0, heartbeat_s=0.05,
                           poll_s=0.05)

@@ -126,7 +126,7 @@ async def test_a_store_outage_drops_and_counts_never_raises() -> None:
     from gateway.config.model import NotificationsConfig, WebhookConfig
     from gateway.notify import Notifier
     from gateway.observability import metrics
-    from gateway.store.base import Continuation
+    from gateway.store.continuations.base import Continuation
     from gateway.store.redis import RedisStore
     from tests.e2e.conftest import free_port
 

@@ -8,7 +8,8 @@ from gateway.errors import GatewayError, from_upstream, upstream_message
 from gateway.http.body import BodyError
 from gateway.http.json_response import JSONResponse
 from gateway.routing.router import AllTargetsFailed, StreamInterrupted
-from gateway.store.base import ContinuationConflict, ContinuationNotFound, StoreUnavailable
+from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
+from gateway.store.errors import StoreUnavailable
 
 log = logging.getLogger("loopgate.api")
 

@@ -22,7 +22,7 @@ from gateway.loop.engine import LoopEvent, LoopRequest
 from gateway.loop.pairing import ToolResult
 from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
-from gateway.store.base import Continuation
+from gateway.store.continuations.base import Continuation
 
 
 @dataclass(slots=True)

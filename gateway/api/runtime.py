@@ -24,11 +24,16 @@ from gateway.redact import Redactor
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
-from gateway.store import Store, open_configured_store
-from gateway.store.background import background_store
-from gateway.store.keys import KeyStore, open_key_store
-from gateway.store.limits import open_limiter
-from gateway.store.responses import ResponseRecords, response_records
+from gateway.store.base import Store
+from gateway.store.factory import (
+    open_background,
+    open_configured_store,
+    open_key_store,
+    open_limiter,
+    open_response_records,
+)
+from gateway.store.keys.base import KeyStore
+from gateway.store.responses.base import ResponseRecords
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 from gateway.tools.mcp.servers import McpRefresher
@@ -107,9 +112,9 @@ class Runtime:
         usage = start_metering(config, store)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp, responses=response_records(store), admin_keys=admin_keys,
+                   mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,
                    key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
-                   background=BackgroundRunner(background_store(store), config.background,
+                   background=BackgroundRunner(open_background(store), config.background,
                                                config.store.continuation_ttl_s),
                    lifecycle=Lifecycle(keys, admin_keys, limits, usage))
 

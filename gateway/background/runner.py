@@ -34,8 +34,8 @@ import orjson
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
-from gateway.store.background import BackgroundRun, BackgroundStore, EventsLimit, RunLost
-from gateway.store.base import StoreUnavailable
+from gateway.store.background.base import BackgroundRun, BackgroundStore, EventsLimit, RunLost
+from gateway.store.errors import StoreUnavailable
 
 log = logging.getLogger("loopgate.background")
 # Events per store write at most (a Lua call's argument count is bounded); the rest go in the next one.

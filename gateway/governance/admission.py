@@ -5,7 +5,7 @@ no store call, no headers. Otherwise ``admit`` takes one request, a token estima
 body bytes / 4: no tokenizer on the hot path) and a concurrency slot in one atomic step, and
 the ``Admission`` it returns settles afterwards: the reported usage minus the estimate is taken
 (or given back) and the slot freed, again in one step. Far from a limit on Redis both steps are
-usually local (the limiter's leased allowance, gateway/store/redis_lease.py).
+usually local (the limiter's leased allowance, gateway/store/limits/lease.py).
 
 A store outage fails open: the request runs unlimited (logged, at most once a minute), because
 a limiter that takes every caller down with it protects nothing. Budgets are separate
@@ -28,8 +28,8 @@ from gateway.config.model import ApiKey, Config
 from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Finished
-from gateway.store.base import StoreUnavailable
-from gateway.store.limits import Decision, LimitScope, RateLimiter, reset_seconds
+from gateway.store.errors import StoreUnavailable
+from gateway.store.limits.base import Decision, LimitScope, RateLimiter, Settled, reset_seconds
 
 log = logging.getLogger("loopgate.limits")
 
@@ -49,10 +49,8 @@ class RateLimits:
         self._outage_logged = 0.0
         self.runs_per_key = config.background.max_runs_per_key
         self.runs_per_tenant = config.background.max_runs_per_tenant
-        # Per key id: the key object it was built for (a reload or an edit makes a new one), the
-        # limiter's lease for a key limited by one scope (else None), its scopes, whether its end
-        # is settled and what a leased admission settles remotely with: what ``admit_now`` needs,
-        # in one look-up.
+        # Per key id: the key object it was built for (a reload or an edit makes a new one), its
+        # scopes and whether its end is settled: what ``admit_now`` needs, in one look-up.
         self._plans: dict[str, Plan] = {}
         # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
         self._member_prefix = secrets.token_hex(6) + ":"
@@ -63,7 +61,7 @@ class RateLimits:
         plan = self._plans.get(key.id)
         if plan is None or plan[0] is not key:
             plan = self._plan(key)
-        return plan[2], plan[3]
+        return plan[1], plan[2]
 
     def admit_now(self, key: ApiKey, body_bytes: int) -> Admission | Later | None:
         """``admit`` without a coroutine where the limiter decides at once (memory, leased allowance).
@@ -74,25 +72,20 @@ class RateLimits:
         if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
             return None
         plan = self._plans.get(key.id)
-        if plan is None or plan[0] is not key or (plan[1] is not None and plan[1].retired):
+        if plan is None or plan[0] is not key:
             plan = self._plan(key)
-        _, lease, scopes, settle, remote = plan
+        _, scopes, settle = plan
         estimate = body_bytes // BYTES_PER_TOKEN + 1
-        # The cheapest way in: the allowance this process holds for the key's one scope, taken here.
-        if lease is not None and lease.take_if_covered(estimate, time.monotonic()):
-            scope = lease.scope
-            return LeaseAdmission(lease, estimate, _headers(scope.rpm, lease.level_r + lease.requests, scope.tpm,
-                                                            lease.level_t + lease.tokens), settle, remote)
-        taken = self.limiter.take_now(key.tenant, scopes, estimate)
-        if taken is not None:  # the common case far from a limit: no Decision, no slot name
-            limit_r, level_r, limit_t, level_t, ticket = taken
-            return Admission(self.limiter, key.tenant, scopes, estimate, "",
-                             _headers(limit_r, level_r, limit_t, level_t), settle, ticket)
         member = self._member_prefix + str(next(self._members))
-        verdict = self.limiter.acquire_now(key.tenant, scopes, estimate, member, self.lease_s)
-        if verdict is None:
+        verdict = self.limiter.admit(key.tenant, scopes, estimate, member, self.lease_s)
+        if not isinstance(verdict, Decision):  # the store decides: nothing is taken until it runs
+            verdict.close()
             return LATER
-        return self._admitted(key, scopes, settle, estimate, member, verdict)
+        if verdict.allowed:  # the common case, without a call more
+            return Admission(self.limiter, key.tenant, scopes, estimate, member,
+                             _headers(verdict.limit_r, verdict.level_r, verdict.limit_t, verdict.level_t), settle,
+                             verdict.ticket)
+        raise refusal(verdict, estimate)
 
     def _plan(self, key: ApiKey) -> Plan:
         tenant = self.tenants.get(key.tenant)
@@ -104,8 +97,7 @@ class RateLimits:
         settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
         if len(self._plans) >= _SCOPE_CACHE_LIMIT:
             self._plans.clear()  # keys come and go with reloads; never let old ones pile up
-        plan = self._plans[key.id] = (key, self.limiter.single_lease(key.tenant, scopes), scopes, settle,
-                                      (self.limiter, key.tenant, scopes))
+        plan = self._plans[key.id] = (key, scopes, settle)
         return plan
 
     async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
@@ -122,7 +114,7 @@ class RateLimits:
         estimate = body_bytes // BYTES_PER_TOKEN + 1
         member = self._member_prefix + str(next(self._members))
         try:
-            verdict = await self.limiter.acquire(key.tenant, scopes, estimate, member, self.lease_s)
+            verdict = await self.limiter.admit(key.tenant, scopes, estimate, member, self.lease_s)
         except StoreUnavailable as exc:
             self._outage(exc)
             return None
@@ -145,7 +137,7 @@ class RateLimits:
             return None
         member = self._member_prefix + str(next(self._members))
         try:
-            verdict = await self.limiter.acquire(key.tenant, scopes, 0, member, self.lease_s)
+            verdict = await self.limiter.admit(key.tenant, scopes, 0, member, self.lease_s)
         except StoreUnavailable as exc:
             self._outage(exc)
             return None
@@ -173,9 +165,8 @@ class RateLimits:
                          verdict.ticket)
 
 
-#: ``RateLimits``'s per-key plan: the key, its single scope's lease (or None), its scopes, whether its
-#: end is settled, and (limiter, tenant, scopes) for a leased admission's remote settling.
-Plan = tuple[ApiKey, Any, tuple[LimitScope, ...], bool, tuple[RateLimiter, str, tuple[LimitScope, ...]]]
+#: ``RateLimits``'s per-key plan: the key, its scopes, whether its end is settled.
+Plan = tuple[ApiKey, tuple[LimitScope, ...], bool]
 
 
 class Later(enum.Enum):
@@ -217,15 +208,14 @@ class Admission:
         self._done = True
         extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
         try:
-            if self._limiter.settle_now(self._tenant, self._scopes, extra, self._member, self._ticket):
-                return None
+            remote = self._limiter.settle(self._tenant, self._scopes, extra, self._member, self._ticket)
         except StoreUnavailable:
             return None
-        return self._settle_remote(extra)
+        return None if isinstance(remote, Settled) else self._settle_remote(remote)
 
-    async def _settle_remote(self, extra: int) -> None:
+    async def _settle_remote(self, remote: Coroutine[Any, Any, None]) -> None:
         try:
-            await self._limiter.settle_remote(self._tenant, self._scopes, extra, self._member, self._ticket)
+            await remote
         except StoreUnavailable:
             return  # on an outage the slot's lease frees it, and the estimate stands as the count
 
@@ -246,33 +236,6 @@ class Admission:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
             await self.finish(usage)
-
-
-class LeaseAdmission(Admission):
-    """A request admitted from the limiter's lease of its key's one scope (``single_lease``): the lease
-    settles its end itself, and only a part it does not hold (tokens it does not lease) needs the store."""
-
-    __slots__ = ("_lease", "_remote")
-
-    def __init__(self, lease: Any, estimate: int, response_headers: list[tuple[bytes, bytes]], settle: bool,
-                 remote: tuple[RateLimiter, str, tuple[LimitScope, ...]]) -> None:
-        self._lease = lease
-        self._estimate = estimate
-        self.headers = response_headers
-        self.needs_settling = settle
-        self._done = not settle
-        self._remote = remote  # the limiter, tenant and scopes, for that rare remote part
-
-    def finish_now(self, usage: Usage | None) -> Coroutine[Any, Any, None] | None:
-        if self._done:
-            return None
-        self._done = True
-        extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
-        if self._lease.settle_taken(extra):
-            return None
-        self._limiter, self._tenant, self._scopes = self._remote
-        self._member, self._ticket = "", self._lease
-        return self._settle_remote(extra)
 
 
 def _duration(seconds: float) -> str:

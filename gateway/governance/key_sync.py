@@ -18,8 +18,8 @@ import logging
 
 from gateway.config.model import ApiKey
 from gateway.governance.keys import KeyRing
-from gateway.store.base import StoreUnavailable
-from gateway.store.keys import KeyStore, from_record
+from gateway.store.errors import StoreUnavailable
+from gateway.store.keys.base import KeyStore, from_record
 
 log = logging.getLogger("loopgate.keys")
 

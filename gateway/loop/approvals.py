@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 from gateway.canonical import Message, text_of
-from gateway.store.base import Continuation, Store
+from gateway.store.base import Store
+from gateway.store.continuations.base import Continuation
 
 # The decision context is for a human to read, not the whole transcript: each text is cut to this.
 MAX_CONTEXT_CHARS = 2000

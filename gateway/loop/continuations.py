@@ -49,7 +49,8 @@ from gateway.loop.pairing import ToolResult
 from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
-from gateway.store.base import Continuation, ContinuationNotFound, Store
+from gateway.store.base import Store
+from gateway.store.continuations.base import Continuation, ContinuationNotFound
 from gateway.tools.base import ToolOutcome
 from gateway.tools.executor import run_tool
 

@@ -35,8 +35,9 @@ from gateway.config.notifications_section import WEBHOOK_EVENTS, NotificationsCo
 from gateway.notify import events
 from gateway.notify.delivery import Receiver
 from gateway.observability import metrics
-from gateway.store.base import Continuation, ContinuationNotFound, Store
-from gateway.store.outbox import Claimed, Outbox, now_ms
+from gateway.store.base import Store
+from gateway.store.continuations.base import Continuation, ContinuationNotFound
+from gateway.store.outbox.base import Claimed, Outbox, now_ms
 from gateway.upstream.proxy import environment_proxies
 
 log = logging.getLogger("loopgate.notify")

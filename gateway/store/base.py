@@ -3,138 +3,21 @@
 Every piece of state a gateway replica must share with the others (or must keep across a
 client's round trip) goes through this one small interface, so the loop engine never knows
 whether it runs embedded (``memory://``) or scaled out behind a load balancer (``redis://``).
-Both implementations are tested against the same behavioural suite.
-
-Continuation lifecycle (the at-most-once resume of the contract)::
-
-    save -> pending --claim--> claimed --finish--> resumed   (kept until its TTL: a repeat is 409)
-               ^                  |
-               +----release-------+                          (upstream failed: still resumable)
-    pending --cancel--> gone                                 (later get/claim: 404)
-
-A claim carries a lease: a replica that crashes while holding a claim does not strand the
-continuation, because once the lease has expired another claim may take it over.
+Both implementations are tested against the same behavioural suite. Each domain's part of the
+interface lives in its subpackage (continuations, audit, health, outbox); ``factory`` opens one.
 """
 
 from __future__ import annotations
 
-import math
-import secrets
-import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from abc import abstractmethod
 
-import orjson
-
-if TYPE_CHECKING:
-    from gateway.store.outbox import Outbox
-
-ContinuationStatus = Literal["pending", "claimed", "resumed", "cancelled"]
-STATUSES: tuple[str, ...] = ("pending", "claimed", "resumed", "cancelled")
-
-# Bumped when the serialised layout changes, so an old record is recognisable during a rollout.
-_FORMAT_VERSION = 1
+from gateway.store.audit.base import AuditLog
+from gateway.store.continuations.base import ContinuationStore
+from gateway.store.health.base import HealthStore
+from gateway.store.outbox.base import Outbox
 
 
-def new_continuation_id() -> str:
-    """A fresh, unguessable id: 24 random bytes = 192 bits, URL-safe, recognisably prefixed."""
-    return "cont_" + secrets.token_urlsafe(24)
-
-
-@dataclass(slots=True)
-class Continuation:
-    """A paused tool loop.
-
-    ``pending`` lists the calls the loop waits for, each ``{tool_call_id, name, reason, arguments}``
-    (reason ``"client"`` or ``"approval"``). ``data`` is opaque to the store (transcript, request
-    parameters, loop state) and must be JSON-serialisable. ``status`` and ``claimed_until`` are
-    owned by the store: what a caller sets there before ``save_continuation`` is stored as the
-    initial state, afterwards only the store's transitions change them.
-    """
-
-    id: str
-    tenant: str
-    model: str
-    status: ContinuationStatus
-    created_at: float
-    expires_at: float
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-    claimed_until: float | None = None
-    # What the tenant's listing shows of it (small, JSON): indexed at save, never part of the body.
-    summary: dict[str, Any] | None = None
-
-    @classmethod
-    def new(cls, tenant: str, model: str, pending: list[dict[str, Any]], data: dict[str, Any],
-            ttl_s: float, now: float | None = None) -> Continuation:
-        """A pending continuation with a fresh id and timestamps consistent with ``ttl_s``."""
-        now = time.time() if now is None else now
-        return cls(id=new_continuation_id(), tenant=tenant, model=model, status="pending",
-                   created_at=now, expires_at=now + ttl_s, pending=pending, data=data)
-
-    @property
-    def tool_call_ids(self) -> list[str]:
-        """The ids of the pending calls: the keys of the resume-way-A index."""
-        return [str(p["tool_call_id"]) for p in self.pending if p.get("tool_call_id")]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"v": _FORMAT_VERSION, "id": self.id, "tenant": self.tenant, "model": self.model,
-                "status": self.status, "created_at": self.created_at, "expires_at": self.expires_at,
-                "pending": self.pending, "data": self.data, "claimed_until": self.claimed_until}
-
-    def to_bytes(self) -> bytes:
-        """orjson bytes; raises ``TypeError`` when ``data`` is not JSON-serialisable (caught at save time)."""
-        return orjson.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Continuation:
-        status = d.get("status", "pending")
-        if status not in STATUSES:
-            raise ValueError(f"unknown continuation status {status!r}")
-        claimed = d.get("claimed_until")
-        return cls(id=str(d["id"]), tenant=str(d["tenant"]), model=str(d.get("model", "")),
-                   status=cast(ContinuationStatus, status), created_at=float(d["created_at"]),
-                   expires_at=float(d["expires_at"]), pending=list(d.get("pending") or []),
-                   data=dict(d.get("data") or {}), claimed_until=None if claimed is None else float(claimed))
-
-    @classmethod
-    def from_bytes(cls, raw: bytes | str) -> Continuation:
-        return cls.from_dict(orjson.loads(raw))
-
-
-class StoreError(Exception):
-    """Base class of everything the store raises on purpose."""
-
-
-class ContinuationNotFound(StoreError):
-    """Unknown, expired, cancelled or another tenant's continuation: the API answers 404.
-
-    Another tenant's id is deliberately indistinguishable from an unknown one, so ids cannot be probed.
-    """
-
-    def __init__(self, continuation_id: str) -> None:
-        super().__init__(f"continuation {continuation_id!r} not found")
-        self.continuation_id = continuation_id
-
-
-class ContinuationConflict(StoreError):
-    """The continuation exists but is being resumed or was resumed already: the API answers 409."""
-
-    def __init__(self, continuation_id: str, status: str, message: str | None = None) -> None:
-        super().__init__(message or f"continuation {continuation_id!r} is {status}")
-        self.continuation_id = continuation_id
-        self.status = status
-
-
-class StoreUnavailable(StoreError):
-    """The backend cannot be reached (connection refused, timeout). ``__cause__`` holds the original error.
-
-    Raised quickly (bounded socket timeouts) so a Redis outage becomes a 503, never a hung request.
-    """
-
-
-class Store(ABC):
+class Store(ContinuationStore, AuditLog, HealthStore):
     """One small interface over every backend. All methods are coroutines; none blocks the event loop."""
 
     kind: str = ""
@@ -152,147 +35,7 @@ class Store(ABC):
     async def aclose(self) -> None:
         """Release connections. The store is unusable afterwards."""
 
-    # -- continuations ---------------------------------------------------------------------------
-    @abstractmethod
-    async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
-        """Store ``c`` and index each pending ``tool_call_id`` -> ``c.id`` for ``ttl_s`` seconds.
-
-        Returns only when everything is written: a pause is acknowledged to the client only after
-        it is stored. Overwrites a record with the same id.
-        """
-
-    @abstractmethod
-    async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
-        """The continuation as stored (any live status, including ``"resumed"``).
-
-        Raises ``ContinuationNotFound`` for unknown, expired, cancelled or other-tenant ids.
-        """
-
-    @abstractmethod
-    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
-        """Atomically take the right to resume: pending (or claimed with an expired lease) -> claimed.
-
-        Returns the claimed continuation (``claimed_until = now + lease_s``). Raises
-        ``ContinuationConflict`` when another claim's lease is live or it was resumed already,
-        ``ContinuationNotFound`` when unknown/expired/cancelled/another tenant's.
-        """
-
-    @abstractmethod
-    async def release_continuation(self, continuation_id: str, tenant: str) -> None:
-        """Claimed -> pending: a resume that failed upstream leaves the continuation resumable.
-
-        No-op when already pending; ``ContinuationConflict`` when resumed; ``ContinuationNotFound`` as for get.
-        """
-
-    @abstractmethod
-    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
-        """Claimed -> resumed; the record stays until its TTL (a repeated resume gets 409, not 404).
-
-        The tool-call index entries are removed. ``ContinuationConflict`` unless it is claimed.
-        """
-
-    @abstractmethod
-    async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
-        """Pending (or claimed with an expired lease) -> deleted, index entries included; returns True.
-
-        Later get/claim raise ``ContinuationNotFound``. Cancelling a live claim or a resumed one
-        raises ``ContinuationConflict``; an unknown/other tenant's id ``ContinuationNotFound``.
-        """
-
-    @abstractmethod
-    async def list_continuations(self, tenant: str, limit: int,
-                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
-        """The tenant's live (pending or claimed) continuations, newest first, and whether more follow.
-
-        Each entry is the ``summary`` saved with it plus ``status``. Ordered by (``expires_at``, id)
-        descending (one TTL for all: creation order); ``before`` is the last entry of the previous
-        page. The index is cleaned as entries expire (on every read), resume or are cancelled.
-        """
-
-    @abstractmethod
-    async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
-        """Resume way A: the id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
-
-    # -- tool execution ledger -------------------------------------------------------------------
-    @abstractmethod
-    async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:
-        """The recorded execution of a tool call, so a repeated resume never runs a tool twice."""
-
-    @abstractmethod
-    async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
-        """Record (overwrite) the execution of a tool call for ``ttl_s`` seconds."""
-
-    # -- artifacts -------------------------------------------------------------------------------
-    @abstractmethod
-    async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
-        """Keep provider artifacts (thought signatures, thinking blocks) per ``tool_call_id``.
-
-        For clients that drop unknown fields: the gateway re-attaches them on the next request.
-        """
-
-    @abstractmethod
-    async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """The artifacts found for ``ids`` (missing or expired ids are simply absent). One round trip."""
-
-    # -- audit log (headless denials) ------------------------------------------------------------
-    @abstractmethod
-    async def append_audit(self, entry: dict[str, Any]) -> None:
-        """Append ``entry`` (must carry ``"tenant"``; ``"ts"`` is added when absent) to the tenant's capped log."""
-
-    @abstractmethod
-    async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
-        """The tenant's latest ``limit`` entries, oldest first (the order they were appended)."""
-
-    async def audit_tail(self, tenant: str, skip: int, count: int) -> list[dict[str, Any]]:
-        """``count`` entries ending ``skip`` entries before the newest, oldest first (paging backwards).
-
-        Implementations override this with a ranged read; this fallback reads the whole log.
-        """
-        entries = await self.read_audit(tenant, skip + count)
-        return entries[:max(0, len(entries) - skip)]
-
-    # -- shared target health (circuit breaker across replicas) ----------------------------------
-    @abstractmethod
-    async def health_report(self, target: str, failed: bool, threshold: int, cooldown_s: float) -> float | None:
-        """Record one outcome for ``target``; returns the open-until timestamp when the circuit is open.
-
-        A success resets the consecutive-failure count and closes the circuit (returns None). A
-        failure increments it; when it reaches ``threshold`` the circuit opens until
-        ``now + cooldown_s`` (an already open circuit is not extended). The count survives the
-        cooldown for a while, so the first failure after it (the half-open probe) re-opens at once.
-        """
-
-    @abstractmethod
-    async def health_open_until(self, target: str) -> float | None:
-        """The timestamp until which ``target``'s circuit is open, or None when it is closed."""
-
-    # -- notification outbox (gateway/store/outbox.py) -------------------------------------------
+    # -- notification outbox (gateway/store/outbox/) ---------------------------------------------
     @abstractmethod
     def outbox(self, name: str) -> Outbox:
         """The job queue ``name`` (webhook deliveries, expiry checks) on this backend, shared by every replica."""
-
-
-def check_ttl(ttl_s: float) -> int:
-    """Whole seconds, at least 1: Redis ``EX`` takes integers, and a zero TTL would delete what was just written."""
-    if not ttl_s > 0:
-        raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
-    return max(1, math.ceil(ttl_s))
-
-
-def audit_entry(entry: dict[str, Any], now: float) -> tuple[str, dict[str, Any]]:
-    """Validate an audit entry; returns its tenant and a copy with ``ts`` filled in (the caller's dict is untouched)."""
-    tenant = entry.get("tenant")
-    if not isinstance(tenant, str) or not tenant:
-        raise ValueError("an audit entry needs a non-empty 'tenant'")
-    out = dict(entry)
-    out.setdefault("ts", now)
-    return tenant, out
-
-
-def failure_window(cooldown_s: float) -> float:
-    """How long a consecutive-failure count survives without a new failure.
-
-    Longer than the cooldown, so the first failure after it (the half-open probe) re-opens the
-    circuit at once; bounded, so failures days apart do not add up to an outage.
-    """
-    return max(60.0, 2.0 * cooldown_s)

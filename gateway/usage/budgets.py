@@ -24,11 +24,10 @@ import asyncio
 import calendar
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
-from gateway.store.usage import Period, Scope, Spent
+from gateway.store.usage.base import Period, Scope, Spent
 from gateway.usage.pricing import NANO
 
 
@@ -45,16 +44,20 @@ class BudgetCheck:
     ident: str = ""
     #: ``(scope, ident)``: the row's key in ``SpentCache`` (made once, read per request)
     row: tuple[str, str] = field(init=False, compare=False)
-    #: where a ``SpentCache`` reading holds this budget's unit (2: tokens, 3: nano-USD) and the
-    #: amount there that exhausts it: one index and one comparison per check on the request path
-    index: int = field(init=False, compare=False)
+    #: whether a ``Reading``'s cost (nano-USD) or its tokens count for this budget, and the amount
+    #: there that exhausts it: one test and one comparison per check on the request path
+    usd: bool = field(init=False, compare=False)
     threshold: float = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "row", (self.scope, self.ident))
         usd = self.unit == "usd"
-        object.__setattr__(self, "index", 3 if usd else 2)
+        object.__setattr__(self, "usd", usd)
         object.__setattr__(self, "threshold", self.limit * NANO if usd else self.limit)
+
+    def exhausted(self, seen: Reading) -> bool:
+        """``seen`` has spent this budget."""
+        return (seen.cost_nano if self.usd else seen.tokens) >= self.threshold
 
 
 def refusal(check: BudgetCheck, spent: Spent, now: float) -> GatewayError:
@@ -98,6 +101,21 @@ REFRESH_S = 1.0
 MAX_CACHED = 100_000
 
 
+class Reading:
+    """A budget row as this process knows it: the store's reading plus what this process recorded since."""
+
+    __slots__ = ("cost_nano", "period", "read_at", "tokens")
+
+    def __init__(self, read_at: float, period: Period, tokens: int, cost_nano: int) -> None:
+        self.read_at = read_at  # monotonic
+        self.period = period
+        self.tokens = tokens
+        self.cost_nano = cost_nano
+
+    def spent(self) -> Spent:
+        return Spent(self.tokens, self.cost_nano)
+
+
 class SpentCache:
     """Per budget row: a store reading (at most ``REFRESH_S`` old) plus what this process recorded since.
 
@@ -108,8 +126,8 @@ class SpentCache:
     __slots__ = ("_reading", "_seen")
 
     def __init__(self) -> None:
-        # (scope, key id or tenant) -> [read at (monotonic), period, tokens, cost in nano-USD]
-        self._seen: dict[tuple[str, str], list[Any]] = {}
+        # (scope, key id or tenant) -> its reading
+        self._seen: dict[tuple[str, str], Reading] = {}
         # (scope, key id or tenant) -> resolved when the read under way for that row is over
         self._reading: dict[tuple[str, str], asyncio.Future[None]] = {}
 
@@ -119,7 +137,8 @@ class SpentCache:
         for check in checks:
             row = (check.scope, check.ident)
             seen = self._seen.get(row)
-            if (seen is None or now - seen[0] >= REFRESH_S or seen[1] != check.period) and row not in self._reading:
+            stale = seen is None or now - seen.read_at >= REFRESH_S or seen.period != check.period
+            if stale and row not in self._reading:
                 found.append(check)
         return found
 
@@ -129,9 +148,9 @@ class SpentCache:
         for check in checks:
             row = (check.scope, check.ident)
             seen = self._seen.get(row)
-            if seen is None or seen[1] != check.period:
+            if seen is None or seen.period != check.period:
                 return True  # no usable reading: read it, or wait for the read under way
-            if now - seen[0] >= REFRESH_S and row not in reading:
+            if now - seen.read_at >= REFRESH_S and row not in reading:
                 return True
         return False
 
@@ -142,10 +161,10 @@ class SpentCache:
         for check in checks:
             row = check.row
             seen = seen_rows.get(row)
-            if seen is None or seen[1] != check.period or (now - seen[0] >= REFRESH_S and row not in reading):
+            if seen is None or seen.period != check.period or (now - seen.read_at >= REFRESH_S and row not in reading):
                 return True
-            if seen[check.index] >= check.threshold:
-                return check, Spent(seen[2], seen[3])
+            if check.exhausted(seen):
+                return check, seen.spent()
         return False
 
     def waits(self, checks: list[BudgetCheck]) -> list[asyncio.Future[None]]:
@@ -155,7 +174,7 @@ class SpentCache:
             pending = self._reading.get((check.scope, check.ident))
             if pending is not None:
                 seen = self._seen.get((check.scope, check.ident))
-                if seen is None or seen[1] != check.period:
+                if seen is None or seen.period != check.period:
                     found.append(pending)
         return found
 
@@ -177,19 +196,19 @@ class SpentCache:
         if len(self._seen) >= MAX_CACHED:
             self._seen.clear()
         for check, amount in zip(checks, spent, strict=True):
-            self._seen[(check.scope, check.ident)] = [now, check.period, amount.tokens, amount.cost_nano]
+            self._seen[(check.scope, check.ident)] = Reading(now, check.period, amount.tokens, amount.cost_nano)
 
     def spent(self, check: BudgetCheck) -> Spent | None:
         seen = self._seen.get((check.scope, check.ident))
-        return None if seen is None else Spent(seen[2], seen[3])
+        return None if seen is None else seen.spent()
 
     def over(self, check: BudgetCheck) -> Spent | None:
         """What the row has spent when that exhausts ``check``'s budget, else None (also with no reading)."""
         seen = self._seen.get((check.scope, check.ident))
         if seen is None:
             return None
-        if seen[check.index] >= check.threshold:
-            return Spent(seen[2], seen[3])
+        if check.exhausted(seen):
+            return seen.spent()
         return None
 
     def add(self, checks: list[BudgetCheck], tokens: int, cost_nano: int) -> None:
@@ -200,5 +219,5 @@ class SpentCache:
         for check in checks:
             seen = seen_rows.get(check.row)
             if seen is not None:
-                seen[2] += tokens
-                seen[3] += cost_nano
+                seen.tokens += tokens
+                seen.cost_nano += cost_nano

@@ -4,7 +4,7 @@ A ``Meter`` follows one HTTP request (chat completion, either resume): the engin
 ``finish`` with the result just before rendering it (so the cost lands in the response, stream or
 not), and the endpoint calls ``close`` once when the request is over, however it ended. ``close``
 never waits for the store: it adds the counts in process (memory), or queues them for the Redis
-store's next flush (gateway/store/redis_usage.py), after the response is produced; a failed or
+store's next flush (gateway/store/usage/redis.py), after the response is produced; a failed or
 dropped write is logged and counted (``loopgate_usage_store_failures_total``), never an error
 for the caller. Calls that answered before a later failure are still recorded: they
 were paid for.
@@ -21,7 +21,7 @@ from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.observability import metrics
-from gateway.store.usage import UsageStore
+from gateway.store.usage.base import UsageStore
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import NANO, Pricing, usd
 

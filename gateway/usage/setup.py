@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 
 from gateway.config.model import Config
-from gateway.store import Store
-from gateway.store.usage import MemoryUsage, UsageStore
+from gateway.store.base import Store
+from gateway.store.factory import open_usage
+from gateway.store.usage.base import UsageStore
 from gateway.usage.meter import Metering
 from gateway.usage.pricing import Pricing
 
@@ -16,13 +17,7 @@ log = logging.getLogger("loopgate.usage")
 def usage_store(config: Config, store: Store) -> UsageStore | None:
     if not config.usage.record:
         return None
-    if store.kind == "redis":
-        from gateway.store.redis import RedisStore
-        from gateway.store.redis_usage import RedisUsage
-
-        assert isinstance(store, RedisStore)
-        return RedisUsage(store, config.usage.retention_days, config.usage.flush_s)
-    return MemoryUsage(config.usage.retention_days)
+    return open_usage(store, config.usage.retention_days, config.usage.flush_s)
 
 
 def start_metering(config: Config, store: Store) -> Metering:

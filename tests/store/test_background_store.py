@@ -1,4 +1,4 @@
-"""The background-run contract (gateway/store/background.py), against memory and a real Redis.
+"""The background-run contract (gateway/store/background/), against memory and a real Redis.
 
 Two ``RedisBackground`` objects over two ``RedisStore`` connections play two replicas: what one
 writes the other must see, and the fences (owner, status, lease) must hold across them.
@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from gateway.store.background import BackgroundRun, BackgroundStore, EventsLimit, RunLost, RunNotFound
-from gateway.store.memory_background import MemoryBackground
+from gateway.store.background.base import BackgroundRun, BackgroundStore, EventsLimit, RunLost, RunNotFound
+from gateway.store.background.memory import MemoryBackground
+from gateway.store.background.redis import RedisBackground
 from gateway.store.redis import RedisStore
-from gateway.store.redis_background import RedisBackground
 from tests.store.conftest import REDIS_URL, _deployment, _exclusive_redis_db, _flush_redis, require_redis
 
 
@@ -35,7 +35,7 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Backgr
         a = RedisStore(deployment.url, **deployment.options)
         b = RedisStore(deployment.url, **deployment.options)
         try:
-            yield RedisBackground(a), RedisBackground(b)
+            yield RedisBackground(a.io), RedisBackground(b.io)
         finally:
             await a.aclose()
             await b.aclose()
@@ -46,7 +46,7 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Backgr
         await _flush_redis()
         a, b = RedisStore(REDIS_URL), RedisStore(REDIS_URL)
         try:
-            yield RedisBackground(a), RedisBackground(b)
+            yield RedisBackground(a.io), RedisBackground(b.io)
         finally:
             await a.aclose()
             await b.aclose()
@@ -213,14 +213,14 @@ async def test_redis_keys_expire_with_the_run() -> None:
         await _flush_redis()
         store = RedisStore(REDIS_URL)
         try:
-            bg = RedisBackground(store)
+            bg = RedisBackground(store.io)
             await bg.create(_run(), 60)
             await bg.append("resp_1", "A", [_ev(0)], 0, time.time() + 30, 100, 10_000)
             await bg.finish("resp_1", "A", "completed", {}, 120)
-            from gateway.store.redis_background import run_keys
+            from gateway.store.background.redis import run_keys
 
             for key in run_keys("resp_1"):
-                assert 60 < await store._r.ttl(key) <= 120
+                assert 60 < await store.io.client.ttl(key) <= 120
         finally:
             await store.aclose()
             await _flush_redis()

@@ -10,8 +10,9 @@ import time
 import pytest
 
 from gateway.store.base import Store
-from gateway.store.keys import KeyLimitReached, KeyStore, open_key_store
-from gateway.store.limits import LimitScope, RateLimiter, open_limiter
+from gateway.store.factory import open_key_store, open_limiter
+from gateway.store.keys.base import KeyLimitReached, KeyStore
+from gateway.store.limits.base import LimitScope, RateLimiter
 from tests.store.conftest import StoreFactory
 
 KEY = LimitScope("key", "key_1", 3, 0, 0)
@@ -34,64 +35,64 @@ def keys(store: Store) -> KeyStore:
 
 async def test_rpm_admits_exactly_the_limit_then_refills(limiter: RateLimiter) -> None:
     now = time.time()
-    decisions = [await limiter.acquire("t", (KEY,), 1, f"m{i}", 60, now) for i in range(4)]
+    decisions = [await limiter.admit("t", (KEY,), 1, f"m{i}", 60, now) for i in range(4)]
     assert [d.allowed for d in decisions] == [True, True, True, False]
     assert [d.requests.remaining for d in decisions[:3] if d.requests] == [2, 1, 0]
     refused = decisions[3]
     assert (refused.kind, refused.scope, refused.retry_after_s) == ("requests", "key", pytest.approx(20.0))
     assert refused.requests is not None and refused.requests.limit == 3
-    assert not (await limiter.acquire("t", (KEY,), 1, "m", 60, now + 19.9)).allowed
-    assert (await limiter.acquire("t", (KEY,), 1, "m", 60, now + 20.1)).allowed
+    assert not (await limiter.admit("t", (KEY,), 1, "m", 60, now + 19.9)).allowed
+    assert (await limiter.admit("t", (KEY,), 1, "m", 60, now + 20.1)).allowed
 
 
 async def test_a_refused_request_takes_nothing_from_any_scope(limiter: RateLimiter) -> None:
     now = time.time()
     key = LimitScope("key", "key_2", 10, 0, 0)
     tenant = LimitScope("tenant", "t", 1, 0, 0)
-    assert (await limiter.acquire("t", (key, tenant), 1, "a", 60, now)).allowed
-    refused = await limiter.acquire("t", (key, tenant), 1, "b", 60, now)
+    assert (await limiter.admit("t", (key, tenant), 1, "a", 60, now)).allowed
+    refused = await limiter.admit("t", (key, tenant), 1, "b", 60, now)
     assert not refused.allowed and refused.scope == "tenant"
-    alone = await limiter.acquire("t", (key,), 1, "c", 60, now)
+    alone = await limiter.admit("t", (key,), 1, "c", 60, now)
     assert alone.requests is not None and alone.requests.remaining == 8  # 10 - the first - this one
 
 
 async def test_tpm_estimate_then_correction(limiter: RateLimiter) -> None:
     now = time.time()
     scope = LimitScope("key", "key_3", 0, 100, 0)
-    assert (await limiter.acquire("t", (scope,), 40, "a", 60, now)).allowed
-    second = await limiter.acquire("t", (scope,), 40, "b", 60, now)
+    assert (await limiter.admit("t", (scope,), 40, "a", 60, now)).allowed
+    second = await limiter.admit("t", (scope,), 40, "b", 60, now)
     assert second.tokens is not None and second.tokens.remaining == 20 and second.requests is None
-    third = await limiter.acquire("t", (scope,), 40, "c", 60, now)
+    third = await limiter.admit("t", (scope,), 40, "c", 60, now)
     assert (third.allowed, third.kind, third.retry_after_s) == (False, "tokens", pytest.approx(12.0))
-    too_large = await limiter.acquire("t", (scope,), 101, "d", 60, now)
+    too_large = await limiter.admit("t", (scope,), 101, "d", 60, now)
     assert not too_large.allowed and too_large.too_large
     # Both used 15 tokens, not 40: 50 come back, and the next 40 fit.
     await limiter.settle("t", (scope,), -25, "a")
     await limiter.settle("t", (scope,), -25, "b")
-    fourth = await limiter.acquire("t", (scope,), 40, "e", 60, time.time())
+    fourth = await limiter.admit("t", (scope,), 40, "e", 60, time.time())
     assert fourth.allowed and fourth.tokens is not None and 30 <= fourth.tokens.remaining <= 31
 
 
 async def test_concurrency_slots_free_on_settle_or_lease_end(limiter: RateLimiter) -> None:
     now = time.time()
     scope = LimitScope("tenant", "t", 0, 0, 2)
-    assert (await limiter.acquire("t", (scope,), 1, "a", 5, now)).allowed
-    assert (await limiter.acquire("t", (scope,), 1, "b", 5, now)).allowed
-    refused = await limiter.acquire("t", (scope,), 1, "c", 5, now)
+    assert (await limiter.admit("t", (scope,), 1, "a", 5, now)).allowed
+    assert (await limiter.admit("t", (scope,), 1, "b", 5, now)).allowed
+    refused = await limiter.admit("t", (scope,), 1, "c", 5, now)
     assert (refused.allowed, refused.kind, refused.retry_after_s) == (False, "concurrency", 1.0)
     await limiter.settle("t", (scope,), 0, "a")
-    assert (await limiter.acquire("t", (scope,), 1, "c", 5, now)).allowed
-    assert not (await limiter.acquire("t", (scope,), 1, "d", 5, now + 1)).allowed
+    assert (await limiter.admit("t", (scope,), 1, "c", 5, now)).allowed
+    assert not (await limiter.admit("t", (scope,), 1, "d", 5, now + 1)).allowed
     # A replica that died holding "b" and "c" does not hold them past their lease.
-    assert (await limiter.acquire("t", (scope,), 1, "d", 5, now + 5.5)).allowed
+    assert (await limiter.admit("t", (scope,), 1, "d", 5, now + 5.5)).allowed
 
 
 async def test_tenants_with_braces_stay_apart(limiter: RateLimiter) -> None:
     now = time.time()
     one = LimitScope("tenant", "a}b", 1, 0, 0)
-    assert (await limiter.acquire("a}b", (one,), 1, "x", 60, now)).allowed
+    assert (await limiter.admit("a}b", (one,), 1, "x", 60, now)).allowed
     other = LimitScope("tenant", "a", 1, 0, 0)
-    assert (await limiter.acquire("a", (other,), 1, "x", 60, now)).allowed
+    assert (await limiter.admit("a", (other,), 1, "x", 60, now)).allowed
 
 
 async def test_key_records_and_generation(store_factory: StoreFactory) -> None:
@@ -111,11 +112,9 @@ async def test_key_records_and_generation(store_factory: StoreFactory) -> None:
 
 
 async def test_key_cap(keys: KeyStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.store.keys
-    import gateway.store.redis_keys
+    import gateway.store.keys.base
 
-    monkeypatch.setattr(gateway.store.keys, "MAX_MANAGED_KEYS", 2)
-    monkeypatch.setattr(gateway.store.redis_keys, "MAX_MANAGED_KEYS", 2)
+    monkeypatch.setattr(gateway.store.keys.base, "MAX_MANAGED_KEYS", 2)
     for name in ("a", "b"):
         await keys.put({"id": name, "tenant": "t", "hash": ""}, create=True)
     with pytest.raises(KeyLimitReached):

@@ -16,10 +16,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.governance.admission import raw_headers
-from gateway.store.limits import LimitScope, open_limiter
+from gateway.store.factory import open_limiter
+from gateway.store.limits.base import LimitScope
+from gateway.store.limits.lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S, Lease
+from gateway.store.limits.redis import RedisRateLimiter, scope_keys
 from gateway.store.redis import RedisStore
-from gateway.store.redis_lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S, Lease
-from gateway.store.redis_limits import RedisRateLimiter, scope_keys
 from tests.store.conftest import StoreFactory
 
 # Long enough for the keeper to act once the deadline it watches has passed.
@@ -29,7 +30,7 @@ SETTLE_S = max(IDLE_S, CORRECTION_WINDOW_S) + TICK_S + 0.3
 @pytest.fixture
 async def replicas(redis_raw: aioredis.Redis, redis_url: str) -> AsyncIterator[tuple[RedisRateLimiter, ...]]:
     stores = [RedisStore(redis_url), RedisStore(redis_url)]
-    limiters = tuple(RedisRateLimiter(store) for store in stores)
+    limiters = tuple(RedisRateLimiter(store.io) for store in stores)
     try:
         yield limiters
     finally:
@@ -44,7 +45,7 @@ async def _burst(limiters: tuple[RedisRateLimiter, ...], scope: LimitScope, toke
     """``count`` takes in waves of ``wave`` concurrent ones spread over the replicas; how many were allowed."""
     admitted = 0
     for start in range(0, count, wave):
-        decisions = await asyncio.gather(*(limiters[i % len(limiters)].acquire("t", (scope,), tokens, f"m{i}", 60, now)
+        decisions = await asyncio.gather(*(limiters[i % len(limiters)].admit("t", (scope,), tokens, f"m{i}", 60, now)
                                            for i in range(start, min(count, start + wave))))
         admitted += sum(d.allowed for d in decisions)
     return admitted
@@ -53,7 +54,7 @@ async def _burst(limiters: tuple[RedisRateLimiter, ...], scope: LimitScope, toke
 async def _drain(limiter: RedisRateLimiter, scope: LimitScope, tokens: int, now: float) -> int:
     """Takes one by one until refused (the replica's own slice spent too); how many were allowed."""
     admitted = 0
-    while (await limiter.acquire("t", (scope,), tokens, f"late{admitted}", 60, now)).allowed:
+    while (await limiter.admit("t", (scope,), tokens, f"late{admitted}", 60, now)).allowed:
         admitted += 1
     return admitted
 
@@ -125,9 +126,9 @@ async def test_unused_allowance_goes_back_after_idle(replicas: tuple[RedisRateLi
                                                      redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
     scope = LimitScope("key", "k_idle", 0, 1_000_000, 100)
-    big = await one.acquire("t", (scope,), 500_000, "big", 60)  # far below full, so a give-back shows
+    big = await one.admit("t", (scope,), 500_000, "big", 60)  # far below full, so a give-back shows
     assert big.allowed
-    first = await one.acquire("t", (scope,), 1000, "a", 60)
+    first = await one.admit("t", (scope,), 1000, "a", 60)
     assert first.allowed
     await one.settle("t", (scope,), 0, "a", first.ticket)
     raw = await redis_raw.hgetall(scope_keys("t", scope)[0])
@@ -149,21 +150,21 @@ async def test_a_dead_replicas_slots_free_after_their_lease(replicas: tuple[Redi
     dead, alive = replicas
     scope = LimitScope("tenant", "t", 0, 0, 40)
     now = time.time()
-    assert (await dead.acquire("t", (scope,), 1, "d", 60, now)).allowed
+    assert (await dead.admit("t", (scope,), 1, "d", 60, now)).allowed
     held = len(dead._leases[("t", scope)].slots)
     assert held > 1
     assert dead._keeper is not None
     dead._keeper.cancel()  # it dies: no renewal, no give-back
     assert await _burst((alive,), scope, 1, 60, now) + await _drain(alive, scope, 1, now) == 40 - held
-    assert not (await alive.acquire("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S - 1)).allowed
-    assert (await alive.acquire("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S + 1)).allowed
+    assert not (await alive.admit("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S - 1)).allowed
+    assert (await alive.admit("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S + 1)).allowed
 
 
 async def test_token_correction_reaches_redis_within_the_window(replicas: tuple[RedisRateLimiter, ...],
                                                                 redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
     scope = LimitScope("key", "k_fix", 0, 100_000, 0)
-    first = await one.acquire("t", (scope,), 1000, "a", 60)
+    first = await one.admit("t", (scope,), 1000, "a", 60)
     assert first.allowed
     await one.settle("t", (scope,), 30_000, "a", first.ticket)  # the usage was far above the estimate
     assert await _level(redis_raw, scope, b"t") > 90_000  # not sent yet: collected here
@@ -175,8 +176,8 @@ async def test_token_correction_reaches_redis_within_the_window(replicas: tuple[
 async def test_headers_on_local_admissions_count_down(replicas: tuple[RedisRateLimiter, ...]) -> None:
     one, _ = replicas
     scope = LimitScope("key", "k_head", 600, 100_000, 0)
-    first = await one.acquire("t", (scope,), 10, "a", 60)
-    second = await one.acquire("t", (scope,), 10, "b", 60)  # from the slice: no round trip
+    first = await one.admit("t", (scope,), 10, "a", 60)
+    second = await one.admit("t", (scope,), 10, "b", 60)  # from the slice: no round trip
     assert first.requests is not None and second.requests is not None
     assert second.requests.remaining == first.requests.remaining - 1 == 598
     assert second.tokens is not None and second.tokens.remaining == 100_000 - 20
@@ -188,7 +189,7 @@ async def test_headers_on_local_admissions_count_down(replicas: tuple[RedisRateL
 async def test_small_limits_never_lease(replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
     scope = LimitScope("key", "k_small", 99, 9_999, 39)
-    assert (await one.acquire("t", (scope,), 10, "a", 60)).allowed
+    assert (await one.admit("t", (scope,), 10, "a", 60)).allowed
     lease = one._leases[("t", scope)]
     assert lease.requests == lease.tokens == 0 and not lease.slots
     assert await _level(redis_raw, scope, b"r") == pytest.approx(98, abs=0.1)
@@ -210,13 +211,13 @@ async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) ->
     # Every slot Redis counts is admitted or held unused by a replica (none lost, none twice); the
     # only slack is what a replica holds, or gave back after IDLE_S when a loaded machine stalled
     # the burst that long (a refusal while allowance sat idle elsewhere, as documented).
-    taken = await stores[0]._r.zcard(scope_keys("t", scope)[1])  # type: ignore[attr-defined]
+    taken = await stores[0].io.client.zcard(scope_keys("t", scope)[1])  # type: ignore[attr-defined]
     assert taken == admitted + held <= 100
     assert _held(replicas, scope)[0] >= 1  # requests were leased beyond those admitted
     await replicas[0].aclose()
     await replicas[1].aclose()  # both gave back what they held: only the 100 admitted stay taken
-    again = RedisRateLimiter(stores[0])  # type: ignore[arg-type]
-    verdict = await again.acquire("t", (LimitScope("key", "k_everywhere", 1000, 0, 0),), 1, "x", 60, now)
+    again = RedisRateLimiter(stores[0].io)  # type: ignore[arg-type]
+    verdict = await again.admit("t", (LimitScope("key", "k_everywhere", 1000, 0, 0),), 1, "x", 60, now)
     assert verdict.requests is not None and verdict.requests.remaining >= 1000 - admitted - 1 - 20
     await again.aclose()
 
@@ -277,7 +278,7 @@ async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
     from gateway.config.model import ApiKey
     from gateway.errors import GatewayError
     from gateway.governance.admission import LATER
-    from gateway.store.limits import MemoryRateLimiter
+    from gateway.store.limits.memory import MemoryRateLimiter
 
     limits = _rate_limits(MemoryRateLimiter())  # type: ignore[arg-type]
     key = ApiKey(key="", tenant="t", id="k_mem", rpm=2)
@@ -290,7 +291,7 @@ async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
 
 async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_leases(
         replicas: tuple[RedisRateLimiter, ...]) -> None:
-    """Two scopes skip the one-scope shortcut (take_now) and are taken from both leases at once."""
+    """Two scopes skip the one-scope shortcut and are taken from both leases at once."""
     from gateway.config.loader import parse_config
     from gateway.config.model import ApiKey
     from gateway.governance.admission import LATER, RateLimits
@@ -301,7 +302,6 @@ async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_l
                           "tenants: {t: {rpm: 3000}}\n")
     limits = RateLimits(one, config)
     key = ApiKey(key="", tenant="t", id="k_two", rpm=6_000)
-    assert one.take_now("t", limits.scopes(key)[0], 10) is None
     assert limits.admit_now(key, 40) is LATER
     assert await limits.admit(key, 40) is not None
     calls = _count_calls(one)
@@ -341,7 +341,7 @@ async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_
         replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
     from gateway.config.model import ApiKey
     from gateway.governance.admission import LATER
-    from gateway.store.redis_limits import _FORGET_S
+    from gateway.store.limits.redis import _FORGET_S
 
     one, _ = replicas
     limits = _rate_limits(one)
@@ -362,7 +362,7 @@ async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_
     assert again is not None and again is not LATER
     successor = one._leases[("t", scope)]
     assert successor is not old and successor.in_flight == 1 and old.in_flight == 0
-    assert limits._plans[key.id][1] is successor  # the fast path follows the successor, not the retired lease
+    assert one._leases_of("t", limits.scopes(key)[0])[0] is successor  # not the retired lease
     assert dict(again.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 4)
     await again.finish(None)
     assert successor.in_flight == 0

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.store import responses
-from gateway.store.responses import MemoryResponseRecords
+from gateway.store.responses import memory as responses
+from gateway.store.responses.memory import MemoryResponseRecords
 
 
 def test_records_expire_and_are_pruned(monkeypatch: pytest.MonkeyPatch) -> None:

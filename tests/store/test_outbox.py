@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway.store.base import Store
-from gateway.store.outbox import now_ms
+from gateway.store.outbox.base import now_ms
 
 StoreFactory = Callable[..., Awaitable[Store]]
 KINDS = pytest.mark.parametrize("store_factory", ["memory", "redis", "redis-cluster"], indirect=True)

@@ -10,10 +10,10 @@ from redis.asyncio.cluster import RedisCluster
 from gateway.config import ConfigError, parse_config
 from gateway.config.model import StoreConfig, StoreSentinel, StoreTls
 from gateway.redact import Redactor
-from gateway.store import open_configured_store
+from gateway.store.factory import open_configured_store
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
-from gateway.store.redis_connect import connect, parse_url
+from gateway.store.redis_client.connect import connect, parse_url
 from tests.store.conftest import REDIS_URL, require_redis
 
 
@@ -119,7 +119,8 @@ async def test_open_configured_store_picks_the_deployment() -> None:
     cluster = open_configured_store(store_of("{url: 'redis+cluster://127.0.0.1:7000'}"))
     sentinel = open_configured_store(store_of("{sentinel: {master: m, nodes: ['127.0.0.1:26379']}}"))
     try:
-        assert isinstance(cluster, RedisStore) and isinstance(cluster._r, RedisCluster)  # constructing never connects
+        # constructing never connects
+        assert isinstance(cluster, RedisStore) and isinstance(cluster.io.client, RedisCluster)
         assert isinstance(sentinel, RedisStore) and "sentinel master 'm'" in sentinel.description
     finally:
         await cluster.aclose()

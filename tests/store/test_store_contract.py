@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, Store
+from gateway.store.base import Store
+from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
 
 StoreFactory = Callable[..., Awaitable[Store]]
 

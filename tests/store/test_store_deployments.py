@@ -17,8 +17,10 @@ from redis.crc import key_slot
 
 from gateway.api.errors import to_gateway_error
 from gateway.config.model import StoreSentinel, StoreTls
-from gateway.store.base import Continuation, ContinuationConflict, ContinuationNotFound, StoreUnavailable
-from gateway.store.redis import RedisStore, ReplicationUnconfirmed, record_key, tenant_key
+from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
+from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
+from gateway.store.redis import RedisStore
+from gateway.store.redis_client.keys import record_key, tenant_key
 from tests.redis_servers import (
     ClusterHandle,
     RedisProcess,

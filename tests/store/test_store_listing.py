@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from gateway.loop.approvals import summary_of
-from gateway.store.audit_pages import audit_page
-from gateway.store.base import Continuation, Store
+from gateway.store.audit.pages import audit_page
+from gateway.store.base import Store
+from gateway.store.continuations.base import Continuation
 
 TENANT = "acme"
 OTHER = "globex"

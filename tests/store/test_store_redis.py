@@ -10,8 +10,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from gateway.store.base import Continuation, StoreUnavailable
-from gateway.store.redis import RedisStore, health_keys, record_key, tenant_key
+from gateway.store.continuations.base import Continuation
+from gateway.store.errors import StoreUnavailable
+from gateway.store.health.redis import health_keys
+from gateway.store.redis import RedisStore
+from gateway.store.redis_client.keys import record_key, tenant_key
 
 
 def _cont(tenant: str = "acme", ids: tuple[str, ...] = ("call_1", "call_2")) -> Continuation:

@@ -9,15 +9,16 @@ from __future__ import annotations
 import calendar
 
 from gateway.store.redis import RedisStore
-from gateway.store.redis_usage import RedisUsage
-from gateway.store.usage import MemoryUsage, UsageDelta, UsageStore
+from gateway.store.usage.base import UsageDelta, UsageStore
+from gateway.store.usage.memory import MemoryUsage
+from gateway.store.usage.redis import RedisUsage
 from tests.store.conftest import StoreFactory
 
 DAY = calendar.timegm((2026, 12, 31, 12, 0, 0))
 
 
 def usage_of(store: object) -> UsageStore:
-    return RedisUsage(store, flush_s=0.01) if isinstance(store, RedisStore) else MemoryUsage()
+    return RedisUsage(store.io, flush_s=0.01) if isinstance(store, RedisStore) else MemoryUsage()
 
 
 async def test_usage_rows_on_every_deployment(store_factory: StoreFactory) -> None:

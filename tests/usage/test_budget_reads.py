@@ -9,7 +9,8 @@ import pytest
 
 from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
-from gateway.store.usage import MemoryUsage, Period, Scope, Spent, UsageDelta
+from gateway.store.usage.base import Period, Scope, Spent, UsageDelta
+from gateway.store.usage.memory import MemoryUsage
 from gateway.usage.budgets import REFRESH_S
 from gateway.usage.meter import Metering
 from gateway.usage.pricing import Pricing
@@ -61,7 +62,7 @@ async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_read
 
     # The reading gets old; the next read is under way while more requests arrive: they do not wait.
     for seen in metering._spent._seen.values():
-        seen[0] -= REFRESH_S
+        seen.read_at -= REFRESH_S
     store.gate.clear()
     reader = asyncio.ensure_future(metering.check_budget(KEY))
     await asyncio.sleep(0.01)

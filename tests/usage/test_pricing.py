@@ -90,7 +90,7 @@ def test_budget_periods_reset_at_utc_boundaries() -> None:
 
 
 def test_spent_cache_reads_once_a_second_and_adds_what_the_process_records() -> None:
-    from gateway.store.usage import Spent
+    from gateway.store.usage.base import Spent
     from gateway.usage.budgets import REFRESH_S, BudgetCheck, SpentCache
 
     key = BudgetCheck("key", "k1", "day", "tokens", 100, "k1")
@@ -109,7 +109,7 @@ def test_spent_cache_reads_once_a_second_and_adds_what_the_process_records() -> 
 
 
 async def test_judge_now_asks_for_the_store_or_names_the_first_exhausted_budget() -> None:
-    from gateway.store.usage import Spent
+    from gateway.store.usage.base import Spent
     from gateway.usage.budgets import REFRESH_S, BudgetCheck, SpentCache
 
     key = BudgetCheck("key", "k1", "day", "tokens", 100, "k1")

@@ -10,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.store.redis import RedisStore
-from gateway.store.redis_usage import RedisUsage, usage_key
-from gateway.store.usage import FIELDS, MemoryUsage, UsageDelta, UsageStore
+from gateway.store.usage.base import FIELDS, UsageDelta, UsageStore
+from gateway.store.usage.memory import MemoryUsage
+from gateway.store.usage.redis import RedisUsage, usage_key
 
 REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -33,7 +34,7 @@ async def usage(request: pytest.FixtureRequest) -> AsyncIterator[UsageStore]:
             pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
         pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
     store = RedisStore(REDIS_URL)
-    yield RedisUsage(store, retention_days=2)
+    yield RedisUsage(store.io, retention_days=2)
     await client.flushdb()
     await client.aclose()
     await store.aclose()
@@ -85,7 +86,7 @@ async def test_redis_rows_expire_and_share_one_slot() -> None:
         pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
     store = RedisStore(REDIS_URL)
     try:
-        await RedisUsage(store, retention_days=2).add("t", "k", delta(1, 1, 0), DEC_31)
+        await RedisUsage(store.io, retention_days=2).add("t", "k", delta(1, 1, 0), DEC_31)
         keys = sorted(k.decode() for k in await client.keys("loopgate:*"))
         assert len(keys) == 6
         assert usage_key("t", "k", "d:2026-12-31") in keys and usage_key("t", "", "all") in keys
@@ -118,7 +119,7 @@ async def test_redis_coalesces_requests_into_timed_flushes() -> None:
             pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
         pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
     store = RedisStore(REDIS_URL)
-    usage = RedisUsage(store, flush_s=0.05)
+    usage = RedisUsage(store.io, flush_s=0.05)
     try:
         for tenant in ("t1", "t1", "t2"):
             assert usage.add_now(tenant, "k", delta(10, 1, 100).values(), DEC_31)
@@ -146,7 +147,7 @@ async def test_a_failed_flush_is_reported_not_raised() -> None:
         port = sock.getsockname()[1]
     store = RedisStore(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2, op_timeout=0.5)
     failures: list[str] = []
-    usage = RedisUsage(store, flush_s=0.01)
+    usage = RedisUsage(store.io, flush_s=0.01)
     usage.on_error = lambda op, cause: failures.append(op)
     try:
         assert usage.add_now("t", "k", delta(1, 1, 0).values(), DEC_31)

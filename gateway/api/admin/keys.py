@@ -26,7 +26,7 @@ from gateway.errors import GatewayError, bad_request
 from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import new_audit_id
-from gateway.store.keys import KeyLimitReached, budget_record, from_record, new_key_id, new_secret, to_record
+from gateway.store.keys.base import KeyLimitReached, budget_record, from_record, new_key_id, new_secret, to_record
 
 #: admin bodies are a handful of fields
 MAX_ADMIN_BODY = 64 * 1024

@@ -20,8 +20,8 @@ from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.http.json_response import JSONResponse
-from gateway.store.keys import from_record
-from gateway.store.usage import FIELDS
+from gateway.store.keys.base import from_record
+from gateway.store.usage.base import FIELDS
 from gateway.usage.pricing import usd
 
 #: the widest date range one request may ask for (rows are read in one pipeline per tenant)

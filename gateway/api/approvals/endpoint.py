@@ -23,7 +23,7 @@ from gateway.config.model import ApiKey
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import with_status
-from gateway.store.audit_pages import audit_page, entry_key
+from gateway.store.audit.pages import audit_page, entry_key
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100

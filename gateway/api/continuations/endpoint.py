@@ -19,7 +19,7 @@ from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.approvals import continuation_view
 from gateway.observability import metrics
-from gateway.store.base import ContinuationNotFound
+from gateway.store.continuations.base import ContinuationNotFound
 
 PATH = "/v1/continuations"
 ONE = PATH + "/{id}"

@@ -38,7 +38,7 @@ from gateway.governance.keys import authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.store.background import BackgroundRun, RunNotFound
+from gateway.store.background.base import BackgroundRun, RunNotFound
 
 # Stored events read per store round trip while replaying.
 REPLAY_BATCH = 256

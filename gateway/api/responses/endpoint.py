@@ -31,7 +31,7 @@ from gateway.http.body import read_json
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.store.base import ContinuationConflict, ContinuationNotFound
+from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
 DEFAULT_LIST_LIMIT = 20

@@ -39,7 +39,7 @@ from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
 from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
-from gateway.store.base import Continuation, ContinuationNotFound
+from gateway.store.continuations.base import Continuation, ContinuationNotFound
 from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")

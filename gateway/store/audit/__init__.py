@@ -1,0 +1,1 @@
+"""The audit log: base (interface, entry checks), memory, redis, pages (time-range paging over any backend)."""

@@ -1,0 +1,1 @@
+"""Background runs: base (interface, BackgroundRun, errors), memory, redis."""

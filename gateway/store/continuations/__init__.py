@@ -1,0 +1,1 @@
+"""Continuations, the tool ledger and artifacts: base (interface, Continuation, errors), memory, redis."""

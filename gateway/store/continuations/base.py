@@ -1,0 +1,202 @@
+"""Continuations (paused tool loops), the tool execution ledger and provider artifacts.
+
+Continuation lifecycle (the at-most-once resume of the contract)::
+
+    save -> pending --claim--> claimed --finish--> resumed   (kept until its TTL: a repeat is 409)
+               ^                  |
+               +----release-------+                          (upstream failed: still resumable)
+    pending --cancel--> gone                                 (later get/claim: 404)
+
+A claim carries a lease: a replica that crashes while holding a claim does not strand the
+continuation, because once the lease has expired another claim may take it over.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import orjson
+
+from gateway.store.errors import StoreError
+
+ContinuationStatus = Literal["pending", "claimed", "resumed", "cancelled"]
+STATUSES: tuple[str, ...] = ("pending", "claimed", "resumed", "cancelled")
+
+# Bumped when the serialised layout changes, so an old record is recognisable during a rollout.
+_FORMAT_VERSION = 1
+
+
+def new_continuation_id() -> str:
+    """A fresh, unguessable id: 24 random bytes = 192 bits, URL-safe, recognisably prefixed."""
+    return "cont_" + secrets.token_urlsafe(24)
+
+
+@dataclass(slots=True)
+class Continuation:
+    """A paused tool loop.
+
+    ``pending`` lists the calls the loop waits for, each ``{tool_call_id, name, reason, arguments}``
+    (reason ``"client"`` or ``"approval"``). ``data`` is opaque to the store (transcript, request
+    parameters, loop state) and must be JSON-serialisable. ``status`` and ``claimed_until`` are
+    owned by the store: what a caller sets there before ``save_continuation`` is stored as the
+    initial state, afterwards only the store's transitions change them.
+    """
+
+    id: str
+    tenant: str
+    model: str
+    status: ContinuationStatus
+    created_at: float
+    expires_at: float
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    claimed_until: float | None = None
+    # What the tenant's listing shows of it (small, JSON): indexed at save, never part of the body.
+    summary: dict[str, Any] | None = None
+
+    @classmethod
+    def new(cls, tenant: str, model: str, pending: list[dict[str, Any]], data: dict[str, Any],
+            ttl_s: float, now: float | None = None) -> Continuation:
+        """A pending continuation with a fresh id and timestamps consistent with ``ttl_s``."""
+        now = time.time() if now is None else now
+        return cls(id=new_continuation_id(), tenant=tenant, model=model, status="pending",
+                   created_at=now, expires_at=now + ttl_s, pending=pending, data=data)
+
+    @property
+    def tool_call_ids(self) -> list[str]:
+        """The ids of the pending calls: the keys of the resume-way-A index."""
+        return [str(p["tool_call_id"]) for p in self.pending if p.get("tool_call_id")]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": _FORMAT_VERSION, "id": self.id, "tenant": self.tenant, "model": self.model,
+                "status": self.status, "created_at": self.created_at, "expires_at": self.expires_at,
+                "pending": self.pending, "data": self.data, "claimed_until": self.claimed_until}
+
+    def to_bytes(self) -> bytes:
+        """orjson bytes; raises ``TypeError`` when ``data`` is not JSON-serialisable (caught at save time)."""
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Continuation:
+        status = d.get("status", "pending")
+        if status not in STATUSES:
+            raise ValueError(f"unknown continuation status {status!r}")
+        claimed = d.get("claimed_until")
+        return cls(id=str(d["id"]), tenant=str(d["tenant"]), model=str(d.get("model", "")),
+                   status=cast(ContinuationStatus, status), created_at=float(d["created_at"]),
+                   expires_at=float(d["expires_at"]), pending=list(d.get("pending") or []),
+                   data=dict(d.get("data") or {}), claimed_until=None if claimed is None else float(claimed))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | str) -> Continuation:
+        return cls.from_dict(orjson.loads(raw))
+
+
+class ContinuationNotFound(StoreError):
+    """Unknown, expired, cancelled or another tenant's continuation: the API answers 404.
+
+    Another tenant's id is deliberately indistinguishable from an unknown one, so ids cannot be probed.
+    """
+
+    def __init__(self, continuation_id: str) -> None:
+        super().__init__(f"continuation {continuation_id!r} not found")
+        self.continuation_id = continuation_id
+
+
+class ContinuationConflict(StoreError):
+    """The continuation exists but is being resumed or was resumed already: the API answers 409."""
+
+    def __init__(self, continuation_id: str, status: str, message: str | None = None) -> None:
+        super().__init__(message or f"continuation {continuation_id!r} is {status}")
+        self.continuation_id = continuation_id
+        self.status = status
+
+
+class ContinuationStore(ABC):
+    """Continuations, the tool ledger and artifacts: part of every ``Store``. All methods are coroutines."""
+
+    # -- continuations ---------------------------------------------------------------------------
+    @abstractmethod
+    async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
+        """Store ``c`` and index each pending ``tool_call_id`` -> ``c.id`` for ``ttl_s`` seconds.
+
+        Returns only when everything is written: a pause is acknowledged to the client only after
+        it is stored. Overwrites a record with the same id.
+        """
+
+    @abstractmethod
+    async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
+        """The continuation as stored (any live status, including ``"resumed"``).
+
+        Raises ``ContinuationNotFound`` for unknown, expired, cancelled or other-tenant ids.
+        """
+
+    @abstractmethod
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+        """Atomically take the right to resume: pending (or claimed with an expired lease) -> claimed.
+
+        Returns the claimed continuation (``claimed_until = now + lease_s``). Raises
+        ``ContinuationConflict`` when another claim's lease is live or it was resumed already,
+        ``ContinuationNotFound`` when unknown/expired/cancelled/another tenant's.
+        """
+
+    @abstractmethod
+    async def release_continuation(self, continuation_id: str, tenant: str) -> None:
+        """Claimed -> pending: a resume that failed upstream leaves the continuation resumable.
+
+        No-op when already pending; ``ContinuationConflict`` when resumed; ``ContinuationNotFound`` as for get.
+        """
+
+    @abstractmethod
+    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
+        """Claimed -> resumed; the record stays until its TTL (a repeated resume gets 409, not 404).
+
+        The tool-call index entries are removed. ``ContinuationConflict`` unless it is claimed.
+        """
+
+    @abstractmethod
+    async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
+        """Pending (or claimed with an expired lease) -> deleted, index entries included; returns True.
+
+        Later get/claim raise ``ContinuationNotFound``. Cancelling a live claim or a resumed one
+        raises ``ContinuationConflict``; an unknown/other tenant's id ``ContinuationNotFound``.
+        """
+
+    @abstractmethod
+    async def list_continuations(self, tenant: str, limit: int,
+                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """The tenant's live (pending or claimed) continuations, newest first, and whether more follow.
+
+        Each entry is the ``summary`` saved with it plus ``status``. Ordered by (``expires_at``, id)
+        descending (one TTL for all: creation order); ``before`` is the last entry of the previous
+        page. The index is cleaned as entries expire (on every read), resume or are cancelled.
+        """
+
+    @abstractmethod
+    async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
+        """Resume way A: the id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
+
+    # -- tool execution ledger -------------------------------------------------------------------
+    @abstractmethod
+    async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:
+        """The recorded execution of a tool call, so a repeated resume never runs a tool twice."""
+
+    @abstractmethod
+    async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
+        """Record (overwrite) the execution of a tool call for ``ttl_s`` seconds."""
+
+    # -- artifacts -------------------------------------------------------------------------------
+    @abstractmethod
+    async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
+        """Keep provider artifacts (thought signatures, thinking blocks) per ``tool_call_id``.
+
+        For clients that drop unknown fields: the gateway re-attaches them on the next request.
+        """
+
+    @abstractmethod
+    async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The artifacts found for ``ids`` (missing or expired ids are simply absent). One round trip."""

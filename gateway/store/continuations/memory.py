@@ -1,0 +1,163 @@
+"""Continuations, the tool ledger and artifacts in one process (part of ``MemoryStore``).
+
+Atomicity comes for free: no method awaits anything, so on the event loop each one runs to
+completion before any other coroutine can observe its state (the claim is a check-and-set no
+other task can interleave with). Expiry is lazy (checked on every read) and every write
+prunes what has expired since, via a deadline heap, so memory stays bounded by what is live
+without a background task. Values are stored serialised (orjson), like in Redis: callers can
+never mutate stored state through a reference, and non-JSON data fails at write time in
+development exactly as it would in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.store.continuations.base import (
+    Continuation,
+    ContinuationConflict,
+    ContinuationNotFound,
+    ContinuationStatus,
+    ContinuationStore,
+)
+from gateway.store.continuations.listing import TenantListing
+from gateway.store.ttl import TTLMap, check_ttl
+
+
+@dataclass(slots=True)
+class _Record:
+    """A stored continuation: the serialised body plus the fields the state machine changes."""
+
+    tenant: str
+    status: ContinuationStatus
+    claimed_until: float | None
+    body: bytes
+    tool_call_ids: list[str]
+
+    def load(self) -> Continuation:
+        c = Continuation.from_bytes(self.body)
+        c.status = self.status
+        c.claimed_until = self.claimed_until
+        return c
+
+
+class MemoryContinuations(ContinuationStore):
+    """The continuation part of ``MemoryStore``. ``clock`` (wall-clock seconds) can be injected in tests."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._records: TTLMap[str, _Record] = TTLMap()
+        self._index: TTLMap[tuple[str, str], str] = TTLMap()
+        self._ledger: TTLMap[tuple[str, str], bytes] = TTLMap()
+        self._artifacts: TTLMap[tuple[str, str], bytes] = TTLMap()
+        self._listing = TenantListing()
+
+    def _live(self, continuation_id: str, tenant: str, now: float) -> _Record:
+        rec = self._records.get(continuation_id, now)
+        if rec is None or rec.tenant != tenant or rec.status == "cancelled":
+            raise ContinuationNotFound(continuation_id)
+        return rec
+
+    def _unindex(self, rec: _Record, continuation_id: str) -> None:
+        for tc in rec.tool_call_ids:
+            key = (rec.tenant, tc)
+            if self._index.get(key, self._clock()) == continuation_id:
+                self._index.pop(key)
+
+    async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
+        now = self._clock()
+        deadline = now + check_ttl(ttl_s)
+        ids = c.tool_call_ids
+        rec = _Record(tenant=c.tenant, status=c.status, claimed_until=c.claimed_until, body=c.to_bytes(),
+                      tool_call_ids=ids)
+        self._records.set(c.id, rec, deadline, now)
+        for tc in ids:
+            self._index.set((c.tenant, tc), c.id, deadline, now)
+        self._listing.add(c.tenant, c.id, c.expires_at, c.summary)
+
+    async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
+        return self._live(continuation_id, tenant, self._clock()).load()
+
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+        now = self._clock()
+        rec = self._live(continuation_id, tenant, now)
+        if rec.status == "resumed" or (rec.status == "claimed" and (rec.claimed_until or 0.0) > now):
+            raise ContinuationConflict(continuation_id, rec.status)
+        rec.status = "claimed"
+        rec.claimed_until = now + lease_s
+        return rec.load()
+
+    async def release_continuation(self, continuation_id: str, tenant: str) -> None:
+        rec = self._live(continuation_id, tenant, self._clock())
+        if rec.status == "resumed":
+            raise ContinuationConflict(continuation_id, rec.status)
+        rec.status = "pending"
+        rec.claimed_until = None
+
+    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
+        rec = self._live(continuation_id, tenant, self._clock())
+        if rec.status != "claimed":
+            raise ContinuationConflict(continuation_id, rec.status, f"continuation {continuation_id!r} is "
+                                       f"{rec.status}, not claimed")
+        rec.status = "resumed"
+        rec.claimed_until = None
+        self._unindex(rec, continuation_id)
+        self._listing.remove(tenant, continuation_id)
+
+    async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
+        now = self._clock()
+        rec = self._live(continuation_id, tenant, now)
+        if rec.status == "resumed" or (rec.status == "claimed" and (rec.claimed_until or 0.0) > now):
+            raise ContinuationConflict(continuation_id, rec.status)
+        self._records.pop(continuation_id)
+        self._unindex(rec, continuation_id)
+        self._listing.remove(tenant, continuation_id)
+        return True
+
+    async def list_continuations(self, tenant: str, limit: int,
+                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+        now = self._clock()
+        out: list[dict[str, Any]] = []
+        for cid, deadline, raw in self._listing.page(tenant, now, limit, before):
+            rec = self._records.get(cid, now)
+            if rec is None or rec.tenant != tenant or rec.status in ("resumed", "cancelled"):
+                self._listing.remove(tenant, cid)
+                continue
+            entry = orjson.loads(raw)
+            entry["status"] = rec.status
+            entry["_score"] = deadline
+            out.append(entry)
+        return out[:limit], len(out) > limit
+
+    async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
+        return self._index.get((tenant, tool_call_id), self._clock())
+
+    # -- ledger ----------------------------------------------------------------------------------
+    async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:
+        raw = self._ledger.get((tenant, tool_call_id), self._clock())
+        return None if raw is None else orjson.loads(raw)
+
+    async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
+        now = self._clock()
+        self._ledger.set((tenant, tool_call_id), orjson.dumps(record), now + check_ttl(ttl_s), now)
+
+    # -- artifacts -------------------------------------------------------------------------------
+    async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
+        now = self._clock()
+        deadline = now + check_ttl(ttl_s)
+        encoded = {tc: orjson.dumps(a) for tc, a in items.items()}  # all or nothing on bad data
+        for tc, raw in encoded.items():
+            self._artifacts.set((tenant, tc), raw, deadline, now)
+
+    async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        now = self._clock()
+        out: dict[str, dict[str, Any]] = {}
+        for tc in ids:
+            raw = self._artifacts.get((tenant, tc), now)
+            if raw is not None:
+                out[tc] = orjson.loads(raw)
+        return out

@@ -1,0 +1,250 @@
+"""Continuations, the tool ledger and artifacts on Redis (part of ``RedisStore``).
+
+Key layout (the ``{...}`` part is the Redis Cluster hash tag)::
+
+    loopgate:{<continuation id>}:rec          hash  t=tenant s=status cu=claimed_until b=body ids=[tool_call_id]
+    loopgate:{t:<tenant>}:tc:<tool_call_id>   string -> continuation id (resume way A index)
+    loopgate:{t:<tenant>}:ledger:<tool_call_id>  string, JSON execution record
+    loopgate:{t:<tenant>}:art:<tool_call_id>  string, JSON artifact (one MGET for many ids)
+
+Every write sets its TTL in the same command or script, so nothing lives forever by accident.
+The continuation's state machine (claim, release, finish, cancel) runs as Lua scripts on the one
+record key: the check and the change are atomic, and the tenant comparison happens inside the
+script. The body is an opaque blob the scripts never parse (no cjson round trip can alter the
+transcript). The only write that spans two slots (a pause: its record, and its tenant's
+tool-call index) is sent as one pipeline per owning node on a Cluster.
+
+Durability (``wait_replicas`` > 0, see ``RedisIO``): a pause, a claim and a ledger entry are
+acknowledged only when confirmed. An unconfirmed pause is deleted (best effort; its id was never
+given out), an unconfirmed claim released; an unconfirmed ledger entry is kept, because the tool
+did run and the entry can only prevent a second run.
+Time comes from the replica's clock (``time.time()``); leases are seconds long, so NTP-level
+skew between replicas does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, cast
+
+import orjson
+
+from gateway.store.continuations import redis_listing as listing
+from gateway.store.continuations import redis_scripts as scripts
+from gateway.store.continuations.base import (
+    Continuation,
+    ContinuationConflict,
+    ContinuationNotFound,
+    ContinuationStatus,
+    ContinuationStore,
+)
+from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
+from gateway.store.redis_client.keys import num, record_key, tenant_key
+from gateway.store.ttl import check_ttl
+
+log = logging.getLogger("loopgate.store")
+
+
+class RedisContinuations(ContinuationStore):
+    """The continuation part of ``RedisStore``, on its ``RedisIO``."""
+
+    def __init__(self, io: RedisIO) -> None:
+        self.io = io
+        self._save = io.register(scripts.SAVE)
+        self._claim = io.register(scripts.CLAIM)
+        self._release = io.register(scripts.RELEASE)
+        self._finish = io.register(scripts.FINISH)
+        self._unfinish = io.register(scripts.UNFINISH)
+        self._cancel = io.register(scripts.CANCEL)
+        self._unindex = io.register(scripts.UNINDEX)
+        self._page = io.register(listing.PAGE)
+        self._list_add = io.register(listing.ADD)
+
+    # -- continuations ---------------------------------------------------------------------------
+    @staticmethod
+    def _check(reply: list[Any], continuation_id: str) -> list[Any]:
+        code = reply[0]
+        if code == b"ok":
+            return reply
+        if code == b"conflict":
+            raise ContinuationConflict(continuation_id, reply[1].decode())
+        raise ContinuationNotFound(continuation_id)
+
+    async def _drop_index(self, tenant: str, continuation_id: str, ids_json: bytes | None) -> None:
+        ids = orjson.loads(ids_json) if ids_json else []
+        await listing.remove(self.io, tenant, continuation_id)
+        if ids:
+            keys = [tenant_key(tenant, "tc", tc) for tc in ids]
+            await self._unindex(keys=keys, args=[continuation_id])
+
+    async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
+        ids = c.tool_call_ids
+        ex = check_ttl(ttl_s)
+        args: list[bytes | str | int | float] = [
+            c.tenant, c.status, "" if c.claimed_until is None else num(c.claimed_until), c.to_bytes(),
+            orjson.dumps(ids), ex]
+        rec = record_key(c.id)
+        index = [tenant_key(c.tenant, "tc", tc) for tc in ids]
+
+        def write_record(pipe: Any) -> None:
+            evalsha(pipe, self._save, [rec], args)
+
+        def write_index(pipe: Any) -> None:
+            for key in index:
+                pipe.set(key, c.id, ex=ex)
+            listing.queue_add(pipe, self._list_add, c, ex)
+
+        def write_both(pipe: Any) -> None:
+            write_record(pipe)
+            write_index(pipe)
+
+        async with self.io.guard("save_continuation", durable=True):
+            try:
+                if self.io.cluster and (index or c.summary is not None):
+                    # Two slots (the record's, the tenant's): one pipeline (and WAIT) per owning node.
+                    # Both run to completion before any clean-up, so none lands after the clean-up.
+                    done = await asyncio.gather(self.io.run(rec, write_record, True),
+                                                self.io.run(listing.listing_keys(c.tenant)[0], write_index, True),
+                                                return_exceptions=True)
+                    failed = next((d for d in done if isinstance(d, BaseException)), None)
+                    if failed is not None:
+                        raise failed
+                    acked = [cast(tuple[list[Any], int | None], d)[1] for d in done]
+                else:
+                    # One round trip: the record (atomic, with its TTL), every index entry, the WAIT.
+                    acked = [(await self.io.run(rec, write_both, True))[1]]
+            except UNAVAILABLE:
+                # Unreachable: a clean-up would only wait out another deadline. Whatever part landed
+                # expires with its TTL and is harmless, since the client never got its id.
+                raise
+            except Exception:
+                await self._forget(c, rec, index)
+                raise
+            if not all(self.io.confirmed(a) for a in acked):
+                await self._forget(c, rec, index)
+                raise self.io.unconfirmed("the pause", min(a or 0 for a in acked))
+
+    async def _forget(self, c: Continuation, rec: str, index: list[str]) -> None:
+        """Best effort: a pause that was not acknowledged must not stay resumable (the client never got its id)."""
+        try:
+            async with asyncio.timeout(self.io.op_timeout):
+                await self.io.client.delete(rec)
+                if index:
+                    await self._unindex(keys=index, args=[c.id])
+        except Exception as exc:  # the store is failing already: the record expires with its TTL
+            log.debug("could not delete unacknowledged continuation %s: %s", c.id, exc)
+
+    async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
+        async with self.io.guard("get_continuation"):
+            # The client is built without decode_responses: every value is bytes (or None).
+            raw = await self.io.client.hmget(record_key(continuation_id), ["t", "s", "cu", "b"])
+        fields = cast(list[bytes | None], raw)
+        t, s, cu, body = fields
+        if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
+            raise ContinuationNotFound(continuation_id)
+        c = Continuation.from_bytes(body)
+        c.status = cast(ContinuationStatus, s.decode())
+        c.claimed_until = float(cu) if cu else None
+        return c
+
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+        now = time.time()
+        until = now + lease_s
+        rec = record_key(continuation_id)
+
+        async with self.io.guard("claim_continuation", durable=True):
+            reply, acked = await self.io.script(self._claim, [rec], [tenant, num(now), num(until)], True)
+            if reply[0] == b"ok" and not self.io.confirmed(acked):
+                # Not acknowledged, so not taken: leave it resumable (a failed release expires with the lease).
+                with contextlib.suppress(Exception):
+                    await self._release(keys=[rec], args=[tenant])
+                raise self.io.unconfirmed("the claim", acked)
+        c = Continuation.from_bytes(self._check(reply, continuation_id)[1])
+        c.status = "claimed"
+        c.claimed_until = until
+        return c
+
+    async def release_continuation(self, continuation_id: str, tenant: str) -> None:
+        async with self.io.guard("release_continuation"):
+            reply = await self._release(keys=[record_key(continuation_id)], args=[tenant])
+        self._check(reply, continuation_id)
+
+    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
+        """Mark a resume done; with ``wait_replicas``, only once replicas confirm it.
+
+        An unconfirmed finish could be undone by a failover (the record back at ``claimed``, and
+        resumable a second time once the lease ends), so it is reverted to resumable and reported
+        as unavailable: the client is told the resume failed and may retry; approved tools are in
+        the ledger, so none runs twice.
+        """
+        rec = record_key(continuation_id)
+        async with self.io.guard("finish_continuation", durable=True):
+            reply, acked = await self.io.script(self._finish, [rec], [tenant], True)
+            if reply[0] == b"ok" and not self.io.confirmed(acked):
+                with contextlib.suppress(Exception):
+                    await self._unfinish(keys=[rec], args=[tenant])
+                raise self.io.unconfirmed("the end of the resume", acked)
+            ids_json = self._check(reply, continuation_id)[1]
+            await self._drop_index(tenant, continuation_id, ids_json)
+
+    async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
+        async with self.io.guard("cancel_continuation"):
+            reply = await self._cancel(keys=[record_key(continuation_id)], args=[tenant, num(time.time())])
+            ids_json = self._check(reply, continuation_id)[1]
+            await self._drop_index(tenant, continuation_id, ids_json)
+        return True
+
+    async def list_continuations(self, tenant: str, limit: int,
+                                 before: tuple[float, str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+        async with self.io.guard("list_continuations"):
+            return await listing.page(self.io, self._page, tenant, time.time(), limit, before)
+
+    async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
+        async with self.io.guard("find_continuation_by_tool_call"):
+            raw = cast(bytes | None, await self.io.client.get(tenant_key(tenant, "tc", tool_call_id)))
+        return None if raw is None else raw.decode()
+
+    # -- ledger ----------------------------------------------------------------------------------
+    async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:
+        async with self.io.guard("ledger_get"):
+            raw = await self.io.client.get(tenant_key(tenant, "ledger", tool_call_id))
+        return None if raw is None else orjson.loads(raw)
+
+    async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
+        raw, ex = orjson.dumps(record), check_ttl(ttl_s)
+        key = tenant_key(tenant, "ledger", tool_call_id)
+
+        async with self.io.guard("ledger_put", durable=True):
+            if self.io.wait_replicas > 0:
+                _, acked = await self.io.run(key, lambda pipe: pipe.set(key, raw, ex=ex), True)
+            else:
+                await self.io.client.set(key, raw, ex=ex)
+                acked = None
+        if not self.io.confirmed(acked):
+            # Kept: the tool did run, and the entry can only stop a second run.
+            raise self.io.unconfirmed("the tool ledger entry", acked)
+
+    # -- artifacts -------------------------------------------------------------------------------
+    async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
+        if not items:
+            return
+        ex = check_ttl(ttl_s)
+        encoded = {tenant_key(tenant, "art", tc): orjson.dumps(a) for tc, a in items.items()}
+
+        def put(pipe: Any) -> None:
+            for key, raw in encoded.items():
+                pipe.set(key, raw, ex=ex)
+
+        async with self.io.guard("put_artifacts"):  # one tenant, one slot, one pipeline
+            await self.io.run(next(iter(encoded)), put, False)
+
+    async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        if not ids:
+            return {}
+        async with self.io.guard("get_artifacts"):
+            # One MGET: all of a tenant's artifact keys share its hash tag (cluster-safe).
+            raws = await self.io.client.mget([tenant_key(tenant, "art", tc) for tc in ids])
+        return {tc: orjson.loads(raw) for tc, raw in zip(ids, raws, strict=True) if raw is not None}

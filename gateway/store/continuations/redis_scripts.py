@@ -1,0 +1,70 @@
+"""The Lua scripts of the Redis store: each check-and-change on one key (or one hash tag) runs atomically.
+
+Every script touches only keys that share a hash tag (see redis.py), so each runs
+unchanged on one server, behind Sentinel and on a Cluster.
+"""
+
+# Replies are tables {code, payload}: code 'ok' | 'nf' (404) | 'conflict' (409, payload = status).
+# Missing hash fields read as false; an unknown key, another tenant or a cancelled record is 'nf'.
+LOAD = """
+local v = redis.call('HMGET', KEYS[1], 't', 's', 'cu')
+if not v[1] or v[1] ~= ARGV[1] or v[2] == 'cancelled' then return {'nf'} end
+local s = v[2]
+local cu = tonumber(v[3] or '') or 0
+"""
+
+SAVE = """
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 't', ARGV[1], 's', ARGV[2], 'cu', ARGV[3], 'b', ARGV[4], 'ids', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+return 1
+"""
+
+# ARGV: tenant, now, claimed_until
+CLAIM = LOAD + """
+if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
+if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
+redis.call('HSET', KEYS[1], 's', 'claimed', 'cu', ARGV[3])
+return {'ok', redis.call('HGET', KEYS[1], 'b')}
+"""
+
+# ARGV: tenant
+RELEASE = LOAD + """
+if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
+redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
+return {'ok'}
+"""
+
+# ARGV: tenant
+FINISH = LOAD + """
+if s ~= 'claimed' then return {'conflict', s} end
+redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
+return {'ok', redis.call('HGET', KEYS[1], 'ids')}
+"""
+
+# ARGV: tenant. Undoes a FINISH that replicas did not confirm: the resume is reported failed, so the
+# continuation must be resumable again (its replicas still hold it claimed, which is resumable too).
+UNFINISH = LOAD + """
+if s ~= 'resumed' and s ~= 'claimed' then return {'conflict', s} end
+redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
+return {'ok'}
+"""
+
+# ARGV: tenant, now
+CANCEL = LOAD + """
+if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
+if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
+local ids = redis.call('HGET', KEYS[1], 'ids')
+redis.call('DEL', KEYS[1])
+return {'ok', ids}
+"""
+
+# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id. Deletes only entries
+# that still point at this continuation.
+UNINDEX = """
+local n = 0
+for _, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k); n = n + 1 end
+end
+return n
+"""

@@ -1,0 +1,1 @@
+"""Shared target health (the circuit breaker across replicas): base, memory, redis."""

@@ -1,0 +1,1 @@
+"""Managed API keys: base (interface, record conversion), memory, redis."""

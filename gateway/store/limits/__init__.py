@@ -1,0 +1,1 @@
+"""Rate limits: base (interface, LimitScope, Decision), memory, redis (+ lease.py, scripts.py)."""

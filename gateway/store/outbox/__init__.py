@@ -1,0 +1,1 @@
+"""The notification outbox: base (interface, Claimed), memory, redis."""

@@ -1,0 +1,203 @@
+"""``RedisIO``: the one object every Redis domain store talks to Redis through.
+
+It owns the connection (one server, Sentinel or Cluster: connect.py) and offers, as public methods,
+what each domain needs beyond plain commands:
+
+* ``guard(op)``: outages fail fast. Bounded connect/read timeouts, a single retry (for a pooled
+  connection the server dropped) and a deadline over each whole operation; every connection,
+  timeout, failover (CLUSTERDOWN, TRYAGAIN, READONLY, MASTERDOWN), authentication or permission
+  error surfaces as ``StoreUnavailable`` with a message that never contains a credential.
+* ``register(lua)``: a script called by its SHA, reloaded after a flush or a failover.
+* ``run(key, build, durable)``: commands as one pipeline on the node owning ``key``.
+* ``script(script, keys, args, durable)``: one script call, confirmed by ``WAIT`` when durable.
+* ``confirmed(acked)`` / ``unconfirmed(op, acked)``: durability (``wait_replicas`` > 0): a write
+  followed by ``WAIT N timeout`` in the same pipeline (hence on the same connection to the node
+  that owns the key) is acknowledged only when N replicas confirmed it, so a failover cannot lose
+  what a client was told. A shortfall is ``ReplicationUnconfirmed`` (a ``StoreUnavailable``: a 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    AskError,
+    AuthenticationWrongNumberOfArgsError,
+    ClusterDownError,
+    MovedError,
+    NoPermissionError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.config.model import StoreSentinel, StoreTls
+from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
+from gateway.store.redis_client.connect import connect
+
+# Redis errors that mean "not available right now" (an outage, a failover in progress, a
+# misconfigured credential): a 503 for this request, never a 500 with a traceback.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    RedisConnectionError, RedisTimeoutError, OSError, ClusterDownError, TryAgainError, ReadOnlyError,
+    RedisClusterException, NoPermissionError, AuthenticationWrongNumberOfArgsError, MovedError, AskError,
+)
+
+#: queues commands on a pipeline (redis-py's pipelines are untyped)
+Build = Callable[[Any], None]
+Script = AsyncScript
+
+
+def describe(exc: BaseException) -> str:
+    """A short, credential-free cause for logs and errors.
+
+    redis-py's "no master found" text embeds the whole client repr (secrets redacted, but a
+    kilobyte long); keep its head and the per-sentinel errors at its end.
+    """
+    text = str(exc)
+    head, sep, rest = text.partition(" : <")
+    if sep:
+        text = f"{head} ({rest.rpartition(' - ')[2]})" if " - " in rest else head
+    return text[:300]
+
+
+def evalsha(pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
+    """Queue a registered script by its SHA on ``pipe`` (``RedisIO.run`` loads it on NOSCRIPT)."""
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+
+class RedisIO:
+    """A ``redis[s][+cluster]://`` or ``unix://`` URL plus the deployment options of ``store`` (see README)."""
+
+    def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
+                 tls: StoreTls | None = None, cluster: bool = False, sentinel: StoreSentinel | None = None,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 500, socket_connect_timeout: float = 2.0,
+                 socket_timeout: float = 2.0, op_timeout: float = 3.0, max_connections: int = 256,
+                 pool_timeout: float = 2.0, health_check_interval: float = 30.0) -> None:
+        wait_s = wait_timeout_ms / 1000 if wait_replicas > 0 else 0.0
+        self._conn = connect(url, username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
+                             socket_connect_timeout=socket_connect_timeout,
+                             # A WAIT holds the connection for up to its timeout: the read must outlast it.
+                             socket_timeout=max(socket_timeout, wait_s + 1.0) if wait_s else socket_timeout,
+                             max_connections=max_connections, pool_timeout=pool_timeout,
+                             health_check_interval=health_check_interval)
+        #: the client plain commands go to (a cluster client follows slot moves itself)
+        self.client: aioredis.Redis | RedisCluster = self._conn.client
+        self.cluster = self._conn.cluster
+        self.description = self._conn.description
+        # A deadline for each whole operation: redis-py retries at the command and the connect level,
+        # so against a hung server the socket timeouts alone would add up to several times their value.
+        self.op_timeout = op_timeout
+        self._durable_timeout = op_timeout + wait_s
+        self.wait_replicas = max(0, int(wait_replicas))
+        self.wait_timeout_ms = max(1, int(wait_timeout_ms))
+        self._scripts: dict[str, Script] = {}
+
+    def register(self, lua: str) -> Script:
+        """``lua`` as a script called by its SHA (each call is an EVALSHA, with a SCRIPT LOAD after a flush)."""
+        script = self.client.register_script(lua)
+        return self._scripts.setdefault(script.sha, script)
+
+    @asynccontextmanager
+    async def guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
+        """Turn "Redis is not there" into ``StoreUnavailable``; other Redis errors are bugs and propagate."""
+        deadline = self._durable_timeout if durable else self.op_timeout
+        try:
+            async with asyncio.timeout(deadline):
+                yield
+        except UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
+            cause = describe(exc) or f"no answer within {deadline}s"  # our deadline has no message
+            raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc
+
+    async def run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:
+        """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
+
+        Returns the replies and the number of replicas ``WAIT`` confirmed (None without durability).
+        One pipeline is one connection, which is what ``WAIT`` counts. Scripts go in as plain
+        EVALSHA: on NOSCRIPT every registered script is loaded and the pipeline sent again (nothing
+        in it ran). On a Cluster, a MOVED/ASK or a lost node re-reads the slot map and retries
+        once on the new owner; the pipeline is not a transaction, so nothing runs twice.
+        """
+        wait = durable and self.wait_replicas > 0
+        client = await self._conn.owner(key)
+        loaded = moved = False
+        while True:
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    build(pipe)
+                    if wait:
+                        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+                    replies = await pipe.execute()
+            except NoScriptError:
+                if loaded:
+                    raise
+                loaded = True
+                for script in self._scripts.values():
+                    await client.script_load(script.script)
+                continue
+            except (MovedError, AskError, RedisConnectionError, ReadOnlyError):
+                if not self.cluster or moved:
+                    raise
+                moved = True
+                with contextlib.suppress(Exception):
+                    await self._conn.refresh()
+                moved_to = await self._conn.owner(key)
+                if moved_to is client:
+                    raise
+                client = moved_to
+                continue
+            if wait:
+                return list(replies[:-1]), int(replies[-1])
+            return list(replies), None
+
+    async def script(self, script: Script, keys: list[str], args: list[Any], durable: bool) -> tuple[Any, int | None]:
+        """One script call; waited for through ``run`` only when durability is on (else one plain EVALSHA)."""
+        if not (durable and self.wait_replicas > 0):
+            return await script(keys=keys, args=args), None
+
+        def call(pipe: Any) -> None:
+            evalsha(pipe, script, keys, args)
+
+        replies, acked = await self.run(keys[0], call, True)
+        return replies[0], acked
+
+    def confirmed(self, acked: int | None) -> bool:
+        """The write was confirmed by enough replicas (None: durability is off, nothing to confirm)."""
+        return acked is None or acked >= self.wait_replicas
+
+    def unconfirmed(self, op: str, acked: int | None) -> ReplicationUnconfirmed:
+        """The error for a write of ``op`` that ``WAIT`` did not confirm."""
+        return ReplicationUnconfirmed(
+            f"redis did not confirm {op} on {self.wait_replicas} replica(s) within {self.wait_timeout_ms} ms "
+            f"({acked or 0} confirmed); it was not acknowledged")
+
+    async def unavailable_reason(self) -> str | None:
+        """Why Redis cannot be used right now, or None when it answers. Never raises."""
+        try:
+            async with self.guard("ping"):
+                await self.client.ping()
+        except StoreUnavailable as exc:
+            return str(exc)
+        except Exception as exc:  # an unexpected reply is as unready as no reply; never raise from a probe
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    async def ping(self) -> bool:
+        """True when Redis answers. Never raises."""
+        try:
+            async with self.guard("ping"):
+                return bool(await self.client.ping())
+        except Exception:
+            return False
+
+    async def aclose(self) -> None:
+        await self._conn.aclose()

@@ -1,0 +1,31 @@
+"""Key naming shared by every Redis domain store.
+
+Every key is under ``loopgate:``; the ``{...}`` part is the Redis Cluster hash tag, so every key
+one Lua script or multi-key command touches lives in one slot. Braces and ``%`` inside tenants,
+ids and targets are percent-encoded so a value can never change which part of a key is the hash tag.
+"""
+
+from __future__ import annotations
+
+PREFIX = "loopgate:"
+
+
+def esc(value: str) -> str:
+    """Keep ``{``/``}`` out of key parts: they would move the hash tag."""
+    return value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def record_key(continuation_id: str) -> str:
+    """``loopgate:{<continuation id>}:rec``: a continuation's record (its own slot)."""
+    return f"{PREFIX}{{{esc(continuation_id)}}}:rec"
+
+
+def tenant_key(tenant: str, kind: str, sub: str | None = None) -> str:
+    """``loopgate:{t:<tenant>}:<kind>[:<sub>]``: the tenant's keys share one slot."""
+    base = f"{PREFIX}{{t:{esc(tenant)}}}:{kind}"
+    return base if sub is None else f"{base}:{esc(sub)}"
+
+
+def num(value: float) -> str:
+    """A float as a string that round-trips exactly (Lua numbers returned to Redis become integers)."""
+    return repr(float(value))

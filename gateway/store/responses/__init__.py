@@ -1,0 +1,1 @@
+"""Stored Responses-API records: base, memory, redis."""

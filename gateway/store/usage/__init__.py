@@ -1,0 +1,1 @@
+"""Usage aggregates: base (interface, UsageDelta, Spent), memory, redis."""

@@ -1,0 +1,107 @@
+"""Daily usage aggregates per tenant and per key: the interface (memory.py, redis.py implement it).
+
+Every request adds one ``UsageDelta`` to six rows: the tenant's and the key's row of the day
+(UTC), of the month, and of all time. Day rows answer ``GET /admin/usage``; month and total rows
+let a budget check read one row per budget instead of summing days. Rows expire
+``retention_days`` after their last write (Redis), so nothing lives forever by accident; a
+``total`` row therefore counts spending since the last gap of that many days without traffic.
+
+Cost is kept in nano-USD integers so sums are exact, and shown in USD.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import add
+from typing import Literal
+
+Scope = Literal["tenant", "key"]
+Period = Literal["day", "month", "total"]
+#: hash field names, in ``UsageDelta`` order
+FIELDS = ("r", "e", "p", "c", "ca", "rs", "n", "tc")
+#: where a row (a list in ``FIELDS`` order) holds what a budget compares
+PROMPT_TOKENS, COMPLETION_TOKENS, COST_NANO = FIELDS.index("p"), FIELDS.index("c"), FIELDS.index("n")
+DEFAULT_RETENTION_DAYS = 400
+
+
+@dataclass(slots=True)
+class UsageDelta:
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_nano: int = 0
+    tool_calls: int = 0
+
+    def values(self) -> tuple[int, ...]:
+        return (self.requests, self.errors, self.prompt_tokens, self.completion_tokens, self.cached_tokens,
+                self.reasoning_tokens, self.cost_nano, self.tool_calls)
+
+
+@dataclass(slots=True)
+class Spent:
+    """What a budget compares: tokens (prompt + completion) and cost in nano-USD."""
+
+    tokens: int = 0
+    cost_nano: int = 0
+
+
+_periods: tuple[int, tuple[str, str, str]] = (-1, ("", "", ""))
+
+
+def period_names(now: float) -> tuple[str, str, str]:
+    """The rows a write at ``now`` lands in: ``d:YYYY-MM-DD``, ``m:YYYY-MM``, ``all`` (UTC).
+
+    Formatted once per UTC day (strftime is a visible share of a request's cost otherwise).
+    """
+    global _periods
+    day_index = int(now // 86400)
+    if day_index != _periods[0]:
+        day = time.strftime("%Y-%m-%d", time.gmtime(now))
+        _periods = (day_index, (f"d:{day}", f"m:{day[:7]}", "all"))
+    return _periods[1]
+
+
+def merge(row: list[int], values: Sequence[int]) -> None:
+    row[:] = map(add, row, values)
+
+
+def period_name(period: Period, now: float) -> str:
+    return period_names(now)[("day", "month", "total").index(period)]
+
+
+class UsageStore(ABC):
+    """Where the aggregates live; every async method is one store round trip at most.
+
+    ``add_now`` is what a request calls: synchronous, no store round trip (the in-process store adds
+    at once, Redis queues for its next flush); False means the delta was dropped (too much waiting).
+    ``on_error(op, cause)`` hears about failures that have no caller to raise to (a background flush).
+    """
+
+    on_error: Callable[[str, BaseException | str], None] | None = None
+
+    @abstractmethod
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
+        """Add ``values`` (``UsageDelta`` order) to the tenant's rows and (when ``key_id``) the key's rows,
+        now or at the next flush."""
+
+    @abstractmethod
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+        """``add_now`` and, for a store that queues, the write itself."""
+
+    @abstractmethod
+    async def drain(self, timeout_s: float) -> None:
+        """At shutdown: write what is queued (bounded)."""
+
+    @abstractmethod
+    async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
+        """One ``Spent`` per wanted (scope, period), in order."""
+
+    @abstractmethod
+    async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
+        """The day rows (``YYYY-MM-DD``) of the tenant, or of its key when ``key_id``; zeros where none."""

@@ -1,0 +1,92 @@
+"""Usage aggregates in this process (``memory://``)."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.store.usage.base import (
+    COMPLETION_TOKENS,
+    COST_NANO,
+    DEFAULT_RETENTION_DAYS,
+    FIELDS,
+    PROMPT_TOKENS,
+    Period,
+    Scope,
+    Spent,
+    UsageDelta,
+    UsageStore,
+    merge,
+    period_name,
+    period_names,
+)
+
+
+class MemoryUsage(UsageStore):
+    """One process's aggregates (``memory://``): gone at restart, like every memory-store record.
+
+    A request only adds its counts to one pending row per (tenant, key, day); the six period rows
+    are brought up to date when something reads them (or when many rows wait), so the hot path pays
+    one dict update, not six.
+    """
+
+    #: pending rows applied at once past this many (a gateway nobody reads usage from stays bounded)
+    MAX_PENDING = 1024
+
+    def __init__(self, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+        self._rows: dict[tuple[str, str, str], list[int]] = {}
+        self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
+        self._retention_s = retention_days * 86400
+        self._pruned_day = ""
+
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+        self.add_now(tenant, key_id, delta.values(), now)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Nothing leaves the process: there is nothing to write."""
+
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
+        periods = period_names(now)
+        if periods[0] != self._pruned_day:  # a new day: once a day, old rows go
+            self._apply()
+            self._prune(now)
+            self._pruned_day = periods[0]
+        entry = (tenant, key_id, periods)
+        row = self._pending.get(entry)
+        if row is None:
+            if len(self._pending) >= self.MAX_PENDING:
+                self._apply()
+            self._pending[entry] = list(values)
+        else:
+            merge(row, values)
+        return True
+
+    def _apply(self) -> None:
+        pending, self._pending = self._pending, {}
+        rows = self._rows
+        for (tenant, key_id, periods), values in pending.items():
+            for owner in (("", key_id) if key_id else ("",)):
+                for period in periods:
+                    row = rows.get((tenant, owner, period))
+                    if row is None:
+                        rows[(tenant, owner, period)] = list(values)
+                    else:
+                        merge(row, values)
+
+    def _prune(self, now: float) -> None:
+        """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""
+        oldest = time.strftime("%Y-%m-%d", time.gmtime(now - self._retention_s))
+        for key in [k for k in self._rows if (k[2].startswith("d:") and k[2][2:] < oldest)
+                    or (k[2].startswith("m:") and k[2][2:] < oldest[:7])]:
+            del self._rows[key]
+
+    async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
+        self._apply()
+        found = []
+        for scope, period in wants:
+            row = self._rows.get((tenant, key_id if scope == "key" else "", period_name(period, now)))
+            found.append(Spent(row[PROMPT_TOKENS] + row[COMPLETION_TOKENS], row[COST_NANO]) if row else Spent())
+        return found
+
+    async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
+        self._apply()
+        return [list(self._rows.get((tenant, key_id, f"d:{day}")) or [0] * len(FIELDS)) for day in days]
