@@ -86,7 +86,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, i
     project = tmp_path_factory.mktemp("first-run") / "loopgate"
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info",
-        "build", "dist", ".ci-pytest.log"))
+        "build", "dist", ".ci-pytest.log", "site"))
     port = free_port()
     config = project / "config" / "gateway.yaml"
     text = config.read_text()

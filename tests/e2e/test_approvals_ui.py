@@ -226,7 +226,7 @@ def test_deny_with_a_reason_reaches_the_model(ui_gateway: Gateway, browser: Any,
         reason = shown.get_by_label("Reason (sent to the model when denied)")
         reason.focus()
         page.keyboard.type("record 7 is still referenced by invoices")
-        screenshot(page, "approvals-inbox-deny.png")  # the README's picture: a pending call, past decisions
+        screenshot(page, "approvals-inbox-deny.png")  # docs/approvals-inbox.png's scene: a pending call, past decisions
         page.keyboard.press("Tab")
         expect(shown.get_by_role("button", name="Approve delete_remote")).to_be_focused()
         page.keyboard.press("Tab")

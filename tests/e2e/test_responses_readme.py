@@ -1,4 +1,5 @@
-"""The README's Responses example, as written, against the example config (approval added as the README says)."""
+"""The Responses API page's example (docs/surfaces/responses.md), as written, against the example config
+(approval added as the page says)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from tests.e2e.conftest import ROOT, Gateway
 
 
 def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Responses API"):]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
+    """The first Python block of the Responses API page (the reference moved out of the README)."""
+    text = (ROOT / "docs" / "surfaces" / "responses.md").read_text()
+    assert "add `approval: required`\nto `get_weather` in `config/gateway.yaml`" in text
+    match = re.search(r"```python\n(.*?)```", text, re.S)
     assert match is not None
     return match.group(1)
 
 
-def test_the_readme_responses_example_runs() -> None:
+def test_the_docs_responses_example_runs() -> None:
     config = (ROOT / "config" / "gateway.yaml").read_text()
     config = config.replace('    python: "gateway.demo:get_weather"\n',
                             '    python: "gateway.demo:get_weather"\n    approval: required\n', 1)
