@@ -17,6 +17,10 @@ kept (Anthropic rejects tool blocks in a history without them), ``tool_choice: n
 instruction to answer now, so the answer always ends in text.
 """
 
+# Long by design: the tool loop is one engine (call, run tools, pair results, pause) that every
+# surface shares; its steps are split out (context_step, pairing, continuations) where they stand
+# alone.
+
 from __future__ import annotations
 
 import asyncio
@@ -214,6 +218,8 @@ def gateway_extension(state: LoopState, status: str, continuation_id: str | None
     return extension
 
 
+# Long by design: the loop is one async generator whose local state is the hot path; each step that
+# stands alone is a function of loop/.
 async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEvent]:
     """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place."""
     state = request.state

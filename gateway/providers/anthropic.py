@@ -36,6 +36,9 @@ Policies the reference leaves to the gateway:
   ``tool_result.tool_use_id``, so pairs keep matching; responses carry Anthropic's own ids.
 """
 
+# Long by design: one module per wire format: the whole request and response translation for
+# Anthropic's Messages API (its stream parser is apart).
+
 from __future__ import annotations
 
 import hashlib

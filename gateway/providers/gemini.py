@@ -20,6 +20,9 @@ what 2.5 understands and Gemini 3 still accepts. Thought summaries (``includeTho
 requested only when the client asks with ``include_reasoning: true``, the common gateway flag.
 """
 
+# Long by design: one module per wire format: the whole request and response translation for
+# Gemini's generateContent (its stream parser is apart).
+
 from __future__ import annotations
 
 import base64

@@ -6,6 +6,9 @@ by default (``auto``) only to the provider that produced it, for the current req
 (DeepSeek answers 400 without it there; strict servers such as Groq answer 400 to the field).
 """
 
+# Long by design: one module per wire format: the whole request and response translation for OpenAI-
+# compatible chat completions, Azure included.
+
 from __future__ import annotations
 
 import functools

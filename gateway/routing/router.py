@@ -36,6 +36,9 @@ path (every circuit closed, the first attempt answers) it costs one small object
 plain generator, no extra coroutine.
 """
 
+# Long by design: the failover walk (targets, retries, deadline, the commit point of a stream,
+# circuit health) is one algorithm; cutting it would spread its invariants over modules.
+
 from __future__ import annotations
 
 import asyncio

@@ -137,6 +137,8 @@ def _output_text(parts: list[Any], param: str) -> str:
     return "".join(texts)
 
 
+# Long by design: one pass over the input items in order, each item type translated where the order
+# of the transcript is decided.
 def to_messages(items: list[dict[str, Any]]) -> Converted:
     if len(items) == 1:  # the common case (``input`` a string): what the loop below makes of it, directly
         item = items[0]

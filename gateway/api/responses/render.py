@@ -17,6 +17,9 @@ Item ids carry the tool call id (``mcp_<call>``, ``mcpr_<call>``, ``fc_<call>``)
 back as input map onto the transcript without any lookup (see ``responses_items``).
 """
 
+# Long by design: the Responses API's stream events are rendered here, each pre-encoded hot-path
+# template beside the general encoder it must match, so the two are read and changed together.
+
 from __future__ import annotations
 
 import itertools

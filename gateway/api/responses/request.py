@@ -85,6 +85,8 @@ class ResponsesRequest:
     echo: dict[str, Any] = field(default_factory=dict)
 
 
+# Long by design: every field of a Responses request is checked in one place, in the order the API
+# documents them, so an error names the first bad field.
 def parse_responses_request(body: Any) -> ResponsesRequest:
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, not {type_name(body)}")

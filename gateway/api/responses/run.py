@@ -13,6 +13,10 @@ paused ``function_call`` / ``mcp_approval_request`` goes through the continuatio
 like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
 """
 
+# Long by design: one Responses run (new, continued with previous_response_id, or resuming a pause)
+# is prepared and driven here; the states share the run's builder and transcript, which one module
+# keeps in view.
+
 from __future__ import annotations
 
 import contextlib
