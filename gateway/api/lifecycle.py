@@ -37,7 +37,8 @@ from gateway.governance.admission import LATER, Admission, RateLimits
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import request_id, scope_request_id
-from gateway.loop.engine import LoopEvent, LoopRequest
+from gateway.loop.engine import LoopRequest
+from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering
 

@@ -18,7 +18,8 @@ from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, quoted
 from gateway.loop.approvals import audit_decisions
-from gateway.loop.engine import LoopEvent, LoopRequest
+from gateway.loop.engine import LoopRequest
+from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
 from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
