@@ -1,4 +1,4 @@
-"""The OTLP protobuf encoding of the exporter process: the official encoder's message, at under a third of its cost.
+"""The OTLP protobuf encoding of the exporter process: the official encoder's message, at a fraction of its cost.
 
 The official encoder (``opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans``)
 builds a protobuf object per attribute, value, span and status, then copies each into its parent:

@@ -6,9 +6,8 @@ client spent a large share of each request in its own machinery (request and res
 multidicts, trace hooks, stream readers, per-call timers; bench/README.md). Calls to an LLM API
 need much less: a POST whose body is already bytes, keep-alive connections per origin, a response
 framed by Content-Length, chunked encoding or connection close, gzip/deflate, connect and read
-timeouts, TLS. That is
-what this module does, with the response parsed by ``httptools`` (llhttp, the parser uvicorn
-and Node use). Bifrost makes the same choice in Go (fasthttp instead of net/http).
+timeouts, TLS. That is what this module does, with the response parsed by ``httptools``
+(llhttp, the parser uvicorn and Node use). Bifrost makes the same choice in Go (fasthttp instead of net/http).
 
 Every exchange runs under a deadline (an absolute ``time.monotonic()`` instant, the request's):
 the wait for a pooled connection, connecting, and every wait for the response end by it, each
