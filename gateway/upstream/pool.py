@@ -1,7 +1,7 @@
 """The upstream HTTP client as the rest of the gateway sees it: ``post`` and ``stream``.
 
 One ``Http1Client`` (a lean keep-alive HTTP/1.1 client, ``http1.py``) per provider, because the
-upstream client's own machinery was the largest CPU cost of a proxied request (bench/README.md).
+upstream client's own machinery was a large share of a proxied request's CPU (bench/README.md).
 Routing and the adapters see only this module's small surface and canonical ``ProviderError``s,
 so the client can be swapped without touching them.
 """
