@@ -2,10 +2,10 @@
 
 Python collects its youngest generation whenever 700 more container objects are alive than at the
 last collection. A gateway holding 50 requests in flight keeps about that many alive at any
-moment, so under load it collected every ~17 requests, each time walking every in-flight request's
-objects (~260 us), and every ~2,000 requests walked the whole heap, start-up objects included
-(30-50 ms, a pause every second or so): 7-9 % of a worker's CPU (bench/README.md, "Garbage
-collection"). Requests free their objects by reference counting; the collector only has to find
+moment, so under load it collected every few requests, each time walking every in-flight request's
+objects, and regularly walked the whole heap, start-up objects included, with a pause each time: a
+real share of a worker's CPU (bench/README.md, "Garbage collection"). Requests free their objects
+by reference counting; the collector only has to find
 cycles, which are rare on the request path.
 
 ``settle`` runs once, when a worker has started (its runtime built): it collects, freezes what

@@ -147,9 +147,8 @@ class FastChatPath:
 
     That endpoint is the hot path and its handler already turns every failure into an
     OpenAI-shaped response, so the router, the two exception middlewares and the endpoint
-    wrapper only cost time there (about a tenth of a proxied request's CPU, measured with
-    py-spy). ``POST /v1/responses`` is served the same way (its handler answers every failure
-    too): -12 % instructions per Responses request (bench/README.md). Everything else, lifespan
+    wrapper only cost time there (bench/README.md). ``POST /v1/responses`` is served the same
+    way, for the same reason (its handler answers every failure too). Everything else, lifespan
     included, goes to the Starlette app.
     """
 

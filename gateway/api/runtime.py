@@ -97,7 +97,7 @@ class Runtime:
         await notifier.start()
         continuations = Continuations(store, config.store.continuation_ttl_s, config.routing.request_timeout_s,
                                       notifier)
-        # Tokenizer tables (~80 MB for o200k) load lazily, on a worker thread, the first time a
+        # Tokenizer tables (large: bench/README.md) load lazily, on a worker thread, the first time a
         # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
                         audit=continuations.audit_denial, run_approved=continuations.ledgered,

@@ -129,7 +129,7 @@ PERIODS: tuple[str, ...] = ("day", "month", "total")
 # Tenants end up in store keys (escaped) and metric labels: managed keys get a plain alphabet.
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
 # An empty SHA-256 state: copying it skips OpenSSL's algorithm look-up (``EVP_MD_fetch``), much of what
-# hashing a short secret costs once the CPU's caches are cold (4.0-4.6 us against 5.8-7.5 us, bench/README.md).
+# hashing a short secret costs once the CPU's caches are cold (bench/README.md).
 _SHA256 = hashlib.sha256()
 
 

@@ -8,8 +8,8 @@ checks their pinned sha256, parses the same ``base64-token rank`` lines tiktoken
 parses, and builds ``tiktoken.Encoding`` objects with the pattern and special tokens that
 ``tiktoken_ext/openai_public.py`` defines. Nothing here can reach the network.
 
-A load costs 0.15 to 0.4 s and ~80 MB (o200k) or ~30 MB (cl100k) of rank tables, so each
-encoding is built once per process, lazily, under a lock (two threads asking share one load).
+A load is slow and its rank tables are large (bench/README.md), so each encoding is built once
+per process, lazily, under a lock (two threads asking share one load).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 GuardAction = Literal["none", "compressed", "pruned", "skip"]
 Summarize = Callable[[list[Message]], Awaitable[str]]
 _SYSTEM_ROLES = ("system", "developer")
-# Uncached JSON beyond this (~8K tokens, ~1 ms of encoding) is counted on a worker thread.
+# Uncached JSON beyond this (~8K tokens) takes long enough to encode that it is counted on a worker thread.
 OFFLOAD_BYTES = 32_768
 
 

@@ -1,7 +1,7 @@
 """A lean ASGI streaming response for Server-Sent Events.
 
 Starlette's StreamingResponse watches for client disconnects with an anyio task group and
-cancel scopes per response, which showed up at ~10 % of a streamed request's CPU. This does the
+cancel scopes per response, a large cost per stream (bench/README.md). This does the
 same job with one plain asyncio task: it waits for ``http.disconnect`` and cancels the sending
 task, whose cancellation unwinds the frame generator (closing the upstream connection and any
 running tools) at once. uvicorn silently drops writes to a closed connection, so without the

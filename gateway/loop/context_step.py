@@ -33,7 +33,8 @@ from gateway.routing.routes import RoutePlan
 # Room for the finalize instruction and per-message framing on top of the estimate.
 _SLACK_TOKENS = 64
 _SUMMARY_MAX_TOKENS = 2048
-# Tool results larger than this many bytes (about 8K tokens, ~1 ms of encoding) are capped on a worker thread.
+# Tool results larger than this many bytes (about 8K tokens) take long enough to encode that they are capped on
+# a worker thread, off the event loop (bench/README.md).
 _OFFLOAD_BYTES = 32_768
 
 

@@ -147,8 +147,8 @@ class FixedResource(Resource):
     """The process's one resource, its hash taken once.
 
     The official encoder groups every span by its resource, and ``Resource`` hashes by JSON-encoding
-    its attributes each time: about a tenth of this process's CPU, for a value that never changes
-    (the attributes are fixed when it is made)."""
+    its attributes each time, a noticeable share of this process's CPU for a value that never
+    changes (the attributes are fixed when it is made; bench/README.md)."""
 
     def __init__(self, resource: Resource) -> None:
         super().__init__(resource.attributes, resource.schema_url)
@@ -197,8 +197,8 @@ def lower_priority() -> None:
 
     By default in Linux's idle scheduling class (``SCHED_IDLE``): this process runs only on a CPU
     no other process wants. A mere ``nice`` step is not enough: the scheduler often places the
-    exporter on its worker's CPU, where even at +10 it takes a tenth of that CPU from requests
-    (bench/README.md, "Every control on": traces cost 23 % of the throughput at +10, 7 % idle).
+    exporter on its worker's CPU, where even at +10 it takes a real share of that CPU from requests
+    (bench/README.md, "Every control on").
     ``LOOPGATE_TRACE_EXPORTER_NICE=N`` asks for ``nice`` +N instead (a fixed small share of a busy
     CPU), ``0`` for the worker's own priority; where the idle class is unavailable, +19.
 

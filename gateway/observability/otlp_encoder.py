@@ -1,12 +1,11 @@
-"""The OTLP protobuf encoding of the exporter process: the official encoder's message, at under a third of its cost.
+"""The OTLP protobuf encoding of the exporter process: the official encoder's message, at a fraction of its cost.
 
 The official encoder (``opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans``)
 builds a protobuf object per attribute, value, span and status, then copies each into its parent:
-265k instructions (~29 µs) per span here, two spans per request. At a few thousand requests per
-second that is half a core, taken from the gateway on a small host (bench/README.md, "Every
-control on").
+at a few thousand requests per second that takes a large share of a core from the gateway on a
+small host (bench/README.md, "Every control on").
 
-:class:`SpanEncoder` produces the same message in 77k instructions per span. Protobuf defines a
+:class:`SpanEncoder` produces the same message for a fraction of that. Protobuf defines a
 message's encoding as the concatenation of its fields' encodings, in any order, and a repeated
 field as its elements' encodings one after the other: so a span's own fields (ids, name, kind,
 times, status, flags) are written out as bytes, and each attribute is one ``KeyValue`` of the

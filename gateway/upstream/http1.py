@@ -1,14 +1,13 @@
 """A lean HTTP/1.1 client for calls to model providers: pooling and connecting.
 
 The exchange on one socket (an asyncio protocol over llhttp) is ``http1_connection.py``.
-Why not aiohttp on this path: a gateway makes one upstream call per model call, and measured
-here (bench/README.md, callgrind) aiohttp's client took ~38 % of the gateway's instructions
-per request in its own machinery (request and response objects, multidicts, trace hooks,
-stream readers, per-call timers). Calls to an LLM API need much less: a POST whose body is
-already bytes, keep-alive connections per origin, a response framed by Content-Length,
-chunked encoding or connection close, gzip/deflate, connect and read timeouts, TLS. That is
-what this module does, with the response parsed by ``httptools`` (llhttp, the parser uvicorn
-and Node use). Bifrost makes the same choice in Go (fasthttp instead of net/http).
+Why not aiohttp on this path: a gateway makes one upstream call per model call, and aiohttp's
+client spent a large share of each request in its own machinery (request and response objects,
+multidicts, trace hooks, stream readers, per-call timers; bench/README.md). Calls to an LLM API
+need much less: a POST whose body is already bytes, keep-alive connections per origin, a response
+framed by Content-Length, chunked encoding or connection close, gzip/deflate, connect and read
+timeouts, TLS. That is what this module does, with the response parsed by ``httptools``
+(llhttp, the parser uvicorn and Node use). Bifrost makes the same choice in Go (fasthttp instead of net/http).
 
 Every exchange runs under a deadline (an absolute ``time.monotonic()`` instant, the request's):
 the wait for a pooled connection, connecting, and every wait for the response end by it, each

@@ -1,9 +1,7 @@
 """The upstream HTTP client as the rest of the gateway sees it: ``post`` and ``stream``.
 
-One ``Http1Client`` (a lean keep-alive HTTP/1.1 client, ``http1.py``) per provider. Measured on
-this machine a pass-through spends ~0.26 ms CPU per request with aiohttp against ~1.6 ms with
-httpx (measured on this machine), and the lean client halves aiohttp's figure again: the same pass-through does
-2.3x the requests/s with it, and Loopgate's instructions per request fell 38 % (bench/README.md).
+One ``Http1Client`` (a lean keep-alive HTTP/1.1 client, ``http1.py``) per provider, because the
+upstream client's own machinery was a large share of a proxied request's CPU (bench/README.md).
 Routing and the adapters see only this module's small surface and canonical ``ProviderError``s,
 so the client can be swapped without touching them.
 """

@@ -29,7 +29,7 @@ log = logging.getLogger("loopgate.render")
 
 
 # Response ids must be unique, not secret: a random per-process prefix and a counter cost no
-# system call per request (os.urandom showed up at 3% of a proxied request's CPU).
+# system call per request (os.urandom showed up in profiles; bench/README.md).
 _ID_PREFIX = f"chatcmpl-{secrets.token_hex(6)}"
 _ID_COUNTER = itertools.count(1)
 

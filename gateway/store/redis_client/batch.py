@@ -1,7 +1,7 @@
 """Script calls made in the same event-loop turn go to Redis as one pipeline.
 
-Every store round trip costs the gateway ~100-200 us of CPU in redis-py and the socket calls,
-about as much as the rest of a plain request. Under load many requests reach the same call in
+Every store round trip costs the gateway about as much CPU in redis-py and the socket calls as
+the rest of a plain request (bench/README.md). Under load many requests reach the same call in
 the same loop turn (the rate-limit take of new requests, the settle of finished ones): queued
 here, they share one pipeline and one round trip. Nothing waits for company: the first call of a
 turn schedules the send for the next turn, so a lone call goes out at once, as a plain EVALSHA.

@@ -25,7 +25,7 @@ from gateway.config.model import StoreSentinel, StoreTls
 DEFAULT_PORT = 6379
 
 # What every connection reports in CLIENT SETINFO, made once: without it, redis-py 7 builds one per
-# new connection and reads its package metadata through importlib (about 1 ms of CPU each time).
+# new connection and reads its package metadata through importlib, a costly step (bench/README.md).
 # Older redis-py reads its version once, at import, and has no ``driver_info`` parameter.
 try:
     from redis.driver_info import DriverInfo

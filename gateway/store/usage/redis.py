@@ -11,8 +11,8 @@ for a tenant sits in one slot and goes out as one pipeline, Cluster included)::
 TTL (``retention_days``). Counters are integers (cost in nano-USD), so HINCRBY sums exactly.
 
 Why coalesce: one redis-py command costs a request about as many instructions as the rest of a
-proxied request (measured with ``python -m bench.instructions``); adding a request's counts to
-a dict costs a few microseconds, and under load one flush carries many requests. The price is
+proxied request (bench/README.md), while adding a request's counts to a dict is cheap, and
+under load one flush carries many requests. The price is
 that counts reach Redis up to ``flush_s`` after the response (budgets are soft limits anyway),
 and a crash loses at most that much; a graceful stop flushes. A failed flush is dropped, logged
 and counted by the caller (it does not pile up during an outage).
