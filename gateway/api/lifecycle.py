@@ -97,7 +97,12 @@ class Work:
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self) -> ApiKey:
-        """The caller's key (401 for an unknown, revoked or expired one); the work is charged to it."""
+        """The caller's key (401 for an unknown, revoked or expired one); the work is charged to it.
+
+        Once per work: a handler that hands the request on to another (a fallback) gets the same key.
+        """
+        if self.key is not None:
+            return self.key
         lifecycle = self.lifecycle
         key = self.key = self.exchange.key = authenticate(self.incoming.authorization, lifecycle.keys)
         self.meter = self.exchange.meter = lifecycle.usage.meter(key)

@@ -342,3 +342,30 @@ def test_openai_sdk_background_run_through_the_lifecycle(pair: tuple[Gateway, Ga
     assert created.status == "completed" and created.output_text
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("resp_unknown")
+
+
+def test_every_read_of_the_api_is_recorded_with_its_route_template(pair: tuple[Gateway, Gateway]) -> None:
+    """Models, stored responses (found or not), their input items, cancels and listings: one access record
+    each, under the route's template (never the caller's id) and the key that asked."""
+    first, _ = pair
+    auth = {"authorization": "Bearer asker-key"}
+    made = first.post("/v1/responses", {"model": "plain", "input": "hello"}, key="asker-key")
+    assert made.status_code == 200, made.text
+    response_id = made.json()["id"]
+    calls = [("GET", "/v1/models", 200), ("GET", f"/v1/responses/{response_id}", 200),
+             ("GET", f"/v1/responses/{response_id}/input_items", 200), ("GET", "/v1/responses/resp_nothing", 404),
+             ("POST", f"/v1/responses/{response_id}/cancel", 400), ("GET", "/v1/continuations", 200),
+             ("GET", "/v1/audit", 200), ("DELETE", f"/v1/responses/{response_id}", 200)]
+    ids = {}
+    for method, path, status in calls:
+        answer = httpx.request(method, f"{first.url}{path}", headers=auth, timeout=10)
+        assert answer.status_code == status, (path, answer.text)
+        ids[answer.headers["x-request-id"]] = (method, status)
+    records = [r for r in access_records(first, lambda rs: ids.keys() <= {r.get("request_id") for r in rs})
+               if r.get("request_id") in ids]
+    assert len(records) == len(calls)
+    assert {r["path"] for r in records} == {"/v1/models", "/v1/responses/{id}", "/v1/responses/{id}/input_items",
+                                            "/v1/responses/{id}/cancel", "/v1/continuations", "/v1/audit"}
+    assert all(r["key_id"] == records[0]["key_id"] and r["key_id"] for r in records)
+    assert all((r["method"], r["status"]) == ids[r["request_id"]] for r in records)
+    assert response_id not in "".join(str(r) for r in records)

@@ -7,17 +7,16 @@ import time
 
 from gateway.api.chat.request import parse_chat_request
 from gateway.api.chat.respond import respond
+from gateway.api.planning import refuse_name_clashes, route_of
 from gateway.api.resume import resume_paused
 from gateway.api.runtime import Runtime
-from gateway.errors import GatewayError, bad_request, quoted
-from gateway.governance.access import visible_routes
 from gateway.http.body import read_json
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import may_resume_way_a
-from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
+from gateway.loop.engine import LoopRequest, run_loop
 
 log = logging.getLogger("loopgate.api")
 PATH = "/v1/chat/completions"
@@ -29,18 +28,10 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         key = work.authenticate()
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
-        plan = runtime.routes.lookup(chat.model)
-        if plan is None:
-            raise GatewayError(404, f"The model {quoted(chat.model)} does not exist. Known models: "
-                               f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
-                               "invalid_request_error", "model", "model_not_found")
+        plan = route_of(runtime, key, chat.model)
         work.allow(plan)
         if chat.tools:
-            server = set(server_tool_names(plan, runtime.tools))
-            for index, tool in enumerate(chat.tools):
-                if tool["function"]["name"] in server:
-                    raise bad_request(f"client tool {quoted(tool['function']['name'])} has the name of a server "
-                                      f"tool of model {quoted(chat.model)}; rename it", f"tools[{index}]")
+            refuse_name_clashes(runtime, plan, chat.tools, chat.model, "client tool")
         headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations

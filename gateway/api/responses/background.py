@@ -18,15 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.lifecycle import Held
+from gateway.api.lifecycle import Handler, Held, Work, endpoint
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
@@ -34,8 +33,6 @@ from gateway.api.runtime import Runtime
 from gateway.background.runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
 from gateway.canonical import Usage
 from gateway.errors import bad_request
-from gateway.governance.keys import authenticate
-from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.store.background.base import BackgroundRun, RunNotFound
@@ -47,7 +44,10 @@ CANCEL_WAIT_S = 10.0
 LEASE_EXPIRED = ("the gateway replica running this background response stopped before it ended "
                  "(its lease expired)")
 
-Fallback = Callable[[Request], Awaitable[Any]]
+#: the Responses handler for what is not a background run
+Fallback = Handler
+ONE = "/v1/responses/{id}"
+CANCEL = ONE + "/cancel"
 
 
 def _runner(runtime: Runtime) -> BackgroundRunner:
@@ -189,62 +189,50 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
     background run) and ``POST /v1/responses/{id}/cancel``. Listed before the Responses routes so they match first.
     """
 
-    async def get_response(request: Request) -> Any:
-        runtime: Runtime = request.app.state.runtime
-        try:
-            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-            run_id = path_response_id(request.path_params)
-            stream, after = _stream_options(request)
-            run = await lookup(runtime, run_id, key.tenant)
-            if run is None:
-                if stream:
-                    raise bad_request("stream=true is only supported for responses created with background=true "
-                                      "and stream=true", "stream")
-                return await get_fallback(request)
-            if not stream:
-                return JSONResponse(orjson.dumps(run.response))
-            if not run.stream:
-                raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
-                                  "poll it without stream=true", "stream")
-            return SSEResponse(follow(runtime, run_id, key.tenant, after))
-        except Exception as exc:
-            return error_response(to_gateway_error(exc))
-
-    async def cancel_response(request: Request) -> Any:
-        runtime: Runtime = request.app.state.runtime
-        try:
-            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-            run_id = path_response_id(request.path_params)
-            run = await cancel(runtime, run_id, key.tenant)
-            if run is None:
-                if await runtime.responses.get(key.tenant, run_id) is not None:
-                    raise bad_request("Only responses created with background=true can be cancelled.",
-                                      code="response_not_cancellable")
-                raise response_not_found(run_id)
+    async def get_response(request: Request, runtime: Runtime, work: Work) -> Any:
+        key = work.authenticate()
+        run_id = path_response_id(request.path_params)
+        stream, after = _stream_options(request)
+        run = await lookup(runtime, run_id, key.tenant)
+        if run is None:
+            if stream:
+                raise bad_request("stream=true is only supported for responses created with background=true "
+                                  "and stream=true", "stream")
+            return await get_fallback(request, runtime, work)
+        if not stream:
             return JSONResponse(orjson.dumps(run.response))
-        except Exception as exc:
-            return error_response(to_gateway_error(exc))
+        if not run.stream:
+            raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
+                              "poll it without stream=true", "stream")
+        return SSEResponse(follow(runtime, run_id, key.tenant, after))
 
-    async def delete_response(request: Request) -> Any:
-        runtime: Runtime = request.app.state.runtime
-        try:
-            key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
-            run_id = path_response_id(request.path_params)
-            runner = _runner(runtime)
-            # A run still going stops at its next write (its record is gone: the fence says so).
-            if not await runner.store.delete(run_id, key.tenant):
-                return await delete_fallback(request)
-            runner.cancel_local(run_id)
+    async def cancel_response(request: Request, runtime: Runtime, work: Work) -> Any:
+        key = work.authenticate()
+        run_id = path_response_id(request.path_params)
+        run = await cancel(runtime, run_id, key.tenant)
+        if run is None:
             if await runtime.responses.get(key.tenant, run_id) is not None:
-                return await delete_fallback(request)
-            return JSONResponse(orjson.dumps({"id": run_id, "object": "response.deleted", "deleted": True}))
-        except Exception as exc:
-            return error_response(to_gateway_error(exc))
+                raise bad_request("Only responses created with background=true can be cancelled.",
+                                  code="response_not_cancellable")
+            raise response_not_found(run_id)
+        return JSONResponse(orjson.dumps(run.response))
+
+    async def delete_response(request: Request, runtime: Runtime, work: Work) -> Any:
+        key = work.authenticate()
+        run_id = path_response_id(request.path_params)
+        runner = _runner(runtime)
+        # A run still going stops at its next write (its record is gone: the fence says so).
+        if not await runner.store.delete(run_id, key.tenant):
+            return await delete_fallback(request, runtime, work)
+        runner.cancel_local(run_id)
+        if await runtime.responses.get(key.tenant, run_id) is not None:
+            return await delete_fallback(request, runtime, work)
+        return JSONResponse(orjson.dumps({"id": run_id, "object": "response.deleted", "deleted": True}))
 
     return [
-        Route("/v1/responses/{id}", get_response, methods=["GET"]),
-        Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
-        Route("/v1/responses/{id}/cancel", cancel_response, methods=["POST"]),
+        Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
+        Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
+        Route(CANCEL, endpoint(CANCEL, cancel_response), methods=["POST"]),
     ]
 
 

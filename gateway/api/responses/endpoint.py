@@ -14,7 +14,7 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.errors import error_response, to_gateway_error
+from gateway.api.lifecycle import Work, endpoint
 from gateway.api.responses.background import check_background, start_background
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import (
@@ -26,7 +26,6 @@ from gateway.api.responses.request import (
 from gateway.api.responses.run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
-from gateway.governance.keys import authenticate
 from gateway.http.body import read_json
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
@@ -34,6 +33,8 @@ from gateway.http.sse_response import SSEResponse
 from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
+ONE = PATH + "/{id}"
+ITEMS = ONE + "/input_items"
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
 
@@ -85,78 +86,68 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
 _join = b"".join
 
 
-async def _record(request: Request) -> tuple[Runtime, str, str, dict[str, Any]]:
-    runtime: Runtime = request.app.state.runtime
-    key = authenticate(Incoming(request.scope, request.receive).authorization, runtime.keys)
+async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, str, dict[str, Any]]:
+    key = work.authenticate()
     response_id = path_response_id(request.path_params)
     record = await runtime.responses.get(key.tenant, response_id)
     if record is None:
         raise response_not_found(response_id)
-    return runtime, key.tenant, response_id, record
+    return key.tenant, response_id, record
 
 
-async def get_response(request: Request) -> JSONResponse:
-    try:
-        _, _, _, record = await _record(request)
-        return JSONResponse(orjson.dumps(record["response"]))
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+async def get_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    _, _, record = await _record(request, runtime, work)
+    return JSONResponse(orjson.dumps(record["response"]))
 
 
-async def delete_response(request: Request) -> JSONResponse:
+async def delete_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     """Delete the record; a paused response's continuation is cancelled with it (nothing can answer it any more)."""
-    try:
-        runtime, tenant, response_id, record = await _record(request)
-        if record.get("continuation_id"):
-            # Already resumed, expired or being resumed: the record goes regardless.
-            with contextlib.suppress(ContinuationNotFound, ContinuationConflict):
-                await runtime.store.cancel_continuation(record["continuation_id"], tenant)
-        await runtime.responses.delete(tenant, response_id)
-        return JSONResponse(orjson.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+    tenant, response_id, record = await _record(request, runtime, work)
+    if record.get("continuation_id"):
+        # Already resumed, expired or being resumed: the record goes regardless.
+        with contextlib.suppress(ContinuationNotFound, ContinuationConflict):
+            await runtime.store.cancel_continuation(record["continuation_id"], tenant)
+    await runtime.responses.delete(tenant, response_id)
+    return JSONResponse(orjson.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
 
 
-async def list_input_items(request: Request) -> JSONResponse:
+async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     """OpenAI's list object over the response's input items: ``limit``, ``order``, ``after``, ``before``."""
-    try:
-        query = request.query_params
-        limit_text = query.get("limit")
-        if limit_text is None:
-            limit = DEFAULT_LIST_LIMIT
-        elif not (limit_text.isdigit() and 1 <= int(limit_text[:4]) <= MAX_LIST_LIMIT and len(limit_text) <= 4):
-            raise bad_request(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}", "limit")
-        else:
-            limit = int(limit_text)
-        order = query.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise bad_request("'order' must be 'asc' or 'desc'", "order")
-        _, _, response_id, record = await _record(request)
-        items = input_items(response_id, record["input"])
-        if order == "desc":
-            items = items[::-1]
-        ids = [item.get("id") for item in items]
-        for name in ("after", "before"):
-            value = query.get(name)
-            if value is None:
-                continue
-            if len(value) > MAX_ID_CHARS or value not in ids:
-                raise bad_request(f"'{name}' names no input item of this response", name)
-            position = ids.index(value)
-            items, ids = (items[position + 1:], ids[position + 1:]) if name == "after" else (items[:position],
-                                                                                             ids[:position])
-        page = items[:limit]
-        return JSONResponse(orjson.dumps({
-            "object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}))
-    except Exception as exc:
-        return error_response(to_gateway_error(exc))
+    query = request.query_params
+    limit_text = query.get("limit")
+    if limit_text is None:
+        limit = DEFAULT_LIST_LIMIT
+    elif not (limit_text.isdigit() and 1 <= int(limit_text[:4]) <= MAX_LIST_LIMIT and len(limit_text) <= 4):
+        raise bad_request(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}", "limit")
+    else:
+        limit = int(limit_text)
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise bad_request("'order' must be 'asc' or 'desc'", "order")
+    _, response_id, record = await _record(request, runtime, work)
+    items = input_items(response_id, record["input"])
+    if order == "desc":
+        items = items[::-1]
+    ids = [item.get("id") for item in items]
+    for name in ("after", "before"):
+        value = query.get(name)
+        if value is None:
+            continue
+        if len(value) > MAX_ID_CHARS or value not in ids:
+            raise bad_request(f"'{name}' names no input item of this response", name)
+        position = ids.index(value)
+        items, ids = (items[position + 1:], ids[position + 1:]) if name == "after" else (items[:position],
+                                                                                         ids[:position])
+    page = items[:limit]
+    return JSONResponse(orjson.dumps({
+        "object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}))
 
 
 def responses_routes() -> list[Route]:
     return [
         Route("/v1/responses", create_endpoint, methods=["POST"]),
-        Route("/v1/responses/{id}", get_response, methods=["GET"]),
-        Route("/v1/responses/{id}", delete_response, methods=["DELETE"]),
-        Route("/v1/responses/{id}/input_items", list_input_items, methods=["GET"]),
+        Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
+        Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
+        Route(ITEMS, endpoint(ITEMS, list_input_items), methods=["GET"]),
     ]

@@ -29,6 +29,7 @@ import orjson
 
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
+from gateway.api.planning import refuse_name_clashes, route_of
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
 from gateway.api.responses.request import ResponsesRequest
@@ -36,10 +37,9 @@ from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted
-from gateway.governance.access import visible_routes
 from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import Continuations
-from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
+from gateway.loop.engine import LoopRequest, run_loop
 from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
@@ -302,17 +302,9 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     assert key is not None, "authenticated by the caller"
     tenant = key.tenant
     if plan is None:
-        plan = runtime.routes.lookup(request.model)
-    if plan is None:
-        raise GatewayError(404, f"The model {quoted(request.model)} does not exist. Known models: "
-                           f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
-                           "invalid_request_error", "model", "model_not_found")
+        plan = route_of(runtime, key, request.model)
     if request.tools:
-        server = set(server_tool_names(plan, runtime.tools))
-        for index, tool in enumerate(request.tools):
-            if tool["function"]["name"] in server:
-                raise bad_request(f"function tool {quoted(tool['function']['name'])} has the name of a server "
-                                  f"tool of model {quoted(request.model)}; rename it", f"tools[{index}]")
+        refuse_name_clashes(runtime, plan, request.tools, request.model, "function tool")
     converted = to_messages(request.input)
     deadline = time.monotonic() + runtime.config.routing.request_timeout_s
     continuations = runtime.continuations
