@@ -33,7 +33,7 @@ from gateway.canonical import Usage
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import check_model_access
-from gateway.governance.admission import LATER, Admission, RateLimits
+from gateway.governance.admission import Admission, RateLimits
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import request_id, scope_request_id
@@ -159,8 +159,10 @@ class Work:
         if meter.check_budget_now():
             await lifecycle.usage.check_budget(key)
         limits = lifecycle.limits
-        now = limits.admit_now(key, body_bytes)
-        self.admission = await limits.admit_later(key, body_bytes) if now is LATER else now
+        admitted = limits.admit(key, body_bytes)
+        if admitted is not None and not isinstance(admitted, Admission):
+            admitted = await admitted  # the store decides
+        self.admission = admitted
         if self.background:
             self.slot = await limits.admit_background(key)
 
@@ -188,11 +190,13 @@ class Work:
         """Settle the admission (and a background slot) with the work's real usage; once, later calls do nothing."""
         admission, slot = self.admission, self.slot
         if admission is not None:
-            remote = admission.finish_now(usage)
-            if remote is not None:
-                await remote
+            pending = admission.finish(usage)
+            if pending is not None:
+                await pending
         if slot is not None:
-            await slot.finish(None)
+            pending = slot.finish(None)
+            if pending is not None:
+                await pending
 
     def done(self, status: int) -> None:
         """The answer is complete: count it, end its span, write its access record."""

@@ -14,14 +14,13 @@ a limiter that takes every caller down with it protects nothing. Budgets are sep
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any, Final
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import Any, NamedTuple
 
 from gateway.canonical import Usage
 from gateway.config.model import ApiKey, Config
@@ -50,8 +49,8 @@ class RateLimits:
         self.runs_per_key = config.background.max_runs_per_key
         self.runs_per_tenant = config.background.max_runs_per_tenant
         # Per key id: the key object it was built for (a reload or an edit makes a new one), its
-        # scopes and whether its end is settled: what ``admit_now`` needs, in one look-up.
-        self._plans: dict[str, Plan] = {}
+        # scopes and whether its end is settled: what ``admit`` needs, in one look-up.
+        self._plans: dict[str, KeyPlan] = {}
         # Concurrency slot ids: unique across replicas (random prefix) without a syscall per request.
         self._member_prefix = secrets.token_hex(6) + ":"
         self._members = itertools.count()
@@ -59,35 +58,44 @@ class RateLimits:
     def scopes(self, key: ApiKey) -> tuple[tuple[LimitScope, ...], bool]:
         """The scopes limiting ``key`` and whether its end must be settled (tpm or max_concurrent)."""
         plan = self._plans.get(key.id)
-        if plan is None or plan[0] is not key:
+        if plan is None or plan.key is not key:
             plan = self._plan(key)
-        return plan[1], plan[2]
+        return plan.scopes, plan.settle
 
-    def admit_now(self, key: ApiKey, body_bytes: int) -> Admission | Later | None:
-        """``admit`` without a coroutine where the limiter decides at once (memory, leased allowance).
+    def admit(self, key: ApiKey, body_bytes: int) -> Admitted:
+        """The admission of a request of ``body_bytes`` by ``key`` (None: nothing limits it), or a 429.
 
-        ``LATER`` when the decision needs the store: then await ``admit_later``. Raises the 429 as
-        ``admit`` does. Nothing is taken when it answers ``LATER``.
+        Decided at once where the limiter can (memory, an allowance leased to this process): then
+        the admission itself, with no coroutine made. Where the store must decide, a coroutine to
+        await for it; nothing is taken until it runs.
         """
         if key.rpm is None and key.tpm is None and key.max_concurrent is None and key.tenant not in self.tenants:
             return None
         plan = self._plans.get(key.id)
-        if plan is None or plan[0] is not key:
+        if plan is None or plan.key is not key:
             plan = self._plan(key)
-        _, scopes, settle = plan
         estimate = body_bytes // BYTES_PER_TOKEN + 1
         member = self._member_prefix + str(next(self._members))
-        verdict = self.limiter.admit(key.tenant, scopes, estimate, member, self.lease_s)
-        if not isinstance(verdict, Decision):  # the store decides: nothing is taken until it runs
-            verdict.close()
-            return LATER
+        verdict = self.limiter.admit(key.tenant, plan.scopes, estimate, member, self.lease_s)
+        if not isinstance(verdict, Decision):
+            return self._decided_by_store(verdict, key, plan, estimate, member)
         if verdict.allowed:  # the common case, without a call more
-            return Admission(self.limiter, key.tenant, scopes, estimate, member,
-                             _headers(verdict.limit_r, verdict.level_r, verdict.limit_t, verdict.level_t), settle,
-                             verdict.ticket)
+            return Admission(self.limiter, key.tenant, plan.scopes, estimate, member,
+                             _headers(verdict.limit_r, verdict.level_r, verdict.limit_t, verdict.level_t),
+                             plan.settle, verdict.ticket)
         raise refusal(verdict, estimate)
 
-    def _plan(self, key: ApiKey) -> Plan:
+    async def _decided_by_store(self, verdict: Awaitable[Decision], key: ApiKey, plan: KeyPlan, estimate: int,
+                                member: str) -> Admission | None:
+        """The store's decision (a store outage fails open: None)."""
+        try:
+            decision = await verdict
+        except StoreUnavailable as exc:
+            self._outage(exc)
+            return None
+        return self._admitted(key, plan.scopes, plan.settle, estimate, member, decision)
+
+    def _plan(self, key: ApiKey) -> KeyPlan:
         tenant = self.tenants.get(key.tenant)
         if key.rpm is None and key.tpm is None and key.max_concurrent is None:
             scopes: tuple[LimitScope, ...] = () if tenant is None else (tenant,)
@@ -97,28 +105,8 @@ class RateLimits:
         settle = any(scope.tpm or scope.max_concurrent for scope in scopes)
         if len(self._plans) >= _SCOPE_CACHE_LIMIT:
             self._plans.clear()  # keys come and go with reloads; never let old ones pile up
-        plan = self._plans[key.id] = (key, scopes, settle)
+        plan = self._plans[key.id] = KeyPlan(key, scopes, settle)
         return plan
-
-    async def admit(self, key: ApiKey, body_bytes: int) -> Admission | None:
-        """None when nothing limits ``key``; else the admission (its headers go on the response).
-
-        Raises the 429 when a limit refuses the request.
-        """
-        now = self.admit_now(key, body_bytes)
-        return await self.admit_later(key, body_bytes) if now is LATER else now
-
-    async def admit_later(self, key: ApiKey, body_bytes: int) -> Admission | None:
-        """The decision ``admit_now`` left to the store (a store outage fails open: None)."""
-        scopes, settle = self.scopes(key)
-        estimate = body_bytes // BYTES_PER_TOKEN + 1
-        member = self._member_prefix + str(next(self._members))
-        try:
-            verdict = await self.limiter.admit(key.tenant, scopes, estimate, member, self.lease_s)
-        except StoreUnavailable as exc:
-            self._outage(exc)
-            return None
-        return self._admitted(key, scopes, settle, estimate, member, verdict)
 
     async def admit_background(self, key: ApiKey) -> Admission | None:
         """A background run's slot under ``background.max_runs_per_key`` / ``max_runs_per_tenant``.
@@ -166,16 +154,13 @@ class RateLimits:
 
 
 #: ``RateLimits``'s per-key plan: the key, its scopes, whether its end is settled.
-Plan = tuple[ApiKey, tuple[LimitScope, ...], bool]
+class KeyPlan(NamedTuple):
+    """What limits one key, looked up once per key and kept: its scopes and whether its end is settled."""
 
-
-class Later(enum.Enum):
-    """``LATER``: the limiter needs the store to decide (await ``RateLimits.admit``)."""
-
-    LATER = "later"
-
-
-LATER: Final = Later.LATER
+    key: ApiKey
+    scopes: tuple[LimitScope, ...]
+    #: tpm or max_concurrent: the end must be reported (the token count corrected, the slot freed)
+    settle: bool
 
 
 class Admission:
@@ -198,10 +183,11 @@ class Admission:
         self.needs_settling = settle
         self._done = not settle
 
-    def finish_now(self, usage: Usage | None) -> Coroutine[Any, Any, None] | None:
-        """``finish`` without a coroutine where the limiter settles locally; else the coroutine to await.
+    def finish(self, usage: Usage | None) -> Coroutine[Any, Any, None] | None:
+        """Correct the token estimate by ``usage`` (None: the request failed, give it back) and free the slot.
 
-        Settles once: later calls (and ``finish``) do nothing.
+        None when the limiter settled it at once (memory, a leased allowance); else the coroutine to
+        await for the store. Settles once: later calls do nothing.
         """
         if self._done:
             return None
@@ -219,12 +205,6 @@ class Admission:
         except StoreUnavailable:
             return  # on an outage the slot's lease frees it, and the estimate stands as the count
 
-    async def finish(self, usage: Usage | None) -> None:
-        """Correct the token estimate by ``usage`` (None: the request failed, give it back) and free the slot."""
-        remote = self.finish_now(usage)
-        if remote is not None:
-            await remote
-
     async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """``events`` passed through; at their end (or on close) the request is settled with its usage."""
         usage: Usage | None = None
@@ -235,7 +215,9 @@ class Admission:
                 yield event
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-            await self.finish(usage)
+            pending = self.finish(usage)
+            if pending is not None:
+                await pending
 
 
 def _duration(seconds: float) -> str:
@@ -311,3 +293,8 @@ def refusal(verdict: Decision, estimate: int) -> GatewayError:
                    f". Please try again in {_duration(verdict.retry_after_s)}.")
     return GatewayError(429, message, "tokens" if verdict.kind == "tokens" else "requests",
                         code="rate_limit_exceeded", headers=out)
+
+
+#: what :meth:`RateLimits.admit` gives: the admission (None: nothing limits the key) when it was
+#: decided at once, else the coroutine that asks the store for it
+Admitted = Admission | None | Coroutine[Any, Any, Admission | None]

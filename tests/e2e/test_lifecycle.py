@@ -348,8 +348,8 @@ def test_every_read_of_the_api_is_recorded_with_its_route_template(pair: tuple[G
     """Models, stored responses (found or not), their input items, cancels and listings: one access record
     each, under the route's template (never the caller's id) and the key that asked."""
     first, _ = pair
-    auth = {"authorization": "Bearer asker-key"}
-    made = first.post("/v1/responses", {"model": "plain", "input": "hello"}, key="asker-key")
+    auth = {"authorization": "Bearer bg-a1"}
+    made = first.post("/v1/responses", {"model": "plain", "input": "hello"}, key="bg-a1")
     assert made.status_code == 200, made.text
     response_id = made.json()["id"]
     calls = [("GET", "/v1/models", 200), ("GET", f"/v1/responses/{response_id}", 200),

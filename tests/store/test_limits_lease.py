@@ -8,6 +8,7 @@ slots free after ``SLOT_LEASE_S`` and token corrections reach Redis within ``COR
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -231,61 +232,76 @@ def _rate_limits(limiter: RedisRateLimiter) -> Any:
     return RateLimits(limiter, config)
 
 
+async def _admit(limits: Any, key: Any, body_bytes: int) -> Any:
+    """``RateLimits.admit``'s admission, awaited when the store decides."""
+    admitted = limits.admit(key, body_bytes)
+    if inspect.iscoroutine(admitted):
+        admitted = await admitted
+    assert admitted is not None
+    return admitted
+
+
+async def _finish(admission: Any) -> None:
+    pending = admission.finish(None)
+    if pending is not None:
+        await pending
+
+
 async def test_requests_a_lease_covers_are_admitted_and_settled_without_a_coroutine(
         replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
     from gateway.canonical import Usage
     from gateway.config.model import ApiKey
-    from gateway.governance.admission import LATER
+    from gateway.governance.admission import Admission
 
     one, _ = replicas
     limits = _rate_limits(one)
     key = ApiKey(key="", tenant="t", id="k_sync", rpm=6_000, tpm=1_000_000, max_concurrent=100)
-    assert limits.admit_now(key, 400) is LATER  # nothing leased yet: the store decides
-    first = await limits.admit(key, 400)
+    pending = limits.admit(key, 400)
+    assert inspect.iscoroutine(pending)  # nothing leased yet: the store decides
+    first = await pending
     assert first is not None
     calls = _count_calls(one)
-    second = limits.admit_now(key, 400)  # from the slice
-    assert second is not LATER and second is not None and calls == []
+    second = limits.admit(key, 400)  # from the slice
+    assert isinstance(second, Admission) and calls == []
     assert dict(second.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 2)
     assert dict(second.headers)[b"x-ratelimit-remaining-tokens"] == b"%d" % (1_000_000 - 2 * 101)
     lease = one._leases[("t", limits.scopes(key)[0][0])]
     assert lease.in_flight == 2
-    assert second.finish_now(Usage(prompt_tokens=30, completion_tokens=11)) is None  # leased: settled here
-    assert second.finish_now(None) is None and lease.in_flight == 1 and lease.debt == 41 - 101  # once only
-    await first.finish(None)
+    assert second.finish(Usage(prompt_tokens=30, completion_tokens=11)) is None  # leased: settled here
+    assert second.finish(None) is None and lease.in_flight == 1 and lease.debt == 41 - 101  # once only
+    assert first.finish(None) is None
     assert lease.in_flight == 0 and calls == []
 
 
-async def test_a_per_request_slot_is_freed_by_the_coroutine_finish_now_returns(
+async def test_a_per_request_slot_is_freed_by_the_coroutine_finish_returns(
         replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
     from gateway.config.model import ApiKey
 
     one, _ = replicas
     limits = _rate_limits(one)
     key = ApiKey(key="", tenant="t", id="k_exact", max_concurrent=3)  # small: never leased, exact per request
-    admission = await limits.admit(key, 40)
-    assert admission is not None
+    admission = await _admit(limits, key, 40)
     slots = scope_keys("t", limits.scopes(key)[0][0])[1]
     assert await redis_raw.zcard(slots) == 1
-    remote = admission.finish_now(None)
+    remote = admission.finish(None)
     assert remote is not None and await redis_raw.zcard(slots) == 1
     await remote
     assert await redis_raw.zcard(slots) == 0
-    assert admission.finish_now(None) is None
+    assert admission.finish(None) is None
 
 
 async def test_memory_limits_decide_and_refuse_without_a_coroutine() -> None:
     from gateway.config.model import ApiKey
     from gateway.errors import GatewayError
-    from gateway.governance.admission import LATER
+    from gateway.governance.admission import Admission
     from gateway.store.limits.memory import MemoryRateLimiter
 
     limits = _rate_limits(MemoryRateLimiter())  # type: ignore[arg-type]
     key = ApiKey(key="", tenant="t", id="k_mem", rpm=2)
-    admitted = [limits.admit_now(key, 40) for _ in range(2)]
-    assert all(a is not None and a is not LATER for a in admitted)
+    admitted = [limits.admit(key, 40) for _ in range(2)]
+    assert all(isinstance(a, Admission) for a in admitted)
     with pytest.raises(GatewayError) as refused:
-        limits.admit_now(key, 40)
+        limits.admit(key, 40)
     assert refused.value.status == 429 and refused.value.headers["retry-after"] == "30"
 
 
@@ -294,7 +310,7 @@ async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_l
     """Two scopes skip the one-scope shortcut and are taken from both leases at once."""
     from gateway.config.loader import parse_config
     from gateway.config.model import ApiKey
-    from gateway.governance.admission import LATER, RateLimits
+    from gateway.governance.admission import Admission, RateLimits
 
     one, _ = replicas
     config = parse_config('providers: {p: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: x}}\n'
@@ -302,11 +318,11 @@ async def test_a_key_and_its_tenant_both_limited_are_taken_together_from_their_l
                           "tenants: {t: {rpm: 3000}}\n")
     limits = RateLimits(one, config)
     key = ApiKey(key="", tenant="t", id="k_two", rpm=6_000)
-    assert limits.admit_now(key, 40) is LATER
-    assert await limits.admit(key, 40) is not None
+    pending = limits.admit(key, 40)
+    assert inspect.iscoroutine(pending) and await pending is not None
     calls = _count_calls(one)
-    admission = limits.admit_now(key, 40)
-    assert admission is not None and admission is not LATER and calls == []
+    admission = limits.admit(key, 40)
+    assert isinstance(admission, Admission) and calls == []
     # the tighter of the two buckets: the tenant's 3,000, two requests taken
     assert dict(admission.headers)[b"x-ratelimit-limit-requests"] == b"3000"
     assert dict(admission.headers)[b"x-ratelimit-remaining-requests"] == b"2998"
@@ -340,29 +356,32 @@ def test_take_if_covered_takes_all_or_nothing_as_covers_and_take_do(
 async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_successor(
         replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
     from gateway.config.model import ApiKey
-    from gateway.governance.admission import LATER
+    from gateway.governance.admission import Admission
     from gateway.store.limits.redis import _FORGET_S
 
     one, _ = replicas
     limits = _rate_limits(one)
     key = ApiKey(key="", tenant="t", id="k_forget", rpm=6_000, max_concurrent=100)
-    await (await limits.admit(key, 40)).finish(None)  # type: ignore[union-attr]
-    held = limits.admit_now(key, 40)  # straight from the lease RateLimits keeps for the key
-    assert held is not None and held is not LATER
-    await held.finish(None)
+    await _finish(await _admit(limits, key, 40))
+    held = limits.admit(key, 40)  # straight from the lease RateLimits keeps for the key
+    assert isinstance(held, Admission)
+    await _finish(held)
     scope = limits.scopes(key)[0][0]
     old = one._leases[("t", scope)]
     await one._tidy_all(closing=True)  # everything leased goes back to Redis
     old.last_used -= _FORGET_S + 1
     await one._tidy_all(closing=False)  # idle and holding nothing: forgotten
     assert old.retired and ("t", scope) not in one._leases
-    assert limits.admit_now(key, 40) is LATER  # the retired lease is not used; its successor holds nothing yet
-    await (await limits.admit(key, 40)).finish(None)  # type: ignore[union-attr]
-    again = limits.admit_now(key, 40)
-    assert again is not None and again is not LATER
+    pending = limits.admit(key, 40)
+    assert inspect.iscoroutine(pending)  # the retired lease is not used; its successor holds nothing yet
+    admitted = await pending
+    assert admitted is not None
+    await _finish(admitted)
+    again = limits.admit(key, 40)
+    assert isinstance(again, Admission)
     successor = one._leases[("t", scope)]
     assert successor is not old and successor.in_flight == 1 and old.in_flight == 0
     assert one._leases_of("t", limits.scopes(key)[0])[0] is successor  # not the retired lease
     assert dict(again.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 4)
-    await again.finish(None)
+    await _finish(again)
     assert successor.in_flight == 0
