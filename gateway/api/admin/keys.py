@@ -26,7 +26,7 @@ from gateway.errors import GatewayError, bad_request
 from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import new_audit_id
-from gateway.store.keys.base import KeyLimitReached, budget_record, from_record, new_key_id, new_secret, to_record
+from gateway.store.keys.base import KeyLimitReached, from_record, key_fields, new_key_id, new_secret, to_record
 
 #: admin bodies are a handful of fields
 MAX_ADMIN_BODY = 64 * 1024
@@ -42,15 +42,13 @@ def _iso(timestamp: float | None) -> str | None:
 
 
 def view(key: ApiKey) -> dict[str, Any]:
-    """A key as the admin API shows it: every field but the secret."""
-    budget = budget_record(key.budget)
-    return {"id": key.id, "object": "api_key", "name": key.name, "tenant": key.tenant, "role": key.role,
-            "models": None if key.models is None else list(key.models), "rpm": key.rpm, "tpm": key.tpm,
-            "max_concurrent": key.max_concurrent, "budget": budget, "headless": key.headless,
-            "tools": None if key.tools is None else sorted(key.tools), "expires_at": _iso(key.expires_at),
-            "created_at": None if key.created_at is None else int(key.created_at),
-            "revoked": key.revoked, "expired": key.expires_at is not None and key.expires_at <= time.time(),
-            "source": "managed" if key.managed else "config"}
+    """A key as the admin API shows it: every field but the secret, times as ISO 8601."""
+    shown = key_fields(key)
+    shown.update(object="api_key", expires_at=_iso(key.expires_at),
+                 created_at=None if key.created_at is None else int(key.created_at),
+                 expired=key.expires_at is not None and key.expires_at <= time.time(),
+                 source="managed" if key.managed else "config")
+    return shown
 
 
 def _fields(body: Any, allowed: set[str], runtime: Runtime) -> dict[str, Any]:

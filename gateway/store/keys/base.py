@@ -35,13 +35,20 @@ def budget_record(budget: Budget | None) -> dict[str, Any] | None:
     return None if budget is None else {"limit": budget.limit, "unit": budget.unit, "period": budget.period}
 
 
-def to_record(key: ApiKey, digest: bytes) -> dict[str, Any]:
-    budget = budget_record(key.budget)
-    return {"id": key.id, "name": key.name, "tenant": key.tenant, "hash": digest.hex(), "role": key.role,
+def key_fields(key: ApiKey) -> dict[str, Any]:
+    """A key's fields as JSON values, never its secret: the one list the store's record and the admin
+    API's view are both made from."""
+    return {"id": key.id, "name": key.name, "tenant": key.tenant, "role": key.role,
             "models": None if key.models is None else list(key.models), "rpm": key.rpm, "tpm": key.tpm,
-            "max_concurrent": key.max_concurrent, "budget": budget, "headless": key.headless,
+            "max_concurrent": key.max_concurrent, "budget": budget_record(key.budget), "headless": key.headless,
             "expires_at": key.expires_at, "created_at": key.created_at, "revoked": key.revoked,
             "tools": None if key.tools is None else sorted(key.tools)}
+
+
+def to_record(key: ApiKey, digest: bytes) -> dict[str, Any]:
+    record = key_fields(key)
+    record["hash"] = digest.hex()
+    return record
 
 
 def from_record(record: dict[str, Any]) -> tuple[bytes, ApiKey]:
