@@ -49,7 +49,7 @@ RELEASE, NAMESPACE = "demo", "prod"
 FULLNAME = "demo-loopgate"
 TLS_MOUNT = "/etc/loopgate/redis-tls"  # where the chart mounts the store's TLS Secret
 # Only PING is sent (the readiness check): no keys are written, so the db needs no lock or flush.
-TEST_REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+TEST_REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
 
 

@@ -1,8 +1,9 @@
 """Fixtures: one behavioural suite, run against every store implementation.
 
-Redis tests use a real server (``LOOPGATE_TEST_REDIS_URL``, default db 15 on localhost), flushed
-before and after each test. The contract also runs against two deployments this fixture starts
-itself on local ports (tests/redis_servers.py), once per test session and only when selected:
+Redis tests use a real server (``LOOPGATE_TEST_REDIS_URL``: db 15 of the private server that
+tests/conftest.py starts), flushed before and after each test. The contract also runs against two
+deployments this fixture starts itself on local ports (tests/redis_servers.py), once per test session
+and only when selected:
 ``redis-tls-acl`` (TLS with a CA and a client certificate, an ACL user limited to ``loopgate:*``
 keys) and ``redis-cluster`` (three masters with one replica each, ``wait_replicas: 1``, so every
 pause, claim and ledger entry also goes through ``WAIT`` on the node that owns its key).
@@ -41,7 +42,7 @@ from tests.redis_servers import (
     start_redis,
 )
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 
 StoreFactory = Callable[..., Awaitable[Store]]

@@ -14,7 +14,7 @@ from gateway.store.usage.base import FIELDS, UsageDelta, UsageStore
 from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage, usage_key
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DEC_31 = calendar.timegm((2026, 12, 31, 23, 59, 0))
 JAN_1 = DEC_31 + 120
