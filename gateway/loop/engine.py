@@ -134,7 +134,7 @@ class ResumeTurn:
     timed_out: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class LoopRequest:
     plan: RoutePlan
     messages: list[Message]

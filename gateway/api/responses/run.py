@@ -353,10 +353,10 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     await work.admit(work.incoming.body_bytes)
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
-    # The ten leading fields positionally (in their order): keyword matching is a cost every request pays.
-    loop = LoopRequest(plan, messages, request.tools, request.tool_choice, request.params,
-                       _max_iterations(plan, request), headless, tenant, request.stream, deadline, key_id=key.id,
-                       key_name=key.name, allowed_tools=key.tools)
+    loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
+                       params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
+                       tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
+                       allowed_tools=key.tools)
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
