@@ -156,8 +156,9 @@ class Work:
         key, meter = self.key, self.meter
         assert key is not None and meter is not None, "authenticate first"
         lifecycle = self.lifecycle
-        if meter.check_budget_now():
-            await lifecycle.usage.check_budget(key)
+        pending = meter.check_budget()
+        if pending is not None:
+            await pending
         limits = lifecycle.limits
         admitted = limits.admit(key, body_bytes)
         if admitted is not None and not isinstance(admitted, Admission):

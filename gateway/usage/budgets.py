@@ -15,7 +15,7 @@ answer lets the request through (logged, counted in
 does not take the gateway down with it.
 
 Every surface that runs the loop (chat completions, both resume ways, the Responses API) calls
-``Metering.check_budget`` the same way.
+``Meter.check_budget`` the same way.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from gateway.config.model import ApiKey, Budget
@@ -61,22 +62,17 @@ class Metering:
         self._checks_by_key[id(key)] = (key, checks)  # the key is kept: its id() cannot be reused meanwhile
         return checks
 
-    async def check_budget(self, key: ApiKey) -> None:
-        """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
-
-        No budget, no store call; a budget's row is read at most once a second per process, one
-        read at a time (between readings this process adds what it records); a store failure lets
-        the request through (see gateway/usage/budgets.py).
-        """
-        checks = self._checks(key)
-        if not checks or self.store is None:
+    async def _read_and_judge(self, tenant: str, key_id: str, checks: list[BudgetCheck]) -> None:
+        """``Meter.check_budget`` when a row's reading is missing or old: read it (one read at a time
+        per row: a request that finds a read under way waits for it), then judge."""
+        if self.store is None:
             return
         cache = self._spent
         stale = cache.stale(checks, time.monotonic())
         if stale:
             done = cache.reading(stale)
             try:
-                spent = await self.store.spent(key.tenant, key.id, [(check.scope, check.period) for check in stale],
+                spent = await self.store.spent(tenant, key_id, [(check.scope, check.period) for check in stale],
                                                time.time())
             except Exception as exc:  # judged on the last reading, if any
                 self._failed("budget_check", "budget check failed, request let through: %s", exc)
@@ -171,18 +167,24 @@ class Meter:
         #: the response's cost in nano-USD when every call of it had a price (the access record's ``cost_usd``)
         self.cost_nano: int | None = None
 
-    def check_budget_now(self) -> bool:
-        """The budget check without a coroutine where it can be: True when ``Metering.check_budget`` has to run.
+    def check_budget(self) -> Coroutine[Any, Any, None] | None:
+        """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        False for a key without budgets, and for one whose rows have a reading that is fresh (or
-        being renewed by another request): those are judged here at once (429 raised here).
+        Judged at once (None, or the 429 raised here) for a key without budgets and for rows whose
+        reading is fresh or being renewed by another request; else the coroutine to await, which
+        reads the rows first. A budget's row is read at most once a second per process (between
+        readings this process adds what it records); a store failure lets the request through
+        (see gateway/usage/budgets.py).
         """
         checks = self.checks
         if not checks:
-            return False
-        verdict = self._metering._spent.judge_now(checks, time.monotonic())
-        if verdict is True or verdict is False:
-            return verdict
+            return None
+        metering = self._metering
+        verdict = metering._spent.judge_now(checks, time.monotonic())
+        if verdict is False:
+            return None
+        if verdict is True:
+            return metering._read_and_judge(self.tenant, self.key_id, checks)
         raise refusal(verdict[0], verdict[1], time.time())
 
     def watch(self, request: LoopRequest) -> None:

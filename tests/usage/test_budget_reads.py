@@ -33,10 +33,17 @@ class GatedUsage(MemoryUsage):
 KEY = ApiKey(key="secret", tenant="t", id="k1", name="k1")
 
 
+async def check(metering: Metering, key: ApiKey) -> None:
+    """What the lifecycle does: judged at once where it can be, else the coroutine that reads first."""
+    pending = metering.meter(key).check_budget()
+    if pending is not None:
+        await pending
+
+
 async def _outcomes(metering: Metering, count: int) -> list[str]:
     async def one() -> str:
         try:
-            await metering.check_budget(KEY)
+            await check(metering, KEY)
         except GatewayError as exc:
             return exc.code or ""
         return "ok"
@@ -46,7 +53,9 @@ async def _outcomes(metering: Metering, count: int) -> list[str]:
 async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_reading() -> None:
     store = GatedUsage()
     metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100)})
-    assert metering.meter(KEY).check_budget_now()  # no reading yet: the store has to be read
+    pending = metering.meter(KEY).check_budget()
+    assert pending is not None  # no reading yet: the store has to be read
+    pending.close()
     await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=150), time.time())
 
     first = asyncio.ensure_future(_outcomes(metering, 10))
@@ -56,15 +65,15 @@ async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_read
     assert await first == ["insufficient_quota"] * 10
     assert store.reads == 1
     with pytest.raises(GatewayError):  # a fresh reading: judged at once, no coroutine
-        metering.meter(KEY).check_budget_now()
+        metering.meter(KEY).check_budget()
     other = ApiKey(key="other", tenant="u", id="k2", name="k2")
-    assert not metering.meter(other).check_budget_now()  # no budget at all
+    assert metering.meter(other).check_budget() is None  # no budget at all
 
     # The reading gets old; the next read is under way while more requests arrive: they do not wait.
     for seen in metering._spent._seen.values():
         seen.read_at -= REFRESH_S
     store.gate.clear()
-    reader = asyncio.ensure_future(metering.check_budget(KEY))
+    reader = asyncio.ensure_future(check(metering, KEY))
     await asyncio.sleep(0.01)
     assert store.reads == 2
     assert await asyncio.wait_for(_outcomes(metering, 5), 1.0) == ["insufficient_quota"] * 5
@@ -77,10 +86,10 @@ async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_read
 async def test_a_cancelled_waiter_does_not_cancel_the_read_of_the_others() -> None:
     store = GatedUsage()
     metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100)})
-    reader = asyncio.ensure_future(metering.check_budget(KEY))
+    reader = asyncio.ensure_future(check(metering, KEY))
     await asyncio.sleep(0.01)
-    waiter = asyncio.ensure_future(metering.check_budget(KEY))
-    other = asyncio.ensure_future(metering.check_budget(KEY))
+    waiter = asyncio.ensure_future(check(metering, KEY))
+    other = asyncio.ensure_future(check(metering, KEY))
     await asyncio.sleep(0.01)
     waiter.cancel()
     store.gate.set()
