@@ -13,6 +13,11 @@ OpenAI-compatible endpoint and LiteLLM-style gateways already use:
 * ``message["reasoning_origin"]``: the provider whose answer carried the ``reasoning_content``
   (set by the loop; ``""`` when the server sent it as ``reasoning``, a field no server takes
   back), so ``reasoning_passback: auto`` returns reasoning only to where it came from.
+* ``message["anthropic_content"]``: the message's content as Anthropic blocks, verbatim (from a
+  ``/v1/messages`` caller or an Anthropic answer), so an Anthropic target gets them byte for byte
+  (thinking signatures, ``cache_control``, citations: the prompt cache keeps hitting). It is valid
+  exactly as long as the message is unchanged: whoever rewrites a message's content builds the new
+  dict with ``rewritten`` (which drops it).
 
 Each key is produced by exactly one wire format, so its origin is implied by its name and
 an adapter that does not own a key strips it before sending.
@@ -32,7 +37,8 @@ ToolDef = dict[str, Any]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
-ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content")
+ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content",
+                         "anthropic_content")
 
 
 # The largest token count believed from an upstream; anything else reported is treated as absent.
@@ -77,18 +83,50 @@ class Usage:
 
 
 @dataclass(slots=True)
+class NativeRequest:
+    """The caller's request as its own wire format said it, for targets of that format.
+
+    A ``/v1/messages`` caller speaks Anthropic's format: the canonical fields say what every
+    target can be told (mapped where a counterpart exists), and this says it the caller's way, so
+    an Anthropic target gets the request as written: ``fields`` (top-level body fields such as
+    ``thinking``, ``output_config``, ``context_management``, ``metadata``, ``top_k``, beta fields)
+    and ``tools`` (the caller's tool definitions, typed and unknown keys included) verbatim, and
+    ``headers`` (``anthropic-beta``). Adapters of other formats never read it. Stored with a pause
+    (``to_dict``), so a resumed loop keeps it.
+    """
+
+    wire_format: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wire_format": self.wire_format, "fields": self.fields, "tools": self.tools,
+                "headers": self.headers}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NativeRequest | None:
+        if not isinstance(data, dict) or not isinstance(data.get("wire_format"), str):
+            return None
+        return cls(data["wire_format"], dict(data.get("fields") or {}), list(data.get("tools") or ()),
+                   dict(data.get("headers") or {}))
+
+
+@dataclass(slots=True)
 class ModelRequest:
     """One model call, independent of wire format.
 
     ``params`` holds every other OpenAI body field (temperature, max_tokens, stop, seed,
     response_format, parallel_tool_calls, user, and unknown fields an OpenAI-compatible
-    upstream may understand); adapters translate what their format knows.
+    upstream may understand); adapters translate what their format knows. ``native``: the
+    caller's own request, for a target of its wire format (``NativeRequest``).
     """
 
     messages: list[Message]
     tools: list[ToolDef] = field(default_factory=list)
     tool_choice: Any = None
     params: dict[str, Any] = field(default_factory=dict)
+    native: NativeRequest | None = None
 
 
 @dataclass(slots=True)
@@ -286,11 +324,18 @@ class ToolCallAccumulator:
         return self._calls
 
 
+def rewritten(message: Message, **changes: Any) -> Message:
+    """A copy of ``message`` with ``changes``, without the verbatim ``anthropic_content`` it no longer matches."""
+    copy = {k: v for k, v in message.items() if k != "anthropic_content"}
+    copy.update(changes)
+    return copy
+
+
 def strip_artifacts(message: Message) -> Message:
     """A copy of ``message`` without provider artifacts, for strict upstreams and clients."""
     # Plain membership tests, no generators: this runs for every message of every upstream request.
     if ("reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message
-            and "reasoning_origin" not in message):
+            and "reasoning_origin" not in message and "anthropic_content" not in message):
         calls = message.get("tool_calls")
         if not calls:
             return message

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tiktoken
 
-from gateway.canonical import Message
+from gateway.canonical import Message, rewritten
 
 MARKER = "\n[... {count} tokens truncated by the gateway ...]\n"
 
@@ -61,6 +61,6 @@ def cap_tool_messages(messages: list[Message], max_tokens: int | None, encoding:
         if message.get("role") == "tool" and isinstance(content, str):
             capped = cap_tool_result(content, max_tokens, encoding)
             if capped is not content:
-                message = {**message, "content": capped}
+                message = rewritten(message, content=capped)
         out.append(message)
     return out

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ToolCall, text_of
+from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import (
@@ -148,6 +148,7 @@ class Continuations:
             "client_tools": request.client_tools,
             "tool_choice": request.tool_choice,
             "params": request.params,
+            "native": None if request.native is None else request.native.to_dict(),
             "max_iterations": request.max_iterations,
             "state": request.state.to_dict(),
             "asker": {"id": request.key_id, "name": request.key_name},
@@ -370,6 +371,7 @@ class Continuations:
             # The asker's identity and tool allow-list, whoever resumes (an approver's key has neither).
             key_id=str(asker.get("id") or ""), key_name=str(asker.get("name") or ""),
             allowed_tools=None if allowed is None else frozenset(allowed),
+            native=NativeRequest.from_dict(data.get("native")),
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,

@@ -34,6 +34,7 @@ from gateway.canonical import (
     Answering,
     Message,
     ModelRequest,
+    NativeRequest,
     ReasoningDelta,
     TextDelta,
     ToolCall,
@@ -158,6 +159,8 @@ class LoopRequest:
     on_finish: Callable[[LoopResult], None] | None = None
     # The request's span (tracing.NOOP when tracing is off): model calls and tools become its children.
     span: Span = NOOP
+    # The caller's request in its own wire format, for targets of that format (canonical.NativeRequest).
+    native: NativeRequest | None = None
 
 
 @dataclass(slots=True)
@@ -278,7 +281,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         else:
             choice = request.tool_choice
         model_request = ModelRequest(messages=messages, tools=tool_defs, tool_choice=choice if tool_defs else None,
-                                     params=request.params)
+                                     params=request.params, native=request.native)
         attempts = state.attempts
         answer: Answer | None = None
         since = len(attempts)
