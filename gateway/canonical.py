@@ -65,12 +65,15 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    #: prompt tokens written to the provider's cache (Anthropic reports them; in ``prompt_tokens`` too)
+    cache_creation_tokens: int = 0
 
     def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cached_tokens += other.cached_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.cache_creation_tokens += other.cache_creation_tokens
 
     def to_openai(self) -> dict[str, Any]:
         return {
@@ -158,6 +161,24 @@ class ReasoningDelta:
 
 
 @dataclass(slots=True)
+class ReasoningSignature:
+    """The end of one reasoning block, with the signature its provider gave it (Anthropic's thinking).
+
+    Text renderers ignore it; the Messages renderer closes the thinking block with it, so a
+    caller can send the block back and the provider accepts it.
+    """
+
+    signature: str
+
+
+@dataclass(slots=True)
+class RedactedReasoning:
+    """A whole reasoning block the provider sent encrypted (Anthropic's ``redacted_thinking``)."""
+
+    data: str
+
+
+@dataclass(slots=True)
 class Answering:
     """Not text: the model producing the deltas that follow (a stream parser's first batch starts with it).
 
@@ -167,7 +188,7 @@ class Answering:
     model: str
 
 
-StreamDelta = TextDelta | ReasoningDelta | Answering
+StreamDelta = TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering
 
 
 # --- helpers every adapter shares -----------------------------------------------------
@@ -350,6 +371,32 @@ def strip_artifacts(message: Message) -> Message:
             {k: v for k, v in call.items() if k != "extra_content"} for call in clean["tool_calls"]
         ]
     return clean
+
+
+def reasoning_deltas(message: Message) -> list[StreamDelta]:
+    """A whole turn's reasoning as the stream parsers say it: per thinking block its text and signature.
+
+    The non-stream loop yields these so that every renderer sees the same events in both modes; the
+    texts joined are ``reasoning_content`` (blocks with text joined by a blank line).
+    """
+    blocks = message.get("thinking_blocks")
+    if not blocks:
+        reasoning = message.get("reasoning_content")
+        return [ReasoningDelta(reasoning)] if reasoning else []
+    deltas: list[StreamDelta] = []
+    said = False
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "redacted_thinking":
+            deltas.append(RedactedReasoning(str(block.get("data") or "")))
+            continue
+        text = block.get("thinking")
+        if isinstance(text, str) and text:
+            deltas.append(ReasoningDelta("\n\n" + text if said else text))
+            said = True
+        deltas.append(ReasoningSignature(str(block.get("signature") or "")))
+    return deltas
 
 
 def text_of(content: Any) -> str:

@@ -25,6 +25,8 @@ from gateway.api.chat.endpoint import chat_completions
 from gateway.api.continuations.endpoint import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.lifecycle import Work, endpoint
+from gateway.api.messages.endpoint import create_message, messages_routes, use_api_key
+from gateway.api.messages.models import anthropic_model_list
 from gateway.api.responses.background import background_routes
 from gateway.api.responses.endpoint import create_response, delete_response, get_response, responses_routes
 from gateway.api.runtime import Runtime
@@ -50,9 +52,16 @@ async def chat_endpoint(request: Request) -> JSONResponse | SSEResponse:
 
 
 async def list_models(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    """OpenAI's list, or Anthropic's when the caller speaks it (``anthropic-version``, which its SDKs send)."""
+    incoming = work.incoming
+    anthropic = b"anthropic-version" in incoming.headers
+    if anthropic:
+        use_api_key(incoming)
     key = work.authenticate()
     created = request.app.state.started
     names = visible_routes(key, runtime.routes.names())
+    if anthropic:
+        return _json(anthropic_model_list(names, created))
     return _json({"object": "list", "data": [{"id": name, "object": "model", "created": created,
                                               "owned_by": "loopgate"} for name in names]})
 
@@ -124,6 +133,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", endpoint("/v1/models", list_models), methods=["GET"]),
+        *messages_routes(),
         *ui_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -164,6 +174,11 @@ class FastChatPath:
             return
         if scope["method"] == "POST" and scope["path"] in self._PATHS:
             response = await chat_completions(Incoming(scope, receive), self.state.runtime)
+            await response(scope, receive, send)
+            return
+        if scope["method"] == "POST" and scope["path"] == "/v1/messages":
+            # The Anthropic Messages API: its handler answers every failure too, in Anthropic's shape.
+            response = await create_message(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
         if scope["method"] == "POST" and scope["path"] == "/v1/responses":

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
+from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted
 from gateway.loop.approvals import audit_decisions
 from gateway.loop.engine import LoopRequest
@@ -78,12 +79,14 @@ def check_pending(stored: Continuation, conflict: str) -> None:
 
 async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, results: dict[str, ToolResult],
                         approved: list[str], decisions: list[dict[str, Any]] | None, stream: bool,
-                        headless: bool, deadline: float, conflict: str) -> Resumed:
+                        headless: bool, deadline: float, conflict: str,
+                        follow_up: list[Message] | None = None) -> Resumed:
     """Claim ``stored`` and start its loop with ``results``, charged to the key that asked.
 
     ``decisions``: way B's (and the Responses answers'), audited and notified as decided by the
     caller; None for way A (the client's own results: nothing was decided). ``conflict``: the
-    409's message when the continuation was resumed already.
+    409's message when the continuation was resumed already. ``follow_up``: messages the client
+    sent after its results (way A), placed after the completed turn.
     """
     check_pending(stored, conflict)
     decider = work.key
@@ -104,6 +107,6 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
         decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(decisions), decider.id,
                                   decider.name)
     loop = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, decider.tenant,
-                                         headless or asker.headless)
+                                         headless or asker.headless, follow_up)
     work.watch(loop)
     return Resumed(plan, loop, continuations.run_resumed(claimed, loop, runtime.deps, decided))

@@ -14,12 +14,15 @@ _TRUE = frozenset({b"1", b"true", b"yes", b"on"})
 
 
 class Incoming:
-    __slots__ = ("authorization", "body_bytes", "content_length", "headless", "receive", "request_id",
-                 "traceparent")
+    __slots__ = ("authorization", "body_bytes", "content_length", "headers", "headless", "raw_headers", "receive",
+                 "request_id", "traceparent")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         raw: list[tuple[bytes, bytes]] = scope["headers"]
         headers: dict[bytes, bytes] = dict(raw)
+        #: every header by lower-case name (the last of a repeated one) and the raw list, for a surface's own
+        self.headers = headers
+        self.raw_headers = raw
         self.receive = receive
         #: the body's size once ``read_json`` read it (the rate limits' token estimate)
         self.body_bytes = 0

@@ -343,7 +343,7 @@ class Continuations:
 
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,
-                        headless: bool = False) -> LoopRequest:
+                        headless: bool = False, follow_up: list[Message] | None = None) -> LoopRequest:
         data = continuation.data
         stored = LoopState.from_dict(data["state"])
         # Counters describe this response; the tool-round budget spans the whole loop.
@@ -367,7 +367,8 @@ class Continuations:
             tool_choice=data["tool_choice"], params=data["params"], max_iterations=data["max_iterations"],
             headless=headless, tenant=tenant, stream=stream, deadline=deadline, state=state,
             resume=ResumeTurn(assistant=assistant, results=results, approved=[calls[i] for i in approved],
-                              continuation_id=continuation.id, timed_out=timed_out),
+                              continuation_id=continuation.id, timed_out=timed_out,
+                              follow_up=follow_up or []),
             # The asker's identity and tool allow-list, whoever resumes (an approver's key has neither).
             key_id=str(asker.get("id") or ""), key_name=str(asker.get("name") or ""),
             allowed_tools=None if allowed is None else frozenset(allowed),

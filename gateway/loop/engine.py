@@ -35,11 +35,11 @@ from gateway.canonical import (
     Message,
     ModelRequest,
     NativeRequest,
-    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolDef,
     Usage,
+    reasoning_deltas,
     strip_artifacts,
     text_of,
 )
@@ -110,7 +110,8 @@ class LoopState:
         return {
             "iterations": self.iterations, "tool_rounds": self.tool_rounds, "answered_by": self.answered_by,
             "attempts": self.attempts, "usage": [self.usage.prompt_tokens, self.usage.completion_tokens,
-                                                 self.usage.cached_tokens, self.usage.reasoning_tokens],
+                                                 self.usage.cached_tokens, self.usage.reasoning_tokens,
+                                                 self.usage.cache_creation_tokens],
             "tool_records": self.tool_records, "headless_denials": self.headless_denials,
             "text_emitted": self.text_emitted, "iteration_limit_reached": self.iteration_limit_reached,
             "context": self.context, "model": self.model,
@@ -133,6 +134,8 @@ class ResumeTurn:
     continuation_id: str = ""
     # Approval calls whose approval_timeout_s passed: denied, and audited by the resume that applies it.
     timed_out: list[str] = field(default_factory=list)
+    # What the client said after its tool results (a Messages caller's text beside them): after the turn.
+    follow_up: list[Message] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -235,6 +238,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         route_tools = tuple(name for name in route_tools if name in allowed)
     server_names = set(route_tools)
     client_names = {t.get("function", {}).get("name") for t in request.client_tools}
+    if request.native is not None:  # the caller's tools as its own format declares them (typed ones too)
+        client_names.update(t.get("name") for t in request.native.tools)
     tool_defs = deps.tools.definitions(route_tools) + request.client_tools
     transcript = request.messages
     context = (ContextStep(deps.context, deps.router, plan, request.params, request.deadline, deps.route_lookup,
@@ -262,6 +267,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state, span):
             yield event
         transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
+        transcript.extend(turn.follow_up)
         state.tool_rounds += 1
     while True:
         finalize = force_finalize or state.tool_rounds >= request.max_iterations
@@ -324,9 +330,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         if call_span is not None:
             call_span.answered(answer.target, answer.response, attempts[since:])
         if not request.stream:
-            reasoning = answer.response.message.get("reasoning_content")
+            reasoning = reasoning_deltas(answer.response.message)  # per block, signatures included
             if reasoning:
-                yield ReasoningDelta(reasoning)
+                yield reasoning
             text = text_of(answer.response.message.get("content"))
             if text:
                 if state.text_emitted:

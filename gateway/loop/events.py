@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.canonical import Answering, ReasoningDelta, StreamDelta, TextDelta, ToolCall, Usage
+from gateway.canonical import (
+    Answering,
+    ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
+    StreamDelta,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
 
 
 @dataclass(slots=True)
@@ -53,5 +62,5 @@ class Finished:
 
 # A list is a batch of deltas that arrived together (one upstream read): rendered as one write.
 # ``Answering`` (alone, or first in a batch) names the model producing what follows, in streams.
-LoopEvent = (TextDelta | ReasoningDelta | Answering | list[StreamDelta] | ToolStarted | ToolFinished | Notice
-             | Finished)
+LoopEvent = (TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | list[StreamDelta]
+             | ToolStarted | ToolFinished | Notice | Finished)

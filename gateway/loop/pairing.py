@@ -23,6 +23,9 @@ class ToolResult:
     status: ToolStatus
     content: str
     elapsed_ms: float = 0.0
+    # The client's own tool message for this result (way A): kept whole, so what its format says beyond
+    # the text (an error flag, images, its verbatim blocks) reaches the model.
+    message: Message | None = None
 
 
 class PairingError(ValueError):
@@ -44,7 +47,10 @@ def tool_turn(assistant: Message, results: dict[str, ToolResult]) -> list[Messag
         result = results.get(call["id"])
         if result is None:
             raise PairingError(-1, f"tool call {call['id']} ({call['function']['name']}) has no result")
-        messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
+        if result.message is not None and result.message.get("tool_call_id") == call["id"]:
+            messages.append(result.message)
+        else:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
     return messages
 
 

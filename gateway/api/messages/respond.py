@@ -1,0 +1,84 @@
+"""Driving a loop's events into one Anthropic ``message`` or its event stream (the Messages surface and
+the continuation resumes of pauses that began there)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+
+from gateway.api.errors import to_gateway_error
+from gateway.api.lifecycle import Work
+from gateway.api.messages.errors import with_anthropic_headers
+from gateway.api.messages.render import MessageBuilder, error_frame
+from gateway.canonical import Answering
+from gateway.http.json_response import JSONResponse
+from gateway.http.sse_response import SSEResponse
+from gateway.loop.events import Finished, LoopEvent, Notice
+
+
+def _model_of(event: LoopEvent) -> str | None:
+    if isinstance(event, list):
+        return event[0].model if event and isinstance(event[0], Answering) else None
+    if isinstance(event, Answering):
+        return event.model
+    if isinstance(event, Finished):
+        return event.result.model or None
+    return None
+
+
+async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route: str, show_server_tools: bool,
+                          work: Work) -> JSONResponse | SSEResponse:
+    """``route`` is the model the caller named (``gateway.route``); ``message.model`` names the one that answered.
+
+    ``work.done`` runs once the request is over: for a stream, after its last byte or the caller's
+    disconnect. The headers are the work's, with their Anthropic twins (``request-id``, limits).
+    """
+    exchange = work.exchange
+    headers = with_anthropic_headers(exchange.headers)
+    if not stream:
+        builder = MessageBuilder(route, route, False, show_server_tools)
+        try:
+            async for event in events:
+                builder.feed(event)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        work.done(200)
+        return JSONResponse(orjson.dumps(builder.message()), raw_headers=headers)
+    # The first events are pulled before answering: a request that fails before any output gets a
+    # real status (and the SDK its exception class), and ``message_start`` names the answering model.
+    first: list[LoopEvent] = []
+    model: str | None = None
+    try:
+        while model is None:
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                break
+            first.append(event)
+            model = _model_of(event)
+            if not isinstance(event, Notice):
+                break
+    except BaseException:
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    builder = MessageBuilder(model or route, route, True, show_server_tools)
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            head = [builder.start()]
+            for event in first:
+                head.extend(builder.feed(event))
+            yield b"".join(head)
+            try:
+                async for event in events:
+                    out = builder.feed(event)
+                    if out:
+                        yield b"".join(out)
+            except Exception as exc:  # after the commit point: an error event, never a traceback
+                yield error_frame(exchange.failed(to_gateway_error(exc)))
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+            work.done(200)
+
+    return SSEResponse(frames(), headers)
