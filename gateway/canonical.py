@@ -23,6 +23,9 @@ Each key is produced by exactly one wire format, so its origin is implied by its
 an adapter that does not own a key strips it before sending.
 """
 
+# Long by design: the one vocabulary every layer speaks (messages, the model request, stream deltas) and
+# the few helpers every adapter shares; split, each layer would import half of it from each part.
+
 from __future__ import annotations
 
 import hashlib

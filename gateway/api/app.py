@@ -25,8 +25,10 @@ from gateway.api.chat.endpoint import chat_completions
 from gateway.api.continuations.endpoint import continuation_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.lifecycle import Work, endpoint
-from gateway.api.messages.endpoint import create_message, messages_routes, use_api_key
+from gateway.api.messages.endpoint import create_message
+from gateway.api.messages.headers import use_api_key
 from gateway.api.messages.models import anthropic_model_list
+from gateway.api.messages.routes import messages_routes
 from gateway.api.responses.background import background_routes
 from gateway.api.responses.endpoint import create_response, delete_response, get_response, responses_routes
 from gateway.api.runtime import Runtime

@@ -247,30 +247,32 @@ class Held:
 
 
 
-def begin_routed(request: Request, path: str, metered: bool) -> Work:
+def begin_routed(request: Request, path: str, metered: bool, errors: ErrorRenderer = error_response) -> Work:
     """The work of a request Starlette routed (the app's wrapper, ``FastChatPath``, chose its request id
     and sends ``x-request-id`` itself). ``path`` is the route's template, never the caller's text."""
     runtime: Runtime = request.app.state.runtime
     scope = request.scope
     rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
-    return runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid, metered=metered)
+    return runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid, metered=metered,
+                                   errors=errors)
 
 
 #: a surface's handler of one request: it parses, calls the lifecycle's steps on ``work``, renders
 Handler = Callable[[Request, "Runtime", Work], Awaitable[Any]]
 
 
-def endpoint(path: str, handler: Handler, metered: bool = False) -> Callable[[Request], Awaitable[Any]]:
+def endpoint(path: str, handler: Handler, metered: bool = False,
+             errors: ErrorRenderer = error_response) -> Callable[[Request], Awaitable[Any]]:
     """A Starlette endpoint serving ``handler`` through the lifecycle: every answer, error or not, is
     recorded (access record, span; metrics when ``metered``), every failure rendered in its shape.
 
-    ``path`` is the route's template. The app's wrapper (``FastChatPath``) chose the request id and
-    sends ``x-request-id`` itself.
+    ``path`` is the route's template; ``errors`` the surface's error shape. The app's wrapper
+    (``FastChatPath``) chose the request id and sends ``x-request-id`` itself.
     """
 
     async def serve(request: Request) -> Any:
         runtime: Runtime = request.app.state.runtime
-        work = begin_routed(request, path, metered)
+        work = begin_routed(request, path, metered, errors)
         try:
             response = await handler(request, runtime, work)
         except Exception as exc:

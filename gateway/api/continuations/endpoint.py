@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from gateway.api.chat.respond import respond
 from gateway.api.lifecycle import Work, begin_routed, endpoint
+from gateway.api.messages.respond import respond_message
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
@@ -91,6 +92,8 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
                                       deadline=deadline, conflict=conflict)
         events = resumed.events
         work.show_limits()
+        if _began_on_messages(stored.data):  # answered in the shape the pause was asked in
+            return await respond_message(work.settled_at_end(events), stream, stored.model, False, work)
         return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work)
     except Exception as exc:
         error = await work.failed(exc)
@@ -99,6 +102,12 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         elif error.code == "continuation_not_found":
             metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
         return work.render_error(error)
+
+
+def _began_on_messages(data: dict[str, Any]) -> bool:
+    """The paused loop was asked for on ``/v1/messages`` (its request in Anthropic's own format)."""
+    native = data.get("native")
+    return isinstance(native, dict) and native.get("wire_format") == "anthropic"
 
 
 def continuation_routes() -> list[Route]:

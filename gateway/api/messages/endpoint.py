@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from starlette.requests import Request
-from starlette.routing import Route
 
 from gateway.api.messages.errors import anthropic_error
+from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request
 from gateway.api.messages.respond import respond_message
 from gateway.api.planning import refuse_name_clashes, route_of
@@ -34,26 +34,6 @@ from gateway.loop.pairing import ToolResult
 from gateway.routing.routes import RoutePlan
 
 PATH = "/v1/messages"
-_API_KEY = b"x-api-key"
-_BETA = b"anthropic-beta"
-
-
-def use_api_key(incoming: Incoming) -> None:
-    """``x-api-key`` (what ``ANTHROPIC_API_KEY`` sends) as the caller's key when no ``Authorization`` came.
-
-    Sent twice, it is refused like a repeated ``Authorization``: "the last one wins" must never
-    pick a caller's key.
-    """
-    if incoming.authorization or incoming.authorization is None:
-        return
-    value = incoming.headers.get(_API_KEY)
-    if value is None:
-        return
-    if len(incoming.headers) != len(incoming.raw_headers) and sum(
-            name == _API_KEY for name, _ in incoming.raw_headers) > 1:
-        incoming.authorization = None
-        return
-    incoming.authorization = "Bearer " + value.decode("latin-1").strip()
 
 
 def _split_follow_up(messages: list[Message]) -> tuple[list[Message], list[Message]]:
@@ -79,8 +59,7 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
         use_api_key(incoming)
         key = work.authenticate()
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
-        beta = incoming.headers.get(_BETA, b"").decode("latin-1")
-        parsed = parse_messages_request(body, beta)
+        parsed = parse_messages_request(body, betas_of(incoming))
         plan = route_of(runtime, key, parsed.model)
         work.allow(plan)
         _refuse_clashes(runtime, parsed, plan)
@@ -132,9 +111,3 @@ async def messages_endpoint(request: Request) -> JSONResponse | SSEResponse:
     """Reached only for what ``FastChatPath`` passes on (it serves ``POST /v1/messages`` itself)."""
     return await create_message(Incoming(request.scope, request.receive), request.app.state.runtime)
 
-
-def messages_routes() -> list[Route]:
-    """``POST /v1/messages`` reaches ``messages_endpoint`` only past ``FastChatPath`` (tests mounting the app)."""
-    return [
-        Route(PATH, messages_endpoint, methods=["POST"]),
-    ]

@@ -10,9 +10,6 @@ the caller asked for the ``mcp-client`` beta (``mcp_tool_use`` / ``mcp_tool_resu
 tools run and the context guard works, the stream sends ``ping`` (the SDKs skip it) to stay alive.
 """
 
-# Long by design: one state machine (blocks open and close across loop iterations) that renders both
-# the JSON message and its event stream, so the two cannot drift apart.
-
 from __future__ import annotations
 
 import itertools

@@ -1,0 +1,100 @@
+"""``POST /v1/messages/count_tokens``: what the route's model would be sent, counted.
+
+The count covers what the first call of the loop would send: the system prompt, the messages,
+the caller's tools **and the route's server tools** (the model sees both). When the route's
+first target is an Anthropic model, Anthropic counts it (its own endpoint, the same request the
+gateway would send, byte for byte): exact. Otherwise, or when no Anthropic target could count,
+it is the gateway's estimate for that target (its tokenizer, corrected by what the target
+reported on earlier calls: the context guard's estimator). ``gateway.method`` says which.
+Counting admits nothing and is not billed: it is not a model call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from gateway.api.lifecycle import Work
+from gateway.api.messages.headers import betas_of, use_api_key
+from gateway.api.messages.request import parse_messages_request
+from gateway.api.planning import route_of
+from gateway.api.runtime import Runtime
+from gateway.canonical import ModelRequest
+from gateway.context.encodings import encoding_name_for_model, get_encoding, is_loaded
+from gateway.context.tokens import TokenEstimator
+from gateway.errors import GatewayError, upstream_message
+from gateway.http.body import read_json
+from gateway.http.json_response import JSONResponse
+from gateway.loop.engine import server_tool_names
+from gateway.routing.router import ResolvedTarget
+from gateway.upstream.errors import ProviderError
+
+PATH = "/v1/messages/count_tokens"
+# count_tokens takes no max_tokens; the parser wants one (it is the same parser as /v1/messages).
+_PLACEHOLDER_MAX_TOKENS = 1
+
+
+async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    use_api_key(work.incoming)
+    key = work.authenticate()
+    body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
+    placeholder = isinstance(body, dict) and "max_tokens" not in body
+    if placeholder:
+        body = {**body, "max_tokens": _PLACEHOLDER_MAX_TOKENS}
+    parsed = parse_messages_request(body, betas_of(work.incoming))
+    if placeholder:
+        del parsed.native.fields["max_tokens"]
+    plan = route_of(runtime, key, parsed.model)
+    work.allow(plan)
+    names = server_tool_names(plan, runtime.tools)
+    if key.tools is not None:
+        names = tuple(name for name in names if name in key.tools)
+    tools = runtime.tools.definitions(names) + parsed.tools
+    model_request = ModelRequest(messages=parsed.messages, tools=tools,
+                                 tool_choice=parsed.tool_choice if tools else None, params=parsed.params,
+                                 native=parsed.native)
+    deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+    first = plan.targets[0]
+    if first.provider.type == "anthropic":
+        for target in plan.targets:
+            if target.provider.type != "anthropic":
+                continue
+            counted = await _exact(runtime, target, model_request, deadline)
+            if counted is not None:
+                return _answer(counted, "exact", target.label)
+    estimator = _estimator(runtime)
+    encoding_name = encoding_name_for_model(first.model)
+    if not is_loaded(encoding_name):  # the first load reads a file: not on the event loop
+        await asyncio.to_thread(get_encoding, encoding_name)
+    estimate = estimator.estimate(first.label, model_request.messages, model_request.tools, model=first.model)
+    return _answer(estimate, "estimate", first.label)
+
+
+async def _exact(runtime: Runtime, target: ResolvedTarget, request: ModelRequest, deadline: float) -> int | None:
+    """Anthropic's own count; None when this target could not count (the next one, or the estimate, answers)."""
+    adapter: Any = target.adapter
+    try:
+        native = adapter.build_count_tokens(request, target.provider, target.model)
+        reply = await runtime.pool.post(target.provider, native, deadline)
+        if reply.status >= 400:
+            error = adapter.parse_error(reply.status, reply.headers, reply.body)
+            if error.status == 400:  # the caller's request is wrong: Anthropic's word is the answer
+                raise GatewayError(400, f"{target.label}: {upstream_message(error)}", "invalid_request_error")
+            return None
+        count: int = adapter.parse_count_tokens(reply.body)
+        return count
+    except ProviderError:
+        return None
+
+
+def _estimator(runtime: Runtime) -> TokenEstimator:
+    guard = runtime.deps.context
+    return guard.estimator if guard is not None else TokenEstimator()
+
+
+def _answer(tokens: int, method: str, target: str) -> JSONResponse:
+    return JSONResponse(orjson.dumps({"input_tokens": tokens, "gateway": {"method": method, "target": target}}))
