@@ -47,6 +47,11 @@ class Reply:
     cached: int = 0  # cached prompt tokens (OpenAI wire: usage.prompt_tokens_details.cached_tokens)
 
 
+def count_of(body: dict[str, Any]) -> int:
+    """The fake Anthropic token count of a count_tokens body (a test computes the same)."""
+    return 7 + len(orjson.dumps({k: body.get(k) for k in ("system", "messages", "tools")})) // 4
+
+
 @dataclass
 class Recorded:
     path: str
@@ -89,6 +94,9 @@ class FakeUpstream(ThreadedApp):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         path = request.path
+        if path.endswith("/messages/count_tokens"):  # Anthropic's counter: a number from the body's size
+            self.requests.append(Recorded(path, body, [], {n.lower(): v for n, v in request.headers.items()}))
+            return web.json_response({"input_tokens": count_of(body)})
         model = body.get("model") or path.split("/models/")[-1].split(":")[0]
         stream = bool(body.get("stream")) or "streamGenerateContent" in path
         problems = self.rules(body, model) if self.rules else []

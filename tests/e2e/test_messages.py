@@ -1,0 +1,242 @@
+"""``/v1/messages`` end to end: the official Anthropic SDK against a real gateway and fake providers of every format.
+
+Every request a fake receives is checked against its provider's rules (conftest), so each test
+also proves the Messages surface never sent an invalid request to any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.conftest import KEY, Gateway
+from tests.fakes.upstream import FakeUpstream, Reply, count_of
+
+PROVIDERS = ["primary", "claude", "gemini"]
+ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+BASH = {"name": "run_bash", "description": "Run a shell command on the user's machine",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+
+
+def client(gateway: Gateway, **kwargs: Any) -> anthropic.Anthropic:
+    kwargs.setdefault("api_key", KEY)
+    return anthropic.Anthropic(base_url=gateway.url, max_retries=0, timeout=20, **kwargs)
+
+
+GATEWAY_OBJECTS: dict[str, dict[str, Any]] = {}
+
+
+def ask(gateway: Gateway, stream: bool, **kwargs: Any) -> anthropic.types.Message:
+    """One request in either mode; a stream's ``gateway`` object (on its ``message_delta``) is kept for ``gateway_of``."""
+    kwargs.setdefault("max_tokens", 1024)
+    kwargs.setdefault("messages", ASK)
+    sdk = client(gateway)
+    if not stream:
+        return sdk.messages.create(**kwargs)
+    with sdk.messages.stream(**kwargs) as events:
+        for event in events:
+            if event.type == "message_delta":
+                GATEWAY_OBJECTS[events.current_message_snapshot.id] = dict((event.model_extra or {})["gateway"])
+        return events.get_final_message()
+
+
+def gateway_of(message: anthropic.types.Message) -> dict[str, Any]:
+    extra = message.model_extra or {}
+    if message.id in GATEWAY_OBJECTS:
+        return GATEWAY_OBJECTS[message.id]
+    assert "gateway" in extra, "the message carries the gateway object"
+    return dict(extra["gateway"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_server_tool_loop_on_every_target_format(gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str,
+                                                 stream: bool) -> None:
+    fakes[provider].queue(Reply(tool_calls=[("get_weather", {"city": "Paris"})], usage=(10, 3)),
+                          Reply(text="It is 18C and sunny in Paris.", usage=(20, 8)))
+    message = ask(gateway, stream, model=f"solo_{provider}")
+    assert [block.type for block in message.content] == ["text"], "a server tool never reaches the caller"
+    assert message.content[0].text == "It is 18C and sunny in Paris."  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    assert message.usage.output_tokens == 11
+    extension = gateway_of(message)
+    assert extension["status"] == "completed" and extension["route"] == f"solo_{provider}"
+    assert [(c["name"], c["status"]) for c in extension["tool_calls"]] == [("get_weather", "ok")]
+    assert len(fakes[provider].requests) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_caller_tool_pauses_and_the_tool_result_resumes_the_stored_loop(
+        gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str, stream: bool) -> None:
+    """A turn mixing a server tool and the caller's: the caller sees only its own call; its result resumes
+    the loop from the stored transcript, which holds the server tool's exchange the caller never saw."""
+    fake = fakes[provider]
+    fake.queue(Reply(text="Checking.", tool_calls=[("get_weather", {"city": "Paris"}),
+                                                   ("run_bash", {"command": "ls /tmp"})]),
+               Reply(text="Paris is sunny and /tmp holds notes.txt."))
+    first = ask(gateway, stream, model=f"solo_{provider}", tools=[BASH])
+    assert first.stop_reason == "tool_use"
+    uses = [block for block in first.content if block.type == "tool_use"]
+    assert [(u.name, u.input) for u in uses] == [("run_bash", {"command": "ls /tmp"})]  # type: ignore[union-attr]
+    assert gateway_of(first)["status"] == "paused"
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+               {"role": "user", "content": [
+                   {"type": "tool_result", "tool_use_id": uses[0].id, "content": "notes.txt", "is_error": False},
+                   {"type": "text", "text": "<system-reminder>be brief</system-reminder>"}]}]
+    final = ask(gateway, stream, model=f"solo_{provider}", tools=[BASH], messages=history)
+    assert final.stop_reason == "end_turn"
+    assert "".join(b.text for b in final.content if b.type == "text").endswith(  # type: ignore[union-attr]
+        "Paris is sunny and /tmp holds notes.txt.")
+    resumed = fake.requests[-1].body
+    sent = orjson.dumps(resumed).decode()
+    assert "Paris: 18C, sunny" in sent, "the stored server-tool result went with the resume"
+    assert "notes.txt" in sent and sent.index("notes.txt") < sent.index("be brief"), "the text after the results"
+    assert len(fake.requests) == 2
+
+
+def test_anthropic_target_gets_the_tool_result_block_verbatim(gateway: Gateway,
+                                                              fakes: dict[str, FakeUpstream]) -> None:
+    fake = fakes["claude"]
+    fake.queue(Reply(tool_calls=[("run_bash", {"command": "false"})]), Reply(text="It failed."))
+    first = ask(gateway, False, model="solo_claude", tools=[BASH])
+    call = next(b for b in first.content if b.type == "tool_use")
+    failed = {"type": "tool_result", "tool_use_id": call.id, "is_error": True,  # type: ignore[union-attr]
+              "content": [{"type": "text", "text": "exit status 1"}]}
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+               {"role": "user", "content": [failed]}]
+    ask(gateway, False, model="solo_claude", tools=[BASH], messages=history)
+    last_user = fake.requests[-1].body["messages"][-1]
+    assert last_user["content"] == [failed]
+
+
+def test_reasoning_of_another_format_comes_back_as_a_signed_thinking_block(
+        gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(reasoning="Paris is in France.", text="Sunny."))
+    message = ask(gateway, False, model="solo_primary")
+    thinking = message.content[0]
+    assert thinking.type == "thinking" and thinking.thinking == "Paris is in France."
+    assert thinking.signature.startswith("loopgate.v1.")
+    # Sent back to an Anthropic model, the gateway's block never reaches Anthropic (it would reject it).
+    fakes["claude"].queue(Reply(text="Still sunny."))
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+               {"role": "user", "content": "And tomorrow?"}]
+    ask(gateway, False, model="solo_claude", messages=history)
+    assistant = fakes["claude"].requests[-1].body["messages"][1]
+    assert [block["type"] for block in assistant["content"]] == ["text"]
+
+
+def test_streamed_thinking_and_text_blocks_follow_anthropics_event_order(
+        gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["claude"].queue(Reply(reasoning="Let me think about Paris.", text="Sunny."))
+    sdk = client(gateway)
+    with sdk.messages.stream(model="solo_claude", max_tokens=2048, messages=ASK,
+                             thinking={"type": "enabled", "budget_tokens": 1024}) as events:
+        kinds = [event.type for event in events]
+        message = events.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].signature.startswith("sig-")  # type: ignore[union-attr]  # Anthropic's own
+    assert message.content[0].thinking == "Let me think about Paris."  # type: ignore[union-attr]
+
+
+def test_errors_are_anthropic_errors(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    with pytest.raises(anthropic.AuthenticationError) as unauthorised:
+        client(gateway, api_key="wrong").messages.create(model="solo_primary", max_tokens=10, messages=ASK)
+    assert unauthorised.value.body["type"] == "error"  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError):
+        client(gateway).messages.create(model="no-such-route", max_tokens=10, messages=ASK)
+    with pytest.raises(anthropic.BadRequestError) as missing:
+        client(gateway).messages.create(model="solo_primary", messages=ASK)  # type: ignore[call-arg]
+    assert "max_tokens" in str(missing.value)
+    with pytest.raises(anthropic.BadRequestError) as clash:
+        client(gateway).messages.create(model="solo_primary", max_tokens=10, messages=ASK, tools=[
+            {**BASH, "name": "get_weather"}])
+    assert "server tool" in str(clash.value)
+    fakes["claude"].queue(Reply(status=529), Reply(status=529))
+    with pytest.raises(anthropic.OverloadedError) as overloaded:
+        client(gateway).messages.create(model="solo_claude", max_tokens=10, messages=ASK)
+    assert overloaded.value.response.headers["request-id"] == overloaded.value.response.headers["x-request-id"]
+
+
+def test_a_failure_after_the_first_byte_is_an_error_event(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="The weather in Paris is", fault="cut"))
+    with pytest.raises(anthropic.APIStatusError), client(gateway).messages.stream(
+            model="solo_primary", max_tokens=100, messages=ASK) as events:
+        for _ in events:
+            pass
+
+
+def test_overloaded_anthropic_target_fails_over_to_an_openai_one(gateway: Gateway,
+                                                                 fakes: dict[str, FakeUpstream]) -> None:
+    fakes["claude"].queue(Reply(status=529))
+    fakes["primary"].queue(Reply(tool_calls=[("run_bash", {"command": "pwd"})]), Reply(text="You are in /work."))
+    first = ask(gateway, True, model="chain_claude_primary", tools=[BASH])
+    call = next(b for b in first.content if b.type == "tool_use")
+    assert gateway_of(first)["answered_by"] == ["primary:gpt-x"]
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,  # type: ignore[union-attr]
+                                             "content": "/work"}]}]
+    fakes["claude"].queue(Reply(text="You are in /work."))
+    final = ask(gateway, True, model="chain_claude_primary", tools=[BASH], messages=history)
+    assert final.content[-1].text == "You are in /work."  # type: ignore[union-attr]
+
+
+def test_count_tokens_exact_on_anthropic_and_estimated_elsewhere(gateway: Gateway,
+                                                                 fakes: dict[str, FakeUpstream]) -> None:
+    sdk = client(gateway)
+    exact = sdk.messages.count_tokens(model="solo_claude", messages=ASK, system="Be brief.", tools=[BASH])
+    sent = fakes["claude"].requests[-1]
+    assert sent.path.endswith("/v1/messages/count_tokens") and exact.input_tokens == count_of(sent.body)
+    assert [t["name"] for t in sent.body["tools"]] == ["run_bash", "get_weather", "add"], "server tools counted"
+    assert "max_tokens" not in sent.body
+    assert (exact.model_extra or {})["gateway"]["method"] == "exact"
+    estimate = sdk.messages.count_tokens(model="solo_primary", messages=ASK, tools=[BASH])
+    assert (estimate.model_extra or {})["gateway"]["method"] == "estimate"
+    longer = sdk.messages.count_tokens(model="solo_primary", messages=[{"role": "user", "content": "word " * 500}])
+    assert longer.input_tokens > estimate.input_tokens > 0
+
+
+def test_approval_pause_is_decided_through_the_continuation_api(gateway: Gateway,
+                                                                fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("delete_record", {"id": "7"})]), Reply(text="Record 7 deleted."))
+    paused = ask(gateway, False, model="agent")
+    extension = gateway_of(paused)
+    assert extension["status"] == "paused" and extension["pending"][0]["reason"] == "approval"
+    assert not [b for b in paused.content if b.type == "tool_use"], "an approval is the inbox's, not the caller's"
+    decided = gateway.post(f"/v1/continuations/{extension['continuation_id']}",
+                           {"decisions": [{"tool_call_id": extension["pending"][0]["tool_call_id"], "approve": True}]})
+    assert decided.status_code == 200
+    body = decided.json()
+    assert body["type"] == "message" and body["content"][-1]["text"] == "Record 7 deleted."
+    assert body["gateway"]["status"] == "completed"
+
+
+def test_server_tools_shown_under_the_mcp_client_beta_and_accepted_back(gateway: Gateway,
+                                                                        fakes: dict[str, FakeUpstream]) -> None:
+    fakes["claude"].queue(Reply(tool_calls=[("get_weather", {"city": "Paris"})]), Reply(text="Sunny."))
+    sdk = client(gateway, default_headers={"anthropic-beta": "mcp-client-2025-11-20"})
+    message = sdk.messages.create(model="solo_claude", max_tokens=100, messages=ASK)
+    kinds = [b.type for b in message.content]
+    assert kinds == ["mcp_tool_use", "mcp_tool_result", "text"]
+    fakes["claude"].queue(Reply(text="Still sunny."))
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+               {"role": "user", "content": "thanks"}]
+    sdk.messages.create(model="solo_claude", max_tokens=100, messages=history)
+    assistant = fakes["claude"].requests[-1].body["messages"][1]
+    assert [b["type"] for b in assistant["content"]] == ["text"], "the gateway's own report is not sent on"
+
+
+def test_bearer_token_x_api_key_and_the_anthropic_model_list(gateway: Gateway) -> None:
+    models = client(gateway, api_key=None, auth_token=KEY).models.list()
+    assert "solo_claude" in [m.id for m in models.data]
+    response = httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"})
+    assert response.status_code == 200 and response.json()["data"][0]["type"] == "model"
+    twice = httpx.post(f"{gateway.url}/v1/messages?beta=true",
+                       headers=[("x-api-key", KEY), ("x-api-key", "other"), ("anthropic-version", "2023-06-01")],
+                       json={"model": "solo_primary", "max_tokens": 5, "messages": ASK})
+    assert twice.status_code == 401 and twice.json()["error"]["type"] == "authentication_error"
