@@ -11,7 +11,8 @@ as the caller wrote it, so the prompt cache keeps hitting: its top-level fields 
 definitions verbatim, its messages verbatim (``translate_native_messages``), its
 ``anthropic-beta`` header merged with the provider's. The loop adds only what it owns: the
 route's server tools after the caller's, the tool choice it decided (``auto`` after a forced first
-call, ``none`` to finalize), its own messages.
+call, ``none`` to finalize), its own messages. ``count_tokens`` builds the same body minus what
+that endpoint does not take.
 
 Policies the reference leaves to the gateway:
 
@@ -35,6 +36,9 @@ Policies the reference leaves to the gateway:
   temperature is sent: newer models reject the pair.
 """
 
+# Long by design: one module per wire format: the request building for Anthropic's Messages API,
+# chat-shaped and native, and the adapter (the transcript and the stream parser are apart).
+
 from __future__ import annotations
 
 import re
@@ -43,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import ModelRequest, ModelResponse, NativeRequest, ToolDef
+from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse, NativeRequest, ToolDef
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.anthropic_messages import (
@@ -55,6 +59,7 @@ from gateway.providers.anthropic_messages import (
 )
 from gateway.providers.anthropic_stream import (
     AnthropicStreamParser,
+    error_from_body,
     is_context_overflow,
     no_retry_for,
     response_from_message,
@@ -226,6 +231,9 @@ def _response_format(value: Any) -> dict[str, Any] | None:
 # What the adapter writes itself; a native request's own value for these is never copied.
 _ADAPTER_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "stream"})
 _THINKING_ON = ("enabled", "adaptive")
+# Messages fields /v1/messages/count_tokens does not take (it would answer 400 "Extra inputs are not permitted").
+NOT_COUNTED = frozenset({"max_tokens", "stream", "metadata", "stop_sequences", "temperature", "top_p", "top_k",
+                         "service_tier", "container", "inference_geo", "user_profile_id"})
 
 
 def _without_thinking(fields: dict[str, Any]) -> None:
@@ -357,6 +365,22 @@ class AnthropicAdapter:
             body["stream"] = True
         return UpstreamRequest(url=urls.anthropic_messages(provider.base_url),
                                headers=request_headers(provider, _native(request)), body=orjson.dumps(body))
+
+    def build_count_tokens(self, request: ModelRequest, provider: ProviderConfig, model: str) -> UpstreamRequest:
+        """``POST /v1/messages/count_tokens`` for the body ``build_request`` would send (same translation)."""
+        body = {k: v for k, v in self._body(request, provider, model).items() if k not in NOT_COUNTED}
+        return UpstreamRequest(url=urls.anthropic_count_tokens(provider.base_url),
+                               headers=request_headers(provider, _native(request)), body=orjson.dumps(body))
+
+    def parse_count_tokens(self, body: bytes) -> int:
+        """``{"input_tokens": N}``; any other 2xx document is the upstream's fault (INVALID_RESPONSE)."""
+        payload = load_body(body)
+        if isinstance(payload, dict) and payload.get("type") == "error":
+            raise error_from_body(payload.get("error"))
+        count = payload.get("input_tokens") if isinstance(payload, dict) else None
+        if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream count_tokens answer has no input_tokens count")
+        return count
 
     def parse_response(self, body: bytes) -> ModelResponse:
         return response_from_message(load_body(body))

@@ -6,7 +6,7 @@ message the caller sent, tool results as tool messages placed before their user 
 caller's fields/tools/betas in ``NativeRequest``), so "the upstream body equals the caller's body"
 is checked end to end: parse, then ``build_request``. Compared as parsed JSON, not bytes.
 
-Also: the response keeps the native content (whole and streamed alike), and the other
+Also: the response keeps the native content (whole and streamed alike), count_tokens, and the other
 wire formats never sending the artifact.
 """
 
@@ -22,7 +22,7 @@ from gateway.canonical import Message, ModelRequest, NativeRequest
 from gateway.config.model import ProviderConfig
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.anthropic_stream import response_from_message
-from gateway.providers.base import SSEEvent
+from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.openai import OpenAIAdapter
 from tests.fakes.anthropic_rules import anthropic_request_problems
@@ -515,6 +515,58 @@ def test_a_streamed_input_cut_off_keeps_the_translation() -> None:
     request = ModelRequest(messages=[{"role": "user", "content": "Go"}, response.message,
                                      {"role": "tool", "tool_call_id": "toolu_01Edit", "content": "cut off"}])
     assert upstream(request)["messages"][1]["content"][-1]["input"] == {}
+
+
+# --- count_tokens ------------------------------------------------------------------------------------
+
+
+def test_count_tokens_sends_the_same_body_minus_what_the_endpoint_does_not_take() -> None:
+    request = canonical_of(CLAUDE_CODE_BODY)
+    counted = ADAPTER.build_count_tokens(request, PROVIDER, MODEL)
+    assert counted.url == "https://api.anthropic.com/v1/messages/count_tokens"
+    assert counted.headers["anthropic-beta"] == CALLER_BETAS and counted.headers["x-api-key"] == "sk-test"
+    full = expected_body(CLAUDE_CODE_BODY, SERVER_TOOL_NATIVE)
+    dropped = {"max_tokens", "stream", "metadata", "temperature"}
+    assert orjson.loads(counted.body) == {k: v for k, v in full.items() if k not in dropped}
+
+
+def test_count_tokens_applies_the_same_thinking_fallback_and_drops_every_create_only_field() -> None:
+    body = {**CLAUDE_CODE_BODY, "top_p": 0.9, "top_k": 5, "stop_sequences": ["END"], "service_tier": "auto",
+            "container": "container_1", "inference_geo": "us"}
+    sent = orjson.loads(ADAPTER.build_count_tokens(foreign_turn(body), PROVIDER, MODEL).body)
+    assert set(sent) == {"model", "system", "messages", "tools", "tool_choice", "output_config",
+                         "speculative_beta_field"}
+
+
+def test_count_tokens_for_a_chat_shaped_request_and_a_v1_base_url() -> None:
+    provider = ProviderConfig(name="proxy", type="anthropic", base_url="https://llm.example/anthropic/v1")
+    request = ModelRequest(messages=[{"role": "user", "content": "Hi"}], params={"max_tokens": 50, "temperature": 0.2,
+                                                                                 "user": "u1"})
+    counted = ADAPTER.build_count_tokens(request, provider, MODEL)
+    assert counted.url == "https://llm.example/anthropic/v1/messages/count_tokens"
+    assert orjson.loads(counted.body) == {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def test_parse_count_tokens() -> None:
+    assert ADAPTER.parse_count_tokens(b'{"input_tokens": 14250}') == 14250
+    assert ADAPTER.parse_count_tokens(b'{"input_tokens": 0, "context_management": {}}') == 0
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[]", b"{}", b'{"input_tokens": "12"}', b'{"input_tokens": -1}',
+                                  b'{"input_tokens": true}', b'{"input_tokens": 1.5}', b'{"input_tokens": 1e300}'])
+def test_parse_count_tokens_refuses_other_documents(body: bytes) -> None:
+    with pytest.raises(ProviderError) as info:
+        ADAPTER.parse_count_tokens(body)
+    assert info.value.error_class is ErrorClass.INVALID_RESPONSE
+
+
+def test_count_tokens_errors() -> None:
+    with pytest.raises(ProviderError) as info:
+        ADAPTER.parse_count_tokens(b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}')
+    assert info.value.error_class is ErrorClass.OVERLOADED
+    error = ADAPTER.parse_error(400, {}, b'{"type": "error", "error": {"type": "invalid_request_error", '
+                                         b'"message": "messages: Field required"}}')
+    assert (error.error_class, error.message) == (ErrorClass.BAD_REQUEST, "messages: Field required")
 
 
 # --- other wire formats never send the artifact -------------------------------------------------------
