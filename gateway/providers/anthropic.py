@@ -1,15 +1,18 @@
-"""Anthropic Messages API (``POST /v1/messages``): request translation and the adapter.
+"""Anthropic Messages API (``POST /v1/messages``): request building and the adapter.
 
-The canonical transcript is OpenAI-shaped, so almost everything is re-expressed: system and
-developer messages move to the top-level ``system``; tool calls become ``tool_use`` blocks; each
-run of ``tool`` messages becomes ONE user message of ``tool_result`` blocks (any user text that
-follows goes after them, as Anthropic requires); thinking blocks an earlier Anthropic turn produced
-are replayed verbatim in front of the calls they belong to (also when this request does not think:
-the API drops them itself, and keeping them keeps the turn intact). Foreign artifacts
-(``reasoning_content``, ``extra_content``) never reach the wire because only known fields are
-copied. What Anthropic cannot honour (``n > 1``, ``json_object``) fails as a 400 here rather
-than quietly answering something else; what it does not know (seed, penalties, logprobs,
-stream_options, unknown fields) is dropped, because Anthropic rejects unknown fields.
+A chat-completions or Responses request is translated (the transcript in ``anthropic_messages``).
+What Anthropic cannot honour (``n > 1``, ``json_object``) fails as a 400 here rather than quietly
+answering something else; what it does not know (seed, penalties, logprobs, stream_options,
+unknown fields) is dropped, because Anthropic rejects unknown fields.
+
+A ``/v1/messages`` caller's request (``ModelRequest.native`` of wire format ``anthropic``) is sent
+as the caller wrote it, so the prompt cache keeps hitting: its top-level fields (``thinking``,
+``output_config``, ``context_management``, ``metadata``, sampling, beta fields) and its tool
+definitions verbatim, its messages verbatim (``translate_native_messages``), its
+``anthropic-beta`` header merged with the provider's. The loop adds only what it owns: the
+route's server tools after the caller's, the tool choice it decided (``auto`` after a forced first
+call, ``none`` to finalize), its own messages. ``count_tokens`` builds the same body minus what
+that endpoint does not take.
 
 Policies the reference leaves to the gateway:
 
@@ -26,34 +29,37 @@ Policies the reference leaves to the gateway:
 * Thinking on + a tool call in the current turn (after the last user message) that carries no
   thinking blocks (history from another provider, an edited transcript) -> the request is sent
   without ``thinking`` (the documented fallback for foreign history; omitted rather than ``{"type": "disabled"}``,
-  which some newer models reject). Fabricating blocks is impossible: signatures are checked.
+  which some newer models reject). Fabricating blocks is impossible: signatures are checked. A
+  native request also loses its ``clear_thinking_*`` edits then (rejected without thinking).
 * With thinking on, temperature is only sent when it is 1 and top_k not at all; top_p is raised
   to at least 0.95 (Anthropic's limits). When both temperature and top_p are set, only
   temperature is sent: newer models reject the pair.
-* Tool-call ids: a valid id (``^[a-zA-Z0-9_-]+$``) is kept; any other has each invalid character
-  replaced by ``_`` and ``_`` + 8 hex digits of blake2b(original) appended, so two ids differing
-  only in invalid characters stay distinct. The same function rewrites ``tool_use.id`` and
-  ``tool_result.tool_use_id``, so pairs keep matching; responses carry Anthropic's own ids.
 """
 
-# Long by design: one module per wire format: the whole request and response translation for
-# Anthropic's Messages API (its stream parser is apart).
+# Long by design: one module per wire format: the request building for Anthropic's Messages API,
+# chat-shaped and native, and the adapter (the transcript and the stream parser are apart).
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ModelRequest, ModelResponse, ToolDef, history_arguments, text_of
+from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse, NativeRequest, ToolDef
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
+from gateway.providers.anthropic_messages import (
+    bad_request,
+    current_turn_lacks_thinking,
+    sanitize_tool_id,
+    translate_messages,
+    translate_native_messages,
+)
 from gateway.providers.anthropic_stream import (
-    THINKING_TYPES,
     AnthropicStreamParser,
+    error_from_body,
     is_context_overflow,
     no_retry_for,
     response_from_message,
@@ -68,28 +74,16 @@ from gateway.providers.base import (
     unreadable_error,
 )
 
+__all__ = ["AnthropicAdapter", "sanitize_tool_id", "translate_messages", "uses_adaptive_thinking"]
+
 API_VERSION = "2023-06-01"
 MIN_THINKING_BUDGET = 1024
 EFFORT_BUDGET = {"minimal": 1024, "low": 1024, "medium": 2048, "high": 8192, "xhigh": 16000}
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
-_VALID_ID = re.compile(r"[a-zA-Z0-9_-]+")
-_INVALID_ID_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 # "claude-opus-4-7", "claude-sonnet-5", "anthropic.claude-opus-4-7-v1"; not the date in "claude-sonnet-4-20250514".
 _CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)(?:-(\d{1,2})(?!\d))?")
 _ADAPTIVE_ONLY_FAMILY = re.compile(r"claude-(?:fable|mythos)")
-
-
-def _bad(message: str) -> ProviderError:
-    return ProviderError(ErrorClass.BAD_REQUEST, message, status=400)
-
-
-def sanitize_tool_id(tool_id: str) -> str:
-    """Deterministic, collision-resistant rewrite of an id to Anthropic's ``^[a-zA-Z0-9_-]+$``."""
-    if _VALID_ID.fullmatch(tool_id):
-        return tool_id
-    digest = hashlib.blake2b(tool_id.encode(), digest_size=4).hexdigest()
-    return f"{_INVALID_ID_CHAR.sub('_', tool_id)}_{digest}"
 
 
 def uses_adaptive_thinking(model: str) -> bool:
@@ -97,167 +91,6 @@ def uses_adaptive_thinking(model: str) -> bool:
     if match:
         return (int(match.group(1)), int(match.group(2) or 0)) >= (4, 6)
     return bool(_ADAPTIVE_ONLY_FAMILY.search(model))
-
-
-# --- messages ---------------------------------------------------------------------------
-
-
-def _text_block(part: Mapping[str, Any], text: str) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "text", "text": text}
-    if isinstance(part.get("cache_control"), dict):
-        block["cache_control"] = part["cache_control"]
-    return block
-
-
-def _data_url(url: str) -> tuple[str, str] | None:
-    """``data:<media type>;base64,<payload>`` -> (media type, payload)."""
-    header, comma, payload = url[5:].partition(",")
-    media_type, *options = header.split(";")
-    if not comma or "base64" not in options or not media_type:
-        return None
-    return media_type, payload
-
-
-def _image(part: Mapping[str, Any], where: str) -> dict[str, Any]:
-    image_url = part.get("image_url")
-    url = image_url.get("url") if isinstance(image_url, dict) else image_url
-    if not isinstance(url, str):
-        raise _bad(f"{where}: image_url has no url")
-    if url.startswith("data:"):
-        parsed = _data_url(url)
-        if parsed is None:
-            raise _bad(f"{where}: only base64 data: URLs can be sent to Anthropic as images")
-        source: dict[str, Any] = {"type": "base64", "media_type": parsed[0], "data": parsed[1]}
-    elif url.startswith(("https://", "http://")):
-        source = {"type": "url", "url": url}
-    else:
-        raise _bad(f"{where}: image URL must be a data: or http(s) URL")
-    block: dict[str, Any] = {"type": "image", "source": source}
-    if isinstance(part.get("cache_control"), dict):
-        block["cache_control"] = part["cache_control"]
-    return block
-
-
-def _document(part: Mapping[str, Any], where: str) -> dict[str, Any]:
-    file = part.get("file")
-    data = file.get("file_data") if isinstance(file, dict) else None
-    parsed = _data_url(data) if isinstance(data, str) and data.startswith("data:") else None
-    if parsed is None or parsed[0] != "application/pdf":
-        raise _bad(f"{where}: only inline PDF files (file_data as a base64 data: URL) can be sent to Anthropic")
-    return {"type": "document", "source": {"type": "base64", "media_type": parsed[0], "data": parsed[1]}}
-
-
-def _content_blocks(content: Any, where: str) -> list[dict[str, Any]]:
-    """User / tool / system content -> blocks. Blank text is dropped: Anthropic rejects it."""
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content.strip() else []
-    if not isinstance(content, list):
-        raise _bad(f"{where}: content must be a string or a list of parts")
-    blocks: list[dict[str, Any]] = []
-    for index, part in enumerate(content):
-        if isinstance(part, str):
-            part = {"type": "text", "text": part}
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("text", "input_text"):
-            text = str(part.get("text") or "")
-            if text.strip():
-                blocks.append(_text_block(part, text))
-        elif kind == "image_url":
-            blocks.append(_image(part, f"{where}.content[{index}]"))
-        elif kind == "file":
-            blocks.append(_document(part, f"{where}.content[{index}]"))
-        else:
-            raise _bad(f"{where}.content[{index}]: content part type '{kind}' is not supported by Anthropic")
-    return blocks
-
-
-def _thinking_blocks(message: Message) -> list[dict[str, Any]]:
-    blocks = message.get("thinking_blocks")
-    if not isinstance(blocks, list):
-        return []
-    return [block for block in blocks if isinstance(block, dict) and block.get("type") in THINKING_TYPES]
-
-
-def _tool_use(call: Any, where: str) -> dict[str, Any]:
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
-        raise _bad(f"{where}: a tool call needs an id and a function name")
-    return {"type": "tool_use", "id": sanitize_tool_id(str(call["id"])), "name": function["name"],
-            "input": history_arguments(function.get("arguments"))}
-
-
-def _assistant_blocks(message: Message, where: str) -> list[dict[str, Any]]:
-    """Thinking blocks first (verbatim), then text, then tool_use: the order Anthropic produced."""
-    thinking = _thinking_blocks(message)
-    blocks: list[dict[str, Any]] = []
-    text = text_of(message.get("content")) or str(message.get("refusal") or "")
-    if text.strip():
-        blocks.append({"type": "text", "text": text})
-    for index, call in enumerate(message.get("tool_calls") or ()):
-        blocks.append(_tool_use(call, f"{where}.tool_calls[{index}]"))
-    return thinking + blocks if blocks else []  # nothing to say: skip the message
-
-
-def _tool_result(message: Message, where: str) -> dict[str, Any]:
-    tool_call_id = message.get("tool_call_id")
-    if not tool_call_id:
-        raise _bad(f"{where}: tool message without tool_call_id")
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": sanitize_tool_id(str(tool_call_id))}
-    content = message.get("content")
-    if isinstance(content, str):
-        if content.strip():
-            block["content"] = content
-    elif content:
-        parts = _content_blocks(content, where)
-        if parts:
-            block["content"] = parts
-    return block
-
-
-def translate_messages(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Canonical transcript -> (top-level system blocks, Anthropic messages)."""
-    system: list[dict[str, Any]] = []
-    out: list[dict[str, Any]] = []
-    for position, message in enumerate(messages):
-        where = f"messages[{position}]"
-        role = message.get("role")
-        if role in ("system", "developer"):
-            system.extend(_content_blocks(message.get("content"), where))
-            continue
-        if role == "assistant":
-            blocks = _assistant_blocks(message, where)
-            if blocks:
-                out.append({"role": "assistant", "content": blocks})
-            continue
-        if role == "tool":
-            blocks = [_tool_result(message, where)]
-        elif role == "user":
-            blocks = _content_blocks(message.get("content"), where)
-        else:
-            raise _bad(f"{where}: role '{role}' cannot be sent to Anthropic")
-        # Consecutive tool results and the user text after them form ONE user message, results first.
-        if out and out[-1]["role"] == "user":
-            out[-1]["content"].extend(blocks)
-        elif blocks:
-            out.append({"role": "user", "content": blocks})
-    for native in out:
-        content = native["content"]
-        if native["role"] == "user" and len(content) == 1 and content[0].keys() == {"type", "text"}:
-            native["content"] = content[0]["text"]
-    return system, out
-
-
-def _current_turn_lacks_thinking(messages: Sequence[Message]) -> bool:
-    """A tool call since the last user message came back without its thinking blocks."""
-    for message in reversed(messages):
-        role = message.get("role")
-        if role == "user":
-            return False
-        if role == "assistant" and message.get("tool_calls") and not _thinking_blocks(message):
-            return True
-    return False
 
 
 # --- tools, thinking, sampling ---------------------------------------------------------------
@@ -284,9 +117,9 @@ def translate_tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
     for index, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or tool.get("type", "function") != "function":
-            raise _bad(f"tools[{index}]: only function tools can be sent to Anthropic")
+            raise bad_request(f"tools[{index}]: only function tools can be sent to Anthropic")
         if not function.get("name"):
-            raise _bad(f"tools[{index}]: function has no name")
+            raise bad_request(f"tools[{index}]: function has no name")
         native: dict[str, Any] = {"name": function["name"]}
         if function.get("description"):
             native["description"] = function["description"]
@@ -319,10 +152,10 @@ def translate_tool_choice(choice: Any, tools: list[dict[str, Any]], parallel: An
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         spec: dict[str, Any] = choice["allowed_tools"] if isinstance(choice.get("allowed_tools"), dict) else choice
         allowed = {_choice_name(entry) for entry in spec.get("tools") or ()}
-        tools = [tool for tool in tools if tool["name"] in allowed]
+        tools = [tool for tool in tools if tool.get("name") in allowed]
         native = {"type": "any" if spec.get("mode") == "required" else "auto"}
     else:
-        raise _bad(f"tool_choice {orjson.dumps(choice).decode()} is not supported")
+        raise bad_request(f"tool_choice {orjson.dumps(choice).decode()} is not supported")
     if thinking and native and native["type"] in ("any", "tool"):
         native = {"type": "auto"}  # forced tool use is rejected with thinking (see module docstring)
     if parallel is False and (native is None or native["type"] != "none"):
@@ -336,7 +169,7 @@ def plan_thinking(effort: Any, model: str, max_tokens: int,
     if effort is None or effort == "none":
         return None, None, max_tokens
     if not isinstance(effort, str) or effort not in EFFORT_BUDGET:
-        raise _bad(f"reasoning_effort '{effort}' is not one of none, {', '.join(EFFORT_BUDGET)}")
+        raise bad_request(f"reasoning_effort '{effort}' is not one of none, {', '.join(EFFORT_BUDGET)}")
     if uses_adaptive_thinking(model):
         return {"type": "adaptive"}, ADAPTIVE_EFFORT[effort], max_tokens
     budget = EFFORT_BUDGET[effort]
@@ -385,63 +218,169 @@ def _response_format(value: Any) -> dict[str, Any] | None:
         spec = value.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
-            raise _bad("response_format json_schema needs json_schema.schema")
+            raise bad_request("response_format json_schema needs json_schema.schema")
         return {"type": "json_schema", "schema": schema}
     if kind == "json_object":
-        raise _bad("response_format json_object cannot be honoured by Anthropic (there is no free-form "
+        raise bad_request("response_format json_object cannot be honoured by Anthropic (there is no free-form "
                    "JSON mode); send response_format json_schema with a schema instead")
-    raise _bad(f"response_format type '{kind}' is not supported by Anthropic")
+    raise bad_request(f"response_format type '{kind}' is not supported by Anthropic")
+
+
+# --- native requests ----------------------------------------------------------------------
+
+# What the adapter writes itself; a native request's own value for these is never copied.
+_ADAPTER_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "stream"})
+_THINKING_ON = ("enabled", "adaptive")
+# Messages fields /v1/messages/count_tokens does not take (it would answer 400 "Extra inputs are not permitted").
+NOT_COUNTED = frozenset({"max_tokens", "stream", "metadata", "stop_sequences", "temperature", "top_p", "top_k",
+                         "service_tier", "container", "inference_geo", "user_profile_id"})
+
+
+def _without_thinking(fields: dict[str, Any]) -> None:
+    """Drop ``thinking`` and the ``clear_thinking_*`` edits Anthropic rejects without it (in place)."""
+    del fields["thinking"]
+    management = fields.get("context_management")
+    if not isinstance(management, dict) or not isinstance(management.get("edits"), list):
+        return
+    edits = [edit for edit in management["edits"]
+             if not (isinstance(edit, dict) and str(edit.get("type") or "").startswith("clear_thinking_"))]
+    kept = {**management, "edits": edits} if edits else {k: v for k, v in management.items() if k != "edits"}
+    if kept:
+        fields["context_management"] = kept
+    else:
+        del fields["context_management"]
+
+
+def _tool_name(tool: Any) -> Any:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return function.get("name") if isinstance(function, dict) else None
+
+
+def native_body(request: ModelRequest, native: NativeRequest, provider: ProviderConfig, model: str) -> dict[str, Any]:
+    """The caller's own Messages request for ``model``, plus what the loop adds (see the module docstring)."""
+    fields = {k: v for k, v in native.fields.items() if k not in _ADAPTER_FIELDS}
+    thinking = fields.get("thinking")
+    thinking_on = isinstance(thinking, dict) and thinking.get("type") in _THINKING_ON
+    if thinking_on and current_turn_lacks_thinking(request.messages):
+        _without_thinking(fields)
+        thinking_on = False
+    body: dict[str, Any] = {"model": model, **fields}
+    body.setdefault("max_tokens", provider.default_max_tokens)
+    system, body["messages"] = translate_native_messages(request.messages)
+    if system is not None:
+        body["system"] = system
+    # The caller's tools as written; the route's server tools (canonical, not among them) after.
+    names = {tool.get("name") for tool in native.tools if isinstance(tool, dict)}
+    server_tools = translate_tools([tool for tool in request.tools if _tool_name(tool) not in names])
+    tools, tool_choice = translate_tool_choice(request.tool_choice, [*native.tools, *server_tools],
+                                               request.params.get("parallel_tool_calls"), thinking_on)
+    if tools:
+        body["tools"] = tools
+        if tool_choice:
+            body["tool_choice"] = tool_choice
+    return body
+
+
+def _beta_union(values: Iterable[str]) -> str:
+    betas: dict[str, None] = {}  # ordered, without duplicates
+    for value in values:
+        for beta in value.split(","):
+            beta = beta.strip()
+            if beta:
+                betas[beta] = None
+    return ",".join(betas)
+
+
+def request_headers(provider: ProviderConfig, native: NativeRequest | None) -> dict[str, str]:
+    """Auth, version and the provider's headers; a native caller's ``anthropic-beta`` joins the provider's."""
+    headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
+    if provider.api_key:
+        headers["x-api-key"] = provider.api_key
+    headers.update(provider.headers)
+    betas = native.headers.get("anthropic-beta") if native is not None else None
+    if isinstance(betas, str) and betas.strip():
+        configured = [name for name in headers if name.lower() == "anthropic-beta"]
+        headers["anthropic-beta"] = _beta_union([betas, *(headers.pop(name) for name in configured)])
+    return headers
 
 
 # --- adapter ---------------------------------------------------------------------------
 
 
+def translated_body(request: ModelRequest, provider: ProviderConfig, model: str) -> dict[str, Any]:
+    """A chat-shaped request as a Messages body (see the module docstring for the policies)."""
+    params = request.params
+    n = params.get("n")
+    if isinstance(n, int) and n > 1:
+        raise bad_request("n > 1 is not supported by Anthropic (one completion per request)")
+    explicit_max = params.get("max_completion_tokens") or params.get("max_tokens")
+    if explicit_max is not None and (not isinstance(explicit_max, int) or isinstance(explicit_max, bool)
+                                     or explicit_max < 1):
+        raise bad_request("max_tokens / max_completion_tokens must be a positive integer")
+    thinking, effort, max_tokens = plan_thinking(
+        params.get("reasoning_effort"), model, int(explicit_max or provider.default_max_tokens),
+        bool(explicit_max))
+    if thinking and current_turn_lacks_thinking(request.messages):
+        thinking = None  # never fabricate blocks; think again from the next user turn
+    system, messages = translate_messages(request.messages)
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
+    if system:
+        body["system"] = system
+    tools, tool_choice = translate_tool_choice(request.tool_choice, translate_tools(request.tools),
+                                               params.get("parallel_tool_calls"), thinking is not None)
+    if tools:
+        body["tools"] = tools
+        if tool_choice:
+            body["tool_choice"] = tool_choice
+    if thinking:
+        body["thinking"] = thinking
+    output_config: dict[str, Any] = {}
+    if effort:
+        output_config["effort"] = effort
+    output_format = _response_format(params.get("response_format"))
+    if output_format:
+        output_config["format"] = output_format
+    if output_config:
+        body["output_config"] = output_config
+    body.update(translate_sampling(params, thinking is not None))
+    return body
+
+
+def _native(request: ModelRequest) -> NativeRequest | None:
+    native = request.native
+    return native if native is not None and native.wire_format == "anthropic" else None
+
+
 class AnthropicAdapter:
     wire_format = "anthropic"
 
+    def _body(self, request: ModelRequest, provider: ProviderConfig, model: str) -> dict[str, Any]:
+        native = _native(request)
+        return native_body(request, native, provider, model) if native else translated_body(request, provider, model)
+
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
-        params = request.params
-        n = params.get("n")
-        if isinstance(n, int) and n > 1:
-            raise _bad("n > 1 is not supported by Anthropic (one completion per request)")
-        explicit_max = params.get("max_completion_tokens") or params.get("max_tokens")
-        if explicit_max is not None and (not isinstance(explicit_max, int) or isinstance(explicit_max, bool)
-                                         or explicit_max < 1):
-            raise _bad("max_tokens / max_completion_tokens must be a positive integer")
-        thinking, effort, max_tokens = plan_thinking(
-            params.get("reasoning_effort"), model, int(explicit_max or provider.default_max_tokens),
-            bool(explicit_max))
-        if thinking and _current_turn_lacks_thinking(request.messages):
-            thinking = None  # never fabricate blocks; think again from the next user turn
-        system, messages = translate_messages(request.messages)
-        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
-        if system:
-            body["system"] = system
-        tools, tool_choice = translate_tool_choice(request.tool_choice, translate_tools(request.tools),
-                                                   params.get("parallel_tool_calls"), thinking is not None)
-        if tools:
-            body["tools"] = tools
-            if tool_choice:
-                body["tool_choice"] = tool_choice
-        if thinking:
-            body["thinking"] = thinking
-        output_config: dict[str, Any] = {}
-        if effort:
-            output_config["effort"] = effort
-        output_format = _response_format(params.get("response_format"))
-        if output_format:
-            output_config["format"] = output_format
-        if output_config:
-            body["output_config"] = output_config
-        body.update(translate_sampling(params, thinking is not None))
+        body = self._body(request, provider, model)
         if stream:
             body["stream"] = True
-        headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
-        if provider.api_key:
-            headers["x-api-key"] = provider.api_key
-        headers.update(provider.headers)
-        return UpstreamRequest(url=urls.anthropic_messages(provider.base_url), headers=headers, body=orjson.dumps(body))
+        return UpstreamRequest(url=urls.anthropic_messages(provider.base_url),
+                               headers=request_headers(provider, _native(request)), body=orjson.dumps(body))
+
+    def build_count_tokens(self, request: ModelRequest, provider: ProviderConfig, model: str) -> UpstreamRequest:
+        """``POST /v1/messages/count_tokens`` for the body ``build_request`` would send (same translation)."""
+        body = {k: v for k, v in self._body(request, provider, model).items() if k not in NOT_COUNTED}
+        return UpstreamRequest(url=urls.anthropic_count_tokens(provider.base_url),
+                               headers=request_headers(provider, _native(request)), body=orjson.dumps(body))
+
+    def parse_count_tokens(self, body: bytes) -> int:
+        """``{"input_tokens": N}``; any other 2xx document is the upstream's fault (INVALID_RESPONSE)."""
+        payload = load_body(body)
+        if isinstance(payload, dict) and payload.get("type") == "error":
+            raise error_from_body(payload.get("error"))
+        count = payload.get("input_tokens") if isinstance(payload, dict) else None
+        if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream count_tokens answer has no input_tokens count")
+        return count
 
     def parse_response(self, body: bytes) -> ModelResponse:
         return response_from_message(load_body(body))

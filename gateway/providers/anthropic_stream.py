@@ -3,7 +3,14 @@
 The stream parser rebuilds the native ``content`` array block by block and hands the finished
 message to the same function that converts a non-stream body, so a streamed turn and the same
 turn fetched whole produce equal ``ModelResponse`` objects (same text, same calls, same thinking
-blocks with their full signatures) by construction rather than by two parallel code paths.
+blocks with their full signatures, same ``anthropic_content``) by construction rather than by two
+parallel code paths.
+
+The canonical turn keeps the ``content`` array as received under ``anthropic_content``, so the
+turn goes back to Anthropic verbatim (citations, server tool blocks, signatures: the prompt cache
+keeps hitting). Not when a tool input is not a JSON object (a streamed input cut off at
+``max_tokens`` stays text): Anthropic would reject those blocks, so the translation of the
+canonical calls is sent instead; nor when the array is empty (nothing to send back).
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ ERROR_TYPES: dict[str, ErrorClass] = {
 }
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
+# Blocks whose ``input`` is a tool call's input (always an object when whole).
+TOOL_INPUT_TYPES = ("tool_use", "server_tool_use")
 # The string field each delta type carries (checked before the block being rebuilt changes).
 _DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature",
                  "input_json_delta": "partial_json"}
@@ -165,8 +174,11 @@ def _response(native: Any) -> ModelResponse:
     thinking_blocks: list[dict[str, Any]] = []
     calls = ToolCallAccumulator()
     tool_index = 0  # the OpenAI tool-call index counts tool_use blocks only, not content positions
+    verbatim = bool(content)
     for block in content:
         kind = check_block(block).get("type")
+        if verbatim and ("input" in block or kind in TOOL_INPUT_TYPES) and not isinstance(block.get("input"), dict):
+            verbatim = False  # a cut-off input: Anthropic takes only objects back
         if kind == "text":
             texts.append(block["text"])
         elif kind == "tool_use":
@@ -186,6 +198,8 @@ def _response(native: Any) -> ModelResponse:
         message["thinking_blocks"] = thinking_blocks
     if reasoning:
         message["reasoning_content"] = "\n\n".join(reasoning)
+    if verbatim:
+        message["anthropic_content"] = content
     stop_reason = native.get("stop_reason")
     native_finish = STOP_REASONS.get(stop_reason, "stop") if stop_reason and isinstance(stop_reason, str) else None
     return ModelResponse(
@@ -292,7 +306,12 @@ class AnthropicStreamParser:
             block["signature"] = str(block.get("signature") or "") + str(delta.get("signature") or "")
         elif kind == "input_json_delta":
             self._json.setdefault(index, []).append(str(delta.get("partial_json") or ""))
-        return []  # citations_delta and unknown delta types
+        elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
+            citations = block.get("citations")
+            if not isinstance(citations, list):  # absent or null at content_block_start
+                citations = block["citations"] = []
+            citations.append(delta["citation"])
+        return []  # unknown delta types
 
     def _reasoning(self, index: int, text: str) -> ReasoningDelta:
         # Thinking blocks are joined with a blank line in the whole message; the stream says the same.

@@ -63,6 +63,11 @@ def anthropic_messages(base_url: str) -> str:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
+def anthropic_count_tokens(base_url: str) -> str:
+    return f"{anthropic_messages(base_url)}/count_tokens"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
 def gemini_generate(base_url: str, model: str, stream: bool) -> str:
     collection, slash, name = model.partition("/")
     if not slash or collection not in ("models", "tunedModels"):

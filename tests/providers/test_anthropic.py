@@ -372,7 +372,8 @@ def message(content: list[dict[str, Any]], stop_reason: str = "end_turn", **usag
 
 def test_parse_text_response_with_cache_usage() -> None:
     response = ADAPTER.parse_response((FIXTURES / "05_response_final.json").read_bytes())
-    assert response.message == {"role": "assistant", "content": fixture("05_response_final.json")["content"][0]["text"]}
+    native = fixture("05_response_final.json")["content"]
+    assert response.message == {"role": "assistant", "content": native[0]["text"], "anthropic_content": native}
     assert response.finish_reason == "stop"
     assert (response.id, response.model) == ("msg_01Pq8Rs0Tu2Vw4Xy6Za8Bc0D", "claude-sonnet-4-5-20250929")
     assert response.usage.to_openai() == {
@@ -395,15 +396,18 @@ def test_parse_thinking_and_parallel_tool_use() -> None:
             {"id": "toolu_01R3sT5uV7wX9yZ1aB3cD5eF", "type": "function",
              "function": {"name": "get_weather", "arguments": '{"city":"Tokyo","unit":"celsius"}'}}],
         "thinking_blocks": [native["content"][0]],
-        "reasoning_content": native["content"][0]["thinking"]}
+        "reasoning_content": native["content"][0]["thinking"],
+        "anthropic_content": native["content"]}
     assert response.finish_reason == "tool_calls"
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (512, 168)
 
 
 def test_parse_single_tool_call_without_text() -> None:
-    response = parse(message([{"type": "tool_use", "id": "toolu_9", "name": "ping", "input": {}}], "tool_use"))
+    content = [{"type": "tool_use", "id": "toolu_9", "name": "ping", "input": {}}]
+    response = parse(message(content, "tool_use"))
     assert response.message == {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "toolu_9", "type": "function", "function": {"name": "ping", "arguments": "{}"}}]}
+        {"id": "toolu_9", "type": "function", "function": {"name": "ping", "arguments": "{}"}}],
+        "anthropic_content": content}
 
 
 def test_parse_redacted_thinking_keeps_every_block_in_order() -> None:
@@ -549,8 +553,6 @@ def test_stream_cut_before_message_stop_raises_connection() -> None:
 def test_unknown_events_pings_and_deltas_are_ignored() -> None:
     events = sse_events((FIXTURES / "03_stream_thinking_tool_use.sse").read_bytes())
     noise = [SSEEvent("ping", b'{"type": "ping"}'),
-             event({"type": "content_block_delta", "index": 1, "delta": {"type": "citations_delta",
-                                                                          "citation": {"type": "char_location"}}}),
              event({"type": "content_block_delta", "index": 1, "delta": {"type": "future_delta", "x": 1}}),
              event({"type": "brand_new_event", "payload": [1, 2]})]
     noisy = [*events[:12], *noise, *events[12:]]

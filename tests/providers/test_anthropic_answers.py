@@ -120,7 +120,8 @@ def test_a_malformed_event_mid_stream_is_skipped_counted_and_leaves_no_trace(bad
         deltas += parser.feed(item)
     response = parser.finish()
     assert deltas == [Answering("claude-sonnet-4-20250514"), TextDelta("Hello"), TextDelta(" world")]
-    assert response.message == {"role": "assistant", "content": "Hello world"}
+    assert response.message == {"role": "assistant", "content": "Hello world",
+                                "anthropic_content": [{"type": "text", "text": "Hello world"}]}
     assert response.usage == Usage(5, 3)
     assert metrics.UPSTREAM_MALFORMED_EVENTS.get("claude:m") == before + 1
 
