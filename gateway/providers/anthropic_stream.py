@@ -26,6 +26,8 @@ from gateway.canonical import (
     Message,
     ModelResponse,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     StreamDelta,
     TextDelta,
     ToolCallAccumulator,
@@ -115,6 +117,7 @@ def parse_usage(raw: Any) -> Usage:
         completion_tokens=token_count(raw.get("output_tokens")),
         cached_tokens=cache_read,
         reasoning_tokens=token_count(details.get("thinking_tokens")) if isinstance(details, dict) else 0,
+        cache_creation_tokens=token_count(raw.get("cache_creation_input_tokens")),
     )
 
 
@@ -251,8 +254,8 @@ class AnthropicStreamParser:
         if kind == "content_block_start":
             return self._start(data.get("index"), data.get("content_block"))
         if kind == "content_block_stop":
-            self._close(data.get("index"))
-        elif kind == "message_start":
+            return self._close(data.get("index"))
+        if kind == "message_start":
             message = data.get("message")
             if isinstance(message, dict):
                 self._message = {k: v for k, v in message.items() if k not in ("content", "usage")}
@@ -279,7 +282,9 @@ class AnthropicStreamParser:
             return [TextDelta(str(block["text"]))]
         if block.get("type") == "thinking" and block.get("thinking"):
             return [self._reasoning(index, str(block["thinking"]))]
-        return []  # redacted_thinking arrives complete here, with no deltas
+        if block.get("type") == "redacted_thinking":  # arrives complete here, with no deltas
+            return [RedactedReasoning(str(block.get("data") or ""))]
+        return []
 
     def _delta(self, index: Any, delta: Any) -> list[StreamDelta]:
         if not isinstance(delta, dict) or not isinstance(index, int):
@@ -320,10 +325,15 @@ class AnthropicStreamParser:
         self._last_reasoning = index
         return ReasoningDelta(text)
 
-    def _close(self, index: Any) -> None:
+    def _close(self, index: Any) -> list[StreamDelta]:
+        """A finished block: a thinking block's signature is said (the Messages surface closes its block with
+        it); a tool input is parsed."""
         fragments = self._json.pop(index, None) if isinstance(index, int) else None
         if fragments is None or index not in self._blocks:
-            return
+            block = self._blocks.get(index) if isinstance(index, int) else None
+            if block is not None and block.get("type") == "thinking":
+                return [ReasoningSignature(str(block.get("signature") or ""))]
+            return []
         raw = "".join(fragments)
         tool_input: Any = {}
         if raw.strip():
@@ -334,6 +344,7 @@ class AnthropicStreamParser:
             if not isinstance(tool_input, dict):
                 tool_input = raw
         self._blocks[index]["input"] = tool_input
+        return []
 
     def _merge_usage(self, usage: Any) -> None:
         # message_delta usage is cumulative and may repeat input counts; null means "not reported here".

@@ -2,7 +2,8 @@
 
 A fake Anthropic server answers 400 with these messages; the adapter tests run every body they
 build through it. The rules are the ones the real API applies (or is documented to apply) and that
-a translator can get wrong: required ``max_tokens``, user/assistant roles only, ``tool_use`` /
+a translator can get wrong: required ``max_tokens``, user/assistant roles (system only right after a
+user turn), ``tool_use`` /
 ``tool_result`` pairing and placement, the id pattern, blank text, the thinking pass-back rule and
 the parameters thinking forbids, unknown fields (the real server answers "Extra inputs are not
 permitted"), and no artifacts of the OpenAI-shaped transcript leaking through. Error texts follow
@@ -32,7 +33,8 @@ _BLOCK_KEYS = {
 _USER_BLOCKS = {"text", "image", "document", "tool_result"}
 _ASSISTANT_BLOCKS = {"text", "tool_use", "thinking", "redacted_thinking"}
 _RESULT_BLOCKS = {"text", "image", "document", "search_result"}
-_TOOL_KEYS = {"name", "description", "input_schema", "strict", "cache_control", "input_examples", "type"}
+_TOOL_KEYS = {"name", "description", "input_schema", "strict", "cache_control", "input_examples", "type",
+              "defer_loading", "eager_input_streaming"}
 _CHOICES = {"auto", "any", "tool", "none"}
 _THINKING = ("thinking", "redacted_thinking")
 _FOREIGN = {"reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content", "tool_calls",
@@ -118,9 +120,15 @@ def _check_messages(messages: list[Any], problems: list[str]) -> None:
         for key in message.keys() - {"role", "content"}:
             problems.append(f"{path}.{key}: Extra inputs are not permitted")
         role = message.get("role")
-        if role == "system":
-            problems.append(f"{path}.role: there is no system role in messages; use the top-level `system` "
-                            "parameter")
+        if role == "system":  # accepted since Claude Opus 4.8, right after a user turn, text only
+            previous = messages[i - 1] if i else None
+            if not isinstance(previous, dict) or previous.get("role") != "user":
+                problems.append(f"{path}.role: a system message must come immediately after a user message")
+            content = message.get("content")
+            if not (isinstance(content, str) and content.strip()) and not (
+                    isinstance(content, list) and content
+                    and all(isinstance(b, dict) and b.get("type") == "text" for b in content)):
+                problems.append(f"{path}.content: a system message holds non-empty text")
             continue
         if role not in ("user", "assistant"):
             problems.append(f"{path}.role: Input should be 'user' or 'assistant'")
@@ -234,7 +242,7 @@ def _check_tools(body: dict[str, Any], problems: list[str]) -> None:
         if not isinstance(tool, dict):
             problems.append(f"tools.{i}: Input should be a valid dictionary")
             continue
-        for key in tool.keys() - _TOOL_KEYS:
+        for key in tool.keys() - _TOOL_KEYS if tool.get("type") in (None, "custom") else ():
             problems.append(f"tools.{i}.{key}: Extra inputs are not permitted")
         name = tool.get("name")
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
@@ -242,6 +250,8 @@ def _check_tools(body: dict[str, Any], problems: list[str]) -> None:
         elif name in names:
             problems.append(f"tools: Tool names must be unique: {name}")
         names.append(str(name))
+        if tool.get("type") not in (None, "custom"):
+            continue  # a typed tool (web_search_*, bash_*): Anthropic defines it, its keys are its own
         schema = tool.get("input_schema")
         if not isinstance(schema, dict) or schema.get("type") != "object":
             problems.append(f"tools.{i}.input_schema.type: Input should be 'object'")

@@ -718,7 +718,7 @@ _DELETE = object()
 
 @pytest.mark.parametrize(("mutation", "fragment"), [
     (_mutate(["max_tokens"], _DELETE), "max_tokens"),
-    (_mutate(["messages", 0, "role"], "system"), "no system role"),
+    (_mutate(["messages", 0, "role"], "system"), "immediately after a user message"),
     (_mutate(["messages", 0, "role"], "tool"), "'user' or 'assistant'"),
     (_mutate(["messages", 2, "content", 1, "tool_use_id"], "toolu_other"), "without `tool_result`"),
     (lambda body: body["messages"][2]["content"].insert(0, {"type": "text", "text": "first"}), "Did not find 2"),

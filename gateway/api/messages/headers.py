@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway.errors import bad_request
 from gateway.http.incoming import Incoming
 
 _API_KEY = b"x-api-key"
@@ -11,8 +12,8 @@ _BETA = b"anthropic-beta"
 def use_api_key(incoming: Incoming) -> None:
     """``x-api-key`` (what ``ANTHROPIC_API_KEY`` sends) as the caller's key when no ``Authorization`` came.
 
-    Sent twice, it is refused like a repeated ``Authorization``: "the last one wins" must never
-    pick a caller's key.
+    Sent twice, it is a 400 like a repeated ``Authorization``: "the last one wins" must never pick
+    a caller's key.
     """
     if incoming.authorization or incoming.authorization is None:
         return
@@ -21,8 +22,7 @@ def use_api_key(incoming: Incoming) -> None:
         return
     if len(incoming.headers) != len(incoming.raw_headers) and sum(
             name == _API_KEY for name, _ in incoming.raw_headers) > 1:
-        incoming.authorization = None
-        return
+        raise bad_request("the request has more than one x-api-key header; send exactly one")
     incoming.authorization = "Bearer " + value.decode("latin-1").strip()
 
 
