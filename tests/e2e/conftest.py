@@ -191,6 +191,12 @@ def cross_provider_routes() -> str:
                          f"{{provider: {other}, model: {other_model}}}], tools: [get_weather, add]}}")
     lines.append("  chain_primary_secondary: {targets: [{provider: primary, model: gpt-x}, "
                  "{provider: secondary, model: gpt-y}], tools: [get_weather, add]}")
+    # Claude Code asks for 32,000+ output tokens: its routes say their window (the fakes' model names are unknown).
+    for name, model in PROVIDER_MODELS.items():
+        lines.append(f"  cc_{name}: {{targets: [{{provider: {name}, model: {model}}}], tools: [get_weather, add], "
+                     "context_window: 400000}")
+    lines.append("  cc_failover: {targets: [{provider: claude, model: claude-sonnet-4-5}, {provider: primary, "
+                 "model: gpt-x}], tools: [get_weather, add], context_window: 400000}")
     return "\n".join(lines)
 
 
