@@ -17,6 +17,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --json-logs     # logging: {format: json, access: true}
     python -m bench.instructions --controls --store redis://127.0.0.1:6379/5   # every issue-15 control (bench controls)
     python -m bench.instructions --responses     # the same requests through POST /v1/responses
+    python -m bench.instructions --messages      # the same requests through POST /v1/messages (Anthropic)
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
 
@@ -69,8 +70,11 @@ async def _managed_key(base: str, limits: list[str]) -> str:
         return str((await resp.json())["key"])
 
 
-def _body(stream: bool, responses: bool, agent: bool, store: bool) -> bytes:
+def _body(stream: bool, responses: bool, agent: bool, store: bool, messages: bool = False) -> bytes:
     model, prompt = ("bench-agent", "Run bench_tool.") if agent else ("bench", "Say hello in one short sentence.")
+    if messages:
+        return orjson.dumps({"model": model, "stream": stream, "max_tokens": 1024,
+                             "messages": [{"role": "user", "content": prompt}]})
     if responses:
         body: dict[str, object] = {"model": model, "stream": stream, "input": prompt}
         if not store:
@@ -79,12 +83,13 @@ def _body(stream: bool, responses: bool, agent: bool, store: bool) -> bytes:
     return orjson.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": prompt}]})
 
 
-def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: bool) -> bool:
+def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: bool, messages: bool = False) -> bool:
     """A 200 carrying a whole answer (a stream to its end; an agent turn to its final text)."""
     if status != 200:
         return False
     if stream:
-        return (b"event: response.completed" if responses else b"data: [DONE]") in raw
+        end = b"event: message_stop" if messages else b"event: response.completed" if responses else b"data: [DONE]"
+        return end in raw
     return not agent or b"Done after 5 tool results." in raw
 
 
@@ -163,6 +168,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--responses", action="store_true", help="POST /v1/responses instead of chat completions")
+    parser.add_argument("--messages", action="store_true", help="POST /v1/messages (Anthropic) instead")
     parser.add_argument("--agent", action="store_true", help="5-tool agent turns on route bench-agent")
     parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
@@ -179,10 +185,10 @@ def main() -> None:
                         help="every control of the bench scenario 'controls' (needs --store redis://...), or "
                              "the ones named (limits,budget,price,redis,tracing,logs; a managed key always)")
     args = parser.parse_args()
-    body = _body(args.stream, args.responses, args.agent, args.keep)
+    body = _body(args.stream, args.responses, args.agent, args.keep, args.messages)
 
     def check(status: int, raw: bytes) -> bool:
-        return _answered(status, raw, args.stream, args.responses, args.agent)
+        return _answered(status, raw, args.stream, args.responses, args.agent, args.messages)
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
     with servers.start_fake(agent_tools=5 if args.agent else 0) as fake:
@@ -223,7 +229,8 @@ def main() -> None:
                f"--trace-children={'yes' if exporting else 'no'}", sys.executable, "-m", "gateway", "serve",
                "--config", str(cfg), "--host", servers.HOST, "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
-            url = f"{gateway.base}/v1/{'responses' if args.responses else 'chat/completions'}"
+            path = "messages" if args.messages else "responses" if args.responses else "chat/completions"
+            url = f"{gateway.base}/v1/{path}"
             wanted = [name for name in args.limits.split(",") if name]
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
             if args.config_key or args.budget:
@@ -250,7 +257,8 @@ def main() -> None:
             exporter_total = _total(out_dir, exporter) if exporter else None
     if total is None or ok != args.requests:
         sys.exit(f"could not measure: {ok}/{args.requests} requests ok (dumps in {out_dir})")
-    kind = ("Responses " if args.responses else "chat ") + ("stream" if args.stream else "JSON")
+    kind = ("Messages " if args.messages else "Responses " if args.responses else "chat ") + (
+        "stream" if args.stream else "JSON")
     kind += " agent turn" if args.agent else " request"
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
