@@ -64,3 +64,14 @@ class Finished:
 # ``Answering`` (alone, or first in a batch) names the model producing what follows, in streams.
 LoopEvent = (TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | list[StreamDelta]
              | ToolStarted | ToolFinished | Notice | Finished)
+
+
+def answering_model(event: LoopEvent) -> str | None:
+    """The model an event names, if it names one (an announcement, a committed stream's first batch, the end)."""
+    if isinstance(event, list):
+        return event[0].model if event and isinstance(event[0], Answering) else None
+    if isinstance(event, Answering):
+        return event.model
+    if isinstance(event, Finished):
+        return event.result.model or None
+    return None

@@ -69,17 +69,6 @@ async def collect(events: AsyncIterator[LoopEvent], response_id: str, route: str
     }
 
 
-def answering_model(event: LoopEvent) -> str | None:
-    """The model an event names, if it names one (an announcement, a committed stream's first batch, the end)."""
-    if isinstance(event, list):
-        return event[0].model if event and isinstance(event[0], Answering) else None
-    if isinstance(event, Answering):
-        return event.model
-    if isinstance(event, Finished):
-        return event.result.model or None
-    return None
-
-
 class ChunkEncoder:
     """Builds SSE frames; the constant part of every chunk is serialised once per answering model."""
 

@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from gateway.api.chat.render import ChunkEncoder, answering_model, collect, completion_id, stream_frames
+from gateway.api.chat.render import ChunkEncoder, collect, completion_id, stream_frames
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.errors import GatewayError
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
-from gateway.loop.events import Notice
+from gateway.loop.events import Notice, answering_model
 from gateway.observability import metrics
 
 

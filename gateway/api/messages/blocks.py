@@ -50,23 +50,25 @@ def _text(block: dict[str, Any], where: str) -> str:
     return text
 
 
+def _system_text(blocks: list[Any], where: str) -> str:
+    """The text of system blocks (text blocks only, as Anthropic requires)."""
+    texts = []
+    for index, block in enumerate(blocks):
+        at = f"{where}.{index}"
+        if _block(block, at)["type"] != "text":
+            raise bad_request(f"{at}.type: system content holds text blocks only, not {quoted(block['type'])}", at)
+        texts.append(_text(block, at))
+    return "\n\n".join(texts)
+
+
 def system_message(system: Any) -> Message | None:
     """The top-level ``system`` (a string or text blocks) as the leading canonical message."""
-    if system is None:
+    if system is None or system == "" or system == []:
         return None
-    if isinstance(system, str):
-        return {"role": "system", "content": system, "anthropic_content": system} if system else None
-    if not isinstance(system, list):
+    if not isinstance(system, str | list):
         raise bad_request(f"system: must be a string or an array of text blocks, not {_kind(system)}", "system")
-    texts = []
-    for index, block in enumerate(system):
-        where = f"system.{index}"
-        if _block(block, where)["type"] != "text":
-            raise bad_request(f"{where}.type: system blocks must be text blocks, not {quoted(block['type'])}", where)
-        texts.append(_text(block, where))
-    if not system:
-        return None
-    return {"role": "system", "content": "\n\n".join(texts), "anthropic_content": system}
+    text = system if isinstance(system, str) else _system_text(system, "system")
+    return {"role": "system", "content": text, "anthropic_content": system}
 
 
 def _media_part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
@@ -222,15 +224,8 @@ def _assistant(content: Any, where: str) -> Message:
 
 
 def _system_in_place(content: Any, where: str) -> Message:
-    if isinstance(content, str):
-        return {"role": "system", "content": content, "anthropic_content": content}
-    texts = []
-    for index, raw in enumerate(content):
-        at = f"{where}.{index}"
-        if _block(raw, at)["type"] != "text":
-            raise bad_request(f"{at}.type: a system message holds text blocks only", at)
-        texts.append(_text(raw, at))
-    return {"role": "system", "content": "\n\n".join(texts), "anthropic_content": content}
+    text = content if isinstance(content, str) else _system_text(content, where)
+    return {"role": "system", "content": text, "anthropic_content": content}
 
 
 def canonical_messages(messages: Any) -> list[Message]:

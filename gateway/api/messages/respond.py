@@ -11,20 +11,9 @@ from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder, error_frame
-from gateway.canonical import Answering
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.loop.events import Finished, LoopEvent, Notice
-
-
-def _model_of(event: LoopEvent) -> str | None:
-    if isinstance(event, list):
-        return event[0].model if event and isinstance(event[0], Answering) else None
-    if isinstance(event, Answering):
-        return event.model
-    if isinstance(event, Finished):
-        return event.result.model or None
-    return None
+from gateway.loop.events import LoopEvent, Notice, answering_model
 
 
 async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route: str, show_server_tools: bool,
@@ -56,7 +45,7 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
             except StopAsyncIteration:
                 break
             first.append(event)
-            model = _model_of(event)
+            model = answering_model(event)
             if not isinstance(event, Notice):
                 break
     except BaseException:
