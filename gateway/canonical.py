@@ -144,6 +144,9 @@ class ModelResponse:
     usage: Usage
     model: str = ""
     id: str = ""
+    #: the provider paused its own turn and asks to be called again with it as it stands (Anthropic's
+    #: ``pause_turn``, a long server-side tool of its own): the loop calls again, within its cap
+    unfinished: bool = False
 
     @property
     def tool_calls(self) -> list[ToolCall]:

@@ -4,6 +4,7 @@ and the block state machine that turns loop events into a message and its stream
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from gateway.api.messages import signature
+from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder
 from gateway.api.messages.request import parse_messages_request
 from gateway.canonical import Answering, ReasoningDelta, ReasoningSignature, RedactedReasoning, TextDelta, Usage
@@ -178,3 +180,14 @@ def test_server_tools_become_mcp_blocks_under_the_beta() -> None:
     kinds = [b["type"] for b in builder.message()["content"]]
     assert kinds == ["mcp_tool_use", "mcp_tool_result"]
     assert builder.message()["content"][0]["input"] == {"city": "Paris"}
+
+
+def test_rate_limit_headers_get_their_anthropic_twins() -> None:
+    headers = [(b"x-request-id", b"req_1"), (b"x-ratelimit-limit-requests", b"60"),
+               (b"x-ratelimit-remaining-requests", b"59"), (b"x-ratelimit-reset-requests", b"1m30s")]
+    out = dict(with_anthropic_headers(headers))
+    assert out[b"request-id"] == b"req_1"
+    assert out[b"anthropic-ratelimit-requests-limit"] == b"60"
+    assert out[b"anthropic-ratelimit-requests-remaining"] == b"59"
+    reset = datetime.fromisoformat(out[b"anthropic-ratelimit-requests-reset"].decode().replace("Z", "+00:00"))
+    assert 80 <= (reset - datetime.now(UTC)).total_seconds() <= 91

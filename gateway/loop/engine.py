@@ -353,6 +353,12 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             context.observe(answer.target.label, answer.target.model, messages, tool_defs,
                             response.usage.prompt_tokens)
         calls = response.tool_calls
+        if response.unfinished and not finalize and state.tool_rounds < request.max_iterations:
+            # The provider paused its own turn (a long server tool of its own): call again with the turn as it
+            # stands, which the provider continues; a round of the loop's cap, so it cannot go on for ever.
+            transcript.append(response.message)
+            state.tool_rounds += 1
+            continue
         if finalize or not calls:
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             finish = "stop" if calls else response.finish_reason

@@ -211,6 +211,7 @@ def _response(native: Any) -> ModelResponse:
         usage=parse_usage(native.get("usage")),
         model=reported_model(native.get("model")),
         id=response_id,
+        unfinished=stop_reason == "pause_turn" and not tool_calls,
     )
 
 

@@ -241,3 +241,14 @@ def test_bearer_token_x_api_key_and_the_anthropic_model_list(gateway: Gateway) -
                        headers=[("x-api-key", KEY), ("x-api-key", "other"), ("anthropic-version", "2023-06-01")],
                        json={"model": "solo_primary", "max_tokens": 5, "messages": ASK})
     assert twice.status_code == 400 and "x-api-key" in twice.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_pause_turn_is_continued_in_the_gateway(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                             stream: bool) -> None:
+    fakes["claude"].queue(Reply(text="Searching the web.", finish="pause_turn"), Reply(text="Found it."))
+    message = ask(gateway, stream, model="solo_claude")
+    assert message.stop_reason == "end_turn"
+    assert message.content[-1].text == "Searching the web.\n\nFound it."  # type: ignore[union-attr]
+    second = fakes["claude"].requests[1].body["messages"]
+    assert second[-1]["role"] == "assistant" and "Searching the web." in orjson.dumps(second[-1]).decode()
