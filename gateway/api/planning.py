@@ -1,14 +1,19 @@
-"""The route a request names, and the client tools it may bring to it: the same rules on every surface."""
+"""The route a request names, the client tools it may bring to it, and starting its loop: the same on every surface."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
+from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.config.model import ApiKey
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.governance.access import visible_routes
-from gateway.loop.engine import server_tool_names
+from gateway.loop.artifacts import reattach
+from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
+from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
 
 
@@ -31,3 +36,27 @@ def refuse_name_clashes(runtime: Runtime, plan: RoutePlan, tools: list[dict[str,
         if tool["function"]["name"] in server:
             raise bad_request(f"{kind} {quoted(tool['function']['name'])} has the name of a server "
                               f"tool of model {quoted(model)}; rename it", f"tools[{index}]")
+
+
+async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages: list[Message],
+                     client_tools: list[ToolDef], tool_choice: Any, params: dict[str, Any],
+                     max_tool_iterations: int | None, headless: bool, stream: bool, deadline: float,
+                     native: NativeRequest | None = None) -> AsyncIterator[LoopEvent]:
+    """A new loop for the authenticated, allowed caller (not a resume): admitted, artifacts put back, watched.
+
+    ``max_tool_iterations`` is the caller's cap, never above the route's.
+    """
+    key = work.key
+    assert key is not None, "authenticate first"
+    await work.admit(work.incoming.body_bytes)
+    if plan.needs_artifacts:
+        await reattach(runtime.store, key.tenant, messages)
+    max_iterations = plan.max_tool_iterations
+    if max_tool_iterations is not None:
+        max_iterations = min(max_iterations, max_tool_iterations)
+    loop_request = LoopRequest(
+        plan=plan, messages=list(messages), client_tools=client_tools, tool_choice=tool_choice, params=params,
+        max_iterations=max_iterations, headless=headless, tenant=key.tenant, stream=stream, deadline=deadline,
+        key_id=key.id, key_name=key.name, allowed_tools=key.tools, native=native)
+    work.watch(loop_request)
+    return run_loop(loop_request, runtime.deps)

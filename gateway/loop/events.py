@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -75,3 +76,27 @@ def answering_model(event: LoopEvent) -> str | None:
     if isinstance(event, Finished):
         return event.result.model or None
     return None
+
+
+async def until_answering(events: AsyncIterator[LoopEvent]) -> tuple[list[LoopEvent], str | None]:
+    """The first events of a stream, pulled before its 200: up to the one naming the answering model.
+
+    A request that fails before any output so gets a real status, and the first frame names the
+    model; progress notices before the first call wait with it. The events are closed on a failure.
+    """
+    first: list[LoopEvent] = []
+    model: str | None = None
+    try:
+        while model is None:
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                break
+            first.append(event)
+            model = answering_model(event)
+            if not isinstance(event, Notice):
+                break
+    except BaseException:
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    return first, model

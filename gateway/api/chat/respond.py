@@ -14,7 +14,7 @@ from gateway.errors import GatewayError
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
-from gateway.loop.events import Notice, answering_model
+from gateway.loop.events import until_answering
 from gateway.observability import metrics
 
 
@@ -38,20 +38,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
     # Pull the first events before answering, so a request that fails before any byte (every
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
     # first chunk already names the answering model (progress notices before the first call wait).
-    first: list[LoopEvent] = []
-    model: str | None = None
-    try:
-        while model is None:
-            event = await anext(events, None)
-            if event is None:
-                break
-            first.append(event)
-            model = answering_model(event)
-            if not isinstance(event, Notice):
-                break
-    except BaseException:
-        await events.aclose()  # type: ignore[attr-defined]
-        raise
+    first, model = await until_answering(events)
     encoder = ChunkEncoder(response_id, model or route, route)
 
     async def on_close() -> None:

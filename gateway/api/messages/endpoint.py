@@ -19,7 +19,7 @@ from gateway.api.messages.errors import anthropic_error
 from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request
 from gateway.api.messages.respond import respond_message
-from gateway.api.planning import refuse_name_clashes, route_of
+from gateway.api.planning import refuse_name_clashes, route_of, start_loop
 from gateway.api.resume import resume_paused
 from gateway.api.runtime import Runtime
 from gateway.canonical import Message
@@ -27,9 +27,7 @@ from gateway.http.body import read_json
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.loop.artifacts import reattach
 from gateway.loop.continuations import may_resume_way_a
-from gateway.loop.engine import LoopRequest, run_loop
 from gateway.loop.pairing import ToolResult
 from gateway.routing.routes import RoutePlan
 
@@ -75,19 +73,10 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
                                           follow_up=follow_up)
             events = resumed.events
         else:
-            await work.admit(incoming.body_bytes)
-            if plan.needs_artifacts:
-                await reattach(runtime.store, key.tenant, parsed.messages)
-            max_iterations = plan.max_tool_iterations
-            if parsed.max_tool_iterations is not None:
-                max_iterations = min(max_iterations, parsed.max_tool_iterations)
-            loop_request = LoopRequest(
-                plan=plan, messages=list(parsed.messages), client_tools=parsed.tools, tool_choice=parsed.tool_choice,
-                params=parsed.params, max_iterations=max_iterations, headless=headless, tenant=key.tenant,
-                stream=parsed.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                allowed_tools=key.tools, native=parsed.native)
-            work.watch(loop_request)
-            events = run_loop(loop_request, runtime.deps)
+            events = await start_loop(runtime, work, plan, messages=parsed.messages, client_tools=parsed.tools,
+                                      tool_choice=parsed.tool_choice, params=parsed.params,
+                                      max_tool_iterations=parsed.max_tool_iterations, headless=headless,
+                                      stream=parsed.stream, deadline=deadline, native=parsed.native)
         work.show_limits()
         if parsed.stream:
             return await respond_message(work.settled_at_end(events), True, parsed.model, parsed.show_server_tools,

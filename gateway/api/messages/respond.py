@@ -13,7 +13,7 @@ from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder, error_frame
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.loop.events import LoopEvent, Notice, answering_model
+from gateway.loop.events import LoopEvent, until_answering
 
 
 async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route: str, show_server_tools: bool,
@@ -36,21 +36,7 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
         return JSONResponse(orjson.dumps(builder.message()), raw_headers=headers)
     # The first events are pulled before answering: a request that fails before any output gets a
     # real status (and the SDK its exception class), and ``message_start`` names the answering model.
-    first: list[LoopEvent] = []
-    model: str | None = None
-    try:
-        while model is None:
-            try:
-                event = await anext(events)
-            except StopAsyncIteration:
-                break
-            first.append(event)
-            model = answering_model(event)
-            if not isinstance(event, Notice):
-                break
-    except BaseException:
-        await events.aclose()  # type: ignore[attr-defined]
-        raise
+    first, model = await until_answering(events)
     builder = MessageBuilder(model or route, route, True, show_server_tools)
 
     async def frames() -> AsyncIterator[bytes]:
