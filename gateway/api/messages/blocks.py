@@ -32,7 +32,8 @@ from gateway.errors import bad_request, quoted
 SERVER_NAME = "loopgate"
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """A JSON value's kind for an error message (``an object``, ``null``): never the value itself."""
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -46,7 +47,7 @@ def _block(value: Any, where: str) -> dict[str, Any]:
 def _text(block: dict[str, Any], where: str) -> str:
     text = block.get("text")
     if not isinstance(text, str):
-        raise bad_request(f"{where}.text: a text block needs a string 'text', not {_kind(text)}", f"{where}.text")
+        raise bad_request(f"{where}.text: a text block needs a string 'text', not {kind_of(text)}", f"{where}.text")
     return text
 
 
@@ -66,7 +67,7 @@ def system_message(system: Any) -> Message | None:
     if system is None or system == "" or system == []:
         return None
     if not isinstance(system, str | list):
-        raise bad_request(f"system: must be a string or an array of text blocks, not {_kind(system)}", "system")
+        raise bad_request(f"system: must be a string or an array of text blocks, not {kind_of(system)}", "system")
     text = system if isinstance(system, str) else _system_text(system, "system")
     return {"role": "system", "content": text, "anthropic_content": system}
 
@@ -142,7 +143,7 @@ def _tool_result(block: dict[str, Any], where: str) -> Message:
             texts.append(part["text"] if part["type"] == "text" else "[an image this model cannot see was left out]")
         text = "\n".join(texts)
     else:
-        raise bad_request(f"{where}.content: must be a string or an array of blocks, not {_kind(content)}",
+        raise bad_request(f"{where}.content: must be a string or an array of blocks, not {kind_of(content)}",
                           f"{where}.content")
     return {"role": "tool", "tool_call_id": tool_use_id, "content": text, "anthropic_content": [block]}
 
@@ -172,7 +173,7 @@ def _tool_call(block: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(name, str) or not name:
         raise bad_request(f"{where}.name: a tool_use block needs a string 'name'", f"{where}.name")
     if not isinstance(tool_input, dict):
-        raise bad_request(f"{where}.input: must be an object, not {_kind(tool_input)}", f"{where}.input")
+        raise bad_request(f"{where}.input: must be an object, not {kind_of(tool_input)}", f"{where}.input")
     arguments = orjson.dumps(tool_input).decode()
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
@@ -231,17 +232,17 @@ def _system_in_place(content: Any, where: str) -> Message:
 def canonical_messages(messages: Any) -> list[Message]:
     """The caller's ``messages`` in canonical form (400 naming the first wrong field)."""
     if not isinstance(messages, list) or not messages:
-        shown = "an empty array" if isinstance(messages, list) else _kind(messages)
+        shown = "an empty array" if isinstance(messages, list) else kind_of(messages)
         raise bad_request(f"messages: must be a non-empty array, not {shown}", "messages")
     out: list[Message] = []
     for position, message in enumerate(messages):
         where = f"messages.{position}"
         if not isinstance(message, dict):
-            raise bad_request(f"{where}: must be an object, not {_kind(message)}", where)
+            raise bad_request(f"{where}: must be an object, not {kind_of(message)}", where)
         role, content = message.get("role"), message.get("content")
         if not isinstance(content, str | list):
             raise bad_request(f"{where}.content: must be a string or an array of content blocks, not "
-                              f"{_kind(content)}", f"{where}.content")
+                              f"{kind_of(content)}", f"{where}.content")
         if role == "user":
             out.extend(_user(content, f"{where}.content"))
         elif role == "assistant":

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api.messages.blocks import canonical_messages, system_message
+from gateway.api.messages.blocks import canonical_messages, kind_of, system_message
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem
@@ -50,17 +50,12 @@ class MessagesRequest:
     headless: bool
 
 
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
-
-
 def _number(body: dict[str, Any], name: str) -> float | None:
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad_request(f"{name}: must be a number, not {_kind(value)}", name)
+        raise bad_request(f"{name}: must be a number, not {kind_of(value)}", name)
     return float(value)
 
 
@@ -73,7 +68,7 @@ def _tools(value: Any) -> tuple[list[ToolDef], list[str], list[dict[str, Any]]]:
     if value is None:
         return [], [], []
     if not isinstance(value, list):
-        raise bad_request(f"tools: must be an array, not {_kind(value)}", "tools")
+        raise bad_request(f"tools: must be an array, not {kind_of(value)}", "tools")
     if len(value) > MAX_TOOLS:
         raise bad_request(f"tools: at most {MAX_TOOLS} tools", "tools")
     canonical: list[ToolDef] = []
@@ -81,7 +76,7 @@ def _tools(value: Any) -> tuple[list[ToolDef], list[str], list[dict[str, Any]]]:
     for index, tool in enumerate(value):
         where = f"tools.{index}"
         if not isinstance(tool, dict):
-            raise bad_request(f"{where}: must be an object, not {_kind(tool)}", where)
+            raise bad_request(f"{where}: must be an object, not {kind_of(tool)}", where)
         name, kind = tool.get("name"), tool.get("type")
         if not isinstance(name, str) or not name:
             raise bad_request(f"{where}.name: a tool needs a non-empty string 'name'", f"{where}.name")
@@ -93,7 +88,7 @@ def _tools(value: Any) -> tuple[list[ToolDef], list[str], list[dict[str, Any]]]:
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
             raise bad_request(f"{where}.input_schema: a custom tool needs an object 'input_schema', not "
-                              f"{_kind(schema)}", f"{where}.input_schema")
+                              f"{kind_of(schema)}", f"{where}.input_schema")
         function: dict[str, Any] = {"name": name, "parameters": schema}
         description = tool.get("description")
         if description is not None:
@@ -130,10 +125,10 @@ def _effort(body: dict[str, Any]) -> str | None:
     """``thinking`` and ``output_config.effort`` as one ``reasoning_effort`` for the other formats."""
     thinking = body.get("thinking")
     if thinking is not None and not isinstance(thinking, dict):
-        raise bad_request(f"thinking: must be an object, not {_kind(thinking)}", "thinking")
+        raise bad_request(f"thinking: must be an object, not {kind_of(thinking)}", "thinking")
     config = body.get("output_config")
     if config is not None and not isinstance(config, dict):
-        raise bad_request(f"output_config: must be an object, not {_kind(config)}", "output_config")
+        raise bad_request(f"output_config: must be an object, not {kind_of(config)}", "output_config")
     effort = (config or {}).get("effort")
     if effort is not None and not isinstance(effort, str):
         raise bad_request("output_config.effort: must be a string", "output_config.effort")
@@ -185,7 +180,7 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
             params["stop"] = stops
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        raise bad_request(f"metadata: must be an object, not {_kind(metadata)}", "metadata")
+        raise bad_request(f"metadata: must be an object, not {kind_of(metadata)}", "metadata")
     effort = _effort(body)
     if effort is not None:
         params["reasoning_effort"] = effort
@@ -201,7 +196,7 @@ def _options(body: dict[str, Any]) -> tuple[int | None, bool]:
     if options is None:
         return None, False
     if not isinstance(options, dict):
-        raise bad_request(f"gateway: must be an object, not {_kind(options)}", "gateway")
+        raise bad_request(f"gateway: must be an object, not {kind_of(options)}", "gateway")
     limit = options.get("max_tool_iterations")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise bad_request("gateway.max_tool_iterations: must be a non-negative integer", "gateway.max_tool_iterations")
@@ -213,11 +208,11 @@ def _options(body: dict[str, Any]) -> tuple[int | None, bool]:
 
 def parse_messages_request(body: Any, beta_header: str = "") -> MessagesRequest:
     if not isinstance(body, dict):
-        raise bad_request(f"the request body must be a JSON object, not {_kind(body)}")
+        raise bad_request(f"the request body must be a JSON object, not {kind_of(body)}")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("model: a non-empty string is required" if model is None
-                          else f"model: must be a non-empty string, not {_kind(model)}", "model")
+                          else f"model: must be a non-empty string, not {kind_of(model)}", "model")
     max_tokens = body.get("max_tokens")
     if max_tokens is None:
         raise bad_request("max_tokens: Field required", "max_tokens")
@@ -227,7 +222,7 @@ def parse_messages_request(body: Any, beta_header: str = "") -> MessagesRequest:
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise bad_request(f"stream: must be a boolean, not {_kind(stream)}", "stream")
+        raise bad_request(f"stream: must be a boolean, not {kind_of(stream)}", "stream")
     messages = canonical_messages(body.get("messages"))
     system = system_message(body.get("system"))
     if system is not None:
