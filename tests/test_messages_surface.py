@@ -14,7 +14,7 @@ import pytest
 from gateway.api.messages import signature
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder
-from gateway.api.messages.request import parse_messages_request
+from gateway.api.messages.request import MAX_BETAS, MAX_STOP_SEQUENCES, MAX_TOOLS, parse_messages_request
 from gateway.canonical import Answering, ReasoningDelta, ReasoningSignature, RedactedReasoning, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopResult, ToolFinished, ToolStarted
@@ -191,3 +191,16 @@ def test_rate_limit_headers_get_their_anthropic_twins() -> None:
     assert out[b"anthropic-ratelimit-requests-remaining"] == b"59"
     reset = datetime.fromisoformat(out[b"anthropic-ratelimit-requests-reset"].decode().replace("Z", "+00:00"))
     assert 80 <= (reset - datetime.now(UTC)).total_seconds() <= 91
+
+
+def test_caller_counts_are_bounded() -> None:
+    base = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    tool = {"name": "t", "input_schema": {"type": "object"}}
+    with pytest.raises(GatewayError) as tools:
+        parse_messages_request({**base, "tools": [{**tool, "name": f"t{i}"} for i in range(MAX_TOOLS + 1)]})
+    assert tools.value.param == "tools"
+    with pytest.raises(GatewayError) as stops:
+        parse_messages_request({**base, "stop_sequences": ["s"] * (MAX_STOP_SEQUENCES + 1)})
+    assert stops.value.param == "stop_sequences"
+    many = parse_messages_request(base, ",".join(f"beta-{i}" for i in range(10_000)))
+    assert len(many.native.headers["anthropic-beta"].split(",")) == MAX_BETAS

@@ -35,18 +35,18 @@ from gateway.upstream.errors import ProviderError
 
 PATH = "/v1/messages/count_tokens"
 # count_tokens takes no max_tokens; the parser wants one (it is the same parser as /v1/messages).
-_PLACEHOLDER_MAX_TOKENS = 1
+_STAND_IN_MAX_TOKENS = 1
 
 
 async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     use_api_key(work.incoming)
     key = work.authenticate()
     body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
-    placeholder = isinstance(body, dict) and "max_tokens" not in body
-    if placeholder:
-        body = {**body, "max_tokens": _PLACEHOLDER_MAX_TOKENS}
+    without_max = isinstance(body, dict) and "max_tokens" not in body
+    if without_max:
+        body = {**body, "max_tokens": _STAND_IN_MAX_TOKENS}
     parsed = parse_messages_request(body, betas_of(work.incoming))
-    if placeholder:
+    if without_max:
         del parsed.native.fields["max_tokens"]
     plan = route_of(runtime, key, parsed.model)
     work.allow(plan)
