@@ -266,12 +266,12 @@ def test_a_revoked_askers_paused_work_does_not_go_on(pair: tuple[Gateway, Gatewa
                         key=created["key"]).json()["gateway"]
     assert admin("DELETE", first, f"/admin/keys/{created['id']}").status_code == 200
     decision = {"decisions": [{"tool_call_id": paused["pending"][0]["tool_call_id"], "approve": True}]}
-
-    def refused() -> bool:
-        answer = second.post(f"/v1/continuations/{paused['continuation_id']}", decision, key="reviewer-key")
-        return answer.status_code == 403 and answer.json()["error"]["code"] == "asker_key_revoked"
-
-    wait_for(refused, 5, "the revoked asker's resume refused")
+    # The revoke reaches the second replica with its next key snapshot: decide once it has (deciding
+    # earlier would resume the work, and every later try would be a 409, not the refusal under test).
+    wait_for(lambda: httpx.get(f"{second.url}/v1/models", headers={"authorization": f"Bearer {created['key']}"},
+                               timeout=10).status_code == 401, 5, "the revoke seen by the second replica")
+    answer = second.post(f"/v1/continuations/{paused['continuation_id']}", decision, key="reviewer-key")
+    assert answer.status_code == 403 and answer.json()["error"]["code"] == "asker_key_revoked", answer.text
 
 
 # -- admin calls are recorded and audited ------------------------------------------------------
