@@ -254,7 +254,15 @@ def raw_headers(verdict: Decision) -> list[tuple[bytes, bytes]]:
 
 
 def _headers(limit_r: int, level_r: float, limit_t: int, level_t: float) -> list[tuple[bytes, bytes]]:
-    """The headers of the tightest buckets' levels (a limit of 0: that kind is not limited)."""
+    """The headers of the tightest buckets' levels (a limit of 0: that kind is not limited).
+
+    A level is shown clamped to its limit: whatever a limiter reports, ``remaining`` never says more
+    than the limit.
+    """
+    if level_r > limit_r:
+        level_r = limit_r
+    if level_t > limit_t:
+        level_t = limit_t
     if limit_r and limit_t:  # the common case in one list
         return [(b"x-ratelimit-limit-requests", b"%d" % limit_r),
                 (b"x-ratelimit-remaining-requests", b"%d" % level_r if level_r > 0 else b"0"),

@@ -385,3 +385,43 @@ async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_
     assert dict(again.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 4)
     await _finish(again)
     assert successor.in_flight == 0
+
+
+async def test_a_given_back_estimate_never_lifts_a_bucket_above_its_limit(
+        replicas: tuple[RedisRateLimiter, ...], redis_raw: aioredis.Redis) -> None:
+    """Regression (issue 29): an estimate far above the usage is given back as a negative correction
+    that rides along with the replica's next script call; it was added after the refill's cap, so a
+    bucket that had refilled meanwhile went past its limit (``x-ratelimit-remaining-tokens``
+    1,000,918 for a limit of 1,000,000 after an rpm burst on two replicas)."""
+    scope = LimitScope("key", "k_refund", 1000, 1_000_000, 0)
+    now = time.time()
+    for wave in range(3):
+        at = now + 2 * wave  # the bucket refills fully between waves (passed in: no sleeping)
+        # Estimates above a token slice: each take is a script call; the usage is 10 tokens.
+        big = await asyncio.gather(*(replicas[i % 2].admit("t", (scope,), 30_000, f"w{wave}b{i}", 60, at)
+                                     for i in range(6)))
+        for i, decision in enumerate(big):
+            assert decision.allowed
+            await replicas[i % 2].settle("t", (scope,), -29_990, f"w{wave}b{i}", decision.ticket)
+        # The next requests (the corrections ride along) see a full bucket, never more.
+        later = await asyncio.gather(*(replicas[i % 2].admit("t", (scope,), 10, f"w{wave}s{i}", 60, at + 1.9)
+                                       for i in range(40)))
+        for decision in [*big, *later]:
+            assert decision.allowed and decision.level_t <= 1_000_000 and decision.level_r <= 1000
+            assert decision.tokens is not None and decision.tokens.remaining <= 1_000_000
+            shown = dict(raw_headers(decision))
+            assert int(shown[b"x-ratelimit-remaining-tokens"]) <= 1_000_000
+            assert int(shown[b"x-ratelimit-remaining-requests"]) <= 1000
+    assert await _level(redis_raw, scope, b"t") <= 1_000_000
+
+
+async def test_memory_refund_never_lifts_a_bucket_above_its_limit() -> None:
+    from gateway.store.limits.memory import MemoryRateLimiter
+
+    limiter = MemoryRateLimiter()
+    scope = LimitScope("key", "k_mem", 0, 1000, 0)
+    now = time.time()
+    taken = limiter.admit("t", (scope,), 10, "a", 60, now)
+    limiter.settle("t", (scope,), -500, "a", taken.ticket)  # more given back than was taken
+    assert limiter._buckets[("key", "k_mem")][1] <= 1000
+    assert limiter.admit("t", (scope,), 1, "b", 60, now).level_t <= 1000

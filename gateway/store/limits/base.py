@@ -113,7 +113,7 @@ def decision(scopes: tuple[LimitScope, ...], reply: list[Any]) -> Decision:
 
 def _window(limit: int, level: float) -> Window:
     """``remaining`` whole units left, ``reset_s`` until the bucket is full again."""
-    return Window(limit, int(level) if level > 0 else 0, reset_seconds(limit, level))
+    return Window(limit, min(limit, int(level)) if level > 0 else 0, reset_seconds(limit, level))
 
 
 def reset_seconds(limit: int, level: float) -> float:

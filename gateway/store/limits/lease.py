@@ -138,5 +138,11 @@ class Lease:
         return bool(self.requests >= 1 or self.tokens >= 1 or self.slots or self.debt or self.in_flight)
 
     def remaining(self) -> tuple[float, float]:
-        """The levels the headers show: Redis's at the last call plus the unspent slice (approximate)."""
-        return self.level_r + self.requests, self.level_t + self.tokens
+        """The levels the headers show: Redis's at the last call plus the unspent slice (approximate).
+
+        Redis refills its bucket up to the limit while this process still holds a slice taken from
+        it, so the sum can pass the limit: it is capped there (a remaining count above its limit
+        says nothing true).
+        """
+        scope = self.scope
+        return min(scope.rpm, self.level_r + self.requests), min(scope.tpm, self.level_t + self.tokens)

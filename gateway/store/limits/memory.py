@@ -57,7 +57,7 @@ class MemoryRateLimiter(RateLimiter):
         for scope in scopes:
             if scope.tpm and extra_tokens:
                 level = self._refill(scope, now)
-                level[1] -= extra_tokens
+                level[1] = min(float(scope.tpm), level[1] - extra_tokens)  # a refund never passes the limit
                 self._buckets[(scope.kind, scope.ident)] = level
             if scope.max_concurrent:
                 self._slots.get((scope.kind, scope.ident), {}).pop(member, None)

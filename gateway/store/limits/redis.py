@@ -100,8 +100,8 @@ class RedisRateLimiter(RateLimiter):
             lease = leases[0]
             if lease.take_if_covered(tokens, time.monotonic()):
                 scope = lease.scope
-                return Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm,
-                                lease.level_t + lease.tokens, None, None, 0.0, False, lease)
+                return Decision(True, scope.rpm, min(scope.rpm, lease.level_r + lease.requests), scope.tpm,
+                                min(scope.tpm, lease.level_t + lease.tokens), None, None, 0.0, False, lease)
             return self._admit_remote(tenant, scopes, leases, tokens, member, lease_s, now)
         for lease in leases:
             if not lease.covers(tokens):
@@ -207,11 +207,13 @@ class RedisRateLimiter(RateLimiter):
         if head is None and len(leases) == 1:  # the common case, without the search for the tightest scope
             lease = leases[0]
             scope = lease.scope
-            verdict = Decision(True, scope.rpm, lease.level_r + lease.requests, scope.tpm, lease.level_t + lease.tokens)
+            verdict = Decision(True, scope.rpm, min(scope.rpm, lease.level_r + lease.requests), scope.tpm,
+                               min(scope.tpm, lease.level_t + lease.tokens))
         else:
             levels: list[Any] = [1, 0, 0, 0.0] if head is None else head
             for lease in leases:
-                levels += (lease.level_r + lease.requests, lease.level_t + lease.tokens)
+                scope = lease.scope
+                levels += (min(scope.rpm, lease.level_r + lease.requests), min(scope.tpm, lease.level_t + lease.tokens))
             verdict = decision(scopes, levels)
         verdict.ticket = (leases, exact)
         return verdict

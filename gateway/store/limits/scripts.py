@@ -30,7 +30,9 @@ for i = 1, n do
   local v = redis.call('HMGET', KEYS[2 * i - 1], 'r', 't', 'ts')
   local elapsed = math.max(0, now - (tonumber(v[3]) or now))
   p.r = math.min(rpm, (tonumber(v[1]) or rpm) + elapsed * rpm / 60)
-  p.t = math.min(tpm, (tonumber(v[2]) or tpm) + elapsed * tpm / 60) - p[10]
+  -- The correction (p[10], negative: an estimate given back) is applied before the cap: a bucket that
+  -- refilled while it waited must not rise past its limit.
+  p.t = math.min(tpm, (tonumber(v[2]) or tpm) + elapsed * tpm / 60 - p[10])
   p.card = 0
   s[i] = p
   if verdict == 1 then
@@ -96,7 +98,7 @@ for i = 1, #KEYS / 2 do
   if tpm > 0 and extra ~= 0 then
     local v = redis.call('HMGET', KEYS[2 * i - 1], 't', 'ts')
     local elapsed = math.max(0, now - (tonumber(v[2]) or now))
-    local t = math.min(tpm, (tonumber(v[1]) or tpm) + elapsed * tpm / 60) - extra
+    local t = math.min(tpm, (tonumber(v[1]) or tpm) + elapsed * tpm / 60 - extra)  -- a refund never passes the limit
     redis.call('HSET', KEYS[2 * i - 1], 't', tostring(t), 'ts', ARGV[1])
     redis.call('PEXPIRE', KEYS[2 * i - 1], 120000)
   end
