@@ -44,7 +44,9 @@ tenants:
 """, env={})
     first, second = config.auth.keys
     assert first.name == "team-a-0" and first.role == "caller" and first.models is None
-    assert first.id == "cfg_" + hashlib.sha256(b"secret-a").hexdigest()[:16]
+    # Regression (issue 29): the id was the plain SHA-256 of the secret, testable offline against guesses.
+    assert first.id.startswith("cfg_") and len(first.id) == 20 and first.id != second.id
+    assert first.id != "cfg_" + hashlib.sha256(b"secret-a").hexdigest()[:16]
     assert "secret" not in first.id and first.rpm is None and first.budget is None and not first.managed
     assert (second.name, second.role, second.models) == ("reporting", "approver", ("smart", "openai/*"))
     assert (second.rpm, second.tpm, second.max_concurrent, second.headless) == (60, 10000, 4, True)
@@ -82,6 +84,15 @@ def test_admin_keys_alone_switch_auth_on() -> None:
      "must differ"),
     ("auth: {admin_keys: [{key: '', name: ops}]}", "auth.admin_keys[0].key", "is empty"),
     ("auth: {admin_keys: [{key: x, role: approver}]}", "auth.admin_keys[0].role", "unknown key"),
+    # Regression (issue 29): valid ISO 8601, but in year 10000 once in UTC (the create was a 500, every
+    # listing after it too).
+    ("auth: {keys: [{key: a, tenant: t, expires_at: '9999-12-31T23:59:59-12:00'}]}", "auth.keys[0].expires_at",
+     "9999-12-31T23:59:59Z"),
+    ("auth: {keys: [{key: a, tenant: t, expires_at: '0001-01-01T00:00:00+14:00'}]}", "auth.keys[0].expires_at",
+     "between 1970-01-01"),
+    ("auth: {key_retention_days: -1}", "auth.key_retention_days", "between 0 and"),
+    ("auth: {key_retention_days: .nan}", "auth.key_retention_days", "between 0 and"),
+    ("auth: {key_id_secret: short}", "auth.key_id_secret", "at least 16"),
 ])
 def test_key_mistakes_name_their_key(auth: str, path: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -101,3 +112,40 @@ def test_tenant_mistakes_name_their_key(tenants: str, path: str, words: str) -> 
         parse("", tenants + "\n")
     assert caught.value.path == path, str(caught.value)
     assert words in str(caught.value)
+
+
+def test_retention_and_id_secret_defaults() -> None:
+    config = parse_config(BASE + "auth: {keys: [{key: a, tenant: t, expires_at: '9999-12-31T23:59:59Z'}]}\n", env={})
+    assert config.auth.key_retention_s == 7 * 86_400 and config.auth.key_id_secret == ""
+    assert config.auth.keys[0].expires_at == 253402300799.0
+    tuned = parse_config(BASE + "auth: {key_retention_days: 0.5, key_id_secret: a-long-enough-secret}\n", env={})
+    assert tuned.auth.key_retention_s == 43_200
+
+
+def test_config_key_ids_are_a_keyed_hmac_stable_for_one_id_key() -> None:
+    from gateway.config.keys_section import config_key_id, secret_id_key
+
+    auth = "auth: {key_id_secret: a-long-enough-secret, keys: [{key: secret-a, tenant: t}]}\n"
+    one, two = parse_config(BASE + auth, env={}), parse_config(BASE + auth, env={})
+    assert one.auth.keys[0].id == two.auth.keys[0].id == config_key_id("secret-a", secret_id_key("a-long-enough-secret"))
+    other = parse_config(BASE + auth.replace("a-long-enough-secret", "another-long-secret"), env={})
+    assert other.auth.keys[0].id != one.auth.keys[0].id
+
+
+async def test_the_id_key_comes_from_the_config_the_store_or_the_admin_keys() -> None:
+    import dataclasses
+
+    from gateway.governance.key_ids import id_key, with_key_ids
+    from gateway.store.keys.memory import MemoryKeyStore
+
+    config = parse_config(BASE + "auth: {admin_keys: [{key: adm-secret-1, name: ops}], keys: [{key: a, tenant: t}]}\n",
+                          env={})
+    store = MemoryKeyStore()
+    # memory://: from the admin keys, the same after a restart (a new store) while they stay.
+    first = await id_key(config.auth, store, shared=False)
+    assert first == await id_key(config.auth, MemoryKeyStore(), shared=False)
+    assert with_key_ids(config, first).auth.keys[0].id == with_key_ids(config, first).auth.keys[0].id
+    rotated = dataclasses.replace(config.auth, admin_keys=())
+    assert await id_key(rotated, store, shared=False) != first  # random: nothing stable to derive from
+    configured = dataclasses.replace(config.auth, key_id_secret="a-long-enough-secret")
+    assert await id_key(configured, store, shared=False) == await id_key(configured, store, shared=True)

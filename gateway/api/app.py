@@ -59,7 +59,7 @@ async def list_models(request: Request, runtime: Runtime, work: Work) -> JSONRes
     anthropic = b"anthropic-version" in incoming.headers
     if anthropic:
         use_api_key(incoming)
-    key = work.authenticate()
+    key = await work.authenticate()
     created = request.app.state.started
     names = visible_routes(key, runtime.routes.names())
     if anthropic:

@@ -21,6 +21,7 @@ Admission is held for the whole life of the work and settled exactly once with i
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import check_model_access
 from gateway.governance.admission import Admission, RateLimits
+from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import request_id, scope_request_id
@@ -52,11 +54,13 @@ ErrorRenderer = Callable[[GatewayError, list[tuple[bytes, bytes]] | None], Any]
 class Lifecycle:
     """The services a request goes through, built once per worker (``Runtime.start``)."""
 
-    __slots__ = ("admin_keys", "keys", "limits", "usage")
+    __slots__ = ("admin_keys", "keys", "limits", "lookup", "usage")
 
     def __init__(self, keys: KeyRing, admin_keys: dict[bytes, AdminKey], limits: RateLimits,
-                 usage: Metering) -> None:
+                 usage: Metering, lookup: KeyLookup | None = None) -> None:
         self.keys = keys
+        #: a shared store: secrets the ring lacks are looked up there before a 401 (key_lookup.py)
+        self.lookup = lookup
         self.admin_keys = admin_keys
         self.limits = limits
         self.usage = usage
@@ -96,17 +100,35 @@ class Work:
         self.slot: Admission | None = None
 
     # -- who ------------------------------------------------------------------------------------
-    def authenticate(self) -> ApiKey:
+    async def authenticate(self) -> ApiKey:
         """The caller's key (401 for an unknown, revoked or expired one); the work is charged to it.
 
-        Once per work: a handler that hands the request on to another (a fallback) gets the same key.
+        A secret this replica's snapshot lacks is looked up in a shared store first (a key created
+        on another replica a moment ago). Once per work: a handler that hands the request on to
+        another (a fallback) gets the same key.
         """
         if self.key is not None:
             return self.key
         lifecycle = self.lifecycle
-        key = self.key = self.exchange.key = authenticate(self.incoming.authorization, lifecycle.keys)
+        try:
+            key = authenticate(self.incoming.authorization, lifecycle.keys)
+        except GatewayError as exc:
+            key = await self._look_up(exc)
+        self.key = self.exchange.key = key
         self.meter = self.exchange.meter = lifecycle.usage.meter(key)
         return key
+
+    async def _look_up(self, refused: GatewayError) -> ApiKey:
+        """The key of a secret the ring lacks, from the store; ``refused`` (the 401) when there is none."""
+        lookup = self.lifecycle.lookup
+        header = self.incoming.authorization
+        if refused.status != 401 or lookup is None or not header:
+            raise refused
+        _, _, token = header.partition(" ")
+        found = await lookup.resolve(token.strip())
+        if found is None or (found.expires_at is not None and found.expires_at <= time.time()):
+            raise refused
+        return found
 
     def authenticate_admin(self) -> AdminKey:
         """An ``auth.admin_keys`` key (404 when the admin API is off, 401 otherwise); recorded by name."""

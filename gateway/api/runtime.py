@@ -15,6 +15,8 @@ from gateway.canonical import ToolCall
 from gateway.config.model import AdminKey, Config
 from gateway.context import ContextGuard
 from gateway.governance.admission import RateLimits
+from gateway.governance.key_ids import id_key, with_key_ids
+from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.key_sync import KeySync
 from gateway.governance.keys import KeyRing
 from gateway.loop.continuations import Continuations
@@ -84,6 +86,9 @@ class Runtime:
             # Not fatal: the gateway serves what needs no store, answers 503 store_unavailable for
             # what does, and /readyz reports not ready until the store answers.
             log.warning("the %s store is not usable at start-up: %s", store.kind, problem)
+        key_store = open_key_store(store, config.auth.key_retention_s)
+        # Config key ids are keyed by the deployment's id key (a salt in a shared store, or configured).
+        config = with_key_ids(config, await id_key(config.auth, key_store, shared=store.kind == "redis"))
         pool = UpstreamPool(config.providers)
         tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
         tools = await ToolRegistry.from_config(config.tools, tool_session)
@@ -103,11 +108,12 @@ class Runtime:
                         audit=continuations.audit_denial, run_approved=continuations.ledgered,
                         context=ContextGuard(), route_lookup=routes.lookup)
         keys = KeyRing(config.auth.keys, config.auth.enabled)
-        key_store = open_key_store(store)
         # Only a shared store can change behind this process's back: memory needs no polling.
         key_sync = KeySync(key_store, keys, poll=store.kind == "redis")
         await key_sync.start()
         admin_keys = admin_ring(config.auth.admin_keys)
+        # A key created on another replica is found in the store before a 401 (memory: the ring is the store).
+        lookup = KeyLookup(key_store, keys) if store.kind == "redis" and config.auth.enabled else None
         limits = RateLimits(open_limiter(store), config)
         usage = start_metering(config, store)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
@@ -116,7 +122,7 @@ class Runtime:
                    key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
                    background=BackgroundRunner(open_background(store), config.background,
                                                config.store.continuation_ttl_s),
-                   lifecycle=Lifecycle(keys, admin_keys, limits, usage))
+                   lifecycle=Lifecycle(keys, admin_keys, limits, usage, lookup))
 
     async def stop(self) -> None:
         await self.background.aclose()

@@ -6,16 +6,19 @@ The field rules live here once and serve both the YAML config and the admin API
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
+import hmac
 import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from gateway.config.approval_section import key_tools
 from gateway.config.checks import ConfigError, get, mapping, type_name
 
-AUTH_KEYS = {"keys", "admin_keys"}
+AUTH_KEYS = {"keys", "admin_keys", "key_retention_days", "key_id_secret"}
 API_KEY_KEYS = {"key", "tenant", "headless", "name", "role", "models", "rpm", "tpm", "max_concurrent", "budget",
                 "expires_at", "tools"}
 ADMIN_KEY_KEYS = {"key", "name"}
@@ -53,9 +56,9 @@ class Limits:
 class ApiKey:
     """A caller key: from ``auth.keys`` (``key`` holds the secret) or managed (``key`` empty, ``managed`` true).
 
-    ``id`` is stable and public: ``cfg_`` + 16 hex of the secret's SHA-256 for config keys, ``key_...``
-    for managed ones. ``models`` is the allow-list of routes (``None``: every route); an entry
-    ``PROVIDER/*`` allows direct ``PROVIDER/MODEL`` calls to that provider.
+    ``id`` is stable and public: ``cfg_`` + 16 hex of a keyed HMAC of the secret for config keys
+    (governance/key_ids.py), ``key_...`` for managed ones. ``models`` is the allow-list of routes
+    (``None``: every route); an entry ``PROVIDER/*`` allows direct ``PROVIDER/MODEL`` calls to that provider.
     """
 
     key: str
@@ -105,10 +108,19 @@ class TenantConfig:
         return Limits(self.rpm, self.tpm, self.max_concurrent)
 
 
+#: revoked or expired managed keys are kept this long, then purged (``auth.key_retention_days``)
+DEFAULT_KEY_RETENTION_DAYS = 7.0
+MAX_KEY_RETENTION_DAYS = 3650.0
+
+
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     keys: tuple[ApiKey, ...] = ()
     admin_keys: tuple[AdminKey, ...] = ()
+    #: how long a revoked or expired managed key's record stays (``GET /admin/keys/{id}``) before it is purged
+    key_retention_s: float = DEFAULT_KEY_RETENTION_DAYS * 86_400
+    #: the HMAC key of public key ids (empty: a random salt kept in the store; see governance/key_ids.py)
+    key_id_secret: str = field(default="", repr=False)
 
     @property
     def enabled(self) -> bool:
@@ -116,6 +128,8 @@ class AuthConfig:
         return bool(self.keys or self.admin_keys)
 
 
+#: ``auth.key_id_secret`` shorter than this is refused
+MIN_ID_SECRET_CHARS = 16
 #: ``rpm``, ``tpm`` and ``max_concurrent`` above this are typos, not limits
 MAX_LIMIT = 1_000_000_000
 #: a budget above this (tokens or USD) is a typo
@@ -140,9 +154,21 @@ def secret_digest(secret: str) -> bytes:
     return state.digest()
 
 
-def config_key_id(secret: str) -> str:
-    """A config key's stable public id, derived from its secret's hash (the secret never appears)."""
-    return "cfg_" + secret_digest(secret).hex()[:16]
+KEY_ID_DOMAIN = b"loopgate key ids v2\x00"
+
+
+def config_key_id(secret: str, id_key: bytes) -> str:
+    """A config key's public id: ``cfg_`` + 16 hex digits of ``HMAC-SHA256(id_key, secret)``.
+
+    Keyed, so the id says nothing about the secret to whoever sees it (approver keys do); the id
+    key is the deployment's (governance/key_ids.py chooses it at start-up).
+    """
+    return "cfg_" + hmac.new(id_key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
+
+
+def secret_id_key(key_id_secret: str) -> bytes:
+    """The id key derived from ``auth.key_id_secret``."""
+    return hashlib.sha256(KEY_ID_DOMAIN + key_id_secret.encode("utf-8", "surrogatepass")).digest()
 
 
 def limit(section: dict[str, Any], key: str, path: str) -> int | None:
@@ -171,8 +197,17 @@ def budget(raw: Any, path: str) -> Budget | None:
     return Budget(limit=amount, unit=cast(BudgetUnit, unit), period=cast(BudgetPeriod, period))
 
 
+#: the range of an ``expires_at``, in UTC: whatever is stored can be shown as a date again
+EARLIEST_EXPIRY = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST_EXPIRY = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC)
+
+
 def expires_at(value: Any, path: str) -> float | None:
-    """ISO 8601 with a UTC offset (``2026-12-31T00:00:00Z``) as Unix seconds; YAML's own timestamps too."""
+    """ISO 8601 with a UTC offset (``2026-12-31T00:00:00Z``) as Unix seconds; YAML's own timestamps too.
+
+    In UTC it must fall between 1970-01-01 and 9999-12-31T23:59:59Z: ``9999-12-31T23:59:59-12:00`` is a
+    valid ISO string but a time in year 10000, which no view could show.
+    """
     if value is None:
         return None
     if isinstance(value, str):
@@ -184,10 +219,18 @@ def expires_at(value: Any, path: str) -> float | None:
         if value.tzinfo is None:
             # YAML parses '...Z' into a naive UTC datetime; a string without an offset is ambiguous.
             value = value.replace(tzinfo=dt.UTC)
-        return value.timestamp()
-    if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
-    raise ConfigError(path, f"must be an ISO 8601 UTC time like 2026-12-31T00:00:00Z, got {type_name(value)}")
+    elif isinstance(value, dt.date):
+        value = dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
+    else:
+        raise ConfigError(path, f"must be an ISO 8601 UTC time like 2026-12-31T00:00:00Z, got {type_name(value)}")
+    try:
+        # Comparing aware datetimes subtracts their offsets, which can overflow past year 9999.
+        in_range = EARLIEST_EXPIRY <= value <= LATEST_EXPIRY
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise ConfigError(path, "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z (in UTC)")
+    return value.timestamp()
 
 
 def label(value: Any, path: str, what: str) -> str:
@@ -276,7 +319,7 @@ def auth_section(raw: Any) -> AuthConfig:
         if name in names:
             raise ConfigError(f"{path}.name", f"duplicates the name of an earlier key ({name!r})")
         names.add(name)
-        parsed.append(ApiKey(key=key, tenant=tenant, id=config_key_id(key), name=name, **key_options(item, path)))
+        parsed.append(ApiKey(key=key, tenant=tenant, name=name, **key_options(item, path)))
     admins: list[AdminKey] = []
     for i, entry in enumerate(get(section, "admin_keys", "auth", list, [])):
         path = f"auth.admin_keys[{i}]"
@@ -284,7 +327,19 @@ def auth_section(raw: Any) -> AuthConfig:
         key = _secret(item, path, seen, "duplicates an earlier key (admin keys and caller keys must differ)")
         admins.append(AdminKey(key=key, name=label(get(item, "name", path, str, f"admin-{i}"), f"{path}.name",
                                                    "an admin key name")))
-    return AuthConfig(keys=tuple(parsed), admin_keys=tuple(admins))
+    days = get(section, "key_retention_days", "auth", float, DEFAULT_KEY_RETENTION_DAYS)
+    if not 0 <= days <= MAX_KEY_RETENTION_DAYS:  # also refuses nan
+        raise ConfigError("auth.key_retention_days", f"must be between 0 and {MAX_KEY_RETENTION_DAYS:g}, got {days}")
+    id_secret = get(section, "key_id_secret", "auth", str, "")
+    if id_secret and len(id_secret) < MIN_ID_SECRET_CHARS:
+        raise ConfigError("auth.key_id_secret", f"must be at least {MIN_ID_SECRET_CHARS} characters (it keys the "
+                                                "HMAC of public key ids: a short one can be guessed)")
+    # Final here when the id key is configured; otherwise keyed by a random one until the runtime
+    # knows the deployment's (governance/key_ids.py): never the secret's plain hash.
+    id_key = secret_id_key(id_secret) if id_secret else secrets.token_bytes(32)
+    parsed = [dataclasses.replace(item, id=config_key_id(item.key, id_key)) for item in parsed]
+    return AuthConfig(keys=tuple(parsed), admin_keys=tuple(admins), key_retention_s=days * 86_400,
+                      key_id_secret=id_secret)
 
 
 def tenants_section(raw: Any) -> dict[str, TenantConfig]:

@@ -8,6 +8,10 @@ never touches the store. An expiry needs no reload at all: ``authenticate`` comp
 
 While the store does not answer, the last snapshot stays in force (fail-static: known keys keep
 working, a revoke made elsewhere waits for the store) and the outage is logged once.
+
+The same task purges, every ``PURGE_INTERVAL_S``, the records revoked or expired longer ago than
+the store's retention (``auth.key_retention_days``); a create purges too. With ``memory://`` it
+only purges: nothing else can change the process's own keys.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from gateway.config.model import ApiKey
 from gateway.governance.keys import KeyRing
@@ -24,14 +29,19 @@ from gateway.store.keys.base import KeyStore, from_record
 log = logging.getLogger("loopgate.keys")
 
 POLL_INTERVAL_S = 0.25
+#: ended records past the retention are purged this often (each call removes at most PURGE_BATCH)
+PURGE_INTERVAL_S = 60.0
 
 
 class KeySync:
-    def __init__(self, store: KeyStore, ring: KeyRing, poll: bool, interval_s: float = POLL_INTERVAL_S) -> None:
+    def __init__(self, store: KeyStore, ring: KeyRing, poll: bool, interval_s: float = POLL_INTERVAL_S,
+                 purge_interval_s: float = PURGE_INTERVAL_S) -> None:
         self._store = store
         self._ring = ring
         self._poll_enabled = poll
         self._interval = interval_s
+        self._purge_interval = purge_interval_s
+        self._next_purge = 0.0
         self._generation: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._failing = False
@@ -39,8 +49,7 @@ class KeySync:
     async def start(self) -> None:
         with contextlib.suppress(StoreUnavailable):  # logged by the poll; start-up must not fail on it
             await self.reload()
-        if self._poll_enabled:
-            self._task = asyncio.create_task(self._poll(), name="loopgate-key-sync")
+        self._task = asyncio.create_task(self._poll(), name="loopgate-key-sync")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -56,14 +65,20 @@ class KeySync:
                 managed.append(from_record(record))
             except (KeyError, TypeError, ValueError):
                 log.error("skipping an unreadable managed key record (id %r)", str(record.get("id"))[:40])
-        self._ring.replace_managed(managed)
+        self._ring.replace_managed(managed, generation)
         self._generation = generation
 
     async def _poll(self) -> None:
+        interval = self._interval if self._poll_enabled else self._purge_interval
         while True:
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(interval)
             try:
-                if await self._store.generation() != self._generation:
+                now = time.monotonic()
+                if now >= self._next_purge:
+                    self._next_purge = now + self._purge_interval
+                    if await self._store.purge(time.time()) and not self._poll_enabled:
+                        await self.reload()  # memory: nobody else bumps a generation this loop would see
+                if self._poll_enabled and await self._store.generation() != self._generation:
                     await self.reload()
                 if self._failing:
                     log.warning("managed keys: the store answers again; the key snapshot is current")

@@ -31,7 +31,7 @@ REMEMBERED_KEYS = 10_000
 class KeyRing:
     """Caller keys by the SHA-256 of their secret: the config's (fixed) and the managed snapshot."""
 
-    __slots__ = ("_by_id", "_config", "by_digest", "digests", "enabled")
+    __slots__ = ("_by_id", "_config", "by_digest", "digests", "enabled", "generation")
 
     def __init__(self, config_keys: Iterable[ApiKey], enabled: bool) -> None:
         self._config: dict[bytes, ApiKey] = {secret_digest(key.key): key for key in config_keys}
@@ -42,13 +42,28 @@ class KeyRing:
         #: secret -> digest of keys found since the last snapshot (``authenticate`` fills it)
         self.digests: dict[str, bytes] = {}
         self._by_id: dict[str, ApiKey] | None = None
+        #: the store generation of the managed snapshot (-1: none loaded yet)
+        self.generation = -1
 
-    def replace_managed(self, managed: Iterable[tuple[bytes, ApiKey]]) -> None:
+    def replace_managed(self, managed: Iterable[tuple[bytes, ApiKey]], generation: int = -1) -> None:
         """Swap in a new snapshot of managed keys (one assignment: a request sees the old or the new one)."""
         ring = {digest: key for digest, key in managed if not key.revoked}
         ring.update(self._config)  # a config key can never be shadowed by a managed record
         self.by_digest = ring
         self.digests = {}  # a revoked or replaced key's secret is not kept
+        self._by_id = None
+        self.generation = generation
+
+    def add_found(self, digest: bytes, key: ApiKey, generation: int) -> None:
+        """A key the store had at ``generation`` that the snapshot lacked (``key_lookup``).
+
+        Kept only when no newer snapshot came in meanwhile: a snapshot read at a later generation
+        is the truth (it may hold the key's revoke). A later snapshot replaces this addition with
+        everything else, so a revoke drops it within a poll as it drops any key.
+        """
+        if generation < self.generation or key.revoked or digest in self._config:
+            return
+        self.by_digest[digest] = key
         self._by_id = None
 
     def find(self, key_id: str) -> ApiKey | None:

@@ -122,10 +122,15 @@ TRACE_SPANS_DROPPED = Counter("loopgate_trace_spans_dropped_total",
                               "process was full; exporter_down: that process had died; too_large: over "
                               "observability.max_frame_bytes; unencodable: an integer past 64 bits)", ("reason",))
 
+KEY_LOOKUPS = Counter("loopgate_key_lookups_total", "Store look-ups of secrets this replica's key snapshot lacked, by "
+                      "outcome (found, unknown, miss_cached: a recent miss answered it, shed: too many at once, "
+                      "store_error)", ("outcome",))
+
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
-       TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED)
+       TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,
+       KEY_LOOKUPS)
 
 
 def render_all() -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.config.model import REDIS_SCHEMES, StoreConfig
 from gateway.store.background.base import BackgroundStore
 from gateway.store.base import Store
-from gateway.store.keys.base import KeyStore
+from gateway.store.keys.base import DEFAULT_RETENTION_S, KeyStore
 from gateway.store.limits.base import RateLimiter
 from gateway.store.responses.base import ResponseRecords
 from gateway.store.usage.base import DEFAULT_RETENTION_DAYS, UsageStore
@@ -59,16 +59,16 @@ def _redis_io(store: Store) -> RedisIO | None:
     return store.io
 
 
-def open_key_store(store: Store) -> KeyStore:
-    """The managed keys beside ``store``."""
+def open_key_store(store: Store, retention_s: float = DEFAULT_RETENTION_S) -> KeyStore:
+    """The managed keys beside ``store``; revoked or expired records are purged ``retention_s`` after they ended."""
     io = _redis_io(store)
     if io is not None:
         from gateway.store.keys.redis import RedisKeyStore
 
-        return RedisKeyStore(io)
+        return RedisKeyStore(io, retention_s)
     from gateway.store.keys.memory import MemoryKeyStore
 
-    return MemoryKeyStore()
+    return MemoryKeyStore(retention_s)
 
 
 def open_limiter(store: Store) -> RateLimiter:

@@ -5,13 +5,25 @@ Time is passed in (``now``), so bucket arithmetic is checked exactly, without sl
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
+from typing import Any
 
+import orjson
 import pytest
 
 from gateway.store.base import Store
 from gateway.store.factory import open_key_store, open_limiter
-from gateway.store.keys.base import KeyLimitReached, KeyStore
+from gateway.store.keys.base import (
+    KeyLimitReached,
+    KeyRevoked,
+    KeyStore,
+    KeyUnreadable,
+    StaleKey,
+    unreadable,
+    version_of,
+)
 from gateway.store.limits.base import LimitScope, RateLimiter
 from tests.store.conftest import StoreFactory
 
@@ -95,28 +107,177 @@ async def test_tenants_with_braces_stay_apart(limiter: RateLimiter) -> None:
     assert (await limiter.admit("a", (other,), 1, "x", 60, now)).allowed
 
 
-async def test_key_records_and_generation(store_factory: StoreFactory) -> None:
+async def _write_raw(store: Store, keys: KeyStore, key_id: str, raw: bytes) -> None:
+    """A value written straight into the store, past every check (an old gateway, a hand edit, damage)."""
+    if store.kind == "memory":
+        keys._records[key_id] = raw  # type: ignore[attr-defined]
+        keys._ends.setdefault(key_id, math.inf)  # type: ignore[attr-defined]
+    else:
+        from gateway.store.keys.redis import ALL
+        from gateway.store.redis import RedisStore
+
+        assert isinstance(store, RedisStore)
+        await store.io.client.hset(ALL, key_id, raw)
+
+
+def _record(key_id: str, **fields: Any) -> dict[str, Any]:
+    return {"id": key_id, "tenant": "t", "hash": key_id.encode().hex().ljust(64, "0"), "name": key_id, **fields}
+
+
+async def test_key_records_versions_and_generation(store_factory: StoreFactory) -> None:
     one, two = await store_factory(), await store_factory()
     first = open_key_store(one)
     # In memory the key store is the process's own (the Runtime opens one); Redis replicas share theirs.
     second = first if one.kind == "memory" else open_key_store(two)
     assert await first.generation() == 0 and (await first.load()) == (0, [])
-    record = {"id": "key_a", "tenant": "t", "hash": "00" * 32, "name": "a"}
-    assert await first.put(record, create=True) == 1
+    record = _record("key_a")
+    assert await first.create(record, time.time()) == 1
     assert await second.generation() == 1
+    assert await second.get("key_a") == {**record, "version": 1}
     with pytest.raises(KeyError):
-        await second.put({**record, "id": "key_b"}, create=False)
-    assert await second.put({**record, "revoked": True}, create=False) == 2
+        await second.update(_record("key_b"), 1)
+    assert await second.update({**record, "rpm": 5}, 1) == 2
+    # A write over the version it read, after another write moved it: refused, nothing changed.
+    with pytest.raises(StaleKey):
+        await first.update({**record, "rpm": 9}, 1)
     generation, records = await first.load()
-    assert generation == 2 and records == [{**record, "revoked": True}]
+    assert generation == 2 and records == [{**record, "rpm": 5, "version": 2}]
+    assert await first.find(bytes.fromhex(record["hash"])) == (2, {**record, "rpm": 5, "version": 2})
+    assert await first.find(b"\x01" * 32) == (2, None)
 
 
-async def test_key_cap(keys: KeyStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_revoke_is_for_good_inside_the_store(keys: KeyStore) -> None:
+    """Regression (issue 29): no write, not even one over the current version, makes a revoked key live."""
+    record = _record("key_r")
+    await keys.create(record, time.time())
+    await keys.update({**record, "revoked": True, "revoked_at": time.time()}, 1)
+    with pytest.raises(KeyRevoked):
+        await keys.update({**record, "rpm": 3}, 2)
+    stored = await keys.get("key_r")
+    assert stored is not None and stored["revoked"] is True and "rpm" not in stored
+
+
+async def test_racing_edits_and_revokes_never_bring_a_key_back(store_factory: StoreFactory) -> None:
+    """Read-modify-write from two replicas at once: every revoke that was answered stays in force."""
+    one, two = await store_factory(), await store_factory()
+    replicas = [open_key_store(one)]
+    replicas.append(replicas[0] if one.kind == "memory" else open_key_store(two))
+
+    async def edit(store: KeyStore, key_id: str, change: dict[str, Any]) -> bool:
+        for _ in range(5):
+            current = await store.get(key_id)
+            assert current is not None
+            if current.get("revoked") and not change.get("revoked"):
+                return False
+            try:
+                await store.update({**current, **change}, version_of(current))
+                return True
+            except StaleKey:
+                continue
+            except KeyRevoked:
+                return False
+        return False
+
+    for trial in range(20):
+        key_id = f"key_race{trial}"
+        await replicas[0].create(_record(key_id), time.time())
+        revoked, _ = await asyncio.gather(edit(replicas[trial % 2], key_id, {"revoked": True, "revoked_at": 1.0}),
+                                          edit(replicas[(trial + 1) % 2], key_id, {"rpm": trial + 1}))
+        stored = await replicas[0].get(key_id)
+        assert stored is not None
+        assert not revoked or stored["revoked"] is True, stored
+
+
+async def test_key_cap_counts_live_keys_only(keys: KeyStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (issue 29): revoked and expired keys held the cap for ever."""
     import gateway.store.keys.base
 
     monkeypatch.setattr(gateway.store.keys.base, "MAX_MANAGED_KEYS", 2)
-    for name in ("a", "b"):
-        await keys.put({"id": name, "tenant": "t", "hash": ""}, create=True)
+    now = time.time()
+    await keys.create(_record("a"), now)
+    await keys.create(_record("b", expires_at=now + 10), now)
     with pytest.raises(KeyLimitReached):
-        await keys.put({"id": "c", "tenant": "t", "hash": ""}, create=True)
-    assert await keys.put({"id": "a", "tenant": "t", "hash": "", "revoked": True}, create=False) == 3
+        await keys.create(_record("c"), now)
+    await keys.create(_record("c"), now + 11)  # b expired: one live key
+    await keys.update({**_record("a"), "revoked": True, "revoked_at": now + 12}, 1)
+    await keys.create(_record("d"), now + 12)  # a revoked
+    with pytest.raises(KeyLimitReached):
+        await keys.create(_record("e"), now + 12)
+    assert {r["id"] for r in (await keys.load())[1]} == {"a", "b", "c", "d"}  # kept for the retention
+
+
+async def test_ended_records_are_purged_after_the_retention(store: Store) -> None:
+    keys = open_key_store(store, retention_s=100.0)
+    now = time.time()
+    live, gone = _record("key_live"), _record("key_gone")
+    await keys.create(live, now)
+    await keys.create(gone, now)
+    await keys.create(_record("key_exp", expires_at=now + 5), now)
+    await keys.update({**gone, "revoked": True, "revoked_at": now}, 1)
+    assert await keys.purge(now + 99) == 0
+    generation = await keys.generation()
+    assert await keys.purge(now + 106) == 2
+    assert await keys.generation() > generation  # replicas reload
+    assert await keys.get("key_gone") is None and await keys.get("key_exp") is None
+    assert await keys.find(bytes.fromhex(gone["hash"])) == (await keys.generation(), None)
+    assert [r["id"] for r in (await keys.load())[1]] == ["key_live"]
+    # A create purges too.
+    await keys.update({**live, "revoked": True, "revoked_at": now}, 1)
+    await keys.create(_record("key_new"), now + 200)
+    assert [r["id"] for r in (await keys.load())[1]] == ["key_new"]
+
+
+async def test_an_unreadable_stored_value_is_reported_never_raised(store: Store) -> None:
+    keys = open_key_store(store)
+    await keys.create(_record("key_ok"), time.time())
+    await _write_raw(store, keys, "key_bad", b"{not json")
+    await _write_raw(store, keys, "key_list", b"[1, 2]")
+    _, records = await keys.load()
+    assert sorted(records, key=lambda r: r["id"]) == [unreadable("key_bad"), unreadable("key_list"),
+                                                       {**_record("key_ok"), "version": 1}]
+    assert await keys.get("key_bad") == unreadable("key_bad")
+    with pytest.raises(KeyUnreadable):
+        await keys.update(_record("key_bad"), 0)
+    # Only a revoke replaces it (then the retention purges it like any revoked key).
+    await keys.update({"id": "key_bad", "tenant": "", "hash": "", "revoked": True, "revoked_at": 1.0}, -1)
+    stored = await keys.get("key_bad")
+    assert stored is not None and stored["revoked"] is True
+
+
+async def test_records_from_before_the_indexes_count_and_are_found(redis_raw: Any, redis_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records written by an older gateway (no ``ends``/``hash`` index) are indexed by the next write."""
+    import gateway.store.keys.base
+    from gateway.store.keys.redis import ALL
+    from gateway.store.redis import RedisStore
+
+    monkeypatch.setattr(gateway.store.keys.base, "MAX_MANAGED_KEYS", 2)
+    old = _record("key_old")
+    await redis_raw.hset(ALL, mapping={"key_old": orjson.dumps(old),
+                                       "key_old_revoked": orjson.dumps({**_record("key_old_revoked"),
+                                                                        "revoked": True})})
+    store = RedisStore(redis_url)
+    try:
+        keys = open_key_store(store)
+        await keys.create(_record("key_new"), time.time())
+        with pytest.raises(KeyLimitReached):  # key_old is live and counted
+            await keys.create(_record("key_newer"), time.time())
+        assert (await keys.find(bytes.fromhex(old["hash"])))[1] == old
+        await keys.update({**old, "rpm": 2}, 0)  # version 0: written before versions existed
+        assert (await keys.get("key_old") or {})["version"] == 1
+    finally:
+        await store.aclose()
+
+
+async def test_the_key_id_salt_is_one_per_deployment(redis_raw: Any, redis_url: str) -> None:
+    from gateway.store.redis import RedisStore
+
+    stores = [RedisStore(redis_url), RedisStore(redis_url)]
+    try:
+        first, second = (open_key_store(store) for store in stores)
+        salt = await first.salt(b"a" * 32)
+        assert salt == b"a" * 32
+        assert await second.salt(b"b" * 32) == salt  # another replica, or a restart: the stored one
+    finally:
+        for store in stores:
+            await store.aclose()

@@ -2,8 +2,14 @@
 
 A created key's secret is in the ``POST`` response's ``key`` field and nowhere else: the store
 keeps its SHA-256. Every change bumps the store's key generation, which every replica polls
-(``key_sync``): a revoke or an edit is in force everywhere within a second. Config keys are listed
-too (``source: config``, read-only: they change with the config file).
+(``key_sync``): a revoke or an edit is in force everywhere within a second, and a new key works
+on every replica at once (an unknown secret is looked up in the store before a 401). Config keys
+are listed too (``source: config``, read-only: they change with the config file).
+
+A PATCH or DELETE reads the record, changes it and writes it over the version it read
+(compare-and-set); a write that lost a race reads again, up to ``CAS_ATTEMPTS`` times, then
+answers 409 ``key_conflict``. A revoke is for good: the store itself refuses any later write that
+would make the key live again, so an edit racing a revoke can never undo it.
 """
 
 from __future__ import annotations
@@ -26,13 +32,28 @@ from gateway.errors import GatewayError, bad_request
 from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import new_audit_id
-from gateway.store.keys.base import KeyLimitReached, from_record, key_fields, new_key_id, new_secret, to_record
+from gateway.store.keys import base
+from gateway.store.keys.base import (
+    KeyLimitReached,
+    KeyRevoked,
+    KeyUnreadable,
+    StaleKey,
+    from_record,
+    key_fields,
+    new_key_id,
+    new_secret,
+    tenant_of,
+    to_record,
+    version_of,
+)
 
 #: admin bodies are a handful of fields
 MAX_ADMIN_BODY = 64 * 1024
 MAX_ID_CHARS = 100
 _EDITABLE = {"name", "role", "models", "rpm", "tpm", "max_concurrent", "budget", "headless", "expires_at", "tools"}
 _CREATE = _EDITABLE | {"tenant"}
+#: a PATCH or DELETE that loses a race with another write reads the key again, at most this many times
+CAS_ATTEMPTS = 5
 
 
 def _iso(timestamp: float | None) -> str | None:
@@ -49,6 +70,23 @@ def view(key: ApiKey) -> dict[str, Any]:
                  expired=key.expires_at is not None and key.expires_at <= time.time(),
                  source="managed" if key.managed else "config")
     return shown
+
+
+def stored_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored record as the admin API shows it; one that cannot be read or shown is shown degraded.
+
+    The store may hold what this version never wrote (an older or newer gateway, a hand edit, a
+    damaged value): one such record must not take the listing, or every replica's, down with it.
+    """
+    try:
+        return view(from_record(record)[1])
+    except (KeyError, TypeError, ValueError, OverflowError, OSError, AttributeError):
+        key_id = record.get("id")
+        name = record.get("name")
+        return {"id": key_id if isinstance(key_id, str) else None, "object": "api_key", "source": "managed",
+                "tenant": tenant_of(record), "name": name if isinstance(name, str) else None,
+                "revoked": record.get("revoked") is True, "degraded": True,
+                "problem": "the stored record cannot be read or shown (revoke it to retire it)"}
 
 
 def _fields(body: Any, allowed: set[str], runtime: Runtime) -> dict[str, Any]:
@@ -70,11 +108,6 @@ def _fields(body: Any, allowed: set[str], runtime: Runtime) -> dict[str, Any]:
         raise bad_request(f"{param}: {exc.problem}" if param else exc.problem, param) from None
 
 
-async def _records(runtime: Runtime) -> dict[str, ApiKey]:
-    _, records = await runtime.key_store.load()
-    return {key.id: key for key in (from_record(record)[1] for record in records)}
-
-
 def _key_id(request: Request) -> str:
     key_id: str = request.path_params["id"]
     return key_id[:MAX_ID_CHARS]
@@ -84,28 +117,37 @@ def _not_found(key_id: str) -> GatewayError:
     return GatewayError(404, f"no API key with id {key_id!r}", "not_found_error", "id", "key_not_found")
 
 
-async def _find(runtime: Runtime, key_id: str) -> tuple[ApiKey, bytes | None]:
-    """The key with ``key_id``: managed (with its stored digest) or from the config (digest None)."""
+def _config_key(runtime: Runtime, key_id: str) -> ApiKey | None:
     for key in runtime.config.auth.keys:
         if key.id == key_id:
-            return key, None
-    _, records = await runtime.key_store.load()
-    for record in records:
-        if record.get("id") == key_id:
-            digest, key = from_record(record)
-            return key, digest
-    raise _not_found(key_id)
+            return key
+    return None
+
+
+async def _stored(runtime: Runtime, key_id: str) -> dict[str, Any]:
+    """The stored record of a managed key (404 when there is none; 409 for a config key)."""
+    if (config_key := _config_key(runtime, key_id)) is not None:
+        raise GatewayError(409, f"key {config_key.id} comes from the config file: change it there", code="config_key")
+    record = await runtime.key_store.get(key_id)
+    if record is None:
+        raise _not_found(key_id)
+    return record
 
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
     return JSONResponse(orjson.dumps(payload), status)
 
 
-async def _audit(runtime: Runtime, admin: AdminKey, event: str, key: ApiKey, changes: list[str]) -> None:
+async def _audit(runtime: Runtime, admin: AdminKey, event: str, key_id: str, tenant: str, name: str,
+                 changes: list[str]) -> None:
     """Who changed which key, in the key's tenant's audit log (field names only: never values or secrets)."""
-    await runtime.store.append_audit({"id": new_audit_id(), "tenant": key.tenant, "ts": time.time(), "event": event,
-                                      "key_id": key.id, "key_name": key.name, "admin": admin.name,
-                                      "changes": changes})
+    await runtime.store.append_audit({"id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": event,
+                                      "key_id": key_id, "key_name": name, "admin": admin.name, "changes": changes})
+
+
+def _conflict(key_id: str) -> GatewayError:
+    return GatewayError(409, f"key {key_id} kept changing while this request edited it ({CAS_ATTEMPTS} attempts); "
+                        "read it again and retry", code="key_conflict")
 
 
 async def create_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
@@ -116,72 +158,123 @@ async def create_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
     secret = new_secret()
     key_id = new_key_id()
     changes = sorted(fields)
-    key = ApiKey(key="", id=key_id, name=fields.pop("name", key_id), managed=True, created_at=time.time(), **fields)
+    now = time.time()
+    key = ApiKey(key="", id=key_id, name=fields.pop("name", key_id), managed=True, created_at=now, **fields)
+    shown = view(key)  # before it is stored: nothing stored that could not be shown
     try:
-        await runtime.key_store.put(to_record(key, secret_digest(secret)), create=True)
+        await runtime.key_store.create(to_record(key, secret_digest(secret)), now)
     except KeyLimitReached:
-        raise GatewayError(409, "the managed key limit is reached; revoke unused keys first",
-                           code="key_limit_reached") from None
-    await runtime.key_sync.reload()  # this replica at once; the others within a poll
-    await _audit(runtime, admin, "key.created", key, changes)
-    return _json({**view(key), "key": secret}, 201)
+        raise GatewayError(409, f"the managed key limit ({base.MAX_MANAGED_KEYS} live keys) is reached; revoke "
+                           "unused keys first", code="key_limit_reached") from None
+    await runtime.key_sync.reload()  # this replica at once; the others look it up on first use
+    await _audit(runtime, admin, "key.created", key.id, key.tenant, key.name, changes)
+    return _json({**shown, "key": secret}, 201)
 
 
 async def list_keys(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     work.authenticate_admin()
     tenant = request.query_params.get("tenant")
-    keys = [*runtime.config.auth.keys, *sorted((await _records(runtime)).values(),
-                                               key=lambda k: (k.created_at or 0, k.id))]
-    data = [view(key) for key in keys if tenant is None or key.tenant == tenant]
+    _, records = await runtime.key_store.load()
+
+    def order(record: dict[str, Any]) -> tuple[float, str]:
+        created, key_id = record.get("created_at"), record.get("id")
+        return (created if isinstance(created, int | float) and not isinstance(created, bool) else 0.0,
+                key_id if isinstance(key_id, str) else "")
+
+    data = [view(key) for key in runtime.config.auth.keys if tenant is None or key.tenant == tenant]
+    data += [stored_view(record) for record in sorted(records, key=order)
+             if tenant is None or tenant_of(record) == tenant]
     return _json({"object": "list", "data": data})
 
 
 async def get_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     work.authenticate_admin()
-    key, _ = await _find(runtime, _key_id(request))
-    return _json(view(key))
-
-
-def _managed(key: ApiKey, digest: bytes | None, change: str) -> bytes:
-    if digest is None:
-        raise GatewayError(409, f"key {key.id} comes from the config file: {change} it there", code="config_key")
-    if key.revoked:
-        raise GatewayError(409, f"key {key.id} is revoked", code="key_revoked")
-    return digest
+    key_id = _key_id(request)
+    if (config_key := _config_key(runtime, key_id)) is not None:
+        return _json(view(config_key))
+    record = await runtime.key_store.get(key_id)
+    if record is None:
+        raise _not_found(key_id)
+    return _json(stored_view(record))
 
 
 async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    """Read, change, write over the version read; a write that lost a race reads again (``CAS_ATTEMPTS``)."""
     admin = work.authenticate_admin()
     body = await read_json(work.incoming, MAX_ADMIN_BODY)
     if isinstance(body, dict) and "tenant" in body:
         raise bad_request("tenant cannot be changed: create a key for the other tenant", "tenant")
     fields = _fields(body, _EDITABLE, runtime)
-    key, digest = await _find(runtime, _key_id(request))
-    digest = _managed(key, digest, "edit")
-    # The fields are ApiKey's own (parsed like the config's): one encoding, to_record's.
-    record = to_record(dataclasses.replace(key, **fields), digest)
-    try:
-        await runtime.key_store.put(record, create=False)
-    except KeyError:
-        raise _not_found(key.id) from None
-    await runtime.key_sync.reload()
-    edited = from_record(record)[1]
-    await _audit(runtime, admin, "key.updated", edited, sorted(fields))
-    return _json(view(edited))
+    key_id = _key_id(request)
+    for _ in range(CAS_ATTEMPTS):
+        record = await _stored(runtime, key_id)
+        try:
+            digest, key = from_record(record)
+        except (KeyError, TypeError, ValueError):
+            raise _unreadable(key_id) from None
+        if key.revoked:
+            raise _revoked(key_id)
+        edited = dataclasses.replace(key, **fields)
+        shown = view(edited)  # before it is stored: nothing stored that could not be shown
+        # The fields are ApiKey's own (parsed like the config's): one encoding, to_record's.
+        try:
+            await runtime.key_store.update(to_record(edited, digest), version_of(record))
+        except StaleKey:
+            continue  # changed since it was read: read it again
+        except KeyRevoked:
+            raise _revoked(key_id) from None
+        except KeyUnreadable:
+            raise _unreadable(key_id) from None
+        except KeyError:
+            raise _not_found(key_id) from None
+        await runtime.key_sync.reload()
+        await _audit(runtime, admin, "key.updated", key_id, edited.tenant, edited.name, sorted(fields))
+        return _json(shown)
+    raise _conflict(key_id)
+
+
+def _revoked(key_id: str) -> GatewayError:
+    return GatewayError(409, f"key {key_id} is revoked", code="key_revoked")
+
+
+def _unreadable(key_id: str) -> GatewayError:
+    return GatewayError(409, f"the stored record of key {key_id} cannot be read, so it cannot be edited; revoke it",
+                        code="key_unreadable")
 
 
 async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    """Revoke for good (the store refuses any later write that would make it live again), over the version read."""
     admin = work.authenticate_admin()
-    key, digest = await _find(runtime, _key_id(request))
-    if digest is None:
-        _managed(key, digest, "remove")
-    if not key.revoked:
-        record = to_record(key, digest or b"")
-        record["revoked"] = True
-        await runtime.key_store.put(record, create=False)
+    key_id = _key_id(request)
+    for _ in range(CAS_ATTEMPTS):
+        record = await _stored(runtime, key_id)
+        if record.get("revoked") is True:
+            return _json({"id": key_id, "object": "api_key.deleted", "deleted": True})
+        now = time.time()
+        try:
+            digest, key = from_record(record)
+            revoked: dict[str, Any] = {**to_record(key, digest), "revoked": True, "revoked_at": now}
+            version = version_of(record)
+        except (KeyError, TypeError, ValueError):
+            # A value that is no record: replaced by a revoked one, purged after the retention.
+            revoked = {"id": key_id, "tenant": tenant_of(record) or "", "hash": "", "revoked": True,
+                       "revoked_at": now, "created_at": now}
+            version = -1
+        try:
+            await runtime.key_store.update(revoked, version)
+        except StaleKey:
+            continue
+        except KeyRevoked:
+            return _json({"id": key_id, "object": "api_key.deleted", "deleted": True})
+        except KeyUnreadable:
+            continue  # it became unreadable since it was read: read it again
+        except KeyError:
+            raise _not_found(key_id) from None
         await runtime.key_sync.reload()
-        await _audit(runtime, admin, "key.revoked", key, [])
-    return _json({"id": key.id, "object": "api_key.deleted", "deleted": True})
+        await _audit(runtime, admin, "key.revoked", key_id, str(revoked.get("tenant") or ""),
+                     str(revoked.get("name") or key_id), [])
+        return _json({"id": key_id, "object": "api_key.deleted", "deleted": True})
+    raise _conflict(key_id)
 
 
 def admin_routes() -> list[Route]:

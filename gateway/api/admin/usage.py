@@ -2,8 +2,9 @@
 
 Query: ``tenant`` (one tenant; absent: every known tenant, from the config and the managed keys),
 ``key`` (a key id: that key's rows; its tenant is looked up unless ``tenant`` is given, which
-also reaches a deleted key's rows), ``from`` and ``to`` (``YYYY-MM-DD``, UTC, inclusive; default
-the last 30 days up to today; at most ``MAX_DAYS`` days). Days without traffic are left out.
+also reaches a deleted key's rows), ``from`` and ``to`` (``YYYY-MM-DD``, UTC, inclusive, from
+1970-01-01 to 9999-12-31; default the last 30 days up to today; at most ``MAX_DAYS`` days). Days
+without traffic are left out.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.http.json_response import JSONResponse
-from gateway.store.keys.base import from_record
+from gateway.store.keys.base import tenant_of
 from gateway.store.usage.base import FIELDS
 from gateway.usage.pricing import usd
 
@@ -30,6 +31,8 @@ DEFAULT_DAYS = 30
 #: tenants and key ids are short labels; longer values cannot exist
 MAX_PARAM_CHARS = 100
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: the dates a query may name: the default range reaches 30 days before ``to`` without leaving the calendar
+EARLIEST_DAY = dt.date(1970, 1, 1)
 
 
 def _date(value: str | None, name: str, default: dt.date) -> dt.date:
@@ -38,10 +41,14 @@ def _date(value: str | None, name: str, default: dt.date) -> dt.date:
     try:
         if not _DATE.fullmatch(value):
             raise ValueError
-        return dt.date.fromisoformat(value)
+        day = dt.date.fromisoformat(value)
     except ValueError:
         raise bad_request(f"{name!r} must be a date YYYY-MM-DD (UTC), got {quoted(value, 20)}", name,
                           "invalid_date") from None
+    if day < EARLIEST_DAY:
+        raise bad_request(f"{name!r} must be a date from {EARLIEST_DAY.isoformat()} to 9999-12-31, got "
+                          f"{quoted(value, 20)}", name, "invalid_date")
+    return day
 
 
 def _param(request: Request, name: str) -> str | None:
@@ -69,7 +76,7 @@ def day_range(start: str | None, end: str | None) -> list[str]:
 async def _known_tenants(runtime: Runtime) -> list[str]:
     tenants = {key.tenant for key in runtime.config.auth.keys} | set(runtime.config.tenants)
     _, records = await runtime.key_store.load()
-    tenants |= {from_record(record)[1].tenant for record in records}
+    tenants |= {tenant for record in records if (tenant := tenant_of(record)) is not None}
     return sorted(tenants)
 
 
@@ -77,11 +84,8 @@ async def _key_tenant(runtime: Runtime, key_id: str) -> str | None:
     for key in runtime.config.auth.keys:
         if key.id == key_id:
             return key.tenant
-    _, records = await runtime.key_store.load()
-    for record in records:
-        if record.get("id") == key_id:
-            return from_record(record)[1].tenant
-    return None
+    record = await runtime.key_store.get(key_id)
+    return None if record is None else tenant_of(record)
 
 
 def row(day: str, tenant: str, key_id: str, values: list[int]) -> dict[str, Any]:

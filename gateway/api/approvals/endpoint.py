@@ -96,7 +96,7 @@ def _list(data: list[dict[str, Any]], more: bool, last: tuple[float, str] | None
 
 
 async def list_continuations(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = work.authenticate()
+    key = await work.authenticate()
     query = request.query_params
     limit = parse_limit(query.get("limit"))
     before = decode_cursor(query.get("cursor"))
@@ -133,7 +133,7 @@ def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_audit(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = work.authenticate()
+    key = await work.authenticate()
     query = request.query_params
     limit = parse_limit(query.get("limit"))
     before = decode_cursor(query.get("cursor"))

@@ -23,7 +23,7 @@ PATH = "/v1/chat/completions"
 async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     work = runtime.lifecycle.begin("POST", PATH, request)
     try:
-        key = work.authenticate()
+        key = await work.authenticate()
         body = await read_json(request, runtime.config.server.max_body_bytes)
         chat = parse_chat_request(body)
         plan = route_of(runtime, key, chat.model)

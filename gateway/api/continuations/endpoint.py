@@ -38,13 +38,13 @@ def _continuation_id(request: Request) -> str:
 
 
 async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = work.authenticate()
+    key = await work.authenticate()
     continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
     return JSONResponse(orjson.dumps(continuation_view(continuation)))
 
 
 async def delete_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = work.authenticate()
+    key = await work.authenticate()
     await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
     metrics.CONTINUATIONS.inc("cancelled")
     work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
@@ -72,7 +72,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
     runtime: Runtime = request.app.state.runtime
     work = begin_routed(request, PATH, metered=True)
     try:
-        decider = work.authenticate()
+        decider = await work.authenticate()
         incoming = work.incoming
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         stream, include_usage = _stream_options(body)

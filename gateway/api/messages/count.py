@@ -40,7 +40,7 @@ _STAND_IN_MAX_TOKENS = 1
 
 async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     use_api_key(work.incoming)
-    key = work.authenticate()
+    key = await work.authenticate()
     body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
     without_max = isinstance(body, dict) and "max_tokens" not in body
     if without_max:

@@ -55,7 +55,7 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
     work = runtime.lifecycle.begin("POST", PATH, incoming, errors=anthropic_error)
     try:
         use_api_key(incoming)
-        key = work.authenticate()
+        key = await work.authenticate()
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_messages_request(body, betas_of(incoming))
         plan = route_of(runtime, key, parsed.model)

@@ -190,7 +190,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
     """
 
     async def get_response(request: Request, runtime: Runtime, work: Work) -> Any:
-        key = work.authenticate()
+        key = await work.authenticate()
         run_id = path_response_id(request.path_params)
         stream, after = _stream_options(request)
         run = await lookup(runtime, run_id, key.tenant)
@@ -207,7 +207,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         return SSEResponse(follow(runtime, run_id, key.tenant, after))
 
     async def cancel_response(request: Request, runtime: Runtime, work: Work) -> Any:
-        key = work.authenticate()
+        key = await work.authenticate()
         run_id = path_response_id(request.path_params)
         run = await cancel(runtime, run_id, key.tenant)
         if run is None:
@@ -218,7 +218,7 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         return JSONResponse(orjson.dumps(run.response))
 
     async def delete_response(request: Request, runtime: Runtime, work: Work) -> Any:
-        key = work.authenticate()
+        key = await work.authenticate()
         run_id = path_response_id(request.path_params)
         runner = _runner(runtime)
         # A run still going stops at its next write (its record is gone: the fence says so).

@@ -47,7 +47,7 @@ async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
 async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
     work = runtime.lifecycle.begin("POST", PATH, incoming)
     try:
-        key = work.authenticate()
+        key = await work.authenticate()
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         parsed = parse_responses_request(body)
         if parsed.background:
@@ -87,7 +87,7 @@ _join = b"".join
 
 
 async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, str, dict[str, Any]]:
-    key = work.authenticate()
+    key = await work.authenticate()
     response_id = path_response_id(request.path_params)
     record = await runtime.responses.get(key.tenant, response_id)
     if record is None:
