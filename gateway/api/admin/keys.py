@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import time
 from typing import Any
 
@@ -46,6 +47,8 @@ from gateway.store.keys.base import (
     to_record,
     version_of,
 )
+
+log = logging.getLogger("loopgate.admin")
 
 #: admin bodies are a handful of fields
 MAX_ADMIN_BODY = 64 * 1024
@@ -140,7 +143,14 @@ def _json(payload: object, status: int = 200) -> JSONResponse:
 
 async def _audit(runtime: Runtime, admin: AdminKey, event: str, key_id: str, tenant: str, name: str,
                  changes: list[str]) -> None:
-    """Who changed which key, in the key's tenant's audit log (field names only: never values or secrets)."""
+    """Who changed which key, in the key's tenant's audit log (field names only: never values or secrets).
+
+    A record too damaged to name its tenant has no audit log to go to: the change is logged instead.
+    """
+    if not tenant:
+        log.warning("admin %r: %s of key %r, whose stored record names no tenant (not in any audit log)",
+                    admin.name, event, key_id[:MAX_ID_CHARS])
+        return
     await runtime.store.append_audit({"id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": event,
                                       "key_id": key_id, "key_name": name, "admin": admin.name, "changes": changes})
 
@@ -210,7 +220,8 @@ async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
         record = await _stored(runtime, key_id)
         try:
             digest, key = from_record(record)
-        except (KeyError, TypeError, ValueError):
+            view(key)  # a stored value no view can show is edited no further
+        except (KeyError, TypeError, ValueError, OverflowError, OSError):
             raise _unreadable(key_id) from None
         if key.revoked:
             raise _revoked(key_id)
@@ -254,12 +265,11 @@ async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
         try:
             digest, key = from_record(record)
             revoked: dict[str, Any] = {**to_record(key, digest), "revoked": True, "revoked_at": now}
-            version = version_of(record)
         except (KeyError, TypeError, ValueError):
-            # A value that is no record: replaced by a revoked one, purged after the retention.
+            # A value that is no usable record: replaced by a revoked one, purged after the retention.
             revoked = {"id": key_id, "tenant": tenant_of(record) or "", "hash": "", "revoked": True,
                        "revoked_at": now, "created_at": now}
-            version = -1
+        version = -1 if record.get("unreadable") else version_of(record)
         try:
             await runtime.key_store.update(revoked, version)
         except StaleKey:

@@ -122,6 +122,21 @@ def from_record(record: dict[str, Any]) -> tuple[bytes, ApiKey]:
     """The digest and key of a stored record; ``KeyError``/``TypeError``/``ValueError`` for a bad one."""
     if record.get("unreadable"):
         raise ValueError("unreadable record")
+    # What the request path compares and counts must have its type: a string where a time belongs
+    # would fail every request of the key, not only its view.
+    for name in ("expires_at", "created_at"):
+        value = record.get(name)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                                  or not math.isfinite(value)):
+            raise ValueError(f"{name} is not a time")
+    for name in ("rpm", "tpm", "max_concurrent"):
+        value = record.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name} is not a limit")
+    for name in ("models", "tools"):
+        value = record.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            raise ValueError(f"{name} is not a list of names")
     raw_budget = record.get("budget")
     budget = None if not raw_budget else Budget(limit=float(raw_budget["limit"]),
                                                 unit=cast(BudgetUnit, raw_budget["unit"]),

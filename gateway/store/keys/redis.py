@@ -43,7 +43,8 @@ _KEYS = [ALL, GENERATION, ENDS, BY_HASH]
 # Shared by the scripts below. KEYS: all, gen, ends, hash.
 _PRELUDE = """
 local function decoded(raw)
-  if not raw then return nil end
+  -- A record is a JSON object, as Python reads it: an array (also a Lua table) is not one.
+  if not raw or not string.match(raw, '^%s*{') then return nil end
   local ok, rec = pcall(cjson.decode, raw)
   if ok and type(rec) == 'table' then return rec end
   return nil
