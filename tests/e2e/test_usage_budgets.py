@@ -15,7 +15,6 @@ import openai
 import pytest
 import redis
 
-from gateway.config.keys_section import config_key_id
 from tests.e2e.conftest import KEY, OTHER_KEY, Gateway
 from tests.e2e.test_usage_cost import (
     P_PRICE,
@@ -58,6 +57,13 @@ def gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator
     gw.stop()
 
 
+def config_key_id(gateway: Gateway, tenant: str) -> str:
+    """The public id of the tenant's one config key, as the gateway shows it (a keyed HMAC: not computable here)."""
+    listed = httpx.get(f"{gateway.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN}"}, timeout=10).json()
+    (found,) = [k["id"] for k in listed["data"] if k["source"] == "config" and k["tenant"] == tenant]
+    return str(found)
+
+
 def usage(gateway: Gateway, auth: str = ADMIN, **params: str) -> httpx.Response:
     return httpx.get(f"{gateway.url}/admin/usage", params=params, headers={"authorization": f"Bearer {auth}"},
                      timeout=10)
@@ -94,11 +100,11 @@ def test_daily_rows_per_tenant_and_key(gateway: Gateway, fakes: dict[str, FakeUp
     assert row["total_tokens"] == 3150
     assert row["cost_usd"] == pytest.approx(expected, abs=1e-9)
 
-    key_id = config_key_id(KEY)
+    key_id = config_key_id(gateway, "team-a")
     (by_key,) = rows_once(gateway, key=key_id)
     assert by_key["key_id"] == key_id and by_key["tenant"] == "team-a"
     assert by_key["requests"] == 2 and by_key["cost_usd"] == pytest.approx(expected, abs=1e-9)
-    assert rows_once(gateway, key=config_key_id(OTHER_KEY)) == []
+    assert rows_once(gateway, key=config_key_id(gateway, "team-b")) == []
     # every known tenant when none is named; a range before today is empty
     assert "team-a" in {r["tenant"] for r in rows_once(gateway)}
     assert rows_once(gateway, tenant="team-a", **{"from": "2020-01-01", "to": "2020-01-31"}) == []
@@ -141,7 +147,7 @@ def test_token_budget_soft_limit(gateway: Gateway, fakes: dict[str, FakeUpstream
     completion = client.chat.completions.create(model="priced", messages=USER)
     assert completion.model_extra["gateway"]["status"] == "completed"
     assert completion.choices[0].message.content == "3"
-    rows_when(gateway, 1, key=config_key_id(TOKEN_KEY))
+    rows_when(gateway, 1, key=config_key_id(gateway, "tok-team"))
     served = len(fakes["primary"].requests)
     error = refused(lambda: client.chat.completions.create(model="priced", messages=USER))
     assert "1220 tokens" in error.message and "1000 tokens" in error.message and "today" in error.message
@@ -160,7 +166,7 @@ def test_usd_budget_refuses_a_resume_which_stays_resumable(gateway: Gateway,
     fakes["primary"].queue(Reply(text="big", usage=(5000, 10)))
     spent = client.chat.completions.create(model="priced", messages=USER).model_extra["gateway"]["usage_cost"]
     assert mtok(1000, 100, 0, P_PRICE) + spent > 0.01
-    rows_when(gateway, 2, key=config_key_id(USD_KEY))
+    rows_when(gateway, 2, key=config_key_id(gateway, "usd-team"))
 
     decisions = {"decisions": [{"tool_call_id": paused["pending"][0]["tool_call_id"], "approve": True}]}
     response = gateway.post(f"/v1/continuations/{paused['continuation_id']}", decisions, key=USD_KEY)
@@ -194,7 +200,7 @@ def test_memory_store_counts_at_once_and_enforces(fakes: dict[str, FakeUpstream]
     try:
         fakes["primary"].queue(Reply(text="one", usage=(990, 20)))
         gw.client(TOKEN_KEY).chat.completions.create(model="priced", messages=USER)
-        (row,) = rows_once(gw, key=config_key_id(TOKEN_KEY))
+        (row,) = rows_once(gw, key=config_key_id(gw, "tok-team"))
         assert (row["requests"], row["total_tokens"], row["tenant"]) == (1, 1010, "tok-team")
         refused(lambda: gw.client(TOKEN_KEY).chat.completions.create(model="priced", messages=USER))
     finally:
