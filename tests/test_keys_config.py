@@ -138,8 +138,8 @@ async def test_the_id_key_comes_from_the_config_the_store_or_the_admin_keys() ->
     from gateway.governance.key_ids import id_key, with_key_ids
     from gateway.store.keys.memory import MemoryKeyStore
 
-    config = parse_config(BASE + "auth: {admin_keys: [{key: adm-secret-1, name: ops}], keys: [{key: a, tenant: t}]}\n",
-                          env={})
+    auth = "auth: {admin_keys: [{key: adm-secret-1, name: ops}], keys: [{key: a, tenant: t}]}\n"
+    config = parse_config(BASE + auth, env={})
     store = MemoryKeyStore()
     # memory://: from the admin keys, the same after a restart (a new store) while they stay.
     first = await id_key(config.auth, store, shared=False)

@@ -15,7 +15,7 @@ import openai
 import pytest
 import redis
 
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway
+from tests.e2e.conftest import KEY, Gateway
 from tests.e2e.test_usage_cost import (
     P_PRICE,
     REDIS_URL,
