@@ -127,7 +127,8 @@ def test_config_key_ids_are_a_keyed_hmac_stable_for_one_id_key() -> None:
 
     auth = "auth: {key_id_secret: a-long-enough-secret, keys: [{key: secret-a, tenant: t}]}\n"
     one, two = parse_config(BASE + auth, env={}), parse_config(BASE + auth, env={})
-    assert one.auth.keys[0].id == two.auth.keys[0].id == config_key_id("secret-a", secret_id_key("a-long-enough-secret"))
+    expected = config_key_id("secret-a", secret_id_key("a-long-enough-secret"))
+    assert one.auth.keys[0].id == two.auth.keys[0].id == expected
     other = parse_config(BASE + auth.replace("a-long-enough-secret", "another-long-secret"), env={})
     assert other.auth.keys[0].id != one.auth.keys[0].id
 
