@@ -136,6 +136,7 @@ def test_config_key_ids_are_a_keyed_hmac_stable_for_one_id_key() -> None:
 async def test_the_id_key_comes_from_the_config_the_store_or_the_admin_keys() -> None:
     import dataclasses
 
+    from gateway.config.keys_section import config_key_id
     from gateway.governance.key_ids import id_key, with_key_ids
     from gateway.store.keys.memory import MemoryKeyStore
 
@@ -145,7 +146,7 @@ async def test_the_id_key_comes_from_the_config_the_store_or_the_admin_keys() ->
     # memory://: from the admin keys, the same after a restart (a new store) while they stay.
     first = await id_key(config.auth, store, shared=False)
     assert first == await id_key(config.auth, MemoryKeyStore(), shared=False)
-    assert with_key_ids(config, first).auth.keys[0].id == with_key_ids(config, first).auth.keys[0].id
+    assert with_key_ids(config, first).auth.keys[0].id == config_key_id("a", first) != config.auth.keys[0].id
     rotated = dataclasses.replace(config.auth, admin_keys=())
     assert await id_key(rotated, store, shared=False) != first  # random: nothing stable to derive from
     configured = dataclasses.replace(config.auth, key_id_secret="a-long-enough-secret")
