@@ -166,6 +166,12 @@ def config_key_id(secret: str, id_key: bytes) -> str:
     return "cfg_" + hmac.new(id_key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
 
 
+def legacy_config_key_id(secret: str) -> str:
+    """The id a config key had before ids were keyed (the plain SHA-256 prefix): only to recognise it where
+    records written before the change still name it (a paused continuation's asker), never to show it."""
+    return "cfg_" + secret_digest(secret).hex()[:16]
+
+
 def secret_id_key(key_id_secret: str) -> bytes:
     """The id key derived from ``auth.key_id_secret``."""
     return hashlib.sha256(KEY_ID_DOMAIN + key_id_secret.encode("utf-8", "surrogatepass")).digest()

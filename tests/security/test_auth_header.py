@@ -103,3 +103,13 @@ def test_the_memo_of_found_keys_is_bounded(monkeypatch: pytest.MonkeyPatch) -> N
         assert _outcome(f"Bearer {key.key}", ring) == key.id
         assert len(ring.digests) <= 3
     assert _outcome("Bearer sk-0", ring) == "k0"  # forgotten or not, still found
+
+
+def test_a_config_key_is_found_by_the_id_it_had_before_ids_were_keyed() -> None:
+    """Work paused before the upgrade names its asker by the old id (the plain SHA-256 prefix)."""
+    import hashlib
+
+    ring = KeyRing([KEY], enabled=True)
+    old_id = "cfg_" + hashlib.sha256(KEY.key.encode()).hexdigest()[:16]
+    assert old_id != KEY.id and ring.find(old_id) is KEY and ring.find(KEY.id) is KEY
+    assert ring.find("cfg_" + "0" * 16) is None
