@@ -33,6 +33,7 @@ from gateway.errors import GatewayError, bad_request
 from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.loop.approvals import new_audit_id
+from gateway.store.errors import StoreUnavailable
 from gateway.store.keys import base
 from gateway.store.keys.base import (
     KeyLimitReached,
@@ -151,8 +152,22 @@ async def _audit(runtime: Runtime, admin: AdminKey, event: str, key_id: str, ten
         log.warning("admin %r: %s of key %r, whose stored record names no tenant (not in any audit log)",
                     admin.name, event, key_id[:MAX_ID_CHARS])
         return
-    await runtime.store.append_audit({"id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": event,
-                                      "key_id": key_id, "key_name": name, "admin": admin.name, "changes": changes})
+    try:
+        await runtime.store.append_audit({"id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": event,
+                                          "key_id": key_id, "key_name": name, "admin": admin.name,
+                                          "changes": changes})
+    except StoreUnavailable as exc:
+        # The change is made: answering 503 would hide a created key's secret (a live key nobody
+        # holds) or invite a retry of a done change. The entry is lost; the log says so.
+        log.error("admin %r: %s of key %s done, but its audit entry was lost: %s", admin.name, event, key_id, exc)
+
+
+async def _after_change(runtime: Runtime) -> None:
+    """This replica's snapshot at once; if the store stops answering right after a change, the poll catches up."""
+    try:
+        await runtime.key_sync.reload()
+    except StoreUnavailable:
+        log.warning("managed keys: the snapshot reload after an admin change failed; the next poll retries")
 
 
 def _conflict(key_id: str) -> GatewayError:
@@ -176,7 +191,7 @@ async def create_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
     except KeyLimitReached:
         raise GatewayError(409, f"the managed key limit ({base.MAX_MANAGED_KEYS} live keys) is reached; revoke "
                            "unused keys first", code="key_limit_reached") from None
-    await runtime.key_sync.reload()  # this replica at once; the others look it up on first use
+    await _after_change(runtime)  # this replica at once; the others look it up on first use
     await _audit(runtime, admin, "key.created", key.id, key.tenant, key.name, changes)
     return _json({**shown, "key": secret}, 201)
 
@@ -238,7 +253,7 @@ async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
             raise _unreadable(key_id) from None
         except KeyError:
             raise _not_found(key_id) from None
-        await runtime.key_sync.reload()
+        await _after_change(runtime)
         await _audit(runtime, admin, "key.updated", key_id, edited.tenant, edited.name, sorted(fields))
         return _json(shown)
     raise _conflict(key_id)
@@ -280,7 +295,7 @@ async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
             continue  # it became unreadable since it was read: read it again
         except KeyError:
             raise _not_found(key_id) from None
-        await runtime.key_sync.reload()
+        await _after_change(runtime)
         await _audit(runtime, admin, "key.revoked", key_id, str(revoked.get("tenant") or ""),
                      str(revoked.get("name") or key_id), [])
         return _json({"id": key_id, "object": "api_key.deleted", "deleted": True})
