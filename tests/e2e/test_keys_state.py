@@ -95,10 +95,14 @@ def test_unknown_keys_cost_one_lookup_then_a_remembered_miss(pair: tuple[Gateway
 
     unknown, cached = lookups("unknown"), lookups("miss_cached")
     wrong = "lg-" + "x" * 43  # shaped like a managed secret: worth one look-up
+    started = time.monotonic()
     assert [chat(second, wrong).status_code for _ in range(30)] == [401] * 30
-    assert lookups("unknown") == unknown + 1 and lookups("miss_cached") >= cached + 29
+    asked = lookups("unknown") - unknown
+    # One look-up, then misses answered from memory (once more per MISS_TTL_S of 5 s, on a slow machine).
+    assert 1 <= asked <= 1 + int((time.monotonic() - started) / 5)
+    assert lookups("miss_cached") - cached == 30 - asked
     # A secret that cannot be a managed key's is refused without a look-up at all.
-    assert chat(second, "sk-not-managed").status_code == 401 and lookups("unknown") == unknown + 1
+    assert chat(second, "sk-not-managed").status_code == 401 and lookups("unknown") == unknown + asked
     assert chat(second, wrong).json()["error"]["code"] == "invalid_api_key"
 
 
