@@ -6,7 +6,8 @@ not in it yet: without this look-up, a script that creates a key through one rep
 at once through a load balancer got a 401 from the others for up to a poll interval.
 
 So a managed-looking secret (``lg-`` and the length of one) that the snapshot lacks costs one
-store call, by its digest. A key found is added to the snapshot (unless a newer snapshot already
+store call, by its digest (a secret the snapshot holds, refused because it expired, never does;
+an expired or revoked key found in the store counts as a miss). A key found is added to the snapshot (unless a newer snapshot already
 came in, which is the truth then), so its later requests cost nothing. A secret not found is
 remembered as a miss for ``MISS_TTL_S`` (at most ``MAX_MISSES`` of them, the oldest forgotten
 first), so a client retrying a wrong key, or a flood of one, costs no store call per request;
@@ -59,6 +60,8 @@ class KeyLookup:
         if not secret_looks_managed(token):
             return None  # config keys are all in the snapshot; anything else cannot be a managed key
         digest = secret_digest(token)
+        if digest in self._ring.by_digest:
+            return None  # known here and refused anyway (expired): the store knows no better
         until = self._misses.get(digest)
         if until is not None:
             if until > time.monotonic():
@@ -98,8 +101,9 @@ class KeyLookup:
             except (KeyError, TypeError, ValueError):
                 key = None
             else:
-                if stored_digest != digest or key.revoked:
-                    key = None
+                if stored_digest != digest or key.revoked or (key.expires_at is not None
+                                                              and key.expires_at <= time.time()):
+                    key = None  # remembered as a miss like an unknown secret: refused alike
         if key is None:
             self._remember_miss(digest)
             metrics.KEY_LOOKUPS.inc("unknown")

@@ -105,3 +105,15 @@ async def test_revoked_and_expired_keys_are_not_found_and_an_older_read_never_ov
     ring.add_found(secret_digest(secret), key, 2)
     assert ring.lookup(secret) is key
 
+
+
+async def test_an_expired_key_costs_no_store_call_per_request() -> None:
+    store = CountingStore()
+    ring = KeyRing([], enabled=True)
+    lookup = KeyLookup(store, ring)
+    secret, _ = await _created(store, expires_at=time.time() - 1)
+    assert [await lookup.resolve(secret) for _ in range(5)] == [None] * 5
+    assert store.finds == 1  # remembered as a miss
+    known, key = await _created(store, expires_at=time.time() - 1)
+    ring.replace_managed([(secret_digest(known), key)], await store.generation())
+    assert await lookup.resolve(known) is None and store.finds == 1  # in the snapshot already: never asked
