@@ -7,8 +7,9 @@ at once through a load balancer got a 401 from the others for up to a poll inter
 
 So a managed-looking secret (``lg-`` and the length of one) that the snapshot lacks costs one
 store call, by its digest (a secret the snapshot holds, refused because it expired, never does;
-an expired or revoked key found in the store counts as a miss). A key found is added to the snapshot (unless a newer snapshot already
-came in, which is the truth then), so its later requests cost nothing. A secret not found is
+an expired or revoked key found in the store counts as a miss). A key found is added to the
+snapshot (unless a newer snapshot already came in, which is the truth then), so its later
+requests cost nothing. A secret not found is
 remembered as a miss for ``MISS_TTL_S`` (at most ``MAX_MISSES`` of them, the oldest forgotten
 first), so a client retrying a wrong key, or a flood of one, costs no store call per request;
 concurrent look-ups of one secret share one call, and at most ``MAX_IN_FLIGHT`` run at once
