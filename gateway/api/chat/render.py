@@ -12,9 +12,7 @@ final call's model, as the non-stream response does. The route the client asked 
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,18 +22,14 @@ import orjson
 from gateway.canonical import Answering, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
+from gateway.random_ids import random_hex
 
 log = logging.getLogger("loopgate.render")
 
 
-# Response ids must be unique, not secret: a random per-process prefix and a counter cost no
-# system call per request (os.urandom showed up in profiles; bench/README.md).
-_ID_PREFIX = f"chatcmpl-{secrets.token_hex(6)}"
-_ID_COUNTER = itertools.count(1)
-
-
 def completion_id() -> str:
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+    """128 random bits: ids cannot be enumerated (batched CSPRNG, no system call per request)."""
+    return "chatcmpl-" + random_hex(16)
 
 
 async def collect(events: AsyncIterator[LoopEvent], response_id: str, route: str) -> dict[str, Any]:
