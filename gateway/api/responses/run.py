@@ -270,9 +270,24 @@ def input_items(response_id: str, items: list[dict[str, Any]]) -> list[dict[str,
     reading it twice gives the same id and writing the record needs no copy of the input.
     """
     tail = response_id.removeprefix("resp_")
-    return [item if isinstance(item.get("id"), str) else
-            {"id": f"{_ITEM_PREFIX.get(item['type'], 'item')}_{tail}{index:04x}", **item}
+    return [_listed(item if isinstance(item.get("id"), str) else
+                    {"id": f"{_ITEM_PREFIX.get(item['type'], 'item')}_{tail}{index:04x}", **item})
             for index, item in enumerate(items)]
+
+
+def _listed(item: dict[str, Any]) -> dict[str, Any]:
+    """A message item in OpenAI's listed shape: ``content`` always a list of parts.
+
+    Callers may send a message's content as a string (``EasyInputMessage``); OpenAI lists it as
+    parts (``input_text``, or ``output_text`` for an assistant's), and SDKs read ``content[0].text``.
+    """
+    content = item.get("content")
+    if item.get("type") != "message" or not isinstance(content, str):
+        return item
+    if item.get("role") == "assistant":
+        return {**item, "status": item.get("status") or "completed",
+                "content": [{"type": "output_text", "text": content, "annotations": []}]}
+    return {**item, "content": [{"type": "input_text", "text": content}]}
 
 
 @functools.lru_cache(maxsize=16)
