@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.canonical import JSONTooDeep, ModelRequest, ModelResponse, StreamDelta, load_json
 from gateway.config.providers_section import ProviderConfig
 from gateway.observability import metrics
 from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
@@ -102,7 +102,9 @@ class InProcessAdapter(Protocol):
 def load_body(body: bytes) -> Any:
     """A 2xx body as JSON; anything else is the upstream's fault (retryable, not the caller's)."""
     try:
-        return orjson.loads(body)
+        return load_json(body)
+    except JSONTooDeep as exc:
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned a body {exc.msg}") from None
     except orjson.JSONDecodeError:
         raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a body that is not JSON") from None
 

@@ -29,6 +29,7 @@ from gateway.canonical import (
     ToolCallAccumulator,
     Usage,
     history_arguments_text,
+    load_json,
     normalize_finish_reason,
     strip_artifacts,
     text_of,
@@ -241,7 +242,7 @@ class OpenAIStreamParser:
             self._done = True
             return []
         try:
-            chunk = orjson.loads(data)
+            chunk = load_json(data)
             if not isinstance(chunk, dict):
                 raise TypeError("chunk")
             if chunk.get("error"):  # "error": null beside an answer (some compatible servers) is no error
