@@ -362,4 +362,4 @@ class AnthropicStreamParser:
             self._close(index)
         native = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)],
                   "stop_reason": self._stop_reason, "usage": self._usage}
-        return response_from_message(native)
+        return self._malformed.check(response_from_message(native))

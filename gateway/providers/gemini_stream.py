@@ -340,4 +340,4 @@ class GeminiStreamParser:
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream stream had no readable event")
         if not self._turn.finished:
             raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before the response was complete")
-        return self._turn.result()
+        return self._malformed.check(self._turn.result())

@@ -325,13 +325,13 @@ class OpenAIStreamParser:
             message["reasoning_content"] = "".join(self._reasoning)
             if not self._reasoning_taken_back:
                 message["reasoning_origin"] = _REASONING_NOT_TAKEN_BACK
-        return ModelResponse(
+        return self._malformed.check(ModelResponse(
             message=message,
             finish_reason=normalize_finish_reason(self._finish, bool(calls)),
             usage=self._usage,
             model=self._model,
             id=self._id,
-        )
+        ))
 
 
 def _string(value: Any) -> str:
