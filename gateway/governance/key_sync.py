@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 
+from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.model import ApiKey
 from gateway.governance.keys import KeyRing
 from gateway.store.errors import StoreUnavailable
@@ -44,9 +45,7 @@ class KeySync:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks([self._task], "managed keys")
 
     async def reload(self) -> None:
         generation, records = await self._store.load()
@@ -61,6 +60,7 @@ class KeySync:
 
     async def _poll(self) -> None:
         while True:
+            check_cancelled()  # a store call may have swallowed the cancellation (gateway/cancellation.py)
             await asyncio.sleep(self._interval)
             try:
                 if await self._store.generation() != self._generation:

@@ -10,7 +10,6 @@ from gateway.http.incoming import Incoming
 from gateway.http.json_depth import MAX_DEPTH, JSONTooDeep, loads
 
 
-
 class BodyError(Exception):
     """A request body that cannot be used: ``status`` 400 or 413, with a message for the caller.
 

@@ -32,7 +32,6 @@ from gateway.http.sse_response import event_frame
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
 from gateway.random_ids import random_hex
 
-
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                           404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
