@@ -18,7 +18,8 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
 
@@ -123,6 +124,36 @@ def check_digest(decision: dict[str, Any], item: dict[str, Any], param: str) -> 
         raise GatewayError(409, f"{param}: the arguments of {quoted(item['tool_call_id'])} are not the ones "
                            "this decision was made for (arguments_sha256 differs)", param=f"{param}.arguments_sha256",
                            code="arguments_mismatch")
+
+
+class ResultRecorder(Protocol):
+    """Builds, from the resumed loop's events, the body its surface answers (the one a decider receives)."""
+
+    def feed(self, event: LoopEvent) -> None: ...
+
+    def result(self) -> tuple[str, str, bytes]:
+        """``(id, object, body)`` once the loop's ``Finished`` event was fed: the body as JSON bytes."""
+        ...
+
+
+@dataclass(slots=True)
+class ResultSlot:
+    """Where the surface that renders a resume puts its recorder, before the first event is pulled.
+
+    The continuation is finished (and its result stored with it, atomically) when the loop's
+    ``Finished`` event arrives, before the renderer sees that event: so the result is built beside
+    the renderer, from the same events, with the same id.
+    """
+
+    recorder: ResultRecorder | None = None
+
+
+def result_record(recorder: ResultRecorder | None) -> tuple[str | None, bytes | None]:
+    """The stored form of a recorder's result, ``{"id", "object", "body"}``, and its id (None, None without one)."""
+    if recorder is None:
+        return None, None
+    result_id, kind, body = recorder.result()
+    return result_id, orjson.dumps({"id": result_id, "object": kind, "body": orjson.Fragment(body)})
 
 
 def may_resume_way_a(messages: list[Message]) -> bool:
@@ -374,11 +405,14 @@ class Continuations:
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,
-                          decided: Awaitable[None] | None = None) -> AsyncIterator[LoopEvent]:
+                          decided: Awaitable[None] | None = None, slot: ResultSlot | None = None,
+                          way: str = "b") -> AsyncIterator[LoopEvent]:
         """The resumed loop; the claim is finished at its end and released on any failure or disconnect.
 
         ``decided`` records the decisions (way B's audit entries), and timed-out approvals are
         recorded here too: both under the claim, so a failure to record releases it like any other.
+        ``slot``'s recorder (when the surface put one there) sees every event; its result is stored
+        with the finish, and the ``resumed`` notification (``way``) then names it.
         """
         finished = False
         timed_out = set(request.resume.timed_out) if request.resume is not None else set()
@@ -388,10 +422,15 @@ class Continuations:
             if timed_out:
                 await audit_expired(self.store, continuation, timed_out)
             async for event in run_loop(request, deps):
+                recorder = slot.recorder if slot is not None else None
+                if recorder is not None:
+                    recorder.feed(event)
                 if isinstance(event, Finished):
-                    await self.store.finish_continuation(continuation.id, continuation.tenant)
+                    result_id, result = result_record(recorder)
+                    await self.store.finish_continuation(continuation.id, continuation.tenant, result)
                     finished = True
                     metrics.CONTINUATIONS.inc("resumed")
+                    self.notifier.resumed(continuation, way, result_id, event.result.status)
                 yield event
         finally:
             if not finished:

@@ -133,8 +133,12 @@ class Notifier:
         job = {"k": "check", "tenant": continuation.tenant, "cid": continuation.id, "reason": reason}
         self._enqueue(CHECKS, continuation.id, int(due_s * 1000), orjson.dumps(job), "expired")
 
-    def resumed(self, continuation: Continuation, way: str) -> None:
-        self.emit("resumed", continuation.tenant, **_about(continuation), way=way)
+    def resumed(self, continuation: Continuation, way: str, result_id: str | None = None,
+                result_status: str | None = None) -> None:
+        """Emitted once the resumed loop ended and its result is stored: ``result_id`` is the answer's id
+        (``GET /v1/continuations/{id}`` returns it), ``result_status`` ``completed`` or ``paused`` (again)."""
+        self.emit("resumed", continuation.tenant, **_about(continuation), way=way, result_id=result_id,
+                  result_status=result_status)
 
     def decided(self, continuation: Continuation, decisions: Iterable[dict[str, Any]], decided_by: str | None) -> None:
         """An approval decision (way B): ``decisions`` are ``{tool_call_id, approved, reason?}``."""

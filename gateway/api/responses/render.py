@@ -412,3 +412,25 @@ def usage_of(response: dict[str, Any]) -> Usage | None:
         return None
     return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
                  completion_tokens=int(usage.get("output_tokens") or 0))
+
+
+class ResponseRecorder:
+    """A resume's stored result on the Responses surface: the final Response object of the same events.
+
+    A builder of its own (no events built), with the answering builder's id and ``created_at``, so
+    the stored body is the Response the decider received (``GET /v1/responses/{id}`` returns it too).
+    """
+
+    __slots__ = ("builder",)
+
+    def __init__(self, answering: ResponseBuilder, echo: dict[str, Any]) -> None:
+        response = answering.response
+        self.builder = ResponseBuilder(answering.id, answering.route, echo, answering.label_of, answering.approved,
+                                       created_at=response["created_at"], emit=False)
+        self.builder.start()
+
+    def feed(self, event: LoopEvent) -> None:
+        self.builder.feed(event)
+
+    def result(self) -> tuple[str, str, bytes]:
+        return self.builder.id, "response", orjson.dumps(self.builder.response)

@@ -31,7 +31,14 @@ from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.planning import refuse_name_clashes, route_of
 from gateway.api.responses.items import Converted, to_messages
-from gateway.api.responses.render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
+from gateway.api.responses.render import (
+    TERMINAL,
+    Batch,
+    ResponseBuilder,
+    ResponseRecorder,
+    response_id,
+    server_label,
+)
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
@@ -428,5 +435,6 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
                               emit=request.stream or request.background,
                               frames=request.stream and not request.background)
+    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
     assert work.key is not None
     return ResponseRun(runtime, work.key.tenant, request, resumed.plan, loop, resumed.events, builder, first)
