@@ -22,6 +22,7 @@ back as input map onto the transcript without any lookup (see ``responses_items`
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +77,12 @@ def new_id(kind: str) -> str:
     return kind + "_" + random_hex(12)
 
 
+def item_ids() -> tuple[str, itertools.count[int]]:
+    """One response's item ids: a random base (80 bits) and a counter, so a second builder fed the same
+    events (a resume's stored result, ``ResponseRecorder``) names the items exactly as the first did."""
+    return "_" + random_hex(10), itertools.count()
+
+
 def response_id() -> str:
     """192 random bits: ids cannot be enumerated from one seen (a stored response is also bound to its tenant)."""
     return "resp_" + random_hex(24)
@@ -110,8 +117,9 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
-    __slots__ = ("_delta_head", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq", "_texted", "_tools",
-                 "approved", "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
+    __slots__ = ("_delta_head", "_items", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq",
+                 "_texted", "_tools", "approved", "done", "emit", "final_text", "frames", "label_of", "response",
+                 "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
@@ -151,10 +159,15 @@ class ResponseBuilder:
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
+        self._items = item_ids()
 
     @property
     def id(self) -> str:
         return str(self.response["id"])
+
+    def _item_id(self, kind: str) -> str:
+        base, counter = self._items
+        return kind + base + format(next(counter), "04x")
 
     def _event(self, kind: str, fields: dict[str, Any]) -> Any:
         """The event dict, or (``frames``) its SSE frame; numbered either way."""
@@ -245,7 +258,7 @@ class ResponseBuilder:
                 return  # the engine's separator between iterations: here each iteration is its own item
             if self._open is not None:
                 self._close(out)
-            item_id = self._open_id = new_id("msg")
+            item_id = self._open_id = self._item_id("msg")
             self._open_type = "message"
             self._texted = True
             item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
@@ -275,7 +288,7 @@ class ResponseBuilder:
     def _reasoning(self, text: str, out: Batch) -> None:
         if self._open_type != "reasoning":
             self._close(out)
-            item_id = self._open_id = new_id("rs")
+            item_id = self._open_id = self._item_id("rs")
             self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
             self._open_type = "reasoning"
             out.append(self._event("response.reasoning_summary_part.added", {
@@ -427,6 +440,8 @@ class ResponseRecorder:
         response = answering.response
         self.builder = ResponseBuilder(answering.id, answering.route, echo, answering.label_of, answering.approved,
                                        created_at=response["created_at"], emit=False)
+        # The answering builder's item-id base, counted from 0 again: the same events name the same items.
+        self.builder._items = (answering._items[0], itertools.count())
         self.builder.start()
 
     def feed(self, event: LoopEvent) -> None:
