@@ -19,10 +19,10 @@ from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted
 from gateway.loop.approvals import audit_decisions
-from gateway.loop.continuations import ResultSlot
 from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
+from gateway.loop.results import ResultSlot
 from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation

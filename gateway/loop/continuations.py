@@ -18,10 +18,7 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-import orjson
+from typing import Any
 
 from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
@@ -47,6 +44,8 @@ from gateway.loop.engine import (
 )
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.pairing import ToolResult
+from gateway.loop.results import ResultSlot, result_record
+from gateway.loop.same_arguments import same_arguments
 from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
@@ -70,49 +69,6 @@ def declined(reason: str | None) -> str:
     return f"{text} Reason: {reason}" if reason else text
 
 
-def same_arguments(sent: Any, stored: Any) -> bool:
-    """Are two tool-call argument strings the same call? Compared as parsed JSON, else as text.
-
-    Clients re-serialise the assistant message they send back (compact separators, non-ASCII
-    unescaped, keys reordered), so bytes differ for the very same call. When either side is not
-    valid JSON there is no value to compare, and the text must match exactly.
-    """
-    sent = sent or "{}"
-    stored = stored or "{}"
-    if sent == stored:
-        return True
-    if not isinstance(sent, str) or not isinstance(stored, str):
-        return False
-    try:
-        return _same_json(orjson.loads(sent), orjson.loads(stored))
-    except orjson.JSONDecodeError:
-        return False
-
-
-def _same_json(left: Any, right: Any) -> bool:
-    """JSON equality: key order is free, ``true`` is not ``1``, ``1.0`` is ``1`` (a JavaScript client writes 1).
-
-    Iterative, so arguments nested as deep as the parser allows cannot exhaust the stack.
-    """
-    stack = [(left, right)]
-    while stack:
-        a, b = stack.pop()
-        if isinstance(a, dict):
-            if not isinstance(b, dict) or a.keys() != b.keys():
-                return False
-            stack.extend((value, b[key]) for key, value in a.items())
-        elif isinstance(a, list):
-            if not isinstance(b, list) or len(a) != len(b):
-                return False
-            stack.extend(zip(a, b, strict=True))
-        elif isinstance(a, bool) or isinstance(b, bool):
-            if a is not b:
-                return False
-        elif isinstance(b, (dict, list)) or a != b:
-            return False
-    return True
-
-
 def check_digest(decision: dict[str, Any], item: dict[str, Any], param: str) -> None:
     """A decision carrying ``arguments_sha256`` applies only to exactly those arguments: else 409, nothing changes."""
     if "arguments_sha256" not in decision:
@@ -124,36 +80,6 @@ def check_digest(decision: dict[str, Any], item: dict[str, Any], param: str) -> 
         raise GatewayError(409, f"{param}: the arguments of {quoted(item['tool_call_id'])} are not the ones "
                            "this decision was made for (arguments_sha256 differs)", param=f"{param}.arguments_sha256",
                            code="arguments_mismatch")
-
-
-class ResultRecorder(Protocol):
-    """Builds, from the resumed loop's events, the body its surface answers (the one a decider receives)."""
-
-    def feed(self, event: LoopEvent) -> None: ...
-
-    def result(self) -> tuple[str, str, bytes]:
-        """``(id, object, body)`` once the loop's ``Finished`` event was fed: the body as JSON bytes."""
-        ...
-
-
-@dataclass(slots=True)
-class ResultSlot:
-    """Where the surface that renders a resume puts its recorder, before the first event is pulled.
-
-    The continuation is finished (and its result stored with it, atomically) when the loop's
-    ``Finished`` event arrives, before the renderer sees that event: so the result is built beside
-    the renderer, from the same events, with the same id.
-    """
-
-    recorder: ResultRecorder | None = None
-
-
-def result_record(recorder: ResultRecorder | None) -> tuple[str | None, bytes | None]:
-    """The stored form of a recorder's result, ``{"id", "object", "body"}``, and its id (None, None without one)."""
-    if recorder is None:
-        return None, None
-    result_id, kind, body = recorder.result()
-    return result_id, orjson.dumps({"id": result_id, "object": kind, "body": orjson.Fragment(body)})
 
 
 def may_resume_way_a(messages: list[Message]) -> bool:

@@ -13,9 +13,9 @@ from gateway.api.lifecycle import Work
 from gateway.errors import GatewayError
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.loop.continuations import ResultSlot
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import until_answering
+from gateway.loop.results import ResultSlot
 from gateway.observability import metrics
 
 

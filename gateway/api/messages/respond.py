@@ -13,8 +13,8 @@ from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder, error_frame, message_id
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-from gateway.loop.continuations import ResultSlot
 from gateway.loop.events import LoopEvent, until_answering
+from gateway.loop.results import ResultSlot
 
 
 class MessageRecorder:
