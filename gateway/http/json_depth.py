@@ -39,14 +39,19 @@ def too_deep(value: Any) -> bool:
     return False
 
 
+#: Text shorter than this cannot nest past MAX_DEPTH (it needs that many brackets, opened and closed):
+#: a stream chunk, the most frequent parse, is checked with one ``len``.
+MIN_TOO_DEEP_CHARS = 2 * (MAX_DEPTH + 1)
+
+
 def loads(raw: bytes | bytearray | memoryview | str) -> Any:
     """``orjson.loads`` that raises :class:`JSONTooDeep` past :data:`MAX_DEPTH` levels.
 
-    Only text with more brackets than the limit can nest that deep: one C-speed count skips the
-    walk for everything else (every ordinary request and answer).
+    Only text long enough, with more brackets than the limit, can nest that deep: a length check
+    and then one C-speed count skip the walk for everything else (every ordinary request and answer).
     """
     value = orjson.loads(raw)
-    if not isinstance(value, (dict, list)):
+    if len(raw) < MIN_TOO_DEEP_CHARS or not isinstance(value, (dict, list)):
         return value
     if isinstance(raw, str):
         brackets = raw.count("[") + raw.count("{")
