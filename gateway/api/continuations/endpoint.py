@@ -44,7 +44,10 @@ def _continuation_id(request: Request) -> str:
 MAX_WAIT_S = 60.0
 WAIT_POLL_S = 0.05
 WAIT_POLL_MAX_S = 0.5
+# Requests of this process waiting at once; past it ``wait`` answers at once (each waiter reads the store).
+MAX_WAITERS = 1000
 _UNFINISHED = ("pending", "claimed")
+_waiting = 0
 
 
 def _wait_seconds(request: Request) -> float:
@@ -79,13 +82,18 @@ async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JS
     continuation_id = _continuation_id(request)
     store = runtime.store
     continuation = await store.get_continuation(continuation_id, key.tenant)
-    if wait and continuation.status in _UNFINISHED:
-        deadline = time.monotonic() + wait
-        delay = WAIT_POLL_S
-        while continuation.status in _UNFINISHED and (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, WAIT_POLL_MAX_S)
-            continuation = await store.get_continuation(continuation_id, key.tenant)
+    global _waiting
+    if wait and continuation.status in _UNFINISHED and _waiting < MAX_WAITERS:
+        _waiting += 1
+        try:
+            deadline = time.monotonic() + wait
+            delay = WAIT_POLL_S
+            while continuation.status in _UNFINISHED and (left := deadline - time.monotonic()) > 0:
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, WAIT_POLL_MAX_S)
+                continuation = await store.get_continuation(continuation_id, key.tenant)
+        finally:
+            _waiting -= 1
     return JSONResponse(orjson.dumps(result_view(continuation)))
 
 
