@@ -34,6 +34,11 @@ from typing import Any, Literal
 
 import orjson
 
+# Every JSON the gateway parses (arguments, upstream answers) is depth-bounded: see gateway/http/json_depth.py.
+from gateway.http.json_depth import MAX_DEPTH as MAX_JSON_DEPTH
+from gateway.http.json_depth import JSONTooDeep as JSONTooDeep
+from gateway.http.json_depth import loads as load_json
+
 Message = dict[str, Any]
 ToolCall = dict[str, Any]
 ToolDef = dict[str, Any]
@@ -233,12 +238,32 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         return {}
     try:
-        value = orjson.loads(arguments)
+        value = load_json(arguments)
+    except JSONTooDeep as exc:
+        raise ValueError(f"are {exc.msg}") from None
     except (orjson.JSONDecodeError, TypeError):
         raise ValueError("are not valid JSON") from None
     if not isinstance(value, dict):
         raise ValueError("must be a JSON object")
     return value
+
+
+def arguments_too_deep(arguments: str) -> bool:
+    """Are a caller's tool-call arguments (JSON text) nested deeper than the gateway parses?
+
+    Checked where a caller's history comes in, so the caller gets a 400 naming the call rather
+    than a target failing to serialise them later. Text that is not JSON at all is not "too deep":
+    history with invalid arguments is allowed (sent on as ``{}``, see ``history_arguments``).
+    """
+    if arguments.count("{") + arguments.count("[") <= MAX_JSON_DEPTH:
+        return False
+    try:
+        load_json(arguments)
+    except JSONTooDeep:
+        return True
+    except orjson.JSONDecodeError:
+        return False
+    return False
 
 
 def history_arguments(arguments: Any) -> dict[str, Any]:
@@ -266,7 +291,7 @@ def history_arguments_text(arguments: Any) -> str:
     """
     if isinstance(arguments, str):
         try:
-            if isinstance(orjson.loads(arguments), dict):
+            if isinstance(load_json(arguments), dict):
                 return arguments
         except orjson.JSONDecodeError:
             pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import tempfile
 from typing import Any
@@ -91,7 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("loopgate").warning(
             "%d workers with the memory:// store: each worker keeps its own continuations and circuit "
             "state, so a resume that reaches another worker finds nothing. Use a redis:// store.", workers)
+    # Bound before anything starts (store, webhook worker, key sync): a port in use is one clear
+    # line and a non-zero status, not a started-then-stopped gateway.
+    try:
+        listener = _listen(host, port)
+    except OSError as exc:
+        print(f"loopgate: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     if workers > 1:
+        listener.close()  # the supervisor binds it again at once, before any worker starts
         # Worker processes re-import the app: hand them the config path through the environment.
         if args.config:
             os.environ["LOOPGATE_CONFIG"] = os.path.abspath(args.config)
@@ -101,6 +110,24 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="loopgate-metrics-") as directory:
             os.environ[metrics_shared.ENV] = directory
             uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
-    else:
-        uvicorn.run(create_app(config, serving=True), **common)
+        return 0
+    server_ = uvicorn.Server(uvicorn.Config(create_app(config, serving=True), **common))
+    server_.run(sockets=[listener])
+    if not server_.started:  # the application failed to start (logged by uvicorn)
+        print("loopgate: the gateway failed to start (see the log above)", file=sys.stderr)
+        return 3
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound as uvicorn binds it (``SO_REUSEADDR``, IPv6 for an address with a colon)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock

@@ -47,7 +47,8 @@ class Redactor:
 
 def _config_secrets(config: Config) -> Iterator[str]:
     """Provider keys and header values, HTTP tool headers, MCP server headers and environment values,
-    and the store's passwords (Redis: in the URL, ``store.password``, ``store.sentinel.password``)."""
+    the store's passwords (Redis: in the URL, ``store.password``, ``store.sentinel.password``), and
+    webhook URLs and signing secrets (``notifications.webhooks``)."""
     store = config.store
     in_url = urlsplit(store.url).password or ""
     for secret in (store.password, store.sentinel.password if store.sentinel else None, in_url, unquote(in_url)):
@@ -63,6 +64,21 @@ def _config_secrets(config: Config) -> Iterator[str]:
     for server in config.mcp_servers.values():
         yield from header_secrets(server.headers.values())
         yield from server.env.values()
+    for hook in config.notifications.webhooks:
+        yield hook.secret
+        yield from url_secrets(hook.url)
+
+
+def url_secrets(url: str) -> Iterator[str]:
+    """A URL that is itself a credential (a Slack or Teams webhook's path is its token), in every form
+    a log line may quote it: as configured, percent-decoded, and its path and query alone (a proxy or
+    receiver echoing its request line quotes just those), plus a password in it."""
+    parts = urlsplit(url)
+    tail = parts.path + (f"?{parts.query}" if parts.query else "")
+    for form in (url, tail, parts.password or ""):
+        if form:
+            yield form
+            yield unquote(form)
 
 
 def header_secrets(values: Iterable[str]) -> Iterator[str]:

@@ -22,6 +22,7 @@ from gateway.loop.approvals import audit_decisions
 from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
+from gateway.loop.results import ResultSlot
 from gateway.notify import Notifier
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation
@@ -29,11 +30,13 @@ from gateway.store.continuations.base import Continuation
 
 @dataclass(slots=True)
 class Resumed:
-    """A claimed continuation's loop, ready to run: its route, its request and its events."""
+    """A claimed continuation's loop, ready to run: its route, its request, its events, and the slot
+    where the surface that renders it puts the recorder of its result (before pulling an event)."""
 
     plan: RoutePlan
     loop: LoopRequest
     events: AsyncIterator[LoopEvent]
+    slot: ResultSlot
 
 
 def resume_plan(runtime: Runtime, stored: Continuation) -> RoutePlan:
@@ -63,12 +66,12 @@ def denied_reasons(decisions: list[dict[str, Any]]) -> dict[str, str | None]:
 
 def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[dict[str, Any]],
                      decided_by: str | None) -> None:
-    """``decided`` for the approve/deny decisions (client outputs are not decisions), then ``resumed``."""
+    """``decided`` for the approve/deny decisions (client outputs are not decisions); ``resumed`` follows
+    when the resumed loop ends, naming its result (``Continuations.run_resumed``)."""
     verdicts = [{"tool_call_id": d["tool_call_id"], "approved": d["approve"], "reason": d.get("reason")}
                 for d in decisions if "output" not in d]
     if verdicts:
         notifier.decided(claimed, verdicts, decided_by)
-    notifier.resumed(claimed, "b")
 
 
 def check_pending(stored: Continuation, conflict: str) -> None:
@@ -99,9 +102,7 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     continuations = runtime.continuations
     claimed = await runtime.store.claim_continuation(stored.id, decider.tenant, continuations.lease_s)
     decided: Awaitable[None] | None = None
-    if decisions is None:
-        continuations.notifier.resumed(claimed, "a")
-    else:
+    if decisions is not None:
         notify_decisions(continuations.notifier, claimed, decisions, decider.name or None)
         # The decider's identity goes to the audit log only: the work stays the asker's.
         decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(decisions), decider.id,
@@ -109,4 +110,6 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     loop = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, decider.tenant,
                                          headless or asker.headless, follow_up)
     work.watch(loop)
-    return Resumed(plan, loop, continuations.run_resumed(claimed, loop, runtime.deps, decided))
+    slot = ResultSlot()
+    events = continuations.run_resumed(claimed, loop, runtime.deps, decided, slot, "a" if decisions is None else "b")
+    return Resumed(plan, loop, events, slot)

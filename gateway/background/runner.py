@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from gateway.cancellation import check_cancelled
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
@@ -246,6 +247,7 @@ class BackgroundRunner:
     async def _write(self, state: _Run) -> None:
         run, store, config = state.run, self.store, self.config
         while True:
+            check_cancelled()  # a store call may have swallowed the cancellation (gateway/cancellation.py)
             if not state.frames and not state.done:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(config.heartbeat_s):

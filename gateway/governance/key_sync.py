@@ -21,6 +21,7 @@ import contextlib
 import logging
 import time
 
+from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.model import ApiKey
 from gateway.governance.keys import KeyRing
 from gateway.store.errors import StoreUnavailable
@@ -53,9 +54,7 @@ class KeySync:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks([self._task], "managed keys")
 
     async def reload(self) -> None:
         generation, records = await self._store.load()
@@ -71,6 +70,7 @@ class KeySync:
     async def _poll(self) -> None:
         interval = self._interval if self._poll_enabled else self._purge_interval
         while True:
+            check_cancelled()  # a store call may have swallowed the cancellation (gateway/cancellation.py)
             await asyncio.sleep(interval)
             try:
                 now = time.monotonic()

@@ -20,8 +20,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-import orjson
-
 from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import GatewayError, bad_request, quoted
@@ -46,6 +44,8 @@ from gateway.loop.engine import (
 )
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.pairing import ToolResult
+from gateway.loop.results import ResultSlot, result_record
+from gateway.loop.same_arguments import same_arguments
 from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
@@ -67,49 +67,6 @@ log = logging.getLogger("loopgate.continuations")
 def declined(reason: str | None) -> str:
     text = "The user declined to run this tool call."
     return f"{text} Reason: {reason}" if reason else text
-
-
-def same_arguments(sent: Any, stored: Any) -> bool:
-    """Are two tool-call argument strings the same call? Compared as parsed JSON, else as text.
-
-    Clients re-serialise the assistant message they send back (compact separators, non-ASCII
-    unescaped, keys reordered), so bytes differ for the very same call. When either side is not
-    valid JSON there is no value to compare, and the text must match exactly.
-    """
-    sent = sent or "{}"
-    stored = stored or "{}"
-    if sent == stored:
-        return True
-    if not isinstance(sent, str) or not isinstance(stored, str):
-        return False
-    try:
-        return _same_json(orjson.loads(sent), orjson.loads(stored))
-    except orjson.JSONDecodeError:
-        return False
-
-
-def _same_json(left: Any, right: Any) -> bool:
-    """JSON equality: key order is free, ``true`` is not ``1``, ``1.0`` is ``1`` (a JavaScript client writes 1).
-
-    Iterative, so arguments nested as deep as the parser allows cannot exhaust the stack.
-    """
-    stack = [(left, right)]
-    while stack:
-        a, b = stack.pop()
-        if isinstance(a, dict):
-            if not isinstance(b, dict) or a.keys() != b.keys():
-                return False
-            stack.extend((value, b[key]) for key, value in a.items())
-        elif isinstance(a, list):
-            if not isinstance(b, list) or len(a) != len(b):
-                return False
-            stack.extend(zip(a, b, strict=True))
-        elif isinstance(a, bool) or isinstance(b, bool):
-            if a is not b:
-                return False
-        elif isinstance(b, (dict, list)) or a != b:
-            return False
-    return True
 
 
 def check_digest(decision: dict[str, Any], item: dict[str, Any], param: str) -> None:
@@ -374,11 +331,14 @@ class Continuations:
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,
-                          decided: Awaitable[None] | None = None) -> AsyncIterator[LoopEvent]:
+                          decided: Awaitable[None] | None = None, slot: ResultSlot | None = None,
+                          way: str = "b") -> AsyncIterator[LoopEvent]:
         """The resumed loop; the claim is finished at its end and released on any failure or disconnect.
 
         ``decided`` records the decisions (way B's audit entries), and timed-out approvals are
         recorded here too: both under the claim, so a failure to record releases it like any other.
+        ``slot``'s recorder (when the surface put one there) sees every event; its result is stored
+        with the finish, and the ``resumed`` notification (``way``) then names it.
         """
         finished = False
         timed_out = set(request.resume.timed_out) if request.resume is not None else set()
@@ -388,10 +348,15 @@ class Continuations:
             if timed_out:
                 await audit_expired(self.store, continuation, timed_out)
             async for event in run_loop(request, deps):
+                recorder = slot.recorder if slot is not None else None
+                if recorder is not None:
+                    recorder.feed(event)
                 if isinstance(event, Finished):
-                    await self.store.finish_continuation(continuation.id, continuation.tenant)
+                    result_id, result = result_record(recorder)
+                    await self.store.finish_continuation(continuation.id, continuation.tenant, result)
                     finished = True
                     metrics.CONTINUATIONS.inc("resumed")
+                    self.notifier.resumed(continuation, way, result_id, event.result.status)
                 yield event
         finally:
             if not finished:

@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.notifications_section import WEBHOOK_EVENTS, NotificationsConfig
 from gateway.notify import events
 from gateway.notify.delivery import Receiver
@@ -132,8 +133,12 @@ class Notifier:
         job = {"k": "check", "tenant": continuation.tenant, "cid": continuation.id, "reason": reason}
         self._enqueue(CHECKS, continuation.id, int(due_s * 1000), orjson.dumps(job), "expired")
 
-    def resumed(self, continuation: Continuation, way: str) -> None:
-        self.emit("resumed", continuation.tenant, **_about(continuation), way=way)
+    def resumed(self, continuation: Continuation, way: str, result_id: str | None = None,
+                result_status: str | None = None) -> None:
+        """Emitted once the resumed loop ended and its result is stored: ``result_id`` is the answer's id
+        (``GET /v1/continuations/{id}`` returns it), ``result_status`` ``completed`` or ``paused`` (again)."""
+        self.emit("resumed", continuation.tenant, **_about(continuation), way=way, result_id=result_id,
+                  result_status=result_status)
 
     def decided(self, continuation: Continuation, decisions: Iterable[dict[str, Any]], decided_by: str | None) -> None:
         """An approval decision (way B): ``decisions`` are ``{tool_call_id, approved, reason?}``."""
@@ -167,12 +172,7 @@ class Notifier:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await self._flush_once()  # hand what is buffered to the other replicas
-        everything = [*self._tasks, *self._running]
-        for task in everything:
-            task.cancel()
-        for task in everything:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks([*self._tasks, *self._running], "notifications")
         self._tasks = []
         if self._session is not None:
             await self._session.close()
@@ -180,6 +180,7 @@ class Notifier:
     # -- buffer -> store -----------------------------------------------------------------------
     async def _flush_forever(self) -> None:
         while True:
+            check_cancelled()  # a store call may have swallowed the cancellation (gateway/cancellation.py)
             await self._flush_wake.wait()
             self._flush_wake.clear()
             while self._buffer:
@@ -212,6 +213,7 @@ class Notifier:
         """Keep up to ``MAX_IN_FLIGHT`` jobs running; each is its own task, so a receiver that hangs
         until its timeout holds one slot, never the deliveries to the others."""
         while True:
+            check_cancelled()  # a claim may have swallowed the cancellation (gateway/cancellation.py)
             claimed_any = False
             for outbox in self._boxes.values():
                 free = MAX_IN_FLIGHT - len(self._running)

@@ -18,7 +18,6 @@ nothing and reads nothing: its scrape is what it always was.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.observability import metrics
 
 ENV = "LOOPGATE_METRICS_DIR"
@@ -73,13 +73,12 @@ class SharedMetrics:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks([self._task], "shared metrics")
         await self.publish()  # the last numbers of a worker that exits stay counted
 
     async def _publish_forever(self) -> None:
         while True:
+            check_cancelled()
             try:
                 await self.publish()
             except OSError as exc:  # a full or vanished directory must not stop the worker

@@ -32,6 +32,7 @@ from gateway.canonical import (
     TextDelta,
     ToolCallAccumulator,
     Usage,
+    load_json,
     normalize_finish_reason,
     token_count,
 )
@@ -246,7 +247,7 @@ class AnthropicStreamParser:
 
     def _event(self, event: SSEEvent) -> list[StreamDelta]:
         # Each handler type-checks what it reads before it changes the message being rebuilt.
-        data = orjson.loads(event.data)
+        data = load_json(event.data)
         if not isinstance(data, dict):
             raise TypeError("event")
         kind = data.get("type") or event.event
@@ -339,7 +340,7 @@ class AnthropicStreamParser:
         tool_input: Any = {}
         if raw.strip():
             try:
-                tool_input = orjson.loads(raw)
+                tool_input = load_json(raw)
             except orjson.JSONDecodeError:
                 tool_input = raw  # truncated at max_tokens: hand on the text, finish_reason says length
             if not isinstance(tool_input, dict):
@@ -361,4 +362,4 @@ class AnthropicStreamParser:
             self._close(index)
         native = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)],
                   "stop_reason": self._stop_reason, "usage": self._usage}
-        return response_from_message(native)
+        return self._malformed.check(response_from_message(native))

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.canonical import JSONTooDeep, ModelRequest, ModelResponse, StreamDelta, load_json
 from gateway.config.providers_section import ProviderConfig
 from gateway.observability import metrics
 from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
@@ -55,7 +55,8 @@ class StreamParser(Protocol):
         ...
 
     def finish(self) -> ModelResponse:
-        """The whole turn. Raises ProviderError(CONNECTION) when the stream ended before its end marker."""
+        """The whole turn. Raises ProviderError(CONNECTION) when the stream ended before its end marker,
+        and (INVALID_RESPONSE, ``MalformedEvents.check``) when events were skipped and nothing valid remains."""
         ...
 
 
@@ -102,7 +103,9 @@ class InProcessAdapter(Protocol):
 def load_body(body: bytes) -> Any:
     """A 2xx body as JSON; anything else is the upstream's fault (retryable, not the caller's)."""
     try:
-        return orjson.loads(body)
+        return load_json(body)
+    except JSONTooDeep as exc:
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned a body {exc.msg}") from None
     except orjson.JSONDecodeError:
         raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a body that is not JSON") from None
 
@@ -206,6 +209,26 @@ class MalformedEvents:
         if log.isEnabledFor(level):
             log.log(level, "skipped a malformed stream event from %s (%s, %d bytes): %r", self.target or "unknown",
                     type(exc).__name__, len(data), data[:80])
+
+
+    def check(self, response: ModelResponse) -> ModelResponse:
+        """``response``, unless events were skipped and it carries nothing: then the answer was lost, not empty.
+
+        A stream whose only content event was malformed still ends with a valid finish event; taken
+        as is, it would be a 200 with an empty answer (a truncated success). Raised before anything
+        was yielded, the walk fails over as for a wrong-shaped answer. An upstream that skips
+        nothing may still answer empty: that is the model's answer.
+        """
+        if self.count and not _carries_anything(response):
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream stream delivered nothing valid "
+                                f"({self.count} malformed event(s) skipped)")
+        return response
+
+
+def _carries_anything(response: ModelResponse) -> bool:
+    message = response.message
+    return bool(message.get("content") or message.get("tool_calls") or message.get("reasoning_content")
+                or message.get("thinking_blocks") or response.finish_reason == "content_filter")
 
 
 def class_for_status(status: int) -> ErrorClass:

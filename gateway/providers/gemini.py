@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, history_arguments, text_of
+from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, history_arguments, load_json, text_of
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
@@ -273,8 +273,8 @@ def _model_parts(message: Message, where: str) -> list[dict[str, Any]]:
 def _tool_output(content: Any) -> Any:
     text = text_of(content)
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
+        return load_json(text)
+    except orjson.JSONDecodeError:  # JSONTooDeep included: sent as the text it is
         return text
 
 

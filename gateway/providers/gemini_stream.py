@@ -33,6 +33,7 @@ from gateway.canonical import (
     TextDelta,
     ToolCall,
     Usage,
+    load_json,
     normalize_finish_reason,
     stable_tool_call_id,
     token_count,
@@ -295,7 +296,7 @@ def _string(value: Any) -> str:
 
 def load_payload(data: bytes, what: str) -> dict[str, Any] | None:
     try:
-        payload = orjson.loads(data)
+        payload = load_json(data)
     except orjson.JSONDecodeError:
         raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream sent {what} that is not JSON") from None
     return payload if isinstance(payload, dict) else None
@@ -322,7 +323,7 @@ class GeminiStreamParser:
         if data.strip() == b"[DONE]":  # not Gemini's, but harmless from a relaying proxy
             return []
         try:
-            payload = orjson.loads(data)
+            payload = load_json(data)
             if not isinstance(payload, dict):
                 raise TypeError("chunk")
             deltas = self._turn.add(payload)
@@ -339,4 +340,4 @@ class GeminiStreamParser:
             raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream stream had no readable event")
         if not self._turn.finished:
             raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before the response was complete")
-        return self._turn.result()
+        return self._malformed.check(self._turn.result())

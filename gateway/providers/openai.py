@@ -29,6 +29,7 @@ from gateway.canonical import (
     ToolCallAccumulator,
     Usage,
     history_arguments_text,
+    load_json,
     normalize_finish_reason,
     strip_artifacts,
     text_of,
@@ -241,7 +242,7 @@ class OpenAIStreamParser:
             self._done = True
             return []
         try:
-            chunk = orjson.loads(data)
+            chunk = load_json(data)
             if not isinstance(chunk, dict):
                 raise TypeError("chunk")
             if chunk.get("error"):  # "error": null beside an answer (some compatible servers) is no error
@@ -324,13 +325,13 @@ class OpenAIStreamParser:
             message["reasoning_content"] = "".join(self._reasoning)
             if not self._reasoning_taken_back:
                 message["reasoning_origin"] = _REASONING_NOT_TAKEN_BACK
-        return ModelResponse(
+        return self._malformed.check(ModelResponse(
             message=message,
             finish_reason=normalize_finish_reason(self._finish, bool(calls)),
             usage=self._usage,
             model=self._model,
             id=self._id,
-        )
+        ))
 
 
 def _string(value: Any) -> str:

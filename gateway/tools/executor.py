@@ -18,6 +18,7 @@ import orjson
 from jsonschema.exceptions import ValidationError
 
 from gateway import redact
+from gateway.canonical import JSONTooDeep, load_json
 from gateway.tools.base import ToolFailure, ToolOutcome
 from gateway.tools.registry import RegisteredTool
 
@@ -64,7 +65,9 @@ def _parse(name: str, arguments_json: str) -> dict[str, Any] | str:
     if not arguments_json.strip():
         return {}  # the canonical convention: no arguments means "{}"
     try:
-        value = orjson.loads(arguments_json)
+        value = load_json(arguments_json)
+    except JSONTooDeep as exc:
+        return f"The arguments for {name} are {exc.msg}; send flatter arguments."
     except orjson.JSONDecodeError as exc:
         excerpt = _clip(arguments_json, _EXCERPT_CHARS)
         return f"The arguments for {name} were not valid JSON ({exc}). Received: {excerpt}"

@@ -147,3 +147,24 @@ def test_a_stream_of_only_wrong_shaped_events_fails_over(gateway: Gateway, fakes
     assert text_of(chunks) == "From the fallback."
     assert [a["error_class"] for a in summary(chunks)["attempts"]] == ["invalid_response", None]
     assert {c["model"] for c in chunks} == {PROVIDER_MODELS[other]}
+
+
+@pytest.mark.parametrize("provider", list(PROVIDER_MODELS))
+def test_a_stream_whose_only_content_event_is_malformed_fails_over(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                                   provider: str) -> None:
+    """Every other event valid, the finish included: was a 200 with an empty answer (issue 29)."""
+    other = "claude" if provider == "primary" else "primary"
+    fakes[provider].queue(Reply(text="Zzyzx", fault="malformed_content"))
+    fakes[other].queue(Reply(text="From the fallback."))
+    _, chunks = chat(gateway, {"model": f"chain_{provider}_{other}", "messages": USER, "stream": True})
+    assert text_of(chunks) == "From the fallback."
+    assert [a["error_class"] for a in summary(chunks)["attempts"]] == ["invalid_response", None]
+
+
+def test_a_lone_stream_whose_only_content_event_is_malformed_is_an_error_not_an_empty_answer(
+        gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="Zzyzx", fault="malformed_content"))
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "plain", "messages": USER,
+                                                                      "stream": True}, headers=HEADERS, timeout=20)
+    assert response.status_code == 502, response.text
+    assert "delivered nothing valid" in response.json()["error"]["message"]

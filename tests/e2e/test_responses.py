@@ -178,13 +178,14 @@ def test_get_delete_input_items_and_tenancy(gateway: Gateway, fakes: dict[str, F
     assert len(page.data) == 2 and page.has_more is True and page.data[0].role == "user"
     raw = client.get(f"/responses/{response.id}/input_items", cast_to=object, options={"params": {
         "limit": 2, "order": "asc"}})
-    assert [i["content"] for i in raw["data"]] == ["message 0", "message 1"] and raw["has_more"] is True
+    assert [i["content"] for i in raw["data"]] == [[{"type": "input_text", "text": f"message {n}"}] for n in (0, 1)]
+    assert raw["has_more"] is True
     after = client.get(f"/responses/{response.id}/input_items", cast_to=object, options={"params": {
         "limit": 10, "order": "asc", "after": raw["last_id"]}})
-    assert [i["content"] for i in after["data"]] == ["message 2", "message 3", "message 4"]
+    assert [i["content"][0]["text"] for i in after["data"]] == ["message 2", "message 3", "message 4"]
     assert after["has_more"] is False
     desc = client.get(f"/responses/{response.id}/input_items", cast_to=object)
-    assert desc["data"][0]["content"] == "message 4" and desc["first_id"] == desc["data"][0]["id"]
+    assert desc["data"][0]["content"][0]["text"] == "message 4" and desc["first_id"] == desc["data"][0]["id"]
 
     # Another tenant's id is an unknown one, on every endpoint, with one error.
     for call in (lambda c: c.responses.retrieve(response.id), lambda c: c.responses.cancel(response.id),
@@ -202,6 +203,21 @@ def test_get_delete_input_items_and_tenancy(gateway: Gateway, fakes: dict[str, F
     with pytest.raises(openai.BadRequestError) as gone:
         client.responses.create(model="plain", input="hi", previous_response_id=response.id)
     assert gone.value.code == "previous_response_not_found" and gone.value.param == "previous_response_id"
+
+
+def test_input_items_list_message_content_as_parts(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    """OpenAI's shape: a message's string content is listed as parts (``output_text`` for the assistant's)."""
+    client = gateway.client()
+    fakes["primary"].queue(Reply(text="ok"))
+    response = client.responses.create(model="plain", input=[
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": [{"type": "input_text", "text": "And?"}]}])
+    items = client.responses.input_items.list(response.id, order="asc").data
+    assert [(i.role, i.content[0].type, i.content[0].text) for i in items] == [  # type: ignore[union-attr]
+        ("user", "input_text", "Hi"), ("assistant", "output_text", "Hello!"), ("user", "input_text", "And?")]
+    raw = client.get(f"/responses/{response.id}/input_items", cast_to=object, options={"params": {"order": "asc"}})
+    assert raw["data"][1]["content"] == [{"type": "output_text", "text": "Hello!", "annotations": []}]
+    assert raw["data"][1]["status"] == "completed" and raw["data"][1]["type"] == "message"
 
 
 def test_headless_denies_instead_of_pausing(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:

@@ -149,6 +149,8 @@ def test_decision_emits_decided_and_resumed(gateway: Gateway, receiver: WebhookR
     assert decided.json["decisions"] == [{"tool_call_id": call_id, "name": "delete_record", "approved": False,
                                           "reason": "not <today>"}]
     assert resumed.json["way"] == "b"
+    # The answer the decider received, by id: the asker fetches it with GET /v1/continuations/{id}.
+    assert resumed.json["result_id"] == done.json()["id"] and resumed.json["result_status"] == "completed"
     assert decided.json["decided_by"] == "bob" and decided.json["asked_by"] == "alice"
     assert decided.json["id"] != resumed.json["id"]
 

@@ -38,7 +38,9 @@ class Reply:
     # error_event: 200 then an in-stream error before any content (non-stream: a 200 error body);
     # invalid_json: a body/chunk that is not JSON; reset: connection closed before any response;
     # wrong_shape: JSON of the wrong shape (non-stream: the whole body; stream: every event);
-    # malformed_event: a stream with an unreadable event in the middle (non-stream: no fault).
+    # malformed_event: a stream with an unreadable event in the middle (non-stream: no fault);
+    # malformed_content: a stream whose every event carrying the text is cut short, unreadable (the rest,
+    # the finish event included, is valid; non-stream: no fault).
     fault: str | None = None
     # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
     # so a gateway calibrating its token estimates against usage is not misled.
@@ -151,6 +153,10 @@ class FakeUpstream(ThreadedApp):
                 middle = len(frames) // 2
                 frames = [*frames[:middle], b"data: {broken\n\n", b"data: " + orjson.dumps(self._wrong_shape(True))
                           + b"\n\n", *frames[middle:]]
+            elif reply.fault == "malformed_content":
+                pieces = [orjson.dumps(piece)[1:-1] for piece in self._halves(reply.text)]
+                frames = [frame[:len(frame) // 2] + b"\n\n" if any(p in frame for p in pieces) else frame
+                          for frame in frames]
             first_text = orjson.dumps(self._halves(reply.text)[0])[1:-1] if reply.text else b"\x00"
             for frame in frames:
                 await response.write(frame)

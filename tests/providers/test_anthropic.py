@@ -758,3 +758,14 @@ def test_rules_only_check_thinking_in_the_current_turn() -> None:
     assert any("Expected `thinking`" in p for p in anthropic_request_problems(body))
     body["messages"] += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks"}]
     assert anthropic_request_problems(body) == []  # ... which is fine once a new user turn began
+
+
+def test_an_answer_nested_deeper_than_the_gateway_parses_is_an_invalid_response() -> None:
+    """A tool_use input 300 deep parsed, then failed to serialise as the call's arguments: a 500 (issue 29)."""
+    deep = '{"a":' * 300 + "1" + "}" * 300
+    body = ('{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",'
+            '"content":[{"type":"tool_use","id":"t1","name":"lookup","input":' + deep + '}],'
+            '"usage":{"input_tokens":1,"output_tokens":1}}').encode()
+    with pytest.raises(ProviderError) as info:
+        ADAPTER.parse_response(body)
+    assert info.value.error_class is ErrorClass.INVALID_RESPONSE and "nested deeper than 200" in str(info.value)

@@ -111,3 +111,19 @@ async def test_a_tool_result_echoing_a_secret_is_scrubbed(installed: Redactor) -
     failed = await run_tool(registry.get("fail"), "{}")
     assert (ok.status, ok.content) == ("ok", "you sent authorization: [redacted]")
     assert failed.status == "error" and "mcp-header-secret-05" not in failed.content
+
+
+def test_webhook_urls_and_signing_secrets_are_secrets() -> None:
+    """A Slack webhook URL is its own credential; a signing secret signs every event (issue 29)."""
+    config = parse_config(CONFIG + """
+server: {public_url: "https://gateway.example.com"}
+notifications:
+  webhooks:
+    - {url: "https://hooks.slack.example/services/T0/B0/slack%2Dtoken%2D07", secret: whsec-signing-secret-08,
+       format: slack}
+""")
+    scrubbed = Redactor.from_config(config).scrub(
+        "POST https://hooks.slack.example/services/T0/B0/slack%2Dtoken%2D07 failed; GET /services/T0/B0/slack-token-07 "
+        "denied; key whsec-signing-secret-08")
+    assert "slack" not in scrubbed.replace("hooks.slack.example", "") and "whsec" not in scrubbed
+    assert scrubbed.count("[redacted]") == 3

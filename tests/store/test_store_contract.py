@@ -130,6 +130,19 @@ async def test_finish_then_claim_conflicts_and_get_shows_resumed(store: Store) -
             await op(c.id, TENANT)
 
 
+async def test_finish_keeps_the_result_with_the_resumed_record(store: Store) -> None:
+    """The answer a decider received stays with the continuation for its TTL (issue 29), on every backend."""
+    c = await saved(store)
+    assert (await store.get_continuation(c.id, TENANT)).result is None
+    await store.claim_continuation(c.id, TENANT, 30)
+    result = b'{"id":"chatcmpl-1","object":"chat.completion","body":{"id":"chatcmpl-1","text":"\u00e9 done"}}'
+    await store.finish_continuation(c.id, TENANT, result)
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "resumed" and got.result == result
+    with pytest.raises(ContinuationNotFound):
+        await store.get_continuation(c.id, "another-tenant")
+
+
 async def test_finish_requires_a_claim(store: Store) -> None:
     c = await saved(store)
     with pytest.raises(ContinuationConflict):

@@ -31,7 +31,9 @@ MAX_LIMIT = 100
 MAX_CURSOR = 512
 # With a status filter, at most this many store pages are read to fill one response page.
 MAX_FILTER_PAGES = 5
-STATUS_FILTERS = {"paused": ("pending",), "pending": ("pending",), "claimed": ("claimed",),
+# ``pending`` is the one word for a paused continuation waiting for its answer (the objects' ``status``);
+# ``paused``, the filter's first spelling, stays accepted as its alias so existing calls keep working.
+STATUS_FILTERS = {"pending": ("pending",), "paused": ("pending",), "claimed": ("claimed",),
                   "all": ("pending", "claimed")}
 
 
@@ -103,7 +105,7 @@ async def list_continuations(request: Request, runtime: Runtime, work: Work) -> 
     status = query.get("status") or "all"
     wanted = STATUS_FILTERS.get(status)
     if wanted is None:
-        raise bad_request("'status' must be one of: paused, claimed, all", "status")
+        raise bad_request("'status' must be one of: pending (alias: paused), claimed, all", "status")
     data: list[dict[str, Any]] = []
     last = before
     more = True

@@ -42,15 +42,17 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
                                           stream=chat.stream, headless=headless, deadline=deadline,
                                           conflict=f"continuation {stored.id} was already resumed")
             events = resumed.events
+            slot = resumed.slot
         else:
+            slot = None
             events = await start_loop(runtime, work, plan, messages=chat.messages, client_tools=chat.tools,
                                       tool_choice=chat.tool_choice, params=chat.params,
                                       max_tool_iterations=chat.max_tool_iterations, headless=headless,
                                       stream=chat.stream, deadline=deadline)
         work.show_limits()
         if chat.stream:
-            return await respond(work.settled_at_end(events), True, chat.include_usage, chat.model, work)
-        response = await respond(events, False, chat.include_usage, chat.model, work)
+            return await respond(work.settled_at_end(events), True, chat.include_usage, chat.model, work, slot)
+        response = await respond(events, False, chat.include_usage, chat.model, work, slot)
         await work.settle(work.exchange.state.usage)  # the loop's usage, as its Finished event reports
         return response
     except Exception as exc:

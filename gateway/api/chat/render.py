@@ -12,9 +12,7 @@ final call's model, as the non-stream response does. The route the client asked 
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,49 +22,73 @@ import orjson
 from gateway.canonical import Answering, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
+from gateway.random_ids import random_hex
 
 log = logging.getLogger("loopgate.render")
 
 
-# Response ids must be unique, not secret: a random per-process prefix and a counter cost no
-# system call per request (os.urandom showed up in profiles; bench/README.md).
-_ID_PREFIX = f"chatcmpl-{secrets.token_hex(6)}"
-_ID_COUNTER = itertools.count(1)
-
-
 def completion_id() -> str:
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+    """128 random bits: ids cannot be enumerated (batched CSPRNG, no system call per request)."""
+    return "chatcmpl-" + random_hex(16)
 
 
-async def collect(events: AsyncIterator[LoopEvent], response_id: str, route: str) -> dict[str, Any]:
-    text: list[str] = []
-    reasoning: list[str] = []
-    result: LoopResult | None = None
-    async for event in events:
+class ChatCollector:
+    """The ``chat.completion`` object of a loop's events, fed one at a time.
+
+    The non-stream answer is one; a resume's stored result is another, fed the same events beside
+    the renderer (stream or not) with the same id and ``created``: the same body either way.
+    """
+
+    __slots__ = ("_reasoning", "_result", "_text", "created", "response_id", "route")
+
+    def __init__(self, response_id: str, route: str, created: int | None = None) -> None:
+        self.response_id = response_id
+        self.route = route
+        self.created = int(time.time()) if created is None else created
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._result: LoopResult | None = None
+
+    def feed(self, event: LoopEvent) -> None:
         for item in event if isinstance(event, list) else (event,):
             if isinstance(item, TextDelta):
-                text.append(item.text)
+                self._text.append(item.text)
             elif isinstance(item, ReasoningDelta):
-                reasoning.append(item.text)
+                self._reasoning.append(item.text)
             elif isinstance(item, Finished):
-                result = item.result
-    assert result is not None, "the loop ended without a result"
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
-    if result.tool_calls:
-        message["tool_calls"] = result.tool_calls
-    elif message["content"] is None:
-        message["content"] = ""
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
-    return {
-        "id": response_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": result.model or route,
-        "choices": [{"index": 0, "message": message, "finish_reason": result.finish_reason, "logprobs": None}],
-        "usage": result.usage.to_openai(),
-        "gateway": {"route": route, **result.gateway},
-    }
+                self._result = item.result
+
+    def payload(self) -> dict[str, Any]:
+        result = self._result
+        assert result is not None, "the loop ended without a result"
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
+        if result.tool_calls:
+            message["tool_calls"] = result.tool_calls
+        elif message["content"] is None:
+            message["content"] = ""
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
+        return {
+            "id": self.response_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": result.model or self.route,
+            "choices": [{"index": 0, "message": message, "finish_reason": result.finish_reason, "logprobs": None}],
+            "usage": result.usage.to_openai(),
+            "gateway": {"route": self.route, **result.gateway},
+        }
+
+    def result(self) -> tuple[str, str, bytes]:
+        """A resume's stored result (``ResultRecorder``)."""
+        return self.response_id, "chat.completion", orjson.dumps(self.payload())
+
+
+async def collect(events: AsyncIterator[LoopEvent], response_id: str, route: str,
+                  created: int | None = None) -> dict[str, Any]:
+    collector = ChatCollector(response_id, route, created)
+    async for event in events:
+        collector.feed(event)
+    return collector.payload()
 
 
 class ChunkEncoder:
@@ -74,9 +96,9 @@ class ChunkEncoder:
 
     __slots__ = ("_content", "_created", "_head", "_id", "_model", "_tail", "route")
 
-    def __init__(self, response_id: str, model: str, route: str = "") -> None:
+    def __init__(self, response_id: str, model: str, route: str = "", created: int | None = None) -> None:
         self._id = response_id
-        self._created = int(time.time())
+        self._created = int(time.time()) if created is None else created
         self._tail = b"}\n\n"
         self.route = route
         self._use(model)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.canonical import Message, ToolDef
+from gateway.canonical import MAX_JSON_DEPTH, Message, ToolDef, arguments_too_deep
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem
 
@@ -276,5 +276,8 @@ def _check_call(call: Any, param: str) -> None:
     arguments = function.get("arguments")
     if arguments is not None and not isinstance(arguments, str):
         raise bad_request(f"{param}.function.arguments must be a JSON string", f"{param}.function.arguments")
+    if arguments is not None and arguments_too_deep(arguments):
+        raise bad_request(f"{param}.function.arguments is nested deeper than {MAX_JSON_DEPTH} levels",
+                          f"{param}.function.arguments")
     _expect(call.get("type"), (str,), f"{param}.type")
     _expect(call.get("extra_content"), (dict,), f"{param}.extra_content")

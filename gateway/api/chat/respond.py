@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from gateway.api.chat.render import ChunkEncoder, collect, completion_id, stream_frames
+from gateway.api.chat.render import ChatCollector, ChunkEncoder, collect, completion_id, stream_frames
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.errors import GatewayError
@@ -15,22 +15,27 @@ from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import until_answering
+from gateway.loop.results import ResultSlot
 from gateway.observability import metrics
 
 
 async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage: bool, route: str,
-                  work: Work) -> JSONResponse | SSEResponse:
+                  work: Work, slot: ResultSlot | None = None) -> JSONResponse | SSEResponse:
     """Render the loop's events as one response or as a stream (shared by chat and continuation resumes).
 
     ``route`` is the model the client asked for (``gateway.route``); the response's ``model`` names
     the model that answered (see ``render``). ``work.done`` runs once the request is over: for
-    a stream, after its last byte (or its client's disconnect).
+    a stream, after its last byte (or its client's disconnect). ``slot``: a resume's, which gets the
+    recorder of its stored result (the non-stream body, with this answer's id and ``created``).
     """
     exchange = work.exchange
     response_id = completion_id()
+    created = int(time.time())
+    if slot is not None:
+        slot.recorder = ChatCollector(response_id, route, created)
     if not stream:
         try:
-            payload = await collect(events, response_id, route)
+            payload = await collect(events, response_id, route, created)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         work.done(200)
@@ -39,7 +44,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
     # first chunk already names the answering model (progress notices before the first call wait).
     first, model = await until_answering(events)
-    encoder = ChunkEncoder(response_id, model or route, route)
+    encoder = ChunkEncoder(response_id, model or route, route, created)
 
     async def on_close() -> None:
         # Closing the engine here (also on client disconnect) cancels running tools and

@@ -1,7 +1,10 @@
-"""``/v1/continuations/{id}``: inspect (GET), resume with decisions (POST, way B), cancel (DELETE)."""
+"""``/v1/continuations/{id}``: inspect (GET, optionally waiting for the end), resume with decisions (POST,
+way B), cancel (DELETE)."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
 from typing import Any
 
@@ -20,7 +23,7 @@ from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.approvals import continuation_view
 from gateway.observability import metrics
-from gateway.store.continuations.base import ContinuationNotFound
+from gateway.store.continuations.base import Continuation, ContinuationNotFound
 
 PATH = "/v1/continuations"
 ONE = PATH + "/{id}"
@@ -37,10 +40,61 @@ def _continuation_id(request: Request) -> str:
     return continuation_id
 
 
+# ``?wait=N``: at most this many seconds; the store is read again after WAIT_POLL_S, doubling to WAIT_POLL_MAX_S.
+MAX_WAIT_S = 60.0
+WAIT_POLL_S = 0.05
+WAIT_POLL_MAX_S = 0.5
+# Requests of this process waiting at once; past it ``wait`` answers at once (each waiter reads the store).
+MAX_WAITERS = 1000
+_UNFINISHED = ("pending", "claimed")
+_waiting = 0
+
+
+def _wait_seconds(request: Request) -> float:
+    raw = request.query_params.get("wait")
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        value = float(raw) if len(raw) <= 20 else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_WAIT_S):
+        raise bad_request(f"'wait' must be a number of seconds from 0 to {MAX_WAIT_S:g}", "wait")
+    return value
+
+
+def result_view(continuation: Continuation) -> dict[str, Any]:
+    """The continuation as ``GET`` shows it; a resumed one with its ``result`` (the body its decider received)."""
+    view = continuation_view(continuation)
+    if continuation.result is not None:
+        stored = orjson.loads(continuation.result)
+        view["result"] = stored["body"]
+        view["result_id"] = stored["id"]
+        view["result_object"] = stored["object"]
+    return view
+
+
 async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    """Any key of the tenant (the asker's included) may read it; ``?wait=N`` polls the shared store (so it
+    sees a resume on any replica) until it is no longer pending or claimed, or N seconds passed."""
     key = await work.authenticate()
-    continuation = await runtime.store.get_continuation(_continuation_id(request), key.tenant)
-    return JSONResponse(orjson.dumps(continuation_view(continuation)))
+    wait = _wait_seconds(request)
+    continuation_id = _continuation_id(request)
+    store = runtime.store
+    continuation = await store.get_continuation(continuation_id, key.tenant)
+    global _waiting
+    if wait and continuation.status in _UNFINISHED and _waiting < MAX_WAITERS:
+        _waiting += 1
+        try:
+            deadline = time.monotonic() + wait
+            delay = WAIT_POLL_S
+            while continuation.status in _UNFINISHED and (left := deadline - time.monotonic()) > 0:
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, WAIT_POLL_MAX_S)
+                continuation = await store.get_continuation(continuation_id, key.tenant)
+        finally:
+            _waiting -= 1
+    return JSONResponse(orjson.dumps(result_view(continuation)))
 
 
 async def delete_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
@@ -93,8 +147,9 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         events = resumed.events
         work.show_limits()
         if _began_on_messages(stored.data):  # answered in the shape the pause was asked in
-            return await respond_message(work.settled_at_end(events), stream, stored.model, False, work)
-        return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work)
+            return await respond_message(work.settled_at_end(events), stream, stored.model, False, work,
+                                         resumed.slot)
+        return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work, resumed.slot)
     except Exception as exc:
         error = await work.failed(exc)
         if error.status == 409:

@@ -72,7 +72,9 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
                                           deadline=deadline, conflict=f"continuation {stored.id} was already resumed",
                                           follow_up=follow_up)
             events = resumed.events
+            slot = resumed.slot
         else:
+            slot = None
             events = await start_loop(runtime, work, plan, messages=parsed.messages, client_tools=parsed.tools,
                                       tool_choice=parsed.tool_choice, params=parsed.params,
                                       max_tool_iterations=parsed.max_tool_iterations, headless=headless,
@@ -80,8 +82,8 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
         work.show_limits()
         if parsed.stream:
             return await respond_message(work.settled_at_end(events), True, parsed.model, parsed.show_server_tools,
-                                         work)
-        response = await respond_message(events, False, parsed.model, parsed.show_server_tools, work)
+                                         work, slot)
+        response = await respond_message(events, False, parsed.model, parsed.show_server_tools, work, slot)
         state = work.exchange.state
         await work.settle(state.usage if state is not None else None)
         return response

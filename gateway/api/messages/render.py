@@ -12,8 +12,6 @@ tools run and the context guard works, the stream sends ``ping`` (the SDKs skip 
 
 from __future__ import annotations
 
-import itertools
-import secrets
 from typing import Any
 
 import orjson
@@ -32,10 +30,7 @@ from gateway.canonical import (
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
-
-# Ids must be unique, not secret: a per-process prefix and a counter (no system call per request).
-_ID_PREFIX = f"msg_{secrets.token_hex(6)}"
-_ID_COUNTER = itertools.count(1)
+from gateway.random_ids import random_hex
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -45,7 +40,8 @@ _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
 def message_id() -> str:
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+    """128 random bits: ids cannot be enumerated (batched CSPRNG, no system call per request)."""
+    return "msg_" + random_hex(16)
 
 
 def error_type(status: int, code: str | None = None) -> str:

@@ -10,14 +10,31 @@ import orjson
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.messages.errors import with_anthropic_headers
-from gateway.api.messages.render import MessageBuilder, error_frame
+from gateway.api.messages.render import MessageBuilder, error_frame, message_id
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.events import LoopEvent, until_answering
+from gateway.loop.results import ResultSlot
+
+
+class MessageRecorder:
+    """A resume's stored result on the Messages surface: the non-stream ``message`` of the same events and id."""
+
+    __slots__ = ("builder",)
+
+    def __init__(self, message_id: str, route: str, show_server_tools: bool) -> None:
+        self.builder = MessageBuilder(route, route, False, show_server_tools)
+        self.builder.id = message_id
+
+    def feed(self, event: LoopEvent) -> None:
+        self.builder.feed(event)
+
+    def result(self) -> tuple[str, str, bytes]:
+        return self.builder.id, "message", orjson.dumps(self.builder.message())
 
 
 async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route: str, show_server_tools: bool,
-                          work: Work) -> JSONResponse | SSEResponse:
+                          work: Work, slot: ResultSlot | None = None) -> JSONResponse | SSEResponse:
     """``route`` is the model the caller named (``gateway.route``); ``message.model`` names the one that answered.
 
     ``work.done`` runs once the request is over: for a stream, after its last byte or the caller's
@@ -25,8 +42,12 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
     """
     exchange = work.exchange
     headers = with_anthropic_headers(exchange.headers)
+    answer_id = message_id()
+    if slot is not None:  # a resume: the recorder of its stored result, with this answer's id
+        slot.recorder = MessageRecorder(answer_id, route, show_server_tools)
     if not stream:
         builder = MessageBuilder(route, route, False, show_server_tools)
+        builder.id = answer_id
         try:
             async for event in events:
                 builder.feed(event)
@@ -38,6 +59,7 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
     # real status (and the SDK its exception class), and ``message_start`` names the answering model.
     first, model = await until_answering(events)
     builder = MessageBuilder(model or route, route, True, show_server_tools)
+    builder.id = answer_id
 
     async def frames() -> AsyncIterator[bytes]:
         try:

@@ -96,8 +96,22 @@ async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, 
 
 
 async def get_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    _, _, record = await _record(request, runtime, work)
-    return JSONResponse(orjson.dumps(record["response"]))
+    """The stored Response; a paused one whose loop was resumed since names, in ``gateway.continued_by``,
+    the answer that continued it (``{id, object}``: a Responses answer's response id, or what the
+    continuation was decided with; its body at ``GET /v1/continuations/{continuation_id}``)."""
+    tenant, _, record = await _record(request, runtime, work)
+    response = record["response"]
+    continuation_id = record.get("continuation_id")
+    if continuation_id and isinstance(response, dict) and isinstance(response.get("gateway"), dict):
+        try:
+            continuation = await runtime.store.get_continuation(continuation_id, tenant)
+        except ContinuationNotFound:  # expired or cancelled: nothing continued it
+            continuation = None
+        if continuation is not None and continuation.result is not None:
+            stored = orjson.loads(continuation.result)
+            response = {**response, "gateway": {**response["gateway"], "continued_by": {
+                "id": stored["id"], "object": stored["object"]}}}
+    return JSONResponse(orjson.dumps(response))
 
 
 async def delete_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.chat.request import type_name
-from gateway.canonical import Message
+from gateway.canonical import MAX_JSON_DEPTH, Message, arguments_too_deep
 from gateway.errors import bad_request, quoted
 from gateway.loop.continuations import declined
 
@@ -236,6 +236,8 @@ def _call(call_id: str, item: dict[str, Any], param: str) -> dict[str, Any]:
     arguments = item.get("arguments", "{}")
     if not isinstance(arguments, str):
         raise bad_request(f"'{param}.arguments' must be a JSON string", f"{param}.arguments")
+    if arguments_too_deep(arguments):
+        raise bad_request(f"'{param}.arguments' is nested deeper than {MAX_JSON_DEPTH} levels", f"{param}.arguments")
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments or "{}"}}
 
 

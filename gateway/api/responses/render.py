@@ -23,7 +23,6 @@ back as input map onto the transcript without any lookup (see ``responses_items`
 from __future__ import annotations
 
 import itertools
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,14 +35,12 @@ from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
+from gateway.random_ids import random_hex
 
-_PREFIX = secrets.token_hex(6)
 _SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
 # A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
 # stored record was made of (``terminal_frame``), so the final Response is serialised once.
 TERMINAL: dict[str, Any] = {"type": "terminal"}
-_COUNTER = itertools.count(1)
-_SEP_PREFIX = "_" + _PREFIX
 # The events one step produces: dicts, or (a ``frames`` builder) their SSE frames, bytes.
 Batch = list[Any]
 
@@ -76,20 +73,19 @@ _STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
 
 
 def new_id(kind: str) -> str:
-    """A unique item id (random per process, then a counter: no system call per item)."""
-    # format() is cheaper than an f-string with a format spec (bench/README.md).
-    return kind + _SEP_PREFIX + format(next(_COUNTER), "08x")
+    """An item id: 96 random bits (batched CSPRNG, no system call per item)."""
+    return kind + "_" + random_hex(12)
 
 
-_RESPONSE_PREFIX = f"resp_{secrets.token_hex(12)}"
+def item_ids() -> tuple[str, itertools.count[int]]:
+    """One response's item ids: a random base (80 bits) and a counter, so a second builder fed the same
+    events (a resume's stored result, ``ResponseRecorder``) names the items exactly as the first did."""
+    return "_" + random_hex(10), itertools.count()
 
 
 def response_id() -> str:
-    """Unique across replicas (96 random bits per process, then a counter), with no system call per response.
-
-    Not a secret: a stored response is bound to its tenant, so another tenant's id is a 404 however it was learnt.
-    """
-    return _RESPONSE_PREFIX + format(next(_COUNTER), "010x")
+    """192 random bits: ids cannot be enumerated from one seen (a stored response is also bound to its tenant)."""
+    return "resp_" + random_hex(24)
 
 
 def usage_object(usage: Usage) -> dict[str, Any]:
@@ -121,8 +117,9 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
-    __slots__ = ("_delta_head", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq", "_texted", "_tools",
-                 "approved", "done", "emit", "final_text", "frames", "label_of", "response", "result", "route")
+    __slots__ = ("_delta_head", "_items", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq",
+                 "_texted", "_tools", "approved", "done", "emit", "final_text", "frames", "label_of", "response",
+                 "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
@@ -162,10 +159,15 @@ class ResponseBuilder:
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
+        self._items = item_ids()
 
     @property
     def id(self) -> str:
         return str(self.response["id"])
+
+    def _item_id(self, kind: str) -> str:
+        base, counter = self._items
+        return kind + base + format(next(counter), "04x")
 
     def _event(self, kind: str, fields: dict[str, Any]) -> Any:
         """The event dict, or (``frames``) its SSE frame; numbered either way."""
@@ -256,7 +258,7 @@ class ResponseBuilder:
                 return  # the engine's separator between iterations: here each iteration is its own item
             if self._open is not None:
                 self._close(out)
-            item_id = self._open_id = new_id("msg")
+            item_id = self._open_id = self._item_id("msg")
             self._open_type = "message"
             self._texted = True
             item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
@@ -286,7 +288,7 @@ class ResponseBuilder:
     def _reasoning(self, text: str, out: Batch) -> None:
         if self._open_type != "reasoning":
             self._close(out)
-            item_id = self._open_id = new_id("rs")
+            item_id = self._open_id = self._item_id("rs")
             self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
             self._open_type = "reasoning"
             out.append(self._event("response.reasoning_summary_part.added", {
@@ -423,3 +425,27 @@ def usage_of(response: dict[str, Any]) -> Usage | None:
         return None
     return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
                  completion_tokens=int(usage.get("output_tokens") or 0))
+
+
+class ResponseRecorder:
+    """A resume's stored result on the Responses surface: the final Response object of the same events.
+
+    A builder of its own (no events built), with the answering builder's id and ``created_at``, so
+    the stored body is the Response the decider received (``GET /v1/responses/{id}`` returns it too).
+    """
+
+    __slots__ = ("builder",)
+
+    def __init__(self, answering: ResponseBuilder, echo: dict[str, Any]) -> None:
+        response = answering.response
+        self.builder = ResponseBuilder(answering.id, answering.route, echo, answering.label_of, answering.approved,
+                                       created_at=response["created_at"], emit=False)
+        # The answering builder's item-id base, counted from 0 again: the same events name the same items.
+        self.builder._items = (answering._items[0], itertools.count())
+        self.builder.start()
+
+    def feed(self, event: LoopEvent) -> None:
+        self.builder.feed(event)
+
+    def result(self) -> tuple[str, str, bytes]:
+        return self.builder.id, "response", orjson.dumps(self.builder.response)

@@ -31,7 +31,14 @@ from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.planning import refuse_name_clashes, route_of
 from gateway.api.responses.items import Converted, to_messages
-from gateway.api.responses.render import TERMINAL, Batch, ResponseBuilder, response_id, server_label
+from gateway.api.responses.render import (
+    TERMINAL,
+    Batch,
+    ResponseBuilder,
+    ResponseRecorder,
+    response_id,
+    server_label,
+)
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
@@ -270,9 +277,24 @@ def input_items(response_id: str, items: list[dict[str, Any]]) -> list[dict[str,
     reading it twice gives the same id and writing the record needs no copy of the input.
     """
     tail = response_id.removeprefix("resp_")
-    return [item if isinstance(item.get("id"), str) else
-            {"id": f"{_ITEM_PREFIX.get(item['type'], 'item')}_{tail}{index:04x}", **item}
+    return [_listed(item if isinstance(item.get("id"), str) else
+                    {"id": f"{_ITEM_PREFIX.get(item['type'], 'item')}_{tail}{index:04x}", **item})
             for index, item in enumerate(items)]
+
+
+def _listed(item: dict[str, Any]) -> dict[str, Any]:
+    """A message item in OpenAI's listed shape: ``content`` always a list of parts.
+
+    Callers may send a message's content as a string (``EasyInputMessage``); OpenAI lists it as
+    parts (``input_text``, or ``output_text`` for an assistant's), and SDKs read ``content[0].text``.
+    """
+    content = item.get("content")
+    if item.get("type") != "message" or not isinstance(content, str):
+        return item
+    if item.get("role") == "assistant":
+        return {**item, "status": item.get("status") or "completed",
+                "content": [{"type": "output_text", "text": content, "annotations": []}]}
+    return {**item, "content": [{"type": "input_text", "text": content}]}
 
 
 @functools.lru_cache(maxsize=16)
@@ -413,5 +435,6 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
                               emit=request.stream or request.background,
                               frames=request.stream and not request.background)
+    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
     assert work.key is not None
     return ResponseRun(runtime, work.key.tenant, request, resumed.plan, loop, resumed.events, builder, first)

@@ -2,7 +2,7 @@
 
 Continuation lifecycle (the at-most-once resume of the contract)::
 
-    save -> pending --claim--> claimed --finish--> resumed   (kept until its TTL: a repeat is 409)
+    save -> pending --claim--> claimed --finish--> resumed   (kept with its result until its TTL: a repeat is 409)
                ^                  |
                +----release-------+                          (upstream failed: still resumable)
     pending --cancel--> gone                                 (later get/claim: 404)
@@ -57,6 +57,8 @@ class Continuation:
     claimed_until: float | None = None
     # What the tenant's listing shows of it (small, JSON): indexed at save, never part of the body.
     summary: dict[str, Any] | None = None
+    # Once resumed: what the resume answered, ``{"id", "object", "body"}`` as JSON bytes (set by ``finish``).
+    result: bytes | None = None
 
     @classmethod
     def new(cls, tenant: str, model: str, pending: list[dict[str, Any]], data: dict[str, Any],
@@ -152,10 +154,13 @@ class ContinuationStore(ABC):
         """
 
     @abstractmethod
-    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
         """Claimed -> resumed; the record stays until its TTL (a repeated resume gets 409, not 404).
 
-        The tool-call index entries are removed. ``ContinuationConflict`` unless it is claimed.
+        ``result`` (JSON bytes, opaque to the store) is kept with it, in the same atomic step: a
+        resumed continuation read later carries it (``Continuation.result``), so whoever asked can
+        fetch the answer a decider received. The tool-call index entries are removed.
+        ``ContinuationConflict`` unless it is claimed.
         """
 
     @abstractmethod

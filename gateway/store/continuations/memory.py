@@ -37,11 +37,13 @@ class _Record:
     claimed_until: float | None
     body: bytes
     tool_call_ids: list[str]
+    result: bytes | None = None
 
     def load(self) -> Continuation:
         c = Continuation.from_bytes(self.body)
         c.status = self.status
         c.claimed_until = self.claimed_until
+        c.result = self.result
         return c
 
 
@@ -98,13 +100,14 @@ class MemoryContinuations(ContinuationStore):
         rec.status = "pending"
         rec.claimed_until = None
 
-    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
         rec = self._live(continuation_id, tenant, self._clock())
         if rec.status != "claimed":
             raise ContinuationConflict(continuation_id, rec.status, f"continuation {continuation_id!r} is "
                                        f"{rec.status}, not claimed")
         rec.status = "resumed"
         rec.claimed_until = None
+        rec.result = result
         self._unindex(rec, continuation_id)
         self._listing.remove(tenant, continuation_id)
 

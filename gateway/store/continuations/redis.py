@@ -3,6 +3,7 @@
 Key layout (the ``{...}`` part is the Redis Cluster hash tag)::
 
     loopgate:{<continuation id>}:rec          hash  t=tenant s=status cu=claimed_until b=body ids=[tool_call_id]
+                                              r=result (once resumed)
     loopgate:{t:<tenant>}:tc:<tool_call_id>   string -> continuation id (resume way A index)
     loopgate:{t:<tenant>}:ledger:<tool_call_id>  string, JSON execution record
     loopgate:{t:<tenant>}:art:<tool_call_id>  string, JSON artifact (one MGET for many ids)
@@ -140,14 +141,15 @@ class RedisContinuations(ContinuationStore):
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self.io.guard("get_continuation"):
             # The client is built without decode_responses: every value is bytes (or None).
-            raw = await self.io.client.hmget(record_key(continuation_id), ["t", "s", "cu", "b"])
+            raw = await self.io.client.hmget(record_key(continuation_id), ["t", "s", "cu", "b", "r"])
         fields = cast(list[bytes | None], raw)
-        t, s, cu, body = fields
+        t, s, cu, body, result = fields
         if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
             raise ContinuationNotFound(continuation_id)
         c = Continuation.from_bytes(body)
         c.status = cast(ContinuationStatus, s.decode())
         c.claimed_until = float(cu) if cu else None
+        c.result = result
         return c
 
     async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
@@ -172,7 +174,7 @@ class RedisContinuations(ContinuationStore):
             reply = await self._release(keys=[record_key(continuation_id)], args=[tenant])
         self._check(reply, continuation_id)
 
-    async def finish_continuation(self, continuation_id: str, tenant: str) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
         """Mark a resume done; with ``wait_replicas``, only once replicas confirm it.
 
         An unconfirmed finish could be undone by a failover (the record back at ``claimed``, and
@@ -182,7 +184,7 @@ class RedisContinuations(ContinuationStore):
         """
         rec = record_key(continuation_id)
         async with self.io.guard("finish_continuation", durable=True):
-            reply, acked = await self.io.script(self._finish, [rec], [tenant], True)
+            reply, acked = await self.io.script(self._finish, [rec], [tenant, result or b""], True)
             if reply[0] == b"ok" and not self.io.confirmed(acked):
                 with contextlib.suppress(Exception):
                     await self._unfinish(keys=[rec], args=[tenant])

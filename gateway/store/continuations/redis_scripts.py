@@ -35,10 +35,11 @@ redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
 return {'ok'}
 """
 
-# ARGV: tenant
+# ARGV: tenant, result (JSON bytes; '' for none): kept in field 'r' until the record's TTL
 FINISH = LOAD + """
 if s ~= 'claimed' then return {'conflict', s} end
 redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'r', ARGV[2]) end
 return {'ok', redis.call('HGET', KEYS[1], 'ids')}
 """
 
@@ -47,6 +48,7 @@ return {'ok', redis.call('HGET', KEYS[1], 'ids')}
 UNFINISH = LOAD + """
 if s ~= 'resumed' and s ~= 'claimed' then return {'conflict', s} end
 redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
+redis.call('HDEL', KEYS[1], 'r')
 return {'ok'}
 """
 

@@ -26,6 +26,7 @@ import secrets
 import time
 from typing import Any
 
+from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.store.limits.base import (
     SETTLED,
     Decision,
@@ -246,6 +247,7 @@ class RedisRateLimiter(RateLimiter):
     async def _keep(self) -> None:
         """Every TICK_S: give back what idle leases hold, send due corrections, renew leased slots."""
         while True:
+            check_cancelled()  # a store call may have swallowed the cancellation (gateway/cancellation.py)
             await asyncio.sleep(TICK_S)
             try:
                 await self._tidy_all(closing=False)
@@ -306,9 +308,7 @@ class RedisRateLimiter(RateLimiter):
     async def aclose(self) -> None:
         """Stop the keeper and give back everything leased (a replica that stops holds nothing)."""
         if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
+            await stop_tasks([self._keeper], "rate-limit leases")
             self._keeper = None
         with contextlib.suppress(Exception):
             await self._tidy_all(closing=True)

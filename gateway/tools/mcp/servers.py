@@ -8,11 +8,11 @@ dependency that may restart independently.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import aiohttp
 
+from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.mcp_section import McpServerConfig
 from gateway.tools.base import ToolSource, ToolTimeouts
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
@@ -54,6 +54,7 @@ class McpRefresher:
 
     async def _loop(self) -> None:
         while True:
+            check_cancelled()
             await asyncio.sleep(self._interval)
             try:
                 await self._registry.refresh()
@@ -62,6 +63,4 @@ class McpRefresher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks([self._task], "MCP refresh")

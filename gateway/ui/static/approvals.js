@@ -133,7 +133,7 @@
     state.key = key;
     $("sign-in-button").disabled = true;
     try {
-      await api(`v1/continuations?status=paused&limit=1`);
+      await api(`v1/continuations?status=pending&limit=1`);
     } catch (error) {
       state.key = null;
       $("sign-in-error").textContent = error instanceof ApiError && error.status === 401
@@ -207,7 +207,7 @@
   }
 
   async function refreshList(session) {
-    const result = await api(`v1/continuations?status=paused&limit=${LIST_LIMIT}`, {etag: state.listTag});
+    const result = await api(`v1/continuations?status=pending&limit=${LIST_LIMIT}`, {etag: state.listTag});
     if (session !== state.session) return;
     if (result.notModified) { renderList(state.lastItems); return; }  // times move on; decided cards go
     state.listTag = result.etag;
