@@ -318,3 +318,20 @@ models:
     result = subprocess.run([sys.executable, "-m", "gateway", "check-config", "--config", str(config)], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_litellm_embeddings(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    """``type: litellm`` (the long tail) embeds through ``litellm.aembedding``: here its OpenAI route to the fake."""
+    pytest.importorskip("litellm")
+    config = gateway_config(fakes, tool_server=tool_server.url, extra_models=(
+        "  tail_embed:\n    kind: embeddings\n    targets: [{provider: tail, model: openai/emb-small, dimensions: 8}]\n"))
+    tail = f"  tail: {{type: litellm, base_url: '{fakes['secondary'].url}', api_key: tail-key}}\n"
+    gw = Gateway(config.replace("providers:\n", "providers:\n" + tail, 1)).start()
+    try:
+        answer = gw.client().embeddings.create(model="tail_embed", input=TEXTS, encoding_format="float")
+        assert [item.embedding for item in answer.data] == [vector_of("emb-small", t, 8) for t in TEXTS]
+        [sent] = fakes["secondary"].requests
+        assert sent.path == "/embeddings" and sent.body["input"] == TEXTS
+        assert sent.headers["authorization"] == "Bearer tail-key"
+    finally:
+        gw.stop()
