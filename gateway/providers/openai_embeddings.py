@@ -9,15 +9,13 @@ share the chat adapter's reading (``OpenAIAdapter.parse_error``): one wire forma
 from __future__ import annotations
 
 import array
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gateway.canonical import token_count
-from gateway.canonical_embeddings import EmbeddingRequest, EmbeddingResult, Vector
+from gateway.canonical_embeddings import EmbeddingRequest, EmbeddingResult, Vector, checked_base64
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
@@ -72,14 +70,11 @@ def parse_embeddings_payload(payload: Any, count: int) -> EmbeddingResult:
 
 def _vector(value: Any) -> Vector:
     if isinstance(value, str):
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an embedding that is not base64") \
-                from None
-        if len(raw) % 4:
-            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned a base64 embedding of partial floats")
-        return raw
+        checked = checked_base64(value)
+        if checked is None:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE,
+                                "upstream returned an embedding that is not base64 of whole float32 values")
+        return checked
     if not isinstance(value, list):
         raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an embedding that is not a list")
     array.array("d", value)  # every item a number (C speed); a TypeError is a malformed answer

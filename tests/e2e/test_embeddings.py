@@ -324,7 +324,8 @@ def test_litellm_embeddings(fakes: dict[str, FakeUpstream], tool_server: ToolSer
     """``type: litellm`` (the long tail) embeds through ``litellm.aembedding``: here its OpenAI route to the fake."""
     pytest.importorskip("litellm")
     config = gateway_config(fakes, tool_server=tool_server.url, extra_models=(
-        "  tail_embed:\n    kind: embeddings\n    targets: [{provider: tail, model: openai/emb-small, dimensions: 8}]\n"))
+        "  tail_embed:\n    kind: embeddings\n"
+        "    targets: [{provider: tail, model: openai/emb-small, dimensions: 8}]\n"))
     tail = f"  tail: {{type: litellm, base_url: '{fakes['secondary'].url}', api_key: tail-key}}\n"
     gw = Gateway(config.replace("providers:\n", "providers:\n" + tail, 1)).start()
     try:

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.api.embeddings.render import render_embeddings
 from gateway.api.embeddings.tokens import decode_inputs
-from gateway.canonical_embeddings import EmbeddingRequest, pack, unpack
+from gateway.canonical_embeddings import EmbeddingRequest, as_bytes, checked_base64, dimensions_of, pack, unpack
 from gateway.config.model import ProviderConfig
 from gateway.errors import GatewayError
 from gateway.providers.base import ErrorClass, ProviderError
@@ -45,7 +45,8 @@ def test_openai_answer_out_of_order_and_base64() -> None:
     body = orjson.dumps({"data": [{"index": 1, "embedding": raw}, {"index": 0, "embedding": [1, 2.5]}],
                          "model": "m", "usage": {"prompt_tokens": 7, "total_tokens": 7}})
     result = OpenAIEmbeddings().parse_embeddings([body], request(["a", "b"]))
-    assert result.vectors[0] == [1, 2.5] and unpack(result.vectors[1]) == [0.5, -1.0]  # type: ignore[arg-type]
+    assert result.vectors[0] == [1, 2.5] and result.vectors[1] == raw  # base64 passed on as the upstream sent it
+    assert unpack(as_bytes(raw)) == [0.5, -1.0] and dimensions_of(raw) == 2
     assert result.prompt_tokens == 7 and result.model == "m"
 
 
@@ -55,6 +56,9 @@ def test_openai_answer_out_of_order_and_base64() -> None:
     {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": ["x"]}]},  # not a number
     {"data": [{"index": 0, "embedding": "not base64!"}, {"index": 1, "embedding": [1.0]}]},
     {"data": [{"index": 0, "embedding": "AAA="}, {"index": 1, "embedding": [1.0]}]},  # 2 bytes: half a float
+    {"data": [{"index": 0, "embedding": "AAAAAAA="}, {"index": 1, "embedding": [1.0]}]},  # 5 bytes: 1.25 floats
+    {"data": [{"index": 0, "embedding": "AA=AAAAA"}, {"index": 1, "embedding": [1.0]}]},  # padding inside
+    {"data": [{"index": 0, "embedding": "AAAAé==="}, {"index": 1, "embedding": [1.0]}]},  # not ASCII
     {"data": "nope"}, ["a list"],
 ])
 def test_wrong_shaped_openai_answers_are_invalid_responses(payload: object) -> None:
@@ -81,13 +85,22 @@ def test_gemini_one_input_is_embed_content_and_more_are_batches_of_the_limit() -
         adapter.parse_embeddings(bodies[:2], request(texts))  # a batch short
 
 
+def test_base64_check_counts_whole_floats() -> None:
+    three = base64.b64encode(struct.pack("<3f", 1.0, 2.0, 3.0)).decode()  # 12 bytes: no padding
+    one = base64.b64encode(struct.pack("<f", 1.0)).decode()  # 4 bytes: "==" padding
+    assert checked_base64(three) == three and dimensions_of(three) == 3
+    assert checked_base64(one) == one and dimensions_of(one) == 1
+    assert checked_base64(one[:-1]) is None and checked_base64("-_" + three[2:]) is None
+
+
 def test_render_converts_only_when_the_forms_differ() -> None:
-    vectors = [[0.25, -2.0], pack([1.5, 3.0])]
+    passed = base64.b64encode(struct.pack("<2f", 4.0, 5.0)).decode()
+    vectors = [[0.25, -2.0], pack([1.5, 3.0]), passed]
     as_float = orjson.loads(render_embeddings(vectors, "float", "r", 3, {}))
-    assert [item["embedding"] for item in as_float["data"]] == [[0.25, -2.0], [1.5, 3.0]]
+    assert [item["embedding"] for item in as_float["data"]] == [[0.25, -2.0], [1.5, 3.0], [4.0, 5.0]]
     as_b64 = orjson.loads(render_embeddings(vectors, "base64", "r", 3, {}))
     decoded = [list(struct.unpack("<2f", base64.b64decode(item["embedding"]))) for item in as_b64["data"]]
-    assert decoded == [[0.25, -2.0], [1.5, 3.0]]
+    assert decoded == [[0.25, -2.0], [1.5, 3.0], [4.0, 5.0]] and as_b64["data"][2]["embedding"] == passed
     assert as_b64["usage"] == {"prompt_tokens": 3, "total_tokens": 3} and as_b64["object"] == "list"
 
 

@@ -12,14 +12,16 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical_embeddings import Vector, pack, unpack
+from gateway.canonical_embeddings import Vector, as_bytes, pack, unpack
 
 
 def _as_float(vector: Vector) -> list[float]:
-    return unpack(vector) if isinstance(vector, bytes) else vector
+    return vector if isinstance(vector, list) else unpack(as_bytes(vector))
 
 
 def _as_base64(vector: Vector) -> str:
+    if isinstance(vector, str):
+        return vector  # the upstream's own base64, checked when it was read
     return base64.b64encode(vector if isinstance(vector, bytes) else pack(vector)).decode("ascii")
 
 
