@@ -336,3 +336,13 @@ def test_litellm_embeddings(fakes: dict[str, FakeUpstream], tool_server: ToolSer
         assert sent.headers["authorization"] == "Bearer tail-key"
     finally:
         gw.stop()
+
+
+def test_request_ids_and_the_path_without_v1(gateway: Gateway) -> None:
+    """``/v1/embeddings`` (served by the app's fast path) and ``/embeddings`` (routed) answer alike, with ids."""
+    for path in ("/v1/embeddings", "/embeddings"):
+        ok = gateway.post(path, {"model": "embed", "input": "x"}, headers={"x-request-id": "req-emb-1"})
+        assert ok.status_code == 200 and ok.headers["x-request-id"] == "req-emb-1"
+        bad = gateway.post(path, {"model": "embed"})
+        assert bad.status_code == 400 and bad.headers["x-request-id"]
+        assert bad.json()["error"]["param"] == "input"

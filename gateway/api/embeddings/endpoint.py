@@ -25,6 +25,7 @@ from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import visible_routes
 from gateway.http.body import read_json
+from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import LoopState
 from gateway.routing.router import AllTargetsFailed
@@ -48,7 +49,24 @@ def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
     return plan
 
 
+async def serve_embeddings(incoming: Incoming, runtime: Runtime) -> JSONResponse:
+    """``POST /v1/embeddings`` as the app's wrapper (``FastChatPath``) serves it, without Starlette's routing
+    layers (as chat, Responses and Messages are): the lifecycle's ``endpoint`` steps, inline."""
+    work = runtime.lifecycle.begin("POST", PATH, incoming)
+    try:
+        response = await embed(runtime, work)
+    except Exception as exc:
+        return work.render_error(await work.failed(exc))
+    work.done(200)
+    return response
+
+
 async def create_embeddings(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    """The same for ``POST /embeddings`` (no ``/v1``), routed by Starlette through ``lifecycle.endpoint``."""
+    return await embed(runtime, work)
+
+
+async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     work.authenticate()
     body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
     parsed = parse_embeddings_request(body)

@@ -1,4 +1,5 @@
-"""The embeddings surface's route: served through the lifecycle's ``endpoint`` (OpenAI's error shape, metered)."""
+"""The embeddings surface's routes (``POST /v1/embeddings`` itself is served by ``FastChatPath`` first,
+``endpoint.serve_embeddings``): served through the lifecycle's ``endpoint`` (OpenAI's error shape, metered)."""
 
 from __future__ import annotations
 
