@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.config.embeddings_section import EMBEDDING_PROVIDER_TYPES
 from gateway.config.model import Config, RouteConfig, TargetConfig
 from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import bad_request, quoted
@@ -64,6 +65,7 @@ class RouteTable:
     def __init__(self, config: Config, router: Router) -> None:
         self._router = router
         self._direct_providers = frozenset(name for name, p in config.providers.items() if p.direct)
+        self._provider_types = {name: p.type for name, p in config.providers.items()}
         self._routes: dict[str, RoutePlan] = {}
         self._embeddings: dict[str, RoutePlan] = {}
         for name, route in config.models.items():
@@ -96,6 +98,11 @@ class RouteTable:
         if model in self._routes:
             raise bad_request(f"model {quoted(model)} is a chat route, not an embeddings route "
                               "(an embeddings route has kind: embeddings)", "model", "model_not_embeddings")
+        provider = model.partition("/")[0]
+        kind = self._provider_types.get(provider)
+        if provider in self._direct_providers and kind not in EMBEDDING_PROVIDER_TYPES:
+            raise bad_request(f"provider {quoted(provider)} is of type {kind}, which has no embeddings API",
+                              "model", "model_not_embeddings")
         return self._direct_plan(model, self._direct_embeddings, _DIRECT_EMBEDDINGS)
 
     def _direct_plan(self, model: str, cache: dict[str, RoutePlan], bounds: EmbeddingBounds | None) -> RoutePlan | None:

@@ -346,3 +346,9 @@ def test_request_ids_and_the_path_without_v1(gateway: Gateway) -> None:
         bad = gateway.post(path, {"model": "embed"})
         assert bad.status_code == 400 and bad.headers["x-request-id"]
         assert bad.json()["error"]["param"] == "input"
+
+
+def test_a_direct_model_of_a_provider_without_embeddings_is_a_400(gateway: Gateway) -> None:
+    response = gateway.post("/v1/embeddings", {"model": "claude/claude-sonnet-4-5", "input": "x"})
+    assert response.status_code == 400, response.text
+    assert "no embeddings API" in response.json()["error"]["message"]
