@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,7 +179,8 @@ def _usage(gateway: Gateway, tenant: str) -> dict[str, float]:
 
 def test_rpm_limits_embeddings(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     client = gateway.client(RPM_KEY)
-    client.embeddings.create(model="embed", input="once")
+    first = client.embeddings.with_raw_response.create(model="embed", input="once")
+    assert first.headers["x-ratelimit-limit-requests"] == "1"
     with pytest.raises(openai.RateLimitError):
         client.embeddings.create(model="embed", input="twice")
 
@@ -352,3 +354,36 @@ def test_a_direct_model_of_a_provider_without_embeddings_is_a_400(gateway: Gatew
     response = gateway.post("/v1/embeddings", {"model": "claude/claude-sonnet-4-5", "input": "x"})
     assert response.status_code == 400, response.text
     assert "no embeddings API" in response.json()["error"]["message"]
+
+
+def test_two_replicas_on_redis_share_limits_and_usage(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    """Usage rows and the rpm limit of embeddings live in the shared store: two replicas, one Redis."""
+    import os
+
+    import redis
+
+    from tests.e2e.conftest import require_redis
+
+    url = os.environ["LOOPGATE_TEST_REDIS_URL"]
+    require_redis(url)
+    redis.Redis.from_url(url).flushdb()
+    config = gateway_config(fakes, store_url=url, tool_server=tool_server.url, extra_models=EMBED_MODELS)
+    anchor = "    - {key: cron-key, tenant: jobs, headless: true}\n"
+    config = config.replace(anchor, anchor + EXTRA_KEYS.lstrip("\n"))
+    first, second = Gateway(config).start(), Gateway(config).start()
+    try:
+        first.client(RPM_KEY).embeddings.create(model="embed", input="one")
+        with pytest.raises(openai.RateLimitError):
+            second.client(RPM_KEY).embeddings.create(model="embed", input="two")
+        tokens = second.post("/v1/embeddings", {"model": "embed", "input": TEXTS}).json()["usage"]["prompt_tokens"]
+        deadline = time.monotonic() + 10
+        while True:  # the replica writes its usage rows after the answer (Redis: batched, usage.flush_s)
+            seen = _usage(first, "team-a")
+            if seen["prompt_tokens"] == tokens or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert seen["requests"] == 1 and seen["prompt_tokens"] == tokens
+        assert seen["cost_usd"] == pytest.approx(tokens * 20 / 1_000_000, abs=1e-12)
+    finally:
+        first.stop()
+        second.stop()
