@@ -106,7 +106,10 @@ class LiteLLMAdapter:
 
 
 class LiteLLMEmbeddings:
-    """Embeddings through ``litellm.aembedding``: the OpenAI-shaped request in, the OpenAI-shaped answer out."""
+    """Embeddings through ``litellm.aembedding``: the OpenAI-shaped request in, the OpenAI-shaped answer out.
+
+    The inputs go as text (token arrays decoded by the surface): most providers behind LiteLLM take no token ids.
+    """
 
     wire_format = "litellm"
     in_process = True
@@ -114,7 +117,7 @@ class LiteLLMEmbeddings:
     async def embed(self, request: EmbeddingRequest, provider: ProviderConfig, model: str,
                     timeout: float) -> EmbeddingResult:
         litellm = _library()
-        kwargs = embeddings_body(request, model)
+        kwargs = embeddings_body(request, model, text_only=True)
         kwargs["timeout"] = timeout
         if provider.api_key:
             kwargs["api_key"] = provider.api_key

@@ -32,9 +32,12 @@ from gateway.providers.openai import OpenAIAdapter
 _chat = OpenAIAdapter()
 
 
-def embeddings_body(request: EmbeddingRequest, model: str) -> dict[str, Any]:
-    """The OpenAI-shaped request body for ``model`` (also what the litellm adapter passes on)."""
-    body: dict[str, Any] = {"model": model, "input": request.inputs}
+def embeddings_body(request: EmbeddingRequest, model: str, text_only: bool = False) -> dict[str, Any]:
+    """The OpenAI-shaped request body for ``model`` (also what the litellm adapter passes on).
+
+    ``text_only``: the inputs as text (``request.texts``: token arrays decoded), for a target that may
+    not take token ids."""
+    body: dict[str, Any] = {"model": model, "input": request.texts if text_only else request.inputs}
     if request.dimensions is not None:
         body["dimensions"] = request.dimensions
     if request.encoding_format == "base64":

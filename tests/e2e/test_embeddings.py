@@ -336,6 +336,10 @@ def test_litellm_embeddings(fakes: dict[str, FakeUpstream], tool_server: ToolSer
         [sent] = fakes["secondary"].requests
         assert sent.path == "/embeddings" and sent.body["input"] == TEXTS
         assert sent.headers["authorization"] == "Bearer tail-key"
+        arrays = [get_encoding(CL100K).encode_ordinary(t) for t in TEXTS]  # token arrays go on as text
+        answer = gw.client().embeddings.create(model="tail_embed", input=arrays, encoding_format="float")
+        assert fakes["secondary"].requests[1].body["input"] == TEXTS
+        assert [item.embedding for item in answer.data] == [vector_of("emb-small", t, 8) for t in TEXTS]
     finally:
         gw.stop()
 

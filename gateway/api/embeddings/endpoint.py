@@ -34,7 +34,7 @@ from gateway.usage.pricing import usd
 
 PATH = "/v1/embeddings"
 #: provider types whose embeddings API takes token ids (the others are sent the decoded text)
-_TAKES_TOKENS = frozenset({"openai", "litellm"})
+_TAKES_TOKENS = frozenset({"openai"})
 _DEFAULT_BOUNDS = EmbeddingBounds()
 
 
