@@ -322,6 +322,8 @@ class OperationSpan(Span):
         self._events = _appended(self._events, [name, _now(), attributes])
 
     def operation_done(self, failure: str) -> None:
+        if failure:
+            self._attributes["error.type"] = failure
         self._owner.child_done([OPERATION, 0, self._start, _now(), failure, self._events, self._name,
                                 self._attributes])
 
@@ -396,6 +398,9 @@ def rebuild(entry: Entry) -> Iterator[Rebuilt]:
                    attributes, events, failure)
         elif kind == OPERATION and len(child) == _TOOL_LENGTH:
             _, span_id, start, end, failure, events, name, attributes = child
+            provider = attributes.get("gen_ai.provider.name") if isinstance(attributes, dict) else None
+            if provider in PROVIDER_NAMES:  # the conventions' name, as on a chat span
+                attributes["gen_ai.provider.name"] = PROVIDER_NAMES[provider]
             yield (trace_hex, span_id or new_id(64), server_id, False, CLIENT, str(name), start, end, attributes,
                    events, failure)
         else:

@@ -57,6 +57,10 @@ def test_embeddings_span_and_access_record(traced: Gateway, fakes: dict[str, Fak
     assert call.attributes["gen_ai.operation.name"] == "embeddings"
     assert call.attributes["loopgate.target"] == "secondary:emb-b"
     assert call.attributes["gen_ai.usage.input_tokens"] == tokens
+    assert call.attributes["gen_ai.provider.name"] == "openai" and call.attributes["loopgate.attempts"] == 2
+    (attempt,) = [attrs for name, attrs in call.events if name == "loopgate.attempt"]
+    assert attempt["loopgate.target"] == "primary:emb-a" and attempt["error.type"] == "overloaded"
+    assert attempt["http.response.status_code"] == 503
     assert server.attributes["loopgate.route"] == "vectors"
     request_id = response.headers["x-request-id"]
     records = log_records(traced, lambda found: any(r.get("request_id") == request_id for r in found))
@@ -64,3 +68,17 @@ def test_embeddings_span_and_access_record(traced: Gateway, fakes: dict[str, Fak
     assert access["path"] == "/v1/embeddings" and access["route"] == "vectors" and access["status"] == 200
     assert access["answered_by"] == ["secondary:emb-b"] and access["prompt_tokens"] == tokens
     assert access["cost_usd"] == pytest.approx(tokens * 10 / 1_000_000)
+
+
+def test_a_failed_embeddings_call_is_an_error_span(traced: Gateway, fakes: dict[str, FakeUpstream],
+                                                   receiver: OtlpReceiver) -> None:
+    fakes["primary"].queue(Reply(status=500))
+    fakes["secondary"].queue(Reply(status=500))
+    traceparent, trace_id, _ = caller_traceparent()
+    response = traced.post("/v1/embeddings", {"model": "vectors", "input": "a"}, headers={"traceparent": traceparent})
+    assert response.status_code == 502
+    spans = receiver.trace(trace_id, 2)
+    (call,) = by_name(spans, "embeddings ")
+    assert call.attributes["error.type"] == "server_error"
+    assert [attrs["loopgate.target"] for name, attrs in call.events if name == "loopgate.attempt"] == [
+        "primary:emb-a", "secondary:emb-b"]

@@ -11,6 +11,7 @@ loop runs: the call is the router's failover walk over the route's targets
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from starlette.requests import Request
 
@@ -28,6 +29,7 @@ from gateway.http.body import read_json
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import LoopState
+from gateway.observability.tracing import Span
 from gateway.routing.router import AllTargetsFailed
 from gateway.routing.routes import RoutePlan
 from gateway.usage.pricing import usd
@@ -100,8 +102,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
                                                       plan.retries, deadline)
     except BaseException as exc:
         if call_span is not None:
-            call_span.set("loopgate.attempts", len(state.attempts))
-            call_span.operation_done(_failure(exc))
+            _end_span(call_span, state.attempts, _failure(exc))
         raise
     prompt_tokens = result.prompt_tokens or counted
     state.iterations = 1
@@ -110,11 +111,10 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     state.add_call(target.label, Usage(prompt_tokens=prompt_tokens))
     if call_span is not None:
         call_span.set("loopgate.target", target.label)
+        call_span.set("gen_ai.provider.name", target.provider.type)
         call_span.set("gen_ai.response.model", state.model)
         call_span.set("gen_ai.usage.input_tokens", prompt_tokens)
-        if len(state.attempts) > 1:
-            call_span.set("loopgate.attempts", len(state.attempts))
-        call_span.operation_done("")
+        _end_span(call_span, state.attempts, "")
     cost = work.account(state)
     gateway = {"answered_by": state.answered_by, "attempts": state.attempts}
     if cost is not None:
@@ -122,6 +122,20 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     payload = render_embeddings(result.vectors, parsed.encoding_format, parsed.model, prompt_tokens, gateway)
     await work.settle(state.usage)
     return JSONResponse(payload, raw_headers=work.exchange.headers)
+
+
+def _end_span(span: Span, attempts: list[dict[str, Any]], failure: str) -> None:
+    """Every failed attempt of the walk as a ``loopgate.attempt`` event (as on a chat span), then the end."""
+    for entry in attempts:
+        if entry["error_class"] is not None:
+            attributes = {"loopgate.target": entry["target"], "error.type": entry["error_class"],
+                          "loopgate.elapsed_ms": entry["elapsed_ms"]}
+            if entry["status"] is not None:
+                attributes["http.response.status_code"] = entry["status"]
+            span.event("loopgate.attempt", attributes)
+    if len(attempts) > 1:
+        span.set("loopgate.attempts", len(attempts))
+    span.operation_done(failure)
 
 
 def _failure(exc: BaseException) -> str:
