@@ -66,7 +66,9 @@ def test_targets_of_different_sizes_are_refused() -> None:
      "models.v.max_inputs: must be > 0"),
     ("  v: {kind: embeddings, targets: []}", "needs at least one target"),
     ("  v: {kind: vectors, targets: [{provider: oa, model: e}]}", "must be 'chat' or 'embeddings'"),
-    ("  v: {targets: [{provider: oa, model: e, dimensions: 8}]}", "models.v.targets[0].dimensions: unknown key"),
+    ("  v: {targets: [{provider: oa, model: e, dimensions: 8}]}",
+     "models.v.targets[0].dimensions: is declared by the targets of embeddings routes: add kind: embeddings"),
+    ("  v: {targets: [{provider: oa, model: e}], max_inputs: 5}", "models.v.max_inputs: is a key of embeddings routes"),
     ("  v: {kind: embeddings, targets: [{provider: oa, model: e, dimensions: 8, price: {output_per_mtok: 1}}]}",
      "input_per_mtok: is required"),
     ("  v: {kind: embeddings, targets: [{provider: oa, model: e, dimensions: 8}]}\n"
@@ -80,3 +82,10 @@ def test_allow_lists_may_name_embeddings_routes() -> None:
     parsed = parse_config(config("  v: {kind: embeddings, targets: [{provider: oa, model: e, dimensions: 8}]}\n")
                           + "auth:\n  keys:\n    - {key: k1, tenant: t, models: [v]}\n", {})
     assert list(parsed.auth.keys[0].models or []) == ["v"]
+
+
+def test_the_config_and_the_registry_agree_on_embeddings_providers() -> None:
+    from gateway.config.embeddings_section import EMBEDDING_PROVIDER_TYPES
+    from gateway.providers.registry import EMBEDDERS
+
+    assert set(EMBEDDERS) == set(EMBEDDING_PROVIDER_TYPES)

@@ -68,6 +68,7 @@ class EmbeddingBounds:
 def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
            mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
     path = f"models.{name}"
+    _embeddings_keys_on_chat(raw, path)
     section = mapping(raw, path, ROUTE_KEYS)
     if get(section, "kind", path, str, "chat") != "chat":
         raise ConfigError(f"{path}.kind", f"must be 'chat' or 'embeddings', got {section['kind']!r}")
@@ -125,6 +126,24 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
             max_tool_result_tokens=get(ctx_raw, "max_tool_result_tokens", f"{path}.context", int, None),
         ),
     )
+
+
+#: keys only an embeddings route (``kind: embeddings``) takes, and only its targets
+_EMBEDDINGS_ONLY = ("max_inputs", "max_input_tokens", "max_total_tokens")
+
+
+def _embeddings_keys_on_chat(raw: Any, path: str) -> None:
+    """An embeddings key on a chat route: say that ``kind: embeddings`` is what is missing."""
+    if not isinstance(raw, dict):
+        return
+    for key in _EMBEDDINGS_ONLY:
+        if key in raw:
+            raise ConfigError(f"{path}.{key}", "is a key of embeddings routes: add kind: embeddings to the route")
+    targets = raw.get("targets")
+    for index, target in enumerate(targets if isinstance(targets, list) else []):
+        if isinstance(target, dict) and "dimensions" in target:
+            raise ConfigError(f"{path}.targets[{index}].dimensions",
+                              "is declared by the targets of embeddings routes: add kind: embeddings to the route")
 
 
 def check_compress_with(models: dict[str, RouteConfig]) -> None:
