@@ -33,15 +33,12 @@ class Embedder:
         self._router = router
         self._pool = pool
 
-    async def embed(self, targets: Sequence[ResolvedTarget], request: EmbeddingRequest,
-                    declared: dict[str, int | None], attempts: list[Attempt], retries: int,
-                    deadline: float) -> tuple[ResolvedTarget, EmbeddingResult]:
-        """The answer of the first target that answers; ``declared``: each target label's ``dimensions``."""
-        return await self._router.call(targets, self._attempt, (request, declared), attempts, retries, deadline)
+    async def embed(self, targets: Sequence[ResolvedTarget], request: EmbeddingRequest, attempts: list[Attempt],
+                    retries: int, deadline: float) -> tuple[ResolvedTarget, EmbeddingResult]:
+        """The answer of the first target that answers (its vectors of the expected length)."""
+        return await self._router.call(targets, self._attempt, request, attempts, retries, deadline)
 
-    async def _attempt(self, target: ResolvedTarget, call: tuple[EmbeddingRequest, dict[str, int | None]],
-                       deadline: float) -> EmbeddingResult:
-        request, declared = call
+    async def _attempt(self, target: ResolvedTarget, request: EmbeddingRequest, deadline: float) -> EmbeddingResult:
         adapter: Any = embedder_for(target.provider.type)
         if target.in_process:
             result: EmbeddingResult = await adapter.embed(request, target.provider, target.model,
@@ -53,7 +50,7 @@ class Embedder:
             else:
                 bodies = await self._batches(adapter, target, natives, deadline)
             result = adapter.parse_embeddings(bodies, request)
-        expected = request.dimensions or declared.get(target.label)
+        expected = request.dimensions or target.dimensions
         if len(result.vectors) != len(request.inputs):
             raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned {len(result.vectors)} embeddings "
                                                              f"for {len(request.inputs)} inputs")

@@ -79,6 +79,8 @@ class ResolvedTarget:
     window: int | None = None
     # The adapter answers by itself (litellm, mock): called directly, not through the HTTP transport.
     in_process: bool = False
+    # An embeddings target: the declared length of its vectors (routing/embeddings.py checks answers against it).
+    dimensions: int | None = None
 
 
 Attempt = dict[str, Any]
@@ -307,7 +309,7 @@ class Router:
             resolved.append(ResolvedTarget(target.label, provider, target.model, adapter,
                                            f"{target.provider}:*" if direct else target.label,
                                            known_window(provider.type, target.model),
-                                           getattr(adapter, "in_process", False)))
+                                           getattr(adapter, "in_process", False), target.dimensions))
         return tuple(resolved)
 
     def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:

@@ -57,9 +57,9 @@ async def embedder_for(fakes: dict[str, FakeUpstream], breaker_failures: int = 1
 async def test_retries_then_fails_over(fakes: dict[str, FakeUpstream]) -> None:
     fakes["a"].queue(Reply(status=429), Reply(status=500))
     async with embedder_for(fakes) as (embedder, router):
-        targets = router.resolve([TargetConfig("a", "m"), TargetConfig("b", "m")])
+        targets = router.resolve([TargetConfig("a", "m", dimensions=8), TargetConfig("b", "m", dimensions=8)])
         attempts: list[Attempt] = []
-        target, result = await embedder.embed(targets, request(TEXTS[:3]), {"a:m": 8, "b:m": 8}, attempts, 1,
+        target, result = await embedder.embed(targets, request(TEXTS[:3]), attempts, 1,
                                               time.monotonic() + 60)  # room for a retry and the next target
     assert target.label == "b:m"
     assert [a["error_class"] for a in attempts] == ["rate_limited", "server_error", None]  # one retry on a
@@ -72,7 +72,7 @@ async def test_a_failed_gemini_batch_fails_the_whole_attempt(fakes: dict[str, Fa
     async with embedder_for(fakes) as (embedder, router):
         targets = router.resolve([TargetConfig("g", "gm"), TargetConfig("b", "m")])
         attempts: list[Attempt] = []
-        target, result = await embedder.embed(targets, request(), {"g:gm": 8, "b:m": 8}, attempts, 0,
+        target, result = await embedder.embed(targets, request(), attempts, 0,
                                               time.monotonic() + 10)
     assert target.label == "b:m" and [a["error_class"] for a in attempts] == ["overloaded", None]
     assert result.vectors == [vector_of("m", t, 8) for t in TEXTS]
@@ -82,7 +82,7 @@ async def test_a_failed_gemini_batch_fails_the_whole_attempt(fakes: dict[str, Fa
 async def test_gemini_batches_in_order(fakes: dict[str, FakeUpstream]) -> None:
     async with embedder_for(fakes) as (embedder, router):
         targets = router.resolve([TargetConfig("g", "gm")])
-        _, result = await embedder.embed(targets, request(), {"g:gm": 8}, [], 0, time.monotonic() + 10)
+        _, result = await embedder.embed(targets, request(), [], 0, time.monotonic() + 10)
     assert result.vectors == [vector_of("gm", t, 8) for t in TEXTS]
     assert result.prompt_tokens is None  # Gemini reports none: the gateway's count stands in
     assert sorted(len(r.body["requests"]) for r in fakes["g"].requests) == [30, 100, 100]
@@ -93,9 +93,9 @@ async def test_the_breaker_counts_embeddings_failures(fakes: dict[str, FakeUpstr
     async with embedder_for(fakes, breaker_failures=2) as (embedder, router):
         targets = router.resolve([TargetConfig("a", "m"), TargetConfig("b", "m")])
         for _ in range(2):
-            await embedder.embed(targets, request(["x"]), {}, [], 0, time.monotonic() + 10)
+            await embedder.embed(targets, request(["x"]), [], 0, time.monotonic() + 10)
         attempts: list[Attempt] = []
-        await embedder.embed(targets, request(["x"]), {}, attempts, 0, time.monotonic() + 10)
+        await embedder.embed(targets, request(["x"]), attempts, 0, time.monotonic() + 10)
     assert attempts[0]["error_class"] == "circuit_open" and len(fakes["a"].requests) == 2
 
 
@@ -104,7 +104,7 @@ async def test_a_bad_request_ends_the_walk(fakes: dict[str, FakeUpstream]) -> No
     async with embedder_for(fakes) as (embedder, router):
         targets = router.resolve([TargetConfig("a", "m"), TargetConfig("b", "m")])
         with pytest.raises(AllTargetsFailed) as caught:
-            await embedder.embed(targets, request(["x"]), {}, [], 0, time.monotonic() + 10)
+            await embedder.embed(targets, request(["x"]), [], 0, time.monotonic() + 10)
     assert caught.value.target == "a:m" and fakes["b"].requests == []
 
 
@@ -113,5 +113,14 @@ async def test_the_deadline_bounds_the_walk(fakes: dict[str, FakeUpstream]) -> N
     async with embedder_for(fakes) as (embedder, router):
         targets = router.resolve([TargetConfig("a", "m"), TargetConfig("b", "m")])
         with pytest.raises(AllTargetsFailed) as caught:
-            await embedder.embed(targets, request(["x"]), {}, [], 0, time.monotonic() + 0.5)
+            await embedder.embed(targets, request(["x"]), [], 0, time.monotonic() + 0.5)
     assert caught.value.last.error_class.value == "timeout"
+
+
+async def test_vectors_not_of_the_declared_size_fail_over(fakes: dict[str, FakeUpstream]) -> None:
+    async with embedder_for(fakes) as (embedder, router):
+        targets = router.resolve([TargetConfig("a", "m", dimensions=4), TargetConfig("b", "m-d4", dimensions=4)])
+        attempts: list[Attempt] = []
+        target, result = await embedder.embed(targets, request(["x"]), attempts, 0, time.monotonic() + 10)
+    assert target.label == "b:m-d4" and [a["error_class"] for a in attempts] == ["invalid_response", None]
+    assert result.vectors == [vector_of("m-d4", "x", 4)]

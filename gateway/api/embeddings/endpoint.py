@@ -96,10 +96,9 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     call_span = span.operation(f"embeddings {first.model}", {
         "gen_ai.operation.name": "embeddings", "gen_ai.request.model": first.model,
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
-    declared = {target.label: target.dimensions for target in plan.route.targets}
     try:
-        target, result = await runtime.embedder.embed(plan.targets, embedding_request, declared, state.attempts,
-                                                      plan.retries, deadline)
+        target, result = await runtime.embedder.embed(plan.targets, embedding_request, state.attempts, plan.retries,
+                                                      deadline)
     except BaseException as exc:
         if call_span is not None:
             _end_span(call_span, state.attempts, _failure(exc))
