@@ -5,6 +5,8 @@ Serves, on 127.0.0.1 only:
        (one role chunk, N content chunks, a finish chunk, a usage chunk, ``data: [DONE]``).
   GET  /models (and /v1/models), GET /healthz.
   POST /tool: a tiny HTTP tool endpoint (the body is the tool's arguments; answers a short JSON result).
+  POST /embeddings (and /v1/embeddings): one vector of ``dimensions`` (default 1536, text-embedding-3-small's)
+       per input, as floats or base64 per ``encoding_format``; answers are built once per shape and reused.
 
 Options: --port, --latency-ms (before each chat completion), --chunk-delay-ms (between stream chunks),
 --chunks N, --agent-tools N (when the request carries ``tools`` and the conversation holds fewer than
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +88,29 @@ def _sse(obj: dict[str, Any] | None) -> bytes:
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+EMBEDDING_DIMENSIONS = 1536
+_EMBEDDINGS: dict[tuple[int, int, bool], bytes] = {}
+
+
+def embeddings_body(req: dict[str, Any]) -> bytes:
+    """An OpenAI embeddings answer for ``req`` (same vector for every input: the gateway's work is measured)."""
+    inputs = req.get("input")
+    count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
+    dimensions = req.get("dimensions") or EMBEDDING_DIMENSIONS
+    as_base64 = req.get("encoding_format") == "base64"
+    key = (count, dimensions, as_base64)
+    body = _EMBEDDINGS.get(key)
+    if body is None:
+        vector = [((i * 7919) % 1000) / 1000 - 0.5 for i in range(dimensions)]
+        embedding: Any = (base64.b64encode(struct.pack(f"<{dimensions}f", *vector)).decode() if as_base64
+                          else vector)
+        body = _EMBEDDINGS[key] = orjson.dumps({
+            "object": "list", "model": req.get("model"),
+            "data": [{"object": "embedding", "index": i, "embedding": embedding} for i in range(count)],
+            "usage": {"prompt_tokens": 8 * count, "total_tokens": 8 * count}})
+    return body
 
 
 def plan_reply(req: dict[str, Any], opts: Options) -> tuple[str | None, list[dict[str, Any]] | None]:
@@ -219,6 +246,8 @@ class FakeProtocol(asyncio.Protocol):
             if opts.latency_s > 0 or self._tail is not None:
                 self._later(self._delayed(out, keep_alive, opts.latency_s))
                 return
+        elif method == b"POST" and path.endswith(b"/embeddings"):
+            out = _response(200, embeddings_body(orjson.loads(body)), keep_alive=keep_alive)
         elif method == b"GET" and path in (b"/models", b"/v1/models"):
             out = _response(200, _MODELS, keep_alive=keep_alive)
         elif method == b"GET" and path == b"/healthz":

@@ -20,6 +20,8 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --messages      # the same requests through POST /v1/messages (Anthropic)
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
+    python -m bench.instructions --embeddings    # POST /v1/embeddings, one input, floats (route bench-embed)
+    python -m bench.instructions --embeddings --base64   # the same as base64 (the openai SDK's default)
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -70,7 +72,13 @@ async def _managed_key(base: str, limits: list[str]) -> str:
         return str((await resp.json())["key"])
 
 
-def _body(stream: bool, responses: bool, agent: bool, store: bool, messages: bool = False) -> bytes:
+EMBED_INPUT = "Loopgate is an OpenAI-compatible gateway that runs the tool loop server-side."
+
+
+def _body(stream: bool, responses: bool, agent: bool, store: bool, messages: bool = False,
+          embeddings: str | None = None) -> bytes:
+    if embeddings is not None:
+        return orjson.dumps({"model": "bench-embed", "input": EMBED_INPUT, "encoding_format": embeddings})
     model, prompt = ("bench-agent", "Run bench_tool.") if agent else ("bench", "Say hello in one short sentence.")
     if messages:
         return orjson.dumps({"model": model, "stream": stream, "max_tokens": 1024,
@@ -83,10 +91,13 @@ def _body(stream: bool, responses: bool, agent: bool, store: bool, messages: boo
     return orjson.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": prompt}]})
 
 
-def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: bool, messages: bool = False) -> bool:
-    """A 200 carrying a whole answer (a stream to its end; an agent turn to its final text)."""
+def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: bool, messages: bool = False,
+              embeddings: bool = False) -> bool:
+    """A 200 carrying a whole answer (a stream to its end; an agent turn to its final text; a vector)."""
     if status != 200:
         return False
+    if embeddings:
+        return b'"embedding":' in raw
     if stream:
         end = b"event: message_stop" if messages else b"event: response.completed" if responses else b"data: [DONE]"
         return end in raw
@@ -170,6 +181,8 @@ def main() -> None:
     parser.add_argument("--responses", action="store_true", help="POST /v1/responses instead of chat completions")
     parser.add_argument("--messages", action="store_true", help="POST /v1/messages (Anthropic) instead")
     parser.add_argument("--agent", action="store_true", help="5-tool agent turns on route bench-agent")
+    parser.add_argument("--embeddings", action="store_true", help="POST /v1/embeddings on route bench-embed")
+    parser.add_argument("--base64", action="store_true", help="with --embeddings: encoding_format base64")
     parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
     parser.add_argument("--limits", default="rpm,tpm,max_concurrent", help="with --limited: which limits the key has")
@@ -185,10 +198,11 @@ def main() -> None:
                         help="every control of the bench scenario 'controls' (needs --store redis://...), or "
                              "the ones named (limits,budget,price,redis,tracing,logs; a managed key always)")
     args = parser.parse_args()
-    body = _body(args.stream, args.responses, args.agent, args.keep, args.messages)
+    embeddings = ("base64" if args.base64 else "float") if args.embeddings else None
+    body = _body(args.stream, args.responses, args.agent, args.keep, args.messages, embeddings)
 
     def check(status: int, raw: bytes) -> bool:
-        return _answered(status, raw, args.stream, args.responses, args.agent, args.messages)
+        return _answered(status, raw, args.stream, args.responses, args.agent, args.messages, args.embeddings)
 
     out_dir = Path(tempfile.mkdtemp(prefix="loopgate-callgrind-"))
     with servers.start_fake(agent_tools=5 if args.agent else 0) as fake:
@@ -200,7 +214,9 @@ def main() -> None:
         if args.store:
             config["store"] = {"url": args.store}
         if args.price:
-            config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8}}
+            config["providers"]["fake"]["prices"] = {"fake-model": {"input_per_mtok": 2, "output_per_mtok": 8},
+                                                     "text-embedding-3-small": {"input_per_mtok": 0.02,
+                                                                                "output_per_mtok": 0}}
         if args.tracing:
             config["observability"] = {"otlp_endpoint": _otlp_sink(), "sample_ratio": args.sample_ratio}
         if args.json_logs:
@@ -229,7 +245,8 @@ def main() -> None:
                f"--trace-children={'yes' if exporting else 'no'}", sys.executable, "-m", "gateway", "serve",
                "--config", str(cfg), "--host", servers.HOST, "--port", str(port)]
         with servers.Proc("loopgate-callgrind", cmd, port, startup_timeout_s=300) as gateway:
-            path = "messages" if args.messages else "responses" if args.responses else "chat/completions"
+            path = ("embeddings" if args.embeddings else "messages" if args.messages else "responses"
+                    if args.responses else "chat/completions")
             url = f"{gateway.base}/v1/{path}"
             wanted = [name for name in args.limits.split(",") if name]
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
@@ -259,6 +276,8 @@ def main() -> None:
         sys.exit(f"could not measure: {ok}/{args.requests} requests ok (dumps in {out_dir})")
     kind = ("Messages " if args.messages else "Responses " if args.responses else "chat ") + (
         "stream" if args.stream else "JSON")
+    if embeddings is not None:
+        kind = f"embeddings {embeddings}"
     kind += " agent turn" if args.agent else " request"
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"

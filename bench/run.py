@@ -1,7 +1,8 @@
 """Loopgate benchmarks: ``python -m bench.run SCENARIO [options]`` from the repo root.
 
 Scenarios: latency, ttft, agent, load (here), failover, loop-cpu, workers, streams-memory
-(bench/scenarios_extra.py), responses (bench/responses.py), controls (bench/controls.py), and all.
+(bench/scenarios_extra.py), responses (bench/responses.py), embeddings (bench/embeddings.py),
+controls (bench/controls.py), and all.
 
 Each scenario starts what it needs on 127.0.0.1 (fake upstream, bare floor, Loopgate, optionally
 LiteLLM), stops all of it on the way out, prints markdown table rows and appends one JSON object per
@@ -21,7 +22,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench import controls, responses, scenarios_extra, servers
+from bench import controls, embeddings, responses, scenarios_extra, servers
 from bench.common import (
     LOAD_COLS,
     Report,
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     ttft.add_argument("--chunk-delay-ms", type=float, default=2.0)
     scenarios_extra.add_parsers(sub, common)
     responses.add_parser(sub, common)
+    embeddings.add_parser(sub, common)
     controls.add_parser(sub, common)
     everything = sub.add_parser("all", parents=[common], help="every scenario with its defaults")
     everything.add_argument("--duration", type=float, default=10.0)
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     basic = {"latency": scenario_latency, "load": scenario_load, "agent": scenario_agent, "ttft": scenario_ttft}
     if args.scenario != "all":
         (basic | scenarios_extra.SCENARIOS | {"responses": responses.scenario_responses,
+                                                     "embeddings": embeddings.scenario_embeddings,
                                                      "controls": controls.scenario_controls})[args.scenario](args)
         return
     defaults = {"rounds": 20, "per_round": 50}

@@ -127,7 +127,8 @@ def start_bare(upstream: str, cpus: set[int] | None = None, client: str = "aioht
 
 
 def gateway_config(upstream: str, tool_source: str = "python") -> dict[str, Any]:
-    """The Loopgate config used by every scenario: route ``bench`` (plain) and ``bench-agent`` (server tool)."""
+    """The Loopgate config used by every scenario: route ``bench`` (plain), ``bench-agent`` (server tool) and
+    ``bench-embed`` (an embeddings route of one 1536-dimension target)."""
     tool: dict[str, Any] = {
         "description": "A benchmark tool that answers at once.",
         "parameters": {"type": "object", "properties": {"step": {"type": "integer"}}},
@@ -145,6 +146,8 @@ def gateway_config(upstream: str, tool_source: str = "python") -> dict[str, Any]
         "models": {
             "bench": {"targets": target},
             "bench-agent": {"targets": target, "tools": ["bench_tool"], "max_tool_iterations": 25},
+            "bench-embed": {"kind": "embeddings", "targets": [
+                {"provider": "fake", "model": "text-embedding-3-small", "dimensions": 1536}]},
         },
     }
 

@@ -23,6 +23,8 @@ from gateway.api.approvals.endpoint import approval_routes
 from gateway.api.approvals.inbox import POLLED, ui_routes
 from gateway.api.chat.endpoint import chat_completions
 from gateway.api.continuations.endpoint import continuation_routes
+from gateway.api.embeddings.endpoint import serve_embeddings
+from gateway.api.embeddings.routes import embeddings_routes
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.lifecycle import Work, endpoint
 from gateway.api.messages.endpoint import create_message
@@ -136,6 +138,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
         Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", endpoint("/v1/models", list_models), methods=["GET"]),
         *messages_routes(),
+        *embeddings_routes(),
         *ui_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -181,6 +184,11 @@ class FastChatPath:
         if scope["method"] == "POST" and scope["path"] == "/v1/messages":
             # The Anthropic Messages API: its handler answers every failure too, in Anthropic's shape.
             response = await create_message(Incoming(scope, receive), self.state.runtime)
+            await response(scope, receive, send)
+            return
+        if scope["method"] == "POST" and scope["path"] == "/v1/embeddings":
+            # Embeddings: retrieval traffic is high-volume too; its handler answers every failure as well.
+            response = await serve_embeddings(Incoming(scope, receive), self.state.runtime)
             await response(scope, receive, send)
             return
         if scope["method"] == "POST" and scope["path"] == "/v1/responses":

@@ -7,9 +7,10 @@ order, what applies to it:
 2. ``allow(plan)``: the key's role and route allow-list, and the route's metrics label;
 3. ``charge_to(asker)`` when the work resumes a pause: the key that **asked** pays for it (its
    limits, budget and usage rows), whoever decided;
-4. ``await admit(body_bytes)``: the budget check, then admission (rpm, tpm, concurrency per key
+4. ``await admit(body_bytes, tokens)``: the budget check, then admission (rpm, tpm, concurrency per key
    and tenant), and for a background run its slot under the per-key/per-tenant run caps;
-5. ``watch(loop_request)``: the loop's usage feeds the meter, the access record and the span;
+5. ``watch(loop_request)``: the loop's usage feeds the meter, the access record and the span (work
+   that runs no loop reports its calls with ``account(state)`` instead);
 6. the end: ``done(status)`` once the answer is complete and ``await settle(usage)`` (a JSON
    answer), ``settled_at_end(events)`` (a stream), ``hold()`` (work that outlives its request:
    a background run, settled by the run's own end), or ``render_error(await failed(exc))``.
@@ -39,7 +40,7 @@ from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import request_id, scope_request_id
-from gateway.loop.engine import LoopRequest
+from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering
@@ -169,11 +170,12 @@ class Work:
         return asker
 
     # -- admission ------------------------------------------------------------------------------
-    async def admit(self, body_bytes: int) -> None:
+    async def admit(self, body_bytes: int, tokens: int | None = None) -> None:
         """Budget, then rate limits (a 429 for either), then a background run's slot: all for ``key``.
 
         The fast paths (a budget judged from a fresh reading, an allowance held in process) are
-        taken here, behind this one step, without a store call.
+        taken here, behind this one step, without a store call. ``tokens``: the input tokens the
+        surface counted before sending (tpm's estimate); None: estimated from ``body_bytes``.
         """
         key, meter = self.key, self.meter
         assert key is not None and meter is not None, "authenticate first"
@@ -182,7 +184,7 @@ class Work:
         if pending is not None:
             await pending
         limits = lifecycle.limits
-        admitted = limits.admit(key, body_bytes)
+        admitted = limits.admit(key, body_bytes, tokens)
         if admitted is not None and not isinstance(admitted, Admission):
             admitted = await admitted  # the store decides
         self.admission = admitted
@@ -201,6 +203,14 @@ class Work:
         self.exchange.state = loop_request.state
         if self.meter is not None:
             self.meter.watch(loop_request)
+
+    def account(self, state: LoopState) -> int | None:
+        """Work that runs no loop (an embeddings call): its answered calls (``state.calls``) feed the meter
+        (usage rows, cost), the access record and the span as a loop's would. The cost in nano-USD, or
+        None when a call has no price."""
+        self.exchange.state = state
+        meter = self.meter
+        return None if meter is None else meter.account(state)
 
     def settled_at_end(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """A stream's events; the admission is settled with the loop's usage when they end (or close)."""

@@ -23,6 +23,7 @@ from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
 from gateway.redact import Redactor
+from gateway.routing.embeddings import Embedder
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
@@ -74,6 +75,8 @@ class Runtime:
     background: BackgroundRunner
     #: what every request goes through (auth, allow-lists, admission, budget, metering, records)
     lifecycle: Lifecycle
+    #: embeddings calls, walked over a route's targets by ``router``'s failover rules
+    embedder: Embedder
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -122,7 +125,8 @@ class Runtime:
                    key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
                    background=BackgroundRunner(open_background(store), config.background,
                                                config.store.continuation_ttl_s),
-                   lifecycle=Lifecycle(keys, admin_keys, limits, usage, lookup))
+                   lifecycle=Lifecycle(keys, admin_keys, limits, usage, lookup),
+                   embedder=Embedder(router, pool))
 
     async def stop(self) -> None:
         await self.background.aclose()

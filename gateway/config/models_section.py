@@ -12,7 +12,8 @@ from gateway.config.providers_section import ProviderConfig
 from gateway.config.tools_section import ToolConfig
 from gateway.providers.urls import model_problem
 
-ROUTE_KEYS = {"targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency", "context"}
+ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
+              "context"}
 TARGET_KEYS = {"provider", "model", "price"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 
@@ -22,6 +23,8 @@ class TargetConfig:
     provider: str
     model: str
     price: Price | None = None
+    #: an embeddings target: the length of the vectors its model returns (config/embeddings_section.py)
+    dimensions: int | None = None
 
     @property
     def label(self) -> str:
@@ -47,12 +50,28 @@ class RouteConfig:
     retries: int = 0
     tool_concurrency: int = 8
     context: ContextConfig = field(default_factory=ContextConfig)
+    #: "chat" (the tool loop) or "embeddings" (``POST /v1/embeddings``: config/embeddings_section.py)
+    kind: str = "chat"
+    #: an embeddings route's request bounds (None on a chat route)
+    embeddings: EmbeddingBounds | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingBounds:
+    """What one ``POST /v1/embeddings`` may ask for; the defaults are OpenAI's own limits."""
+
+    max_inputs: int = 2048
+    max_input_tokens: int = 8192
+    max_total_tokens: int = 300_000
 
 
 def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
            mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
     path = f"models.{name}"
+    _embeddings_keys_on_chat(raw, path)
     section = mapping(raw, path, ROUTE_KEYS)
+    if get(section, "kind", path, str, "chat") != "chat":
+        raise ConfigError(f"{path}.kind", f"must be 'chat' or 'embeddings', got {section['kind']!r}")
     raw_targets = get(section, "targets", path, list, None)
     if not raw_targets:
         raise ConfigError(f"{path}.targets", "needs at least one target")
@@ -109,9 +128,30 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
     )
 
 
+#: keys only an embeddings route (``kind: embeddings``) takes, and only its targets
+_EMBEDDINGS_ONLY = ("max_inputs", "max_input_tokens", "max_total_tokens")
+
+
+def _embeddings_keys_on_chat(raw: Any, path: str) -> None:
+    """An embeddings key on a chat route: say that ``kind: embeddings`` is what is missing."""
+    if not isinstance(raw, dict):
+        return
+    for key in _EMBEDDINGS_ONLY:
+        if key in raw:
+            raise ConfigError(f"{path}.{key}", "is a key of embeddings routes: add kind: embeddings to the route")
+    targets = raw.get("targets")
+    for index, target in enumerate(targets if isinstance(targets, list) else []):
+        if isinstance(target, dict) and "dimensions" in target:
+            raise ConfigError(f"{path}.targets[{index}].dimensions",
+                              "is declared by the targets of embeddings routes: add kind: embeddings to the route")
+
+
 def check_compress_with(models: dict[str, RouteConfig]) -> None:
-    """``context.compress_with`` names a configured route."""
+    """``context.compress_with`` names a configured chat route."""
     for name, route in models.items():
         target = route.context.compress_with
         if target is not None and target not in models:
             raise ConfigError(f"models.{name}.context.compress_with", f"unknown model route '{target}'")
+        if target is not None and models[target].kind != "chat":
+            raise ConfigError(f"models.{name}.context.compress_with",
+                              f"'{target}' is an embeddings route; a summary needs a chat route")

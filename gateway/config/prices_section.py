@@ -31,8 +31,11 @@ class Price:
 MAX_PRICE_PER_MTOK = 100_000.0
 
 
-def parse_price(raw: Any, path: str) -> Price:
+def parse_price(raw: Any, path: str, input_only: bool = False) -> Price:
+    """``input_only``: an embeddings target's price, which bills input tokens only (an output price is 0)."""
     section = mapping(raw, path, PRICE_KEYS)
+    if input_only and "output_per_mtok" not in section:
+        section = {**section, "output_per_mtok": 0}
     for key in ("input_per_mtok", "output_per_mtok"):
         if key not in section:
             raise ConfigError(f"{path}.{key}", "is required (USD per million tokens)")

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.config.background_section import BACKGROUND_KEYS, background_section
 from gateway.config.checks import ConfigError, T, mapping, register_sections, type_name
+from gateway.config.embeddings_section import embeddings_route_section, is_embeddings
 from gateway.config.keys_section import (
     ADMIN_KEY_KEYS,
     API_KEY_KEYS,
@@ -75,7 +76,9 @@ def build_config(raw: dict[str, Any]) -> Config:
     providers = _named(raw.get("providers"), "providers", provider_section)
     tools = _named(raw.get("tools"), "tools", tool_section)
     mcp_servers = _named(raw.get("mcp_servers"), "mcp_servers", mcp_server_section)
-    models = _named(raw.get("models"), "models", lambda n, v: route_section(n, v, providers, tools, mcp_servers))
+    models = _named(raw.get("models"), "models",
+                    lambda n, v: embeddings_route_section(n, v, providers) if is_embeddings(v)
+                    else route_section(n, v, providers, tools, mcp_servers))
     check_compress_with(models)
     check_target_prices(models)
     auth = auth_section(raw.get("auth"))

@@ -62,8 +62,11 @@ class RateLimits:
             plan = self._plan(key)
         return plan.scopes, plan.settle
 
-    def admit(self, key: ApiKey, body_bytes: int) -> Admitted:
+    def admit(self, key: ApiKey, body_bytes: int, tokens: int | None = None) -> Admitted:
         """The admission of a request of ``body_bytes`` by ``key`` (None: nothing limits it), or a 429.
+
+        ``tokens``: the request's input tokens when its surface counted them (an embeddings request),
+        the estimate then; else ``body_bytes / BYTES_PER_TOKEN``.
 
         Decided at once where the limiter can (memory, an allowance leased to this process): then
         the admission itself, with no coroutine made. Where the store must decide, a coroutine to
@@ -74,7 +77,7 @@ class RateLimits:
         plan = self._plans.get(key.id)
         if plan is None or plan.key is not key:
             plan = self._plan(key)
-        estimate = body_bytes // BYTES_PER_TOKEN + 1
+        estimate = body_bytes // BYTES_PER_TOKEN + 1 if tokens is None else tokens
         member = self._member_prefix + str(next(self._members))
         verdict = self.limiter.admit(key.tenant, plan.scopes, estimate, member, self.lease_s)
         if not isinstance(verdict, Decision):

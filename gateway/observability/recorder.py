@@ -17,11 +17,16 @@ Spans:
 * ``chat {model}`` (CLIENT): one per model call of the loop, named after the upstream model of
   the target that answered (the first target's while it runs); ``gen_ai.*`` attributes of the
   conventions; each failed attempt of its failover walk is a ``loopgate.attempt`` event;
-* ``execute_tool {name}`` (INTERNAL): one per server-side tool execution.
+* ``execute_tool {name}`` (INTERNAL): one per server-side tool execution;
+* an operation's span (CLIENT) that runs no loop, named by its surface (``embeddings {model}``),
+  with the attributes its surface gives (``Span.operation``).
 
 Prompt, completion, tool-argument and tool-result text are attributes only with
 ``capture_content: true``.
 """
+
+# Long by design: every span kind's recording and its rebuilding in the exporter are one format
+# (``Entry``); splitting them would spread that format over modules.
 
 from __future__ import annotations
 
@@ -72,6 +77,8 @@ Entry = list[Any]
 CHAT = 1
 #: ``[TOOL, span id, start, end, failure, events, tool name, attributes]``
 TOOL = 2
+#: ``[OPERATION, span id, start, end, failure, events, span name, attributes]`` (a CLIENT span)
+OPERATION = 3
 _CHAT_LENGTH, _TOOL_LENGTH, _ENTRY_LENGTH, _LATE_LENGTH = 20, 8, 15, 3
 #: What the tracer hands on per request: the entry and how many spans it holds.
 Sink = Callable[[Entry, int], None]
@@ -158,6 +165,9 @@ class ServerSpan(_Recording):
 
     def tool(self, call: Any, tool: Any) -> Span:
         return ToolSpan(self, call, tool)
+
+    def operation(self, name: str, attributes: dict[str, Any]) -> Span:
+        return OperationSpan(self, name, attributes)
 
     def traceparent(self) -> str | None:
         return f"00-{self.hex}-{self.span_id:016x}-01"
@@ -292,6 +302,32 @@ class ToolSpan(Span):
                                 attributes])
 
 
+class OperationSpan(Span):
+    """A surface's own upstream operation (``embeddings {model}``): its name and attributes as given."""
+
+    __slots__ = ("_attributes", "_events", "_name", "_owner", "_start")
+    recording = True
+
+    def __init__(self, owner: ServerSpan, name: str, attributes: dict[str, Any]) -> None:
+        self._owner = owner
+        self._name = name
+        self._attributes = attributes
+        self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
+        self._start = _now()
+
+    def set(self, key: str, value: Any) -> None:
+        self._attributes[key] = value
+
+    def event(self, name: str, attributes: dict[str, Any]) -> None:
+        self._events = _appended(self._events, [name, _now(), attributes])
+
+    def operation_done(self, failure: str) -> None:
+        if failure:
+            self._attributes["error.type"] = failure
+        self._owner.child_done([OPERATION, 0, self._start, _now(), failure, self._events, self._name,
+                                self._attributes])
+
+
 class LeanTracer(Tracer):
     """Samples and starts server spans; ``sink`` receives each request's entry (the shipper's ``submit``)."""
 
@@ -360,6 +396,13 @@ def rebuild(entry: Entry) -> Iterator[Rebuilt]:
             _, span_id, start, end, failure, events, name, attributes = child
             yield (trace_hex, span_id or new_id(64), server_id, False, INTERNAL, f"execute_tool {name}", start, end,
                    attributes, events, failure)
+        elif kind == OPERATION and len(child) == _TOOL_LENGTH:
+            _, span_id, start, end, failure, events, name, attributes = child
+            provider = attributes.get("gen_ai.provider.name") if isinstance(attributes, dict) else None
+            if provider in PROVIDER_NAMES:  # the conventions' name, as on a chat span
+                attributes["gen_ai.provider.name"] = PROVIDER_NAMES[provider]
+            yield (trace_hex, span_id or new_id(64), server_id, False, CLIENT, str(name), start, end, attributes,
+                   events, failure)
         else:
             raise ValueError(f"a span of an unknown shape: {str(child)[:100]}")
 

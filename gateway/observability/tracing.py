@@ -46,6 +46,14 @@ class Span:
     def tool_done(self, status: str, content: str | None) -> None:
         """End a tool span with the outcome's status (and content, when content capture is on)."""
 
+    def operation(self, name: str, attributes: dict[str, Any]) -> Span:
+        """A CLIENT child span named ``name`` for an upstream operation that is not a loop's model call
+        (an embeddings request), with ``attributes``; ended by ``operation_done``."""
+        return self
+
+    def operation_done(self, failure: str) -> None:
+        """End an operation span; ``failure``: its error type ("" when it succeeded)."""
+
     def event(self, name: str, attributes: dict[str, Any]) -> None:
         """A point event on this span (pause, resume, denial, context action)."""
 

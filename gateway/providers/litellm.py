@@ -18,9 +18,11 @@ from typing import Any
 import orjson
 
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.canonical_embeddings import EmbeddingRequest, EmbeddingResult
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, class_for_status, looks_like_context_overflow
 from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.openai_embeddings import embeddings_body, parse_embeddings_payload
 
 _openai = OpenAIAdapter()
 
@@ -101,3 +103,30 @@ class LiteLLMAdapter:
             raise _error(exc) from None
         parser.feed(SSEEvent(None, b"[DONE]"))
         yield parser.finish()
+
+
+class LiteLLMEmbeddings:
+    """Embeddings through ``litellm.aembedding``: the OpenAI-shaped request in, the OpenAI-shaped answer out.
+
+    The inputs go as text (token arrays decoded by the surface): most providers behind LiteLLM take no token ids.
+    """
+
+    wire_format = "litellm"
+    in_process = True
+
+    async def embed(self, request: EmbeddingRequest, provider: ProviderConfig, model: str,
+                    timeout: float) -> EmbeddingResult:
+        litellm = _library()
+        kwargs = embeddings_body(request, model, text_only=True)
+        kwargs["timeout"] = timeout
+        if provider.api_key:
+            kwargs["api_key"] = provider.api_key
+        if provider.base_url:
+            kwargs["api_base"] = provider.base_url
+        if provider.headers:
+            kwargs["extra_headers"] = provider.headers
+        try:
+            response = await litellm.aembedding(**kwargs)
+        except Exception as exc:
+            raise _error(exc) from None
+        return parse_embeddings_payload(orjson.loads(_dump(response)), len(request.inputs))

@@ -11,9 +11,11 @@ from typing import Any
 
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.gemini import GeminiAdapter
-from gateway.providers.litellm import LiteLLMAdapter
+from gateway.providers.gemini_embeddings import GeminiEmbeddings
+from gateway.providers.litellm import LiteLLMAdapter, LiteLLMEmbeddings
 from gateway.providers.mock import MockAdapter
 from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.openai_embeddings import OpenAIEmbeddings
 
 ADAPTERS: dict[str, Any] = {
     "openai": OpenAIAdapter(),
@@ -27,3 +29,17 @@ ADAPTERS: dict[str, Any] = {
 def adapter_for(wire_format: str) -> Any:
     """The adapter for a provider ``type`` (an ``Adapter``, or an ``InProcessAdapter`` for litellm and mock)."""
     return ADAPTERS[wire_format]
+
+
+#: the embeddings adapters, by provider ``type``: only these types may be embeddings targets
+#: (``config/embeddings_section.py`` checks the same list)
+EMBEDDERS: dict[str, Any] = {
+    "openai": OpenAIEmbeddings(),
+    "gemini": GeminiEmbeddings(),
+    "litellm": LiteLLMEmbeddings(),
+}
+
+
+def embedder_for(wire_format: str) -> Any:
+    """The embeddings adapter for a provider ``type`` (litellm's answers in process: ``in_process``)."""
+    return EMBEDDERS[wire_format]

@@ -74,3 +74,24 @@ def gemini_generate(base_url: str, model: str, stream: bool) -> str:
         collection, name = "models", model
     action = "streamGenerateContent?alt=sse" if stream else "generateContent"
     return f"{base_url}/v1beta/{collection}/{_segment(name)}:{action}"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def openai_embeddings(base_url: str) -> str:
+    return f"{base_url}/embeddings"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def azure_embeddings(base_url: str, deployment: str, api_version: str) -> str:
+    return (f"{base_url}/openai/deployments/{_segment(deployment)}/embeddings"
+            f"?api-version={_segment(api_version)}")
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def gemini_embed(base_url: str, model: str, batch: bool) -> str:
+    """``embedContent`` (one input) or ``batchEmbedContents``, on the model resource as ``gemini_generate`` names it."""
+    collection, slash, name = model.partition("/")
+    if not slash or collection not in ("models", "tunedModels"):
+        collection, name = "models", model
+    action = "batchEmbedContents" if batch else "embedContent"
+    return f"{base_url}/v1beta/{collection}/{_segment(name)}:{action}"

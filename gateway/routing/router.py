@@ -44,9 +44,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
 from gateway.config.models_section import TargetConfig
@@ -61,6 +61,8 @@ from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
 
 MIN_ATTEMPT_S = 0.05  # the least deadline an attempt may start with (module docstring)
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class ResolvedTarget:
     window: int | None = None
     # The adapter answers by itself (litellm, mock): called directly, not through the HTTP transport.
     in_process: bool = False
+    # An embeddings target: the declared length of its vectors (routing/embeddings.py checks answers against it).
+    dimensions: int | None = None
 
 
 Attempt = dict[str, Any]
@@ -305,7 +309,7 @@ class Router:
             resolved.append(ResolvedTarget(target.label, provider, target.model, adapter,
                                            f"{target.provider}:*" if direct else target.label,
                                            known_window(provider.type, target.model),
-                                           getattr(adapter, "in_process", False)))
+                                           getattr(adapter, "in_process", False), target.dimensions))
         return tuple(resolved)
 
     def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:
@@ -315,11 +319,22 @@ class Router:
 
     async def complete(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                        retries: int, deadline: float) -> Answer:
+        target, response = await self.call(targets, self._call, request, attempts, retries, deadline)
+        return Answer(target, response)
+
+    async def call(self, targets: Sequence[ResolvedTarget], attempt_on: Callable[[ResolvedTarget, P, float],
+                   Awaitable[R]], payload: P, attempts: list[Attempt], retries: int,
+                   deadline: float) -> tuple[ResolvedTarget, R]:
+        """One whole-answer call walked over ``targets``: ``attempt_on(target, payload, deadline)`` per attempt.
+
+        Any kind of call (a chat turn, an embeddings request) fails over by the same rules: it only has
+        to raise ``ProviderError`` for a failed attempt and return the target's answer otherwise.
+        """
         walk = _Walk(self.health, self._policy, attempts, retries, deadline)
         for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
             started = time.monotonic()
             try:
-                response = await self._call(target, request, deadline)
+                answer = await attempt_on(target, payload, deadline)
             except ProviderError as error:
                 await walk.failed(target, error, started)
                 continue
@@ -328,7 +343,7 @@ class Router:
                 raise
             if walk.answered(target, started):
                 await self.health.record(target.metric_label, failed=False)
-            return Answer(target, response)
+            return target, answer
         raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.config.embeddings_section import EMBEDDING_PROVIDER_TYPES
 from gateway.config.model import Config, RouteConfig, TargetConfig
+from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import bad_request, quoted
 from gateway.providers.urls import model_problem
 from gateway.routing.router import ResolvedTarget, Router
@@ -42,8 +44,16 @@ def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
                for t in targets)
 
 
+#: what a direct embeddings route (``PROVIDER/UPSTREAM_MODEL`` on ``/v1/embeddings``) may ask for
+_DIRECT_EMBEDDINGS = EmbeddingBounds()
+
+
 class RouteTable:
     """Routes from config, plus ``PROVIDER/UPSTREAM_MODEL`` straight to one provider (no failover, no tools).
+
+    Chat routes and embeddings routes (``kind: embeddings``) share one name space: ``lookup`` finds
+    the first, ``lookup_embeddings`` the second, and each answers a 400 naming the right endpoint
+    for a route of the other kind (an embeddings model cannot chat, nor a chat model embed).
 
     A direct route exists only for a provider whose ``direct`` is on, and only for a model name
     that can be sent upstream as it is (``urls.model_problem``): anything else is refused before
@@ -55,20 +65,47 @@ class RouteTable:
     def __init__(self, config: Config, router: Router) -> None:
         self._router = router
         self._direct_providers = frozenset(name for name, p in config.providers.items() if p.direct)
+        self._provider_types = {name: p.type for name, p in config.providers.items()}
         self._routes: dict[str, RoutePlan] = {}
+        self._embeddings: dict[str, RoutePlan] = {}
         for name, route in config.models.items():
-            self._routes[name] = RoutePlan.build(route, router.resolve(route.targets))
+            table = self._routes if route.kind == "chat" else self._embeddings
+            table[name] = RoutePlan.build(route, router.resolve(route.targets))
         self._direct: dict[str, RoutePlan] = {}
+        self._direct_embeddings: dict[str, RoutePlan] = {}
 
     def names(self) -> list[str]:
-        return list(self._routes)
+        """Every configured route, chat and embeddings (what ``/v1/models`` lists)."""
+        return [*self._routes, *self._embeddings]
 
     def lookup(self, model: str) -> RoutePlan | None:
-        """The plan for ``model``; None when there is none (a 404). Raises a 400 for a direct name that
-        names an enabled provider but could not be sent upstream safely."""
+        """The chat plan for ``model``; None when there is none (a 404). Raises a 400 for an embeddings
+        route, and for a direct name that names an enabled provider but could not be sent upstream safely."""
         plan = self._routes.get(model) or self._direct.get(model)
         if plan is not None:
             return plan
+        if model in self._embeddings:
+            raise bad_request(f"model {quoted(model)} is an embeddings route: call POST /v1/embeddings with it",
+                              "model", "model_not_chat")
+        return self._direct_plan(model, self._direct, None)
+
+    def lookup_embeddings(self, model: str) -> RoutePlan | None:
+        """The embeddings plan for ``model`` (a ``kind: embeddings`` route or ``PROVIDER/UPSTREAM_MODEL``);
+        None when there is none; a 400 for a chat route or an unsafe direct name."""
+        plan = self._embeddings.get(model) or self._direct_embeddings.get(model)
+        if plan is not None:
+            return plan
+        if model in self._routes:
+            raise bad_request(f"model {quoted(model)} is a chat route, not an embeddings route "
+                              "(an embeddings route has kind: embeddings)", "model", "model_not_embeddings")
+        provider = model.partition("/")[0]
+        kind = self._provider_types.get(provider)
+        if provider in self._direct_providers and kind not in EMBEDDING_PROVIDER_TYPES:
+            raise bad_request(f"provider {quoted(provider)} is of type {kind}, which has no embeddings API",
+                              "model", "model_not_embeddings")
+        return self._direct_plan(model, self._direct_embeddings, _DIRECT_EMBEDDINGS)
+
+    def _direct_plan(self, model: str, cache: dict[str, RoutePlan], bounds: EmbeddingBounds | None) -> RoutePlan | None:
         provider, sep, upstream_model = model.partition("/")
         if not sep or provider not in self._direct_providers:
             return None
@@ -76,8 +113,9 @@ class RouteTable:
         if problem is not None:
             raise bad_request(f"model {quoted(model)}: the upstream model name {problem}", "model", "invalid_model")
         target = TargetConfig(provider, upstream_model)
-        plan = RoutePlan.build(RouteConfig(name=model, targets=(target,)),
-                               self._router.resolve([target], direct=True), f"{provider}/*")
-        if len(self._direct) < self._DIRECT_CACHE_LIMIT:
-            self._direct[model] = plan
+        route = (RouteConfig(name=model, targets=(target,)) if bounds is None
+                 else RouteConfig(name=model, targets=(target,), kind="embeddings", embeddings=bounds))
+        plan = RoutePlan.build(route, self._router.resolve([target], direct=True), f"{provider}/*")
+        if len(cache) < self._DIRECT_CACHE_LIMIT:
+            cache[model] = plan
         return plan

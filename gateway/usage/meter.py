@@ -199,6 +199,15 @@ class Meter:
             if self.cost_nano is not None:
                 result.gateway["usage_cost"] = usd(self.cost_nano)
 
+    def account(self, state: LoopState) -> int | None:
+        """Work without a loop (an embeddings call) reports its calls once they answered: recorded on ``close``
+        as a finished loop's; the cost (nano-USD) when every call has a price."""
+        self._state = state
+        self._finished = True
+        if self._metering.priced:
+            self.cost_nano = self._metering.pricing.cost_nano(state.calls)
+        return self.cost_nano
+
     def close(self, status: int) -> None:
         """Once per request, however it ended; an unfinished loop (error, disconnect) counts as an error."""
         if self._closed:

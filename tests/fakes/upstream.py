@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.fakes import embeddings
+from tests.fakes.embeddings import is_embeddings
 from tests.fakes.threaded import ThreadedApp
 
 Rules = Callable[[dict[str, Any], str], list[str]]
@@ -99,6 +101,8 @@ class FakeUpstream(ThreadedApp):
         if path.endswith("/messages/count_tokens"):  # Anthropic's counter: a number from the body's size
             self.requests.append(Recorded(path, body, [], {n.lower(): v for n, v in request.headers.items()}))
             return web.json_response({"input_tokens": count_of(body)})
+        if is_embeddings(path):
+            return await self._embeddings(request, body, path)
         model = body.get("model") or path.split("/models/")[-1].split(":")[0]
         stream = bool(body.get("stream")) or "streamGenerateContent" in path
         problems = self.rules(body, model) if self.rules else []
@@ -174,6 +178,25 @@ class FakeUpstream(ThreadedApp):
         finally:
             self.in_flight -= 1
         return response
+
+    async def _embeddings(self, request: web.Request, body: dict[str, Any], path: str) -> web.Response:
+        """An embeddings call: scripted faults and errors as for chat, else vectors (tests/fakes/embeddings.py)."""
+        problems = embeddings.gemini_problems(body, path) if self.wire == "gemini" else []
+        self.requests.append(Recorded(path, body, problems, {n.lower(): v for n, v in request.headers.items()}))
+        reply = self.script.popleft() if self.script else self.default
+        if problems:
+            return web.json_response(self._error_payload(400, "; ".join(problems)), status=400)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.status != 200:
+            payload = reply.error_body if reply.error_body is not None else self._error_payload(reply.status, "boom")
+            return web.Response(body=orjson.dumps(payload), status=reply.status, headers=reply.headers,
+                                content_type="application/json")
+        if reply.fault == "wrong_shape":
+            return web.json_response({"data": "not a list"} if self.wire == "openai" else {"embedding": 42})
+        if self.wire == "gemini":
+            return web.json_response(embeddings.gemini_answer(body, path))
+        return web.json_response(embeddings.openai_answer(body, reply.usage[0] if reply.usage else None))
 
     def _error_payload(self, status: int, message: str) -> dict[str, Any]:
         if self.wire == "anthropic":

@@ -1,0 +1,144 @@
+"""``POST /v1/embeddings``: parse, plan, bound, admit, walk the route's targets, account, render.
+
+Everything a platform controls goes through the one lifecycle (``gateway/api/lifecycle.py``):
+the key and its allow-list, budget, rpm and tpm (the input tokens counted before sending are
+the estimate), usage rows and cost (``Work.account``: the call priced at its target's
+``input_per_mtok``), the access record, metrics and the ``embeddings {model}`` span. No tool
+loop runs: the call is the router's failover walk over the route's targets
+(``gateway/routing/embeddings.py``), whose targets all return vectors of one size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.api.embeddings.render import render_embeddings
+from gateway.api.embeddings.request import check_inputs, check_tokens, parse_embeddings_request
+from gateway.api.embeddings.tokens import count_inputs, decode_inputs
+from gateway.api.lifecycle import Work
+from gateway.api.runtime import Runtime
+from gateway.canonical import Usage
+from gateway.canonical_embeddings import EmbeddingRequest
+from gateway.config.models_section import EmbeddingBounds
+from gateway.errors import GatewayError, quoted
+from gateway.governance.access import visible_routes
+from gateway.http.body import read_json
+from gateway.http.incoming import Incoming
+from gateway.http.json_response import JSONResponse
+from gateway.loop.engine import LoopState
+from gateway.observability.tracing import Span
+from gateway.routing.router import AllTargetsFailed
+from gateway.routing.routes import RoutePlan
+from gateway.usage.pricing import usd
+
+PATH = "/v1/embeddings"
+#: provider types whose embeddings API takes token ids (the others are sent the decoded text)
+_TAKES_TOKENS = frozenset({"openai"})
+_DEFAULT_BOUNDS = EmbeddingBounds()
+
+
+def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
+    plan = runtime.routes.lookup_embeddings(model)
+    if plan is None:
+        key = work.key
+        assert key is not None
+        raise GatewayError(404, f"The model {quoted(model)} does not exist. Known models: "
+                           f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
+                           "invalid_request_error", "model", "model_not_found")
+    return plan
+
+
+async def serve_embeddings(incoming: Incoming, runtime: Runtime) -> JSONResponse:
+    """``POST /v1/embeddings`` as the app's wrapper (``FastChatPath``) serves it, without Starlette's routing
+    layers (as chat, Responses and Messages are): the lifecycle's ``endpoint`` steps, inline."""
+    work = runtime.lifecycle.begin("POST", PATH, incoming)
+    try:
+        response = await embed(runtime, work)
+    except Exception as exc:
+        return work.render_error(await work.failed(exc))
+    work.done(200)
+    return response
+
+
+async def create_embeddings(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    """The same for ``POST /embeddings`` (no ``/v1``), routed by Starlette through ``lifecycle.endpoint``."""
+    return await embed(runtime, work)
+
+
+async def embed(runtime: Runtime, work: Work) -> JSONResponse:
+    await work.authenticate()
+    body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
+    parsed = parse_embeddings_request(body)
+    plan = _plan(runtime, work, parsed.model)
+    work.allow(plan)
+    bounds = plan.route.embeddings or _DEFAULT_BOUNDS
+    check_inputs(parsed.inputs, bounds, parsed.model)
+    counted = check_tokens(await count_inputs(parsed.inputs), bounds, parsed.model)
+    inputs = parsed.inputs
+    texts: list[str]
+    if isinstance(inputs[0], str):
+        texts = inputs
+    elif all(target.provider.type in _TAKES_TOKENS for target in plan.targets):
+        texts = []  # never read: every target takes the token arrays themselves
+    else:
+        texts = await decode_inputs(inputs)
+    embedding_request = EmbeddingRequest(inputs, texts, parsed.dimensions, parsed.encoding_format, parsed.user,
+                                         counted)
+    deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+    await work.admit(work.incoming.body_bytes, counted)
+    work.show_limits()
+    state = LoopState()
+    first = plan.targets[0]
+    span = work.exchange.span
+    call_span = span.operation(f"embeddings {first.model}", {
+        "gen_ai.operation.name": "embeddings", "gen_ai.request.model": first.model,
+        "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
+    try:
+        target, result = await runtime.embedder.embed(plan.targets, embedding_request, state.attempts, plan.retries,
+                                                      deadline)
+    except BaseException as exc:
+        if call_span is not None:
+            _end_span(call_span, state.attempts, _failure(exc))
+        raise
+    prompt_tokens = result.prompt_tokens or counted
+    state.iterations = 1
+    state.model = result.model or target.model
+    state.answered_by.append(target.label)
+    state.add_call(target.label, Usage(prompt_tokens=prompt_tokens))
+    if call_span is not None:
+        call_span.set("loopgate.target", target.label)
+        call_span.set("gen_ai.provider.name", target.provider.type)
+        call_span.set("gen_ai.response.model", state.model)
+        call_span.set("gen_ai.usage.input_tokens", prompt_tokens)
+        _end_span(call_span, state.attempts, "")
+    cost = work.account(state)
+    gateway = {"answered_by": state.answered_by, "attempts": state.attempts}
+    if cost is not None:
+        gateway["usage_cost"] = usd(cost)
+    payload = render_embeddings(result.vectors, parsed.encoding_format, parsed.model, prompt_tokens, gateway)
+    await work.settle(state.usage)
+    return JSONResponse(payload, raw_headers=work.exchange.headers)
+
+
+def _end_span(span: Span, attempts: list[dict[str, Any]], failure: str) -> None:
+    """Every failed attempt of the walk as a ``loopgate.attempt`` event (as on a chat span), then the end."""
+    for entry in attempts:
+        if entry["error_class"] is not None:
+            attributes = {"loopgate.target": entry["target"], "error.type": entry["error_class"],
+                          "loopgate.elapsed_ms": entry["elapsed_ms"]}
+            if entry["status"] is not None:
+                attributes["http.response.status_code"] = entry["status"]
+            span.event("loopgate.attempt", attributes)
+    if len(attempts) > 1:
+        span.set("loopgate.attempts", len(attempts))
+    span.operation_done(failure)
+
+
+def _failure(exc: BaseException) -> str:
+    """The span's ``error.type``: the canonical error class the walk ended with, else the exception's name."""
+    if isinstance(exc, AllTargetsFailed):
+        return exc.last.error_class.value
+    return type(exc).__name__
