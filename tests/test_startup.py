@@ -230,3 +230,12 @@ def test_describe_names_the_key_of_start_up_errors() -> None:
     assert describe(ValueError("tool 'x' (source 'python'): invalid JSON Schema:\n  y")) == \
         "tools.x: tool 'x' (source 'python'): invalid JSON Schema: y"
     assert describe(OSError("line one\nline two")) == "OSError: line one line two"
+
+
+@pytest.mark.parametrize(("keys", "shown"), [("[]", True), ("[{key: abc, tenant: t}]", False)])
+async def test_the_inbox_says_any_key_works_when_auth_is_off(keys: str, shown: bool) -> None:
+    app = create_app(parse_config(STARTER.replace("keys: []", f"keys: {keys}"), {}))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app.app), base_url="http://gateway") as client:
+        page = (await client.get("/ui/approvals")).text
+    assert ("any string\n      works as a key here" in page) and ('<p id="auth-off" class="note">' in page) == shown
+    assert ('<p id="auth-off" class="note" hidden>' in page) == (not shown)
