@@ -52,7 +52,7 @@ def test_the_config_is_the_named_one_then_the_environment_then_the_conventional_
     assert find_config(None, {}) == Path("config/gateway.yaml")  # the DESIGN contract comes first
     assert find_config(None, {"LOOPGATE_CONFIG": "elsewhere.yaml"}) == Path("elsewhere.yaml")
     assert find_config("mine.yaml", {"LOOPGATE_CONFIG": "elsewhere.yaml"}) == Path("mine.yaml")
-    with pytest.raises(ConfigError, match="config file not found: elsewhere.yaml"):
+    with pytest.raises(ConfigError, match=r"config file not found: elsewhere\.yaml"):
         load_config(None, {"LOOPGATE_CONFIG": "elsewhere.yaml"})  # named and missing: never the packaged one
 
 
@@ -126,10 +126,12 @@ def test_check_config_catches_a_misspelt_tool_and_serve_fails_in_one_line(tmp_pa
 
 def _serve_past_the_checks(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """``serve`` with the config checks skipped, so the failure happens inside the app's start-up."""
-    script = ("import argparse, sys\nfrom pathlib import Path\nfrom gateway import cli\nfrom gateway.config import "
-              "load_config\nconfig = load_config('bad.yaml')\nargs = argparse.Namespace(host=None, port=int(sys.argv[1]), "
-              "workers=None, log_level=None, debug='--debug' in sys.argv)\n"
-              "sys.exit(cli._serve(args, config, Path('bad.yaml'), False))\n")
+    script = "\n".join([
+        "import argparse, sys", "from pathlib import Path", "from gateway import cli",
+        "from gateway.config import load_config", "config = load_config('bad.yaml')",
+        "args = argparse.Namespace(host=None, port=int(sys.argv[1]), workers=None, log_level=None,"
+        " debug='--debug' in sys.argv)",
+        "sys.exit(cli._serve(args, config, Path('bad.yaml'), False))"])
     (tmp_path / "bad.yaml").write_text(STARTER.replace("gateway.demo:get_weather", "gateway.demo:get_wether"))
     env = {k: v for k, v in os.environ.items() if k != "LOOPGATE_CONFIG"} | {"PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-c", script, str(free_port()), *flags], cwd=tmp_path, env=env,

@@ -21,6 +21,7 @@ from gateway.governance.keys import KeyRing
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
+from gateway.observability.banner import store_address
 from gateway.redact import Redactor
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
@@ -98,8 +99,8 @@ class Runtime:
         if problem is not None:
             # Not fatal: the gateway serves what needs no store, answers 503 store_unavailable for
             # what does, and /readyz reports not ready until the store answers.
-            log.warning("the %s store is not usable at start-up: %s (serving; /readyz answers 503 until it is)",
-                        store.kind, problem)
+            log.warning("the %s store is not usable at start-up: %s (store %s; serving, /readyz answers 503 "
+                        "until it is)", store.kind, problem, store_address(config))
         pool = UpstreamPool(config.providers)
         undo.push_async_callback(pool.aclose)
         tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
