@@ -6,7 +6,7 @@ for many seconds, and these tests wait for its spans. The default class itself i
 ``tests/e2e/test_trace_export.py::test_the_exporter_runs_below_the_gateways_cpu_priority``.
 
 The Redis the tests use is one this test run starts itself, on a free port, with nothing kept on
-disk, and stops at exit — never a developer's own (nothing touches 127.0.0.1:6379). Under
+disk, and stops at exit — never a developer's own (nothing touches the default port, 6379). Under
 pytest-xdist each worker process starts its own. ``LOOPGATE_TEST_REDIS_URL`` names another
 (db 15 of it is flushed between tests; under xdist, worker N uses db 15 - N). Without
 ``redis-server`` the Redis tests skip, or fail under ``CI=true``, as they do for any Redis they
