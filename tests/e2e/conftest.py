@@ -110,7 +110,7 @@ tools:
     python: "tests.e2e.sample_tools:explode"
   sleepy:
     description: Sleeps for ms milliseconds
-    parameters: {type: object, properties: {ms: {type: integer}}, required: [ms]}
+    parameters: {type: object, properties: {ms: {type: integer}, stamp: {type: boolean}}, required: [ms]}
     python: "tests.e2e.sample_tools:sleepy"
   big:
     description: Returns a large text result
