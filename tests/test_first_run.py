@@ -11,6 +11,11 @@ provider keys, so the answer provably needs no network: route ``smart`` fails in
 process while route ``demo`` answers from a real server-side tool loop. Where unprivileged
 network namespaces exist (``unshare -rn``), the installed gateway and the curl also run in one
 whose only interface is loopback.
+
+The same fresh install then goes through the rest of a first hour, outside the checkout: ``loopgate
+init`` and ``serve`` in an empty directory (its banner, its answer), ``serve`` with no config at all
+(the packaged default), a misspelt tool caught by ``check-config`` and by ``serve`` in one line, a
+tool module beside the config, and the wheel carrying the starting config and the license.
 """
 
 from __future__ import annotations
