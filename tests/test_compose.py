@@ -119,6 +119,7 @@ def test_the_mounted_config_is_the_one_the_image_reads() -> None:
     assert ".env" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()
 
 
+@pytest.mark.slow
 def test_the_compose_config_passes_loopgate_check_config() -> None:
     gateway = SERVICES["gateway"]
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **_env_example(),
@@ -186,6 +187,7 @@ def test_the_image_carries_the_packaged_keyless_config_where_it_reads_its_config
     assert config.providers["demo"].type == "mock" and not config.auth.enabled
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the README's first-run request is a curl command")
 def test_the_compose_config_answers_the_readmes_curl_without_keys(tmp_path: Path) -> None:
     """A replica as compose runs it (its config and environment, no .env) on the suite's Redis: the README's curl."""

@@ -45,6 +45,8 @@ _PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_prox
 _KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_URL", "LOOPGATE_STORE_URL",
          "LOOPGATE_CONFIG")
 CLOSED = "http://127.0.0.1:9"
+#: a fresh venv, pip, real gateways: not for the quick edit-test loop (pytest -m "not slow")
+pytestmark = pytest.mark.slow
 
 
 def readme_block(language: str, must_contain: str) -> str:

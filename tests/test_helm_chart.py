@@ -521,6 +521,7 @@ def _run_pod(manifests: dict[str, dict[str, Any]], store_url: str, tmp: Path) ->
                 process.wait(10)
 
 
+@pytest.mark.slow
 def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleType, tmp_path: Path) -> None:
     client = redis.Redis.from_url(TEST_REDIS_URL, socket_connect_timeout=2)
     try:
@@ -555,6 +556,7 @@ def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleTy
     assert "Application shutdown complete" in (tmp_path / "gateway.log").read_text(errors="replace")
 
 
+@pytest.mark.slow
 def test_a_pod_whose_store_is_unreachable_is_live_but_not_ready(helm: ModuleType, tmp_path: Path) -> None:
     manifests = _manifests(helm)
     container = _container(manifests)

@@ -93,6 +93,7 @@ def test_preflight_names_the_key_of_each_problem(tmp_path: Path) -> None:
     assert problem.path == "tools.t.python" and "beside the config file" in problem.problem
 
 
+@pytest.mark.slow
 def test_a_tool_module_beside_the_config_imports_without_pythonpath(tmp_path: Path) -> None:
     beside = tmp_path / "project"
     beside.mkdir()
@@ -115,6 +116,7 @@ def test_a_tls_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
         parse_config(f"store: {{url: 'rediss://r:6380/0', tls: {{ca_file: '{secret}'}}}}", {})
 
 
+@pytest.mark.slow
 def test_check_config_catches_a_misspelt_tool_and_serve_fails_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(STARTER.replace("gateway.demo:get_weather", "gateway.demo:get_wether"))
     expected = "tools.get_weather.python: 'gateway.demo' has no attribute 'get_wether' (did you mean 'get_weather'?)"
@@ -138,6 +140,7 @@ def _serve_past_the_checks(tmp_path: Path, *flags: str) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_failure_inside_the_apps_start_up_is_one_line_exit_2_and_leaves_nothing_open(tmp_path: Path) -> None:
     done = _serve_past_the_checks(tmp_path)
     assert done.returncode == 2, done.stderr
@@ -182,6 +185,7 @@ def test_init_writes_the_starting_config_and_never_overwrites_without_force(tmp_
     assert target.read_text() == STARTER
 
 
+@pytest.mark.slow
 def test_serve_with_no_config_anywhere_serves_the_packaged_default_with_a_notice(tmp_path: Path) -> None:
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if k not in ("LOOPGATE_CONFIG", "OPENAI_API_KEY")}

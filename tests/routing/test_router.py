@@ -93,6 +93,7 @@ def classes(attempts: list[Attempt]) -> list[tuple[str, Any]]:
     return [(entry["target"], entry["error_class"]) for entry in attempts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_a_target_that_never_answers_is_not_retried(upstreams: Upstreams, stream: bool) -> None:
     async with router_for(upstreams, timeout_s=0.5) as router:
@@ -106,6 +107,7 @@ async def test_a_target_that_never_answers_is_not_retried(upstreams: Upstreams, 
     assert elapsed < 1.5, "four head timeouts (0.5 s each) would have taken over 2 s"
 
 
+@pytest.mark.slow
 async def test_retries_stop_when_the_deadline_cannot_also_cover_the_next_target(
         upstreams: Upstreams) -> None:
     slow_failure = Reply(status=500, delay_s=0.6)
@@ -149,6 +151,7 @@ async def test_no_retry_goes_to_a_circuit_that_just_opened(upstreams: Upstreams,
     assert len(upstreams.a.requests) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_the_deadline_blames_the_target_that_used_it_up(upstreams: Upstreams, stream: bool) -> None:
     # The drip resets every per-read timeout (0.5 s) for 2 s: only the 1 s request deadline stops it.
@@ -193,6 +196,7 @@ async def assert_probed_again(router: Router, upstreams: Upstreams, cooldown_s: 
     assert router.health.state("a:m") == "closed"
 
 
+@pytest.mark.slow
 async def test_a_probe_cut_by_the_deadline_is_recorded(upstreams: Upstreams) -> None:
     async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
         await open_then_half_open(router, upstreams, 0.2)
@@ -205,6 +209,7 @@ async def test_a_probe_cut_by_the_deadline_is_recorded(upstreams: Upstreams) -> 
         await assert_probed_again(router, upstreams, 0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool) -> None:
     async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
@@ -219,6 +224,7 @@ async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool)
         await assert_probed_again(router, upstreams, 0.2)
 
 
+@pytest.mark.slow
 async def test_a_probe_whose_client_left_mid_stream_is_released(upstreams: Upstreams) -> None:
     async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
         await open_then_half_open(router, upstreams, 0.2)

@@ -123,6 +123,7 @@ async def test_concurrency_slots_leased_in_blocks_hold_exactly(replicas: tuple[R
     assert await redis_raw.zcard(scope_keys("t", scope)[1]) == 100
 
 
+@pytest.mark.slow
 async def test_unused_allowance_goes_back_after_idle(replicas: tuple[RedisRateLimiter, ...],
                                                      redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
@@ -165,6 +166,7 @@ async def test_a_dead_replicas_slots_free_after_their_lease(replicas: tuple[Redi
     assert (await alive.admit("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S + 1)).allowed
 
 
+@pytest.mark.slow
 async def test_token_correction_reaches_redis_within_the_window(replicas: tuple[RedisRateLimiter, ...],
                                                                 redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
@@ -210,6 +212,7 @@ async def test_small_limits_never_lease(replicas: tuple[RedisRateLimiter, ...], 
     assert await redis_raw.zrange(scope_keys("t", scope)[1], 0, -1) == [b"a"]
 
 
+@pytest.mark.slow
 async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) -> None:
     """The slices, the slot blocks and the give-back at shutdown on one server, behind TLS+ACL and on a Cluster."""
     stores = [await store_factory(), await store_factory()]

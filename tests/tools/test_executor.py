@@ -122,6 +122,7 @@ async def test_timeout_of_an_async_python_tool() -> None:
     assert sample_tools.cancelled == ["t"]  # the call was really stopped
 
 
+@pytest.mark.slow
 async def test_timeout_of_a_sync_python_tool_does_not_block_the_loop() -> None:
     registry = await ToolRegistry.from_config({"nap": python_tool("nap", "sleep_sync", timeout_s=0.1)})
     sample_tools.finished.clear()
