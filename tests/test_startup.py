@@ -245,3 +245,22 @@ async def test_the_inbox_says_any_key_works_when_auth_is_off(keys: str, shown: b
         page = (await client.get("/ui/approvals")).text
     assert ("any string\n      works as a key here" in page) and ('<p id="auth-off" class="note">' in page) == shown
     assert ('<p id="auth-off" class="note" hidden>' in page) == (not shown)
+
+
+def test_preflight_loads_the_stores_tls_files_as_the_store_will(tmp_path: Path) -> None:
+    from tests.redis_servers import make_tls_certs, start_or_skip
+
+    certs = start_or_skip(make_tls_certs, tmp_path / "certs")
+
+    def problems(ca: str, cert: str, key: str) -> list[str]:
+        config = parse_config(f"store: {{url: 'rediss://127.0.0.1:1/0', tls: {{ca_file: '{ca}', cert_file: '{cert}', "
+                              f"key_file: '{key}'}}}}", {})
+        return [str(problem) for problem in preflight(config, None)]
+
+    assert problems(certs.ca_file, certs.client_cert, certs.client_key) == []
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    (ca_problem,) = problems(str(garbage), certs.client_cert, certs.client_key)
+    assert ca_problem.startswith("store.tls.ca_file: not a usable CA certificate file")
+    (pair_problem,) = problems(certs.ca_file, certs.client_cert, certs.server_key)  # a key of another certificate
+    assert pair_problem.startswith("store.tls.cert_file: the certificate and key_file do not load together")

@@ -1,15 +1,17 @@
 """What ``loopgate serve`` would find wrong at start-up, found before it starts (and by ``check-config``).
 
 Parsing a config checks its shape; this runs the checks that need the machine: each Python tool's
-module imported and its callable found, each stdio MCP server's command on PATH, the OpenTelemetry
-SDK installed when traces are on. Each problem is a ``ConfigError`` naming the key to fix, so
-``check-config`` passing means ``serve`` gets past these, and ``serve`` fails on them in one line.
+module imported and its callable found, each stdio MCP server's command on PATH, the store's TLS
+files loaded, the OpenTelemetry SDK installed when traces are on. Each problem is a ``ConfigError``
+naming the key to fix, so ``check-config`` passing means ``serve`` gets past these, and ``serve``
+fails on them in one line.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import ssl
 from importlib import metadata
 from pathlib import Path
 
@@ -42,6 +44,7 @@ def preflight(config: Config, config_path: Path | None) -> list[ConfigError]:
         if server.command and not _runnable(server.command[0], server.env.get("PATH")):
             problems.append(ConfigError(f"mcp_servers.{name}.command",
                                         f"'{server.command[0]}' is not an executable on PATH"))
+    problems.extend(_tls_problems(config))
     if config.observability.otlp_endpoint is not None:
         for package in OTEL_PACKAGES:
             try:
@@ -51,6 +54,32 @@ def preflight(config: Config, config_path: Path | None) -> list[ConfigError]:
                                             "installed: pip install 'loopgate[otel]'"))
                 break
     return problems
+
+
+def _tls_problems(config: Config) -> list[ConfigError]:
+    """The store's TLS files loaded as the store will load them: a file that exists but holds no certificate
+    (or a key that does not match) would otherwise only show as a store that never answers."""
+    tls = config.store.tls
+    if tls is None:
+        return []
+    context = ssl.create_default_context()
+    problems = []
+    if tls.ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=tls.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            problems.append(ConfigError("store.tls.ca_file", f"not a usable CA certificate file: {_reason(exc)}"))
+    if tls.cert_file is not None and tls.key_file is not None:
+        try:
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+        except (ssl.SSLError, OSError) as exc:
+            problems.append(ConfigError("store.tls.cert_file", f"the certificate and key_file do not load together: "
+                                        f"{_reason(exc)}"))
+    return problems
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(getattr(exc, "reason", None) or exc).split())
 
 
 def _runnable(command: str, search: str | None) -> bool:
