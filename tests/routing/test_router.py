@@ -43,7 +43,7 @@ class Upstreams:
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[Upstreams]:
     started = Upstreams(FakeUpstream(), FakeUpstream(), StallingUpstream("silent"),
-                        StallingUpstream("drip", interval_s=0.1, for_s=2.0))
+                        StallingUpstream("drip", interval_s=0.1, for_s=10.0))
     for upstream in started.all().values():
         upstream.start()
     yield started
@@ -103,8 +103,9 @@ async def test_a_target_that_never_answers_is_not_retried(upstreams: Upstreams, 
         elapsed = time.monotonic() - started
     assert answer.target.label == "b:m"
     assert classes(attempts) == [("silent:m", "timeout"), ("b:m", None)]
+    # One request, so no retry was spent on it (counted, not timed: a busy machine is slow, not retrying).
     assert upstreams.silent.requests == 1, "no response byte: the next target at once, no retries"
-    assert elapsed < 1.5, "four head timeouts (0.5 s each) would have taken over 2 s"
+    assert elapsed >= 0.45, "it was left after its head timeout, not before"
 
 
 @pytest.mark.slow
@@ -154,7 +155,7 @@ async def test_no_retry_goes_to_a_circuit_that_just_opened(upstreams: Upstreams,
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_the_deadline_blames_the_target_that_used_it_up(upstreams: Upstreams, stream: bool) -> None:
-    # The drip resets every per-read timeout (0.5 s) for 2 s: only the 1 s request deadline stops it.
+    # The drip resets every per-read timeout (0.5 s) for 10 s: only the 1 s request deadline stops it.
     async with router_for(upstreams, timeout_s=0.5) as router:
         attempts: list[Attempt] = []
         started = time.monotonic()
@@ -165,7 +166,8 @@ async def test_the_deadline_blames_the_target_that_used_it_up(upstreams: Upstrea
     assert caught.value.last.error_class is ErrorClass.TIMEOUT
     assert classes(attempts) == [("drip:m", "timeout")], "the fallback was never called: no attempt, no blame"
     assert not upstreams.b.requests
-    assert elapsed < 1.8, "the request deadline (1 s) bounds the call, not the drip (2 s)"
+    # Far from the drip's 10 s (a generous bound: a busy machine is late, never 8 s late on a 1 s deadline).
+    assert 0.95 <= elapsed < 8.0, "the request deadline (1 s) bounds the call, not the drip (10 s)"
 
 
 async def test_a_deadline_already_passed_calls_no_one(upstreams: Upstreams) -> None:
