@@ -243,6 +243,10 @@ def test_ingress_and_network_policy_are_off_by_default_and_point_at_the_gateway(
     dns, redis_rule, https = policy["egress"]
     assert {p["port"] for p in dns["ports"]} == {53} and "to" not in dns
     assert redis_rule["ports"] == [{"port": 6379, "protocol": "TCP"}] and https["ports"][0]["port"] == 443
+    notes = _render(helm, _load_yaml(CHART / "ci" / "edge-values.yaml"))["loopgate/templates/NOTES.txt"]
+    assert "through the Ingress at https://loopgate.example.com/v1" in notes
+    assert "until the store answers at redis://redis-master:6379/0" in notes
+    assert "Ingress" not in _render(helm)["loopgate/templates/NOTES.txt"]
     # Enabled with no egress rules: egress stays open (providers, the store, tools), only ingress is limited.
     open_egress = _manifests(helm, {"networkPolicy": {"enabled": True}})["NetworkPolicy"]["spec"]
     assert open_egress["policyTypes"] == ["Ingress"] and "egress" not in open_egress
