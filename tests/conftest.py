@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 os.environ.setdefault("LOOPGATE_TRACE_EXPORTER_NICE", "10")
 
@@ -76,8 +77,8 @@ def _per_worker_db(url: str, worker: str) -> str:
     if index > 15:
         raise RuntimeError("LOOPGATE_TEST_REDIS_URL has 16 databases, not enough for this many xdist workers: "
                            "leave it unset (each worker then starts its own server)")
-    base, _, _db = url.rpartition("/")
-    return f"{base}/{15 - index}"
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{15 - index}"))
 
 
 # A URL inherited from another test process (the pytest-xdist controller, whose environment its workers

@@ -70,3 +70,29 @@ def test_the_license_matches_pyproject_and_nothing_cites_a_missing_file() -> Non
             assert (ROOT / name).exists(), f"README.md names {name}, which does not exist"
     for name in ("LICENSE", "CHANGELOG.md"):
         assert (ROOT / name).exists()
+
+
+def test_each_xdist_worker_gets_its_own_redis_or_its_own_db() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    from tests.conftest import _per_worker_db
+
+    # A server named from outside is shared: each worker gets its own db, as tests flush theirs.
+    assert [_per_worker_db("redis://h:7000/15", f"gw{n}") for n in range(3)] == [
+        "redis://h:7000/15", "redis://h:7000/14", "redis://h:7000/13"]
+    with pytest.raises(RuntimeError, match="not enough for this many xdist workers"):
+        _per_worker_db("redis://h:7000/15", "gw16")
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    # A URL inherited from the xdist controller (started by another process) is not reused: a server of its own.
+    inherited = {**os.environ, "LOOPGATE_TEST_REDIS_URL": "redis://127.0.0.1:1/15", "LOOPGATE_TEST_REDIS_OWNER": "1",
+                 "PYTHONPATH": str(ROOT), "PYTEST_XDIST_WORKER": "gw1"}
+    script = "import os, tests.conftest; print(os.environ['LOOPGATE_TEST_REDIS_URL'])"
+    done = subprocess.run([sys.executable, "-c", script], env=inherited, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    url = done.stdout.strip()
+    assert url.startswith("redis://127.0.0.1:") and url != "redis://127.0.0.1:1/15" and url.endswith("/15")
