@@ -121,7 +121,8 @@ def _checked(args: argparse.Namespace) -> int:
     from gateway.tools.preflight import preflight
 
     source = find_config(args.config)
-    packaged = source == PACKAGED_PATH
+    # The fall-back, not a file someone named (the notice says nothing was found; imports skip the package's dir).
+    packaged = source == PACKAGED_PATH and not (args.config or os.environ.get("LOOPGATE_CONFIG"))
     try:
         config = load_config(source)
     except ConfigError as exc:

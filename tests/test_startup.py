@@ -264,3 +264,21 @@ def test_preflight_loads_the_stores_tls_files_as_the_store_will(tmp_path: Path) 
     assert ca_problem.startswith("store.tls.ca_file: not a usable CA certificate file")
     (pair_problem,) = problems(certs.ca_file, certs.client_cert, certs.server_key)  # a key of another certificate
     assert pair_problem.startswith("store.tls.cert_file: the certificate and key_file do not load together")
+
+
+def test_an_unforeseen_start_up_error_is_still_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever fails before serving (here: the checks themselves, made to fail) is one line, unless --debug."""
+    from gateway import cli
+    from gateway.tools import preflight as preflight_module
+
+    def broken(*_: object) -> None:
+        raise OSError("disk on fire\nsecond line")
+
+    monkeypatch.setattr(preflight_module, "preflight", broken)
+    assert cli.main(["check-config", "--config", str(PACKAGED_PATH)]) == 2
+    # Named, so no "nothing found" notice: just the one line.
+    assert capsys.readouterr().err.strip() == (
+        "loopgate: start-up failed: OSError: disk on fire second line (--debug shows the traceback)")
+    with pytest.raises(OSError, match="disk on fire"):
+        cli.main(["check-config", "--config", str(PACKAGED_PATH), "--debug"])
