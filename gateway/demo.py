@@ -26,3 +26,17 @@ def get_weather(city: str, unit: str = "celsius") -> dict[str, Any]:
         "conditions": _CONDITIONS[digest[1] % len(_CONDITIONS)],
         "source": "Loopgate demo data (made up)",
     }
+
+
+def book_meeting(title: str, day: str, attendees: list[str] | None = None) -> dict[str, Any]:
+    """Book a made-up meeting: the demo tool that needs a person's approval first (``approval: required``).
+
+    Nothing is booked anywhere; the loop pauses until someone approves it in the inbox
+    (``/ui/approvals``) or by decisions, which is what this tool is there to show.
+    """
+    name = " ".join(str(title).split())[:MAX_CITY_CHARS] or "meeting"
+    when = " ".join(str(day).split())[:MAX_CITY_CHARS]
+    people = [" ".join(str(p).split())[:MAX_CITY_CHARS] for p in (attendees or [])][:20]
+    digest = hashlib.sha256(f"{name}|{when}".lower().encode()).hexdigest()[:8]
+    return {"booked": True, "id": f"demo-{digest}", "title": name, "day": when, "attendees": people,
+            "source": "Loopgate demo (nothing was really booked)"}

@@ -9,19 +9,23 @@ Not checked: the file against the compose-spec JSON schema, and a real ``docker 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gateway.config import load_config
+from gateway.config import PACKAGED_PATH, load_config
 from gateway.config.loader import interpolate
+from tests.e2e.conftest import free_port
+from tests.test_first_run import readme_block, with_port
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
@@ -115,6 +119,7 @@ def test_the_mounted_config_is_the_one_the_image_reads() -> None:
     assert ".env" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()
 
 
+@pytest.mark.slow
 def test_the_compose_config_passes_loopgate_check_config() -> None:
     gateway = SERVICES["gateway"]
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **_env_example(),
@@ -126,9 +131,12 @@ def test_the_compose_config_passes_loopgate_check_config() -> None:
     config = load_config(ROOT / "config" / "compose.yaml", env)
     assert config.store.url == "redis://redis:6379/0"
     assert config.server.host == "0.0.0.0"
-    assert config.auth.enabled and config.auth.keys[0].key == "local-dev-key"
+    # No key needed for the first curl (the load balancer publishes on 127.0.0.1 only).
+    assert not config.auth.enabled
+    assert config.providers["demo"].type == "mock" and config.models["demo"].tools
     # Every ${VAR} without a default is set by compose or listed in .env.example.
-    text = (ROOT / "config" / "compose.yaml").read_text(encoding="utf-8")
+    lines = (ROOT / "config" / "compose.yaml").read_text(encoding="utf-8").splitlines()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # comments are not read
     for name, default in _VAR.findall(text):
         if not default:
             assert name in _compose_environment(gateway) or name in _env_example(), name
@@ -167,3 +175,42 @@ def test_haproxy_accepts_the_load_balancer_config() -> None:
     result = subprocess.run(["haproxy", "-c", "-f", str(ROOT / "config" / "compose-haproxy.cfg")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_image_carries_the_packaged_keyless_config_where_it_reads_its_config() -> None:
+    image_path = re.search(r"LOOPGATE_CONFIG=(\S+)", DOCKERFILE).group(1)  # type: ignore[union-attr]
+    source = PACKAGED_PATH.relative_to(ROOT).as_posix()
+    assert re.search(rf"^COPY {re.escape(source)} {re.escape(image_path)}$", DOCKERFILE, re.MULTILINE), DOCKERFILE
+    # The build stage copies the package whole, so the file is also in the installed package.
+    assert "COPY gateway ./gateway" in DOCKERFILE
+    config = load_config(PACKAGED_PATH, {})
+    assert config.providers["demo"].type == "mock" and not config.auth.enabled
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the README's first-run request is a curl command")
+def test_the_compose_config_answers_the_readmes_curl_without_keys(tmp_path: Path) -> None:
+    """A replica as compose runs it (its config and environment, no .env) on the suite's Redis: the README's curl."""
+    gateway = SERVICES["gateway"]
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **_compose_environment(gateway),
+           "LOOPGATE_STORE_URL": os.environ["LOOPGATE_TEST_REDIS_URL"]}
+    command = [arg for arg in gateway["command"]]
+    command[command.index("--config") + 1] = "config/compose.yaml"
+    log_path = tmp_path / "replica.log"
+    with log_path.open("wb") as log:
+        replica = subprocess.Popen([sys.executable, "-m", "gateway", "serve", *command, "--host", "127.0.0.1",
+                                    "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        curl = with_port(readme_block("bash", "curl"), port)
+        deadline = time.monotonic() + 60
+        while "Application startup complete" not in log_path.read_text(errors="replace"):
+            assert replica.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.05)
+        done = subprocess.run(["bash", "-c", curl], env={"PATH": env["PATH"]}, capture_output=True, timeout=60)
+        answer = json.loads(done.stdout)
+        assert answer["choices"][0]["message"]["content"].startswith("The get_weather tool returned: {"), answer
+        assert answer["gateway"]["tool_calls"][0]["status"] == "ok"
+    finally:
+        replica.terminate()
+        replica.wait(30)

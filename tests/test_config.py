@@ -209,6 +209,7 @@ def test_loopgate_config_env_var(tmp_path: Path) -> None:
     assert load_config(None, {"LOOPGATE_CONFIG": str(path)}).server.port == 1234
 
 
+@pytest.mark.slow
 def test_check_config_cli(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(GOOD.replace("{provider: claude, model", "{provider: claud, model"))

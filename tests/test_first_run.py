@@ -11,6 +11,11 @@ provider keys, so the answer provably needs no network: route ``smart`` fails in
 process while route ``demo`` answers from a real server-side tool loop. Where unprivileged
 network namespaces exist (``unshare -rn``), the installed gateway and the curl also run in one
 whose only interface is loopback.
+
+The same fresh install then goes through the rest of a first hour, outside the checkout: ``loopgate
+init`` and ``serve`` in an empty directory (its banner, its answer), ``serve`` with no config at all
+(the packaged default), a misspelt tool caught by ``check-config`` and by ``serve`` in one line, a
+tool module beside the config, and the wheel carrying the starting config and the license.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +45,8 @@ _PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_prox
 _KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_URL", "LOOPGATE_STORE_URL",
          "LOOPGATE_CONFIG")
 CLOSED = "http://127.0.0.1:9"
+#: a fresh venv, pip, real gateways: not for the quick edit-test loop (pytest -m "not slow")
+pytestmark = pytest.mark.slow
 
 
 def readme_block(language: str, must_contain: str) -> str:
@@ -188,3 +196,139 @@ exit $status
     log = (project / "netns-gateway.log").read_text(errors="replace")
     assert done.returncode == 0, done.stderr.decode() + log
     _assert_tool_loop_answer(orjson.loads(done.stdout))
+
+
+# --- the first hour past the first answer, with the same fresh install ---------------------------------
+
+
+def _installed(project: Path, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The fresh venv's ``loopgate`` command, outside the checkout, with no keys and no proxies."""
+    return subprocess.run([str(project / ".venv" / "bin" / "loopgate"), *args], cwd=cwd, env=clean_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _serve_until_started(command: list[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=cwd, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    deadline = time.monotonic() + 60
+    while "Application startup complete" not in log_path.read_text(errors="replace"):
+        if server.poll() is not None or time.monotonic() > deadline:
+            _stop(server)
+            raise AssertionError(f"the gateway did not start:\n{log_path.read_text(errors='replace')}")
+        time.sleep(0.05)
+    return server
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(5)
+
+
+def test_init_then_serve_outside_the_checkout(first_run: tuple[str, int, Path], tmp_path: Path) -> None:
+    """``loopgate init`` in an empty directory, then ``loopgate serve`` there: the written config, its banner, and
+    route demo's answer; a second ``init`` keeps the file."""
+    _, _, project = first_run
+    work = tmp_path / "my-gateway"
+    written = _installed(project, "init", str(work), cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    config = work / "loopgate.yaml"
+    assert config.read_text() == (ROOT / "gateway" / "config" / "starter.yaml").read_text()
+    config.write_text(config.read_text() + "# mine\n")
+    again = _installed(project, "init", str(work), cwd=tmp_path)
+    assert again.returncode == 1 and "already exists" in again.stderr and config.read_text().endswith("# mine\n")
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    server = _serve_until_started([str(project / ".venv" / "bin" / "loopgate"), "serve", "--port", str(port)], work,
+                                  log_path)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        question = "What is the weather in Paris? Use get_weather."
+        answer = httpx.post(f"{url}/v1/chat/completions", trust_env=False, timeout=60, json={
+            "model": "demo", "messages": [{"role": "user", "content": question}]})
+        _assert_tool_loop_answer(answer.json())
+        log = log_path.read_text(errors="replace")
+        assert "config: loopgate.yaml" in log and "packaged" not in log
+        assert f"listening on {url}" in log and "route smart -> openai/gpt-4.1" in log
+        assert "providers without a key (their calls fail with auth): openai, anthropic, gemini" in log
+        assert "auth: OFF" in log and f"{url}/openapi.json" in log and f"{url}/ui/approvals" in log
+        assert httpx.get(f"{url}/openapi.json", trust_env=False, timeout=10).json()["openapi"].startswith("3.1")
+    finally:
+        _stop(server)
+
+
+def test_serve_with_no_config_anywhere_runs_the_packaged_default(first_run: tuple[str, int, Path],
+                                                                 tmp_path: Path) -> None:
+    """The installed package carries its starting config: ``serve`` in an empty directory answers route demo."""
+    _, _, project = first_run
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    server = _serve_until_started([str(project / ".venv" / "bin" / "loopgate"), "serve", "--port", str(port)],
+                                  tmp_path, log_path)
+    try:
+        paused = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", trust_env=False, timeout=60, json={
+            "model": "demo", "messages": [{"role": "user", "content": "Book a meeting on Friday. Use book_meeting."}]})
+        gateway = paused.json()["gateway"]
+        assert gateway["status"] == "paused" and gateway["pending"][0]["name"] == "book_meeting"
+        log = log_path.read_text(errors="replace")
+        assert "using the packaged starting config" in log and "config: the packaged starting config" in log
+    finally:
+        _stop(server)
+
+
+def test_check_config_catches_a_misspelt_tool_and_finds_a_module_beside_the_config(
+        first_run: tuple[str, int, Path], tmp_path: Path) -> None:
+    _, _, project = first_run
+    starter = (ROOT / "gateway" / "config" / "starter.yaml").read_text()
+    (tmp_path / "bad.yaml").write_text(starter.replace("gateway.demo:get_weather", "gateway.demo:get_wether"))
+    bad = _installed(project, "check-config", "--config", "bad.yaml", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("loopgate: config error: tools.get_weather.python: 'gateway.demo' has no attribute "
+                                  "'get_wether' (did you mean 'get_weather'?)")
+    served = _installed(project, "serve", "--config", "bad.yaml", "--port", str(free_port()), cwd=tmp_path)
+    assert served.returncode == 2 and served.stderr.strip() == bad.stderr.strip()
+    assert "Traceback" not in served.stderr and "Unclosed" not in served.stderr
+
+    # A tool module of one's own beside the config, run from another directory, with no PYTHONPATH.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "first_hour_tools.py").write_text("def shout(text: str) -> str:\n    return text.upper() + '!'\n")
+    (mine / "loopgate.yaml").write_text(starter.replace("tools:\n", "tools:\n  shout:\n    description: Shout it\n"
+                                                        "    parameters: {type: object, properties: {text: {type: "
+                                                        "string, examples: [hello]}}, required: [text]}\n"
+                                                        "    python: \"first_hour_tools:shout\"\n", 1)
+                                        .replace("tools: [get_weather, book_meeting]",
+                                                 "tools: [get_weather, book_meeting, shout]"))
+    checked = _installed(project, "check-config", "--config", str(mine / "loopgate.yaml"), cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    port = free_port()
+    log_path = tmp_path / "mine.log"
+    server = _serve_until_started([str(project / ".venv" / "bin" / "loopgate"), "serve", "--config",
+                                   str(mine / "loopgate.yaml"), "--port", str(port)], tmp_path, log_path)
+    try:
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", trust_env=False, timeout=60, json={
+            "model": "demo", "messages": [{"role": "user", "content": "Say it loud. Use shout."}]}).json()
+        assert answer["choices"][0]["message"]["content"] == "The shout tool returned: HELLO!", answer
+    finally:
+        _stop(server)
+
+
+def test_the_built_wheel_carries_the_starting_config_and_the_license(first_run: tuple[str, int, Path],
+                                                                      tmp_path: Path) -> None:
+    """The editable install above reads the checkout; a wheel is what ``pip install loopgate`` gets."""
+    _, _, project = first_run
+    built = subprocess.run([str(project / ".venv" / "bin" / "pip"), "wheel", "--no-deps", "--quiet", "-w",
+                            str(tmp_path), str(project)], env=clean_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = tmp_path.glob("loopgate-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        starter = "gateway/config/starter.yaml"
+        assert starter in names and archive.read(starter) == (ROOT / starter).read_bytes()
+        assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), names

@@ -27,6 +27,7 @@ def restored_gc() -> Iterator[None]:
         gc.set_threshold(*threshold)
 
 
+@pytest.mark.slow
 def test_settle_freezes_the_start_up_objects_and_raises_the_young_threshold(restored_gc: None) -> None:
     gc.unfreeze()
     before = gc.get_threshold()
@@ -52,6 +53,7 @@ def test_the_threshold_is_configured_and_bounded() -> None:
         assert caught.value.path == "server.gc_young_threshold"
 
 
+@pytest.mark.slow
 def test_a_served_worker_settles_and_an_embedded_app_does_not(restored_gc: None, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from starlette.testclient import TestClient

@@ -100,9 +100,10 @@ def test_values_files_validate_against_the_schema(path: Path) -> None:
     assert _schema_errors(values) == []
 
 
-def test_ci_overrides_cover_every_redis_mode_and_the_hpa() -> None:
+def test_ci_overrides_cover_every_redis_mode_the_hpa_and_the_edge_objects() -> None:
     names = {p.name for p in CI_VALUES}
-    assert {"cluster-values.yaml", "sentinel-values.yaml", "tls-values.yaml", "hpa-values.yaml"} <= names
+    assert {"cluster-values.yaml", "sentinel-values.yaml", "tls-values.yaml", "hpa-values.yaml",
+            "edge-values.yaml"} <= names
 
 
 @pytest.mark.parametrize(("override", "where"), [
@@ -128,6 +129,10 @@ def test_ci_overrides_cover_every_redis_mode_and_the_hpa() -> None:
     ({"serviceMonitor": {"interval": "soon"}}, "serviceMonitor/interval"),
     ({"resources": {"requests": {"memory": "lots"}}}, "resources/requests/memory"),
     ({"service": {"port": 70000}}, "service/port"),
+    ({"ingress": {"enabled": True, "hosts": [{"host": "x", "paths": [{"path": "api", "pathType": "Prefix"}]}]}},
+     "ingress/hosts/0/paths/0/path"),
+    ({"ingress": {"tsl": []}}, "ingress"),
+    ({"networkPolicy": {"enabled": "yes"}}, "networkPolicy/enabled"),
 ])
 def test_the_schema_rejects_bad_values(override: dict[str, Any], where: str) -> None:
     errors = _schema_errors(_merge(DEFAULTS, override))
@@ -207,7 +212,45 @@ def test_every_template_renders_to_yaml_with_the_expected_kinds(helm: ModuleType
         expected.add("HorizontalPodAutoscaler")
     if merged["serviceMonitor"]["enabled"]:
         expected.add("ServiceMonitor")
+    if merged["ingress"]["enabled"]:
+        expected.add("Ingress")
+    if merged["networkPolicy"]["enabled"]:
+        expected.add("NetworkPolicy")
     assert sorted(kinds) == sorted(expected)
+
+
+def test_ingress_and_network_policy_are_off_by_default_and_point_at_the_gateway(helm: ModuleType) -> None:
+    defaults = _manifests(helm)
+    assert "Ingress" not in defaults and "NetworkPolicy" not in defaults
+    manifests = _manifests(helm, _load_yaml(CHART / "ci" / "edge-values.yaml"))
+    ingress = manifests["Ingress"]["spec"]
+    service = manifests["Service"]
+    assert ingress["ingressClassName"] == "nginx"
+    assert ingress["tls"] == [{"secretName": "loopgate-tls", "hosts": ["loopgate.example.com"]}]
+    (rule,) = ingress["rules"]
+    (path,) = rule["http"]["paths"]
+    assert rule["host"] == "loopgate.example.com" and path["path"] == "/" and path["pathType"] == "Prefix"
+    assert path["backend"]["service"] == {"name": service["metadata"]["name"], "port": {"name": "http"}}
+    assert "http" in {port["name"] for port in service["spec"]["ports"]}
+    # Long streams must not be cut by the controller before the gateway's own deadline.
+    assert manifests["Ingress"]["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "900"
+    policy = manifests["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == manifests["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    (allowed,) = policy["ingress"]
+    assert allowed["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert allowed["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
+    dns, redis_rule, https = policy["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53} and "to" not in dns
+    assert redis_rule["ports"] == [{"port": 6379, "protocol": "TCP"}] and https["ports"][0]["port"] == 443
+    notes = _render(helm, _load_yaml(CHART / "ci" / "edge-values.yaml"))["loopgate/templates/NOTES.txt"]
+    assert "through the Ingress at https://loopgate.example.com/v1" in notes
+    assert "until the store answers at redis://redis-master:6379/0" in notes
+    assert "Ingress" not in _render(helm)["loopgate/templates/NOTES.txt"]
+    # Enabled with no egress rules: egress stays open (providers, the store, tools), only ingress is limited.
+    open_egress = _manifests(helm, {"networkPolicy": {"enabled": True}})["NetworkPolicy"]["spec"]
+    assert open_egress["policyTypes"] == ["Ingress"] and "egress" not in open_egress
+    assert "from" not in open_egress["ingress"][0]
 
 
 def test_deployment_probes_resources_and_graceful_shutdown(helm: ModuleType) -> None:
@@ -482,6 +525,7 @@ def _run_pod(manifests: dict[str, dict[str, Any]], store_url: str, tmp: Path) ->
                 process.wait(10)
 
 
+@pytest.mark.slow
 def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleType, tmp_path: Path) -> None:
     client = redis.Redis.from_url(TEST_REDIS_URL, socket_connect_timeout=2)
     try:
@@ -516,9 +560,16 @@ def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleTy
     assert "Application shutdown complete" in (tmp_path / "gateway.log").read_text(errors="replace")
 
 
+@pytest.mark.slow
 def test_a_pod_whose_store_is_unreachable_is_live_but_not_ready(helm: ModuleType, tmp_path: Path) -> None:
     manifests = _manifests(helm)
     container = _container(manifests)
-    with _run_pod(manifests, f"redis://127.0.0.1:{_free_port()}/0", tmp_path) as (url, _):
+    missing = f"redis://127.0.0.1:{_free_port()}/0"
+    with _run_pod(manifests, missing, tmp_path) as (url, _):
         assert httpx.get(url + container["livenessProbe"]["httpGet"]["path"], timeout=10).status_code == 200
         assert httpx.get(url + container["readinessProbe"]["httpGet"]["path"], timeout=10).status_code == 503
+        log = (tmp_path / "gateway.log").read_text(errors="replace")
+        # One clear line at start-up says why the pod stays unready, and where it looked.
+        (line,) = [line for line in log.splitlines() if "store is not usable at start-up" in line]
+        assert "127.0.0.1" in line and "/readyz answers 503 until it is" in line, line
+        assert "Traceback" not in log

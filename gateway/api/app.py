@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -31,9 +31,11 @@ from gateway.api.messages.endpoint import create_message
 from gateway.api.messages.headers import use_api_key
 from gateway.api.messages.models import anthropic_model_list
 from gateway.api.messages.routes import messages_routes
+from gateway.api.openapi import openapi_endpoint
 from gateway.api.responses.background import background_routes
 from gateway.api.responses.endpoint import create_response, delete_response, get_response, responses_routes
 from gateway.api.runtime import Runtime
+from gateway.api.startup_failure import one_line_startup_failure
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 from gateway.governance.access import visible_routes
@@ -111,20 +113,33 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(to_gateway_error(exc))
 
 
-def create_app(config: Config, serving: bool = False) -> FastChatPath:
+def create_app(config: Config, serving: bool = False, debug: bool = False,
+               on_ready: Callable[[], None] | None = None) -> FastChatPath:
     """The gateway's ASGI app; ``serving``: it is a worker of ``loopgate serve`` (the process is its own:
-    the garbage collector is settled for it, ``gateway/gc_policy.py``)."""
+    the garbage collector is settled for it, ``gateway/gc_policy.py``). ``debug``: a failed start-up
+    logs its traceback (else one line naming the config key); ``on_ready``: called once started (the
+    start-up banner)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tracer = startup.install_tracer(config.observability)  # per worker process: the exporter's thread is its own
-        runtime = app.state.runtime = await Runtime.start(config)
+        try:
+            tracer = startup.install_tracer(config.observability)  # per worker process: its exporter is its own
+            try:
+                runtime = app.state.runtime = await Runtime.start(config)
+            except BaseException:
+                await tracer.shutdown()
+                raise
+        except Exception as exc:
+            app.state.startup_failure = exc  # the one line uvicorn logs (api/startup_failure.py)
+            raise
         app.state.started = int(time.time())
         if serving:
             gc_policy.settle(config.server.gc_young_threshold)
         shared = app.state.shared_metrics = SharedMetrics.from_environment(lambda: _refresh_gauges(runtime))
         if shared is not None:
             shared.start()
+        if on_ready is not None:
+            on_ready()
         try:
             yield
         finally:
@@ -139,10 +154,11 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
         Route("/v1/models", endpoint("/v1/models", list_models), methods=["GET"]),
         *messages_routes(),
         *embeddings_routes(),
-        *ui_routes(),
+        *ui_routes(config.auth.enabled),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/openapi.json", openapi_endpoint, methods=["GET", "HEAD"]),
         *continuation_routes(),
         *background_routes(get_response, delete_response),  # before the Responses routes: they match first
         *responses_routes(),
@@ -154,7 +170,7 @@ def create_app(config: Config, serving: bool = False) -> FastChatPath:
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                     middleware=[Middleware(ConditionalGet, paths=POLLED)])
-    return FastChatPath(app)
+    return FastChatPath(app, debug)
 
 
 class FastChatPath:
@@ -169,11 +185,15 @@ class FastChatPath:
 
     _PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 
-    def __init__(self, app: Starlette) -> None:
+    def __init__(self, app: Starlette, debug: bool = False) -> None:
         self.app = app
         self.state = app.state
+        self.debug = debug
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, one_line_startup_failure(send, self.state, self.debug))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import aiohttp
@@ -22,6 +23,7 @@ from gateway.governance.keys import KeyRing
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
+from gateway.observability.banner import store_address
 from gateway.redact import Redactor
 from gateway.routing.embeddings import Embedder
 from gateway.routing.health import TargetHealth
@@ -80,29 +82,49 @@ class Runtime:
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
+        """Build and start everything; on a failure part-way, what was started is closed again first.
+
+        A start-up that fails (a tool that does not import, a stdio MCP server that cannot start)
+        must not leave open sessions or connections behind: the process reports one clear line
+        and exits, with no "Unclosed client session" from the garbage collector after it.
+        """
         redact.install(Redactor.from_config(config))  # before anything can log upstream text
         if not config.auth.enabled:
             log.warning("auth is DISABLED: no keys configured, every caller is tenant 'default' (development only)")
+        async with AsyncExitStack() as undo:
+            runtime = await cls._start(config, undo)
+            undo.pop_all()  # started: Runtime.stop closes it all from now on
+        return runtime
+
+    @classmethod
+    async def _start(cls, config: Config, undo: AsyncExitStack) -> Runtime:
         store = open_configured_store(config.store)
+        undo.push_async_callback(store.aclose)
         problem = await store.unavailable_reason()
         if problem is not None:
             # Not fatal: the gateway serves what needs no store, answers 503 store_unavailable for
             # what does, and /readyz reports not ready until the store answers.
-            log.warning("the %s store is not usable at start-up: %s", store.kind, problem)
+            log.warning("the %s store is not usable at start-up: %s (store %s; serving, /readyz answers 503 "
+                        "until it is)", store.kind, problem, store_address(config))
         key_store = open_key_store(store, config.auth.key_retention_s)
         # Config key ids are keyed by the deployment's id key (a salt in a shared store, or configured).
         config = with_key_ids(config, await id_key(config.auth, key_store, shared=store.kind == "redis"))
         pool = UpstreamPool(config.providers)
+        undo.push_async_callback(pool.aclose)
         tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+        undo.push_async_callback(tool_session.close)
         tools = await ToolRegistry.from_config(config.tools, tool_session)
+        undo.push_async_callback(tools.aclose)
         mcp = McpRefresher(tools, config.mcp_servers, tool_session)
         await mcp.start()
+        undo.push_async_callback(mcp.stop)
         shared = store if store.kind == "redis" else None
         health = TargetHealth(config.routing.breaker_failures, config.routing.breaker_cooldown_s, shared)
         router = Router(config.providers, config.routing, pool, health)
         routes = RouteTable(config, router)
         notifier = Notifier(config.notifications, config.server.public_url, store)
         await notifier.start()
+        undo.push_async_callback(notifier.stop)
         continuations = Continuations(store, config.store.continuation_ttl_s, config.routing.request_timeout_s,
                                       notifier)
         # Tokenizer tables (large: bench/README.md) load lazily, on a worker thread, the first time a
@@ -114,11 +136,14 @@ class Runtime:
         # Only a shared store can change behind this process's back: memory needs no polling.
         key_sync = KeySync(key_store, keys, poll=store.kind == "redis")
         await key_sync.start()
+        undo.push_async_callback(key_sync.stop)
         admin_keys = admin_ring(config.auth.admin_keys)
         # A key created on another replica is found in the store before a 401 (memory: the ring is the store).
         lookup = KeyLookup(key_store, keys) if store.kind == "redis" and config.auth.enabled else None
         limits = RateLimits(open_limiter(store), config)
+        undo.push_async_callback(limits.limiter.aclose)
         usage = start_metering(config, store)
+        undo.push_async_callback(usage.drain)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
                    mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,

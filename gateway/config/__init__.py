@@ -1,6 +1,6 @@
 """Configuration: the YAML contract, validated into typed objects at start-up."""
 
-from gateway.config.loader import DEFAULT_PATH, load_config, parse_config
+from gateway.config.loader import DEFAULT_PATH, INIT_NAME, PACKAGED_PATH, find_config, load_config, parse_config
 from gateway.config.model import (
     Config,
     ProviderConfig,
@@ -13,6 +13,8 @@ from gateway.config.validate import ConfigError
 
 __all__ = [
     "DEFAULT_PATH",
+    "INIT_NAME",
+    "PACKAGED_PATH",
     "Config",
     "ConfigError",
     "ProviderConfig",
@@ -20,6 +22,7 @@ __all__ = [
     "RoutingConfig",
     "TargetConfig",
     "ToolConfig",
+    "find_config",
     "load_config",
     "parse_config",
 ]

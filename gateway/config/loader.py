@@ -19,6 +19,11 @@ from gateway.config.validate import ConfigError, build_config
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 DEFAULT_PATH = "config/gateway.yaml"
+#: what ``loopgate init`` writes, and the second file looked for in the working directory
+INIT_NAME = "loopgate.yaml"
+#: the keyless starting config shipped in the package: ``loopgate init`` writes it, and ``serve`` runs it
+#: when no config is named and none is found
+PACKAGED_PATH = Path(__file__).with_name("starter.yaml")
 
 
 def interpolate(value: Any, env: Mapping[str, str], path: str = "") -> Any:
@@ -74,14 +79,33 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
     return build_config(raw)
 
 
-def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Load and validate; ``path`` defaults to ``$LOOPGATE_CONFIG``, else ``config/gateway.yaml``."""
+def find_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The config file to load: ``path``, else ``$LOOPGATE_CONFIG``, else ``config/gateway.yaml``, else
+    ``./loopgate.yaml``, else the packaged starting config (``PACKAGED_PATH``).
+
+    A path that was named (argument or environment) is returned even when missing, so loading it
+    fails naming it; only the two conventional places fall through to the packaged default.
+    """
     environ = os.environ if env is None else env
-    chosen = Path(path or environ.get("LOOPGATE_CONFIG") or DEFAULT_PATH)
+    named = path or environ.get("LOOPGATE_CONFIG")
+    if named:
+        return Path(named)
+    for candidate in (Path(DEFAULT_PATH), Path(INIT_NAME)):
+        if candidate.is_file():
+            return candidate
+    return PACKAGED_PATH
+
+
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Load and validate the file ``find_config`` chooses."""
+    environ = os.environ if env is None else env
+    chosen = find_config(path, environ)
     try:
         text = chosen.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("<file>", f"config file not found: {chosen}") from None
     except OSError as exc:
         raise ConfigError("<file>", f"cannot read {chosen}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("<file>", f"{chosen} is not UTF-8 text") from None
     return parse_config(text, environ, str(chosen))

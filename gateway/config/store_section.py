@@ -140,6 +140,8 @@ def _store_tls(raw: Any) -> StoreTls | None:
         path = get(section, key, "store.tls", str, "") or None
         if path is not None and not os.path.isfile(path):
             raise ConfigError(f"store.tls.{key}", f"file not found: '{path}'")
+        if path is not None and not os.access(path, os.R_OK):
+            raise ConfigError(f"store.tls.{key}", f"file not readable by this user: '{path}'")
         files[key] = path
     if (files["cert_file"] is None) != (files["key_file"] is None):
         raise ConfigError("store.tls", "a client certificate needs both cert_file and key_file")

@@ -11,6 +11,8 @@ import asyncio
 import importlib
 import inspect
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -72,23 +74,58 @@ class PythonToolSource:
         return None
 
 
+class ToolTargetError(ValueError):
+    """A ``python:`` target that cannot be imported or called; ``key`` is its config key (``tools.NAME.python``)."""
+
+    def __init__(self, tool: str, problem: str) -> None:
+        super().__init__(f"tool '{tool}': {problem}")
+        self.key = f"tools.{tool}.python"
+        self.problem = problem
+
+
+def add_import_paths(*directories: str | os.PathLike[str]) -> None:
+    """Put the config file's directory and the working directory first on ``sys.path``.
+
+    A user's tool module sits beside their config (``python: mytools:lookup``): it must import
+    whether or not PYTHONPATH says so, as ``python script.py`` imports the script's neighbours.
+    """
+    for directory in reversed(directories):
+        path = os.path.abspath(directory)
+        if path in sys.path:
+            continue
+        sys.path.insert(0, path)
+    importlib.invalidate_caches()
+
+
 def resolve(tool: str, target: str) -> Callable[..., Any]:
-    """Import ``package.module:attr[.attr...]``; a ValueError naming the tool says what is wrong."""
+    """Import ``package.module:attr[.attr...]``; a ``ToolTargetError`` naming the tool says what is wrong."""
     module_name, sep, attr_path = target.partition(":")
     if not sep or not module_name or not attr_path:
-        raise ValueError(f"tool '{tool}': python target must look like 'package.module:function', got '{target}'")
+        raise ToolTargetError(tool, f"python target must look like 'package.module:function', got '{target}'")
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or whatever the module raises while importing
-        raise ValueError(f"tool '{tool}': cannot import module '{module_name}' ({type(exc).__name__}: {exc})") from exc
+        hint = (" (is the module beside the config file or in the working directory? Both are on the import path)"
+                if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0] else "")
+        problem = f"cannot import module '{module_name}' ({type(exc).__name__}: {exc}){hint}"
+        raise ToolTargetError(tool, problem) from exc
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"tool '{tool}': '{module_name}' has no attribute '{attr_path}'") from None
+            raise ToolTargetError(tool, f"'{module_name}' has no attribute '{attr_path}'"
+                                  f"{_did_you_mean(part, obj)}") from None
     if not callable(obj):
-        raise ValueError(f"tool '{tool}': '{target}' is not callable")
+        raise ToolTargetError(tool, f"'{target}' is not callable")
     return obj
+
+
+def _did_you_mean(name: str, owner: Any) -> str:
+    import difflib  # start-up only
+
+    public = [attr for attr in dir(owner) if not attr.startswith("_")]
+    found = difflib.get_close_matches(name, public, n=1)
+    return f" (did you mean '{found[0]}'?)" if found else ""
 
 
 def _is_async(func: Callable[..., Any]) -> bool:

@@ -28,6 +28,15 @@ OTHER_KEY = "other-key"
 HEADLESS_KEY = "cron-key"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here drives real gateway processes (and often Redis, browsers, CLIs): all are ``slow``, so
+    ``pytest -m "not slow"`` (the quick edit-test loop) leaves them to CI, which runs everything."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -110,7 +119,7 @@ tools:
     python: "tests.e2e.sample_tools:explode"
   sleepy:
     description: Sleeps for ms milliseconds
-    parameters: {type: object, properties: {ms: {type: integer}}, required: [ms]}
+    parameters: {type: object, properties: {ms: {type: integer}, stamp: {type: boolean}}, required: [ms]}
     python: "tests.e2e.sample_tools:sleepy"
   big:
     description: Returns a large text result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 RUNS: list[str] = []
 _lock = threading.Lock()
@@ -26,9 +27,11 @@ def explode() -> str:
     raise RuntimeError("database is on fire")
 
 
-async def sleepy(ms: int) -> str:
+async def sleepy(ms: int, stamp: bool = False) -> str:
+    """``stamp``: also say when the sleep began and ended (wall clock), so a test can see calls overlap."""
+    began = time.time()
     await asyncio.sleep(ms / 1000)
-    return f"slept {ms}"
+    return f"slept {ms} from {began:.6f} to {time.time():.6f}" if stamp else f"slept {ms}"
 
 
 def delete_record(id: str) -> str:

@@ -22,7 +22,7 @@ from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, free_port, gate
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_E2E_REDIS_URL", "redis://127.0.0.1:6379/14")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 USER = [{"role": "user", "content": "Tidy up record 42 and tell me the weather."}]
 LOOKUP = [{"type": "function", "function": {"name": "lookup", "description": "client-side lookup",

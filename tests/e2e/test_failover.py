@@ -272,8 +272,9 @@ def test_a_target_that_never_answers_is_left_at_once(stalling: tuple[Gateway, di
     # One head timeout (1.5 s), then the fallback: `retries: 3` is not spent on a silent target.
     assert [(a["target"], a["error_class"]) for a in extension["attempts"]] == [("silent:s", "timeout"),
                                                                                ("secondary:gpt-y", None)]
+    # One request, so `retries: 3` was not spent on it (counted, not timed: a busy machine is slow, not retrying).
     assert held["silent"].requests == 1
-    assert elapsed < 2.4, "moved on after the first head timeout, well before a second one could end"
+    assert elapsed >= 1.4, "it was left after its head timeout, not before"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])

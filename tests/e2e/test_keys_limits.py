@@ -23,7 +23,7 @@ from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 ADMIN = "admin-secret"
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN}"}
@@ -91,7 +91,13 @@ def admin(method: str, gw: Gateway, path: str, body: Any = None, headers: dict[s
                          timeout=10)
 
 
-def wait_for(check: Callable[[], bool], within_s: float) -> float:
+#: how long a test waits for a change made on one process to be in force on the other: propagation takes
+#: one key-generation poll (0.25 s) plus a reload (docs/surfaces/keys.md), but a busy machine can be far
+#: slower, so the bound is generous; tests wait on the condition, never on a fixed window
+PROPAGATION_BOUND_S = 15.0
+
+
+def wait_for(check: Callable[[], bool], within_s: float = PROPAGATION_BOUND_S) -> float:
     """Seconds until ``check()`` held; fails if it did not within ``within_s``."""
     started = time.monotonic()
     while not check():
@@ -121,7 +127,7 @@ async def burst(gateways: tuple[Gateway, Gateway], key: str, n: int, model: str 
 
 # -- admin API ---------------------------------------------------------------------------------
 
-def test_admin_lifecycle_reaches_the_second_process_within_a_second(pair: tuple[Gateway, Gateway]) -> None:
+def test_admin_lifecycle_reaches_the_second_process(pair: tuple[Gateway, Gateway]) -> None:
     first, second = pair
     created = admin("POST", first, "/admin/keys", {"tenant": "apps", "name": "billing-app", "models": ["plain"]})
     assert created.status_code == 201, created.text
@@ -130,9 +136,9 @@ def test_admin_lifecycle_reaches_the_second_process_within_a_second(pair: tuple[
     assert secret.startswith("lg-") and key_id.startswith("key_") and body["name"] == "billing-app"
     assert body["models"] == ["plain"] and body["role"] == "caller" and body["revoked"] is False
 
-    # Usable at once on the process that created it, and on the other within a second.
+    # Usable at once on the process that created it, and on the other once it polled the store.
     assert chat(first, secret).status_code == 200
-    wait_for(lambda: chat(second, secret).status_code == 200, 1.0)
+    wait_for(lambda: chat(second, secret).status_code == 200)
     client = second.client(secret)
     assert client.chat.completions.create(model="plain", messages=[{"role": "user", "content": "hi"}]).choices
 
@@ -146,16 +152,15 @@ def test_admin_lifecycle_reaches_the_second_process_within_a_second(pair: tuple[
     stored = raw.hvals("loopgate:{keys}:all")
     assert stored and all(secret.encode() not in record for record in stored)  # type: ignore[union-attr]
 
-    # Edit on the first: the allow-list widens on the second within a second.
+    # Edit on the first: the allow-list widens on the second.
     assert chat(second, secret, "agent").status_code == 403
     edited = admin("PATCH", first, f"/admin/keys/{key_id}", {"models": None, "rpm": 100})
     assert edited.status_code == 200 and edited.json()["models"] is None and edited.json()["rpm"] == 100
-    took = wait_for(lambda: chat(second, secret, "agent").status_code == 200, 1.0)
-    assert took < 1.0
+    wait_for(lambda: chat(second, secret, "agent").status_code == 200)
 
-    # Revoke on the first: rejected on the second within a second, like an unknown key.
+    # Revoke on the first: rejected on the second, like an unknown key.
     assert admin("DELETE", first, f"/admin/keys/{key_id}").json()["deleted"] is True
-    wait_for(lambda: chat(second, secret).status_code == 401, 1.0)
+    wait_for(lambda: chat(second, secret).status_code == 401)
     rejected = chat(second, secret)
     assert rejected.json()["error"]["code"] == "invalid_api_key"
     assert chat(first, secret).status_code == 401
@@ -165,11 +170,16 @@ def test_admin_lifecycle_reaches_the_second_process_within_a_second(pair: tuple[
 
 def test_expired_managed_key_is_rejected_like_an_unknown_one(pair: tuple[Gateway, Gateway]) -> None:
     first, second = pair
-    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)).isoformat().replace("+00:00", "Z")
-    created = admin("POST", first, "/admin/keys", {"tenant": "apps", "expires_at": soon}).json()
+    def later(seconds: float) -> str:
+        return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+    # Valid long enough to be seen working on the second process however busy the machine is; then it is
+    # made to expire shortly (an edit), so the expiry itself is what the second process enforces.
+    created = admin("POST", first, "/admin/keys", {"tenant": "apps", "expires_at": later(300)}).json()
     secret = created["key"]
-    wait_for(lambda: chat(second, secret).status_code == 200, 1.0)
-    wait_for(lambda: chat(second, secret).status_code == 401, 3.0)
+    wait_for(lambda: chat(second, secret).status_code == 200)
+    assert admin("PATCH", first, f"/admin/keys/{created['id']}", {"expires_at": later(1)}).status_code == 200
+    wait_for(lambda: chat(second, secret).status_code == 401)
     assert chat(first, secret).json()["error"]["code"] == "invalid_api_key"
     assert admin("GET", first, f"/admin/keys/{created['id']}").json()["expired"] is True
 
@@ -231,13 +241,13 @@ def test_allow_list_applies_to_continuation_resumes(pair: tuple[Gateway, Gateway
     continuation = paused["gateway"]["continuation_id"]
     admin("PATCH", first, f"/admin/keys/{created['id']}", {"models": ["plain"]})
     pending = paused["gateway"]["pending"][0]["tool_call_id"]
-    wait_for(lambda: chat(second, created["key"], "agent").status_code == 403, 1.0)
+    wait_for(lambda: chat(second, created["key"], "agent").status_code == 403)
     response = second.post(f"/v1/continuations/{continuation}",
                            {"decisions": [{"tool_call_id": pending, "approve": False}]}, key=created["key"])
     assert response.status_code == 403 and response.json()["error"]["code"] == "model_not_allowed"
     # Refused before the claim: widened again, the same continuation resumes.
     admin("PATCH", first, f"/admin/keys/{created['id']}", {"models": ["agent"]})
-    wait_for(lambda: chat(second, created["key"], "agent").status_code == 200, 1.0)
+    wait_for(lambda: chat(second, created["key"], "agent").status_code == 200)
     resumed = second.post(f"/v1/continuations/{continuation}",
                           {"decisions": [{"tool_call_id": pending, "approve": False}]}, key=created["key"])
     assert resumed.status_code == 200, resumed.text
@@ -377,7 +387,7 @@ def test_responses_api_checks_access_and_limits(pair: tuple[Gateway, Gateway]) -
     raw = first.client(secret).responses.with_raw_response.create(model="plain", input="hi")
     assert raw.headers["x-ratelimit-limit-requests"] == "2" and raw.headers["x-ratelimit-remaining-requests"] == "1"
     assert raw.parse().output_text
-    wait_for(lambda: chat(second, secret, "agent").status_code in (200, 429), 1.0)
+    wait_for(lambda: chat(second, secret, "agent").status_code in (200, 429))
     with pytest.raises(openai.RateLimitError) as limited:
         for _ in range(3):
             second.client(secret).responses.create(model="plain", input="hi", stream=False)
@@ -402,6 +412,6 @@ def test_managed_key_tool_allow_list(pair: tuple[Gateway, Gateway], fakes: dict[
             return False  # the second process has not seen the new key yet
         return {t["function"]["name"] for t in fakes["primary"].bodies[-1]["tools"]} == {"add"}
 
-    wait_for(only_add, 1.0)
+    wait_for(only_add)
     bad = admin("PATCH", first, f"/admin/keys/{created['id']}", {"tools": "add"})
     assert bad.status_code == 400 and bad.json()["error"]["param"].startswith("tools")

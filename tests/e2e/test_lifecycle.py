@@ -25,7 +25,7 @@ from tests.e2e.conftest import Gateway, gateway_config
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 ADMIN = "admin-secret"
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN}"}

@@ -34,16 +34,35 @@ def test_one_scrape_sums_both_workers(fakes: dict[str, FakeUpstream]) -> None:
 
         with ThreadPoolExecutor(8) as pool:
             assert list(pool.map(one, range(REQUESTS))) == [200] * REQUESTS
-        time.sleep(0.2)  # access lines wait up to 20 ms to go out together (AccessLog.FLUSH_S)
-        records = [orjson.loads(line) for line in gw.logs().splitlines() if line.strip()]
-        served = {r["pid"] for r in records if r.get("message") == "access" and r["path"] == "/v1/chat/completions"}
+        # Access lines wait up to 20 ms to go out together (AccessLog.FLUSH_S): poll for all of them, reading
+        # complete lines only (one may be half written).
+        deadline = time.monotonic() + 15
+        while True:
+            text = gw.logs()
+            records = [orjson.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+            access = [r for r in records if r.get("message") == "access" and r["path"] == "/v1/chat/completions"]
+            if len(access) >= REQUESTS:
+                break
+            assert time.monotonic() < deadline, f"{len(access)} of {REQUESTS} access records written"
+            time.sleep(0.05)
+        served = {r["pid"] for r in access}
         assert len(served) == 2, f"both workers must serve some requests for this test to mean anything: {served}"
         # One worker opens primary:m1's circuit (one failure is enough here); the scrape reports it open.
         fakes["primary"].queue(Reply(status=500, error_body={"error": {"message": "down", "type": "server_error"}}))
         fakes["secondary"].queue(Reply(text="from m2"))
         assert gw.post("/v1/chat/completions", {"model": "failover", "messages": [
             {"role": "user", "content": "hi"}]}).status_code == 200
-        time.sleep(1.5)  # every worker's snapshot is at most a second old
+        # Every worker's snapshot is at most a second old on an idle machine: wait for the circuit to show in a
+        # scrape (a generous bound, not a fixed sleep), then check that any worker's scrape agrees.
+        def settled(text: str) -> bool:
+            return (_value(text, 'loopgate_request_duration_seconds_count{path="/v1/chat/completions"}')
+                    == REQUESTS + 1 and re.search(r'loopgate_circuit_open\{target="primary:m1"\} 1\n', text)
+                    is not None)
+
+        deadline = time.monotonic() + 15
+        while not settled(httpx.get(f"{gw.url}/metrics", timeout=10).text):
+            assert time.monotonic() < deadline, "every worker's counts never reached the summed scrape"
+            time.sleep(0.1)
         for _ in range(4):  # whichever worker answers the scrape, the sum is the same
             text = httpx.get(f"{gw.url}/metrics", timeout=10).text
             requests = _value(text, 'loopgate_requests_total{path="/v1/chat/completions",model="plain",status="200"}')

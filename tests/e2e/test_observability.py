@@ -194,15 +194,18 @@ def test_pause_and_resume_events_carry_the_continuation_id(traced: Gateway, fake
 
 
 def log_records(gateway: Gateway, want: Callable[[list[dict[str, Any]]], bool] = bool,
-                timeout_s: float = 5.0) -> list[dict[str, Any]]:
-    """The gateway's log lines, parsed, once ``want`` holds: access lines wait up to 20 ms to be written
-    together (``AccessLog.FLUSH_S``), so the last request's record may not be there at once."""
+                timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """The gateway's complete log lines, parsed, once ``want`` holds (failing after a generous ``timeout_s``):
+    access lines wait up to 20 ms to be written together (``AccessLog.FLUSH_S``), so the last request's
+    record may not be there at once, and a line being written is not complete until its newline."""
     deadline = time.monotonic() + timeout_s
     while True:
-        lines = [line for line in gateway.logs().splitlines() if line.strip()]
-        records = [orjson.loads(line) for line in lines]  # every line is JSON, or this raises
-        if want(records) or time.monotonic() > deadline:
+        text = gateway.logs()
+        complete = text[:text.rfind("\n") + 1]  # a line still being written is read on the next poll
+        records = [orjson.loads(line) for line in complete.splitlines() if line.strip()]  # JSON, or this raises
+        if want(records):
             return records
+        assert time.monotonic() < deadline, f"the expected log records never came; the log ends:\n{text[-3000:]}"
         time.sleep(0.02)
 
 
@@ -213,7 +216,8 @@ def test_json_logs_every_line_access_records_and_no_secrets(traced: Gateway, fak
     request_id = response.headers["x-request-id"]
     traced.post("/v1/chat/completions", {"model": "traced", "messages": []})  # a 400
     records = log_records(traced, lambda found: any(r.get("message") == "access" and r["status"] == 400
-                                                    for r in found))
+                                                    for r in found)
+                          and any(r.get("request_id") == request_id for r in found))
     assert any(r["logger"].startswith("uvicorn") for r in records), "uvicorn's own lines are JSON too"
     assert all({"ts", "level", "logger", "message"} <= set(r) for r in records)
     (access,) = [r for r in records if r.get("request_id") == request_id]

@@ -26,7 +26,7 @@ from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config, require_
 from tests.fakes.threaded import ThreadedApp
 from tests.fakes.upstream import FakeUpstream, Reply
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 LEASE_S = 2.0
 

@@ -14,7 +14,7 @@ from tests.e2e.conftest import OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 LOOKUP = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
 

@@ -20,7 +20,7 @@ from gateway.notify import verify
 from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, require_redis
 from tests.fakes.webhook_receiver import Delivery, WebhookReceiver
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SECRET = "whsec-test-0123456789"
 ASK = [{"role": "user", "content": "Please use delete_record on record 42."}]

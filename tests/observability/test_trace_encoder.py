@@ -208,6 +208,7 @@ def _spans(bodies: list[Any]) -> dict[tuple[bytes, bytes], Any]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["cached", "official"])
 def test_the_exporter_process_posts_what_the_official_encoder_makes(encoder: str) -> None:
     requests = [_shipped(f"{n + 1:032x}") for n in range(50)]

@@ -16,6 +16,7 @@ import sys
 import time
 
 import orjson
+import pytest
 
 from tests.fakes.otlp_receiver import OtlpReceiver
 
@@ -54,6 +55,7 @@ def _reports(lines: list[str]) -> list[tuple[int, int, int, int]]:
     return [tuple(int(g) for g in match.groups()) for match in found if match]  # type: ignore[misc]
 
 
+@pytest.mark.slow
 def test_a_full_queue_holds_the_input_back_and_loses_nothing() -> None:
     receiver = OtlpReceiver(delay_s=0.1).start()
     try:
@@ -79,6 +81,7 @@ def test_a_collector_that_refuses_every_export_is_reported_as_not_delivered() ->
         receiver.stop()
 
 
+@pytest.mark.slow
 def test_nothing_lost_means_nothing_reported() -> None:
     receiver = OtlpReceiver().start()
     try:

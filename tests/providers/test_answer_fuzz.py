@@ -92,6 +92,7 @@ def assert_well_typed(response: ModelResponse) -> None:
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", list(ADAPTERS))
 def test_any_body_is_a_well_typed_turn_or_a_provider_error(wire: str) -> None:
     adapter = ADAPTERS[wire]
@@ -108,6 +109,7 @@ def test_any_body_is_a_well_typed_turn_or_a_provider_error(wire: str) -> None:
     check()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", list(ADAPTERS))
 def test_any_stream_gives_typed_deltas_then_a_turn_or_a_provider_error(wire: str) -> None:
     adapter = ADAPTERS[wire]
@@ -130,6 +132,7 @@ def test_any_stream_gives_typed_deltas_then_a_turn_or_a_provider_error(wire: str
     check()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", list(ADAPTERS))
 def test_any_error_body_and_retry_after_is_a_provider_error(wire: str) -> None:
     adapter = ADAPTERS[wire]

@@ -622,6 +622,7 @@ STREAM_BYTES = (FIXTURES / "03_stream_thinking_tool_use.sse").read_bytes()
 WHOLE = run_stream(sse_events(STREAM_BYTES))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM_BYTES)), max_size=40))
 def test_stream_split_at_arbitrary_bytes_gives_the_same_response(cuts: list[int]) -> None:

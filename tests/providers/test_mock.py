@@ -245,19 +245,28 @@ def test_config_keys_of_the_mock_provider() -> None:
         assert caught.value.path == path, bad
 
 
-def test_the_example_config_serves_route_demo_with_the_demo_tool() -> None:
+def test_the_example_config_serves_route_demo_with_the_demo_tools() -> None:
     from pathlib import Path
 
-    from gateway.demo import get_weather
+    from gateway.demo import book_meeting, get_weather
 
     text = (Path(__file__).resolve().parents[2] / "config" / "gateway.yaml").read_text()
     config = parse_config(text, env={})
     route = config.models["demo"]
-    assert config.providers[route.targets[0].provider].type == "mock" and route.tools == ("get_weather",)
+    assert config.providers[route.targets[0].provider].type == "mock"
+    assert route.tools == ("get_weather", "book_meeting")
     tool = config.tools["get_weather"]
-    assert tool.python == "gateway.demo:get_weather"
+    assert tool.python == "gateway.demo:get_weather" and tool.approval == "never"
     arguments = sample_arguments(tool.parameters)
     jsonschema.validate(arguments, tool.parameters)
     report = get_weather(**arguments)
     assert report == get_weather(**arguments) and report["city"] == "Paris"
     assert orjson.loads(orjson.dumps(report)) == report
+    # The one that waits for a person: what the mock asks it, it answers, deterministically and JSON-safe.
+    booking = config.tools["book_meeting"]
+    assert booking.python == "gateway.demo:book_meeting" and booking.approval == "required"
+    arguments = sample_arguments(booking.parameters)
+    jsonschema.validate(arguments, booking.parameters)
+    booked = book_meeting(**arguments)
+    assert booked == book_meeting(**arguments) and booked["booked"] is True and booked["title"] == "Planning"
+    assert orjson.loads(orjson.dumps(booked)) == booked

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.config import parse_config
 from gateway.config.validate import deadline_warnings
 
@@ -29,6 +31,7 @@ def test_a_target_whose_retries_and_timeouts_fill_the_deadline_is_named() -> Non
     assert "the targets after it may never be tried" in warnings[0]
 
 
+@pytest.mark.slow
 def test_check_config_prints_the_warning_and_still_succeeds(tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     path.write_text(CONFIG)

@@ -43,7 +43,7 @@ class Upstreams:
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[Upstreams]:
     started = Upstreams(FakeUpstream(), FakeUpstream(), StallingUpstream("silent"),
-                        StallingUpstream("drip", interval_s=0.1, for_s=2.0))
+                        StallingUpstream("drip", interval_s=0.1, for_s=10.0))
     for upstream in started.all().values():
         upstream.start()
     yield started
@@ -93,6 +93,7 @@ def classes(attempts: list[Attempt]) -> list[tuple[str, Any]]:
     return [(entry["target"], entry["error_class"]) for entry in attempts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_a_target_that_never_answers_is_not_retried(upstreams: Upstreams, stream: bool) -> None:
     async with router_for(upstreams, timeout_s=0.5) as router:
@@ -102,10 +103,12 @@ async def test_a_target_that_never_answers_is_not_retried(upstreams: Upstreams, 
         elapsed = time.monotonic() - started
     assert answer.target.label == "b:m"
     assert classes(attempts) == [("silent:m", "timeout"), ("b:m", None)]
+    # One request, so no retry was spent on it (counted, not timed: a busy machine is slow, not retrying).
     assert upstreams.silent.requests == 1, "no response byte: the next target at once, no retries"
-    assert elapsed < 1.5, "four head timeouts (0.5 s each) would have taken over 2 s"
+    assert elapsed >= 0.45, "it was left after its head timeout, not before"
 
 
+@pytest.mark.slow
 async def test_retries_stop_when_the_deadline_cannot_also_cover_the_next_target(
         upstreams: Upstreams) -> None:
     slow_failure = Reply(status=500, delay_s=0.6)
@@ -149,9 +152,10 @@ async def test_no_retry_goes_to_a_circuit_that_just_opened(upstreams: Upstreams,
     assert len(upstreams.a.requests) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_the_deadline_blames_the_target_that_used_it_up(upstreams: Upstreams, stream: bool) -> None:
-    # The drip resets every per-read timeout (0.5 s) for 2 s: only the 1 s request deadline stops it.
+    # The drip resets every per-read timeout (0.5 s) for 10 s: only the 1 s request deadline stops it.
     async with router_for(upstreams, timeout_s=0.5) as router:
         attempts: list[Attempt] = []
         started = time.monotonic()
@@ -162,7 +166,8 @@ async def test_the_deadline_blames_the_target_that_used_it_up(upstreams: Upstrea
     assert caught.value.last.error_class is ErrorClass.TIMEOUT
     assert classes(attempts) == [("drip:m", "timeout")], "the fallback was never called: no attempt, no blame"
     assert not upstreams.b.requests
-    assert elapsed < 1.8, "the request deadline (1 s) bounds the call, not the drip (2 s)"
+    # Far from the drip's 10 s (a generous bound: a busy machine is late, never 8 s late on a 1 s deadline).
+    assert 0.95 <= elapsed < 8.0, "the request deadline (1 s) bounds the call, not the drip (10 s)"
 
 
 async def test_a_deadline_already_passed_calls_no_one(upstreams: Upstreams) -> None:
@@ -193,6 +198,7 @@ async def assert_probed_again(router: Router, upstreams: Upstreams, cooldown_s: 
     assert router.health.state("a:m") == "closed"
 
 
+@pytest.mark.slow
 async def test_a_probe_cut_by_the_deadline_is_recorded(upstreams: Upstreams) -> None:
     async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
         await open_then_half_open(router, upstreams, 0.2)
@@ -205,6 +211,7 @@ async def test_a_probe_cut_by_the_deadline_is_recorded(upstreams: Upstreams) -> 
         await assert_probed_again(router, upstreams, 0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool) -> None:
     async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
@@ -219,6 +226,7 @@ async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool)
         await assert_probed_again(router, upstreams, 0.2)
 
 
+@pytest.mark.slow
 async def test_a_probe_whose_client_left_mid_stream_is_released(upstreams: Upstreams) -> None:
     async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
         await open_then_half_open(router, upstreams, 0.2)

@@ -145,7 +145,9 @@ def _deployment(request: pytest.FixtureRequest, kind: str) -> Deployment:
                       admin=list(cluster.nodes))
 
 
-@pytest.fixture(params=["memory", "redis", "redis-tls-acl", "redis-cluster"])
+# The TLS+ACL server and the Cluster start several processes: slow (pytest -m "not slow" skips those cases).
+@pytest.fixture(params=["memory", "redis", pytest.param("redis-tls-acl", marks=pytest.mark.slow),
+                        pytest.param("redis-cluster", marks=pytest.mark.slow)])
 async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
     """Builds stores of the parametrised kind (several may share state: Redis replicas); closes them all."""
     if request.param == "redis":

@@ -19,7 +19,7 @@ from gateway.store.redis import RedisStore
 from tests.store.conftest import REDIS_URL, _deployment, _exclusive_redis_db, _flush_redis, require_redis
 
 
-@pytest.fixture(params=["memory", "redis", "redis-cluster"])
+@pytest.fixture(params=["memory", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)])
 async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[BackgroundStore, BackgroundStore]]:
     """Two handles on one backend (for memory: the same object, one process by definition).
 
@@ -63,6 +63,7 @@ def _ev(seq: int) -> bytes:
     return orjson.dumps({"type": "response.output_text.delta", "sequence_number": seq, "delta": f"d{seq}"})
 
 
+@pytest.mark.slow
 async def test_run_lifecycle_seen_from_another_replica(replicas: tuple[BackgroundStore, BackgroundStore]) -> None:
     owner, reader = replicas
     await owner.create(_run(), 60)

@@ -45,6 +45,7 @@ def keys(store: Store) -> KeyStore:
     return open_key_store(store)
 
 
+@pytest.mark.slow
 async def test_rpm_admits_exactly_the_limit_then_refills(limiter: RateLimiter) -> None:
     now = time.time()
     decisions = [await limiter.admit("t", (KEY,), 1, f"m{i}", 60, now) for i in range(4)]

@@ -123,6 +123,7 @@ async def test_concurrency_slots_leased_in_blocks_hold_exactly(replicas: tuple[R
     assert await redis_raw.zcard(scope_keys("t", scope)[1]) == 100
 
 
+@pytest.mark.slow
 async def test_unused_allowance_goes_back_after_idle(replicas: tuple[RedisRateLimiter, ...],
                                                      redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
@@ -139,7 +140,11 @@ async def test_unused_allowance_goes_back_after_idle(replicas: tuple[RedisRateLi
     assert sliced >= 1000 and left <= 1_000_000 - 501_000 - sliced + 1000  # a slice of tokens is held here
     assert await redis_raw.zcard(scope_keys("t", scope)[1]) > 1  # and a block of slots (one still in use)
     await one.settle("t", (scope,), 0, "big", big.ticket)
-    await asyncio.sleep(SETTLE_S)
+    # Given back once idle: polled with a generous bound, not read after a fixed sleep (a busy machine is late).
+    deadline = time.monotonic() + SETTLE_S + 10.0
+    while lease.tokens or lease.slots or await redis_raw.zcard(scope_keys("t", scope)[1]):
+        assert time.monotonic() < deadline, "the unused allowance never went back"
+        await asyncio.sleep(0.05)
     raw = await redis_raw.hgetall(scope_keys("t", scope)[0])
     refill = (float(raw[b"ts"]) - at) * 1_000_000 / 60
     assert float(raw[b"t"]) == pytest.approx(left + refill + sliced)
@@ -161,17 +166,27 @@ async def test_a_dead_replicas_slots_free_after_their_lease(replicas: tuple[Redi
     assert (await alive.admit("t", (scope,), 1, "x", 60, now + SLOT_LEASE_S + 1)).allowed
 
 
+@pytest.mark.slow
 async def test_token_correction_reaches_redis_within_the_window(replicas: tuple[RedisRateLimiter, ...],
                                                                 redis_raw: aioredis.Redis) -> None:
     one, _ = replicas
     scope = LimitScope("key", "k_fix", 0, 100_000, 0)
     first = await one.admit("t", (scope,), 1000, "a", 60)
     assert first.allowed
+    started = time.monotonic()
     await one.settle("t", (scope,), 30_000, "a", first.ticket)  # the usage was far above the estimate
     assert await _level(redis_raw, scope, b"t") > 90_000  # not sent yet: collected here
-    await asyncio.sleep(SETTLE_S)
-    # 100,000 - 1,000 - 30,000 plus at most ~1.3 s of refill (the slice came back too).
-    assert await _level(redis_raw, scope, b"t") < 72_500
+    # Reaches Redis: 100,000 - 1,000 - 30,000 plus the refill since (100,000 a minute) and some slack. Polled
+    # with a generous bound rather than read after a fixed sleep (a busy machine delays the flush, and the
+    # refill meanwhile): within 10 s the bound stays under 88,000, far from the uncorrected level.
+    refill_per_s = 100_000 / 60
+    deadline = started + 10.0
+    while True:
+        level = await _level(redis_raw, scope, b"t")
+        if level < 70_500 + refill_per_s * (time.monotonic() - started):
+            break
+        assert time.monotonic() < deadline, f"the correction never reached Redis (level {level})"
+        await asyncio.sleep(0.05)
 
 
 async def test_headers_on_local_admissions_count_down(replicas: tuple[RedisRateLimiter, ...]) -> None:
@@ -197,6 +212,7 @@ async def test_small_limits_never_lease(replicas: tuple[RedisRateLimiter, ...], 
     assert await redis_raw.zrange(scope_keys("t", scope)[1], 0, -1) == [b"a"]
 
 
+@pytest.mark.slow
 async def test_leasing_in_every_redis_deployment(store_factory: StoreFactory) -> None:
     """The slices, the slot blocks and the give-back at shutdown on one server, behind TLS+ACL and on a Cluster."""
     stores = [await store_factory(), await store_factory()]

@@ -12,7 +12,9 @@ from gateway.store.base import Store
 from gateway.store.outbox.base import now_ms
 
 StoreFactory = Callable[..., Awaitable[Store]]
-KINDS = pytest.mark.parametrize("store_factory", ["memory", "redis", "redis-cluster"], indirect=True)
+KINDS = pytest.mark.parametrize("store_factory",
+                                ["memory", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)],
+                                indirect=True)
 
 
 @KINDS

@@ -61,6 +61,7 @@ async def test_save_rejects_non_json_data(store: Store) -> None:
         await store.get_continuation(c.id, TENANT)
 
 
+@pytest.mark.slow
 async def test_ttl_expiry_of_everything(store: Store) -> None:
     c = await saved(store, ttl=1)
     await store.ledger_put(TENANT, "call_1", {"status": "ok"}, 1)
@@ -305,6 +306,7 @@ async def test_health_threshold_opens_and_success_resets(store: Store) -> None:
     assert await store.health_open_until(t) is None
 
 
+@pytest.mark.slow
 async def test_health_open_until_expires_after_cooldown(store_factory: StoreFactory) -> None:
     a, b = await store_factory(), await store_factory()
     t = "gemini:gemini-2.5-pro"

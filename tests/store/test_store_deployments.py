@@ -120,6 +120,7 @@ async def test_plain_connection_to_a_tls_port_is_store_unavailable(tls_acl_serve
 
 # -- wait_replicas --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_unconfirmed_writes_are_503_and_leave_nothing_half_written(lone_server: RedisProcess) -> None:
     url = f"redis://{lone_server.address}/0"
     durable = RedisStore(url, wait_replicas=1, wait_timeout_ms=100)
@@ -206,6 +207,7 @@ def _replica_of(cluster: ClusterHandle, master: RedisProcess) -> RedisProcess:
 
 # -- Sentinel ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_sentinel_failover_keeps_acknowledged_writes(tmp_path: Path) -> None:
     manager = start_sentinel_group(tmp_path, replicas=2, sentinels=1, password="data-pw")
     group = start_or_skip(manager.__enter__)
@@ -237,6 +239,7 @@ async def test_sentinel_failover_keeps_acknowledged_writes(tmp_path: Path) -> No
         manager.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 async def test_sentinel_over_tls_with_passwords(tmp_path: Path, tls_certs: TlsCerts) -> None:
     manager = start_sentinel_group(tmp_path, replicas=1, sentinels=1, tls=tls_certs, password="data-pw",
                                    sentinel_password="sentinel-pw")
@@ -264,6 +267,7 @@ async def test_sentinel_over_tls_with_passwords(tmp_path: Path, tls_certs: TlsCe
         manager.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 async def test_cluster_failover_keeps_acknowledged_writes(tmp_path: Path) -> None:
     # Its own cluster: killing a master must not disturb the shared one the contract suite uses.
     manager = start_cluster(tmp_path, n_masters=3, replicas=1)
@@ -298,6 +302,7 @@ async def test_cluster_failover_keeps_acknowledged_writes(tmp_path: Path) -> Non
         manager.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 async def test_cluster_over_tls_with_a_password(tmp_path: Path, tls_certs: TlsCerts) -> None:
     manager = start_cluster(tmp_path, n_masters=3, replicas=0, tls=tls_certs, password="cluster-pw")
     cluster = start_or_skip(manager.__enter__)

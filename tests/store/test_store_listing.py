@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.loop.approvals import summary_of
 from gateway.store.audit.pages import audit_page
 from gateway.store.base import Store
@@ -47,6 +49,7 @@ async def test_listing_pages_newest_first_per_tenant(store: Store) -> None:
     assert await store.list_continuations("nobody", 10) == ([], False)
 
 
+@pytest.mark.slow
 async def test_listing_drops_resumed_cancelled_and_expired(store: Store) -> None:
     kept, resumed, cancelled = await pause(store), await pause(store), await pause(store)
     short = await pause(store, ttl=1)

@@ -100,7 +100,7 @@ def test_continuation_bytes_round_trip() -> None:
 async def test_open_store_by_scheme() -> None:
     assert isinstance(open_store("memory://"), MemoryStore)
     assert open_store("memory://").kind == "memory"
-    for url in ("redis://127.0.0.1:6379/0", "rediss://example.invalid:6380/1", "unix:///tmp/redis.sock"):
+    for url in ("redis://redis.invalid:6379/0", "rediss://example.invalid:6380/1", "unix:///tmp/redis.sock"):
         store = open_store(url)  # constructing never connects
         assert isinstance(store, RedisStore) and store.kind == "redis"
         await store.aclose()

@@ -50,6 +50,7 @@ async def _every_operation_fails_fast(store: RedisStore, budget_s: float) -> Non
         assert exc.value.__cause__ is not None, name
 
 
+@pytest.mark.slow
 async def test_unreachable_redis_is_store_unavailable_quickly() -> None:
     store = RedisStore("redis://127.0.0.1:1/0")
     try:
@@ -76,6 +77,7 @@ async def silent_server() -> AsyncIterator[int]:
     await server.wait_closed()
 
 
+@pytest.mark.slow
 async def test_hung_redis_times_out_instead_of_hanging(silent_server: int) -> None:
     store = RedisStore(f"redis://127.0.0.1:{silent_server}/0", socket_timeout=0.3)
     try:
@@ -90,6 +92,7 @@ async def test_hung_redis_times_out_instead_of_hanging(silent_server: int) -> No
         await store.aclose()
 
 
+@pytest.mark.slow
 async def test_operation_deadline_caps_retries_against_a_hung_redis(silent_server: int) -> None:
     # Socket timeouts alone would add up (command retry x connect retry); the deadline bounds the whole call.
     store = RedisStore(f"redis://127.0.0.1:{silent_server}/0", socket_timeout=10, op_timeout=0.5)

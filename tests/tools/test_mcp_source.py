@@ -200,6 +200,7 @@ async def test_stdio_env_extends_the_gateway_environment_and_stderr_is_logged(
     assert "MCP server local stderr: fake MCP stdio server starting" in caplog.text
 
 
+@pytest.mark.slow
 async def test_stdio_concurrent_calls_are_matched_by_id(stdio: McpStdioSource) -> None:
     # Reverse sleeps: the answers arrive in the opposite order of the requests.
     calls = [stdio.call("slow", {"seconds": 0.05 * (5 - i), "tag": str(i)}) for i in range(5)]
@@ -219,6 +220,7 @@ async def test_stdio_restarts_a_killed_process_on_next_call(stdio: McpStdioSourc
     assert second != first and second == stdio.pid
 
 
+@pytest.mark.slow
 async def test_stdio_call_in_flight_when_process_dies_fails_then_recovers(stdio: McpStdioSource) -> None:
     await stdio.list_tools()
     pid = stdio.pid

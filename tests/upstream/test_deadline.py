@@ -99,6 +99,7 @@ def provider(url: str, timeout_s: float = 30.0) -> ProviderConfig:
     return ProviderConfig(name="dripping", type="openai", base_url=url, timeouts=Timeouts(read=timeout_s))
 
 
+@pytest.mark.slow
 async def test_the_pool_passes_the_deadline_to_posts_and_streams() -> None:
     async with Server(drip(CHUNKED_HEAD, byte=b"1\r\n \r\n")) as server:
         pool = UpstreamPool({"dripping": provider(f"http://127.0.0.1:{server.port}/v1")})
@@ -124,6 +125,7 @@ def routed(url: str, timeout_s: float) -> tuple[Router, UpstreamPool]:
 REQUEST = ModelRequest(messages=[{"role": "user", "content": "hi"}])
 
 
+@pytest.mark.slow
 async def test_a_routed_call_to_a_dripping_upstream_ends_at_the_request_deadline() -> None:
     # Each gap (0.05 s) is inside the provider's read timeout (0.3 s), which is shorter than the
     # time left: only the deadline can end this call.

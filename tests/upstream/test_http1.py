@@ -140,6 +140,7 @@ async def test_silent_server_hits_the_read_timeout_and_frees_the_slot() -> None:
         http.close()
 
 
+@pytest.mark.slow
 async def test_read_timeout_is_per_read_not_for_the_whole_body() -> None:
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
         await server.read_request(reader)

@@ -135,6 +135,7 @@ def bombs() -> dict[bytes, bytes]:
             b"raw-deflate": raw.compress(zeros) + raw.flush()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [b"gzip", b"deflate", b"raw-deflate"])
 async def test_a_compression_bomb_stops_at_the_limit(bombs: dict[bytes, bytes], kind: bytes) -> None:
     coding = b"deflate" if kind == b"raw-deflate" else kind
@@ -225,6 +226,7 @@ async def test_a_413_after_the_whole_body_is_not_reused_either() -> None:
         http.close()
 
 
+@pytest.mark.slow
 async def test_a_peer_that_stops_reading_the_body_hits_the_write_timeout() -> None:
     big = b"b" * (32 * 1024 * 1024)
     async with Server(never_reads_the_body) as server:
@@ -239,6 +241,7 @@ async def test_a_peer_that_stops_reading_the_body_hits_the_write_timeout() -> No
         await still_healthy(http)
 
 
+@pytest.mark.slow
 async def test_a_slow_reader_of_a_large_body_is_not_a_write_timeout() -> None:
     big = b"s" * (8 * 1024 * 1024)
 

@@ -49,12 +49,26 @@ def _load(name: str) -> bytes:
     return resources.files("gateway").joinpath("ui", "static", name).read_bytes()
 
 
-def ui_routes() -> list[Route]:
+#: the page's note that any key works, shown by removing its ``hidden`` when auth is off
+AUTH_OFF_NOTE = b'<p id="auth-off" class="note" hidden>'
+
+
+def _page_bytes(name: str, auth_enabled: bool) -> bytes:
+    """A file as served: with auth off, the page says that any string works as a key (else people hunt for one)."""
+    body = _load(name)
+    if name == "approvals.html" and not auth_enabled:
+        assert AUTH_OFF_NOTE in body, "approvals.html lost its auth-off note"
+        body = body.replace(AUTH_OFF_NOTE, AUTH_OFF_NOTE.replace(b" hidden", b""))
+    return body
+
+
+def ui_routes(auth_enabled: bool = True) -> list[Route]:
     """The page's routes, with every file read and hashed now, once, rather than per request.
 
     Starlette's ``Route`` treats a non-function endpoint as a raw ASGI app, which is what these are.
     """
-    routes = [Route(path, StaticFile(_load(name), content_type, SECURITY_HEADERS), methods=["GET", "HEAD"])
+    routes = [Route(path, StaticFile(_page_bytes(name, auth_enabled), content_type, SECURITY_HEADERS),
+                    methods=["GET", "HEAD"])
               for name, (path, content_type) in _FILES.items()]
     # ``/ui/approvals/`` -> ``/ui/approvals``: the page's relative URLs resolve against the latter. The
     # location is relative too, so the page also works behind a proxy that mounts it under a prefix.
