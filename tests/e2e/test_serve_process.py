@@ -21,7 +21,7 @@ import redis
 from tests.e2e.conftest import ROOT, Gateway, require_redis
 from tests.e2e.test_webhooks import config, hook, pause
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 DUE = "loopgate:{outbox:deliveries}:due"
 EXIT_WITHIN_S = 15.0
 
