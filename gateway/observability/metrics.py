@@ -121,11 +121,19 @@ TRACE_SPANS_DROPPED = Counter("loopgate_trace_spans_dropped_total",
                               "Trace spans not exported, by reason (buffer_full: the buffer for the exporter "
                               "process was full; exporter_down: that process had died; too_large: over "
                               "observability.max_frame_bytes; unencodable: an integer past 64 bits)", ("reason",))
+STORE_MEMORY_BYTES = Gauge("loopgate_store_memory_bytes", "Bytes the embedded (memory://) store holds, by domain "
+                           "(responses, background, continuations, ledger, artifacts); each is capped by its share "
+                           "of store.memory_max_bytes", ("domain",))
+STORE_EVICTIONS = Counter("loopgate_store_evictions_total", "Entries the embedded (memory://) store dropped before "
+                          "their TTL to stay under store.memory_max_bytes, by domain", ("domain",))
+STORE_QUOTA_REFUSALS = Counter("loopgate_store_quota_refusals_total", "Requests refused because their tenant's stored "
+                               "Responses bytes reached store.tenant_max_stored_bytes", ())
 
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
-       TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED)
+       TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,
+       STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS)
 
 
 def render_all() -> str:
