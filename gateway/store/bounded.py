@@ -27,6 +27,17 @@ from gateway.observability.metrics import STORE_EVICTIONS, STORE_MEMORY_BYTES
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
+#: each domain's share of ``store.memory_max_bytes``: stored responses are what callers grow the most;
+#: background runs hold their stream events; paused loops, the tool ledger and artifacts are small
+MEMORY_SHARES: dict[str, float] = {"responses": 0.5, "background": 0.25, "continuations": 0.125,
+                                   "ledger": 0.0625, "artifacts": 0.0625}
+
+
+def share(total: int, domain: str) -> int:
+    """The bytes ``domain`` may hold out of ``total``."""
+    return int(total * MEMORY_SHARES[domain])
+
+
 #: what an entry costs besides its value: the key, the tuple and the dict slot (an estimate, on purpose)
 ENTRY_OVERHEAD = 128
 
@@ -100,12 +111,15 @@ class BoundedMap(Generic[K, V]):
             self._evict(key)
         STORE_MEMORY_BYTES.set(self.nbytes, self.domain)
 
-    def touch(self, key: K, deadline: float) -> bool:
-        """Keep ``key`` at least until ``deadline`` and make it the newest entry; False when it is gone."""
+    def touch(self, key: K, deadline: float, extend_only: bool = True) -> bool:
+        """Keep ``key`` until ``deadline`` (at least, with ``extend_only``) and make it the newest entry.
+
+        False when it is gone.
+        """
         item = self._items.get(key)
         if item is None:
             return False
-        if deadline > item[1]:
+        if deadline > item[1] or not extend_only:
             self._items[key] = (item[0], deadline, item[2])
         self._items.move_to_end(key)
         return True
@@ -138,11 +152,18 @@ class BoundedMap(Generic[K, V]):
             STORE_MEMORY_BYTES.set(self.nbytes, self.domain)
 
     def _evict(self, keep: K) -> None:
-        """Oldest first, never ``keep`` (what was just written), skipping what ``evictable`` protects."""
+        self.make_room(0, keep)
+
+    def make_room(self, extra: int, keep: K) -> bool:
+        """Evict the oldest entries (never ``keep``, nor what ``evictable`` protects) until ``extra`` more bytes fit.
+
+        False when they still do not fit (only protected entries are left): the caller refuses its write.
+        """
         items = self._items
         evicted = 0
+        limit = self.max_bytes - extra
         if self.evictable is None:
-            while self.nbytes > self.max_bytes and len(items) > 1:
+            while self.nbytes > limit and len(items) > 1:
                 key = next(iter(items))
                 if key == keep:
                     break
@@ -151,13 +172,14 @@ class BoundedMap(Generic[K, V]):
         else:
             allowed = self.evictable
             for key, item in list(items.items()):
-                if self.nbytes <= self.max_bytes:
+                if self.nbytes <= limit:
                     break
                 if key != keep and allowed(item[0]):
                     self._drop(key)
                     evicted += 1
         if evicted:
             STORE_EVICTIONS.inc(self.domain, amount=evicted)
+        return self.nbytes <= limit
 
     @property
     def over(self) -> bool:

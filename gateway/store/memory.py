@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
 from gateway.store.audit.memory import MemoryAudit
 from gateway.store.base import Store
 from gateway.store.continuations.memory import MemoryContinuations
@@ -23,8 +24,12 @@ class MemoryStore(MemoryContinuations, MemoryAudit, MemoryHealth, Store):
 
     kind = "memory"
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, audit_max: int = 10_000) -> None:
-        MemoryContinuations.__init__(self, clock)
+    def __init__(self, *, clock: Callable[[], float] = time.time, audit_max: int = 10_000,
+                 memory_max_bytes: int = DEFAULT_MEMORY_MAX_BYTES) -> None:
+        #: the byte bound of everything this process stores, split between domains (bounded.MEMORY_SHARES);
+        #: the domain stores opened beside this one (responses, background) take their share of it too
+        self.memory_max_bytes = memory_max_bytes
+        MemoryContinuations.__init__(self, clock, memory_max_bytes)
         MemoryAudit.__init__(self, clock, audit_max)
         MemoryHealth.__init__(self, clock)
         self._closed = False
