@@ -34,6 +34,8 @@ _COMMON = """
 local now_t = redis.call('TIME')
 local now = tonumber(now_t[1]) + tonumber(now_t[2]) / 1000000
 local width = tonumber(ARGV[1])
+-- an integer as Redis wants it (Lua would send 0 negated as "-0", which HINCRBY refuses)
+local function int(n) return string.format('%d', n) end
 local function retire()
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   if #gone == 0 then return end
@@ -43,13 +45,13 @@ local function retire()
     redis.call('HDEL', KEYS[2], b)
   end
   redis.call('ZREM', KEYS[3], unpack(gone))
-  redis.call('HINCRBY', KEYS[2], 'total', -freed)
+  redis.call('HINCRBY', KEYS[2], 'total', int(-freed))
 end
 local function account(deadline, n)
   local b = math.ceil(deadline / width)
-  local field = string.format('%d', b)
-  redis.call('HINCRBY', KEYS[2], field, n)
-  redis.call('HINCRBY', KEYS[2], 'total', n)
+  local field = int(b)
+  redis.call('HINCRBY', KEYS[2], field, int(n))
+  redis.call('HINCRBY', KEYS[2], 'total', int(n))
   redis.call('ZADD', KEYS[3], b * width, field)
 end
 -- the bytes a live key holds leave its bucket; its deadline, or nil when it is gone
@@ -96,8 +98,9 @@ return redis.call('HGET', KEYS[2], 'total')
 
 
 class RedisResponseRecords(ResponseRecords):
-    def __init__(self, io: RedisIO) -> None:
+    def __init__(self, io: RedisIO, bucket_s: int = BUCKET_S) -> None:
         self._io = io
+        self._bucket_s = bucket_s
         self._put = io.register(_PUT)
         self._delete = io.register(_DELETE)
         self._count = io.register(_COUNT)
@@ -112,7 +115,7 @@ class RedisResponseRecords(ResponseRecords):
         keys = self._keys(tenant, response_id)
         keys.extend(tenant_key(tenant, "resp", ancestor) for ancestor in record.get("ancestors") or ())
         async with self._io.guard("response_put", durable=True):
-            await self._put(keys=keys, args=[BUCKET_S, raw, ex])
+            await self._put(keys=keys, args=[self._bucket_s, raw, ex])
 
     async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         async with self._io.guard("response_get"):
@@ -128,9 +131,9 @@ class RedisResponseRecords(ResponseRecords):
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         async with self._io.guard("response_delete"):
-            return bool(await self._delete(keys=self._keys(tenant, response_id), args=[BUCKET_S]))
+            return bool(await self._delete(keys=self._keys(tenant, response_id), args=[self._bucket_s]))
 
     async def stored_bytes(self, tenant: str) -> int:
         async with self._io.guard("response_bytes"):
-            total = await self._count(keys=self._keys(tenant, ""), args=[BUCKET_S])
+            total = await self._count(keys=self._keys(tenant, ""), args=[self._bucket_s])
         return max(0, int(total or 0))
