@@ -79,10 +79,6 @@ class BoundedMap(Generic[K, V]):
             return None
         return item[0]
 
-    def deadline(self, key: K) -> float | None:
-        item = self._items.get(key)
-        return None if item is None else item[1]
-
     def set(self, key: K, value: V, size: int, deadline: float, now: float) -> None:
         """Store (or replace) ``key``, then evict the oldest entries while over the bound.
 
@@ -140,17 +136,6 @@ class BoundedMap(Generic[K, V]):
                 return
             self._drop(key)
 
-    def oldest_first(self) -> Iterator[tuple[K, V]]:
-        """Entries from the oldest, for a domain that picks what it may evict (a snapshot: safe to drop while iterating)."""
-        return iter([(key, item[0]) for key, item in self._items.items()])
-
-    def evict(self, key: K) -> None:
-        """Drop ``key`` because of the byte bound (counted as an eviction)."""
-        if key in self._items:
-            self._drop(key)
-            STORE_EVICTIONS.inc(self.domain)
-            STORE_MEMORY_BYTES.set(self.nbytes, self.domain)
-
     def _evict(self, keep: K) -> None:
         self.make_room(0, keep)
 
@@ -180,11 +165,6 @@ class BoundedMap(Generic[K, V]):
         if evicted:
             STORE_EVICTIONS.inc(self.domain, amount=evicted)
         return self.nbytes <= limit
-
-    @property
-    def over(self) -> bool:
-        """Still past the bound after evicting everything it may (only protected entries are left)."""
-        return self.nbytes > self.max_bytes
 
     def _drop(self, key: K) -> V:
         value, _, size = self._items.pop(key)

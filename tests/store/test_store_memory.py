@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.store.bounded import ENTRY_OVERHEAD
 from gateway.store.continuations.base import Continuation, ContinuationNotFound, new_continuation_id
 from gateway.store.factory import open_store
-from gateway.store.bounded import ENTRY_OVERHEAD
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 

@@ -30,7 +30,6 @@ from gateway.store.background.base import (
 from gateway.store.bounded import BoundedMap
 from gateway.store.ttl import check_ttl
 
-
 #: the background domain's default share of ``store.memory_max_bytes`` (256 MiB) when built alone
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 

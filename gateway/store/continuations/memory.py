@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
+from gateway.store.bounded import BoundedMap, share
 from gateway.store.continuations.base import (
     Continuation,
     ContinuationConflict,
@@ -30,11 +32,8 @@ from gateway.store.continuations.base import (
     ContinuationStatus,
     ContinuationStore,
 )
-from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
-from gateway.store.bounded import BoundedMap, share
 from gateway.store.continuations.listing import TenantListing
 from gateway.store.ttl import TTLMap, check_ttl
-
 
 #: what a tool call id costs in the index, counted with the record it belongs to
 _ID_BYTES = 96

@@ -56,7 +56,7 @@ class MemoryResponseRecords(ResponseRecords):
 
     async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         raw = self._items.get((tenant, response_id), self._clock())
-        return None if raw is None else orjson.loads(raw)  # type: ignore[no-any-return]
+        return None if raw is None else orjson.loads(raw)
 
     async def get_many(self, tenant: str, response_ids: list[str]) -> list[dict[str, Any] | None]:
         now, items = self._clock(), self._items

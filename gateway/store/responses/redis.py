@@ -120,7 +120,7 @@ class RedisResponseRecords(ResponseRecords):
     async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         async with self._io.guard("response_get"):
             raw = await self._io.client.get(tenant_key(tenant, "resp", response_id))
-        return None if raw is None else orjson.loads(raw)  # type: ignore[no-any-return]
+        return None if raw is None else orjson.loads(raw)
 
     async def get_many(self, tenant: str, response_ids: list[str]) -> list[dict[str, Any] | None]:
         if not response_ids:
