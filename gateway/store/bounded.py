@@ -49,7 +49,7 @@ class BoundedMap(Generic[K, V]):
     replaced), so a domain can keep its own accounting (a tenant's stored bytes) exact.
     """
 
-    __slots__ = ("_items", "domain", "evictable", "max_bytes", "nbytes", "on_drop")
+    __slots__ = ("_items", "_pruned_at", "domain", "evictable", "max_bytes", "nbytes", "on_drop")
 
     def __init__(self, domain: str, max_bytes: int, on_drop: Callable[[K, V, int], None] | None = None,
                  evictable: Callable[[V], bool] | None = None) -> None:
@@ -60,6 +60,7 @@ class BoundedMap(Generic[K, V]):
         #: entries it says no to are never evicted (a background run still going: its owner writes to it)
         self.evictable = evictable
         self._items: OrderedDict[K, tuple[V, float, int]] = OrderedDict()
+        self._pruned_at = float("-inf")
 
     def __len__(self) -> int:
         return len(self._items)
@@ -128,7 +129,14 @@ class BoundedMap(Generic[K, V]):
         return value
 
     def prune(self, now: float) -> None:
-        """Drop expired entries from the oldest end (stops at the first live one)."""
+        """Drop expired entries from the oldest end (stops at the first live one).
+
+        At most once a second: an expired entry may be held a second longer (a read never returns
+        it), and a burst of writes does not pay for a look at the oldest entry each.
+        """
+        if now < self._pruned_at + 1.0:
+            return
+        self._pruned_at = now
         items = self._items
         while items:
             key, item = next(iter(items.items()))

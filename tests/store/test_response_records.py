@@ -140,3 +140,25 @@ async def test_memory_records_stay_under_their_bound_evicting_the_oldest() -> No
     assert await records.get("t2", "r0") is None and await records.get("t1", "r299") is not None
     # The tenant counts follow the evictions exactly.
     assert await records.stored_bytes("t1") + await records.stored_bytes("t2") == records.nbytes
+
+
+async def test_a_replica_sees_another_ones_writes_in_its_count_within_the_freshness_bound() -> None:
+    await require_redis()
+    with _exclusive_redis_db():
+        await _flush_redis()
+        a_store, b_store = RedisStore(REDIS_URL), RedisStore(REDIS_URL)
+        try:
+            a, b = RedisResponseRecords(a_store.io, fresh_s=0.3), RedisResponseRecords(b_store.io, fresh_s=0.3)
+            record = _step(0, [])
+            await a.put("t1", "r0", record, 600)
+            assert await a.stored_bytes("t1") == len(orjson.dumps(record))  # the write's own reply
+            await b.put("t1", "r1", record, 600)
+            give_up = time.monotonic() + 10
+            while await a.stored_bytes("t1") != 2 * len(orjson.dumps(record)) and time.monotonic() < give_up:
+                await asyncio.sleep(0.05)
+            assert await a.stored_bytes("t1") == 2 * len(orjson.dumps(record))
+            assert await b.delete("t1", "r1") and await b.stored_bytes("t1") == len(orjson.dumps(record))
+        finally:
+            await a_store.aclose()
+            await b_store.aclose()
+            await _flush_redis()

@@ -73,7 +73,7 @@ class MemoryResponseRecords(ResponseRecords):
         return live
 
     async def stored_bytes(self, tenant: str) -> int:
-        self._items.prune(self._clock())
+        """Exact but for expired records not yet pruned (every write prunes, at most once a second)."""
         return self._tenant_bytes.get(tenant, 0)
 
     @property

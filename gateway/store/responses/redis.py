@@ -14,10 +14,16 @@ of ancestors move a record's bytes between buckets inside the same script (its s
 ``STRLEN``, its deadline ``PTTL``), so the count is exact but for one documented slack: an
 expired record still counts until the end of its minute (``BUCKET_S``). Times are Redis's own
 (``TIME``), so replicas' clocks do not matter.
+
+The quota check reads the count before every ``store: true`` request; a round trip each would
+cost as much CPU as the rest of the request, so each replica keeps the count it last saw per
+tenant for ``COUNT_FRESH_S`` (every write here refreshes it from the script's reply): another
+replica's writes are seen at most that late.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -29,6 +35,10 @@ from gateway.store.ttl import check_ttl
 
 #: the width of an expiry bucket: an expired record's bytes are released at most this late
 BUCKET_S = 60
+#: how long a replica trusts the last tenant count it saw
+COUNT_FRESH_S = 1.0
+#: tenants whose count a replica remembers (past it the memory starts over)
+MAX_COUNTS = 10_000
 
 _COMMON = """
 local now_t = redis.call('TIME')
@@ -98,12 +108,22 @@ return redis.call('HGET', KEYS[2], 'total')
 
 
 class RedisResponseRecords(ResponseRecords):
-    def __init__(self, io: RedisIO, bucket_s: int = BUCKET_S) -> None:
+    def __init__(self, io: RedisIO, bucket_s: int = BUCKET_S, fresh_s: float = COUNT_FRESH_S) -> None:
         self._io = io
         self._bucket_s = bucket_s
+        self._fresh_s = fresh_s
+        self._counts: dict[str, tuple[int, float]] = {}  # tenant -> (count, monotonic time seen)
         self._put = io.register(_PUT)
         self._delete = io.register(_DELETE)
         self._count = io.register(_COUNT)
+
+    def _seen(self, tenant: str, total: Any) -> int:
+        count = max(0, int(total or 0))
+        counts = self._counts
+        if len(counts) >= MAX_COUNTS and tenant not in counts:
+            counts.clear()
+        counts[tenant] = (count, time.monotonic())
+        return count
 
     @staticmethod
     def _keys(tenant: str, response_id: str) -> list[str]:
@@ -115,7 +135,8 @@ class RedisResponseRecords(ResponseRecords):
         keys = self._keys(tenant, response_id)
         keys.extend(tenant_key(tenant, "resp", ancestor) for ancestor in record.get("ancestors") or ())
         async with self._io.guard("response_put", durable=True):
-            await self._put(keys=keys, args=[self._bucket_s, raw, ex])
+            total = await self._put(keys=keys, args=[self._bucket_s, raw, ex])
+        self._seen(tenant, total)
 
     async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         async with self._io.guard("response_get"):
@@ -130,10 +151,14 @@ class RedisResponseRecords(ResponseRecords):
         return [None if raw is None else orjson.loads(raw) for raw in raws]
 
     async def delete(self, tenant: str, response_id: str) -> bool:
+        self._counts.pop(tenant, None)
         async with self._io.guard("response_delete"):
             return bool(await self._delete(keys=self._keys(tenant, response_id), args=[self._bucket_s]))
 
     async def stored_bytes(self, tenant: str) -> int:
+        seen = self._counts.get(tenant)
+        if seen is not None and time.monotonic() - seen[1] < self._fresh_s:
+            return seen[0]
         async with self._io.guard("response_bytes"):
             total = await self._count(keys=self._keys(tenant, ""), args=[self._bucket_s])
-        return max(0, int(total or 0))
+        return self._seen(tenant, total)
