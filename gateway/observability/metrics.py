@@ -122,8 +122,8 @@ TRACE_SPANS_DROPPED = Counter("loopgate_trace_spans_dropped_total",
                               "process was full; exporter_down: that process had died; too_large: over "
                               "observability.max_frame_bytes; unencodable: an integer past 64 bits)", ("reason",))
 STORE_MEMORY_BYTES = Gauge("loopgate_store_memory_bytes", "Bytes the embedded (memory://) store holds, by domain "
-                           "(responses, background, continuations, ledger, artifacts); each is capped by its share "
-                           "of store.memory_max_bytes", ("domain",))
+                           "(responses, background, continuations, ledger, artifacts, audit); each is capped by its "
+                           "share of store.memory_max_bytes", ("domain",))
 STORE_EVICTIONS = Counter("loopgate_store_evictions_total", "Entries the embedded (memory://) store dropped before "
                           "their TTL to stay under store.memory_max_bytes, by domain", ("domain",))
 STORE_QUOTA_REFUSALS = Counter("loopgate_store_quota_refusals_total", "Requests refused because their tenant's stored "

@@ -30,7 +30,7 @@ V = TypeVar("V")
 #: each domain's share of ``store.memory_max_bytes``: stored responses are what callers grow the most;
 #: background runs hold their stream events; paused loops, the tool ledger and artifacts are small
 MEMORY_SHARES: dict[str, float] = {"responses": 0.5, "background": 0.25, "continuations": 0.125,
-                                   "ledger": 0.0625, "artifacts": 0.0625}
+                                   "ledger": 0.0625, "artifacts": 0.03125, "audit": 0.03125}
 
 
 def share(total: int, domain: str) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
 from gateway.store.audit.memory import MemoryAudit
 from gateway.store.base import Store
+from gateway.store.bounded import share
 from gateway.store.continuations.memory import MemoryContinuations
 from gateway.store.health.memory import MemoryHealth
 from gateway.store.outbox.base import Outbox
@@ -30,7 +31,7 @@ class MemoryStore(MemoryContinuations, MemoryAudit, MemoryHealth, Store):
         #: the domain stores opened beside this one (responses, background) take their share of it too
         self.memory_max_bytes = memory_max_bytes
         MemoryContinuations.__init__(self, clock, memory_max_bytes)
-        MemoryAudit.__init__(self, clock, audit_max)
+        MemoryAudit.__init__(self, clock, audit_max, share(memory_max_bytes, "audit"))
         MemoryHealth.__init__(self, clock)
         self._closed = False
         self._outboxes: dict[str, MemoryOutbox] = {}

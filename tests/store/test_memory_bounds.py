@@ -125,3 +125,18 @@ def test_the_configured_bound_is_split_between_the_domains() -> None:
     assert records._items.max_bytes == share(64 * MIB, "responses") == 32 * MIB
     assert background._runs.max_bytes == 16 * MIB
     assert isinstance(store, MemoryStore) and store._records.max_bytes == 8 * MIB
+    assert store._audit_max_bytes == store._artifacts.max_bytes == 2 * MIB
+
+
+async def test_the_audit_log_is_bounded_across_tenants() -> None:
+    store = MemoryStore(memory_max_bytes=16 * MIB, audit_max=50)  # audit: 512 KiB for every tenant together
+    for i in range(3000):
+        await store.append_audit({"tenant": f"t{i % 300}", "event": "x", "reason": "r" * 500, "n": i})
+    assert store._audit_bytes <= share(16 * MIB, "audit")
+    held = sorted([entry["n"] for i in range(300) for entry in await store.read_audit(f"t{i}", 100)])
+    assert 500 < len(held) < 3000 and held == list(range(3000 - len(held), 3000))  # the newest, whoever wrote them
+    for i in range(200):  # one tenant past its own cap: the oldest of its entries go, the count stays exact
+        await store.append_audit({"tenant": "solo", "event": "x", "n": i})
+    assert [entry["n"] for entry in await store.read_audit("solo", 100)] == list(range(150, 200))
+    assert store._audit_live == sum(len(log) for log in store._audit.values())
+    assert len(store._audit_order) <= 2 * store._audit_live + 1024
