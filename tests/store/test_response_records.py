@@ -162,3 +162,12 @@ async def test_a_replica_sees_another_ones_writes_in_its_count_within_the_freshn
             await a_store.aclose()
             await b_store.aclose()
             await _flush_redis()
+
+
+async def test_a_tenant_at_its_quota_gets_its_bytes_back_as_records_expire_without_writes() -> None:
+    clock = Clock()
+    records = MemoryResponseRecords(clock=clock)
+    await records.put("t1", "r0", _step(0, []), 10)
+    assert await records.stored_bytes("t1") > 0
+    clock.now += 11  # nothing is written any more (every request of the tenant is refused)
+    assert await records.stored_bytes("t1") == 0
