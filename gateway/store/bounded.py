@@ -45,6 +45,9 @@ ENTRY_OVERHEAD = 128
 class BoundedMap(Generic[K, V]):
     """key -> value with a deadline and a size; the total size stays at or under ``max_bytes``.
 
+    Two exceptions, both the caller's to bound: one entry larger than ``max_bytes`` is kept alone,
+    and entries ``evictable`` protects are never evicted (``make_room`` then says no).
+
     ``on_drop(key, value, size)`` is told of every entry that leaves (evicted, expired, popped or
     replaced), so a domain can keep its own accounting (a tenant's stored bytes) exact.
     """
