@@ -10,9 +10,16 @@ from urllib.parse import urlparse
 from gateway.config.checks import ConfigError, get, mapping, positive, type_name
 
 STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
-               "wait_timeout_ms"}
+              "wait_timeout_ms", "memory_max_bytes", "tenant_max_stored_bytes"}
 STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
 SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
+
+#: what the embedded store may hold in all (split between its domains: store/bounded.py MEMORY_SHARES)
+DEFAULT_MEMORY_MAX_BYTES = 256 * 1024 * 1024
+#: stored Responses bytes per tenant (0: no quota); counted in the store, so shared by every replica
+DEFAULT_TENANT_MAX_STORED_BYTES = 256 * 1024 * 1024
+#: the floor of memory_max_bytes: below it the shares could not hold one request of the default body size
+MIN_MEMORY_MAX_BYTES = 16 * 1024 * 1024
 
 REDIS_SCHEMES: tuple[str, ...] = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
 
@@ -51,6 +58,10 @@ class StoreConfig:
     #: a pause, a claim and a ledger entry are acknowledged only after WAIT confirms this many replicas
     wait_replicas: int = 0
     wait_timeout_ms: int = 500
+    #: the embedded (memory://) store's byte bound: past it (per domain share) the oldest entries go
+    memory_max_bytes: int = DEFAULT_MEMORY_MAX_BYTES
+    #: a tenant's stored Responses bytes past which ``store: true`` requests are refused (0: no quota)
+    tenant_max_stored_bytes: int = DEFAULT_TENANT_MAX_STORED_BYTES
 
     @property
     def kind(self) -> str:
@@ -77,9 +88,18 @@ def store_section(raw: Any) -> StoreConfig:
     wait_timeout_ms = get(section, "wait_timeout_ms", "store", int, 500)
     if not 1 <= wait_timeout_ms <= 60_000:
         raise ConfigError("store.wait_timeout_ms", f"must be between 1 and 60000, got {wait_timeout_ms}")
+    memory_max = get(section, "memory_max_bytes", "store", int, DEFAULT_MEMORY_MAX_BYTES)
+    if not MIN_MEMORY_MAX_BYTES <= memory_max <= 1 << 40:
+        raise ConfigError("store.memory_max_bytes", f"must be between {MIN_MEMORY_MAX_BYTES} (16 MiB) and "
+                          f"{1 << 40} (1 TiB), got {memory_max}")
+    quota = get(section, "tenant_max_stored_bytes", "store", int, DEFAULT_TENANT_MAX_STORED_BYTES)
+    if not 0 <= quota <= 1 << 50:
+        raise ConfigError("store.tenant_max_stored_bytes", f"must be 0 (no quota) or a byte count up to {1 << 50}, "
+                          f"got {quota}")
     config = StoreConfig(url=url, continuation_ttl_s=int(positive(ttl, "store.continuation_ttl_s")),
                          username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
-                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
+                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms,
+                         memory_max_bytes=memory_max, tenant_max_stored_bytes=quota)
     _check_store(config, section)
     return config
 

@@ -121,6 +121,13 @@ TRACE_SPANS_DROPPED = Counter("loopgate_trace_spans_dropped_total",
                               "Trace spans not exported, by reason (buffer_full: the buffer for the exporter "
                               "process was full; exporter_down: that process had died; too_large: over "
                               "observability.max_frame_bytes; unencodable: an integer past 64 bits)", ("reason",))
+STORE_MEMORY_BYTES = Gauge("loopgate_store_memory_bytes", "Bytes the embedded (memory://) store holds, by domain "
+                           "(responses, background, continuations, ledger, artifacts, audit); each is capped by its "
+                           "share of store.memory_max_bytes", ("domain",))
+STORE_EVICTIONS = Counter("loopgate_store_evictions_total", "Entries the embedded (memory://) store dropped before "
+                          "their TTL to stay under store.memory_max_bytes, by domain", ("domain",))
+STORE_QUOTA_REFUSALS = Counter("loopgate_store_quota_refusals_total", "Requests refused because their tenant's stored "
+                               "Responses bytes reached store.tenant_max_stored_bytes", ())
 
 KEY_LOOKUPS = Counter("loopgate_key_lookups_total", "Store look-ups of secrets this replica's key snapshot lacked, by "
                       "outcome (found, unknown, miss_cached: a recent miss answered it, shed: too many at once, "
@@ -130,7 +137,7 @@ ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
        TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,
-       KEY_LOOKUPS)
+       KEY_LOOKUPS, STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS)
 
 
 def render_all() -> str:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gateway.config.model import REDIS_SCHEMES, StoreConfig
+from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
 from gateway.store.background.base import BackgroundStore
 from gateway.store.base import Store
+from gateway.store.bounded import share
 from gateway.store.keys.base import DEFAULT_RETENTION_S, KeyStore
 from gateway.store.limits.base import RateLimiter
 from gateway.store.responses.base import ResponseRecords
@@ -43,7 +45,7 @@ def open_store(url: str, **options: Any) -> Store:
 def open_configured_store(config: StoreConfig) -> Store:
     """The store the ``store`` config section describes (its deployment options only apply to Redis)."""
     if config.kind != "redis":
-        return open_store(config.url)
+        return open_store(config.url, memory_max_bytes=config.memory_max_bytes)
     return open_store(config.url, username=config.username, password=config.password, tls=config.tls,
                       cluster=config.cluster, sentinel=config.sentinel, wait_replicas=config.wait_replicas,
                       wait_timeout_ms=config.wait_timeout_ms)
@@ -104,7 +106,7 @@ def open_background(store: Store) -> BackgroundStore:
         return RedisBackground(io)
     from gateway.store.background.memory import MemoryBackground
 
-    return MemoryBackground()
+    return MemoryBackground(max_bytes=share(_memory_max_bytes(store), "background"))
 
 
 def open_response_records(store: Store) -> ResponseRecords:
@@ -116,4 +118,9 @@ def open_response_records(store: Store) -> ResponseRecords:
         return RedisResponseRecords(io)
     from gateway.store.responses.memory import MemoryResponseRecords
 
-    return MemoryResponseRecords()
+    return MemoryResponseRecords(max_bytes=share(_memory_max_bytes(store), "responses"))
+
+
+def _memory_max_bytes(store: Store) -> int:
+    """The byte bound of an embedded ``store`` (the default for a store built without one, in tests)."""
+    return int(getattr(store, "memory_max_bytes", DEFAULT_MEMORY_MAX_BYTES))

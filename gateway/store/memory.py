@@ -10,8 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
 from gateway.store.audit.memory import MemoryAudit
 from gateway.store.base import Store
+from gateway.store.bounded import share
 from gateway.store.continuations.memory import MemoryContinuations
 from gateway.store.health.memory import MemoryHealth
 from gateway.store.outbox.base import Outbox
@@ -23,9 +25,13 @@ class MemoryStore(MemoryContinuations, MemoryAudit, MemoryHealth, Store):
 
     kind = "memory"
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, audit_max: int = 10_000) -> None:
-        MemoryContinuations.__init__(self, clock)
-        MemoryAudit.__init__(self, clock, audit_max)
+    def __init__(self, *, clock: Callable[[], float] = time.time, audit_max: int = 10_000,
+                 memory_max_bytes: int = DEFAULT_MEMORY_MAX_BYTES) -> None:
+        #: the byte bound of everything this process stores, split between domains (bounded.MEMORY_SHARES);
+        #: the domain stores opened beside this one (responses, background) take their share of it too
+        self.memory_max_bytes = memory_max_bytes
+        MemoryContinuations.__init__(self, clock, memory_max_bytes)
+        MemoryAudit.__init__(self, clock, audit_max, share(memory_max_bytes, "audit"))
         MemoryHealth.__init__(self, clock)
         self._closed = False
         self._outboxes: dict[str, MemoryOutbox] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.store.bounded import ENTRY_OVERHEAD
 from gateway.store.continuations.base import Continuation, ContinuationNotFound, new_continuation_id
 from gateway.store.factory import open_store
 from gateway.store.memory import MemoryStore
@@ -51,12 +52,12 @@ async def test_writes_prune_expired_entries() -> None:
     assert len(store._records) == 1 and len(store._index) == 1 and len(store._ledger) == 1
 
 
-async def test_overwrites_keep_the_deadline_heap_bounded() -> None:
+async def test_overwrites_replace_their_bytes() -> None:
     store = MemoryStore()
     for i in range(10_000):
         await store.ledger_put("acme", "call_1", {"i": i}, 3600)
     assert len(store._ledger) == 1
-    assert len(store._ledger._heap) <= 2 * 1 + 1024 + 1
+    assert store._ledger.nbytes == len(b'{"i":9999}') + ENTRY_OVERHEAD
     assert await store.ledger_get("acme", "call_1") == {"i": 9999}
 
 

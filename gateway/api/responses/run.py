@@ -30,6 +30,7 @@ import orjson
 from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.planning import refuse_name_clashes, route_of
+from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.render import (
     TERMINAL,
@@ -59,20 +60,15 @@ _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
 
 
-def previous_not_found(response_id: str) -> GatewayError:
-    return GatewayError(400, f"Previous response with id {quoted(response_id)} not found.", "invalid_request_error",
-                        "previous_response_id", "previous_response_not_found")
-
-
 class ResponseRun:
     """A prepared response; see the module docstring. Public API used by background mode too."""
 
-    __slots__ = ("_events", "_final", "_first", "_instructions_first", "_loop", "builder", "label", "plan", "request",
-                 "runtime", "tenant")
+    __slots__ = ("_chain", "_events", "_final", "_first", "_instructions_first", "_loop", "builder", "label", "plan",
+                 "request", "runtime", "tenant")
 
     def __init__(self, runtime: Runtime, tenant: str, request: ResponsesRequest, plan: RoutePlan,
                  loop: LoopRequest, events: AsyncIterator[LoopEvent], builder: ResponseBuilder,
-                 instructions_first: bool) -> None:
+                 instructions_first: bool, chain: Chain | None = None) -> None:
         self.runtime = runtime
         self.tenant = tenant
         self.request = request
@@ -82,6 +78,8 @@ class ResponseRun:
         self._loop = loop
         self._events = events
         self._instructions_first = instructions_first
+        #: the conversation this response continues (previous_response_id): stored by reference, not copied
+        self._chain = chain
         self._first: list[LoopEvent] = []
         # The final Response object serialised once, at the terminal save: the stored record and
         # the answer (JSON body or terminal stream event) embed these bytes instead of re-encoding.
@@ -240,23 +238,34 @@ class ResponseRun:
         gives them ids on read), "transcript": the canonical messages to continue from (a
         completed loop only, without this response's instructions) or None, "continuation_id":
         the paused loop's continuation (a paused loop only) or None, "instructions_first":
-        whether that continuation's transcript starts with the instructions}``. Without
-        ``finished`` (still running, or failed) it only describes.
+        whether that continuation's transcript starts with the instructions}``, and for a
+        follow-up whose parent's messages are unchanged, ``"ancestors"``: the responses it
+        continues, root first, its ``transcript`` then being only what it adds
+        (store/responses/base.py). Without ``finished`` (still running, or failed) it only describes.
         """
         transcript: list[Message] | None = None
         continuation_id: str | None = None
+        ancestors: list[str] | None = None
         if finished is not None and finished.result.status == "paused":
             continuation_id = finished.result.gateway.get("continuation_id")
         elif finished is not None:
             messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
+            chain = self._chain
+            if chain is not None and chain.ancestors:
+                segment = chain.segment(messages)
+                if segment is not None:
+                    messages, ancestors = segment, chain.ancestors
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
         response: Any = self.builder.response
         if finished is not None and self.builder.done:
             self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
             response = orjson.Fragment(self._final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
-        return {"response": response, "input": self.request.input, "transcript": transcript,
-                "continuation_id": continuation_id, "instructions_first": self._instructions_first}
+        record = {"response": response, "input": self.request.input, "transcript": transcript,
+                  "continuation_id": continuation_id, "instructions_first": self._instructions_first}
+        if ancestors is not None:
+            record["ancestors"] = ancestors
+        return record
 
     async def save(self, finished: Finished | None = None) -> None:
         """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
@@ -328,6 +337,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     if request.tools:
         refuse_name_clashes(runtime, plan, request.tools, request.model, "function tool")
     converted = to_messages(request.input)
+    if request.store:
+        await check_quota(runtime, tenant)
     deadline = time.monotonic() + runtime.config.routing.request_timeout_s
     continuations = runtime.continuations
     record: dict[str, Any] | None = None
@@ -361,11 +372,14 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     messages: list[Message] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
+    chain: Chain | None = None
     if record is not None:
         if record.get("transcript") is None:
             raise bad_request(f"response {quoted(request.previous_response_id)} did not complete; it cannot be "
                               "continued", "previous_response_id")
-        messages.extend(record["transcript"])
+        assert request.previous_response_id is not None
+        earlier, chain = await parent_chain(runtime, tenant, request.previous_response_id, record)
+        messages.extend(earlier)
     messages.extend(converted.messages)
     if len(messages) == (1 if request.instructions else 0):
         raise bad_request("'input' is required (a string or a non-empty array of items)", "input")
@@ -382,7 +396,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
-                       bool(request.instructions))
+                       bool(request.instructions), chain)
 
 
 def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:

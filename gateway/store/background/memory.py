@@ -2,6 +2,12 @@
 
 No method awaits, so each check-and-change is atomic on the event loop, as the Redis scripts are.
 Runs expire lazily at their deadline (checked on read, pruned on every create).
+
+All runs together hold at most ``max_bytes`` (their snapshots and stream events; the background
+share of ``store.memory_max_bytes``): past it the runs that ended longest ago are evicted
+(``loopgate_store_evictions_total{domain="background"}``). A run still going is never evicted (its
+owner writes to it); when only those are left, the append that would pass the bound is refused
+with ``EventsLimit``, as the per-run cap is, and that run ends ``failed``.
 """
 
 from __future__ import annotations
@@ -21,29 +27,46 @@ from gateway.store.background.base import (
     RunLost,
     RunNotFound,
 )
+from gateway.store.bounded import BoundedMap
 from gateway.store.ttl import check_ttl
+
+#: the background domain's default share of ``store.memory_max_bytes`` (256 MiB) when built alone
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
 class _Entry:
     run: BackgroundRun
-    deadline: float
     snapshot: bytes
     events: list[bytes] = field(default_factory=list)
     nbytes: int = 0
 
+    @property
+    def size(self) -> int:
+        return len(self.snapshot) + self.nbytes
+
+    @property
+    def ended(self) -> bool:
+        return self.run.status not in ACTIVE
+
+
+def _ended(entry: _Entry) -> bool:
+    return entry.ended
+
 
 class MemoryBackground(BackgroundStore):
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._clock = clock
-        self._runs: dict[str, _Entry] = {}
+        self._runs: BoundedMap[str, _Entry] = BoundedMap("background", max_bytes, evictable=_ended)
 
     def _entry(self, run_id: str) -> _Entry | None:
-        entry = self._runs.get(run_id)
-        if entry is not None and entry.deadline <= self._clock():
-            del self._runs[run_id]
-            return None
-        return entry
+        return self._runs.get(run_id, self._clock())
+
+    def _grow(self, run_id: str, entry: _Entry, extra: int) -> None:
+        """Make room for ``extra`` more bytes of ``run_id`` (evicting ended runs), or refuse with ``EventsLimit``."""
+        if not self._runs.make_room(extra, run_id):
+            raise EventsLimit(f"background response {run_id!r}: the background runs of this process already hold "
+                              f"store.memory_max_bytes' background share ({self._runs.max_bytes} bytes)")
 
     def _owned(self, run_id: str, owner: str) -> _Entry:
         entry = self._entry(run_id)
@@ -61,12 +84,11 @@ class MemoryBackground(BackgroundStore):
 
     async def create(self, run: BackgroundRun, ttl_s: int) -> None:
         now = self._clock()
-        for key in [k for k, e in self._runs.items() if e.deadline <= now]:
-            del self._runs[key]
         stored = BackgroundRun(id=run.id, tenant=run.tenant, status=run.status, owner=run.owner,
                                lease_until=run.lease_until, stream=run.stream, response={},
                                created_at=run.created_at)
-        self._runs[run.id] = _Entry(stored, now + check_ttl(ttl_s), orjson.dumps(run.response))
+        entry = _Entry(stored, orjson.dumps(run.response))
+        self._runs.set(run.id, entry, entry.size, now + check_ttl(ttl_s), now)
 
     async def heartbeat(self, run_id: str, owner: str, lease_until: float) -> bool:
         entry = self._owned(run_id, owner)
@@ -79,6 +101,7 @@ class MemoryBackground(BackgroundStore):
         entry.snapshot = orjson.dumps(response)
         entry.run.status = status
         entry.run.lease_until = lease_until
+        self._runs.resize(run_id, entry.size, self._clock())
         return entry.run.cancel_requested
 
     async def append(self, run_id: str, owner: str, events: list[bytes], first_seq: int, lease_until: float,
@@ -88,12 +111,14 @@ class MemoryBackground(BackgroundStore):
         if len(entry.events) + len(events) > max_events or entry.nbytes + size > max_bytes:
             raise EventsLimit(f"background response {run_id!r} would hold more than {max_events} events "
                               f"or {max_bytes} bytes of them")
+        self._grow(run_id, entry, size)
         if not entry.events:
             entry.run.first_seq = first_seq
         entry.events.extend(events)
         entry.nbytes += size
         entry.run.events = len(entry.events)
         entry.run.lease_until = lease_until
+        self._runs.resize(run_id, entry.size, self._clock())
         return entry.run.cancel_requested
 
     async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int) -> None:
@@ -101,10 +126,14 @@ class MemoryBackground(BackgroundStore):
         self._end(entry, status, response, ttl_s)
 
     def _end(self, entry: _Entry, status: str, response: dict[str, Any], ttl_s: int) -> None:
+        """Terminal: the run's bytes are now evictable, and it is the newest ended run (the last to go)."""
+        now = self._clock()
         entry.snapshot = orjson.dumps(response)
         entry.run.status = status
         entry.run.lease_until = 0.0
-        entry.deadline = self._clock() + check_ttl(ttl_s)
+        runs, run_id = self._runs, entry.run.id
+        runs.touch(run_id, now + check_ttl(ttl_s), extend_only=False)
+        runs.resize(run_id, entry.size, now)
 
     async def get(self, run_id: str, tenant: str) -> BackgroundRun:
         entry = self._tenant(run_id, tenant)
@@ -145,5 +174,5 @@ class MemoryBackground(BackgroundStore):
         entry = self._entry(run_id)
         if entry is None or entry.run.tenant != tenant:
             return False
-        del self._runs[run_id]
+        self._runs.pop(run_id)
         return True

@@ -1,5 +1,11 @@
 """Continuations, the tool ledger and artifacts in one process (part of ``MemoryStore``).
 
+Everything is also under a byte bound (``store.memory_max_bytes``, split by
+``bounded.MEMORY_SHARES``): past their share, the oldest paused loops, ledger entries and
+artifacts are evicted (``loopgate_store_evictions_total``). An evicted paused loop is gone like
+an expired one (a resume is a 404); an evicted ledger entry only means a tool approved before
+could be asked for again.
+
 Atomicity comes for free: no method awaits anything, so on the event loop each one runs to
 completion before any other coroutine can observe its state (the claim is a check-and-set no
 other task can interleave with). Expiry is lazy (checked on every read) and every write
@@ -17,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
+from gateway.store.bounded import BoundedMap, share
 from gateway.store.continuations.base import (
     Continuation,
     ContinuationConflict,
@@ -26,6 +34,9 @@ from gateway.store.continuations.base import (
 )
 from gateway.store.continuations.listing import TenantListing
 from gateway.store.ttl import TTLMap, check_ttl
+
+#: what a tool call id costs in the index, counted with the record it belongs to
+_ID_BYTES = 96
 
 
 @dataclass(slots=True)
@@ -50,13 +61,20 @@ class _Record:
 class MemoryContinuations(ContinuationStore):
     """The continuation part of ``MemoryStore``. ``clock`` (wall-clock seconds) can be injected in tests."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], memory_max_bytes: int = DEFAULT_MEMORY_MAX_BYTES) -> None:
         self._clock = clock
-        self._records: TTLMap[str, _Record] = TTLMap()
+        self._records: BoundedMap[str, _Record] = BoundedMap(
+            "continuations", share(memory_max_bytes, "continuations"), self._record_dropped)
         self._index: TTLMap[tuple[str, str], str] = TTLMap()
-        self._ledger: TTLMap[tuple[str, str], bytes] = TTLMap()
-        self._artifacts: TTLMap[tuple[str, str], bytes] = TTLMap()
+        self._ledger: BoundedMap[tuple[str, str], bytes] = BoundedMap("ledger", share(memory_max_bytes, "ledger"))
+        self._artifacts: BoundedMap[tuple[str, str], bytes] = BoundedMap(
+            "artifacts", share(memory_max_bytes, "artifacts"))
         self._listing = TenantListing()
+
+    def _record_dropped(self, continuation_id: str, rec: _Record, size: int) -> None:
+        """A record that leaves (expired, evicted, cancelled) takes its index and listing entries with it."""
+        self._unindex(rec, continuation_id)
+        self._listing.remove(rec.tenant, continuation_id)
 
     def _live(self, continuation_id: str, tenant: str, now: float) -> _Record:
         rec = self._records.get(continuation_id, now)
@@ -74,9 +92,10 @@ class MemoryContinuations(ContinuationStore):
         now = self._clock()
         deadline = now + check_ttl(ttl_s)
         ids = c.tool_call_ids
-        rec = _Record(tenant=c.tenant, status=c.status, claimed_until=c.claimed_until, body=c.to_bytes(),
+        body = c.to_bytes()
+        rec = _Record(tenant=c.tenant, status=c.status, claimed_until=c.claimed_until, body=body,
                       tool_call_ids=ids)
-        self._records.set(c.id, rec, deadline, now)
+        self._records.set(c.id, rec, len(body) + _ID_BYTES * len(ids), deadline, now)
         for tc in ids:
             self._index.set((c.tenant, tc), c.id, deadline, now)
         self._listing.add(c.tenant, c.id, c.expires_at, c.summary)
@@ -146,7 +165,8 @@ class MemoryContinuations(ContinuationStore):
 
     async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
         now = self._clock()
-        self._ledger.set((tenant, tool_call_id), orjson.dumps(record), now + check_ttl(ttl_s), now)
+        raw = orjson.dumps(record)
+        self._ledger.set((tenant, tool_call_id), raw, len(raw), now + check_ttl(ttl_s), now)
 
     # -- artifacts -------------------------------------------------------------------------------
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
@@ -154,7 +174,7 @@ class MemoryContinuations(ContinuationStore):
         deadline = now + check_ttl(ttl_s)
         encoded = {tc: orjson.dumps(a) for tc, a in items.items()}  # all or nothing on bad data
         for tc, raw in encoded.items():
-            self._artifacts.set((tenant, tc), raw, deadline, now)
+            self._artifacts.set((tenant, tc), raw, len(raw), deadline, now)
 
     async def get_artifacts(self, tenant: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         now = self._clock()

@@ -1,21 +1,45 @@
-"""Stored Responses-API responses: one opaque JSON record per response id, bound to its tenant.
+"""Stored Responses-API responses: one JSON record per response id, bound to its tenant.
 
 A record holds what ``GET /v1/responses/{id}`` shows and what ``previous_response_id`` continues
 from: the Response object, its input items, and either the canonical transcript (a finished
-response) or the id of the continuation its paused loop waits in. The record is opaque to the
-store, like a continuation's ``data``; it lives for ``store.continuation_ttl_s`` like every
-other piece of loop state.
+response) or the id of the continuation its paused loop waits in. It lives for
+``store.continuation_ttl_s`` like every other piece of loop state.
+
+**Chains share their transcript.** A response continued from another (``previous_response_id``)
+stores only the messages it adds (``transcript``) and the ids of the responses it continues, root
+first (``ancestors``): a follow-up costs what it adds, not a copy of everything before it. Reading
+the whole conversation (:meth:`ResponseRecords.full_transcript`) fetches the ancestors in one
+call (one ``MGET`` on Redis: a tenant's keys share one Cluster slot) and joins their segments.
+Writing a child keeps its ancestors alive at least as long as itself, so a chain never expires
+from the middle; deleting a response ends the chains through it (a follow-up to a descendant is
+then ``previous_response_not_found`` naming the deleted one). A chain is at most
+``MAX_CHAIN_LINKS`` records: the response past it stores its whole transcript and starts a new
+chain, which bounds every read.
+
+**Stored bytes per tenant** are counted in the store (the sum of the serialised records a tenant
+has), so ``store.tenant_max_stored_bytes`` holds across replicas; see ``stored_bytes``.
 
 Kept apart from the continuation store's contract (``base.Store``): the loop engine never
-touches it, only the Responses endpoints do. ``response_records(store)`` picks the
-implementation matching the configured store, so Redis deployments share records across
-replicas and ``memory://`` keeps them in the process.
+touches it, only the Responses endpoints do.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any
+
+from gateway.store.errors import StoreError
+
+#: the longest chain of records one read joins (the root plus its descendants)
+MAX_CHAIN_LINKS = 64
+
+
+class ChainBroken(StoreError):
+    """A response the chain continues is gone (expired, deleted, or evicted from memory)."""
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"response {response_id!r} of this conversation is gone")
+        self.response_id = response_id
 
 
 class ResponseRecords(ABC):
@@ -26,12 +50,41 @@ class ResponseRecords(ABC):
 
     @abstractmethod
     async def put(self, tenant: str, response_id: str, record: dict[str, Any], ttl_s: float) -> None:
-        """Write (or overwrite) the record for ``ttl_s`` seconds."""
+        """Write (or overwrite) the record for ``ttl_s`` seconds.
+
+        A record with ``ancestors`` also keeps each of them alive for at least ``ttl_s`` more
+        seconds (one that is already gone stays gone: the next read reports it).
+        """
 
     @abstractmethod
     async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """The record, or None when unknown, expired, deleted or another tenant's."""
 
     @abstractmethod
+    async def get_many(self, tenant: str, response_ids: list[str]) -> list[dict[str, Any] | None]:
+        """``get`` of each id, in order, in one round trip."""
+
+    @abstractmethod
     async def delete(self, tenant: str, response_id: str) -> bool:
         """Remove the record; False when there was none."""
+
+    @abstractmethod
+    async def stored_bytes(self, tenant: str) -> int:
+        """The bytes of the tenant's live records, as the store counts them (see each backend for its slack)."""
+
+    async def full_transcript(self, tenant: str, record: dict[str, Any]) -> list[Any]:
+        """The whole conversation ``record`` continues from: its ancestors' segments, then its own.
+
+        ``ChainBroken`` names the first ancestor that is gone.
+        """
+        own: list[Any] = record.get("transcript") or []
+        ancestors: list[str] = record.get("ancestors") or []
+        if not ancestors:
+            return list(own)
+        messages: list[Any] = []
+        for response_id, found in zip(ancestors, await self.get_many(tenant, ancestors), strict=True):
+            if found is None or found.get("transcript") is None:
+                raise ChainBroken(response_id)
+            messages.extend(found["transcript"])
+        messages.extend(own)
+        return messages
