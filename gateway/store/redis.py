@@ -32,7 +32,8 @@ class RedisStore(RedisContinuations, RedisAudit, RedisHealth, Store):
         io = RedisIO(url, username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
                      wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms,
                      socket_connect_timeout=socket_connect_timeout, socket_timeout=socket_timeout,
-                     op_timeout=op_timeout, fail_open_timeout=fail_open_timeout, max_connections=max_connections, pool_timeout=pool_timeout,
+                     op_timeout=op_timeout, fail_open_timeout=fail_open_timeout, max_connections=max_connections,
+                     pool_timeout=pool_timeout,
                      health_check_interval=health_check_interval)
         RedisContinuations.__init__(self, io)
         RedisAudit.__init__(self, io, audit_max)

@@ -22,6 +22,7 @@ from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.observability import metrics
+from gateway.observability.fail_open import BUDGETS, USAGE
 from gateway.store.usage.base import UsageStore
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import NANO, Pricing, usd
@@ -74,9 +75,12 @@ class Metering:
             try:
                 spent = await self.store.spent(tenant, key_id, [(check.scope, check.period) for check in stale],
                                                time.time())
-            except Exception as exc:  # judged on the last reading, if any
+            except Exception as exc:  # judged on the last reading, if any (a hung store: after store.fail_open_ms)
+                BUDGETS.failed(exc)
                 self._failed("budget_check", "budget check failed, request let through: %s", exc)
             else:
+                if BUDGETS.in_burst:
+                    BUDGETS.answered()
                 cache.remember(stale, spent, time.monotonic())
             finally:
                 cache.read_over(stale, done)
@@ -131,6 +135,7 @@ class Metering:
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
     def _store_failed(self, op: str, cause: BaseException | str) -> None:
+        USAGE.failed(cause)
         self._failed(op, "usage store %s failed: %s", op, cause)
 
     def _failed(self, reason: str, message: str, *args: Any) -> None:

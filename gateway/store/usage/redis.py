@@ -172,7 +172,7 @@ class RedisUsage(UsageStore):
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
         keys = [usage_key(tenant, key_id if scope == "key" else "", period_name(period, now))
                 for scope, period in wants]
-        async with self._io.guard("usage_spent"):
+        async with self._io.guard("usage_spent", fail_open=True):  # a budget check fails open
             reply = await self._spent(keys=keys)
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         found = []
