@@ -60,8 +60,12 @@ class BudgetCheck:
         return (seen.cost_nano if self.usd else seen.tokens) >= self.threshold
 
 
-def refusal(check: BudgetCheck, spent: Spent, now: float) -> GatewayError:
+def refusal(check: BudgetCheck, spent: Spent, now: float, reserved: Spent | None = None) -> GatewayError:
+    """The 429; ``reserved``: what requests in flight hold of the budget (their estimates), when that counted."""
     used = f"{spent.cost_nano / NANO:.6f} USD" if check.unit == "usd" else f"{spent.tokens} tokens"
+    if reserved is not None and (reserved.cost_nano if check.unit == "usd" else reserved.tokens) > 0:
+        held = f"{reserved.cost_nano / NANO:.6f} USD" if check.unit == "usd" else f"{reserved.tokens} tokens"
+        used += f" (and requests in flight hold {held} more)"
     limit = f"{check.limit:g} USD" if check.unit == "usd" else f"{check.limit:g} tokens"
     when = {"day": "today (UTC)", "month": "this month (UTC)", "total": "in total"}[check.period]
     resets = reset_time(check.period, now)

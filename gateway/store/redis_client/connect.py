@@ -84,7 +84,7 @@ def _tls_kwargs(tls: StoreTls | None) -> dict[str, Any]:
             "ssl_keyfile": files.key_file, "ssl_check_hostname": files.check_hostname}
 
 
-class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):  # type: ignore[misc]
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """The Sentinel master's pool, blocking like the single-node one: past ``max_connections`` a command
     waits up to ``timeout`` for a free connection instead of failing at once with ``MaxConnectionsError``.
 
