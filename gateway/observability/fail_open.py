@@ -41,11 +41,12 @@ class FailOpen:
     def answered(self) -> None:
         """The store answered: a burst in progress ends (logged once, with its size)."""
         if self._count:
-            log.warning("store answers again: %s enforced again after %d fail-open(s)", self.what, self._count)
+            log.warning("store answers again (%s): %d operation(s) went ahead without it meanwhile", self.domain,
+                        self._count)
             self._count = 0
 
 
 LIMITS = FailOpen("limits", "rate limits are not enforced")
-BUDGETS = FailOpen("budgets", "budgets are judged on the last reading")
+BUDGETS = FailOpen("budgets", "budgets are not enforced")
 USAGE = FailOpen("usage", "usage counts are dropped")
 HEALTH = FailOpen("health", "shared target health is local only")
