@@ -103,18 +103,28 @@ def budget_checks(key: ApiKey, tenant_budget: Budget | None) -> list[BudgetCheck
 REFRESH_S = 1.0
 #: budget rows remembered per process (past it the memory starts over; they are re-read)
 MAX_CACHED = 100_000
+#: far from its limit a budget admits requests without a store call: while its last reading (spent
+#: plus reserved) and what this process admitted since stay under this share of the limit ...
+FAR_SHARE = 0.5
+#: ... and what this process admitted since that reading stays under this share (2 %, as a ``tpm``
+#: slice); a budget too small for one request's estimate in that share is exact per request
+LOCAL_SHARE = 0.02
 
 
 class Reading:
     """A budget row as this process knows it: the store's reading plus what this process recorded since."""
 
-    __slots__ = ("cost_nano", "period", "read_at", "tokens")
+    __slots__ = ("cost_nano", "local", "period", "read_at", "reserved", "tokens")
 
-    def __init__(self, read_at: float, period: Period, tokens: int, cost_nano: int) -> None:
+    def __init__(self, read_at: float, period: Period, tokens: int, cost_nano: int, reserved: int = 0) -> None:
         self.read_at = read_at  # monotonic
         self.period = period
         self.tokens = tokens
         self.cost_nano = cost_nano
+        #: what requests in flight had reserved at the reading, in the budget's unit
+        self.reserved = reserved
+        #: the estimates this process admitted since the reading without a store call, in the budget's unit
+        self.local = 0
 
     def spent(self) -> Spent:
         return Spent(self.tokens, self.cost_nano)
@@ -196,11 +206,36 @@ class SpentCache:
         if not done.done():
             done.set_result(None)
 
-    def remember(self, checks: list[BudgetCheck], spent: list[Spent], now: float) -> None:
+    def remember(self, checks: list[BudgetCheck], spent: list[Spent], now: float,
+                 reserved: list[Spent] | None = None) -> None:
         if len(self._seen) >= MAX_CACHED:
             self._seen.clear()
-        for check, amount in zip(checks, spent, strict=True):
-            self._seen[(check.scope, check.ident)] = Reading(now, check.period, amount.tokens, amount.cost_nano)
+        for index, (check, amount) in enumerate(zip(checks, spent, strict=True)):
+            held = reserved[index] if reserved is not None else None
+            self._seen[(check.scope, check.ident)] = Reading(
+                now, check.period, amount.tokens, amount.cost_nano,
+                0 if held is None else held.cost_nano if check.usd else held.tokens)
+
+    def take_local(self, checks: list[BudgetCheck], tokens: int, cost_nano: int) -> bool:
+        """Admit a request of this estimate without the store, when every budget is far from its limit.
+
+        True (and the estimate counted against the readings) when, for every check, the reading's
+        spent and reserved plus what this process admitted since, plus this request, stay under
+        ``FAR_SHARE`` of the limit, and what was admitted since stays under ``LOCAL_SHARE`` of it.
+        The caller has just seen every reading fresh (``judge_now`` False). Each process admits at
+        most ``LOCAL_SHARE`` of a budget per reading this way, reserving nothing.
+        """
+        seen_rows = self._seen
+        for check in checks:
+            seen = seen_rows[check.row]
+            amount = cost_nano if check.usd else tokens
+            local = seen.local + amount
+            used = (seen.cost_nano if check.usd else seen.tokens) + seen.reserved + local
+            if used > check.threshold * FAR_SHARE or local > check.threshold * LOCAL_SHARE:
+                return False
+        for check in checks:
+            seen_rows[check.row].local += cost_nano if check.usd else tokens
+        return True
 
     def spent(self, check: BudgetCheck) -> Spent | None:
         seen = self._seen.get((check.scope, check.ident))

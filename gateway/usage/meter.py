@@ -106,7 +106,7 @@ class Metering:
             return
         if BUDGETS.in_burst:
             BUDGETS.answered()
-        self._spent.remember(checks, spent, time.monotonic())  # the spending only: reservations come and go
+        self._spent.remember(checks, spent, time.monotonic(), reserved)
         if refused >= 0:
             raise refusal(checks[refused], spent[refused], time.time(), reserved[refused])
         meter.hold = rid
@@ -217,8 +217,13 @@ class Meter:
         if not checks:
             return None
         metering = self._metering
-        verdict = metering._spent.judge_now(checks, time.monotonic())
-        if verdict is not False and verdict is not True:
+        cache = metering._spent
+        verdict = cache.judge_now(checks, time.monotonic())
+        if verdict is False:  # fresh readings with room: far from every limit, admitted here
+            tokens, cost_nano = metering.estimate(self.key_id, body_bytes)
+            if cache.take_local(checks, tokens, cost_nano):
+                return None
+        elif verdict is not True:
             raise refusal(verdict[0], verdict[1], time.time())
         return metering._reserve(self, checks, body_bytes)
 

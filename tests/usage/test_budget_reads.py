@@ -89,3 +89,31 @@ async def test_the_estimate_learns_the_keys_typical_request() -> None:
     metering._learn("k1", 200, 5)
     assert metering.estimate("k1", BODY) == (200, 5), "a key whose requests cost 200 reserves 200"
     assert metering.estimate("k1", 4000)[0] == 1001, "a larger prompt than usual reserves its own size"
+
+
+async def test_far_from_the_limit_requests_are_admitted_without_the_store_up_to_a_small_share() -> None:
+    store = CountingUsage()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})
+    first = metering.meter(KEY).check_budget(BODY)
+    assert first is not None
+    await first  # no reading yet: reserved in the store, which answers with the reading
+    assert store.reserves == 1
+    # 2 % of 100,000 is 2,000 tokens: 66 requests of 30 without a store call, then one asks the store again.
+    for _ in range(66):
+        assert metering.meter(KEY).check_budget(BODY) is None
+    pending = metering.meter(KEY).check_budget(BODY)
+    assert pending is not None and store.reserves == 1
+    await pending
+    assert store.reserves == 2
+    assert metering.meter(KEY).check_budget(BODY) is None, "a new reading: a new local share"
+
+
+async def test_past_half_the_budget_every_request_reserves_in_the_store() -> None:
+    store = CountingUsage()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})
+    await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=50_000), time.time())
+    for count in range(1, 4):
+        pending = metering.meter(KEY).check_budget(BODY)
+        assert pending is not None, "the reading says half the budget is used: exact again"
+        await pending
+        assert store.reserves == count
