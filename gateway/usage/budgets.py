@@ -48,12 +48,18 @@ class BudgetCheck:
     #: there that exhausts it: one test and one comparison per check on the request path
     usd: bool = field(init=False, compare=False)
     threshold: float = field(init=False, compare=False)
+    #: ``take_local``'s caps, made once: ``FAR_SHARE`` and ``LOCAL_SHARE`` of ``threshold``
+    far_cap: float = field(init=False, compare=False)
+    local_cap: float = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "row", (self.scope, self.ident))
         usd = self.unit == "usd"
         object.__setattr__(self, "usd", usd)
-        object.__setattr__(self, "threshold", self.limit * NANO if usd else self.limit)
+        threshold = self.limit * NANO if usd else self.limit
+        object.__setattr__(self, "threshold", threshold)
+        object.__setattr__(self, "far_cap", threshold * FAR_SHARE)
+        object.__setattr__(self, "local_cap", threshold * LOCAL_SHARE)
 
     def exhausted(self, seen: Reading) -> bool:
         """``seen`` has spent this budget."""
@@ -226,12 +232,24 @@ class SpentCache:
         most ``LOCAL_SHARE`` of a budget per reading this way, reserving nothing.
         """
         seen_rows = self._seen
+        if len(checks) == 1:  # the common case: one budget, one pass
+            check = checks[0]
+            seen = seen_rows[check.row]
+            if check.usd:
+                local = seen.local + cost_nano
+                used = seen.cost_nano + seen.reserved + local
+            else:
+                local = seen.local + tokens
+                used = seen.tokens + seen.reserved + local
+            if local > check.local_cap or used > check.far_cap:
+                return False
+            seen.local = local
+            return True
         for check in checks:
             seen = seen_rows[check.row]
-            amount = cost_nano if check.usd else tokens
-            local = seen.local + amount
+            local = seen.local + (cost_nano if check.usd else tokens)
             used = (seen.cost_nano if check.usd else seen.tokens) + seen.reserved + local
-            if used > check.threshold * FAR_SHARE or local > check.threshold * LOCAL_SHARE:
+            if local > check.local_cap or used > check.far_cap:
                 return False
         for check in checks:
             seen_rows[check.row].local += cost_nano if check.usd else tokens

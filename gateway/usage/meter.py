@@ -147,7 +147,12 @@ class Metering:
                 metrics.COST.inc(label, route, amount=cost_nano / NANO)
             if meter.checks:
                 self._spent.add(meter.checks, prompt + completion, cost_nano)
-                self._learn(key_id, prompt + completion, cost_nano)
+                typical = self._typical.get(key_id)
+                if typical is None:
+                    self._learn(key_id, prompt + completion, cost_nano)
+                else:  # ``_learn``, inlined for the common case
+                    typical[0] += (prompt + completion - typical[0]) * _TYPICAL_WEIGHT
+                    typical[1] += (cost_nano - typical[1]) * _TYPICAL_WEIGHT
         if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time(), meter.hold):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
@@ -220,8 +225,15 @@ class Meter:
         cache = metering._spent
         verdict = cache.judge_now(checks, time.monotonic())
         if verdict is False:  # fresh readings with room: far from every limit, admitted here
-            tokens, cost_nano = metering.estimate(self.key_id, body_bytes)
-            if cache.take_local(checks, tokens, cost_nano):
+            # ``Metering.estimate``, inlined: this is every budgeted request's path
+            prompt = body_bytes // BYTES_PER_TOKEN + 1
+            typical = metering._typical.get(self.key_id)
+            if typical is None:
+                taken = cache.take_local(checks, prompt, 0)
+            else:
+                usual = typical[0]
+                taken = cache.take_local(checks, prompt if prompt > usual else int(usual), int(typical[1]))
+            if taken:
                 return None
         elif verdict is not True:
             raise refusal(verdict[0], verdict[1], time.time())
