@@ -1,17 +1,23 @@
-"""Budgets of keys and tenants: checked before every request and every resume, from the usage aggregates.
+"""Budgets of keys and tenants: checked before every request and every resume.
 
-The check reads the usage rows (one script call; the month and total rows exist for exactly this)
-at most once a second per budget and process (``SpentCache``): a store round trip costs a request
-about as much as everything else it does. One reading per row is in flight at a time: the requests
-that arrive meanwhile are judged on the previous reading (only the first requests of a row, which
-have none, wait for it), so a process at any concurrency still reads a row once per ``REFRESH_S``.
-Between two readings the process adds what it records itself, so its own traffic counts at once;
-other replicas' traffic shows within ``REFRESH_S`` plus their ``usage.flush_s``. A key or tenant
-without a budget costs nothing. It is a soft limit: spending is compared before a request starts,
-so a loop that crosses the budget mid-way finishes, and requests already running when it is
-crossed finish too; the next one is refused with 429 ``insufficient_quota``. A store that cannot
-answer lets the request through (logged, counted in
-``loopgate_usage_store_failures_total{op="budget_check"}``): an outage of the accounting store
+Admission reserves the request's estimate, as ``tpm`` does: one atomic script call in the store
+refuses the request when a budget's row has spent, plus what requests in flight reserved, its
+limit, and otherwise reserves the estimate on every row (the key's budget and its tenant's) until
+the request's usage is recorded (the reservation goes back in the same write) or its lease ends.
+So a burst stops at the budget on every replica at once; the overshoot is at most what requests
+in flight when it ran out spend above what they reserved.
+
+Far from the limit a store call per request would cost about as much as the rest of a request,
+so each reading (every store call answers with one; ``SpentCache``) lets this process admit
+requests on its own while the reading's spent and reserved plus what it admitted since stay under
+``FAR_SHARE`` (half) of the limit, and what it admitted since under ``LOCAL_SHARE`` (2 %) of it
+(``take_local``): those reserve nothing, at most 2 % of a budget per process and reading. A
+reading older than ``REFRESH_S``, or a budget nearer its limit, asks the store again. A budget
+this process saw exhausted is refused from its reading, without a store call; between readings
+the process adds what it records itself. A key or tenant without a budget costs nothing. A store
+that cannot answer (down, or hung past ``store.fail_open_ms``) lets the request through, counted
+in ``loopgate_store_fail_open_total{domain="budgets"}`` and
+``loopgate_usage_store_failures_total{op="budget_check"}``: an outage of the accounting store
 does not take the gateway down with it.
 
 Every surface that runs the loop (chat completions, both resume ways, the Responses API) calls
