@@ -147,12 +147,11 @@ class Metering:
                 metrics.COST.inc(label, route, amount=cost_nano / NANO)
             if meter.checks:
                 self._spent.add(meter.checks, prompt + completion, cost_nano)
-                typical = self._typical.get(key_id)
-                if typical is None:
+                if meter.hold is not None:
+                    # Learned from the requests that reserved (a key's first one always does, and every
+                    # one near a limit, where the estimate matters); far from it the request path
+                    # stays free of the bookkeeping.
                     self._learn(key_id, prompt + completion, cost_nano)
-                else:  # ``_learn``, inlined for the common case
-                    typical[0] += (prompt + completion - typical[0]) * _TYPICAL_WEIGHT
-                    typical[1] += (cost_nano - typical[1]) * _TYPICAL_WEIGHT
         if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time(), meter.hold):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
@@ -211,9 +210,11 @@ class Meter:
     def check_budget(self, body_bytes: int = 0) -> Coroutine[Any, Any, None] | None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        None for a key without budgets. A budget this process last saw exhausted (a reading at most
-        ``REFRESH_S`` old, plus what it recorded since) is refused here, with no store call;
-        otherwise the coroutine to await, which reserves the request's estimate in the store
+        None for a key without budgets, and for a request admitted here far from every limit
+        (``SpentCache.take_local``: fresh readings under half the limit, 2 % of it per reading). A
+        budget this process last saw exhausted (a reading at most ``REFRESH_S`` old, plus what it
+        recorded since) is refused here, with no store call; otherwise the coroutine to await,
+        which reserves the request's estimate in the store
         (``Metering.estimate``), so a burst stops as soon as the reserved and the spent reach the
         budget: the overshoot is at most what the requests admitted before that spend above their
         estimates. A store failure lets the request through (see gateway/usage/budgets.py).
