@@ -97,16 +97,22 @@ class Metering:
         tokens, cost_nano = self.estimate(meter.key_id, body_bytes)
         rid = self._rid_prefix + str(next(self._rids))
         wants = [Want(check.scope, check.period, check.usd, int(check.threshold)) for check in checks]
+        cache = self._spent
+        # While this call renews the readings, requests far from the limit are judged on the last ones
+        # (``judge_now``) instead of each asking the store too.
+        renewing = cache.reading(checks)
         try:
             refused, spent, reserved = await store.reserve(meter.tenant, meter.key_id, wants, tokens, cost_nano, rid,
-                                                 self.lease_s, time.time())
+                                                           self.lease_s, time.time())
         except Exception as exc:  # a hung store: after store.fail_open_ms
             BUDGETS.failed(exc if str(exc) else "no answer in time")
             self._failed("budget_check", "budget check failed, request let through: %s", exc)
             return
+        finally:
+            cache.read_over(checks, renewing)
         if BUDGETS.in_burst:
             BUDGETS.answered()
-        self._spent.remember(checks, spent, time.monotonic(), reserved)
+        cache.remember(checks, spent, time.monotonic(), reserved)
         if refused >= 0:
             raise refusal(checks[refused], spent[refused], time.time(), reserved[refused])
         meter.hold = rid

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,33 @@ async def test_past_half_the_budget_every_request_reserves_in_the_store() -> Non
         assert pending is not None, "the reading says half the budget is used: exact again"
         await pending
         assert store.reserves == count
+
+
+async def test_while_a_reading_is_renewed_far_requests_use_the_last_one() -> None:
+    from gateway.usage.budgets import REFRESH_S
+
+    class Gated(CountingUsage):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.gate.set()
+
+        async def reserve(self, *args: Any, **kwargs: Any) -> tuple[int, list[Spent], list[Spent]]:
+            await self.gate.wait()
+            return await super().reserve(*args, **kwargs)
+
+    store = Gated()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})
+    first = metering.meter(KEY).check_budget(BODY)
+    assert first is not None
+    await first
+    for seen in metering._spent._seen.values():
+        seen.read_at -= REFRESH_S  # the reading got old: the next request renews it
+    store.gate.clear()
+    renewing = asyncio.ensure_future(metering.meter(KEY).check_budget(BODY))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    # Before, every request that found the reading old asked the store too.
+    assert all(metering.meter(KEY).check_budget(BODY) is None for _ in range(10))
+    store.gate.set()
+    await renewing
+    assert store.reserves == 2
