@@ -60,6 +60,8 @@ class TargetHealth:
         self._cooldown = cooldown_s
         self._shared = shared
         self._states: dict[str, _State] = {}
+        #: the targets whose shared state the refresher reads (every resolved one: bounded by the config)
+        self._tracked: set[str] = set()
         self.refresh_s = self.SHARED_REFRESH_S if refresh_s is None else refresh_s
         self._reports: asyncio.Queue[tuple[str, bool]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -81,23 +83,22 @@ class TargetHealth:
         self._tasks = []
 
     def track(self, target: str) -> None:
-        """Know ``target`` (a configured one, at start-up): its shared state is refreshed from now on."""
-        self._state(target)
+        """Know ``target`` (a resolved one): its shared state is refreshed from now on."""
+        self._tracked.add(target)
 
     async def refresh(self) -> None:
         """Read the shared "open until" of every known target into the local state (the refresher's step)."""
         shared = self._shared
         if shared is None:
             return
-        targets = list(self._states)
+        targets = list(self._tracked.union(self._states))
         found = await asyncio.gather(*(shared.health_open_until(t) for t in targets), return_exceptions=True)
         failure = None
         for target, until in zip(targets, found, strict=True):
             if isinstance(until, BaseException):
                 failure = until
                 continue
-            state = self._states.get(target)
-            if state is not None and until and until > state.open_until:
+            if until and until > (state := self._state(target)).open_until:
                 state.open_until = until
         if failure is not None:
             raise failure
