@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import Gateway, gateway_config
+from tests.e2e.conftest import E2E_FAIL_OPEN_MS, Gateway, gateway_config
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.redis_servers import RedisProcess, start_or_skip, start_redis
 
@@ -69,9 +69,9 @@ def test_a_frozen_redis_costs_plain_requests_nothing_and_the_rest_a_bounded_wait
         frozen_redis: RedisProcess, fakes: dict[str, FakeUpstream]) -> None:
     url = f"redis://127.0.0.1:{frozen_redis.port}/0"
     config = gateway_config(fakes, store_url=url).replace("auth:\n  keys:\n", KEYS, 1)
-    config = config.replace(f'store: {{url: "{url}", ', f'store: {{url: "{url}", fail_open_ms: {FAIL_OPEN_MS}, '
-                                                        f"timeout_ms: {TIMEOUT_MS}, ")
-    assert f"fail_open_ms: {FAIL_OPEN_MS}" in config
+    config = config.replace(f"fail_open_ms: {E2E_FAIL_OPEN_MS}",
+                            f"fail_open_ms: {FAIL_OPEN_MS}, timeout_ms: {TIMEOUT_MS}")
+    assert f"fail_open_ms: {FAIL_OPEN_MS}, timeout_ms" in config
     gw = Gateway(config).start()
     try:
         for key in ("test-key", "limited-key", "budget-key"):  # warm: connections, leases, readings

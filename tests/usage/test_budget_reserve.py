@@ -35,7 +35,8 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[UsageS
         if IN_CI:
             pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
         pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-    first, second = RedisStore(REDIS_URL), RedisStore(REDIS_URL)
+    # fail_open_timeout: a starved event loop on a busy machine must not turn a decision into a fail-open.
+    first, second = RedisStore(REDIS_URL, fail_open_timeout=1.0), RedisStore(REDIS_URL, fail_open_timeout=1.0)
     yield RedisUsage(first.io, flush_s=0.01), RedisUsage(second.io, flush_s=0.01)
     await client.flushdb()
     await client.aclose()
