@@ -180,7 +180,7 @@ class Work:
         key, meter = self.key, self.meter
         assert key is not None and meter is not None, "authenticate first"
         lifecycle = self.lifecycle
-        pending = meter.check_budget()
+        pending = meter.check_budget(body_bytes)
         if pending is not None:
             await pending
         limits = lifecycle.limits

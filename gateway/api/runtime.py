@@ -120,6 +120,7 @@ class Runtime:
         undo.push_async_callback(mcp.stop)
         shared = store if store.kind == "redis" else None
         health = TargetHealth(config.routing.breaker_failures, config.routing.breaker_cooldown_s, shared)
+        health.start()  # shared circuit state: refreshed and written in the background, never on the request path
         router = Router(config.providers, config.routing, pool, health)
         routes = RouteTable(config, router)
         notifier = Notifier(config.notifications, config.server.public_url, store)
@@ -158,6 +159,7 @@ class Runtime:
         await self.continuations.notifier.stop()
         await self.key_sync.stop()
         await self.mcp.stop()
+        await self.router.health.aclose()
         await self.pool.aclose()
         await self.tools.aclose()
         await self.tool_session.close()

@@ -10,8 +10,12 @@ from urllib.parse import urlparse
 from gateway.config.checks import ConfigError, get, mapping, positive, type_name
 
 STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
-              "wait_timeout_ms", "memory_max_bytes", "tenant_max_stored_bytes"}
-STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file"}
+              "wait_timeout_ms", "memory_max_bytes", "tenant_max_stored_bytes", "timeout_ms", "fail_open_ms"}
+STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file", "check_hostname"}
+#: ``store.timeout_ms``: the deadline of every store operation that must succeed (a pause, a record)
+DEFAULT_TIMEOUT_MS = 1000
+#: ``store.fail_open_ms``: how long limits, budgets and usage wait for the store before failing open
+DEFAULT_FAIL_OPEN_MS = 100
 SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
 
 #: what the embedded store may hold in all (split between its domains: store/bounded.py MEMORY_SHARES)
@@ -31,6 +35,9 @@ class StoreTls:
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    #: the server certificate must name the host connected to (off only for certificates issued to IPs
+    #: the clients do not use, e.g. behind a TCP proxy)
+    check_hostname: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,10 @@ class StoreConfig:
     memory_max_bytes: int = DEFAULT_MEMORY_MAX_BYTES
     #: a tenant's stored Responses bytes past which ``store: true`` requests are refused (0: no quota)
     tenant_max_stored_bytes: int = DEFAULT_TENANT_MAX_STORED_BYTES
+    #: deadline of each store operation that must succeed: past it a pause is a 503, never acknowledged
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    #: limits, budgets and usage give up on the store after this long and let the request through
+    fail_open_ms: int = DEFAULT_FAIL_OPEN_MS
 
     @property
     def kind(self) -> str:
@@ -96,10 +107,17 @@ def store_section(raw: Any) -> StoreConfig:
     if not 0 <= quota <= 1 << 50:
         raise ConfigError("store.tenant_max_stored_bytes", f"must be 0 (no quota) or a byte count up to {1 << 50}, "
                           f"got {quota}")
+    timeout_ms = get(section, "timeout_ms", "store", int, DEFAULT_TIMEOUT_MS)
+    if not 10 <= timeout_ms <= 60_000:
+        raise ConfigError("store.timeout_ms", f"must be between 10 and 60000, got {timeout_ms}")
+    fail_open_ms = get(section, "fail_open_ms", "store", int, DEFAULT_FAIL_OPEN_MS)
+    if not 1 <= fail_open_ms <= timeout_ms:
+        raise ConfigError("store.fail_open_ms", f"must be between 1 and store.timeout_ms ({timeout_ms}), "
+                          f"got {fail_open_ms}")
     config = StoreConfig(url=url, continuation_ttl_s=int(positive(ttl, "store.continuation_ttl_s")),
                          username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
-                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms,
-                         memory_max_bytes=memory_max, tenant_max_stored_bytes=quota)
+                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms, timeout_ms=timeout_ms,
+                         fail_open_ms=fail_open_ms, memory_max_bytes=memory_max, tenant_max_stored_bytes=quota)
     _check_store(config, section)
     return config
 
@@ -165,7 +183,7 @@ def _store_tls(raw: Any) -> StoreTls | None:
         files[key] = path
     if (files["cert_file"] is None) != (files["key_file"] is None):
         raise ConfigError("store.tls", "a client certificate needs both cert_file and key_file")
-    return StoreTls(**files)
+    return StoreTls(**files, check_hostname=get(section, "check_hostname", "store.tls", bool, True))
 
 
 def _sentinel(raw: Any) -> StoreSentinel | None:

@@ -7,18 +7,22 @@ the ``Admission`` it returns settles afterwards: the reported usage minus the es
 (or given back) and the slot freed, again in one step. Far from a limit on Redis both steps are
 usually local (the limiter's leased allowance, gateway/store/limits/lease.py).
 
-A store outage fails open: the request runs unlimited (logged, at most once a minute), because
-a limiter that takes every caller down with it protects nothing. Budgets are separate
-(their own module) and decide for themselves.
+A store outage fails open: the request runs unlimited, because a limiter that takes every caller
+down with it protects nothing. A store that is down answers at once; one that is hung (connections
+open, no answers) is given up on after ``store.fail_open_ms`` (default 100 ms) for the admission
+and again for the settling. Each fail-open is counted in
+``loopgate_store_fail_open_total{domain="limits"}`` and logged once per burst
+(gateway/observability/fail_open.py). Budgets are separate (their own module) and decide for
+themselves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import math
 import secrets
-import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, NamedTuple
 
@@ -27,6 +31,7 @@ from gateway.config.model import ApiKey, Config
 from gateway.errors import GatewayError
 from gateway.loop.engine import LoopEvent
 from gateway.loop.events import Finished
+from gateway.observability.fail_open import LIMITS
 from gateway.store.errors import StoreUnavailable
 from gateway.store.limits.base import Decision, LimitScope, RateLimiter, Settled, reset_seconds
 
@@ -43,9 +48,10 @@ class RateLimits:
     def __init__(self, limiter: RateLimiter, config: Config) -> None:
         self.limiter = limiter
         self.lease_s = config.routing.request_timeout_s + 60.0
+        #: the longest a limited request waits for the store before it fails open (``store.fail_open_ms``)
+        self.fail_open_s = config.store.fail_open_ms / 1000
         self.tenants = {name: LimitScope("tenant", name, t.rpm or 0, t.tpm or 0, t.max_concurrent or 0)
                         for name, t in config.tenants.items() if t.limits.any}
-        self._outage_logged = 0.0
         self.runs_per_key = config.background.max_runs_per_key
         self.runs_per_tenant = config.background.max_runs_per_tenant
         # Per key id: the key object it was built for (a reload or an edit makes a new one), its
@@ -92,10 +98,13 @@ class RateLimits:
                                 member: str) -> Admission | None:
         """The store's decision (a store outage fails open: None)."""
         try:
-            decision = await verdict
-        except StoreUnavailable as exc:
-            self._outage(exc)
+            async with asyncio.timeout(self.fail_open_s):
+                decision = await verdict
+        except (StoreUnavailable, TimeoutError) as exc:
+            LIMITS.failed(exc if str(exc) else f"no answer within {self.fail_open_s}s")
             return None
+        if LIMITS.in_burst:
+            LIMITS.answered()
         return self._admitted(key, plan.scopes, plan.settle, estimate, member, decision)
 
     def _plan(self, key: ApiKey) -> KeyPlan:
@@ -128,9 +137,10 @@ class RateLimits:
             return None
         member = self._member_prefix + str(next(self._members))
         try:
-            verdict = await self.limiter.admit(key.tenant, scopes, 0, member, self.lease_s)
-        except StoreUnavailable as exc:
-            self._outage(exc)
+            async with asyncio.timeout(self.fail_open_s):
+                verdict = await self.limiter.admit(key.tenant, scopes, 0, member, self.lease_s)
+        except (StoreUnavailable, TimeoutError) as exc:
+            LIMITS.failed(exc if str(exc) else f"no answer within {self.fail_open_s}s")
             return None
         if not verdict.allowed:
             # Both caps are one atomic take; the verdict does not say which of them refused.
@@ -141,12 +151,6 @@ class RateLimits:
                                f"({', '.join(caps)}); retry when one ends", "rate_limit_error",
                                code="too_many_background_responses", headers={"retry-after": "1"})
         return Admission(self.limiter, key.tenant, scopes, 0, member, [], True, verdict.ticket)
-
-    def _outage(self, exc: StoreUnavailable) -> None:
-        now = time.monotonic()
-        if now - self._outage_logged > 60:
-            self._outage_logged = now
-            log.warning("rate limits are not enforced while the store does not answer (failing open): %s", exc)
 
     def _admitted(self, key: ApiKey, scopes: tuple[LimitScope, ...], settle: bool, estimate: int, member: str,
                   verdict: Decision) -> Admission:
@@ -198,15 +202,16 @@ class Admission:
         extra = (0 if usage is None else usage.prompt_tokens + usage.completion_tokens) - self._estimate
         try:
             remote = self._limiter.settle(self._tenant, self._scopes, extra, self._member, self._ticket)
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
+            LIMITS.failed(exc)
             return None
         return None if isinstance(remote, Settled) else self._settle_remote(remote)
 
     async def _settle_remote(self, remote: Coroutine[Any, Any, None]) -> None:
         try:
-            await remote
-        except StoreUnavailable:
-            return  # on an outage the slot's lease frees it, and the estimate stands as the count
+            await remote  # bounded by ``store.fail_open_ms`` (the limiter's script calls fail open)
+        except StoreUnavailable as exc:
+            LIMITS.failed(exc)  # on an outage the slot's lease frees it, and the estimate stands as the count
 
     async def observe(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """``events`` passed through; at their end (or on close) the request is settled with its usage."""

@@ -117,6 +117,9 @@ COST = Counter("loopgate_cost_usd_total", "Cost in USD of priced model calls by 
 USAGE_STORE_FAILURES = Counter("loopgate_usage_store_failures_total",
                                "Usage store operations that failed: write, dropped (too many writes waiting), "
                                "budget_check (the request was let through)", ("op",))
+STORE_FAIL_OPEN = Counter("loopgate_store_fail_open_total",
+                          "Operations that went ahead without the store because it did not answer within "
+                          "store.fail_open_ms (limits, budgets) or store.timeout_ms (usage, health)", ("domain",))
 TRACE_SPANS_DROPPED = Counter("loopgate_trace_spans_dropped_total",
                               "Trace spans not exported, by reason (buffer_full: the buffer for the exporter "
                               "process was full; exporter_down: that process had died; too_large: over "
@@ -137,7 +140,7 @@ ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT
        STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
        TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,
-       KEY_LOOKUPS, STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS)
+       KEY_LOOKUPS, STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS, STORE_FAIL_OPEN)
 
 
 def render_all() -> str:

@@ -306,10 +306,11 @@ class Router:
         for target in targets:
             provider = self._providers[target.provider]
             adapter = adapter_for(provider.type)
-            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter,
-                                           f"{target.provider}:*" if direct else target.label,
+            label = f"{target.provider}:*" if direct else target.label
+            resolved.append(ResolvedTarget(target.label, provider, target.model, adapter, label,
                                            known_window(provider.type, target.model),
                                            getattr(adapter, "in_process", False), target.dimensions))
+            self.health.track(label)  # its shared circuit state is refreshed in the background from now on
         return tuple(resolved)
 
     def _all_healthy(self, targets: Sequence[ResolvedTarget]) -> bool:

@@ -48,7 +48,8 @@ def open_configured_store(config: StoreConfig) -> Store:
         return open_store(config.url, memory_max_bytes=config.memory_max_bytes)
     return open_store(config.url, username=config.username, password=config.password, tls=config.tls,
                       cluster=config.cluster, sentinel=config.sentinel, wait_replicas=config.wait_replicas,
-                      wait_timeout_ms=config.wait_timeout_ms)
+                      wait_timeout_ms=config.wait_timeout_ms, op_timeout=config.timeout_ms / 1000,
+                      fail_open_timeout=config.fail_open_ms / 1000)
 
 
 def _redis_io(store: Store) -> RedisIO | None:

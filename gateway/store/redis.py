@@ -26,12 +26,14 @@ class RedisStore(RedisContinuations, RedisAudit, RedisHealth, Store):
     def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
                  tls: StoreTls | None = None, cluster: bool = False, sentinel: StoreSentinel | None = None,
                  wait_replicas: int = 0, wait_timeout_ms: int = 500, socket_connect_timeout: float = 2.0,
-                 socket_timeout: float = 2.0, op_timeout: float = 3.0, max_connections: int = 256,
+                 socket_timeout: float = 2.0, op_timeout: float = 1.0, fail_open_timeout: float = 0.1,
+                 max_connections: int = 256,
                  pool_timeout: float = 2.0, audit_max: int = 10_000, health_check_interval: float = 30.0) -> None:
         io = RedisIO(url, username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
                      wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms,
                      socket_connect_timeout=socket_connect_timeout, socket_timeout=socket_timeout,
-                     op_timeout=op_timeout, max_connections=max_connections, pool_timeout=pool_timeout,
+                     op_timeout=op_timeout, fail_open_timeout=fail_open_timeout, max_connections=max_connections,
+                     pool_timeout=pool_timeout,
                      health_check_interval=health_check_interval)
         RedisContinuations.__init__(self, io)
         RedisAudit.__init__(self, io, audit_max)

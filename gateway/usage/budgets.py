@@ -1,17 +1,23 @@
-"""Budgets of keys and tenants: checked before every request and every resume, from the usage aggregates.
+"""Budgets of keys and tenants: checked before every request and every resume.
 
-The check reads the usage rows (one script call; the month and total rows exist for exactly this)
-at most once a second per budget and process (``SpentCache``): a store round trip costs a request
-about as much as everything else it does. One reading per row is in flight at a time: the requests
-that arrive meanwhile are judged on the previous reading (only the first requests of a row, which
-have none, wait for it), so a process at any concurrency still reads a row once per ``REFRESH_S``.
-Between two readings the process adds what it records itself, so its own traffic counts at once;
-other replicas' traffic shows within ``REFRESH_S`` plus their ``usage.flush_s``. A key or tenant
-without a budget costs nothing. It is a soft limit: spending is compared before a request starts,
-so a loop that crosses the budget mid-way finishes, and requests already running when it is
-crossed finish too; the next one is refused with 429 ``insufficient_quota``. A store that cannot
-answer lets the request through (logged, counted in
-``loopgate_usage_store_failures_total{op="budget_check"}``): an outage of the accounting store
+Admission reserves the request's estimate, as ``tpm`` does: one atomic script call in the store
+refuses the request when a budget's row has spent, plus what requests in flight reserved, its
+limit, and otherwise reserves the estimate on every row (the key's budget and its tenant's) until
+the request's usage is recorded (the reservation goes back in the same write) or its lease ends.
+So a burst stops at the budget on every replica at once; the overshoot is at most what requests
+in flight when it ran out spend above what they reserved.
+
+Far from the limit a store call per request would cost about as much as the rest of a request,
+so each reading (every store call answers with one; ``SpentCache``) lets this process admit
+requests on its own while the reading's spent and reserved plus what it admitted since stay under
+``FAR_SHARE`` (half) of the limit, and what it admitted since under ``LOCAL_SHARE`` (2 %) of it
+(``take_local``): those reserve nothing, at most 2 % of a budget per process and reading. A
+reading older than ``REFRESH_S``, or a budget nearer its limit, asks the store again. A budget
+this process saw exhausted is refused from its reading, without a store call; between readings
+the process adds what it records itself. A key or tenant without a budget costs nothing. A store
+that cannot answer (down, or hung past ``store.fail_open_ms``) lets the request through, counted
+in ``loopgate_store_fail_open_total{domain="budgets"}`` and
+``loopgate_usage_store_failures_total{op="budget_check"}``: an outage of the accounting store
 does not take the gateway down with it.
 
 Every surface that runs the loop (chat completions, both resume ways, the Responses API) calls
@@ -48,20 +54,30 @@ class BudgetCheck:
     #: there that exhausts it: one test and one comparison per check on the request path
     usd: bool = field(init=False, compare=False)
     threshold: float = field(init=False, compare=False)
+    #: ``take_local``'s caps, made once: ``FAR_SHARE`` and ``LOCAL_SHARE`` of ``threshold``
+    far_cap: float = field(init=False, compare=False)
+    local_cap: float = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "row", (self.scope, self.ident))
         usd = self.unit == "usd"
         object.__setattr__(self, "usd", usd)
-        object.__setattr__(self, "threshold", self.limit * NANO if usd else self.limit)
+        threshold = self.limit * NANO if usd else self.limit
+        object.__setattr__(self, "threshold", threshold)
+        object.__setattr__(self, "far_cap", threshold * FAR_SHARE)
+        object.__setattr__(self, "local_cap", threshold * LOCAL_SHARE)
 
     def exhausted(self, seen: Reading) -> bool:
         """``seen`` has spent this budget."""
         return (seen.cost_nano if self.usd else seen.tokens) >= self.threshold
 
 
-def refusal(check: BudgetCheck, spent: Spent, now: float) -> GatewayError:
+def refusal(check: BudgetCheck, spent: Spent, now: float, reserved: Spent | None = None) -> GatewayError:
+    """The 429; ``reserved``: what requests in flight hold of the budget (their estimates), when that counted."""
     used = f"{spent.cost_nano / NANO:.6f} USD" if check.unit == "usd" else f"{spent.tokens} tokens"
+    if reserved is not None and (reserved.cost_nano if check.unit == "usd" else reserved.tokens) > 0:
+        held = f"{reserved.cost_nano / NANO:.6f} USD" if check.unit == "usd" else f"{reserved.tokens} tokens"
+        used += f" (and requests in flight hold {held} more)"
     limit = f"{check.limit:g} USD" if check.unit == "usd" else f"{check.limit:g} tokens"
     when = {"day": "today (UTC)", "month": "this month (UTC)", "total": "in total"}[check.period]
     resets = reset_time(check.period, now)
@@ -99,18 +115,28 @@ def budget_checks(key: ApiKey, tenant_budget: Budget | None) -> list[BudgetCheck
 REFRESH_S = 1.0
 #: budget rows remembered per process (past it the memory starts over; they are re-read)
 MAX_CACHED = 100_000
+#: far from its limit a budget admits requests without a store call: while its last reading (spent
+#: plus reserved) and what this process admitted since stay under this share of the limit ...
+FAR_SHARE = 0.5
+#: ... and what this process admitted since that reading stays under this share (2 %, as a ``tpm``
+#: slice); a budget too small for one request's estimate in that share is exact per request
+LOCAL_SHARE = 0.02
 
 
 class Reading:
     """A budget row as this process knows it: the store's reading plus what this process recorded since."""
 
-    __slots__ = ("cost_nano", "period", "read_at", "tokens")
+    __slots__ = ("cost_nano", "local", "period", "read_at", "reserved", "tokens")
 
-    def __init__(self, read_at: float, period: Period, tokens: int, cost_nano: int) -> None:
+    def __init__(self, read_at: float, period: Period, tokens: int, cost_nano: int, reserved: int = 0) -> None:
         self.read_at = read_at  # monotonic
         self.period = period
         self.tokens = tokens
         self.cost_nano = cost_nano
+        #: what requests in flight had reserved at the reading, in the budget's unit
+        self.reserved = reserved
+        #: the estimates this process admitted since the reading without a store call, in the budget's unit
+        self.local = 0
 
     def spent(self) -> Spent:
         return Spent(self.tokens, self.cost_nano)
@@ -192,11 +218,48 @@ class SpentCache:
         if not done.done():
             done.set_result(None)
 
-    def remember(self, checks: list[BudgetCheck], spent: list[Spent], now: float) -> None:
+    def remember(self, checks: list[BudgetCheck], spent: list[Spent], now: float,
+                 reserved: list[Spent] | None = None) -> None:
         if len(self._seen) >= MAX_CACHED:
             self._seen.clear()
-        for check, amount in zip(checks, spent, strict=True):
-            self._seen[(check.scope, check.ident)] = Reading(now, check.period, amount.tokens, amount.cost_nano)
+        for index, (check, amount) in enumerate(zip(checks, spent, strict=True)):
+            held = reserved[index] if reserved is not None else None
+            self._seen[(check.scope, check.ident)] = Reading(
+                now, check.period, amount.tokens, amount.cost_nano,
+                0 if held is None else held.cost_nano if check.usd else held.tokens)
+
+    def take_local(self, checks: list[BudgetCheck], tokens: int, cost_nano: int) -> bool:
+        """Admit a request of this estimate without the store, when every budget is far from its limit.
+
+        True (and the estimate counted against the readings) when, for every check, the reading's
+        spent and reserved plus what this process admitted since, plus this request, stay under
+        ``FAR_SHARE`` of the limit, and what was admitted since stays under ``LOCAL_SHARE`` of it.
+        The caller has just seen every reading fresh (``judge_now`` False). Each process admits at
+        most ``LOCAL_SHARE`` of a budget per reading this way, reserving nothing.
+        """
+        seen_rows = self._seen
+        if len(checks) == 1:  # the common case: one budget, one pass
+            check = checks[0]
+            seen = seen_rows[check.row]
+            if check.usd:
+                local = seen.local + cost_nano
+                used = seen.cost_nano + seen.reserved + local
+            else:
+                local = seen.local + tokens
+                used = seen.tokens + seen.reserved + local
+            if local > check.local_cap or used > check.far_cap:
+                return False
+            seen.local = local
+            return True
+        for check in checks:
+            seen = seen_rows[check.row]
+            local = seen.local + (cost_nano if check.usd else tokens)
+            used = (seen.cost_nano if check.usd else seen.tokens) + seen.reserved + local
+            if local > check.local_cap or used > check.far_cap:
+                return False
+        for check in checks:
+            seen_rows[check.row].local += cost_nano if check.usd else tokens
+        return True
 
     def spent(self, check: BudgetCheck) -> Spent | None:
         seen = self._seen.get((check.scope, check.ident))

@@ -12,8 +12,9 @@ were paid for.
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import logging
+import secrets
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -22,13 +23,18 @@ from gateway.config.model import ApiKey, Budget
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.observability import metrics
-from gateway.store.usage.base import UsageStore
+from gateway.observability.fail_open import BUDGETS, USAGE
+from gateway.store.usage.base import UsageStore, Want
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import NANO, Pricing, usd
 
 log = logging.getLogger("loopgate.usage")
 
 _LOG_EVERY_S = 10.0
+#: how much a key's typical request (tokens, nano-USD) moves towards each new one (moving average)
+_TYPICAL_WEIGHT = 0.2
+#: bytes of request body per estimated prompt token (as the rate limits estimate)
+BYTES_PER_TOKEN = 4
 #: keys whose budget checks are remembered (past it the memory starts over; they are rebuilt)
 MAX_CACHED_KEYS = 10_000
 
@@ -48,6 +54,13 @@ class Metering:
         # Tenant label values come from the config only: a managed key's made-up tenant is "other".
         self._tenant_labels = tenants
         self._logged_at = 0.0
+        #: how long a budget reservation lasts when its request never reports back (a crash)
+        self.lease_s = 3600.0
+        # key id -> [tokens, nano-USD] of its typical request (a moving average of what it recorded)
+        self._typical: dict[str, list[float]] = {}
+        # Reservation ids: unique across replicas (random prefix) without a syscall per request.
+        self._rid_prefix = secrets.token_hex(6) + ":"
+        self._rids = itertools.count()
         if store is not None:
             store.on_error = self._store_failed
 
@@ -62,34 +75,47 @@ class Metering:
         self._checks_by_key[id(key)] = (key, checks)  # the key is kept: its id() cannot be reused meanwhile
         return checks
 
-    async def _read_and_judge(self, tenant: str, key_id: str, checks: list[BudgetCheck]) -> None:
-        """``Meter.check_budget`` when a row's reading is missing or old: read it (one read at a time
-        per row: a request that finds a read under way waits for it), then judge."""
-        if self.store is None:
-            return
-        cache = self._spent
-        stale = cache.stale(checks, time.monotonic())
-        if stale:
-            done = cache.reading(stale)
-            try:
-                spent = await self.store.spent(tenant, key_id, [(check.scope, check.period) for check in stale],
-                                               time.time())
-            except Exception as exc:  # judged on the last reading, if any
-                self._failed("budget_check", "budget check failed, request let through: %s", exc)
-            else:
-                cache.remember(stale, spent, time.monotonic())
-            finally:
-                cache.read_over(stale, done)
-        waits = cache.waits(checks)
-        if waits:  # rows another request is reading for the first time; shielded: a waiter may be cancelled
-            await asyncio.shield(asyncio.gather(*waits))
-        self._judge(checks)
+    def estimate(self, key_id: str, body_bytes: int) -> tuple[int, int]:
+        """What a request of ``body_bytes`` is reserved against its budgets: tokens, nano-USD.
 
-    def _judge(self, checks: list[BudgetCheck]) -> None:
-        for check in checks:
-            amount = self._spent.over(check)
-            if amount is not None:
-                raise refusal(check, amount, time.time())
+        Its prompt (body bytes / 4, as the rate limits guess) or the key's typical request so far
+        (a moving average of what it recorded: prompt and completion), whichever is more; in USD
+        the typical request's cost (nothing before the first one is priced).
+        """
+        typical = self._typical.get(key_id)
+        prompt = body_bytes // BYTES_PER_TOKEN + 1
+        if typical is None:
+            return prompt, 0
+        return max(prompt, int(typical[0])), int(typical[1])
+
+    async def _reserve(self, meter: Meter, checks: list[BudgetCheck], body_bytes: int) -> None:
+        """Budget admission in the store: refused (429) when a budget's spending plus what requests in
+        flight reserved has reached it, else the estimate is reserved until the request records its
+        usage. A store that does not answer within ``store.fail_open_ms`` lets the request through."""
+        store = self.store
+        assert store is not None
+        tokens, cost_nano = self.estimate(meter.key_id, body_bytes)
+        rid = self._rid_prefix + str(next(self._rids))
+        wants = [Want(check.scope, check.period, check.usd, int(check.threshold)) for check in checks]
+        cache = self._spent
+        # While this call renews the readings, requests far from the limit are judged on the last ones
+        # (``judge_now``) instead of each asking the store too.
+        renewing = cache.reading(checks)
+        try:
+            refused, spent, reserved = await store.reserve(meter.tenant, meter.key_id, wants, tokens, cost_nano, rid,
+                                                           self.lease_s, time.time())
+        except Exception as exc:  # a hung store: after store.fail_open_ms
+            BUDGETS.failed(exc if str(exc) else "no answer in time")
+            self._failed("budget_check", "budget check failed, request let through: %s", exc)
+            return
+        finally:
+            cache.read_over(checks, renewing)
+        if BUDGETS.in_burst:
+            BUDGETS.answered()
+        cache.remember(checks, spent, time.monotonic(), reserved)
+        if refused >= 0:
+            raise refusal(checks[refused], spent[refused], time.time(), reserved[refused])
+        meter.hold = rid
 
     def meter(self, key: ApiKey) -> Meter:
         """The request's meter, holding the key's budget checks (none without a store: nothing is
@@ -127,10 +153,27 @@ class Metering:
                 metrics.COST.inc(label, route, amount=cost_nano / NANO)
             if meter.checks:
                 self._spent.add(meter.checks, prompt + completion, cost_nano)
-        if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time()):
+                if meter.hold is not None:
+                    # Learned from the requests that reserved (a key's first one always does, and every
+                    # one near a limit, where the estimate matters); far from it the request path
+                    # stays free of the bookkeeping.
+                    self._learn(key_id, prompt + completion, cost_nano)
+        if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time(), meter.hold):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
+    def _learn(self, key_id: str, tokens: int, cost_nano: int) -> None:
+        """A budgeted key's request ended: its typical request moves towards this one."""
+        typical = self._typical.get(key_id)
+        if typical is None:
+            if len(self._typical) >= MAX_CACHED_KEYS:
+                self._typical.clear()
+            self._typical[key_id] = [float(tokens), float(cost_nano)]
+            return
+        typical[0] += (tokens - typical[0]) * _TYPICAL_WEIGHT
+        typical[1] += (cost_nano - typical[1]) * _TYPICAL_WEIGHT
+
     def _store_failed(self, op: str, cause: BaseException | str) -> None:
+        USAGE.failed(cause)
         self._failed(op, "usage store %s failed: %s", op, cause)
 
     def _failed(self, reason: str, message: str, *args: Any) -> None:
@@ -153,7 +196,8 @@ _NO_CHECKS: list[BudgetCheck] = []  # shared by every key without a budget (neve
 
 
 class Meter:
-    __slots__ = ("_closed", "_finished", "_metering", "_state", "checks", "cost_nano", "key_id", "route", "tenant")
+    __slots__ = ("_closed", "_finished", "_metering", "_state", "checks", "cost_nano", "hold", "key_id", "route",
+                 "tenant")
 
     def __init__(self, metering: Metering, tenant: str, key_id: str, checks: list[BudgetCheck]) -> None:
         self._metering = metering
@@ -166,26 +210,41 @@ class Meter:
         self._finished = self._closed = False
         #: the response's cost in nano-USD when every call of it had a price (the access record's ``cost_usd``)
         self.cost_nano: int | None = None
+        #: the id of its budget reservation (given back with its usage), None without one
+        self.hold: str | None = None
 
-    def check_budget(self) -> Coroutine[Any, Any, None] | None:
+    def check_budget(self, body_bytes: int = 0) -> Coroutine[Any, Any, None] | None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        Judged at once (None, or the 429 raised here) for a key without budgets and for rows whose
-        reading is fresh or being renewed by another request; else the coroutine to await, which
-        reads the rows first. A budget's row is read at most once a second per process (between
-        readings this process adds what it records); a store failure lets the request through
-        (see gateway/usage/budgets.py).
+        None for a key without budgets, and for a request admitted here far from every limit
+        (``SpentCache.take_local``: fresh readings under half the limit, 2 % of it per reading). A
+        budget this process last saw exhausted (a reading at most ``REFRESH_S`` old, plus what it
+        recorded since) is refused here, with no store call; otherwise the coroutine to await,
+        which reserves the request's estimate in the store
+        (``Metering.estimate``), so a burst stops as soon as the reserved and the spent reach the
+        budget: the overshoot is at most what the requests admitted before that spend above their
+        estimates. A store failure lets the request through (see gateway/usage/budgets.py).
         """
         checks = self.checks
         if not checks:
             return None
         metering = self._metering
-        verdict = metering._spent.judge_now(checks, time.monotonic())
-        if verdict is False:
-            return None
-        if verdict is True:
-            return metering._read_and_judge(self.tenant, self.key_id, checks)
-        raise refusal(verdict[0], verdict[1], time.time())
+        cache = metering._spent
+        verdict = cache.judge_now(checks, time.monotonic())
+        if verdict is False:  # fresh readings with room: far from every limit, admitted here
+            # ``Metering.estimate``, inlined: this is every budgeted request's path
+            prompt = body_bytes // BYTES_PER_TOKEN + 1
+            typical = metering._typical.get(self.key_id)
+            if typical is None:
+                taken = cache.take_local(checks, prompt, 0)
+            else:
+                usual = typical[0]
+                taken = cache.take_local(checks, prompt if prompt > usual else int(usual), int(typical[1]))
+            if taken:
+                return None
+        elif verdict is not True:
+            raise refusal(verdict[0], verdict[1], time.time())
+        return metering._reserve(self, checks, body_bytes)
 
     def watch(self, request: LoopRequest) -> None:
         self._state = request.state

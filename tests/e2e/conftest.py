@@ -133,6 +133,12 @@ tools:
 """
 
 
+#: store.fail_open_ms of the e2e gateways: limits and budgets give up on Redis after 100 ms by default,
+#: which a starved event loop on a busy test machine can pass with Redis answering; these tests are
+#: about what the store decides (tests/e2e/test_hung_store.py sets the default back, to test failing open)
+E2E_FAIL_OPEN_MS = 1000
+
+
 def gateway_config(fakes: dict[str, FakeUpstream], store_url: str = "memory://", routing: str = "",
                    extra_models: str = "", tool_server: str = "http://127.0.0.1:9", ttl_s: int = 600) -> str:
     providers = "\n".join(
@@ -147,7 +153,7 @@ auth:
     - {{key: {KEY}, tenant: team-a}}
     - {{key: {OTHER_KEY}, tenant: team-b}}
     - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}
-store: {{url: "{store_url}", continuation_ttl_s: {ttl_s}}}
+store: {{url: "{store_url}", continuation_ttl_s: {ttl_s}, fail_open_ms: {E2E_FAIL_OPEN_MS}}}
 routing: {routing}
 providers:
 {providers}

@@ -195,6 +195,11 @@ def test_replicas_share_a_dead_target_through_redis(fakes: dict[str, FakeUpstrea
         for _ in range(2):
             first.client().chat.completions.create(model="chain_primary_secondary", messages=USER)
         assert len(fakes["primary"].requests) == 2
+        # The second replica's background refresher brings the shared open circuit (within ~1 s).
+        deadline = time.monotonic() + 15
+        while httpx.get(f"{second.url}/readyz").json()["circuits"].get("primary:gpt-x") != "open":
+            assert time.monotonic() < deadline, "the second replica never saw the shared open circuit"
+            time.sleep(0.05)
         answer = second.client().chat.completions.create(model="chain_primary_secondary", messages=USER)
         assert len(fakes["primary"].requests) == 2, "the second replica learned from the first one's failures"
         assert answer.model_extra["gateway"]["attempts"][0]["error_class"] == "circuit_open"

@@ -50,16 +50,63 @@ class _Shared:
         return self.open_until.get(target)
 
 
-async def test_shared_health_is_read_back_once_a_refresh_and_the_fast_path_holds_between() -> None:
+async def _until(check: object, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+async def test_shared_health_is_refreshed_in_the_background_and_the_fast_path_never_reads_it() -> None:
     shared = _Shared()
-    health = TargetHealth(failures_to_open=2, cooldown_s=30, shared=shared)
-    health.SHARED_REFRESH_S = 0.2  # type: ignore[misc]
-    assert not health.healthy("t"), "never read yet: the walk must ask the shared store"
-    assert await health.admit("t") == "closed" and shared.reads == 1
-    assert health.healthy("t"), "read just now and closed: no coroutine, no store call"
-    shared.open_until["t"] = time.time() + 30  # another replica found the target dead
-    assert health.healthy("t"), "within the refresh interval the last reading stands"
-    await asyncio.sleep(0.25)
-    assert not health.healthy("t"), "a refresh is due: the walk goes through admit"
-    assert await health.admit("t") == "refused" and shared.reads == 2
-    assert not health.healthy("t") and health.is_open("t")
+    health = TargetHealth(failures_to_open=2, cooldown_s=30, shared=shared, refresh_s=0.05)
+    health.track("t")
+    assert health.healthy("t") and await health.admit("t") == "closed"
+    assert shared.reads == 0, "the request path reads no store"
+    health.start()
+    try:
+        await _until(lambda: shared.reads >= 1, "the refresher reads the shared state")
+        shared.open_until["t"] = time.time() + 30  # another replica found the target dead
+        await _until(lambda: not health.healthy("t"), "the refresher brings the shared open circuit here")
+        reads = shared.reads
+        assert await health.admit("t") == "refused" and health.is_open("t")
+        assert shared.reads == reads, "admit itself never asks the store"
+    finally:
+        await health.aclose()
+
+
+class _Hung:
+    """A store that takes every call and never answers (a SIGSTOPped Redis, seen from the client)."""
+
+    def __init__(self) -> None:
+        self.reports = 0
+        self.reads = 0
+
+    async def health_report(self, target: str, failed: bool, threshold: int, cooldown_s: float) -> float | None:
+        self.reports += 1
+        await asyncio.Event().wait()
+        return None
+
+    async def health_open_until(self, target: str) -> float | None:
+        self.reads += 1
+        await asyncio.Event().wait()
+        return None
+
+
+async def test_a_hung_shared_store_never_holds_up_admit_or_record() -> None:
+    hung = _Hung()
+    health = TargetHealth(failures_to_open=2, cooldown_s=30, shared=hung, refresh_s=0.05)
+    health.track("t")
+    health.start()
+    try:
+        await _until(lambda: hung.reads >= 1, "the refresher is waiting on the hung store")
+        # Each of these would wait for ever if the request path awaited the store.
+        assert await asyncio.wait_for(health.admit("t"), 10) == "closed"
+        await asyncio.wait_for(health.record("t", failed=True), 10)
+        await asyncio.wait_for(health.record("t", failed=True), 10)
+        assert health.is_open("t"), "the local verdict stands without the store"
+        await _until(lambda: hung.reports >= 1, "the failure is handed to the background writer")
+        for _ in range(3000):  # far past the queue: dropped, never waited for
+            await asyncio.wait_for(health.record("u", failed=True), 10)
+    finally:
+        await asyncio.wait_for(health.aclose(), 10)

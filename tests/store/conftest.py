@@ -176,7 +176,10 @@ async def _factory(kind: str, url: str = REDIS_URL, base: dict[str, Any] | None 
     async def make(**options: Any) -> Store:
         s: Store
         if kind == "redis":
-            s = RedisStore(url, **{**(base or {}), **options})
+            # Limits and budgets give up on the store after 100 ms by default (store.fail_open_ms); on a
+            # busy test machine a starved event loop can pass that with Redis answering, and these tests
+            # are about what the store decides, not about failing open (tests/e2e/test_hung_store.py is).
+            s = RedisStore(url, **{"fail_open_timeout": 1.0, **(base or {}), **options})
         elif not options and shared_memory:
             # "Replicas" of the embedded store are one object: it is a single process by definition.
             return shared_memory[0]

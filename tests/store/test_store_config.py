@@ -147,3 +147,32 @@ async def test_new_connections_do_not_read_package_metadata(monkeypatch: pytest.
     finally:
         await clients.client.aclose()
     assert calls == []
+
+
+async def test_store_timeouts_and_the_tls_hostname_check_reach_the_client(tmp_path: Path) -> None:
+    config = store_of("{url: 'redis://h:6379/0'}")
+    assert (config.timeout_ms, config.fail_open_ms) == (1000, 100)
+    config = store_of("{url: 'redis://h:6379/0', timeout_ms: 400, fail_open_ms: 50}")
+    store = open_configured_store(config)
+    try:
+        assert isinstance(store, RedisStore)
+        assert (store.io.op_timeout, store.io.fail_open_timeout) == (0.4, 0.05)
+    finally:
+        await store.aclose()
+    assert problem("{url: 'redis://h', timeout_ms: 5}").path == "store.timeout_ms"
+    assert problem("{url: 'redis://h', timeout_ms: 500, fail_open_ms: 600}").path == "store.fail_open_ms"
+    assert problem("{url: 'redis://h', fail_open_ms: 0}").path == "store.fail_open_ms"
+    (tmp_path / "ca.crt").write_text("x")
+    assert store_of(f"{{url: 'rediss://h', tls: {{ca_file: '{tmp_path}/ca.crt'}}}}").tls.check_hostname is True  # type: ignore[union-attr]
+    off = store_of(f"{{url: 'rediss://h', tls: {{ca_file: '{tmp_path}/ca.crt', check_hostname: false}}}}")
+    assert off.tls == StoreTls(f"{tmp_path}/ca.crt", check_hostname=False)
+    # The check is passed explicitly (redis-py before 6.0 defaults it off), on every deployment's connections.
+    single = connect("rediss://h:6380/0", tls=off.tls)
+    cluster = connect("rediss+cluster://h:7000", tls=off.tls)
+    try:
+        assert single.client.connection_pool.connection_kwargs["ssl_check_hostname"] is False
+        assert connect("rediss://h:6380/0").client.connection_pool.connection_kwargs["ssl_check_hostname"] is True
+        assert cluster.node_kwargs["ssl_check_hostname"] is False
+    finally:
+        await single.aclose()
+        await cluster.aclose()

@@ -1,97 +1,150 @@
-"""A budget row is read by one request at a time, however many requests check it at once."""
+"""Budget admission reserves each request's estimate, so a concurrent burst stops at the budget."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from gateway.config.model import ApiKey, Budget
 from gateway.errors import GatewayError
-from gateway.store.usage.base import Period, Scope, Spent, UsageDelta
+from gateway.store.usage.base import Spent, UsageDelta, Want
 from gateway.store.usage.memory import MemoryUsage
-from gateway.usage.budgets import REFRESH_S
 from gateway.usage.meter import Metering
 from gateway.usage.pricing import Pricing
 
 
-class GatedUsage(MemoryUsage):
-    """The in-process store, counting its budget reads and holding each until ``gate`` is set."""
+class CountingUsage(MemoryUsage):
+    """The in-process store, counting its budget admissions."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.reads = 0
-        self.gate = asyncio.Event()
+        self.reserves = 0
 
-    async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
-        self.reads += 1
-        await self.gate.wait()
-        return await super().spent(tenant, key_id, wants, now)
+    async def reserve(self, tenant: str, key_id: str, wants: list[Want], tokens: int, cost_nano: int, rid: str,
+                      lease_s: float, now: float) -> tuple[int, list[Spent], list[Spent]]:
+        self.reserves += 1
+        await asyncio.sleep(0)  # a store round trip: the burst's checks all start before any is answered
+        return await super().reserve(tenant, key_id, wants, tokens, cost_nano, rid, lease_s, now)
 
 
 KEY = ApiKey(key="secret", tenant="t", id="k1", name="k1")
+#: a request body the estimate reads as 30 tokens (bytes / 4 + 1)
+BODY = 116
 
 
-async def check(metering: Metering, key: ApiKey) -> None:
-    """What the lifecycle does: judged at once where it can be, else the coroutine that reads first."""
-    pending = metering.meter(key).check_budget()
-    if pending is not None:
-        await pending
+async def _burst(metering: Metering, count: int) -> list[str]:
+    meters = [metering.meter(KEY) for _ in range(count)]
 
-
-async def _outcomes(metering: Metering, count: int) -> list[str]:
-    async def one() -> str:
+    async def one(meter: object) -> str:
         try:
-            await check(metering, KEY)
+            pending = meter.check_budget(BODY)  # type: ignore[attr-defined]
+            if pending is not None:
+                await pending
         except GatewayError as exc:
             return exc.code or ""
         return "ok"
-    return list(await asyncio.gather(*(one() for _ in range(count))))
+    outcomes = list(await asyncio.gather(*(one(m) for m in meters)))
+    for meter, outcome in zip(meters, outcomes, strict=True):
+        meter.close(200 if outcome == "ok" else 429)  # nothing ran: releases the reservation, records no tokens
+    return outcomes
 
 
-async def test_concurrent_checks_share_one_read_and_later_ones_use_the_last_reading() -> None:
-    store = GatedUsage()
+async def test_a_concurrent_burst_is_admitted_only_up_to_the_budget() -> None:
+    store = CountingUsage()
     metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100)})
-    pending = metering.meter(KEY).check_budget()
-    assert pending is not None  # no reading yet: the store has to be read
-    pending.close()
-    await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=150), time.time())
+    # Before, every check of the burst was judged on the same reading (nothing spent yet): all 10 ran.
+    outcomes = await _burst(metering, 10)
+    assert outcomes.count("ok") == 4, outcomes  # reserved 0, 30, 60, 90 < 100: the fifth finds 120 reserved
+    assert outcomes.count("insufficient_quota") == 6
+    assert store._holds == {} and store._reserved == {}, "every reservation went back with its request's usage"
+    # Nothing was spent (the meters recorded no tokens): the next burst has the whole budget again.
+    assert (await _burst(metering, 10)).count("ok") == 4
 
-    first = asyncio.ensure_future(_outcomes(metering, 10))
-    await asyncio.sleep(0.01)
-    assert store.reads == 1 and not first.done()  # nothing to judge on yet: the other nine wait for that read
-    store.gate.set()
-    assert await first == ["insufficient_quota"] * 10
-    assert store.reads == 1
-    with pytest.raises(GatewayError):  # a fresh reading: judged at once, no coroutine
-        metering.meter(KEY).check_budget()
-    other = ApiKey(key="other", tenant="u", id="k2", name="k2")
-    assert metering.meter(other).check_budget() is None  # no budget at all
 
-    # The reading gets old; the next read is under way while more requests arrive: they do not wait.
-    for seen in metering._spent._seen.values():
-        seen.read_at -= REFRESH_S
-    store.gate.clear()
-    reader = asyncio.ensure_future(check(metering, KEY))
-    await asyncio.sleep(0.01)
-    assert store.reads == 2
-    assert await asyncio.wait_for(_outcomes(metering, 5), 1.0) == ["insufficient_quota"] * 5
-    assert store.reads == 2
-    store.gate.set()
+async def test_spending_counts_and_an_exhausted_budget_is_refused_without_the_store() -> None:
+    store = CountingUsage()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100)})
+    await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=80), time.time())
+    outcomes = await _burst(metering, 3)
+    assert outcomes == ["ok", "insufficient_quota", "insufficient_quota"]  # 80 spent + 30 reserved
+    reserves = store.reserves
+    await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=30), time.time())
+    meter = metering.meter(KEY)
+    pending = meter.check_budget(BODY)
+    assert pending is not None
     with pytest.raises(GatewayError):
-        await reader
+        await pending  # 110 spent: refused, and the reading remembered
+    with pytest.raises(GatewayError):
+        metering.meter(KEY).check_budget(BODY)  # a fresh reading says exhausted: no coroutine, no store call
+    assert store.reserves == reserves + 1
+    other = ApiKey(key="other", tenant="u", id="k2", name="k2")
+    assert metering.meter(other).check_budget(BODY) is None  # no budget at all
 
 
-async def test_a_cancelled_waiter_does_not_cancel_the_read_of_the_others() -> None:
-    store = GatedUsage()
-    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100)})
-    reader = asyncio.ensure_future(check(metering, KEY))
-    await asyncio.sleep(0.01)
-    waiter = asyncio.ensure_future(check(metering, KEY))
-    other = asyncio.ensure_future(check(metering, KEY))
-    await asyncio.sleep(0.01)
-    waiter.cancel()
+async def test_the_estimate_learns_the_keys_typical_request() -> None:
+    metering = Metering(Pricing({}), CountingUsage(), frozenset({"t"}), {"t": Budget(limit=100)})
+    assert metering.estimate("k1", BODY) == (30, 0)
+    metering._learn("k1", 200, 5)
+    assert metering.estimate("k1", BODY) == (200, 5), "a key whose requests cost 200 reserves 200"
+    assert metering.estimate("k1", 4000)[0] == 1001, "a larger prompt than usual reserves its own size"
+
+
+async def test_far_from_the_limit_requests_are_admitted_without_the_store_up_to_a_small_share() -> None:
+    store = CountingUsage()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})
+    first = metering.meter(KEY).check_budget(BODY)
+    assert first is not None
+    await first  # no reading yet: reserved in the store, which answers with the reading
+    assert store.reserves == 1
+    # 2 % of 100,000 is 2,000 tokens: 66 requests of 30 without a store call, then one asks the store again.
+    for _ in range(66):
+        assert metering.meter(KEY).check_budget(BODY) is None
+    pending = metering.meter(KEY).check_budget(BODY)
+    assert pending is not None and store.reserves == 1
+    await pending
+    assert store.reserves == 2
+    assert metering.meter(KEY).check_budget(BODY) is None, "a new reading: a new local share"
+
+
+async def test_past_half_the_budget_every_request_reserves_in_the_store() -> None:
+    store = CountingUsage()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})
+    await store.add("t", "k1", UsageDelta(requests=1, prompt_tokens=50_000), time.time())
+    for count in range(1, 4):
+        pending = metering.meter(KEY).check_budget(BODY)
+        assert pending is not None, "the reading says half the budget is used: exact again"
+        await pending
+        assert store.reserves == count
+
+
+async def test_while_a_reading_is_renewed_far_requests_use_the_last_one() -> None:
+    from gateway.usage.budgets import REFRESH_S
+
+    class Gated(CountingUsage):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.gate.set()
+
+        async def reserve(self, *args: Any, **kwargs: Any) -> tuple[int, list[Spent], list[Spent]]:
+            await self.gate.wait()
+            return await super().reserve(*args, **kwargs)
+
+    store = Gated()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})
+    first = metering.meter(KEY).check_budget(BODY)
+    assert first is not None
+    await first
+    for seen in metering._spent._seen.values():
+        seen.read_at -= REFRESH_S  # the reading got old: the next request renews it
+    store.gate.clear()
+    renewing = asyncio.ensure_future(metering.meter(KEY).check_budget(BODY))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    # Before, every request that found the reading old asked the store too.
+    assert all(metering.meter(KEY).check_budget(BODY) is None for _ in range(10))
     store.gate.set()
-    await asyncio.wait_for(asyncio.gather(reader, other), 1.0)  # under the budget: both let through
-    assert waiter.cancelled() and store.reads == 1
+    await renewing
+    assert store.reserves == 2

@@ -64,7 +64,8 @@ class RedisRateLimiter(RateLimiter):
         self._settle = io.register(SETTLE)
         self._tidy = io.register(TIDY)
         # Takes and settles of one loop turn share a round trip (gateway/store/redis_client/batch.py).
-        self._batch = ScriptBatcher(io, "rate_limit")
+        # A hung store costs a limited request at most ``store.fail_open_ms`` (then it fails open).
+        self._batch = ScriptBatcher(io, "rate_limit", fail_open=True)
         self._leases: dict[tuple[str, LimitScope], Lease] = {}
         self._by_scopes: dict[int, tuple[tuple[LimitScope, ...], str, list[Lease]]] = {}
         self._prefix = "lease:" + secrets.token_hex(6) + ":"  # leased slot names: unique to this process

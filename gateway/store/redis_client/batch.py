@@ -27,16 +27,18 @@ _Item = tuple[Script, list[str], list[Any], "asyncio.Future[Any]"]
 class ScriptBatcher:
     """The script calls of one loop turn, sent as one pipeline through ``io`` (errors guarded as ``op``)."""
 
-    def __init__(self, io: RedisIO, op: str) -> None:
+    def __init__(self, io: RedisIO, op: str, fail_open: bool = False) -> None:
         self._io = io
         self._op = op
+        #: the callers go ahead without the store (rate limits): each send waits ``store.fail_open_ms`` at most
+        self._fail_open = fail_open
         self._pending: list[_Item] | None = None  # the calls of this loop turn, until sent
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """``script(keys, args)``'s reply, sent together with the other calls of this loop turn."""
         if self._io.cluster:  # the cluster client follows slot moves itself: one call each
-            async with self._io.guard(self._op):
+            async with self._io.guard(self._op, fail_open=self._fail_open):
                 return await script(keys=keys, args=args)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -53,7 +55,7 @@ class ScriptBatcher:
     async def _send(self, batch: list[_Item]) -> None:
         self._pending = None  # calls from now on make the next batch
         try:
-            async with self._io.guard(self._op):
+            async with self._io.guard(self._op, fail_open=self._fail_open):
                 replies = await self._execute(batch)
         except BaseException as exc:
             for *_, future in batch:

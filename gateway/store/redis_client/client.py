@@ -4,7 +4,9 @@ It owns the connection (one server, Sentinel or Cluster: connect.py) and offers,
 what each domain needs beyond plain commands:
 
 * ``guard(op)``: outages fail fast. Bounded connect/read timeouts, a single retry (for a pooled
-  connection the server dropped) and a deadline over each whole operation; every connection,
+  connection the server dropped) and a deadline over each whole operation (``store.timeout_ms``;
+  ``guard(op, fail_open=True)``: ``store.fail_open_ms``, for what fails open: limits, budgets,
+  usage), so a hung server (connections open, no answers) costs a bounded wait; every connection,
   timeout, failover (CLUSTERDOWN, TRYAGAIN, READONLY, MASTERDOWN), authentication or permission
   error surfaces as ``StoreUnavailable`` with a message that never contains a credential.
 * ``register(lua)``: a script called by its SHA, reloaded after a flush or a failover.
@@ -81,8 +83,8 @@ class RedisIO:
     def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
                  tls: StoreTls | None = None, cluster: bool = False, sentinel: StoreSentinel | None = None,
                  wait_replicas: int = 0, wait_timeout_ms: int = 500, socket_connect_timeout: float = 2.0,
-                 socket_timeout: float = 2.0, op_timeout: float = 3.0, max_connections: int = 256,
-                 pool_timeout: float = 2.0, health_check_interval: float = 30.0) -> None:
+                 socket_timeout: float = 2.0, op_timeout: float = 1.0, fail_open_timeout: float = 0.1,
+                 max_connections: int = 256, pool_timeout: float = 2.0, health_check_interval: float = 30.0) -> None:
         wait_s = wait_timeout_ms / 1000 if wait_replicas > 0 else 0.0
         self._conn = connect(url, username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
                              socket_connect_timeout=socket_connect_timeout,
@@ -97,7 +99,10 @@ class RedisIO:
         # A deadline for each whole operation: redis-py retries at the command and the connect level,
         # so against a hung server the socket timeouts alone would add up to several times their value.
         self.op_timeout = op_timeout
+        #: the deadline of what fails open (limits, budgets, usage): never longer than ``op_timeout``
+        self.fail_open_timeout = min(fail_open_timeout, op_timeout)
         self._durable_timeout = op_timeout + wait_s
+        self._gate = self._conn.gate
         self.wait_replicas = max(0, int(wait_replicas))
         self.wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._scripts: dict[str, Script] = {}
@@ -108,12 +113,21 @@ class RedisIO:
         return self._scripts.setdefault(script.sha, script)
 
     @asynccontextmanager
-    async def guard(self, op: str, durable: bool = False) -> AsyncIterator[None]:
-        """Turn "Redis is not there" into ``StoreUnavailable``; other Redis errors are bugs and propagate."""
-        deadline = self._durable_timeout if durable else self.op_timeout
+    async def guard(self, op: str, durable: bool = False, fail_open: bool = False) -> AsyncIterator[None]:
+        """Turn "Redis is not there" into ``StoreUnavailable``; other Redis errors are bugs and propagate.
+
+        ``fail_open``: the caller lets the request through without the store, so it waits only
+        ``fail_open_timeout``. On a Cluster the operation first waits (within the same deadline)
+        for a connection permit (connect.py ``ClusterGate``).
+        """
+        deadline = self.fail_open_timeout if fail_open else self._durable_timeout if durable else self.op_timeout
         try:
             async with asyncio.timeout(deadline):
-                yield
+                if self._gate is None:
+                    yield
+                else:
+                    async with self._gate.permit():
+                        yield
         except UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
             cause = describe(exc) or f"no answer within {deadline}s"  # our deadline has no message
             raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc

@@ -10,14 +10,19 @@ Credentials come from the URL (``redis://user:pass@host``) or from ``username``/
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 
 from gateway.config.model import StoreSentinel, StoreTls
@@ -73,9 +78,63 @@ def parse_url(url: str) -> RedisUrl:
 
 
 def _tls_kwargs(tls: StoreTls | None) -> dict[str, Any]:
+    """The TLS options, the hostname check explicit: redis-py before 6.0 defaults it off."""
     files = tls or StoreTls()
     return {"ssl_cert_reqs": "required", "ssl_ca_certs": files.ca_file, "ssl_certfile": files.cert_file,
-            "ssl_keyfile": files.key_file}
+            "ssl_keyfile": files.key_file, "ssl_check_hostname": files.check_hostname}
+
+
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """The Sentinel master's pool, blocking like the single-node one: past ``max_connections`` a command
+    waits up to ``timeout`` for a free connection instead of failing at once with ``MaxConnectionsError``.
+
+    ``SentinelConnectionPool`` only adds where to connect (the master the sentinels name); the
+    waiting comes from ``BlockingConnectionPool``, next in the method order.
+    """
+
+
+#: set while the current task holds a permit of a ``ClusterGate`` (so a nested operation takes none)
+_HOLDING: contextvars.ContextVar[bool] = contextvars.ContextVar("loopgate_cluster_permit", default=False)
+
+
+class ClusterGate:
+    """Bounded waiting for a Cluster client, whose per-node pools cannot block.
+
+    redis-py's ``ClusterNode`` hands out connections from a fixed-size list and raises
+    ``MaxConnectionsError`` when it is used up; it has no blocking variant. Each store operation
+    uses at most one connection per node at a time, so letting at most ``max_connections``
+    operations run at once keeps every node's pool within its size; the others wait here up to
+    ``timeout`` seconds (then ``ConnectionError``, as the single-node pool's wait ends). A nested
+    operation of a task that already holds a permit runs on it.
+    """
+
+    def __init__(self, max_connections: int, timeout: float) -> None:
+        self.max_connections = max_connections
+        self.timeout = timeout
+        self._permits = asyncio.Semaphore(max_connections)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether every permit is taken (a new operation would wait)."""
+        return self._permits.locked()
+
+    @asynccontextmanager
+    async def permit(self) -> AsyncIterator[None]:
+        if _HOLDING.get():
+            yield
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._permits.acquire()
+        except TimeoutError:
+            raise aioredis.ConnectionError(
+                f"no cluster connection free within {self.timeout}s ({self.max_connections} in use)") from None
+        token = _HOLDING.set(True)
+        try:
+            yield
+        finally:
+            _HOLDING.reset(token)
+            self._permits.release()
 
 
 @dataclass(slots=True)
@@ -87,6 +146,8 @@ class RedisClients:
     description: str
     # Cluster only: the connection options of a plain client for one node (TLS, credentials, timeouts).
     node_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Cluster only: the bounded wait for a connection (redis-py's cluster pools do not block)
+    gate: ClusterGate | None = None
     _nodes: dict[tuple[str, int], aioredis.Redis] = field(default_factory=dict, repr=False)
 
     async def owner(self, key: str) -> aioredis.Redis:
@@ -104,7 +165,11 @@ class RedisClients:
         address = (node.host, int(node.port))
         found = self._nodes.get(address)
         if found is None:
-            found = aioredis.Redis(host=node.host, port=int(node.port), **self.node_kwargs)
+            kwargs = dict(self.node_kwargs)
+            pool = BlockingConnectionPool(host=node.host, port=int(node.port),
+                                          max_connections=kwargs.pop("max_connections"),
+                                          timeout=kwargs.pop("pool_timeout"), **kwargs)
+            found = aioredis.Redis.from_pool(pool)
             self._nodes[address] = found
         return found
 
@@ -156,7 +221,7 @@ def connect(url: str, *, username: str | None = None, password: str | None = Non
         if sentinel.tls:
             sentinel_kwargs.update(ssl=True, **_tls_kwargs(tls))
         manager = Sentinel(list(sentinel.nodes), sentinel_kwargs=sentinel_kwargs, **master_kwargs)
-        client = manager.master_for(sentinel.master)
+        client = manager.master_for(sentinel.master, connection_pool_class=BlockingSentinelPool, timeout=pool_timeout)
         nodes = ", ".join(f"{h}:{p}" for h, p in sentinel.nodes)
         return RedisClients(client=client, cluster=False,
                             description=f"sentinel master {sentinel.master!r} via {nodes}")
@@ -164,13 +229,14 @@ def connect(url: str, *, username: str | None = None, password: str | None = Non
     if cluster or parsed.cluster:
         if parsed.db:
             raise ValueError("a Redis Cluster has only database 0")
-        node_kwargs = dict(common, retry=retry, max_connections=max_connections)
+        node_kwargs = dict(common, retry=retry, max_connections=max_connections, pool_timeout=pool_timeout)
         cluster_kwargs = dict(common, max_connections=max_connections)
         if parsed.tls:
-            node_kwargs.update(ssl=True, **_tls_kwargs(tls))
+            node_kwargs.update(connection_class=aioredis.SSLConnection, **_tls_kwargs(tls))
             cluster_kwargs.update(ssl=True, **_tls_kwargs(tls))
         client = RedisCluster(host=parsed.host, port=parsed.port, **cluster_kwargs)
         return RedisClients(client=client, cluster=True, node_kwargs=node_kwargs,
+                            gate=ClusterGate(max_connections, pool_timeout),
                             description=f"cluster via {parsed.scheme}://{parsed.host}:{parsed.port}")
 
     # One server (or a unix socket): a blocking pool, so load waits for a connection rather than failing.

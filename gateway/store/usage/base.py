@@ -43,6 +43,17 @@ class UsageDelta:
                 self.reasoning_tokens, self.cost_nano, self.tool_calls)
 
 
+@dataclass(frozen=True, slots=True)
+class Want:
+    """A budget row a request is admitted against: whose, which period, in USD or tokens, and its limit
+    (nano-USD or tokens)."""
+
+    scope: Scope
+    period: Period
+    usd: bool
+    limit: int
+
+
 @dataclass(slots=True)
 class Spent:
     """What a budget compares: tokens (prompt + completion) and cost in nano-USD."""
@@ -86,9 +97,22 @@ class UsageStore(ABC):
     on_error: Callable[[str, BaseException | str], None] | None = None
 
     @abstractmethod
-    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
+                release: str | None = None) -> bool:
         """Add ``values`` (``UsageDelta`` order) to the tenant's rows and (when ``key_id``) the key's rows,
-        now or at the next flush."""
+        now or at the next flush; ``release``: the request's budget reservation (``reserve``), given
+        back in the same write, so its spending is never out of sight in between."""
+
+    @abstractmethod
+    async def reserve(self, tenant: str, key_id: str, wants: list[Want], tokens: int, cost_nano: int, rid: str,
+                      lease_s: float, now: float) -> tuple[int, list[Spent], list[Spent]]:
+        """Budget admission, one atomic step: unless a wanted row has reached its limit (what it spent plus
+        what requests in flight reserved), reserve ``tokens`` and ``cost_nano`` on every wanted row as
+        ``rid`` (given back by ``add_now(release=rid)``, or after ``lease_s`` if never).
+
+        Returns the index of the first exhausted want (-1: reserved) and, per want, what it spent
+        and what requests in flight had reserved on it (their sum is what the check compares).
+        """
 
     @abstractmethod
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:

@@ -15,6 +15,7 @@ from gateway.store.usage.base import (
     Spent,
     UsageDelta,
     UsageStore,
+    Want,
     merge,
     period_name,
     period_names,
@@ -37,6 +38,9 @@ class MemoryUsage(UsageStore):
         self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
         self._retention_s = retention_days * 86400
         self._pruned_day = ""
+        # budget reservations of requests in flight: row -> [tokens, nano]; rid -> (rows, tokens, nano, until)
+        self._reserved: dict[tuple[str, str, str], list[int]] = {}
+        self._holds: dict[str, tuple[list[tuple[str, str, str]], int, int, float]] = {}
 
     async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
         self.add_now(tenant, key_id, delta.values(), now)
@@ -44,7 +48,10 @@ class MemoryUsage(UsageStore):
     async def drain(self, timeout_s: float) -> None:
         """Nothing leaves the process: there is nothing to write."""
 
-    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
+                release: str | None = None) -> bool:
+        if release is not None:
+            self._release(release)
         periods = period_names(now)
         if periods[0] != self._pruned_day:  # a new day: once a day, old rows go
             self._apply()
@@ -86,6 +93,48 @@ class MemoryUsage(UsageStore):
             row = self._rows.get((tenant, key_id if scope == "key" else "", period_name(period, now)))
             found.append(Spent(row[PROMPT_TOKENS] + row[COMPLETION_TOKENS], row[COST_NANO]) if row else Spent())
         return found
+
+    async def reserve(self, tenant: str, key_id: str, wants: list[Want], tokens: int, cost_nano: int, rid: str,
+                      lease_s: float, now: float) -> tuple[int, list[Spent], list[Spent]]:
+        self._apply()
+        self._expire(time.monotonic())
+        rows = [(tenant, key_id if want.scope == "key" else "", period_name(want.period, now)) for want in wants]
+        found, reserved, refused = [], [], -1
+        for index, (want, row) in enumerate(zip(wants, rows, strict=True)):
+            spent_row = self._rows.get(row)
+            held = self._reserved.get(row) or [0, 0]
+            spent = Spent(spent_row[PROMPT_TOKENS] + spent_row[COMPLETION_TOKENS] if spent_row else 0,
+                          spent_row[COST_NANO] if spent_row else 0)
+            found.append(spent)
+            reserved.append(Spent(held[0], held[1]))
+            total = spent.cost_nano + held[1] if want.usd else spent.tokens + held[0]
+            if refused < 0 and total >= want.limit:
+                refused = index
+        if refused < 0:
+            for row in rows:
+                held = self._reserved.setdefault(row, [0, 0])
+                held[0] += tokens
+                held[1] += cost_nano
+            self._holds[rid] = (rows, tokens, cost_nano, time.monotonic() + lease_s)
+        return refused, found, reserved
+
+    def _release(self, rid: str) -> None:
+        hold = self._holds.pop(rid, None)
+        if hold is None:
+            return
+        rows, tokens, cost_nano, _ = hold
+        for row in rows:
+            held = self._reserved.get(row)
+            if held is not None:
+                held[0] -= tokens
+                held[1] -= cost_nano
+                if held[0] <= 0 and held[1] <= 0:
+                    del self._reserved[row]
+
+    def _expire(self, mono: float) -> None:
+        """Reservations whose request never reported back (a bug, a crash mid-way) end with their lease."""
+        for rid in [rid for rid, hold in self._holds.items() if hold[3] <= mono]:
+            self._release(rid)
 
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         self._apply()

@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gateway.observability.fail_open import USAGE
+from gateway.store.redis_client.batch import ScriptBatcher
 from gateway.store.redis_client.client import RedisIO
-from gateway.store.redis_client.keys import PREFIX, esc
+from gateway.store.redis_client.keys import PREFIX, esc, num
 from gateway.store.usage.base import (
     DEFAULT_RETENTION_DAYS,
     FIELDS,
@@ -33,6 +35,7 @@ from gateway.store.usage.base import (
     Spent,
     UsageDelta,
     UsageStore,
+    Want,
     merge,
     period_name,
     period_names,
@@ -60,7 +63,60 @@ for i = 1, #KEYS do
 end
 return table.concat(out, ',')
 """
+# Budget admission. KEYS: per want its row, reservation zset and reservation hash. ARGV: now, the
+# reservation's end, its member ("rid|tokens|nano"), tokens, nano, the keys' TTL in ms, then per want
+# usd (1/0) and limit. Expired reservations (their request never reported back) are dropped first.
+# Returns "refused,tokens:nano:rtokens:rnano,...": refused is the 0-based index of the exhausted want,
+# or -1; per want what it spent and what requests in flight reserved on it.
+_RESERVE = """
+local n = #KEYS / 3
+local out = {}
+local refused = -1
+for i = 1, n do
+  local rz, rh = KEYS[3 * i - 1], KEYS[3 * i]
+  local gone = redis.call('ZRANGEBYSCORE', rz, '-inf', ARGV[1])
+  for _, m in ipairs(gone) do
+    local t, c = string.match(m, '|(%-?%d+)|(%-?%d+)$')
+    redis.call('HINCRBY', rh, 't', 0 - tonumber(t))
+    redis.call('HINCRBY', rh, 'n', 0 - tonumber(c))
+  end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', rz, '-inf', ARGV[1]) end
+  local v = redis.call('HMGET', KEYS[3 * i - 2], 'p', 'c', 'n')
+  local r = redis.call('HMGET', rh, 't', 'n')
+  local st, sn = tonumber(v[1] or 0) + tonumber(v[2] or 0), tonumber(v[3] or 0)
+  local rt, rn = tonumber(r[1] or 0), tonumber(r[2] or 0)
+  out[i] = string.format('%d:%d:%d:%d', st, sn, rt, rn)
+  local spent = st + rt
+  if ARGV[5 + 2 * i] == '1' then spent = sn + rn end
+  if refused < 0 and spent >= tonumber(ARGV[6 + 2 * i]) then refused = i - 1 end
+end
+if refused < 0 then
+  for i = 1, n do
+    redis.call('ZADD', KEYS[3 * i - 1], ARGV[2], ARGV[3])
+    redis.call('HINCRBY', KEYS[3 * i], 't', ARGV[4])
+    redis.call('HINCRBY', KEYS[3 * i], 'n', ARGV[5])
+    redis.call('PEXPIRE', KEYS[3 * i - 1], ARGV[6])
+    redis.call('PEXPIRE', KEYS[3 * i], ARGV[6])
+  end
+end
+return refused .. ',' .. table.concat(out, ',')
+"""
+# KEYS: reservation zset, hash pairs; ARGV: member, -tokens, -nano. Gives a reservation back once.
+_RELEASE = """
+for i = 1, #KEYS, 2 do
+  if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then
+    redis.call('HINCRBY', KEYS[i + 1], 't', ARGV[2])
+    redis.call('HINCRBY', KEYS[i + 1], 'n', ARGV[3])
+  end
+end
+return 1
+"""
 DEFAULT_FLUSH_S = 0.5
+#: reservations this process made and has not released yet (in flight); past it the oldest are
+#: forgotten here (Redis ends them with their lease)
+MAX_HOLDS = 100_000
+#: marks a release in a flush's calls (first argument)
+_RELEASE_MARK = object()
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
 MAX_PENDING = 100_000
 
@@ -85,9 +141,22 @@ class RedisUsage(UsageStore):
         # pending entry -> its row names, built once (the same entries come back every flush)
         self._key_names: dict[tuple[str, str, tuple[str, str, str]], list[str]] = {}
         self._flushing: set[asyncio.Task[None]] = set()
+        self._reserve = io.register(_RESERVE)
+        # A hung store costs a budgeted request at most ``store.fail_open_ms`` (then it fails open).
+        self._budget_calls = ScriptBatcher(io, "budget_reserve", fail_open=True)
+        # rid -> (tenant, the release's keys, its args): what this process reserved and has not given back
+        self._holds: dict[str, tuple[str, list[str], list[Any]]] = {}
+        # tenant -> releases waiting for the next flush (sent with the usage they account for)
+        self._releases: dict[str, list[tuple[list[str], list[Any]]]] = {}
 
-    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float) -> bool:
-        """Queue ``values`` for the next flush; False when too much is already waiting (dropped)."""
+    def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
+                release: str | None = None) -> bool:
+        """Queue ``values`` (and the release of the request's reservation) for the next flush; False when
+        too much is already waiting (dropped; the reservation then ends with its lease)."""
+        if release is not None:
+            hold = self._holds.pop(release, None)
+            if hold is not None:
+                self._releases.setdefault(hold[0], []).append((hold[1], hold[2]))
         entry = (tenant, key_id, period_names(now))
         row = self._pending.get(entry)
         if row is None:
@@ -112,6 +181,9 @@ class RedisUsage(UsageStore):
         except Exception as exc:  # reported; never an unhandled task error
             if self.on_error is not None:
                 self.on_error("write", exc)
+        else:
+            if USAGE.in_burst:
+                USAGE.answered()
 
     async def flush(self) -> None:
         """Send what is waiting: one pipeline per tenant (one slot each), all tenants concurrently."""
@@ -119,6 +191,7 @@ class RedisUsage(UsageStore):
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, {}
+        releases, self._releases = self._releases, {}
         by_tenant: dict[str, list[tuple[list[str], list[Any]]]] = {}
         for entry, values in pending.items():
             args: list[Any] = [self._ttl_s]
@@ -126,6 +199,10 @@ class RedisUsage(UsageStore):
                 if value:
                     args += [field, value]
             by_tenant.setdefault(entry[0], []).append((self._keys(entry), args))
+        for tenant, calls in releases.items():  # after the adds: never a moment with neither counted
+            by_tenant.setdefault(tenant, []).extend((keys, [_RELEASE_MARK, *args]) for keys, args in calls)
+        if not by_tenant:
+            return
         if len(by_tenant) == 1:  # the common case: no gather, no task per tenant
             (calls,) = by_tenant.values()
             await self._send(calls)
@@ -151,7 +228,10 @@ class RedisUsage(UsageStore):
     async def _send(self, calls: list[tuple[list[str], list[Any]]]) -> None:
         def build(pipe: Any) -> None:
             for keys, args in calls:
-                pipe.eval(_ADD, len(keys), *keys, *args)
+                if args and args[0] is _RELEASE_MARK:
+                    pipe.eval(_RELEASE, len(keys), *keys, *args[1:])
+                else:
+                    pipe.eval(_ADD, len(keys), *keys, *args)
 
         async with self._io.guard("usage_add"):
             await self._io.run(calls[0][0][0], build, False)
@@ -159,7 +239,7 @@ class RedisUsage(UsageStore):
     async def drain(self, timeout_s: float) -> None:
         if self._flushing:
             await asyncio.wait(list(self._flushing), timeout=timeout_s)
-        if self._pending:
+        if self._pending or self._releases:
             async with asyncio.timeout(timeout_s):
                 await self.flush()
 
@@ -172,7 +252,7 @@ class RedisUsage(UsageStore):
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
         keys = [usage_key(tenant, key_id if scope == "key" else "", period_name(period, now))
                 for scope, period in wants]
-        async with self._io.guard("usage_spent"):
+        async with self._io.guard("usage_spent", fail_open=True):  # a budget check fails open
             reply = await self._spent(keys=keys)
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         found = []
@@ -180,6 +260,34 @@ class RedisUsage(UsageStore):
             prompt, completion, cost = item.split(":")
             found.append(Spent(int(prompt) + int(completion), int(cost)))
         return found
+
+    async def reserve(self, tenant: str, key_id: str, wants: list[Want], tokens: int, cost_nano: int, rid: str,
+                      lease_s: float, now: float) -> tuple[int, list[Spent], list[Spent]]:
+        keys: list[str] = []
+        release_keys: list[str] = []
+        tail: list[Any] = []
+        for want in wants:
+            row = usage_key(tenant, key_id if want.scope == "key" else "", period_name(want.period, now))
+            keys += [row, f"{row}:rz", f"{row}:rh"]
+            release_keys += [f"{row}:rz", f"{row}:rh"]
+            tail += [1 if want.usd else 0, want.limit]
+        member = f"{rid}|{tokens}|{cost_nano}"
+        lease_ms = max(1, int(lease_s * 1000))
+        args: list[Any] = [num(now), num(now + lease_s), member, tokens, cost_nano, lease_ms, *tail]
+        reply = await self._budget_calls.call(self._reserve, keys, args)
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        head, *rows = text.split(",")
+        found, reserved = [], []
+        for item in rows:
+            spent_tokens, spent_nano, held_tokens, held_nano = item.split(":")
+            found.append(Spent(int(spent_tokens), int(spent_nano)))
+            reserved.append(Spent(int(held_tokens), int(held_nano)))
+        refused = int(head)
+        if refused < 0:
+            if len(self._holds) >= MAX_HOLDS:
+                self._holds.pop(next(iter(self._holds)))
+            self._holds[rid] = (tenant, release_keys, [member, -tokens, -cost_nano])
+        return refused, found, reserved
 
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         keys = [usage_key(tenant, key_id, f"d:{day}") for day in days]

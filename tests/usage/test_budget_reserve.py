@@ -1,0 +1,73 @@
+"""Budget reservations in the store: atomic across replicas, given back with the usage, ended by their lease."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.store.redis import RedisStore
+from gateway.store.usage.base import UsageStore, Want
+from gateway.store.usage.memory import MemoryUsage
+from gateway.store.usage.redis import RedisUsage
+
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
+IN_CI = os.environ.get("CI", "").lower() == "true"
+WANTS = [Want("key", "day", False, 1000), Want("tenant", "month", False, 5000)]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[UsageStore, UsageStore]]:
+    """Two usage stores on one backend: on Redis two replicas (their own connections, their own holds)."""
+    if request.param == "memory":
+        one = MemoryUsage()
+        yield one, one
+        return
+    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        await client.flushdb()
+    except Exception as exc:
+        await client.aclose()
+        if IN_CI:
+            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    # fail_open_timeout: a starved event loop on a busy machine must not turn a decision into a fail-open.
+    first, second = RedisStore(REDIS_URL, fail_open_timeout=1.0), RedisStore(REDIS_URL, fail_open_timeout=1.0)
+    yield RedisUsage(first.io, flush_s=0.01), RedisUsage(second.io, flush_s=0.01)
+    await client.flushdb()
+    await client.aclose()
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_burst_on_two_replicas_reserves_up_to_the_budget_and_no_further(
+        replicas: tuple[UsageStore, UsageStore]) -> None:
+    now = time.time()
+    outcomes = await asyncio.gather(*(
+        replicas[i % 2].reserve("t", "k", WANTS, 100, 0, f"r{i}", 60, now) for i in range(40)))
+    admitted = [i for i, (refused, _, _) in enumerate(outcomes) if refused < 0]
+    assert len(admitted) == 10, "1,000 tokens of budget, 100 reserved per request: ten, wherever they ran"
+    refused = [outcome for outcome in outcomes if outcome[0] >= 0]
+    assert all(index == 0 and reserved[0].tokens >= 1000 for index, _, reserved in refused)
+    # Each request records its usage and gives its reservation back in the same write.
+    for i in admitted:
+        assert replicas[i % 2].add_now("t", "k", (1, 0, 60, 20, 0, 0, 0, 0), now, release=f"r{i}")
+    for store in replicas:
+        await store.drain(5)
+    refused_now, spent, reserved = await replicas[0].reserve("t", "k", WANTS, 100, 0, "late", 60, now)
+    assert refused_now == -1 and spent[0].tokens == 800 and reserved[0].tokens == 0
+    assert spent[1].tokens == 800
+
+
+async def test_a_reservation_never_given_back_ends_with_its_lease(replicas: tuple[UsageStore, UsageStore]) -> None:
+    now = time.time()
+    assert (await replicas[0].reserve("t", "k", WANTS, 1000, 0, "lost", 0.05, now))[0] == -1
+    assert (await replicas[1].reserve("t", "k", WANTS, 100, 0, "next", 60, now))[0] == 0, "the budget is held"
+    deadline = time.monotonic() + 10
+    while (await replicas[1].reserve("t", "k", WANTS, 100, 0, "next", 60, time.time()))[0] != -1:
+        assert time.monotonic() < deadline, "the lost reservation never ended"
+        await asyncio.sleep(0.02)
