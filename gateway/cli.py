@@ -210,11 +210,14 @@ def _serve(args: argparse.Namespace, config: Config, source: Path, packaged: boo
 
     app = create_app(config, serving=True, debug=args.debug, on_ready=announce)
     server_ = uvicorn.Server(uvicorn.Config(app, **common))
-    server_.run(sockets=[listener])
-    if not server_.started:
+    try:
+        server_.run(sockets=[listener])
+    except SystemExit as exc:
         # The lifespan's failure is already logged in one line naming its key (api/startup_failure.py).
-        return EXIT_CONFIG
-    return 0
+        if exc.code == _UVICORN_STARTUP_FAILURE:
+            return EXIT_CONFIG
+        raise
+    return 0 if server_.started else EXIT_CONFIG
 
 
 def _listen(host: str, port: int) -> socket.socket:
