@@ -18,7 +18,7 @@ import redis
 from tests.e2e.conftest import Gateway, gateway_config, require_redis
 from tests.fakes.upstream import FakeUpstream, Reply
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 BUDGET = 1000
 PER_REQUEST = 100  # tokens the fake reports for each request (60 prompt + 40 completion)
 BURST = 40

@@ -19,7 +19,7 @@ import redis
 from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.fakes.upstream import FakeUpstream
 
-REDIS_URL = os.environ.get("LOOPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
+REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 STEP = 10_000
 MIB = 1024 * 1024
 
@@ -28,7 +28,8 @@ def _config(fakes: dict[str, FakeUpstream], store_url: str = "memory://", max_bo
             **store: int) -> str:
     text = gateway_config(fakes, store_url=store_url)
     extra = "".join(f", {key}: {value}" for key, value in store.items())
-    text = text.replace("continuation_ttl_s: 600}", f"continuation_ttl_s: 600{extra}}}")
+    assert "continuation_ttl_s: 600" in text  # the settings below must land in the store section
+    text = text.replace("continuation_ttl_s: 600", f"continuation_ttl_s: 600{extra}", 1)
     return text.replace("max_body_bytes: 200000", f"max_body_bytes: {max_body}")
 
 
