@@ -97,8 +97,10 @@ async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, 
 
 async def get_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     """The stored Response; a paused one whose loop was resumed since names, in ``gateway.continued_by``,
-    the answer that continued it (``{id, object}``: a Responses answer's response id, or what the
-    continuation was decided with; its body at ``GET /v1/continuations/{continuation_id}``)."""
+    the answer that continued it (``{id, object}``: the response that answered it, through this API or
+    decided way B (``responses.decided``); a chat completion only when a chat follow-up resumed it, or
+    for a continuation paused before pauses recorded their origin; its body at
+    ``GET /v1/continuations/{continuation_id}``)."""
     tenant, _, record = await _record(request, runtime, work)
     response = record["response"]
     continuation_id = record.get("continuation_id")
