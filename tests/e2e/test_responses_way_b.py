@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -217,3 +218,25 @@ def test_a_chat_pause_is_still_answered_with_a_chat_completion(replicas: tuple[G
     decided = call(second, "POST", f"/v1/continuations/{extension['continuation_id']}", APPROVER,
                    {"decisions": [{"tool_call_id": extension["pending"][0]["tool_call_id"], "approve": True}]})
     assert decided.json()["object"] == "chat.completion"
+
+
+def test_a_background_pause_decided_way_b_is_answered_in_the_foreground(
+        replicas: tuple[Gateway, Gateway], fakes: dict[str, FakeUpstream]) -> None:
+    first, second = replicas
+    asker = first.client(ASKER)
+    fakes["primary"].queue(Reply(tool_calls=[("delete_record", {"id": "42"})]))
+    created = asker.responses.create(model="agent", input="Delete record 42", background=True)
+    deadline = time.monotonic() + 60  # a condition polled with a generous bound, not a timing
+    paused = asker.responses.retrieve(created.id)
+    while paused.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        paused = asker.responses.retrieve(created.id)
+    assert paused.status == "completed" and [item.type for item in paused.output] == ["mcp_approval_request"]
+    fakes["primary"].queue(Reply(text="Deleted in the end."))
+    decided = decide(second, paused)
+    assert decided.status_code == 200, decided.text
+    answer = Response.model_validate(decided.json())
+    assert answer.background is False and answer.previous_response_id == created.id
+    assert answer.output_text == "Deleted in the end."
+    assert asker.responses.retrieve(created.id).model_extra["gateway"]["continued_by"]["id"] == answer.id  # type: ignore
+    assert asker.responses.retrieve(answer.id).output_text == "Deleted in the end."

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from gateway.api.lifecycle import Work, endpoint
 from gateway.api.responses.background import check_background, start_background
+from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import (
     MAX_ID_CHARS,
@@ -102,17 +103,7 @@ async def get_response(request: Request, runtime: Runtime, work: Work) -> JSONRe
     for a continuation paused before pauses recorded their origin; its body at
     ``GET /v1/continuations/{continuation_id}``)."""
     tenant, _, record = await _record(request, runtime, work)
-    response = record["response"]
-    continuation_id = record.get("continuation_id")
-    if continuation_id and isinstance(response, dict) and isinstance(response.get("gateway"), dict):
-        try:
-            continuation = await runtime.store.get_continuation(continuation_id, tenant)
-        except ContinuationNotFound:  # expired or cancelled: nothing continued it
-            continuation = None
-        if continuation is not None and continuation.result is not None:
-            stored = orjson.loads(continuation.result)
-            response = {**response, "gateway": {**response["gateway"], "continued_by": {
-                "id": stored["id"], "object": stored["object"]}}}
+    response = await with_continued_by(runtime.store, tenant, record["response"], record.get("continuation_id"))
     return JSONResponse(orjson.dumps(response))
 
 

@@ -1,4 +1,5 @@
-"""What a pause that began on ``/v1/responses`` keeps, so a decision made elsewhere answers as a Response.
+"""What a pause that began on ``/v1/responses`` keeps, so a decision made elsewhere answers as a Response,
+and how a paused response names what continued it.
 
 A paused Responses loop can be decided "way B" (``POST /v1/continuations/{id}``: an approver key,
 the approvals inbox, or the asker itself) as well as by a Responses request answering the paused
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.api.responses.request import ResponsesRequest
+from gateway.store.base import Store
+from gateway.store.continuations.base import ContinuationNotFound
 
 SURFACE = "responses"
 
@@ -52,3 +57,21 @@ def decision_items(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
             item["reason"] = decision["reason"]
         items.append(item)
     return items
+
+
+async def with_continued_by(store: Store, tenant: str, response: Any, continuation_id: Any) -> Any:
+    """``response`` (a stored or background paused Response) with ``gateway.continued_by: {id, object}``
+    once its continuation was resumed: the answer that continued it, whose body is the continuation's
+    ``result``. Unchanged when it is not paused, or nothing continued it (expired or cancelled included)."""
+    if not (isinstance(continuation_id, str) and continuation_id and isinstance(response, dict)
+            and isinstance(response.get("gateway"), dict)):
+        return response
+    try:
+        continuation = await store.get_continuation(continuation_id, tenant)
+    except ContinuationNotFound:
+        return response
+    if continuation.result is None:
+        return response
+    result = orjson.loads(continuation.result)
+    return {**response, "gateway": {**response["gateway"], "continued_by": {"id": result["id"],
+                                                                            "object": result["object"]}}}
