@@ -29,7 +29,7 @@ from gateway.http.sse_response import SSEResponse
 def decided_request(origin: dict[str, Any], decisions: list[dict[str, Any]], stream: bool) -> ResponsesRequest:
     """The Responses request a decision stands for: the paused request's fields, answering the paused response."""
     paused_id = str(origin["response_id"])
-    echo = {**origin.get("echo", {}), "previous_response_id": paused_id, "background": False}
+    echo = {**(origin.get("echo") or {}), "previous_response_id": paused_id, "background": False}
     metadata = echo.get("metadata")
     return ResponsesRequest(
         model=str(origin.get("model") or ""), input=decision_items(decisions), instructions=echo.get("instructions"),
