@@ -51,7 +51,8 @@ def test_events_and_response_agree() -> None:
     added = [e["output_index"] for e in out if e["type"] == "response.output_item.added"]
     assert added == list(range(6))
     assert out[-1]["type"] == "response.completed" and out[-1]["response"]["status"] == "completed"
-    assert b.response["usage"] == {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 1},
+    assert b.response["usage"] == {"input_tokens": 10, "input_tokens_details": {"cache_write_tokens": 0,
+                                                                                    "cached_tokens": 1},
                                    "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 1},
                                    "total_tokens": 12}
     assert b.response["model"] == "m" and b.response["gateway"]["route"] == "agent"

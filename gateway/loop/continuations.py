@@ -110,6 +110,7 @@ class Continuations:
             "asker": {"id": request.key_id, "name": request.key_name},
             "allowed_tools": None if request.allowed_tools is None else sorted(request.allowed_tools),
             "context": decision_context(request.messages, assistant),
+            "origin": request.origin,
         }
         now = time.time()
         items = [self.pending_item(p, now) for p in pending]

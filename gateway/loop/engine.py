@@ -164,6 +164,9 @@ class LoopRequest:
     span: Span = NOOP
     # The caller's request in its own wire format, for targets of that format (canonical.NativeRequest).
     native: NativeRequest | None = None
+    # The surface that renders this loop, as it needs to answer a decision on a pause in its own shape
+    # (``POST /v1/continuations/{id}``): opaque here, stored with a pause as ``data["origin"]``; None: chat.
+    origin: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -1,5 +1,9 @@
 """``/v1/continuations/{id}``: inspect (GET, optionally waiting for the end), resume with decisions (POST,
-way B), cancel (DELETE)."""
+way B), cancel (DELETE).
+
+A decision is answered in the shape of the surface the pause began on: a chat completion, an
+Anthropic ``message`` (``/v1/messages``), or a Responses ``response`` that continues the paused
+one (``/v1/responses``, see ``responses.decided``)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from starlette.routing import Route
 from gateway.api.chat.respond import respond
 from gateway.api.lifecycle import Work, begin_routed, endpoint
 from gateway.api.messages.respond import respond_message
+from gateway.api.responses.decided import respond_decided
+from gateway.api.responses.origin import began_on_responses
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
@@ -146,6 +152,9 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
                                       deadline=deadline, conflict=conflict)
         events = resumed.events
         work.show_limits()
+        origin = began_on_responses(stored.data)
+        if origin is not None:  # a Response continuing the paused one, stored and chained like one
+            return await respond_decided(runtime, work, origin, resumed, body["decisions"], approved, stream)
         if _began_on_messages(stored.data):  # answered in the shape the pause was asked in
             return await respond_message(work.settled_at_end(events), stream, stored.model, False, work,
                                          resumed.slot)

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway.api.lifecycle import Handler, Held, Work, endpoint
+from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
@@ -200,7 +201,11 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
                                   "and stream=true", "stream")
             return await get_fallback(request, runtime, work)
         if not stream:
-            return JSONResponse(orjson.dumps(run.response))
+            # A run that paused names what continued it, like a stored paused response (``endpoint.get_response``).
+            extension = run.response.get("gateway")
+            continuation_id = extension.get("continuation_id") if isinstance(extension, dict) else None
+            return JSONResponse(orjson.dumps(await with_continued_by(runtime.store, key.tenant, run.response,
+                                                                     continuation_id)))
         if not run.stream:
             raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
                               "poll it without stream=true", "stream")

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from gateway.api.lifecycle import Work, endpoint
 from gateway.api.responses.background import check_background, start_background
+from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import (
     MAX_ID_CHARS,
@@ -97,20 +98,12 @@ async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, 
 
 async def get_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     """The stored Response; a paused one whose loop was resumed since names, in ``gateway.continued_by``,
-    the answer that continued it (``{id, object}``: a Responses answer's response id, or what the
-    continuation was decided with; its body at ``GET /v1/continuations/{continuation_id}``)."""
+    the answer that continued it (``{id, object}``: the response that answered it, through this API or
+    decided way B (``responses.decided``); a chat completion only when a chat follow-up resumed it, or
+    for a continuation paused before pauses recorded their origin; its body at
+    ``GET /v1/continuations/{continuation_id}``)."""
     tenant, _, record = await _record(request, runtime, work)
-    response = record["response"]
-    continuation_id = record.get("continuation_id")
-    if continuation_id and isinstance(response, dict) and isinstance(response.get("gateway"), dict):
-        try:
-            continuation = await runtime.store.get_continuation(continuation_id, tenant)
-        except ContinuationNotFound:  # expired or cancelled: nothing continued it
-            continuation = None
-        if continuation is not None and continuation.result is not None:
-            stored = orjson.loads(continuation.result)
-            response = {**response, "gateway": {**response["gateway"], "continued_by": {
-                "id": stored["id"], "object": stored["object"]}}}
+    response = await with_continued_by(runtime.store, tenant, record["response"], record.get("continuation_id"))
     return JSONResponse(orjson.dumps(response))
 
 

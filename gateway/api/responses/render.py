@@ -89,7 +89,10 @@ def response_id() -> str:
 
 
 def usage_object(usage: Usage) -> dict[str, Any]:
-    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+    """OpenAI's ``ResponseUsage``; ``cache_write_tokens`` is required by its current schema (SDKs validating
+    events refuse a usage without it): the prompt tokens written to the provider's cache (Anthropic's)."""
+    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {
+                "cache_write_tokens": usage.cache_creation_tokens, "cached_tokens": usage.cached_tokens},
             "output_tokens": usage.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
             "total_tokens": usage.prompt_tokens + usage.completion_tokens}

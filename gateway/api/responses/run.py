@@ -32,6 +32,7 @@ from gateway.api.lifecycle import Work
 from gateway.api.planning import refuse_name_clashes, route_of
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
 from gateway.api.responses.items import Converted, to_messages
+from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import (
     TERMINAL,
     Batch,
@@ -317,7 +318,8 @@ def _labels(tools: ToolRegistry) -> Callable[[str], str]:
     return label
 
 
-def _label_of(runtime: Runtime) -> Callable[[str], str]:
+def label_of(runtime: Runtime) -> Callable[[str], str]:
+    """The server-label function of the runtime's tools (a decided pause's renderer uses it too)."""
     return _labels(runtime.tools)
 
 
@@ -393,8 +395,9 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
                        params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
                        tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
                        allowed_tools=key.tools)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), _NO_APPROVALS, None,
+    builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
+    loop.origin = responses_origin(builder.id, request, bool(request.instructions))
     return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
                        bool(request.instructions), chain)
 
@@ -446,9 +449,10 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
         if request.instructions:
             loop.messages.insert(0, {"role": "system", "content": request.instructions})
         first = bool(request.instructions)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _label_of(runtime), frozenset(approved),
+    builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), frozenset(approved),
                               emit=request.stream or request.background,
                               frames=request.stream and not request.background)
     resumed.slot.recorder = ResponseRecorder(builder, request.echo)
+    loop.origin = responses_origin(builder.id, request, first)  # a pause of it is decided as this response
     assert work.key is not None
     return ResponseRun(runtime, work.key.tenant, request, resumed.plan, loop, resumed.events, builder, first)
