@@ -136,7 +136,7 @@ async def test_finish_keeps_the_result_with_the_resumed_record(store: Store) -> 
     c = await saved(store)
     assert (await store.get_continuation(c.id, TENANT)).result is None
     await store.claim_continuation(c.id, TENANT, 30)
-    result = b'{"id":"chatcmpl-1","object":"chat.completion","body":{"id":"chatcmpl-1","text":"\u00e9 done"}}'
+    result = rb'{"id":"chatcmpl-1","object":"chat.completion","body":{"id":"chatcmpl-1","text":"\u00e9 done"}}'
     await store.finish_continuation(c.id, TENANT, result)
     got = await store.get_continuation(c.id, TENANT)
     assert got.status == "resumed" and got.result == result
