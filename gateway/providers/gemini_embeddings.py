@@ -37,11 +37,6 @@ BATCH_LIMIT = 100
 _chat = GeminiAdapter()
 
 
-def _resource(model: str) -> str:
-    collection, slash, _ = model.partition("/")
-    return model if slash and collection in ("models", "tunedModels") else f"models/{model}"
-
-
 class GeminiEmbeddings:
     wire_format = "gemini"
 
@@ -51,7 +46,7 @@ class GeminiEmbeddings:
         if provider.api_key:
             headers["x-goog-api-key"] = provider.api_key
         headers.update(provider.headers)
-        resource = _resource(model)
+        resource = urls.gemini_resource(model)
         texts = request.texts
         if len(texts) == 1:
             one = self._item(texts[0], resource, request.dimensions)

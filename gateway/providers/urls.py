@@ -67,13 +67,20 @@ def anthropic_count_tokens(base_url: str) -> str:
     return f"{anthropic_messages(base_url)}/count_tokens"
 
 
+def gemini_resource(model: str) -> str:
+    """The model's resource name: ``models/NAME``, unless the name already says its collection (``tunedModels/…``)."""
+    collection, slash, _ = model.partition("/")
+    return model if slash and collection in ("models", "tunedModels") else f"models/{model}"
+
+
+def _gemini_method(base_url: str, model: str, action: str) -> str:
+    collection, _, name = gemini_resource(model).partition("/")
+    return f"{base_url}/v1beta/{collection}/{_segment(name)}:{action}"
+
+
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def gemini_generate(base_url: str, model: str, stream: bool) -> str:
-    collection, slash, name = model.partition("/")
-    if not slash or collection not in ("models", "tunedModels"):
-        collection, name = "models", model
-    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
-    return f"{base_url}/v1beta/{collection}/{_segment(name)}:{action}"
+    return _gemini_method(base_url, model, "streamGenerateContent?alt=sse" if stream else "generateContent")
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
@@ -90,8 +97,4 @@ def azure_embeddings(base_url: str, deployment: str, api_version: str) -> str:
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def gemini_embed(base_url: str, model: str, batch: bool) -> str:
     """``embedContent`` (one input) or ``batchEmbedContents``, on the model resource as ``gemini_generate`` names it."""
-    collection, slash, name = model.partition("/")
-    if not slash or collection not in ("models", "tunedModels"):
-        collection, name = "models", model
-    action = "batchEmbedContents" if batch else "embedContent"
-    return f"{base_url}/v1beta/{collection}/{_segment(name)}:{action}"
+    return _gemini_method(base_url, model, "batchEmbedContents" if batch else "embedContent")
