@@ -19,7 +19,7 @@ import orjson
 import pytest
 import redis
 
-from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, gateway_config
+from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.e2e.test_mcp import ThreadedMcp
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -68,12 +68,7 @@ def mcp() -> Iterator[ThreadedMcp]:
 
 @pytest.fixture(scope="module")
 def gw(fakes: dict[str, FakeUpstream], mcp: ThreadedMcp) -> Iterator[Gateway]:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}; CI=true, so Redis tests must run")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     gateway = Gateway(config(fakes, mcp.server.url)).start()
     yield gateway

@@ -19,7 +19,7 @@ import openai
 import pytest
 import redis
 
-from tests.e2e.conftest import KEY, Gateway, gateway_config
+from tests.e2e.conftest import KEY, Gateway, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -54,12 +54,7 @@ def _config(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> str:
 
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}; CI=true, so Redis tests must run")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     config = _config(fakes, tool_server)
     first, second = Gateway(config).start(), Gateway(config).start()

@@ -20,8 +20,8 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import Gateway
-from tests.e2e.test_keys_limits import ADMIN_HEADERS, IN_CI, REDIS_URL, _config, admin, chat, wait_for
+from tests.e2e.conftest import Gateway, require_redis
+from tests.e2e.test_keys_limits import ADMIN_HEADERS, REDIS_URL, _config, admin, chat, wait_for
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream
 
@@ -30,12 +30,7 @@ ALL_KEYS = "loopgate:{keys}:all"
 
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}; CI=true, so Redis tests must run")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     config = _config(fakes, tool_server)
     first, second = Gateway(config).start(), Gateway(config).start()

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import redis
 
-from tests.e2e.conftest import Gateway, gateway_config
+from tests.e2e.conftest import Gateway, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -48,12 +48,7 @@ logging: {format: json, level: info, access: true}
 
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}; CI=true, so Redis tests must run")
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
     text = gateway_config(fakes, store_url=REDIS_URL, tool_server=tool_server.url)
     config = text.replace("auth:\n  keys:\n", AUTH, 1) + SECTIONS
