@@ -24,7 +24,6 @@ from tests.e2e.test_mcp import ThreadedMcp
 from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
-IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 ASKER, APPROVER, LIMITED, B_APPROVER = "asker-key", "approver-key", "limited-key", "b-approver-key"
 
 AUTH = f"""auth:

@@ -26,7 +26,6 @@ from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
-IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 ADMIN = "admin-secret"
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN}"}
 
