@@ -8,11 +8,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import orjson
 import pytest
 
-from tests.e2e.conftest import Gateway, gateway_config
+from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.fakes.upstream import FakeUpstream, Reply
 
 FULL = "The quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
@@ -34,7 +35,11 @@ ROUTES = """
   rescue_gemini: {targets: [{provider: primary, model: gpt-x}, {provider: gemini, model: gemini-3-pro-preview}]}
   rescue_restart: {targets: [{provider: primary, model: gpt-x}, {provider: secondary, model: gpt-y}]}
   rescue_refused: {targets: [{provider: primary, model: gpt-x}, {provider: refuser, model: claude-sonnet-4-5}]}
-  rescue_billed: {targets: [{provider: claude, model: claude-sonnet-4-5}, {provider: gemini, model: gemini-3-pro-preview}]}
+  rescue_billed:
+    targets: [{provider: claude, model: claude-sonnet-4-5}, {provider: gemini, model: gemini-3-pro-preview}]
+  rescue_tools:
+    targets: [{provider: primary, model: gpt-x}, {provider: claude, model: claude-sonnet-4-5}]
+    tools: [add]
   rescue_off:
     targets: [{provider: primary, model: gpt-x}, {provider: claude, model: claude-sonnet-4-5}]
     stream_rescue: off
@@ -74,7 +79,7 @@ def stream_chat(gw: Gateway, model: str, **extra: Any) -> tuple[str, list[dict[s
     chunks = [e for e in events[:-1] if isinstance(e, dict)]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
     errors = [c["error"] for c in chunks if "error" in c]
-    extension = next((c["gateway"] for c in chunks if c.get("gateway", {}).get("status")), None)
+    extension = next((c["gateway"] for c in chunks if "attempts" in c.get("gateway", {})), None)
     usage = next((c["usage"] for c in chunks if c.get("usage")), None)
     if extension is not None and usage is not None:
         extension = {**extension, "_usage": usage}
@@ -231,3 +236,35 @@ def test_openai_sdk_accumulators_see_one_well_formed_stream(rescue_gateway: Gate
             final = responses.get_final_response()
         assert final.status == "completed"
         assert final.output_text == FULL
+
+
+def test_tool_call_cut_mid_arguments_is_asked_for_again(rescue_gateway: Gateway,
+                                                        fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text=FULL, pieces=PIECES, tool_calls=[("add", {"a": 2, "b": 3})],
+                                 fault="cut_in_call"), Reply(text="The sum is 5."))  # the next model call: primary
+    fakes["claude"].queue(Reply(tool_calls=[("add", {"a": 2, "b": 3})]))
+    text, errors, extension = stream_chat(rescue_gateway, "rescue_tools")
+    assert not errors
+    assert text.startswith(FULL) and text.count(FULL) == 1 and text.endswith("The sum is 5.")
+    assert extension is not None
+    assert [(t["name"], t["status"]) for t in extension["tool_calls"]] == [("add", "ok")], "run once, whole"
+    first = fakes["claude"].bodies[0]["messages"][-1]
+    assert first["role"] == "assistant", "the continuation was asked for the call again, after the sent text"
+    assert extension["attempts"][1]["rescued"]["how"] == "prefill"
+    assert extension["answered_by"] == ["claude:claude-sonnet-4-5", "primary:gpt-x"]
+
+
+def test_messages_stream_is_rescued_for_the_anthropic_sdk(rescue_gateway: Gateway,
+                                                          fakes: dict[str, FakeUpstream]) -> None:
+    sent = sent_part()
+    fakes["primary"].queue(cut())
+    fakes["claude"].queue(Reply(text=FULL[len(sent.rstrip()):]))
+    client = anthropic.Anthropic(base_url=rescue_gateway.url, api_key=KEY, max_retries=0, timeout=20)
+    with client.messages.stream(model="rescue_prefill", max_tokens=200,
+                                messages=[{"role": "user", "content": "hi"}]) as stream:
+        for _ in stream:
+            pass
+        message = stream.get_final_message()
+    assert [block.type for block in message.content] == ["text"]
+    assert message.content[0].text == FULL  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"

@@ -42,7 +42,8 @@ class Reply:
     # wrong_shape: JSON of the wrong shape (non-stream: the whole body; stream: every event);
     # malformed_event: a stream with an unreadable event in the middle (non-stream: no fault);
     # malformed_content: a stream whose every event carrying the text is cut short, unreadable (the rest,
-    # the finish event included, is valid; non-stream: no fault).
+    # the finish event included, is valid; non-stream: no fault); cut_in_call: a stream breaks half-way
+    # through its first tool call's arguments (after all its text).
     fault: str | None = None
     # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
     # so a gateway calibrating its token estimates against usage is not misled.
@@ -175,6 +176,8 @@ class FakeUpstream(ThreadedApp):
                           for frame in frames]
             texts = [orjson.dumps(piece)[1:-1] for piece in self._split(reply.text, reply.pieces)]
             seen = 0
+            half_call = (orjson.dumps(self._halves(self._args(reply.tool_calls[0][1])[0])[0])[1:-1]
+                         if reply.tool_calls else b"\x00")
             if reply.first_delay_s:
                 await asyncio.sleep(reply.first_delay_s)
             for frame in frames:
@@ -182,6 +185,10 @@ class FakeUpstream(ThreadedApp):
                 await asyncio.sleep(0.002)
                 if seen < len(texts) and texts[seen] in frame:
                     seen += 1
+                # cut_in_call: the connection breaks once the first tool call's arguments are half sent.
+                if reply.fault == "cut_in_call" and reply.tool_calls and seen == len(texts) and half_call in frame:
+                    request.transport.close()  # type: ignore[union-attr]
+                    return response
                 # cut / stall strike right after the ``cut_after``-th frame carrying model text.
                 if reply.fault in ("cut", "stall") and seen == reply.cut_after and texts and texts[seen - 1] in frame:
                     if reply.fault == "stall":
