@@ -102,6 +102,8 @@ def test_cut_stream_is_continued_by_prefill(rescue_gateway: Gateway, fakes: dict
     assert [a["error_class"] for a in attempts] == ["connection", None]
     assert attempts[1]["rescued"] == {"after_chars": len(sent), "how": "prefill", "by": "claude:claude-sonnet-4-5"}
     assert extension["answered_by"] == ["claude:claude-sonnet-4-5"]
+    metrics = httpx.get(f"{rescue_gateway.url}/metrics").text
+    assert 'loopgate_stream_rescues_total{outcome="prefill"}' in metrics
 
 
 def test_gemini_continues_with_a_final_model_turn(rescue_gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -151,6 +153,7 @@ def test_diverging_restart_ends_with_the_first_failure(rescue_gateway: Gateway,
     assert "primary:gpt-x" in errors[0]["message"] and "connection" in errors[0]["message"]
     assert "secondary" not in errors[0]["message"]
     assert extension is None
+    assert 'loopgate_stream_rescues_total{outcome="diverged"}' in httpx.get(f"{rescue_gateway.url}/metrics").text
 
 
 def test_restart_that_reproduces_the_prefix_is_forwarded_past_it(rescue_gateway: Gateway,
