@@ -99,11 +99,13 @@ class Rescue:
     """One rescue in progress: what the caller has, what failed first, and how the current attempt continues."""
 
     __slots__ = ("_at", "_pending_ws", "_reasoning_at", "_tail", "_waiting", "after_chars", "how", "original",
-                 "original_target", "reasoning", "text")
+                 "original_metric", "original_target", "reasoning", "text")
 
-    def __init__(self, original: ProviderError, original_target: str, text: str, reasoning: str) -> None:
+    def __init__(self, original: ProviderError, original_target: str, original_metric: str, text: str,
+                 reasoning: str) -> None:
         self.original = original
         self.original_target = original_target
+        self.original_metric = original_metric  # its metric label (bounded for direct routes)
         self.text = text
         self.reasoning = reasoning
         self.after_chars = len(text) + len(reasoning)

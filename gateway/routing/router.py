@@ -487,14 +487,16 @@ class Router:
                     if rescue is not None:
                         response = rescue.complete(response)
                 except ProviderError as error:
-                    if rescue is not None and rescue.how == "prefill" and error.error_class is ErrorClass.BAD_REQUEST:
+                    if (rescue is not None and rescue.how == "prefill" and not committed
+                            and error.error_class is ErrorClass.BAD_REQUEST):
                         self._learn_no_prefill(target, walk, attempts, error, started)
                         continue
                     if sent:  # something reached the caller: this failure is rescued (``policy.rescue``)
                         if rescue is None or committed:
                             text, reasoning = sent_so_far(sent)
-                            first = rescue or Rescue(error, target.label, text, reasoning)
-                            rescue = Rescue(first.original, first.original_target, text, reasoning)
+                            first = rescue or Rescue(error, target.label, target.metric_label, text, reasoning)
+                            rescue = Rescue(first.original, first.original_target, first.original_metric, text,
+                                            reasoning)
                         if parser is not None:
                             cut.append((target.label, parser.usage_so_far()))
                     await walk.failed(target, error, started, head_seen, committed, rescue is not None)
@@ -521,7 +523,7 @@ class Router:
             if rescue is None:
                 raise
             metrics.STREAM_RESCUES.inc("diverged" if isinstance(exc, Diverged) else "failed")
-            metrics.STREAM_ABORTS.inc(rescue.original_target, rescue.original.error_class.value)
+            metrics.STREAM_ABORTS.inc(rescue.original_metric, rescue.original.error_class.value)
             raise StreamInterrupted(rescue.original, rescue.original_target) from None
 
     def _learn_no_prefill(self, target: ResolvedTarget, walk: _Walk, attempts: list[Attempt], error: ProviderError,

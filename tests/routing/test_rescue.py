@@ -33,7 +33,7 @@ def test_sent_so_far_reads_text_and_reasoning() -> None:
 
 
 def test_restart_swallows_the_reproduced_prefix_whatever_the_piece_boundaries() -> None:
-    rescue = Rescue(CUT, "a", "Hello wor", "")
+    rescue = Rescue(CUT, "a", "a", "Hello wor", "")
     assert rescue.request_for(REQUEST, None) is REQUEST and rescue.how == "restart"
     out = rescue.pass_on([Answering("b"), TextDelta("Hel")])
     assert out == []
@@ -48,7 +48,7 @@ def test_restart_swallows_the_reproduced_prefix_whatever_the_piece_boundaries() 
 
 @pytest.mark.parametrize("pieces", [["Help"], ["Hello", " there"], ["Hxllo wor"]])
 def test_restart_that_diverges_is_never_spliced(pieces: list[str]) -> None:
-    rescue = Rescue(CUT, "a", "Hello wor", "")
+    rescue = Rescue(CUT, "a", "a", "Hello wor", "")
     rescue.request_for(REQUEST, None)
     with pytest.raises(Diverged):
         for piece in pieces:
@@ -56,7 +56,7 @@ def test_restart_that_diverges_is_never_spliced(pieces: list[str]) -> None:
 
 
 def test_restart_that_ends_inside_the_sent_text_diverged() -> None:
-    rescue = Rescue(CUT, "a", "Hello wor", "")
+    rescue = Rescue(CUT, "a", "a", "Hello wor", "")
     rescue.request_for(REQUEST, None)
     rescue.pass_on([TextDelta("Hello")])
     with pytest.raises(Diverged):
@@ -64,7 +64,7 @@ def test_restart_that_ends_inside_the_sent_text_diverged() -> None:
 
 
 def test_restart_reproduces_reasoning_then_text() -> None:
-    rescue = Rescue(CUT, "a", "", "Let me th")
+    rescue = Rescue(CUT, "a", "a", "", "Let me th")
     rescue.request_for(REQUEST, "native")
     assert rescue.how == "restart", "reasoning already shown cannot be prefilled"
     out = rescue.pass_on([ReasoningDelta("Let me "), ReasoningDelta("think."), ReasoningSignature("sig"),
@@ -74,7 +74,7 @@ def test_restart_reproduces_reasoning_then_text() -> None:
 
 
 def test_prefill_request_per_kind() -> None:
-    rescue = Rescue(CUT, "a", "Hello wor ", "")
+    rescue = Rescue(CUT, "a", "a", "Hello wor ", "")
     native = rescue.request_for(REQUEST, "native")
     assert rescue.how == "prefill"
     assert native.messages[-1] == {"role": "assistant", "content": "Hello wor"}, "no trailing whitespace"
@@ -86,7 +86,7 @@ def test_prefill_request_per_kind() -> None:
 
 
 def test_prefill_continuation_swallows_the_held_back_whitespace_and_completes_the_answer() -> None:
-    rescue = Rescue(CUT, "a", "Hello ", "")
+    rescue = Rescue(CUT, "a", "a", "Hello ", "")
     rescue.request_for(REQUEST, "native")
     out = rescue.pass_on([Answering("b"), TextDelta(" world"), ReasoningDelta("not shown")])
     assert texts(out) == "world"
