@@ -271,3 +271,22 @@ def test_messages_stream_is_rescued_for_the_anthropic_sdk(rescue_gateway: Gatewa
     assert [block.type for block in message.content] == ["text"]
     assert message.content[0].text == FULL  # type: ignore[union-attr]
     assert message.stop_reason == "end_turn"
+
+
+def test_reasoning_and_text_are_continued_by_a_restart(rescue_gateway: Gateway,
+                                                       fakes: dict[str, FakeUpstream]) -> None:
+    thinking = "First I consider the fox, then the dog."
+    fakes["primary"].queue(cut(reasoning=thinking))
+    fakes["secondary"].queue(Reply(text=FULL, reasoning=thinking, pieces=3))
+    body = {"model": "rescue_restart", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", f"{rescue_gateway.url}/v1/chat/completions", json=body, timeout=30,
+                      headers={"authorization": "Bearer test-key"}) as response:
+        chunks = [orjson.loads(line[6:]) for line in response.iter_lines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    assert not [c for c in chunks if "error" in c]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == thinking, "reasoning once, whole"
+    assert "".join(d.get("content") or "" for d in deltas) == FULL
+    extension = next(c["gateway"] for c in chunks if "attempts" in c.get("gateway", {}))
+    assert extension["attempts"][-1]["rescued"] == {"after_chars": len(thinking) + len(sent_part()),
+                                                    "how": "restart", "by": "secondary:gpt-y"}
