@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from gateway.canonical import (
@@ -15,6 +16,8 @@ from gateway.canonical import (
 )
 from gateway.config.checks import ConfigError
 from gateway.config.loader import parse_config as load_config_text
+from gateway.config.providers_section import ProviderConfig
+from gateway.providers.openai import OpenAIAdapter
 from gateway.routing.rescue import Diverged, Rescue, prefill_kind, sent_so_far
 from gateway.upstream.errors import ErrorClass, ProviderError
 
@@ -150,3 +153,15 @@ def test_config_rejects_bad_values(extra: str) -> None:
 def test_config_rejects_an_unknown_prefill() -> None:
     with pytest.raises(ConfigError, match="prefill"):
         load_config_text(BASE % ("{provider: up, model: m, prefill: maybe}", ""))
+
+
+def test_openai_format_prefill_reaches_the_wire() -> None:
+    provider = ProviderConfig(name="ds", type="openai", base_url="https://api.deepseek.com/beta", api_key="k")
+    rescue = Rescue(CUT, "a", "a", "Hello wor", "")
+    for kind, check in (("prefix", lambda body: body["messages"][-1] == {"role": "assistant", "content": "Hello wor",
+                                                                         "prefix": True}),
+                        ("continue_final_message", lambda body: body["continue_final_message"] is True
+                         and body["add_generation_prompt"] is False)):
+        native = OpenAIAdapter().build_request(rescue.request_for(REQUEST, kind), provider, "deepseek-chat", True)
+        body = orjson.loads(native.body)
+        assert check(body), body
