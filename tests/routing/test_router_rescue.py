@@ -97,3 +97,15 @@ async def test_an_idle_stream_is_rescued_after_stream_idle_timeout(upstreams: Up
     assert classes(attempts) == [("a:m", "timeout"), ("b:m", None)]
     assert attempts[0]["elapsed_ms"] < 15_000, "the read timeout is 20 s: only the idle timeout ends it early"
     assert answer.rescued is not None and answer.rescued["how"] == "restart"
+
+
+async def test_a_streams_idle_timeout_does_not_outlive_it_on_a_reused_connection(upstreams: Upstreams) -> None:
+    upstreams.a.queue(Reply(text=FULL), Reply(text="slow but in time", delay_s=0.6))
+    async with router_for(upstreams, timeout_s=3.0) as router:
+        text, _ = await run(router, ("a",), [], policy=StreamPolicy(idle_s=0.3))
+        assert text == FULL
+        attempts: list[Attempt] = []
+        # The same keep-alive connection: its read timeout is the provider's (3 s) again, not the stream's 0.3 s.
+        answer = await router.complete(route(router, "a"), REQUEST, attempts, 0, time.monotonic() + 10)
+    assert answer.response.message["content"] == "slow but in time"
+    assert classes(attempts) == [("a:m", None)]
