@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from gateway.api.chat.request import parse_chat_request
+from gateway.api.messages.request import parse_messages_request
+from gateway.api.responses.request import parse_responses_request
 from gateway.errors import GatewayError, quoted
 
 USER = {"role": "user", "content": "hi"}
@@ -80,3 +82,28 @@ def test_valid_bodies_still_pass() -> None:
         unknown_extension={"kept": True}))
     assert request.stream is False and request.params["unknown_extension"] == {"kept": True}
     assert [t["function"]["name"] for t in request.tools] == ["g"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("continue", True), ("off", False), (True, True), (False, False),
+                                                 (None, None)])
+def test_stream_rescue_option_overrides_the_route(value: Any, expected: bool | None) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "gateway": {"stream_rescue": value}}
+    assert parse_chat_request(body).stream_rescue is expected
+
+
+@pytest.mark.parametrize("value", ["on", 1, [], "OFF"])
+def test_stream_rescue_option_rejects_other_values(value: Any) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "gateway": {"stream_rescue": value}}
+    with pytest.raises(GatewayError) as caught:
+        parse_chat_request(body)
+    assert caught.value.status == 400 and caught.value.param == "gateway.stream_rescue"
+
+
+def test_stream_rescue_option_on_responses_and_messages() -> None:
+    assert parse_responses_request({"model": "m", "input": "hi", "gateway": {"stream_rescue": "off"}}).stream_rescue \
+        is False
+    messages = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    assert parse_messages_request({**messages, "gateway": {"stream_rescue": "off"}}).stream_rescue is False
+    assert parse_messages_request(messages).stream_rescue is None
+    with pytest.raises(GatewayError):
+        parse_messages_request({**messages, "gateway": {"stream_rescue": "sometimes"}})

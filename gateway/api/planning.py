@@ -41,7 +41,8 @@ def refuse_name_clashes(runtime: Runtime, plan: RoutePlan, tools: list[dict[str,
 async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages: list[Message],
                      client_tools: list[ToolDef], tool_choice: Any, params: dict[str, Any],
                      max_tool_iterations: int | None, headless: bool, stream: bool, deadline: float,
-                     native: NativeRequest | None = None) -> AsyncIterator[LoopEvent]:
+                     native: NativeRequest | None = None, stream_rescue: bool | None = None,
+                     ) -> AsyncIterator[LoopEvent]:
     """A new loop for the authenticated, allowed caller (not a resume): admitted, artifacts put back, watched.
 
     ``max_tool_iterations`` is the caller's cap, never above the route's.
@@ -57,6 +58,6 @@ async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages:
     loop_request = LoopRequest(
         plan=plan, messages=list(messages), client_tools=client_tools, tool_choice=tool_choice, params=params,
         max_iterations=max_iterations, headless=headless, tenant=key.tenant, stream=stream, deadline=deadline,
-        key_id=key.id, key_name=key.name, allowed_tools=key.tools, native=native)
+        key_id=key.id, key_name=key.name, allowed_tools=key.tools, native=native, stream_rescue=stream_rescue)
     work.watch(loop_request)
     return run_loop(loop_request, runtime.deps)

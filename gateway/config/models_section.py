@@ -13,8 +13,11 @@ from gateway.config.tools_section import ToolConfig
 from gateway.providers.urls import model_problem
 
 ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
-              "context"}
-TARGET_KEYS = {"provider", "model", "price"}
+              "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s"}
+TARGET_KEYS = {"provider", "model", "price", "first_token_timeout_s", "prefill"}
+STREAM_RESCUE = ("continue", "off")
+#: a target's ``prefill``: ``auto`` (by provider type and model family), ``off``, or how it continues
+PREFILL_SETTINGS = ("auto", "off", "native", "prefix", "continue_final_message")
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 
 
@@ -25,6 +28,10 @@ class TargetConfig:
     price: Price | None = None
     #: an embeddings target: the length of the vectors its model returns (config/embeddings_section.py)
     dimensions: int | None = None
+    #: a stream with no content this many seconds after the attempt started fails over (None: off)
+    first_token_timeout_s: float | None = None
+    #: how the target continues an assistant message when a stream is rescued (``PREFILL_SETTINGS``)
+    prefill: str = "auto"
 
     @property
     def label(self) -> str:
@@ -54,6 +61,10 @@ class RouteConfig:
     kind: str = "chat"
     #: an embeddings route's request bounds (None on a chat route)
     embeddings: EmbeddingBounds | None = None
+    #: a stream that fails after text reached the caller: "continue" (rescued on the next target) or "off"
+    stream_rescue: str = "continue"
+    #: the longest silence inside a stream after its first content; None: each provider's ``timeout_s``
+    stream_idle_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +86,7 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
     raw_targets = get(section, "targets", path, list, None)
     if not raw_targets:
         raise ConfigError(f"{path}.targets", "needs at least one target")
+    first_token = _seconds(section, "first_token_timeout_s", path)
     targets = []
     for i, entry in enumerate(raw_targets):
         tpath = f"{path}.targets[{i}]"
@@ -90,7 +102,14 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
         if problem is not None:
             raise ConfigError(f"{tpath}.model", f"{model!r} {problem}")
         price = parse_price(item["price"], f"{tpath}.price") if item.get("price") is not None else None
-        targets.append(TargetConfig(provider=provider, model=model, price=price))
+        own = _seconds(item, "first_token_timeout_s", tpath)
+        prefill = get(item, "prefill", tpath, (str, bool), "auto")
+        if isinstance(prefill, bool):  # YAML reads a bare off / on as a boolean
+            prefill = "native" if prefill else "off"
+        if prefill not in PREFILL_SETTINGS:
+            raise ConfigError(f"{tpath}.prefill", f"must be one of {', '.join(PREFILL_SETTINGS)}, got {prefill!r}")
+        targets.append(TargetConfig(provider=provider, model=model, price=price,
+                                    first_token_timeout_s=own if own is not None else first_token, prefill=prefill))
     tool_names: list[str] = []
     mcp_names: list[str] = []
     for i, tool in enumerate(get(section, "tools", path, list, [])):
@@ -106,6 +125,11 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
             tool_names.append(tool)
     iterations = get(section, "max_tool_iterations", path, int, 25)
     window = get(section, "context_window", path, int, None)
+    rescue = get(section, "stream_rescue", path, (str, bool), "continue")
+    if isinstance(rescue, bool):  # YAML reads a bare off as false
+        rescue = "continue" if rescue else "off"
+    if rescue not in STREAM_RESCUE:
+        raise ConfigError(f"{path}.stream_rescue", f"must be 'continue' or 'off', got {rescue!r}")
     ctx_raw = mapping(section.get("context"), f"{path}.context", CONTEXT_KEYS)
     threshold = get(ctx_raw, "threshold", f"{path}.context", float, 0.8)
     if not 0 < threshold <= 1:
@@ -125,7 +149,15 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
             compress_with=get(ctx_raw, "compress_with", f"{path}.context", str, None),
             max_tool_result_tokens=get(ctx_raw, "max_tool_result_tokens", f"{path}.context", int, None),
         ),
+        stream_rescue=rescue,
+        stream_idle_timeout_s=_seconds(section, "stream_idle_timeout_s", path),
     )
+
+
+def _seconds(section: dict[str, Any], key: str, path: str) -> float | None:
+    """An optional positive number of seconds (absent: None, the feature's default)."""
+    value = get(section, key, path, float, None)
+    return None if value is None else float(positive(value, f"{path}.{key}"))
 
 
 #: keys only an embeddings route (``kind: embeddings``) takes, and only its targets

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gateway.canonical import (
@@ -167,6 +167,8 @@ class LoopRequest:
     # The surface that renders this loop, as it needs to answer a decision on a pause in its own shape
     # (``POST /v1/continuations/{id}``): opaque here, stored with a pause as ``data["origin"]``; None: chat.
     origin: dict[str, Any] | None = None
+    # ``gateway.stream_rescue`` of the request: True / False override the route's ``stream_rescue``.
+    stream_rescue: bool | None = None
 
 
 @dataclass(slots=True)
@@ -302,8 +304,11 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         try:
             if request.stream:
                 separate = state.text_emitted
+                policy = plan.stream
+                if request.stream_rescue is not None and request.stream_rescue is not policy.rescue:
+                    policy = replace(policy, rescue=request.stream_rescue)
                 async for item in deps.router.stream(plan.targets, model_request, attempts, plan.retries,
-                                                     request.deadline):
+                                                     request.deadline, policy):
                     if isinstance(item, Answer):
                         answer = item
                         continue
@@ -344,6 +349,10 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 yield TextDelta(text)
         response = answer.response
         state.iterations += 1
+        if answer.cut is not None:  # a rescued stream: its cut attempts produced (and billed) tokens too
+            for label, usage in answer.cut:
+                state.add_call(label, usage)
+            span.event("loopgate.stream_rescue", {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
         state.add_call(answer.target.label, response.usage)
         state.answered_by.append(answer.target.label)
         if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto

@@ -97,6 +97,9 @@ UPSTREAM_CONNECTIONS = Gauge("loopgate_upstream_connections", "Upstream connecti
                              ("provider", "state"))
 STREAM_ABORTS = Counter("loopgate_stream_aborts_total", "Streams ended with an error after bytes reached the client",
                         ("target", "error_class"))
+STREAM_RESCUES = Counter("loopgate_stream_rescues_total",
+                         "Streams that failed after bytes reached the client and were continued (outcome: prefill, "
+                         "restart) or could not be (diverged, failed)", ("outcome",))
 UPSTREAM_MALFORMED_EVENTS = Counter("loopgate_upstream_malformed_events_total",
                                     "Stream events skipped because they were not JSON or had the wrong shape",
                                     ("target",))
@@ -137,7 +140,7 @@ KEY_LOOKUPS = Counter("loopgate_key_lookups_total", "Store look-ups of secrets t
                       "store_error)", ("outcome",))
 
 ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
-       STREAM_ABORTS, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
+       STREAM_ABORTS, STREAM_RESCUES, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
        TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,
        KEY_LOOKUPS, STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS, STORE_FAIL_OPEN)

@@ -348,6 +348,9 @@ class AnthropicStreamParser:
         self._blocks[index]["input"] = tool_input
         return []
 
+    def usage_so_far(self) -> Usage:
+        return parse_usage(self._usage)
+
     def _merge_usage(self, usage: Any) -> None:
         # message_delta usage is cumulative and may repeat input counts; null means "not reported here".
         if isinstance(usage, dict):

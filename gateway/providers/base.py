@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.canonical import JSONTooDeep, ModelRequest, ModelResponse, StreamDelta, load_json
+from gateway.canonical import JSONTooDeep, ModelRequest, ModelResponse, StreamDelta, Usage, load_json
 from gateway.config.providers_section import ProviderConfig
 from gateway.observability import metrics
 from gateway.upstream.errors import RETRYABLE, TARGET_FAULTS, ErrorClass, ProviderError
@@ -52,6 +52,10 @@ class StreamParser(Protocol):
         An event that is not JSON or has the wrong shape is skipped and counted (``MalformedEvents``);
         the first deltas of a stream are preceded by ``Answering`` (the model producing them).
         """
+        ...
+
+    def usage_so_far(self) -> Usage:
+        """The usage the stream reported before it failed (a rescued stream bills its cut attempt too)."""
         ...
 
     def finish(self) -> ModelResponse:

@@ -196,6 +196,10 @@ class GeminiTurn:
         return self._finish is not None or self._blocked
 
     @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
     def readable(self) -> bool:
         return self._read
 
@@ -334,6 +338,9 @@ class GeminiStreamParser:
             self._announced = True
             deltas.insert(0, Answering(self._turn.model or self._configured))
         return deltas
+
+    def usage_so_far(self) -> Usage:
+        return self._turn.usage
 
     def finish(self) -> ModelResponse:
         if self._malformed.count and not self._turn.readable:

@@ -311,6 +311,9 @@ class OpenAIStreamParser:
             self._finish = _FINISH.get(finish, "stop")
         return deltas
 
+    def usage_so_far(self) -> Usage:
+        return self._usage
+
     def finish(self) -> ModelResponse:
         if self._malformed.count and not (self._text or self._refusal or self._reasoning or self._calls
                                           or self._finish):

@@ -42,24 +42,35 @@ plain generator, no extra coroutine.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from gateway.canonical import ModelRequest, ModelResponse, StreamDelta
+from gateway.canonical import ModelRequest, ModelResponse, StreamDelta, Usage
 from gateway.config.models_section import TargetConfig
 from gateway.config.providers_section import ProviderConfig
 from gateway.config.routing_section import RoutingConfig
 from gateway.context.windows import known_window
 from gateway.observability import metrics
-from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError
+from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError, StreamParser
 from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
+from gateway.routing.rescue import (
+    DEFAULT_STREAM_POLICY,
+    Diverged,
+    PrefillKind,
+    Rescue,
+    StreamPolicy,
+    prefill_kind,
+    sent_so_far,
+)
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
 
+log = logging.getLogger("loopgate.routing")
 MIN_ATTEMPT_S = 0.05  # the least deadline an attempt may start with (module docstring)
 P = TypeVar("P")
 R = TypeVar("R")
@@ -81,6 +92,10 @@ class ResolvedTarget:
     in_process: bool = False
     # An embeddings target: the declared length of its vectors (routing/embeddings.py checks answers against it).
     dimensions: int | None = None
+    # No content within this many seconds of the attempt's start: a failure before the commit point.
+    first_token_s: float | None = None
+    # How the target continues an assistant message for a stream rescue (routing/rescue.py); None: it cannot.
+    prefill: PrefillKind | None = None
 
 
 Attempt = dict[str, Any]
@@ -97,6 +112,10 @@ class Answer:
 
     target: ResolvedTarget
     response: ModelResponse
+    #: a rescued stream: the usage of the attempts that failed after the commit point, by target label
+    cut: list[tuple[str, Usage]] | None = None
+    #: a rescued stream: its ``rescued`` report (``after_chars``, ``how``, ``by``)
+    rescued: dict[str, object] | None = None
 
 
 class AllTargetsFailed(Exception):
@@ -213,10 +232,11 @@ class _Walk:
             self._health.release_probe(key)
 
     async def failed(self, target: ResolvedTarget, error: ProviderError, started: float, head_seen: bool = False,
-                     committed: bool = False) -> None:
+                     committed: bool = False, rescue: bool = False) -> None:
         """Record a failed attempt, then return (``tries`` retries or moves on) or raise what the call ends with.
 
-        ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status)."""
+        ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status).
+        ``rescue``: a stream failed after its commit point is continued (``stream_rescue``): the walk goes on."""
         now = time.monotonic()
         label = target.label
         key = target.metric_label  # metrics and circuit state: bounded even for direct routes
@@ -226,7 +246,7 @@ class _Walk:
         if self._probes is not None:
             self._probes.discard(key)  # every branch below gives the probe its verdict
         health = self._health
-        if committed:
+        if committed and not rescue:
             metrics.STREAM_ABORTS.inc(key, error_class.value)
             await health.record(key, failed=error_class is not ErrorClass.BAD_REQUEST)
             raise StreamInterrupted(error, label)
@@ -283,6 +303,10 @@ class _Walk:
                                      f"{error.message})", error.status)
         return AllTargetsFailed(error, failed.label)
 
+    def again(self) -> None:
+        """The same target once more, at once (a prefill it refused becomes a restart)."""
+        self._retry = True
+
     def exhausted(self) -> AllTargetsFailed:
         assert self._last is not None
         return AllTargetsFailed(self._last[0], self._last[1].label)
@@ -295,6 +319,8 @@ class Router:
         self._policy = policy
         self._pool = pool
         self.health = health
+        # Targets (metric labels) that answered a prefill with a 400: rescued by restart only.
+        self._no_prefill: set[str] = set()
 
     def resolve(self, targets: Sequence[TargetConfig], direct: bool = False) -> tuple[ResolvedTarget, ...]:
         """Done once per route at start-up, so the hot path does no lookups.
@@ -309,7 +335,10 @@ class Router:
             label = f"{target.provider}:*" if direct else target.label
             resolved.append(ResolvedTarget(target.label, provider, target.model, adapter, label,
                                            known_window(provider.type, target.model),
-                                           getattr(adapter, "in_process", False), target.dimensions))
+                                           getattr(adapter, "in_process", False), target.dimensions,
+                                           target.first_token_timeout_s,
+                                           prefill_kind(target.prefill, provider.type, provider.base_url,
+                                                        target.model)))
             self.health.track(label)  # its shared circuit state is refreshed in the background from now on
         return tuple(resolved)
 
@@ -357,68 +386,152 @@ class Router:
             raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
         return target.adapter.parse_response(reply.body)
 
+    # Long by design: the per-read loop is inlined (no generator frame per upstream read), and the rescue
+    # of a stream past its commit point shares the walk's state with it.
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
-                     retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
+                     retries: int, deadline: float, policy: StreamPolicy = DEFAULT_STREAM_POLICY,
+                     ) -> AsyncIterator[list[StreamDelta] | Answer]:
+        """Delta lists as they arrive, then the ``Answer``; past the commit point a failure is rescued
+        (``policy.rescue``: routing/rescue.py) or ends the stream with ``StreamInterrupted``."""
         walk = _Walk(self.health, self._policy, attempts, retries, deadline)
-        for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
-            started = time.monotonic()
-            head_seen = committed = False
-            try:
-                response: ModelResponse | None = None
-                if target.in_process:
-                    source = cast(InProcessAdapter, target.adapter).stream(request, target.provider, target.model,
-                                                                           deadline - time.monotonic(),
-                                                                           target.metric_label)
-                    try:
-                        async for item in source:
-                            if isinstance(item, ModelResponse):
-                                response = item
-                                continue
-                            committed = True
-                            yield item
-                            if time.monotonic() > deadline:
-                                raise DeadlineExceeded("the request deadline passed while the answer was streaming")
-                    finally:
-                        await source.aclose()
-                else:
-                    # Inlined rather than a nested generator: this loop runs once per upstream read.
-                    # No asyncio.timeout around the yields (it would cancel the consumer, not this
-                    # generator): the pool ends every wait by the deadline, stalls by the
-                    # provider's read timeout, and the deadline is checked between reads.
-                    native = target.adapter.build_request(request, target.provider, target.model, stream=True)
-                    async with self._pool.stream(target.provider, native, deadline) as upstream:
-                        head_seen = True
-                        if upstream.status >= 400:
-                            raise target.adapter.parse_error(upstream.status, upstream.headers,
-                                                             await upstream.read())
-                        parser = target.adapter.new_stream_parser(target.metric_label, target.model)
-                        decoder = SSEDecoder()
-                        async for chunk in upstream.chunks():
-                            deltas: list[StreamDelta] = []
-                            for event in decoder.feed(chunk):
+        # What reached the caller, batch by batch (kept only when a failure may be rescued).
+        sent: list[list[StreamDelta]] | None = [] if policy.rescue else None
+        rescue: Rescue | None = None
+        cut: list[tuple[str, Usage]] = []
+        idle_s = policy.idle_s
+        try:
+            for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
+                started = time.monotonic()
+                head_seen = committed = flowing = False
+                call = request
+                if rescue is not None:
+                    kind = target.prefill if target.metric_label not in self._no_prefill else None
+                    call = rescue.request_for(request, kind)
+                parser: StreamParser | None = None
+                try:
+                    response: ModelResponse | None = None
+                    if target.in_process:
+                        source = cast(InProcessAdapter, target.adapter).stream(call, target.provider, target.model,
+                                                                               deadline - time.monotonic(),
+                                                                               target.metric_label)
+                        try:
+                            async for item in source:
+                                if isinstance(item, ModelResponse):
+                                    response = item
+                                    continue
+                                if rescue is not None:
+                                    item = rescue.pass_on(item)
+                                if item:
+                                    committed = True
+                                    if sent is not None:
+                                        sent.append(item)
+                                    yield item
+                                if time.monotonic() > deadline:
+                                    raise DeadlineExceeded("the request deadline passed while the answer was "
+                                                           "streaming")
+                        finally:
+                            await source.aclose()
+                    else:
+                        # Inlined rather than a nested generator: this loop runs once per upstream read.
+                        # No asyncio.timeout around the yields (it would cancel the consumer, not this
+                        # generator): the pool ends every wait by the deadline, a first token that does
+                        # not come and a stall (``content_by``, ``idle_after``), and the deadline is
+                        # checked between reads.
+                        native = target.adapter.build_request(call, target.provider, target.model, stream=True)
+                        async with self._pool.stream(target.provider, native, deadline) as upstream:
+                            head_seen = True
+                            if upstream.status >= 400:
+                                raise target.adapter.parse_error(upstream.status, upstream.headers,
+                                                                 await upstream.read())
+                            if target.first_token_s is not None:
+                                upstream.content_by(started + target.first_token_s,
+                                                    f"no first token within {target.first_token_s:g} s")
+                            parser = target.adapter.new_stream_parser(target.metric_label, target.model)
+                            decoder = SSEDecoder()
+                            async for chunk in upstream.chunks():
+                                deltas: list[StreamDelta] = []
+                                failure = None
+                                try:
+                                    for event in decoder.feed(chunk):
+                                        deltas += parser.feed(event)
+                                except ProviderError as error:  # what preceded it in this read was answer
+                                    failure = error
+                                if deltas:
+                                    if not flowing:
+                                        flowing = True
+                                        upstream.idle_after(idle_s)
+                                    if rescue is not None:
+                                        deltas = rescue.pass_on(deltas)
+                                    if deltas:
+                                        committed = True
+                                        if sent is not None:
+                                            sent.append(deltas)
+                                        yield deltas  # one list per upstream read: one write to the client
+                                if failure is not None:
+                                    raise failure
+                                if time.monotonic() > deadline:
+                                    raise DeadlineExceeded("the request deadline passed while the answer was "
+                                                           "streaming")
+                            deltas = []
+                            for event in decoder.close():
                                 deltas += parser.feed(event)
+                            if deltas and rescue is not None:
+                                deltas = rescue.pass_on(deltas)
                             if deltas:
                                 committed = True
-                                yield deltas  # one list per upstream read: one write to the client
-                            if time.monotonic() > deadline:
-                                raise DeadlineExceeded("the request deadline passed while the answer was streaming")
-                        deltas = []
-                        for event in decoder.close():
-                            deltas += parser.feed(event)
-                        if deltas:
-                            committed = True
-                            yield deltas
-                        response = parser.finish()
-                if response is None:
-                    raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
-            except ProviderError as error:
-                await walk.failed(target, error, started, head_seen, committed)
-                continue
-            except BaseException:
-                walk.abandoned(target)
+                                if sent is not None:
+                                    sent.append(deltas)
+                                yield deltas
+                            response = parser.finish()
+                    if response is None:
+                        raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
+                    if rescue is not None:
+                        response = rescue.complete(response)
+                except ProviderError as error:
+                    if (rescue is not None and rescue.how == "prefill" and not committed
+                            and error.error_class is ErrorClass.BAD_REQUEST):
+                        self._learn_no_prefill(target, walk, attempts, error, started)
+                        continue
+                    if sent:  # something reached the caller: this failure is rescued (``policy.rescue``)
+                        if rescue is None or committed:
+                            text, reasoning = sent_so_far(sent)
+                            first = rescue or Rescue(error, target.label, target.metric_label, text, reasoning)
+                            rescue = Rescue(first.original, first.original_target, first.original_metric, text,
+                                            reasoning)
+                        if parser is not None:
+                            cut.append((target.label, parser.usage_so_far()))
+                    await walk.failed(target, error, started, head_seen, committed, rescue is not None)
+                    continue
+                except Diverged:
+                    attempts.append(attempt(target.label, "diverged", 200, (time.monotonic() - started) * 1000))
+                    walk.abandoned(target)
+                    raise
+                except BaseException:
+                    walk.abandoned(target)
+                    raise
+                if walk.answered(target, started):
+                    await self.health.record(target.metric_label, failed=False)
+                if rescue is None:
+                    yield Answer(target, response)
+                    return
+                report = rescue.report(target.label)
+                attempts[-1]["rescued"] = report
+                metrics.STREAM_RESCUES.inc(rescue.how)
+                yield Answer(target, response, cut, report)
+                return
+            raise walk.exhausted()
+        except (AllTargetsFailed, Diverged) as exc:
+            if rescue is None:
                 raise
-            if walk.answered(target, started):
-                await self.health.record(target.metric_label, failed=False)
-            yield Answer(target, response)
-            return
-        raise walk.exhausted()
+            metrics.STREAM_RESCUES.inc("diverged" if isinstance(exc, Diverged) else "failed")
+            metrics.STREAM_ABORTS.inc(rescue.original_metric, rescue.original.error_class.value)
+            raise StreamInterrupted(rescue.original, rescue.original_target) from None
+
+    def _learn_no_prefill(self, target: ResolvedTarget, walk: _Walk, attempts: list[Attempt], error: ProviderError,
+                          started: float) -> None:
+        """A target answered a prefill with a 400: never sent one again (this process), restarted at once."""
+        self._no_prefill.add(target.metric_label)
+        log.info("%s refused an assistant prefill (HTTP %s): continuing streams there by restart from now on",
+                 target.label, error.status)
+        attempts.append(attempt(target.label, "prefill_rejected", error.status, (time.monotonic() - started) * 1000))
+        walk.again()

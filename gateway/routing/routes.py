@@ -9,6 +9,7 @@ from gateway.config.model import Config, RouteConfig, TargetConfig
 from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import bad_request, quoted
 from gateway.providers.urls import model_problem
+from gateway.routing.rescue import StreamPolicy
 from gateway.routing.router import ResolvedTarget, Router
 
 
@@ -29,6 +30,8 @@ class RoutePlan:
     needs_artifacts: bool
     # The ``model`` label in metrics: the route name, or ``PROVIDER/*`` for a direct route.
     metric_label: str
+    # ``stream_rescue`` and ``stream_idle_timeout_s`` (routing/rescue.py).
+    stream: StreamPolicy
 
     @classmethod
     def build(cls, route: RouteConfig, targets: tuple[ResolvedTarget, ...], metric_label: str = "") -> RoutePlan:
@@ -36,7 +39,8 @@ class RoutePlan:
                    tool_sources=tuple(f"mcp:{name}" for name in route.mcp_servers),
                    max_tool_iterations=route.max_tool_iterations, retries=route.retries,
                    tool_concurrency=route.tool_concurrency, needs_artifacts=_needs_artifacts(targets),
-                   metric_label=metric_label or route.name)
+                   metric_label=metric_label or route.name,
+                   stream=StreamPolicy(route.stream_rescue == "continue", route.stream_idle_timeout_s))
 
 
 def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:

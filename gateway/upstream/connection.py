@@ -35,7 +35,8 @@ class Connection(asyncio.Protocol):
     """
 
     __slots__ = (
-        "_body", "_body_left", "_buffered", "_deadline", "_decoded_left", "_decoder", "_early", "_eof", "_error",
+        "_base_read_s", "_body", "_body_left", "_buffered", "_cap_message", "_deadline", "_decoded_left", "_decoder",
+        "_early", "_eof", "_error", "_exchange_deadline",
         "_framed", "_head_bytes", "_informational", "_keep_alive", "_last_data", "_max_bytes", "_parser",
         "_paused", "_read_timeout_s", "_received", "_streaming", "_timer", "_transport", "_unsent", "_waiter",
         "_write_progress", "_write_timeout_s", "closed", "complete", "headers_done", "idle_since", "loop", "origin_key",
@@ -47,14 +48,15 @@ class Connection(asyncio.Protocol):
         self.loop = loop
         self.origin_key = origin_key
         # Unpacked once per connection: they are read on every wait and every piece of body.
-        self._read_timeout_s = timeouts.read
+        self._read_timeout_s = self._base_read_s = timeouts.read
         self._write_timeout_s = timeouts.write
         self._max_bytes = limits.max_response_bytes
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._deadline = math.inf
+        self._deadline = self._exchange_deadline = math.inf
+        self._cap_message = ""
         self._paused = False
         self._eof = False  # the peer's clean FIN: the only end of a body delimited by the close
         self.closed = False
@@ -91,7 +93,8 @@ class Connection(asyncio.Protocol):
         wait on this connection until the next ``send`` fails at it, whatever the read timeout allows."""
         self._begin()
         now = self._last_data = self.loop.time()
-        self._deadline = deadline + (now - time.monotonic())  # on the loop's clock; inf stays inf
+        self._deadline = self._exchange_deadline = deadline + (now - time.monotonic())  # loop's clock; inf stays
+        self._read_timeout_s = self._base_read_s  # a stream may have changed it (``content_by``, ``idle_after``)
         self._streaming = streaming
         transport = self._transport
         try:
@@ -135,6 +138,19 @@ class Connection(asyncio.Protocol):
         self._buffered = 0
         self._resume_reading()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def content_by(self, deadline: float, message: str) -> None:
+        """Fail the waits of this exchange at ``deadline`` (``time.monotonic()``) with ``message``: the
+        first-token deadline of a stream, lifted by ``idle_after`` once content flows."""
+        self._deadline = min(self._exchange_deadline, deadline + (self.loop.time() - time.monotonic()))
+        self._cap_message = message
+
+    def idle_after(self, seconds: float | None) -> None:
+        """Content flows: lift ``content_by`` and, when given, let silences of only ``seconds`` fail the exchange."""
+        self._deadline = self._exchange_deadline
+        if seconds is not None:
+            self._read_timeout_s = seconds
+            self._cap_message = f"upstream stream stalled (no bytes for {seconds:g} s)"
 
     @property
     def reusable(self) -> bool:
@@ -191,11 +207,13 @@ class Connection(asyncio.Protocol):
             return
         self._timer = None
         if now >= self._deadline:
-            self._fail_with(ErrorClass.TIMEOUT, "the request deadline passed while waiting for upstream")
+            self._fail_with(ErrorClass.TIMEOUT, self._cap_message if self._deadline < self._exchange_deadline
+                            else "the request deadline passed while waiting for upstream")
         elif self._unsent and not self._received:
             self._fail_with(ErrorClass.TIMEOUT, "upstream stopped reading the request")
         else:
-            self._fail_with(ErrorClass.TIMEOUT, "upstream did not answer in time")
+            self._fail_with(ErrorClass.TIMEOUT, self._cap_message if self._read_timeout_s != self._base_read_s
+                            else "upstream did not answer in time")
         self.close()
 
     def _fail_with(self, error_class: ErrorClass, message: str) -> None:

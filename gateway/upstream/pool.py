@@ -50,6 +50,14 @@ class UpstreamStream:
     async def read(self) -> bytes:
         return await self._conn.read_all()
 
+    def content_by(self, deadline: float, message: str) -> None:
+        """No content by ``deadline`` (``time.monotonic()``): the next read fails with a TIMEOUT saying ``message``."""
+        self._conn.content_by(deadline, message)
+
+    def idle_after(self, seconds: float | None) -> None:
+        """Content flows: lift ``content_by``; a silence longer than ``seconds`` (None: the read timeout) fails."""
+        self._conn.idle_after(seconds)
+
     def chunks(self) -> _Chunks:
         """Body bytes as they arrive; transport failures are already ``ProviderError``s."""
         return _Chunks(self._conn)

@@ -69,6 +69,7 @@ class SoakUpstream(FakeUpstream):
     # -- checking --------------------------------------------------------------------
     def _inspect(self, body: dict[str, Any], model: str, stream: bool) -> tuple[Reply | None, Fault, SoakRecord]:
         problems = list(self.rules(body, model)) if self.rules else []
+        body, prefix = _without_prefill(body)  # a rescued stream's continuation: the turn goes on from ``prefix``
         transcript = read_transcript(self.wire, body)
         problems += transcript.problems
         plan = transcript.plan
@@ -92,7 +93,8 @@ class SoakUpstream(FakeUpstream):
         calls = [(name, {"loop": loop, "turn": turn, "token": call_token(loop, turn, self.name, attempt, i)})
                  for i, name in enumerate(script.calls)]
         prompt_size = max(1, len(orjson.dumps(body)) // 3)
-        reply = Reply(text=script.text, tool_calls=calls, usage=(prompt_size, 5 + len(script.text) // 4))
+        text = script.text[len(prefix):] if prefix and script.text.startswith(prefix) else script.text
+        reply = Reply(text=text, tool_calls=calls, usage=(prompt_size, 5 + len(script.text) // 4))
         return reply, fault, SoakRecord(self.name, loop, turn, attempt, fault.kind, stream, ())
 
     # -- serving ---------------------------------------------------------------------
@@ -180,3 +182,17 @@ class SoakUpstream(FakeUpstream):
     def echo_results(self) -> dict[str, str]:
         """Call token -> result text, for the server tool's calls seen answered in any transcript."""
         return {token: result for token, (name, result) in self.results_seen.items() if name == ECHO}
+
+
+def _without_prefill(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The body without a final assistant (Gemini: model) turn, and that turn's text: a prefill, as the gateway
+    sends when it continues a stream cut after its commit point; the body as is and "" when there is none."""
+    key = "contents" if "contents" in body else "messages"
+    turns = body.get(key) or []
+    last = turns[-1] if turns else None
+    if not isinstance(last, dict) or last.get("role") not in ("assistant", "model"):
+        return body, ""
+    content = last.get("content", last.get("parts"))
+    if isinstance(content, list):
+        content = "".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+    return {**body, key: turns[:-1]}, str(content or "")

@@ -42,13 +42,19 @@ class Reply:
     # wrong_shape: JSON of the wrong shape (non-stream: the whole body; stream: every event);
     # malformed_event: a stream with an unreadable event in the middle (non-stream: no fault);
     # malformed_content: a stream whose every event carrying the text is cut short, unreadable (the rest,
-    # the finish event included, is valid; non-stream: no fault).
+    # the finish event included, is valid; non-stream: no fault); cut_in_call: a stream breaks half-way
+    # through its first tool call's arguments (after all its text).
     fault: str | None = None
     # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
     # so a gateway calibrating its token estimates against usage is not misled.
     usage: tuple[int, int] | None = None
     finish: str | None = None  # override the native finish/stop reason
     cached: int = 0  # cached prompt tokens (OpenAI wire: usage.prompt_tokens_details.cached_tokens)
+    # A stream's text in this many pieces (one event each); cut / stall strike after ``cut_after`` of them.
+    pieces: int = 2
+    cut_after: int = 1
+    # A stream's head is sent at once, its first event only after this long (a first token that is late).
+    first_delay_s: float = 0.0
 
 
 def count_of(body: dict[str, Any]) -> int:
@@ -75,6 +81,8 @@ class FakeUpstream(ThreadedApp):
         self._ids = itertools.count(1)
         self.in_flight = 0
         self.cancelled = 0
+        # Answer a request that ends with an assistant (Gemini: model) turn with a 400, as recent Claude models do.
+        self.reject_prefill = False
 
     def build(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -85,6 +93,7 @@ class FakeUpstream(ThreadedApp):
         self.requests.clear()
         self.script.clear()
         self.cancelled = 0
+        self.reject_prefill = False
         self._ids = itertools.count(1)
 
     def queue(self, *replies: Reply) -> None:
@@ -113,6 +122,10 @@ class FakeUpstream(ThreadedApp):
             reply = replace(reply, usage=(max(1, len(orjson.dumps(body)) // 3), 5))
         if problems:
             return web.json_response(self._error_payload(400, "; ".join(problems)), status=400)
+        if self.reject_prefill and _ends_with_prefill(body):
+            return web.json_response(self._error_payload(400, "This model does not support assistant message "
+                                                         "prefill. The conversation must end with a user message."),
+                                     status=400)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         if reply.fault == "reset":
@@ -158,15 +171,26 @@ class FakeUpstream(ThreadedApp):
                 frames = [*frames[:middle], b"data: {broken\n\n", b"data: " + orjson.dumps(self._wrong_shape(True))
                           + b"\n\n", *frames[middle:]]
             elif reply.fault == "malformed_content":
-                pieces = [orjson.dumps(piece)[1:-1] for piece in self._halves(reply.text)]
+                pieces = [orjson.dumps(piece)[1:-1] for piece in self._split(reply.text, reply.pieces)]
                 frames = [frame[:len(frame) // 2] + b"\n\n" if any(p in frame for p in pieces) else frame
                           for frame in frames]
-            first_text = orjson.dumps(self._halves(reply.text)[0])[1:-1] if reply.text else b"\x00"
+            texts = [orjson.dumps(piece)[1:-1] for piece in self._split(reply.text, reply.pieces)]
+            seen = 0
+            half_call = (orjson.dumps(self._halves(self._args(reply.tool_calls[0][1])[0])[0])[1:-1]
+                         if reply.tool_calls else b"\x00")
+            if reply.first_delay_s:
+                await asyncio.sleep(reply.first_delay_s)
             for frame in frames:
                 await response.write(frame)
                 await asyncio.sleep(0.002)
-                # cut / stall strike right after the first frame carrying model text.
-                if reply.fault in ("cut", "stall") and first_text in frame:
+                if seen < len(texts) and texts[seen] in frame:
+                    seen += 1
+                # cut_in_call: the connection breaks once the first tool call's arguments are half sent.
+                if reply.fault == "cut_in_call" and reply.tool_calls and seen == len(texts) and half_call in frame:
+                    request.transport.close()  # type: ignore[union-attr]
+                    return response
+                # cut / stall strike right after the ``cut_after``-th frame carrying model text.
+                if reply.fault in ("cut", "stall") and seen == reply.cut_after and texts and texts[seen - 1] in frame:
                     if reply.fault == "stall":
                         await asyncio.sleep(30)
                     request.transport.close()  # type: ignore[union-attr]
@@ -296,6 +320,14 @@ class FakeUpstream(ThreadedApp):
         middle = max(1, len(text) // 2)
         return [piece for piece in (text[:middle], text[middle:]) if piece]
 
+    @classmethod
+    def _split(cls, text: str, pieces: int) -> list[str]:
+        """``text`` in ``pieces`` consecutive parts (two: ``_halves``)."""
+        if pieces == 2:
+            return cls._halves(text)
+        size = max(1, -(-len(text) // max(1, pieces)))
+        return [text[i:i + size] for i in range(0, len(text), size)]
+
     def _openai_frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
         head = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
@@ -305,7 +337,7 @@ class FakeUpstream(ThreadedApp):
 
         frames = [chunk({"role": "assistant", "content": ""})]
         frames += [chunk({"reasoning_content": piece}) for piece in self._halves(reply.reasoning)]
-        frames += [chunk({"content": piece}) for piece in self._halves(reply.text)]
+        frames += [chunk({"content": piece}) for piece in self._split(reply.text, reply.pieces)]
         for i, (name, args) in enumerate(reply.tool_calls):
             raw = self._args(args)[0]
             frames.append(chunk({"tool_calls": [{"index": i, "id": f"call_{n}_{i}", "type": "function",
@@ -342,7 +374,7 @@ class FakeUpstream(ThreadedApp):
         if reply.text:
             frames.append(event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}))
             frames += [event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": piece}})
-                       for piece in self._halves(reply.text)]
+                       for piece in self._split(reply.text, reply.pieces)]
             frames.append(event("content_block_stop", {"index": index}))
             index += 1
         for i, (name, args) in enumerate(reply.tool_calls):
@@ -371,7 +403,7 @@ class FakeUpstream(ThreadedApp):
             return b"data: " + orjson.dumps(payload) + b"\r\n\r\n"
 
         frames = [chunk([{"text": piece, "thought": True}]) for piece in self._halves(reply.reasoning)]
-        frames += [chunk([{"text": piece}]) for piece in self._halves(reply.text)]
+        frames += [chunk([{"text": piece}]) for piece in self._split(reply.text, reply.pieces)]
         for i, (name, args) in enumerate(reply.tool_calls):
             part: dict[str, Any] = {"functionCall": {"name": name, "args": self._args(args)[1]}}
             if i == 0:
@@ -379,3 +411,9 @@ class FakeUpstream(ThreadedApp):
             frames.append(chunk([part]))
         frames.append(chunk([{"text": ""}], final=True))
         return frames
+
+
+def _ends_with_prefill(body: dict[str, Any]) -> bool:
+    """The request's last turn is the assistant's (OpenAI, Anthropic) or the model's (Gemini): a prefill."""
+    turns = body.get("messages") or body.get("contents") or []
+    return bool(turns) and isinstance(turns[-1], dict) and turns[-1].get("role") in ("assistant", "model")

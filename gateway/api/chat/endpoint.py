@@ -48,7 +48,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             events = await start_loop(runtime, work, plan, messages=chat.messages, client_tools=chat.tools,
                                       tool_choice=chat.tool_choice, params=chat.params,
                                       max_tool_iterations=chat.max_tool_iterations, headless=headless,
-                                      stream=chat.stream, deadline=deadline)
+                                      stream=chat.stream, deadline=deadline, stream_rescue=chat.stream_rescue)
         work.show_limits()
         if chat.stream:
             return await respond(work.settled_at_end(events), True, chat.include_usage, chat.model, work, slot)

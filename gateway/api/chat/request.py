@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.api.stream_options import stream_rescue_option
 from gateway.canonical import MAX_JSON_DEPTH, Message, ToolDef, arguments_too_deep
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem
@@ -52,6 +53,7 @@ class ChatRequest:
     include_usage: bool
     max_tool_iterations: int | None
     headless: bool
+    stream_rescue: bool | None = None
 
 
 def type_name(value: Any) -> str:
@@ -143,7 +145,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     params = {k: v for k, v in body.items() if k not in _OWN_FIELDS}
     return ChatRequest(model=model, messages=messages, tools=tools, tool_choice=tool_choice, params=params,
                        stream=stream, include_usage=bool(include_usage), max_tool_iterations=max_iterations,
-                       headless=headless)
+                       headless=headless, stream_rescue=stream_rescue_option(options))
 
 
 def _list(value: Any, param: str) -> list[Any]:

@@ -78,7 +78,8 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
             events = await start_loop(runtime, work, plan, messages=parsed.messages, client_tools=parsed.tools,
                                       tool_choice=parsed.tool_choice, params=parsed.params,
                                       max_tool_iterations=parsed.max_tool_iterations, headless=headless,
-                                      stream=parsed.stream, deadline=deadline, native=parsed.native)
+                                      stream=parsed.stream, deadline=deadline, native=parsed.native,
+                                      stream_rescue=parsed.stream_rescue)
         work.show_limits()
         if parsed.stream:
             return await respond_message(work.settled_at_end(events), True, parsed.model, parsed.show_server_tools,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.api.messages.blocks import canonical_messages, kind_of, system_message
+from gateway.api.stream_options import stream_rescue_option
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem
@@ -48,6 +49,8 @@ class MessagesRequest:
     show_server_tools: bool
     max_tool_iterations: int | None
     headless: bool
+    #: ``gateway.stream_rescue``: overrides the route's ``stream_rescue`` (None: the route's)
+    stream_rescue: bool | None = None
 
 
 def _number(body: dict[str, Any], name: str) -> float | None:
@@ -190,11 +193,11 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _options(body: dict[str, Any]) -> tuple[int | None, bool]:
-    """The ``gateway`` extension, as on chat completions: ``max_tool_iterations``, ``headless``."""
+def _options(body: dict[str, Any]) -> tuple[int | None, bool, bool | None]:
+    """The ``gateway`` extension, as on chat completions: ``max_tool_iterations``, ``headless``, ``stream_rescue``."""
     options = body.get("gateway")
     if options is None:
-        return None, False
+        return None, False, None
     if not isinstance(options, dict):
         raise bad_request(f"gateway: must be an object, not {kind_of(options)}", "gateway")
     limit = options.get("max_tool_iterations")
@@ -203,7 +206,7 @@ def _options(body: dict[str, Any]) -> tuple[int | None, bool]:
     headless = options.get("headless", False)
     if not isinstance(headless, bool):
         raise bad_request("gateway.headless: must be a boolean", "gateway.headless")
-    return limit, headless
+    return limit, headless, stream_rescue_option(options)
 
 
 def parse_messages_request(body: Any, beta_header: str = "") -> MessagesRequest:
@@ -234,11 +237,12 @@ def parse_messages_request(body: Any, beta_header: str = "") -> MessagesRequest:
     tools, names, native_tools = _tools(body.get("tools"))
     params = _params(body)
     tool_choice = _tool_choice(body.get("tool_choice"), params)
-    limit, headless = _options(body)
+    limit, headless, rescue = _options(body)
     betas = _betas(beta_header)
     fields = {name: value for name, value in body.items() if name not in _OWN_FIELDS}
     headers = {"anthropic-beta": ",".join(betas)} if betas else {}
     return MessagesRequest(
         model=model, messages=messages, tools=tools, tool_names=names, tool_choice=tool_choice, params=params,
         native=NativeRequest("anthropic", fields, native_tools, headers), stream=stream,
-        show_server_tools=MCP_CLIENT_BETA in betas, max_tool_iterations=limit, headless=headless)
+        show_server_tools=MCP_CLIENT_BETA in betas, max_tool_iterations=limit, headless=headless,
+        stream_rescue=rescue)

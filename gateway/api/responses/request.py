@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.chat.request import _expect, _function, type_name
+from gateway.api.stream_options import stream_rescue_option
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
 
@@ -83,6 +84,8 @@ class ResponsesRequest:
     headless: bool
     metadata: dict[str, str]
     echo: dict[str, Any] = field(default_factory=dict)
+    #: ``gateway.stream_rescue``: overrides the route's ``stream_rescue`` (None: the route's)
+    stream_rescue: bool | None = None
 
 
 # Long by design: every field of a Responses request is checked in one place, in the order the API
@@ -185,7 +188,8 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     return ResponsesRequest(model=model, input=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                             params=params, stream=stream, store=store, background=background,
                             previous_response_id=previous, max_tool_calls=max_tool_calls,
-                            max_tool_iterations=max_iterations, headless=headless, metadata=metadata, echo=echo)
+                            max_tool_iterations=max_iterations, headless=headless, metadata=metadata, echo=echo,
+                            stream_rescue=stream_rescue_option(options))
 
 
 def _flag(body: dict[str, Any], name: str, default: bool) -> bool:

@@ -394,7 +394,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
                        params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
                        tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                       allowed_tools=key.tools)
+                       allowed_tools=key.tools, stream_rescue=request.stream_rescue)
     builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
     loop.origin = responses_origin(builder.id, request, bool(request.instructions))
