@@ -83,13 +83,14 @@ def check_pending(stored: Continuation, conflict: str) -> None:
 async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, results: dict[str, ToolResult],
                         approved: list[str], decisions: list[dict[str, Any]] | None, stream: bool,
                         headless: bool, deadline: float, conflict: str,
-                        follow_up: list[Message] | None = None) -> Resumed:
+                        follow_up: list[Message] | None = None, stream_rescue: bool | None = None) -> Resumed:
     """Claim ``stored`` and start its loop with ``results``, charged to the key that asked.
 
     ``decisions``: way B's (and the Responses answers'), audited and notified as decided by the
     caller; None for way A (the client's own results: nothing was decided). ``conflict``: the
     409's message when the continuation was resumed already. ``follow_up``: messages the client
-    sent after its results (way A), placed after the completed turn.
+    sent after its results (way A), placed after the completed turn. ``stream_rescue``: the
+    resuming request's own ``gateway.stream_rescue`` (way A), which overrides the paused one's.
     """
     check_pending(stored, conflict)
     decider = work.key
@@ -109,6 +110,8 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
                                   decider.name)
     loop = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, decider.tenant,
                                          headless or asker.headless, follow_up)
+    if stream_rescue is not None:
+        loop.stream_rescue = stream_rescue
     work.watch(loop)
     slot = ResultSlot()
     events = continuations.run_resumed(claimed, loop, runtime.deps, decided, slot, "a" if decisions is None else "b")

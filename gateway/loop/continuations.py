@@ -111,6 +111,8 @@ class Continuations:
             "allowed_tools": None if request.allowed_tools is None else sorted(request.allowed_tools),
             "context": decision_context(request.messages, assistant),
             "origin": request.origin,
+            # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
+            "stream_rescue": request.stream_rescue,
         }
         now = time.time()
         items = [self.pending_item(p, now) for p in pending]
@@ -329,6 +331,7 @@ class Continuations:
             key_id=str(asker.get("id") or ""), key_name=str(asker.get("name") or ""),
             allowed_tools=None if allowed is None else frozenset(allowed),
             native=NativeRequest.from_dict(data.get("native")),
+            stream_rescue=rescue if isinstance(rescue := data.get("stream_rescue"), bool) else None,
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,

@@ -290,3 +290,31 @@ def test_reasoning_and_text_are_continued_by_a_restart(rescue_gateway: Gateway,
     extension = next(c["gateway"] for c in chunks if "attempts" in c.get("gateway", {}))
     assert extension["attempts"][-1]["rescued"] == {"after_chars": len(thinking) + len(sent_part()),
                                                     "how": "restart", "by": "secondary:gpt-y"}
+
+
+def test_the_requests_own_option_holds_for_its_resumed_loop(rescue_gateway: Gateway,
+                                                            fakes: dict[str, FakeUpstream]) -> None:
+    """A pause stores ``gateway.stream_rescue``: the loop resumed by a decision (way B) is rescued by it."""
+    lookup = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": "x"})]))
+    paused = httpx.post(f"{rescue_gateway.url}/v1/chat/completions", timeout=30,
+                        headers={"authorization": "Bearer test-key"},
+                        json={"model": "rescue_off", "messages": [{"role": "user", "content": "hi"}],
+                              "tools": [lookup], "gateway": {"stream_rescue": "continue"}})
+    assert paused.status_code == 200, paused.text
+    extension = paused.json()["gateway"]
+    assert extension["status"] == "paused"
+    call_id = extension["pending"][0]["tool_call_id"]
+    fakes["primary"].queue(cut())
+    fakes["claude"].queue(Reply(text=FULL[len(sent_part().rstrip()):]))
+    events: list[Any] = []
+    with httpx.stream("POST", f"{rescue_gateway.url}/v1/continuations/{extension['continuation_id']}",
+                      json={"decisions": [{"tool_call_id": call_id, "output": "found"}], "stream": True},
+                      headers={"authorization": "Bearer test-key"}, timeout=30) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line[6:] != "[DONE]":
+                events.append(orjson.loads(line[6:]))
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+    assert [e for e in events if "error" in e] == []
+    assert text == FULL, "the route has stream_rescue off; the paused request's own option turned it on"

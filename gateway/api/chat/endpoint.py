@@ -40,7 +40,8 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
             stored, results = way_a
             resumed = await resume_paused(runtime, work, stored, results=results, approved=[], decisions=None,
                                           stream=chat.stream, headless=headless, deadline=deadline,
-                                          conflict=f"continuation {stored.id} was already resumed")
+                                          conflict=f"continuation {stored.id} was already resumed",
+                                          stream_rescue=chat.stream_rescue)
             events = resumed.events
             slot = resumed.slot
         else:

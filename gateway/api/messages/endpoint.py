@@ -70,7 +70,7 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
             resumed = await resume_paused(runtime, work, stored, results=_with_client_messages(results, head),
                                           approved=[], decisions=None, stream=parsed.stream, headless=headless,
                                           deadline=deadline, conflict=f"continuation {stored.id} was already resumed",
-                                          follow_up=follow_up)
+                                          follow_up=follow_up, stream_rescue=parsed.stream_rescue)
             events = resumed.events
             slot = resumed.slot
         else:

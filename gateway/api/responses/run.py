@@ -440,7 +440,7 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
         raise
     resumed = await resume_paused(runtime, work, stored, results=results, approved=approved,
                                   decisions=converted.decisions, stream=request.stream, headless=headless,
-                                  deadline=deadline, conflict=conflict)
+                                  deadline=deadline, conflict=conflict, stream_rescue=request.stream_rescue)
     loop = resumed.loop
     first = bool(instructions_first)
     if instructions_first is not None:  # previous_response_id: this request's instructions replace the stored ones
