@@ -102,7 +102,8 @@ class NativeRequest:
     an Anthropic target gets the request as written: ``fields`` (top-level body fields such as
     ``thinking``, ``output_config``, ``context_management``, ``metadata``, ``top_k``, beta fields)
     and ``tools`` (the caller's tool definitions, typed and unknown keys included) verbatim, and
-    ``headers`` (``anthropic-beta``). Adapters of other formats never read it. Stored with a pause
+    ``headers`` (``anthropic-beta``). Adapters of other formats read only what has a counterpart there
+    the canonical params cannot carry (Gemini: ``top_k`` as ``topK``). Stored with a pause
     (``to_dict``), so a resumed loop keeps it.
     """
 

@@ -193,6 +193,19 @@ def _generation_config(params: Mapping[str, Any], model: str) -> dict[str, Any]:
     return config
 
 
+def _native_top_k(request: ModelRequest) -> int | None:
+    """A ``/v1/messages`` caller's ``top_k``: Gemini's ``topK``.
+
+    It is not a canonical param (OpenAI-format servers answer 400 to it), so it rides only on the
+    caller's native request, read here because Gemini has the counterpart.
+    """
+    native = request.native
+    if native is None or native.wire_format != "anthropic":
+        return None
+    value = native.fields.get("top_k")
+    return value if type(value) is int else None
+
+
 # --- messages -> contents -------------------------------------------------------------
 
 
@@ -359,6 +372,9 @@ class GeminiAdapter:
                 if calling is not None:
                     body["toolConfig"] = {"functionCallingConfig": calling}
         generation = _generation_config(request.params, model)
+        top_k = _native_top_k(request)
+        if top_k is not None and "topK" not in generation:
+            generation["topK"] = top_k
         if generation:
             body["generationConfig"] = generation
         headers = {"content-type": "application/json"}

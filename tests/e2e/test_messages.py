@@ -252,3 +252,16 @@ def test_an_anthropic_pause_turn_is_continued_in_the_gateway(gateway: Gateway, f
     assert message.content[-1].text == "Searching the web.\n\nFound it."  # type: ignore[union-attr]
     second = fakes["claude"].requests[1].body["messages"]
     assert second[-1]["role"] == "assistant" and "Searching the web." in orjson.dumps(second[-1]).decode()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_k_reaches_gemini_as_top_k_and_no_openai_format_target(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                                   stream: bool) -> None:
+    fakes["gemini"].queue(Reply(text="Sunny."))
+    fakes["primary"].queue(Reply(text="Sunny."))
+    answer = ask(gateway, stream, model="solo_gemini", extra_body={"top_k": 7, "temperature": 0.5})
+    assert answer.stop_reason == "end_turn"
+    config = fakes["gemini"].requests[-1].body["generationConfig"]
+    assert (config["topK"], config["temperature"]) == (7, 0.5)
+    assert ask(gateway, stream, model="solo_primary", extra_body={"top_k": 7}).stop_reason == "end_turn"
+    assert "top_k" not in fakes["primary"].requests[-1].body, "OpenAI answers 400 to top_k: no counterpart there"
