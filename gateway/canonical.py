@@ -153,6 +153,9 @@ class ModelResponse:
     #: the provider paused its own turn and asks to be called again with it as it stands (Anthropic's
     #: ``pause_turn``, a long server-side tool of its own): the loop calls again, within its cap
     unfinished: bool = False
+    #: the caller's stop sequence the answer ended on, when the provider says which (Anthropic's
+    #: ``stop_sequence``); None when it did not, or cannot say (OpenAI and Gemini only say "stop")
+    stop_sequence: str | None = None
 
     @property
     def tool_calls(self) -> list[ToolCall]:

@@ -366,7 +366,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             finish = "stop" if calls else response.finish_reason
             result = LoopResult("completed", finish, state.usage, gateway_extension(state, "completed"),
-                                model=state.model)
+                                model=state.model, stop_sequence=None if calls else response.stop_sequence)
             if request.on_finish is not None:
                 request.on_finish(result)
             yield Finished(result)

@@ -265,3 +265,26 @@ def test_top_k_reaches_gemini_as_top_k_and_no_openai_format_target(gateway: Gate
     assert (config["topK"], config["temperature"]) == (7, 0.5)
     assert ask(gateway, stream, model="solo_primary", extra_body={"top_k": 7}).stop_reason == "end_turn"
     assert "top_k" not in fakes["primary"].requests[-1].body, "OpenAI answers 400 to top_k: no counterpart there"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_stop_sequence_is_reported_as_such(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                         stream: bool) -> None:
+    fakes["claude"].queue(Reply(text="It is sunny", finish="stop_sequence", stop_sequence="###"))
+    message = ask(gateway, stream, model="solo_claude", stop_sequences=["END", "###"])
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "###")
+    assert fakes["claude"].requests[-1].body["stop_sequences"] == ["END", "###"]
+    fakes["claude"].queue(Reply(text="It is sunny."))
+    message = ask(gateway, stream, model="solo_claude", stop_sequences=["###"])
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", ["primary", "gemini"])
+def test_a_stop_on_another_format_stays_end_turn(gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str,
+                                                 stream: bool) -> None:
+    """OpenAI's finish_reason ``stop`` and Gemini's ``STOP`` do not say which sequence matched, nor whether one did
+    (the sequence is not in the text): ``end_turn``, never a guessed ``stop_sequence``."""
+    fakes[provider].queue(Reply(text="It is sunny"))
+    message = ask(gateway, stream, model=f"solo_{provider}", stop_sequences=["###"])
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
