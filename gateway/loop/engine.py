@@ -289,7 +289,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             choice = "auto"
         else:
             choice = request.tool_choice
-        model_request = ModelRequest(messages=messages, tools=tool_defs, tool_choice=choice if tool_defs else None,
+        # A native caller's choice goes on without loop tools: it may name a typed tool of its own (Anthropic's).
+        model_request = ModelRequest(messages=messages, tools=tool_defs,
+                                     tool_choice=choice if tool_defs or request.native is not None else None,
                                      params=request.params, native=request.native)
         attempts = state.attempts
         answer: Answer | None = None

@@ -44,6 +44,7 @@ from gateway.providers.base import (
     UpstreamRequest,
     delay_seconds,
     error_from_status,
+    forced_choice_problem,
     invalid_response,
     load_error_body,
     unreadable_error,
@@ -357,6 +358,9 @@ class GeminiAdapter:
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
+        problem = forced_choice_problem(request)
+        if problem is not None:
+            raise problem
         url = urls.gemini_generate(provider.base_url, model, stream)
         model = model.removeprefix("models/")
         system, contents = build_contents(request.messages)

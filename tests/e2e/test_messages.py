@@ -288,3 +288,40 @@ def test_a_stop_on_another_format_stays_end_turn(gateway: Gateway, fakes: dict[s
     fakes[provider].queue(Reply(text="It is sunny"))
     message = ask(gateway, stream, model=f"solo_{provider}", stop_sequences=["###"])
     assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+# Routes without server tools: the caller's typed tool is the request's only tool.
+BARE = {"primary": "plain", "gemini": "gemini/gemini-3-pro-preview", "claude": "claude/claude-sonnet-4-5"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", ["primary", "gemini"])
+def test_a_forced_choice_of_a_typed_tool_another_format_cannot_get_is_a_400_naming_tool_choice(
+        gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str, stream: bool) -> None:
+    sent = len(fakes[provider].requests)
+    for model in (BARE[provider], f"solo_{provider}"):  # the typed tool alone, and beside server tools
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            ask(gateway, stream, model=model, tools=[WEB_SEARCH], tool_choice={"type": "tool", "name": "web_search"})
+        error = caught.value.body["error"]  # type: ignore[index]
+        assert error["type"] == "invalid_request_error"
+        assert "tool_choice" in error["message"] and "web_search" in error["message"]
+    with pytest.raises(anthropic.BadRequestError) as caught:  # ``any`` with no tool left to call
+        ask(gateway, stream, model=BARE[provider], tools=[WEB_SEARCH], tool_choice={"type": "any"})
+    assert "tool_choice" in caught.value.body["error"]["message"]  # type: ignore[index]
+    assert len(fakes[provider].requests) == sent, "nothing the target would misread was sent"
+    for choice in ("auto", "none"):
+        fakes[provider].queue(Reply(text="Sunny."))
+        message = ask(gateway, stream, model=BARE[provider], tools=[WEB_SEARCH], tool_choice={"type": choice})
+        assert message.stop_reason == "end_turn"
+    fakes[provider].queue(Reply(text="Sunny."))  # ``any`` with a server tool left: that one may be called
+    assert ask(gateway, stream, model=f"solo_{provider}", tools=[WEB_SEARCH],
+               tool_choice={"type": "any"}).stop_reason == "end_turn"
+
+
+def test_an_anthropic_target_gets_a_forced_choice_of_a_typed_tool(gateway: Gateway,
+                                                                  fakes: dict[str, FakeUpstream]) -> None:
+    fakes["claude"].queue(Reply(text="Searched."))
+    ask(gateway, False, model=BARE["claude"], tools=[WEB_SEARCH], tool_choice={"type": "tool", "name": "web_search"})
+    body = fakes["claude"].requests[-1].body
+    assert body["tools"] == [WEB_SEARCH] and body["tool_choice"] == {"type": "tool", "name": "web_search"}
