@@ -14,7 +14,7 @@ from gateway.providers.urls import model_problem
 
 ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
               "context"}
-TARGET_KEYS = {"provider", "model", "price"}
+TARGET_KEYS = {"provider", "model", "price", "reasoning"}
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
 
 
@@ -25,6 +25,8 @@ class TargetConfig:
     price: Price | None = None
     #: an embeddings target: the length of the vectors its model returns (config/embeddings_section.py)
     dimensions: int | None = None
+    #: whether the model takes ``reasoning_effort``; None: decided by its family (routing/reasoning.py)
+    reasoning: bool | None = None
 
     @property
     def label(self) -> str:
@@ -90,7 +92,8 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
         if problem is not None:
             raise ConfigError(f"{tpath}.model", f"{model!r} {problem}")
         price = parse_price(item["price"], f"{tpath}.price") if item.get("price") is not None else None
-        targets.append(TargetConfig(provider=provider, model=model, price=price))
+        reasoning = get(item, "reasoning", tpath, bool, None)
+        targets.append(TargetConfig(provider=provider, model=model, price=price, reasoning=reasoning))
     tool_names: list[str] = []
     mcp_names: list[str] = []
     for i, tool in enumerate(get(section, "tools", path, list, [])):

@@ -57,6 +57,7 @@ from gateway.observability import metrics
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError
 from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
+from gateway.routing.reasoning import ReasoningSupport, takes_reasoning
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
 
@@ -81,6 +82,8 @@ class ResolvedTarget:
     in_process: bool = False
     # An embeddings target: the declared length of its vectors (routing/embeddings.py checks answers against it).
     dimensions: int | None = None
+    # Whether it is sent ``reasoning_effort`` (routing/reasoning.py), before it says otherwise.
+    reasoning: bool = True
 
 
 Attempt = dict[str, Any]
@@ -131,7 +134,7 @@ class _Walk:
     """
 
     __slots__ = ("_attempt_no", "_attempts", "_cutoff", "_health", "_last", "_next", "_policy", "_probes",
-                 "_retries", "_retry", "_tried")
+                 "_reshaped", "_retries", "_retry", "_tried")
 
     def __init__(self, health: TargetHealth, policy: RoutingConfig, attempts: list[Attempt], retries: int,
                  deadline: float) -> None:
@@ -146,6 +149,7 @@ class _Walk:
         self._tried = False
         self._retry = False
         self._attempt_no = 0
+        self._reshaped = False  # the one immediate retry of a reshaped request (``failed``'s ``again``) is spent
 
     async def plan(self, targets: Sequence[ResolvedTarget]) -> Sequence[ResolvedTarget]:
         """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
@@ -213,10 +217,12 @@ class _Walk:
             self._health.release_probe(key)
 
     async def failed(self, target: ResolvedTarget, error: ProviderError, started: float, head_seen: bool = False,
-                     committed: bool = False) -> None:
+                     committed: bool = False, again: bool = False) -> None:
         """Record a failed attempt, then return (``tries`` retries or moves on) or raise what the call ends with.
 
-        ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status)."""
+        ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status).
+        ``again``: the target refused a field it will not be sent again (routing/reasoning.py): the same
+        target at once, once per walk, without spending a configured retry."""
         now = time.monotonic()
         label = target.label
         key = target.metric_label  # metrics and circuit state: bounded even for direct routes
@@ -231,6 +237,11 @@ class _Walk:
             await health.record(key, failed=error_class is not ErrorClass.BAD_REQUEST)
             raise StreamInterrupted(error, label)
         self._last = (error, target)
+        if again and not self._reshaped:
+            self._reshaped = self._retry = True
+            self._attempt_no -= 1  # ``tries`` counts it; it is not one of the route's ``retries``
+            await health.record(key, failed=False)
+            return
         if error_class is ErrorClass.BAD_REQUEST:
             await health.record(key, failed=False)  # it answered; the request was wrong
             raise AllTargetsFailed(error, label) from None
@@ -295,6 +306,7 @@ class Router:
         self._policy = policy
         self._pool = pool
         self.health = health
+        self.reasoning = ReasoningSupport()
 
     def resolve(self, targets: Sequence[TargetConfig], direct: bool = False) -> tuple[ResolvedTarget, ...]:
         """Done once per route at start-up, so the hot path does no lookups.
@@ -309,7 +321,8 @@ class Router:
             label = f"{target.provider}:*" if direct else target.label
             resolved.append(ResolvedTarget(target.label, provider, target.model, adapter, label,
                                            known_window(provider.type, target.model),
-                                           getattr(adapter, "in_process", False), target.dimensions))
+                                           getattr(adapter, "in_process", False), target.dimensions,
+                                           takes_reasoning(provider.type, target.model, target.reasoning)))
             self.health.track(label)  # its shared circuit state is refreshed in the background from now on
         return tuple(resolved)
 
@@ -348,6 +361,17 @@ class Router:
         raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
+        """One attempt; a target that refuses ``reasoning_effort`` is asked again at once without it (once)."""
+        support, name = self.reasoning, target.provider.name
+        sent = support.shaped(target.reasoning, name, target.model, request)
+        try:
+            return await self._answer(target, sent, deadline)
+        except ProviderError as error:
+            if not support.refused(name, target.model, sent, error):
+                raise
+        return await self._answer(target, support.shaped(target.reasoning, name, target.model, request), deadline)
+
+    async def _answer(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
         if target.in_process:  # no bytes to parse here
             local = cast(InProcessAdapter, target.adapter)
             return await local.complete(request, target.provider, target.model, deadline - time.monotonic())
@@ -363,10 +387,11 @@ class Router:
         for target in walk.tries(targets if self._all_healthy(targets) else await walk.plan(targets)):
             started = time.monotonic()
             head_seen = committed = False
+            sent = self.reasoning.shaped(target.reasoning, target.provider.name, target.model, request)
             try:
                 response: ModelResponse | None = None
                 if target.in_process:
-                    source = cast(InProcessAdapter, target.adapter).stream(request, target.provider, target.model,
+                    source = cast(InProcessAdapter, target.adapter).stream(sent, target.provider, target.model,
                                                                            deadline - time.monotonic(),
                                                                            target.metric_label)
                     try:
@@ -385,7 +410,7 @@ class Router:
                     # No asyncio.timeout around the yields (it would cancel the consumer, not this
                     # generator): the pool ends every wait by the deadline, stalls by the
                     # provider's read timeout, and the deadline is checked between reads.
-                    native = target.adapter.build_request(request, target.provider, target.model, stream=True)
+                    native = target.adapter.build_request(sent, target.provider, target.model, stream=True)
                     async with self._pool.stream(target.provider, native, deadline) as upstream:
                         head_seen = True
                         if upstream.status >= 400:
@@ -412,7 +437,9 @@ class Router:
                 if response is None:
                     raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
             except ProviderError as error:
-                await walk.failed(target, error, started, head_seen, committed)
+                # A refused reasoning_effort (before any output): the same target again at once, without it.
+                again = not committed and self.reasoning.refused(target.provider.name, target.model, sent, error)
+                await walk.failed(target, error, started, head_seen, committed, again)
                 continue
             except BaseException:
                 walk.abandoned(target)
