@@ -361,25 +361,26 @@ class Router:
         raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        """One attempt; a target that refuses ``reasoning_effort`` is asked again at once without it (once)."""
-        support, name = self.reasoning, target.provider.name
-        sent = support.shaped(target.reasoning, name, target.model, request)
-        try:
-            return await self._answer(target, sent, deadline)
-        except ProviderError as error:
-            if not support.refused(name, target.model, sent, error):
-                raise
-        return await self._answer(target, support.shaped(target.reasoning, name, target.model, request), deadline)
+        """One attempt; a target that refuses ``reasoning_effort`` is asked again at once without it (once).
 
-    async def _answer(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        if target.in_process:  # no bytes to parse here
-            local = cast(InProcessAdapter, target.adapter)
-            return await local.complete(request, target.provider, target.model, deadline - time.monotonic())
-        native = target.adapter.build_request(request, target.provider, target.model, stream=False)
-        reply = await self._pool.post(target.provider, native, deadline)
-        if reply.status >= 400:
-            raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
-        return target.adapter.parse_response(reply.body)
+        One coroutine, no wrapper: this runs for every model call."""
+        support = self.reasoning
+        sent = support.shaped(target.reasoning, target.provider.name, target.model, request)
+        for last in (False, True):
+            try:
+                if target.in_process:  # no bytes to parse here
+                    local = cast(InProcessAdapter, target.adapter)
+                    return await local.complete(sent, target.provider, target.model, deadline - time.monotonic())
+                native = target.adapter.build_request(sent, target.provider, target.model, stream=False)
+                reply = await self._pool.post(target.provider, native, deadline)
+                if reply.status >= 400:
+                    raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
+                return target.adapter.parse_response(reply.body)
+            except ProviderError as error:
+                if last or not support.refused(target.provider.name, target.model, sent, error):
+                    raise
+            sent = support.shaped(target.reasoning, target.provider.name, target.model, request)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def stream(self, targets: Sequence[ResolvedTarget], request: ModelRequest, attempts: list[Attempt],
                      retries: int, deadline: float) -> AsyncIterator[list[StreamDelta] | Answer]:
