@@ -102,7 +102,8 @@ class NativeRequest:
     an Anthropic target gets the request as written: ``fields`` (top-level body fields such as
     ``thinking``, ``output_config``, ``context_management``, ``metadata``, ``top_k``, beta fields)
     and ``tools`` (the caller's tool definitions, typed and unknown keys included) verbatim, and
-    ``headers`` (``anthropic-beta``). Adapters of other formats never read it. Stored with a pause
+    ``headers`` (``anthropic-beta``). Adapters of other formats read only what has a counterpart there
+    the canonical params cannot carry (Gemini: ``top_k`` as ``topK``). Stored with a pause
     (``to_dict``), so a resumed loop keeps it.
     """
 
@@ -152,6 +153,9 @@ class ModelResponse:
     #: the provider paused its own turn and asks to be called again with it as it stands (Anthropic's
     #: ``pause_turn``, a long server-side tool of its own): the loop calls again, within its cap
     unfinished: bool = False
+    #: the caller's stop sequence the answer ended on, when the provider says which (Anthropic's
+    #: ``stop_sequence``); None when it did not, or cannot say (OpenAI and Gemini only say "stop")
+    stop_sequence: str | None = None
 
     @property
     def tool_calls(self) -> list[ToolCall]:

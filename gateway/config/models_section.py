@@ -14,7 +14,7 @@ from gateway.providers.urls import model_problem
 
 ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
               "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s"}
-TARGET_KEYS = {"provider", "model", "price", "first_token_timeout_s", "prefill"}
+TARGET_KEYS = {"provider", "model", "price", "first_token_timeout_s", "prefill", "reasoning"}
 STREAM_RESCUE = ("continue", "off")
 #: a target's ``prefill``: ``auto`` (by provider type and model family), ``off``, or how it continues
 PREFILL_SETTINGS = ("auto", "off", "native", "prefix", "continue_final_message")
@@ -32,6 +32,8 @@ class TargetConfig:
     first_token_timeout_s: float | None = None
     #: how the target continues an assistant message when a stream is rescued (``PREFILL_SETTINGS``)
     prefill: str = "auto"
+    #: whether the model takes ``reasoning_effort``; None: decided by its family (routing/reasoning.py)
+    reasoning: bool | None = None
 
     @property
     def label(self) -> str:
@@ -108,8 +110,10 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
             prefill = "native" if prefill else "off"
         if prefill not in PREFILL_SETTINGS:
             raise ConfigError(f"{tpath}.prefill", f"must be one of {', '.join(PREFILL_SETTINGS)}, got {prefill!r}")
+        reasoning = get(item, "reasoning", tpath, bool, None)
         targets.append(TargetConfig(provider=provider, model=model, price=price,
-                                    first_token_timeout_s=own if own is not None else first_token, prefill=prefill))
+                                    first_token_timeout_s=own if own is not None else first_token, prefill=prefill,
+                                    reasoning=reasoning))
     tool_names: list[str] = []
     mcp_names: list[str] = []
     for i, tool in enumerate(get(section, "tools", path, list, [])):

@@ -291,7 +291,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             choice = "auto"
         else:
             choice = request.tool_choice
-        model_request = ModelRequest(messages=messages, tools=tool_defs, tool_choice=choice if tool_defs else None,
+        # A native caller's choice goes on without loop tools: it may name a typed tool of its own (Anthropic's).
+        model_request = ModelRequest(messages=messages, tools=tool_defs,
+                                     tool_choice=choice if tool_defs or request.native is not None else None,
                                      params=request.params, native=request.native)
         attempts = state.attempts
         answer: Answer | None = None
@@ -375,7 +377,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             metrics.LOOP_ITERATIONS.observe(state.iterations)
             finish = "stop" if calls else response.finish_reason
             result = LoopResult("completed", finish, state.usage, gateway_extension(state, "completed"),
-                                model=state.model)
+                                model=state.model, stop_sequence=None if calls else response.stop_sequence)
             if request.on_finish is not None:
                 request.on_finish(result)
             yield Finished(result)

@@ -54,6 +54,8 @@ class LoopResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     # The model that answered the final call (the one that produced the paused turn when paused).
     model: str = ""
+    # The caller's stop sequence the final call ended on, when its provider said which (canonical.ModelResponse).
+    stop_sequence: str | None = None
 
 
 @dataclass(slots=True)

@@ -205,39 +205,6 @@ def _assistant(message: Message, where: str) -> dict[str, Any] | None:
     return {"role": "assistant", "content": content} if content else None
 
 
-def translate_messages(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Canonical transcript -> (top-level system blocks, Anthropic messages)."""
-    system: list[dict[str, Any]] = []
-    out: list[dict[str, Any]] = []
-    for position, message in enumerate(messages):
-        where = f"messages[{position}]"
-        role = message.get("role")
-        if role in ("system", "developer"):
-            system.extend(_content_blocks(message.get("content"), where))
-            continue
-        if role == "assistant":
-            turn = _assistant(message, where)
-            if turn:
-                out.append(turn)
-            continue
-        if role == "tool":
-            blocks = [_tool_result(message, where)]
-        elif role == "user":
-            blocks = _content_blocks(message.get("content"), where)
-        else:
-            raise bad_request(f"{where}: role '{role}' cannot be sent to Anthropic")
-        # Consecutive tool results and the user text after them form ONE user message, results first.
-        if out and out[-1]["role"] == "user":
-            out[-1]["content"].extend(blocks)
-        elif blocks:
-            out.append({"role": "user", "content": blocks})
-    for native in out:
-        content = native["content"]
-        if native["role"] == "user" and len(content) == 1 and content[0].keys() == {"type", "text"}:
-            native["content"] = content[0]["text"]
-    return system, out
-
-
 def _as_blocks(content: Any) -> list[Any]:
     """Anthropic content (a string or blocks) as blocks; a blank string is no block (Anthropic rejects it)."""
     if isinstance(content, str):
@@ -265,25 +232,26 @@ def _leading_system(parts: list[Any]) -> Any:
     return blocks or None
 
 
-def translate_native_messages(messages: Sequence[Message]) -> tuple[Any, list[dict[str, Any]]]:
-    """A ``/v1/messages`` caller's transcript -> (top-level ``system`` or None, Anthropic messages).
+def _transcript(messages: Sequence[Message], native: bool) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The one translation of both entry points: (the system parts, Anthropic messages).
 
-    Every message with ``anthropic_content`` goes out as those blocks; the loop's own messages
-    (server tool results, the finalize instruction, summaries) are translated. System messages
-    before the first other message are the top-level ``system``; a later one stays where it is
-    (a caller's mid-conversation system message). A caller's user message is its own message as it
-    wrote it, joined only by the tool results it carried (placed before it by the parser): those,
-    and the loop's tool results and user text, still form ONE user message, results first.
+    ``native`` (a ``/v1/messages`` caller's transcript) is the only switch: its messages' own
+    ``anthropic_content`` is used (system, user and tool results as well as assistant turns), and a
+    system message after the first other message stays where it is. Translated, every system
+    message's blocks are the system parts. Either way, consecutive tool results and the user text
+    after them are ONE user message, results first; a user message of one plain text block is a string.
     """
     system: list[Any] = []
     out: list[dict[str, Any]] = []
     for position, message in enumerate(messages):
         where = f"messages[{position}]"
         role = message.get("role")
-        verbatim = message.get("anthropic_content")
+        verbatim = message.get("anthropic_content") if native else None
         if role in ("system", "developer"):
             content = verbatim if isinstance(verbatim, (str, list)) else _content_blocks(message.get("content"), where)
-            if not out:
+            if not native:
+                system.extend(content)
+            elif not out:
                 system.append(content)
             elif content:
                 out.append({"role": "system", "content": content})
@@ -294,9 +262,9 @@ def translate_native_messages(messages: Sequence[Message]) -> tuple[Any, list[di
                 out.append(turn)
             continue
         if role == "tool":
-            blocks = _verbatim_result(message) or [_tool_result(message, where)]
+            blocks = (_verbatim_result(message) if native else None) or [_tool_result(message, where)]
         elif role == "user":
-            if isinstance(verbatim, (str, list)):
+            if isinstance(verbatim, (str, list)):  # the caller's own user message, as it wrote it
                 if not verbatim:
                     continue  # nothing left once its tool results became tool messages
                 if out and out[-1]["role"] == "user" and _results_only(out[-1]):
@@ -312,6 +280,25 @@ def translate_native_messages(messages: Sequence[Message]) -> tuple[Any, list[di
         elif blocks:
             single = len(blocks) == 1 and blocks[0].keys() == {"type", "text"}
             out.append({"role": "user", "content": blocks[0]["text"] if single else list(blocks)})
+    return system, out
+
+
+def translate_messages(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Canonical transcript -> (top-level system blocks, Anthropic messages)."""
+    return _transcript(messages, native=False)
+
+
+def translate_native_messages(messages: Sequence[Message]) -> tuple[Any, list[dict[str, Any]]]:
+    """A ``/v1/messages`` caller's transcript -> (top-level ``system`` or None, Anthropic messages).
+
+    Every message with ``anthropic_content`` goes out as those blocks; the loop's own messages
+    (server tool results, the finalize instruction, summaries) are translated. System messages
+    before the first other message are the top-level ``system``; a later one stays where it is
+    (a caller's mid-conversation system message). A caller's user message is its own message as it
+    wrote it, joined only by the tool results it carried (placed before it by the parser): those,
+    and the loop's tool results and user text, still form ONE user message, results first.
+    """
+    system, out = _transcript(messages, native=True)
     return _leading_system(system), out
 
 

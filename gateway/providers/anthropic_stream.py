@@ -206,6 +206,7 @@ def _response(native: Any) -> ModelResponse:
         message["anthropic_content"] = content
     stop_reason = native.get("stop_reason")
     native_finish = STOP_REASONS.get(stop_reason, "stop") if stop_reason and isinstance(stop_reason, str) else None
+    matched = native.get("stop_sequence")
     return ModelResponse(
         message=message,
         finish_reason=normalize_finish_reason(native_finish, bool(tool_calls)),
@@ -213,6 +214,7 @@ def _response(native: Any) -> ModelResponse:
         model=reported_model(native.get("model")),
         id=response_id,
         unfinished=stop_reason == "pause_turn" and not tool_calls,
+        stop_sequence=matched if stop_reason == "stop_sequence" and isinstance(matched, str) else None,
     )
 
 
@@ -220,7 +222,7 @@ class AnthropicStreamParser:
     """Rebuilds the native message from ``message_start`` / ``content_block_*`` / ``message_delta`` events."""
 
     __slots__ = ("_announced", "_blocks", "_configured", "_done", "_json", "_last_reasoning", "_malformed",
-                 "_message", "_stop_reason", "_usage")
+                 "_message", "_stop_reason", "_stop_sequence", "_usage")
 
     def __init__(self, target: str = "", model: str = "") -> None:
         self._message: dict[str, Any] = {}
@@ -228,6 +230,7 @@ class AnthropicStreamParser:
         self._json: dict[int, list[str]] = {}  # content index -> input_json_delta fragments
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
         self._last_reasoning: int | None = None  # block whose thinking text was streamed last
         self._done = False
         self._configured = model
@@ -266,6 +269,8 @@ class AnthropicStreamParser:
             delta = data.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason") and isinstance(delta["stop_reason"], str):
                 self._stop_reason = delta["stop_reason"]
+                matched = delta.get("stop_sequence")
+                self._stop_sequence = matched if isinstance(matched, str) else None
             self._merge_usage(data.get("usage"))
         elif kind == "message_stop":
             self._done = True
@@ -364,5 +369,5 @@ class AnthropicStreamParser:
         for index in list(self._json):
             self._close(index)
         native = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)],
-                  "stop_reason": self._stop_reason, "usage": self._usage}
+                  "stop_reason": self._stop_reason, "stop_sequence": self._stop_sequence, "usage": self._usage}
         return self._malformed.check(response_from_message(native))

@@ -273,3 +273,33 @@ def error_from_status(status: int, headers: Mapping[str, str], message: str, cod
         no_retry = True
     return ProviderError(error_class, message, status=status, retry_after=retry_after_seconds(headers),
                          no_retry=no_retry)
+
+
+def forced_choice_problem(request: ModelRequest) -> ProviderError | None:
+    """A native caller's forced tool choice the tools this target gets cannot honour: a 400 naming ``tool_choice``.
+
+    A Messages caller's typed tools (``web_search_*``, ``bash_*``, ...) reach Anthropic targets only;
+    forcing one, or forcing any tool when none is left, must not turn into a free answer (the
+    choice dropped with the tools) or the upstream's own less clear 400 on another format. A
+    chat-shaped caller's choice is the upstream's to judge, as before (``native`` is None).
+    """
+    if request.native is None:
+        return None
+    choice, tools = request.tool_choice, request.tools
+    if choice == "required":
+        if tools:
+            return None
+        return ProviderError(ErrorClass.BAD_REQUEST, "tool_choice: a tool call is required ('any'), but none of the "
+                             "request's tools can be sent to this target (typed tools such as web_search_* and "
+                             "bash_* go to Anthropic targets only)", status=400)
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    for tool in tools:
+        declared = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(declared, dict) and declared.get("name") == name:
+            return None
+    return ProviderError(ErrorClass.BAD_REQUEST, f"tool_choice: names the tool {name!r}, which is not among the tools "
+                         "this target can be sent (typed tools such as web_search_* and bash_* go to Anthropic "
+                         "targets only)", status=400)

@@ -44,6 +44,7 @@ from gateway.providers.base import (
     UpstreamRequest,
     delay_seconds,
     error_from_status,
+    forced_choice_problem,
     invalid_response,
     load_error_body,
     unreadable_error,
@@ -191,6 +192,19 @@ def _generation_config(params: Mapping[str, Any], model: str) -> dict[str, Any]:
     if thinking:
         config["thinkingConfig"] = thinking
     return config
+
+
+def _native_top_k(request: ModelRequest) -> int | None:
+    """A ``/v1/messages`` caller's ``top_k``: Gemini's ``topK``.
+
+    It is not a canonical param (OpenAI-format servers answer 400 to it), so it rides only on the
+    caller's native request, read here because Gemini has the counterpart.
+    """
+    native = request.native
+    if native is None or native.wire_format != "anthropic":
+        return None
+    value = native.fields.get("top_k")
+    return value if type(value) is int else None
 
 
 # --- messages -> contents -------------------------------------------------------------
@@ -344,6 +358,9 @@ class GeminiAdapter:
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
+        problem = forced_choice_problem(request)
+        if problem is not None:
+            raise problem
         url = urls.gemini_generate(provider.base_url, model, stream)
         model = model.removeprefix("models/")
         system, contents = build_contents(request.messages)
@@ -359,6 +376,9 @@ class GeminiAdapter:
                 if calling is not None:
                     body["toolConfig"] = {"functionCallingConfig": calling}
         generation = _generation_config(request.params, model)
+        top_k = _native_top_k(request)
+        if top_k is not None and "topK" not in generation:
+            generation["topK"] = top_k
         if generation:
             body["generationConfig"] = generation
         headers = {"content-type": "application/json"}

@@ -47,6 +47,7 @@ from gateway.providers.base import (
     SSEEvent,
     UpstreamRequest,
     error_from_status,
+    forced_choice_problem,
     invalid_response,
     load_body,
     looks_like_context_overflow,
@@ -346,6 +347,9 @@ class OpenAIAdapter:
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
+        problem = forced_choice_problem(request)
+        if problem is not None:
+            raise problem
         body: dict[str, Any] = dict(request.params)
         body["model"] = model
         body["messages"] = _messages_for(provider, request.messages)

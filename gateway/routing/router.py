@@ -58,6 +58,7 @@ from gateway.observability import metrics
 from gateway.providers.base import TARGET_FAULTS, Adapter, ErrorClass, InProcessAdapter, ProviderError, StreamParser
 from gateway.providers.registry import adapter_for
 from gateway.routing.health import TargetHealth
+from gateway.routing.reasoning import ReasoningSupport, takes_reasoning
 from gateway.routing.rescue import (
     DEFAULT_STREAM_POLICY,
     Diverged,
@@ -96,6 +97,8 @@ class ResolvedTarget:
     first_token_s: float | None = None
     # How the target continues an assistant message for a stream rescue (routing/rescue.py); None: it cannot.
     prefill: PrefillKind | None = None
+    # Whether it is sent ``reasoning_effort`` (routing/reasoning.py), before it says otherwise.
+    reasoning: bool = True
 
 
 Attempt = dict[str, Any]
@@ -150,7 +153,7 @@ class _Walk:
     """
 
     __slots__ = ("_attempt_no", "_attempts", "_cutoff", "_health", "_last", "_next", "_policy", "_probes",
-                 "_retries", "_retry", "_tried")
+                 "_reshaped", "_retries", "_retry", "_tried")
 
     def __init__(self, health: TargetHealth, policy: RoutingConfig, attempts: list[Attempt], retries: int,
                  deadline: float) -> None:
@@ -165,6 +168,7 @@ class _Walk:
         self._tried = False
         self._retry = False
         self._attempt_no = 0
+        self._reshaped = False  # the one immediate retry of a reshaped request (``failed``'s ``again``) is spent
 
     async def plan(self, targets: Sequence[ResolvedTarget]) -> Sequence[ResolvedTarget]:
         """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
@@ -232,11 +236,13 @@ class _Walk:
             self._health.release_probe(key)
 
     async def failed(self, target: ResolvedTarget, error: ProviderError, started: float, head_seen: bool = False,
-                     committed: bool = False, rescue: bool = False) -> None:
+                     committed: bool = False, rescue: bool = False, again: bool = False) -> None:
         """Record a failed attempt, then return (``tries`` retries or moves on) or raise what the call ends with.
 
         ``head_seen``: the response head had arrived (a stream's in-stream error events carry no status).
-        ``rescue``: a stream failed after its commit point is continued (``stream_rescue``): the walk goes on."""
+        ``rescue``: a stream failed after its commit point is continued (``stream_rescue``): the walk goes on.
+        ``again``: the target refused a field it will not be sent again (routing/reasoning.py): the same
+        target at once, once per walk, without spending a configured retry."""
         now = time.monotonic()
         label = target.label
         key = target.metric_label  # metrics and circuit state: bounded even for direct routes
@@ -251,6 +257,11 @@ class _Walk:
             await health.record(key, failed=error_class is not ErrorClass.BAD_REQUEST)
             raise StreamInterrupted(error, label)
         self._last = (error, target)
+        if again and not self._reshaped:
+            self._reshaped = self._retry = True
+            self._attempt_no -= 1  # ``tries`` counts it; it is not one of the route's ``retries``
+            await health.record(key, failed=False)
+            return
         if error_class is ErrorClass.BAD_REQUEST:
             await health.record(key, failed=False)  # it answered; the request was wrong
             raise AllTargetsFailed(error, label) from None
@@ -319,6 +330,7 @@ class Router:
         self._policy = policy
         self._pool = pool
         self.health = health
+        self.reasoning = ReasoningSupport()
         # Targets (metric labels) that answered a prefill with a 400: rescued by restart only.
         self._no_prefill: set[str] = set()
 
@@ -338,7 +350,8 @@ class Router:
                                            getattr(adapter, "in_process", False), target.dimensions,
                                            target.first_token_timeout_s,
                                            prefill_kind(target.prefill, provider.type, provider.base_url,
-                                                        target.model)))
+                                                        target.model),
+                                           takes_reasoning(provider.type, target.model, target.reasoning)))
             self.health.track(label)  # its shared circuit state is refreshed in the background from now on
         return tuple(resolved)
 
@@ -377,14 +390,26 @@ class Router:
         raise walk.exhausted()
 
     async def _call(self, target: ResolvedTarget, request: ModelRequest, deadline: float) -> ModelResponse:
-        if target.in_process:  # no bytes to parse here
-            local = cast(InProcessAdapter, target.adapter)
-            return await local.complete(request, target.provider, target.model, deadline - time.monotonic())
-        native = target.adapter.build_request(request, target.provider, target.model, stream=False)
-        reply = await self._pool.post(target.provider, native, deadline)
-        if reply.status >= 400:
-            raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
-        return target.adapter.parse_response(reply.body)
+        """One attempt; a target that refuses ``reasoning_effort`` is asked again at once without it (once).
+
+        One coroutine, no wrapper: this runs for every model call."""
+        support = self.reasoning
+        sent = support.shaped(target.reasoning, target.provider.name, target.model, request)
+        for last in (False, True):
+            try:
+                if target.in_process:  # no bytes to parse here
+                    local = cast(InProcessAdapter, target.adapter)
+                    return await local.complete(sent, target.provider, target.model, deadline - time.monotonic())
+                native = target.adapter.build_request(sent, target.provider, target.model, stream=False)
+                reply = await self._pool.post(target.provider, native, deadline)
+                if reply.status >= 400:
+                    raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
+                return target.adapter.parse_response(reply.body)
+            except ProviderError as error:
+                if last or not support.refused(target.provider.name, target.model, sent, error):
+                    raise
+            sent = support.shaped(target.reasoning, target.provider.name, target.model, request)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     # Long by design: the per-read loop is inlined (no generator frame per upstream read), and the rescue
     # of a stream past its commit point shares the walk's state with it.
@@ -407,6 +432,7 @@ class Router:
                 if rescue is not None:
                     kind = target.prefill if target.metric_label not in self._no_prefill else None
                     call = rescue.request_for(request, kind)
+                call = self.reasoning.shaped(target.reasoning, target.provider.name, target.model, call)
                 parser: StreamParser | None = None
                 try:
                     response: ModelResponse | None = None
@@ -488,7 +514,9 @@ class Router:
                     if rescue is not None:
                         response = rescue.complete(response)
                 except ProviderError as error:
-                    if (rescue is not None and rescue.how == "prefill" and not committed
+                    # A refused reasoning_effort (before any output): the same target again at once, without it.
+                    again = not committed and self.reasoning.refused(target.provider.name, target.model, call, error)
+                    if (not again and rescue is not None and rescue.how == "prefill" and not committed
                             and error.error_class is ErrorClass.BAD_REQUEST):
                         self._learn_no_prefill(target, walk, attempts, error, started)
                         continue
@@ -500,7 +528,7 @@ class Router:
                                             reasoning)
                         if parser is not None:
                             cut.append((target.label, parser.usage_so_far()))
-                    await walk.failed(target, error, started, head_seen, committed, rescue is not None)
+                    await walk.failed(target, error, started, head_seen, committed, rescue is not None, again)
                     continue
                 except Diverged:
                     attempts.append(attempt(target.label, "diverged", 200, (time.monotonic() - started) * 1000))

@@ -252,3 +252,76 @@ def test_an_anthropic_pause_turn_is_continued_in_the_gateway(gateway: Gateway, f
     assert message.content[-1].text == "Searching the web.\n\nFound it."  # type: ignore[union-attr]
     second = fakes["claude"].requests[1].body["messages"]
     assert second[-1]["role"] == "assistant" and "Searching the web." in orjson.dumps(second[-1]).decode()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_k_reaches_gemini_as_top_k_and_no_openai_format_target(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                                   stream: bool) -> None:
+    fakes["gemini"].queue(Reply(text="Sunny."))
+    fakes["primary"].queue(Reply(text="Sunny."))
+    answer = ask(gateway, stream, model="solo_gemini", extra_body={"top_k": 7, "temperature": 0.5})
+    assert answer.stop_reason == "end_turn"
+    config = fakes["gemini"].requests[-1].body["generationConfig"]
+    assert (config["topK"], config["temperature"]) == (7, 0.5)
+    assert ask(gateway, stream, model="solo_primary", extra_body={"top_k": 7}).stop_reason == "end_turn"
+    assert "top_k" not in fakes["primary"].requests[-1].body, "OpenAI answers 400 to top_k: no counterpart there"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_stop_sequence_is_reported_as_such(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                         stream: bool) -> None:
+    fakes["claude"].queue(Reply(text="It is sunny", finish="stop_sequence", stop_sequence="###"))
+    message = ask(gateway, stream, model="solo_claude", stop_sequences=["END", "###"])
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "###")
+    assert fakes["claude"].requests[-1].body["stop_sequences"] == ["END", "###"]
+    fakes["claude"].queue(Reply(text="It is sunny."))
+    message = ask(gateway, stream, model="solo_claude", stop_sequences=["###"])
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", ["primary", "gemini"])
+def test_a_stop_on_another_format_stays_end_turn(gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str,
+                                                 stream: bool) -> None:
+    """OpenAI's finish_reason ``stop`` and Gemini's ``STOP`` do not say which sequence matched, nor whether one did
+    (the sequence is not in the text): ``end_turn``, never a guessed ``stop_sequence``."""
+    fakes[provider].queue(Reply(text="It is sunny"))
+    message = ask(gateway, stream, model=f"solo_{provider}", stop_sequences=["###"])
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+# Routes without server tools: the caller's typed tool is the request's only tool.
+BARE = {"primary": "plain", "gemini": "gemini/gemini-3-pro-preview", "claude": "claude/claude-sonnet-4-5"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", ["primary", "gemini"])
+def test_a_forced_choice_of_a_typed_tool_another_format_cannot_get_is_a_400_naming_tool_choice(
+        gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str, stream: bool) -> None:
+    sent = len(fakes[provider].requests)
+    for model in (BARE[provider], f"solo_{provider}"):  # the typed tool alone, and beside server tools
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            ask(gateway, stream, model=model, tools=[WEB_SEARCH], tool_choice={"type": "tool", "name": "web_search"})
+        error = caught.value.body["error"]  # type: ignore[index]
+        assert error["type"] == "invalid_request_error"
+        assert "tool_choice" in error["message"] and "web_search" in error["message"]
+    with pytest.raises(anthropic.BadRequestError) as caught:  # ``any`` with no tool left to call
+        ask(gateway, stream, model=BARE[provider], tools=[WEB_SEARCH], tool_choice={"type": "any"})
+    assert "tool_choice" in caught.value.body["error"]["message"]  # type: ignore[index]
+    assert len(fakes[provider].requests) == sent, "nothing the target would misread was sent"
+    for choice in ("auto", "none"):
+        fakes[provider].queue(Reply(text="Sunny."))
+        message = ask(gateway, stream, model=BARE[provider], tools=[WEB_SEARCH], tool_choice={"type": choice})
+        assert message.stop_reason == "end_turn"
+    fakes[provider].queue(Reply(text="Sunny."))  # ``any`` with a server tool left: that one may be called
+    assert ask(gateway, stream, model=f"solo_{provider}", tools=[WEB_SEARCH],
+               tool_choice={"type": "any"}).stop_reason == "end_turn"
+
+
+def test_an_anthropic_target_gets_a_forced_choice_of_a_typed_tool(gateway: Gateway,
+                                                                  fakes: dict[str, FakeUpstream]) -> None:
+    fakes["claude"].queue(Reply(text="Searched."))
+    ask(gateway, False, model=BARE["claude"], tools=[WEB_SEARCH], tool_choice={"type": "tool", "name": "web_search"})
+    body = fakes["claude"].requests[-1].body
+    assert body["tools"] == [WEB_SEARCH] and body["tool_choice"] == {"type": "tool", "name": "web_search"}

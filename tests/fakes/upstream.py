@@ -49,6 +49,7 @@ class Reply:
     # so a gateway calibrating its token estimates against usage is not misled.
     usage: tuple[int, int] | None = None
     finish: str | None = None  # override the native finish/stop reason
+    stop_sequence: str | None = None  # Anthropic wire: the stop sequence matched (with finish="stop_sequence")
     cached: int = 0  # cached prompt tokens (OpenAI wire: usage.prompt_tokens_details.cached_tokens)
     # A stream's text in this many pieces (one event each); cut / stall strike after ``cut_after`` of them.
     pieces: int = 2
@@ -276,7 +277,7 @@ class FakeUpstream(ThreadedApp):
                 content.append({"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": self._args(args)[1]})
             stop = reply.finish or ("tool_use" if reply.tool_calls else "end_turn")
             return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
-                    "stop_reason": stop, "stop_sequence": None,
+                    "stop_reason": stop, "stop_sequence": reply.stop_sequence,
                     "usage": {"input_tokens": prompt, "output_tokens": completion}}
         if self.wire == "gemini":
             parts: list[dict[str, Any]] = []
@@ -386,7 +387,7 @@ class FakeUpstream(ThreadedApp):
             frames.append(event("content_block_stop", {"index": index}))
             index += 1
         stop = reply.finish or ("tool_use" if reply.tool_calls else "end_turn")
-        frames.append(event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+        frames.append(event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": reply.stop_sequence},
                                               "usage": {"output_tokens": completion}}))
         frames.append(event("message_stop", {}))
         return frames

@@ -204,7 +204,7 @@ class MessageBuilder:
                 block["input"] = _input_of(arguments)
             self._stop(out)
         if self.emit:
-            delta = {"stop_reason": self.stop_reason(), "stop_sequence": None}
+            delta = {"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence()}
             out.append(_frame("message_delta", {"type": "message_delta", "delta": delta,
                                                 "usage": anthropic_usage(result.usage), "gateway": self.gateway()}))
             out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
@@ -214,7 +214,18 @@ class MessageBuilder:
         assert result is not None, "the loop ended without a result"
         if result.status == "paused":
             return "tool_use" if _client_calls(result) else "end_turn"
+        if self.stop_sequence() is not None:
+            return "stop_sequence"
         return STOP_REASONS.get(result.finish_reason, "end_turn")
+
+    def stop_sequence(self) -> str | None:
+        """The caller's stop sequence the answer ended on: only when the provider said which (Anthropic does;
+        OpenAI's and Gemini's ``stop`` cannot tell a matched sequence from a natural end)."""
+        result = self.result
+        assert result is not None, "the loop ended without a result"
+        if result.status != "completed" or result.finish_reason != "stop":
+            return None
+        return result.stop_sequence
 
     def gateway(self) -> dict[str, Any]:
         assert self.result is not None
@@ -248,7 +259,7 @@ class MessageBuilder:
         """The whole message (after ``Finished``)."""
         assert self.result is not None, "the loop ended without a result"
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model or self.route,
-                "content": self.content, "stop_reason": self.stop_reason(), "stop_sequence": None,
+                "content": self.content, "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence(),
                 "usage": anthropic_usage(self.result.usage), "gateway": self.gateway()}
 
 

@@ -5,10 +5,11 @@ Gemini target answers the same request: ``max_tokens`` (as ``max_completion_toke
 ``temperature``, ``top_p``, ``stop_sequences`` (``stop``), ``tool_choice`` (``auto``/``any``/
 ``tool``/``none``, ``disable_parallel_tool_use`` as ``parallel_tool_calls: false``), thinking and
 effort (``reasoning_effort``), structured output (``response_format`` json_schema). The rest
-(``top_k``, ``metadata``, ``service_tier``, ``context_management``, typed tools, unknown and beta
-fields) has none there and is dropped for those targets without an error. An Anthropic target
-gets every field as the caller sent it (``NativeRequest``). Types are checked for what the
-gateway reads; the rest is Anthropic's to judge.
+(``top_k``, which a Gemini target reads from the native fields as ``topK``, ``metadata``,
+``service_tier``, ``context_management``, typed tools, unknown and beta fields) has none there
+and is dropped for those targets without an error. An Anthropic target gets every field
+as the caller sent it (``NativeRequest``). Types are checked for what the gateway reads;
+the rest is Anthropic's to judge.
 """
 
 from __future__ import annotations
