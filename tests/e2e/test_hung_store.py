@@ -32,8 +32,9 @@ KEYS = """auth:
 """
 # (1,000 tokens: 2 % of it holds no request, so every budgeted request asks the store; the test
 # spends a few hundred.)
-#: what a request costs beyond the store's bound, at most, on a busy machine (generous on purpose)
-SLACK_S = 0.4
+#: what a request costs beyond the store's bound, at most, on a busy machine (generous on purpose: the
+#: regressions this guards against cost 3 s and more, and a loaded two-core machine adds tenths of a second)
+SLACK_S = 1.0
 
 
 @pytest.fixture
@@ -90,7 +91,8 @@ def test_a_frozen_redis_costs_plain_requests_nothing_and_the_rest_a_bounded_wait
             budgeted = [_timed(gw, "budget-key") for _ in range(10)]
             fakes["primary"].queue(Reply(text="Deleting.", tool_calls=[("delete_record", {"id": "1"})]))
             pause_s, paused = _timed(gw, "test-key", model="agent")
-            plain_p50 = statistics.median(during)
+            # What a plain request cost on this machine just now (its slowest, so a busy machine is allowed for).
+            plain_worst = max(during)
             assert time.monotonic() - frozen_at < FROZEN_S, "the frozen phase outlasted the freeze (busy machine?)"
             while time.monotonic() - frozen_at < FROZEN_S:  # frozen for the whole 10 s, requests still flowing
                 assert _timed(gw, "test-key")[1].status_code == 200
@@ -102,12 +104,12 @@ def test_a_frozen_redis_costs_plain_requests_nothing_and_the_rest_a_bounded_wait
         # Limited and budgeted requests failed open (200, no rate-limit headers) within the bound.
         for elapsed, response in limited + budgeted:
             assert response.status_code == 200
-            assert elapsed <= plain_p50 + 2 * FAIL_OPEN_MS / 1000 + SLACK_S, elapsed  # before: 3 s and 6 s
+            assert elapsed <= plain_worst + 2 * FAIL_OPEN_MS / 1000 + SLACK_S, elapsed  # before: 3 s and 6 s
         assert not any(h.startswith("x-ratelimit") for h in limited[-1][1].headers)
         assert _fail_opens(gw, "limits") >= 10 and _fail_opens(gw, "budgets") >= 10
         # A pause is never acknowledged unwritten: a 503, within store.timeout_ms (before: 3 s and more).
         assert paused.status_code == 503 and paused.json()["error"]["code"] == "store_unavailable", paused.text
-        assert pause_s <= TIMEOUT_MS / 1000 + SLACK_S + plain_p50, pause_s
+        assert pause_s <= TIMEOUT_MS / 1000 + plain_worst + SLACK_S / 2, pause_s
         logs = gw.logs()
         assert logs.count("rate limits are not enforced (failing open") == 1, "logged once per burst"
 
