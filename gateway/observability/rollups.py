@@ -10,7 +10,7 @@ interval, off the path, on the event loop between requests.
 A record (JSON), short keys because a deployment writes one per replica per interval:
 
 * ``t`` (interval end, epoch s), ``s`` (its length, s), ``r`` (replica id);
-* ``q``: route -> ``[requests, errors]`` (errors: answers with status 5xx);
+* ``q``: route -> ``[requests, errors]`` (errors: answers with status 5xx; ``/admin/`` calls left out);
 * ``l``: surface path -> latency histogram buckets added (``metrics.LATENCY``'s bounds, then +Inf);
 * ``k``: route -> tokens added (prompt + completion);
 * ``f``: ``[from target, error class, count]`` failovers added;
@@ -25,6 +25,8 @@ from gateway.observability import metrics
 
 #: token kinds that count toward throughput (cached and reasoning are parts of these)
 _THROUGHPUT_KINDS = frozenset({"prompt", "completion"})
+#: the operators' own calls (the console polls these) are not the traffic the overview shows
+_OPERATOR_PATHS = ("/admin/",)
 
 
 def _delta(now: dict[Any, float], before: dict[Any, float]) -> dict[Any, float]:
@@ -51,13 +53,17 @@ class RollupRecorder:
         errors = dict(metrics.UPSTREAM_ERRORS.values)
 
         per_route: dict[str, list[float]] = {}
-        for (_path, route, status), added in _delta(requests, self._requests).items():
+        for (path, route, status), added in _delta(requests, self._requests).items():
+            if path.startswith(_OPERATOR_PATHS):
+                continue
             counts = per_route.setdefault(route, [0.0, 0.0])
             counts[0] += added
             if status.startswith("5"):
                 counts[1] += added
         per_path: dict[str, list[float]] = {}
         for key, series in latency.items():
+            if key[0].startswith(_OPERATOR_PATHS):
+                continue
             before = self._latency.get(key)
             added_buckets = series[:-1] if before is None else [a - b for a, b in zip(series[:-1], before[:-1],
                                                                                       strict=True)]

@@ -15,6 +15,8 @@ def test_a_record_holds_what_the_counters_added_since_the_last_one() -> None:
     for status in ("200", "200", "200", "502"):
         metrics.REQUESTS.inc("/v1/chat/completions", "route-r1", status)
     metrics.REQUESTS.inc("/v1/chat/completions", "route-r1", "429")
+    metrics.REQUESTS.inc("/admin/console/overview", "route-admin", "200")  # the console's own polling
+    metrics.LATENCY.observe(0.02, "/admin/console/overview")
     metrics.LATENCY.observe(0.02, "/v1/chat/completions")
     metrics.TOKENS.inc("team-a", "route-r1", "prompt", amount=30)
     metrics.TOKENS.inc("team-a", "route-r1", "completion", amount=12)
@@ -24,7 +26,8 @@ def test_a_record_holds_what_the_counters_added_since_the_last_one() -> None:
     record = recorder.take(100.0, 10.0, "host:1")
     assert record["t"] == 100.0 and record["s"] == 10.0 and record["r"] == "host:1"
     assert record["q"]["route-r1"] == [5, 1]  # a 429 is an answer, not a gateway error
-    assert "route-before" not in record["q"]
+    assert "route-before" not in record["q"] and "route-admin" not in record["q"]
+    assert "/admin/console/overview" not in record["l"]
     assert record["k"] == {"route-r1": 42}
     assert ["prov-x/m", "rate_limited", 1] in record["f"] and ["prov-x/m", "rate_limited", 1] in record["e"]
     assert sum(record["l"]["/v1/chat/completions"]) >= 1
