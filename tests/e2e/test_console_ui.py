@@ -126,9 +126,19 @@ def test_console_is_served_with_strict_headers(replicas: tuple[Gateway, Gateway]
     bare = httpx.get(f"{a.url}/ui")
     assert bare.status_code == 308 and str(bare.next_request.url) == f"{a.url}/ui/"
     # The JSON behind the page is for admin keys only.
-    for key in (KEY, APPROVER, "nope"):
-        denied = httpx.get(f"{a.url}/admin/console/overview", headers={"authorization": f"Bearer {key}"})
-        assert denied.status_code == 401, key
+    for path in ("/admin/console/overview", "/admin/budgets", "/admin/audit?tenant=team-a", "/admin/tenants"):
+        for key in (KEY, APPROVER, "nope"):
+            denied = httpx.get(f"{a.url}{path}", headers={"authorization": f"Bearer {key}"})
+            assert denied.status_code == 401, (path, key)
+    # Bad input is a 400 naming the parameter, in the API's error shape.
+    auth = {"authorization": f"Bearer {ADMIN}"}
+    for path, param in (("/admin/console/overview?minutes=0", "minutes"), ("/admin/console/overview?minutes=x",
+                        "minutes"), ("/admin/console/overview?minutes=11", "minutes"), ("/admin/audit", "tenant"),
+                        ("/admin/audit?tenant=team-a&from=yesterday", "from"),
+                        ("/admin/audit?tenant=team-a&cursor=zz", "cursor")):
+        bad = httpx.get(f"{a.url}{path}", headers=auth)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == param, (path, bad.text)
+    assert admin(a, "/admin/tenants")["data"] == ["jobs", "team-a", "team-b"]
 
 
 def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gateway, Gateway], browser: Any,  # noqa: F811
