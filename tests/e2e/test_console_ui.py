@@ -80,6 +80,8 @@ def open_console(browser: Any, gateway: Gateway, key: str, **context_options: An
     page.problems = []  # type: ignore[attr-defined]
     page.on("console", lambda msg: msg.type == "error" and page.problems.append(msg.text))  # type: ignore[attr-defined]
     page.on("pageerror", lambda exc: page.problems.append(str(exc)))  # type: ignore[attr-defined]
+    page.requested = []  # type: ignore[attr-defined]
+    page.on("request", lambda request: page.requested.append(request.url))  # type: ignore[attr-defined]
     page.goto(f"{gateway.url}/ui/")
     page.get_by_label("API key").fill(key)
     page.get_by_label("API key").press("Enter")
@@ -115,13 +117,14 @@ def test_console_is_served_with_strict_headers(replicas: tuple[Gateway, Gateway]
     assert page.headers["x-frame-options"] == "DENY" and "set-cookie" not in page.headers
     assert "<script>" not in page.text and not re.search(r"\son[a-z]+\s*=", page.text)
     for asset, kind in (("console.js", "text/javascript"), ("console-charts.js", "text/javascript"),
+                        ("console-keys.js", "text/javascript"),
                         ("console.css", "text/css"), ("vendor/uplot.min.js", "text/javascript"),
                         ("vendor/uplot.min.css", "text/css"), ("vendor/uplot.LICENSE.txt", "text/plain")):
         response = httpx.get(f"{a.url}/ui/{asset}")
         assert response.status_code == 200 and response.headers["content-type"].startswith(kind), asset
         assert response.headers["x-content-type-options"] == "nosniff"
     assert "MIT" in httpx.get(f"{a.url}/ui/vendor/uplot.LICENSE.txt").text
-    for script in ("console.js", "console-charts.js"):
+    for script in ("console.js", "console-charts.js", "console-keys.js"):
         assert "innerHTML" not in httpx.get(f"{a.url}/ui/{script}").text
     bare = httpx.get(f"{a.url}/ui")
     assert bare.status_code == 308 and str(bare.next_request.url) == f"{a.url}/ui/"
@@ -163,6 +166,9 @@ def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gatewa
         served = overview["series"]["routes"]["plain"]["requests_per_s"]
         assert round(sum(served) * overview["resolution_s"]) == BURST
         assert {r.split(":")[0] for r in overview["replicas"]} and len(overview["replicas"]) >= 2
+        # Works offline: nothing is fetched from anywhere but this gateway (uPlot is served by it).
+        assert all(url.startswith((f"{a.url}/", "data:", "blob:")) for url in page.requested), page.requested
+        assert f"{a.url}/ui/vendor/uplot.min.js" in page.requested
         screenshot(page, "console-overview.png")
         page.set_viewport_size({"width": 390, "height": 844})  # a phone: nothing wider than the screen
         # The charts follow the narrower box (uPlot is given the new width after the resize).

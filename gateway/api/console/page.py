@@ -24,6 +24,7 @@ _FILES = {
     ("static", "console.css"): (f"{ROOT}console.css", "text/css; charset=utf-8"),
     ("static", "console.js"): (f"{ROOT}console.js", "text/javascript; charset=utf-8"),
     ("static", "console-charts.js"): (f"{ROOT}console-charts.js", "text/javascript; charset=utf-8"),
+    ("static", "console-keys.js"): (f"{ROOT}console-keys.js", "text/javascript; charset=utf-8"),
     ("vendor", "uplot.min.js"): (f"{ROOT}vendor/uplot.min.js", "text/javascript; charset=utf-8"),
     ("vendor", "uplot.min.css"): (f"{ROOT}vendor/uplot.min.css", "text/css; charset=utf-8"),
     ("vendor", "uplot.LICENSE.txt"): (f"{ROOT}vendor/uplot.LICENSE.txt", "text/plain; charset=utf-8"),
