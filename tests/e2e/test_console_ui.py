@@ -23,7 +23,13 @@ import pytest
 import redis
 
 from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, gateway_config, require_redis
-from tests.e2e.test_approvals_ui import browser, chromium_path, screenshot  # noqa: F401 (fixtures)
+from tests.e2e.test_approvals_ui import (  # noqa: F401 (fixtures)
+    browser,
+    chromium_path,
+    cleanup,
+    pause_for_approval,
+    screenshot,
+)
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -148,9 +154,12 @@ def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gatewa
                                                           fakes: dict[str, FakeUpstream]) -> None:
     a, b = replicas
     traffic(b, fakes)
+    paused, _ = pause_for_approval(b, fakes, "7")  # a loop waiting for a person, paused on the other replica
     page = open_console(browser, a, ADMIN, viewport={"width": 1280, "height": 1000})
     try:
         expect(page.locator("#page-overview")).to_be_visible()
+        expect(page.locator("#paused")).to_have_text("team-a: 1 waiting", timeout=WAIT_MS)
+        expect(page.locator("#tile-paused")).to_have_text("1")
         plain = page.locator('#routes tr[data-route="plain"]')
         expect(plain).to_have_attribute("data-requests", str(BURST), timeout=WAIT_MS)
         circuit = page.locator('#circuits tr[data-target="primary:m1"]')
@@ -178,6 +187,7 @@ def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gatewa
         assert page.problems == []  # type: ignore[attr-defined]
     finally:
         page.context.close()
+        cleanup(b, paused)
 
 
 def test_usage_page_matches_admin_usage(replicas: tuple[Gateway, Gateway], browser: Any,  # noqa: F811
