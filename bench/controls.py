@@ -148,6 +148,13 @@ def _load_row(proc: servers.Proc, url: str, headers: dict[str, str], body: bytes
                   "other_cpu_pct": other_pct}
 
 
+def with_rollups(config: dict[str, Any], state: str) -> dict[str, Any]:
+    """Both gateways write the console's rollups (the default) or neither does (``--rollups off``)."""
+    observability = config.setdefault("observability", {})
+    observability["rollups"] = {"enabled": state == "on"}
+    return config
+
+
 def scenario_controls(args: argparse.Namespace) -> None:
     on = tuple(name.strip() for name in args.controls.split(",") if name.strip())
     unknown = set(on) - set(CONTROLS)
@@ -155,7 +162,8 @@ def scenario_controls(args: argparse.Namespace) -> None:
         raise SystemExit(f"--controls: unknown {sorted(unknown)} (known: {', '.join(CONTROLS)})")
     tool = "wrk" if args.tool == "wrk" or (args.tool == "auto" and wrk_available()) else "python"
     params = {"duration_s": args.duration, "concurrency": args.concurrency, "rounds": args.rounds,
-              "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on), "tool": tool}
+              "per_round": args.per_round, "redis": args.redis, "controls": ",".join(on), "tool": tool,
+              "rollups": args.rollups}
     cols = ["setup", "RPS (mean)", "% of plain", "% per round (median)", "load p50 ms", "load p99 ms", "errors",
             "CPU ms/req", "worker CPU ms/req", "seq p50 ms", "added seq p50 ms", "other CPU %", "spans dropped"]
     report = Report("controls", cols, params)
@@ -169,9 +177,11 @@ def scenario_controls(args: argparse.Namespace) -> None:
     loads: dict[str, list[dict[str, Any]]] = {"plain": [], "controls": []}
     seq: dict[str, list[float]] = {"plain": [], "controls": []}
     with servers.start_fake(cpus=cpus_for(args, "fake")) as fake, \
-            servers.start_loopgate(fake.base, cpus=cpus_for(args, "sut")) as plain, \
             servers.start_loopgate(fake.base, cpus=cpus_for(args, "sut"),
-                                   config=controls_config(fake.base, args.redis, otlp, on)) as ctl:
+                                   config=with_rollups(servers.gateway_config(fake.base), args.rollups)) as plain, \
+            servers.start_loopgate(fake.base, cpus=cpus_for(args, "sut"),
+                                   config=with_rollups(controls_config(fake.base, args.redis, otlp, on),
+                                                       args.rollups)) as ctl:
         key = asyncio.run(_managed_key(ctl.base, "limits" in on))
         base_headers = {"Content-Type": "application/json"}
         setups = {"plain": (plain, base_headers), "controls": (ctl, base_headers | {"authorization": f"Bearer {key}"})}
@@ -227,5 +237,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tool", choices=["auto", "wrk", "python"], default="auto",
                    help="load generator of the load rows (auto: wrk when installed, as for `load`: a Python "
                         "generator takes a share of a small machine's CPUs); sequential rows use aiohttp")
+    p.add_argument("--rollups", choices=["on", "off"], default="on",
+                   help="the console's rollups on both gateways (on: the default; off: to measure what they cost)")
     p.add_argument("--controls", default=",".join(CONTROLS),
                    help="which controls the second gateway has on (a managed key always): " + ",".join(CONTROLS))

@@ -197,6 +197,8 @@ def main() -> None:
     parser.add_argument("--controls", nargs="?", const="all", default=None, metavar="LIST",
                         help="every control of the bench scenario 'controls' (needs --store redis://...), or "
                              "the ones named (limits,budget,price,redis,tracing,logs; a managed key always)")
+    parser.add_argument("--rollups", choices=["on", "off"], default="on",
+                        help="the console's rollups (observability.rollups.enabled; on is the gateway's default)")
     args = parser.parse_args()
     embeddings = ("base64" if args.base64 else "float") if args.embeddings else None
     body = _body(args.stream, args.responses, args.agent, args.keep, args.messages, embeddings)
@@ -237,6 +239,7 @@ def main() -> None:
             args.limited = True
             if "limits" not in on:
                 args.limits = ""
+        config.setdefault("observability", {})["rollups"] = {"enabled": args.rollups == "on"}
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         # Traced, each worker has an exporter process (gateway/observability/exporter.py): callgrind follows
         # it too, so its instructions are counted apart from the gateway's.
@@ -282,6 +285,7 @@ def main() -> None:
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
+    kind += " rollups off" if args.rollups == "off" else ""
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dumps in {out_dir})")
     if exporter_total is not None:

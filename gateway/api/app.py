@@ -17,11 +17,15 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import gc_policy
+from gateway.api.admin.audit import admin_audit_routes
+from gateway.api.admin.budgets import budget_routes
 from gateway.api.admin.keys import admin_routes
 from gateway.api.admin.usage import usage_routes
 from gateway.api.approvals.endpoint import approval_routes
 from gateway.api.approvals.inbox import POLLED, ui_routes
 from gateway.api.chat.endpoint import chat_completions
+from gateway.api.console.overview import console_routes
+from gateway.api.console.page import console_page_routes
 from gateway.api.continuations.endpoint import continuation_routes
 from gateway.api.embeddings.endpoint import serve_embeddings
 from gateway.api.embeddings.routes import embeddings_routes
@@ -155,6 +159,7 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
         *messages_routes(),
         *embeddings_routes(),
         *ui_routes(config.auth.enabled),
+        *console_page_routes(),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
@@ -164,6 +169,9 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
         *responses_routes(),
         *admin_routes(),
         *usage_routes(),
+        *budget_routes(),
+        *admin_audit_routes(),
+        *console_routes(),
         *approval_routes(),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).

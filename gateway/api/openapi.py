@@ -205,6 +205,34 @@ _PATHS: dict[str, Any] = {
                        for name in ("from", "to", "tenant", "key")],
         "responses": {"200": _ok("Usage rows.", _page("UsageRow")), **_errors("400", "401", "404", "503")},
     }},
+    "/admin/budgets": {"get": {
+        "tags": ["admin"], "operationId": "listBudgets", "security": [{"adminKey": []}],
+        "summary": "Every tenant and key budget: limit, spent in its period, remaining, when it resets.",
+        "parameters": [{"name": "tenant", "in": "query", "schema": {"type": "string"}}],
+        "responses": {"200": _ok("The budgets.", {"type": "object"}), **_errors("401", "404", "503")},
+    }},
+    "/admin/audit": {"get": {
+        "tags": ["admin"], "operationId": "adminAudit", "security": [{"adminKey": []}],
+        "summary": "Any tenant's audit log (the entries and paging of /v1/audit).",
+        "parameters": [{"name": "tenant", "in": "query", "required": True, "schema": {"type": "string"}},
+                       _LIMIT, _CURSOR,
+                       {"name": "from", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+                       {"name": "to", "in": "query", "schema": {"type": "string", "format": "date-time"}}],
+        "responses": {"200": _ok("A page of audit entries.", _page("AuditEntry")),
+                      **_errors("400", "401", "404", "503")},
+    }},
+    "/admin/tenants": {"get": {
+        "tags": ["admin"], "operationId": "listTenants", "security": [{"adminKey": []}],
+        "summary": "The tenants there are (configured and of managed keys).",
+        "responses": {"200": _ok("Tenant names.", {"type": "object"}), **_errors("401", "404", "503")},
+    }},
+    "/admin/console/overview": {"get": {
+        "tags": ["admin"], "operationId": "consoleOverview", "security": [{"adminKey": []}],
+        "summary": "The console's overview from every replica's rollups: series per route, failovers, circuits, "
+                   "paused continuations.",
+        "parameters": [{"name": "minutes", "in": "query", "schema": {"type": "integer", "minimum": 1}}],
+        "responses": {"200": _ok("The overview.", {"type": "object"}), **_errors("400", "401", "404", "503")},
+    }},
     "/healthz": {"get": {"tags": ["operations"], "operationId": "healthz", "security": [],
                          "summary": "The process answers.",
                          "responses": {"200": _ok("Alive.", {"type": "object", "properties": {

@@ -10,6 +10,7 @@ import aiohttp
 
 from gateway import redact
 from gateway.api.admin.auth import admin_ring
+from gateway.api.console.feed import ConsoleFeed
 from gateway.api.lifecycle import Lifecycle
 from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
@@ -36,6 +37,7 @@ from gateway.store.factory import (
     open_key_store,
     open_limiter,
     open_response_records,
+    open_rollups,
 )
 from gateway.store.keys.base import KeyStore
 from gateway.store.responses.base import ResponseRecords
@@ -79,6 +81,8 @@ class Runtime:
     lifecycle: Lifecycle
     #: embeddings calls, walked over a route's targets by ``router``'s failover rules
     embedder: Embedder
+    #: the console's rollups writer (None when ``observability.rollups.enabled`` is false)
+    console: ConsoleFeed | None = None
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -145,6 +149,13 @@ class Runtime:
         undo.push_async_callback(limits.limiter.aclose)
         usage = start_metering(config, store)
         undo.push_async_callback(usage.drain)
+        console = None
+        rollups = config.observability.rollups
+        if rollups.enabled:
+            console = ConsoleFeed(open_rollups(store, rollups.retention_s, ConsoleFeed.status_ttl(rollups)), rollups,
+                                  health)
+            console.start()
+            undo.push_async_callback(console.stop)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
                    mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,
@@ -152,9 +163,11 @@ class Runtime:
                    background=BackgroundRunner(open_background(store), config.background,
                                                config.store.continuation_ttl_s),
                    lifecycle=Lifecycle(keys, admin_keys, limits, usage, lookup),
-                   embedder=Embedder(router, pool))
+                   embedder=Embedder(router, pool), console=console)
 
     async def stop(self) -> None:
+        if self.console is not None:
+            await self.console.stop()
         await self.background.aclose()
         await self.continuations.notifier.stop()
         await self.key_sync.stop()

@@ -15,7 +15,9 @@ from gateway.config.checks import ConfigError, get, header_map, mapping
 
 LOGGING_KEYS = {"format", "level", "access"}
 OBSERVABILITY_KEYS = {"otlp_endpoint", "headers", "sample_ratio", "capture_content", "propagate_to_providers",
-                      "service_name", "max_buffered_spans", "max_frame_bytes", "shutdown_timeout_s"}
+                      "service_name", "max_buffered_spans", "max_frame_bytes", "shutdown_timeout_s",
+                      "rollups"}
+ROLLUP_KEYS = {"enabled", "resolution_s", "retention_s"}
 LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -26,6 +28,16 @@ class LoggingConfig:
     level: str | None = None
     # One record per request on the ``loopgate.access`` logger (off by default: it costs a write per request).
     access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RollupConfig:
+    """The console's time series (``gateway/observability/rollups.py``): one record per replica per interval."""
+    enabled: bool = True
+    # Seconds between records: the charts' resolution (and the most a replica's numbers lag).
+    resolution_s: float = 10.0
+    # How long records are kept: the longest window the overview can show.
+    retention_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +56,7 @@ class ObservabilityConfig:
     max_frame_bytes: int = 4 << 20
     # At shutdown: how long the exporter process may take to post what it holds before it is killed.
     shutdown_timeout_s: float = 5.0
+    rollups: RollupConfig = field(default_factory=RollupConfig)
 
     @property
     def tracing(self) -> bool:
@@ -88,11 +101,24 @@ def observability_section(raw: Any) -> ObservabilityConfig:
         max_buffered_spans=_bounded(section, "max_buffered_spans", int, 10_000, 1, 10_000_000),
         max_frame_bytes=_bounded(section, "max_frame_bytes", int, 4 << 20, 64 << 10, 64 << 20),
         shutdown_timeout_s=_bounded(section, "shutdown_timeout_s", float, 5.0, 0.1, 600.0),
+        rollups=_rollups(section.get("rollups")),
     )
 
 
-def _bounded(section: dict[str, Any], key: str, kind: type, default: float, low: float, high: float) -> Any:
-    value = get(section, key, "observability", kind, default)
+def _rollups(raw: Any) -> RollupConfig:
+    section = mapping(raw, "observability.rollups", ROLLUP_KEYS)
+    resolution = _bounded(section, "resolution_s", float, 10.0, 1.0, 3600.0, "observability.rollups")
+    retention = _bounded(section, "retention_s", float, 3600.0, 60.0, 7 * 86400.0, "observability.rollups")
+    if retention < 2 * resolution:
+        raise ConfigError("observability.rollups.retention_s", f"must hold at least two intervals of "
+                          f"resolution_s ({resolution:g} s), got {retention:g}")
+    return RollupConfig(enabled=get(section, "enabled", "observability.rollups", bool, True),
+                        resolution_s=resolution, retention_s=retention)
+
+
+def _bounded(section: dict[str, Any], key: str, kind: type, default: float, low: float, high: float,
+             where: str = "observability") -> Any:
+    value = get(section, key, where, kind, default)
     if not low <= value <= high:
-        raise ConfigError(f"observability.{key}", f"must be between {low:g} and {high:g}, got {value}")
+        raise ConfigError(f"{where}.{key}", f"must be between {low:g} and {high:g}, got {value}")
     return value

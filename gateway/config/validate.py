@@ -33,7 +33,7 @@ from gateway.config.models_section import (
     route_section,
 )
 from gateway.config.notifications_section import NOTIFICATIONS_KEYS, WEBHOOK_KEYS, notifications_section
-from gateway.config.observability_section import logging_section, observability_section
+from gateway.config.observability_section import ROLLUP_KEYS, logging_section, observability_section
 from gateway.config.prices_section import PRICE_KEYS, check_target_prices
 from gateway.config.providers_section import PROVIDER_KEYS, provider_section
 from gateway.config.routing_section import ROUTING_KEYS, routing_section
@@ -59,6 +59,7 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("auth.admin_keys[N]", ADMIN_KEY_KEYS), ("tenants.NAME", TENANT_KEYS), ("auth.keys[N].budget", BUDGET_KEYS),
     ("background", BACKGROUND_KEYS),
     ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
+    ("observability.rollups", ROLLUP_KEYS),
 )
 register_sections(SECTIONS)
 

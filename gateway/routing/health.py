@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from gateway.observability import fail_open
 
@@ -207,3 +207,10 @@ class TargetHealth:
 
     def snapshot(self) -> dict[str, str]:
         return {target: self.state(target) for target in self._states}
+
+    def details(self) -> dict[str, dict[str, Any]]:
+        """Each known target's state, open-until time and consecutive failures (for the console)."""
+        return {target: {"state": self.state(target), "open_until": state.open_until or None,
+                         "opened_at": state.open_until - self._cooldown if state.open_until else None,
+                         "failures": state.failures}
+                for target, state in list(self._states.items())}

@@ -82,6 +82,11 @@ class RouteTable:
         """Every configured route, chat and embeddings (what ``/v1/models`` lists)."""
         return [*self._routes, *self._embeddings]
 
+    def target_labels(self) -> list[str]:
+        """Every configured target's circuit name (the console lists their circuits, closed ones too)."""
+        plans = [*self._routes.values(), *self._embeddings.values()]
+        return sorted({target.metric_label for plan in plans for target in plan.targets})
+
     def lookup(self, model: str) -> RoutePlan | None:
         """The chat plan for ``model``; None when there is none (a 404). Raises a 400 for an embeddings
         route, and for a direct name that names an enabled provider but could not be sent upstream safely."""

@@ -19,6 +19,7 @@ from gateway.store.bounded import share
 from gateway.store.keys.base import DEFAULT_RETENTION_S, KeyStore
 from gateway.store.limits.base import RateLimiter
 from gateway.store.responses.base import ResponseRecords
+from gateway.store.rollups.base import RollupStore
 from gateway.store.usage.base import DEFAULT_RETENTION_DAYS, UsageStore
 
 if TYPE_CHECKING:
@@ -96,6 +97,18 @@ def open_usage(store: Store, retention_days: int = DEFAULT_RETENTION_DAYS, flush
     from gateway.store.usage.memory import MemoryUsage
 
     return MemoryUsage(retention_days)
+
+
+def open_rollups(store: Store, retention_s: float, status_ttl_s: float) -> RollupStore:
+    """The console's per-replica series beside ``store`` (``gateway/store/rollups/base.py``)."""
+    io = _redis_io(store)
+    if io is not None:
+        from gateway.store.rollups.redis import RedisRollups
+
+        return RedisRollups(io, retention_s, status_ttl_s)
+    from gateway.store.rollups.memory import MemoryRollups
+
+    return MemoryRollups(retention_s, status_ttl_s)
 
 
 def open_background(store: Store) -> BackgroundStore:

@@ -73,7 +73,7 @@ def day_range(start: str | None, end: str | None) -> list[str]:
     return [(first + dt.timedelta(days=i)).isoformat() for i in range(count)]
 
 
-async def _known_tenants(runtime: Runtime) -> list[str]:
+async def known_tenants(runtime: Runtime) -> list[str]:
     tenants = {key.tenant for key in runtime.config.auth.keys} | set(runtime.config.tenants)
     _, records = await runtime.key_store.load()
     tenants |= {tenant for record in records if (tenant := tenant_of(record)) is not None}
@@ -110,7 +110,7 @@ async def get_usage(request: Request, runtime: Runtime, work: Work) -> JSONRespo
         if tenant is None:
             raise GatewayError(404, f"no API key with id {quoted(key_id)} (for a deleted key's usage, "
                                "name its tenant too)", "not_found_error", "key", "key_not_found")
-    tenants = [tenant] if tenant is not None else await _known_tenants(runtime)
+    tenants = [tenant] if tenant is not None else await known_tenants(runtime)
     data = []
     for name in tenants:
         for day, values in zip(days, await store.days(name, key_id, days), strict=True):

@@ -1,0 +1,164 @@
+"""``GET /admin/console/overview``: the console's overview, from every replica's rollups (admin keys only).
+
+Query: ``minutes`` (the window, 1 to the retention, default 60). The answer:
+
+* ``series``: one point per interval (``t``, epoch s, the interval's end), zeros where nothing
+  happened: per route requests/s, error rate (5xx share) and tokens/s, and over every surface
+  the request latency p50/p99 in ms (``null`` where no request ended);
+* ``failovers``: moves from one target to the next in the window, by target and reason;
+* ``circuits``: every configured target (and any other the replicas know), its worst state over
+  the replicas (open, half_open, closed), since when, its last error and when;
+* ``paused``: live continuations waiting, per tenant (each counted up to ``MAX_PAUSED_COUNT``);
+* ``replicas``: the replicas (processes) that wrote a status within the last few intervals.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.routing import Route
+
+from gateway.api.admin.usage import known_tenants
+from gateway.api.lifecycle import Work, endpoint
+from gateway.api.runtime import Runtime
+from gateway.errors import GatewayError, bad_request
+from gateway.http.json_response import JSONResponse
+from gateway.observability.rollups import quantile
+
+PATH = "/admin/console/overview"
+#: paused continuations are counted per tenant up to this many (the listing's page bound)
+MAX_PAUSED_COUNT = 100
+#: tenants whose paused loops are counted in one answer (the known tenants, sorted)
+MAX_PAUSED_TENANTS = 200
+_STATE_RANK = {"closed": 0, "half_open": 1, "open": 2}
+
+
+def _minutes(raw: str | None, retention_s: float) -> int:
+    most = max(1, int(retention_s // 60))
+    if raw is None or raw == "":
+        return min(60, most)
+    try:
+        minutes = int(raw)
+    except ValueError:
+        minutes = 0
+    if not 1 <= minutes <= most:
+        raise bad_request(f"'minutes' must be an integer from 1 to {most} (the rollup retention)", "minutes")
+    return minutes
+
+
+def series(records: list[dict[str, Any]], start: float, end: float, resolution: float) -> dict[str, Any]:
+    """Records summed per interval end, on a regular timeline from ``start`` to ``end``."""
+    first = start - start % resolution + resolution
+    times = []
+    t = first
+    while t <= end + 1e-6:
+        times.append(round(t, 3))
+        t += resolution
+    index = {t: i for i, t in enumerate(times)}
+    size = len(times)
+    routes: dict[str, dict[str, list[float]]] = {}
+    latency: list[list[float] | None] = [None] * size
+    for record in records:
+        i = index.get(round(record["t"], 3))
+        if i is None:
+            continue
+        length = record["s"] or resolution
+        for route, (count, errors) in record["q"].items():
+            row = routes.setdefault(route, {"requests": [0.0] * size, "errors": [0.0] * size,
+                                            "tokens": [0.0] * size})
+            row["requests"][i] += count / length
+            row["errors"][i] += errors
+        for route, tokens in record["k"].items():
+            row = routes.setdefault(route, {"requests": [0.0] * size, "errors": [0.0] * size,
+                                            "tokens": [0.0] * size})
+            row["tokens"][i] += tokens / length
+        for buckets in record["l"].values():
+            merged = latency[i]
+            latency[i] = list(buckets) if merged is None else [a + b for a, b in zip(merged, buckets, strict=True)]
+    out_routes = {}
+    for route, row in sorted(routes.items()):
+        rates = [round(r, 4) for r in row["requests"]]
+        errors = [round(e / (r * resolution), 4) if r else 0.0 for e, r in zip(row["errors"], row["requests"],
+                                                                               strict=True)]
+        out_routes[route] = {"requests_per_s": rates, "error_rate": errors,
+                             "tokens_per_s": [round(k, 2) for k in row["tokens"]]}
+    p50 = [None if b is None else _ms(quantile(b, 0.5)) for b in latency]
+    p99 = [None if b is None else _ms(quantile(b, 0.99)) for b in latency]
+    return {"t": times, "routes": out_routes, "latency_ms": {"p50": p50, "p99": p99}}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def failovers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        for target, reason, count in record["f"]:
+            entry = found.setdefault((target, reason), {"from_target": target, "reason": reason, "count": 0,
+                                                        "last_at": 0.0})
+            entry["count"] += int(count)
+            entry["last_at"] = max(entry["last_at"], record["t"])
+    return sorted(found.values(), key=lambda e: (-e["count"], e["from_target"], e["reason"]))
+
+
+def circuits(statuses: list[dict[str, Any]], configured: list[str]) -> list[dict[str, Any]]:
+    merged: dict[str, dict[str, Any]] = {t: {"target": t, "state": "closed", "since": None, "open_until": None,
+                                             "last_error": None, "last_error_at": None, "replicas_open": 0}
+                                         for t in configured}
+    for status in statuses:
+        for target, detail in status["c"].items():
+            entry = merged.setdefault(target, {"target": target, "state": "closed", "since": None,
+                                               "open_until": None, "last_error": None, "last_error_at": None,
+                                               "replicas_open": 0})
+            state = detail["state"]
+            if state != "closed":
+                entry["replicas_open"] += 1
+            if _STATE_RANK[state] > _STATE_RANK[entry["state"]]:
+                entry["state"], entry["open_until"] = state, detail.get("open_until")
+            since = detail.get("since")
+            if state != "closed" and since is not None and (entry["since"] is None or since < entry["since"]):
+                entry["since"] = since
+            at = detail.get("last_error_at")
+            if at is not None and (entry["last_error_at"] is None or at > entry["last_error_at"]):
+                entry["last_error"], entry["last_error_at"] = detail.get("last_error"), at
+    return sorted(merged.values(), key=lambda e: (-_STATE_RANK[e["state"]], e["target"]))
+
+
+async def paused(runtime: Runtime) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    capped = False
+    tenants = await known_tenants(runtime)
+    for tenant in tenants[:MAX_PAUSED_TENANTS]:
+        entries, more = await runtime.store.list_continuations(tenant, MAX_PAUSED_COUNT)
+        waiting = sum(1 for entry in entries if entry.get("status") == "pending")
+        capped = capped or more
+        if waiting:
+            counts[tenant] = waiting
+    return {"total": sum(counts.values()), "by_tenant": counts, "capped": capped or len(tenants) > MAX_PAUSED_TENANTS}
+
+
+async def get_overview(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+    work.authenticate_admin()
+    feed = runtime.console
+    if feed is None:
+        raise GatewayError(404, "the console's rollups are off: observability.rollups.enabled is false",
+                           "not_found_error", code="rollups_disabled")
+    config = feed.config
+    minutes = _minutes(request.query_params.get("minutes"), config.retention_s)
+    now = time.time()
+    start = now - minutes * 60
+    records = [orjson.loads(raw) for raw in await feed.store.read(start)]
+    statuses = [orjson.loads(raw) for raw in (await feed.store.statuses()).values()]
+    body = {"object": "console.overview", "now": now, "minutes": minutes, "resolution_s": config.resolution_s,
+            "retention_s": config.retention_s, "series": series(records, start, now, config.resolution_s),
+            "failovers": failovers(records), "circuits": circuits(statuses, runtime.routes.target_labels()),
+            "paused": await paused(runtime), "replicas": sorted(s["r"] for s in statuses)}
+    return JSONResponse(orjson.dumps(body))
+
+
+def console_routes() -> list[Route]:
+    return [Route(PATH, endpoint(PATH, get_overview, metered=True), methods=["GET"])]
