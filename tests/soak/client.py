@@ -224,8 +224,10 @@ class LoopRun:
     def _url(self) -> str:
         return self.s.url
 
-    async def _on_conflict(self, continuation_id: str) -> str:
-        """A resume refused with 409: "retry" it, the loop "ended" for a documented reason, or "violation"."""
+    async def _on_conflict(self, continuation_id: str, expected: str = "") -> str:
+        """A resume refused with 409: "retry" it, the loop "ended" for a documented reason, or "violation".
+
+        ``expected``: the text the rest of the loop answers with (an answer kept elsewhere is checked against it)."""
         return "violation"
 
     # -- the loop ----------------------------------------------------------------------
@@ -245,7 +247,8 @@ class LoopRun:
                     seen.append(plan.loop)
                 outcome = "violation"
                 if answer.kind == "conflict":
-                    outcome = await self._on_conflict(resume[0] if resume else "")
+                    outcome = await self._on_conflict(resume[0] if resume else "",
+                                                      plan.expected_text(first, plan.final_turn))
                     if outcome == "retry":
                         continue
                     if outcome == "ended":
