@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -378,6 +379,7 @@ async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_
     one, _ = replicas
     limits = _rate_limits(one)
     key = ApiKey(key="", tenant="t", id="k_forget", rpm=6_000, max_concurrent=100)
+    began = time.monotonic()
     await _finish(await _admit(limits, key, 40))
     held = limits.admit(key, 40)  # straight from the lease RateLimits keeps for the key
     assert isinstance(held, Admission)
@@ -398,7 +400,9 @@ async def test_a_forgotten_lease_is_retired_and_the_next_request_takes_from_its_
     successor = one._leases[("t", scope)]
     assert successor is not old and successor.in_flight == 1 and old.in_flight == 0
     assert one._leases_of("t", limits.scopes(key)[0])[0] is successor  # not the retired lease
-    assert dict(again.headers)[b"x-ratelimit-remaining-requests"] == b"%d" % (6_000 - 4)
+    # Four requests taken; the bucket refills 100 a second meanwhile (a slow machine sees a few back).
+    remaining = int(dict(again.headers)[b"x-ratelimit-remaining-requests"])
+    assert 6_000 - 4 <= remaining <= 6_000 - 4 + math.ceil((time.monotonic() - began) * 100), remaining
     await _finish(again)
     assert successor.in_flight == 0
 
