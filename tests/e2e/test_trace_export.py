@@ -214,7 +214,11 @@ def test_the_exporter_runs_below_the_gateways_cpu_priority(fakes: dict[str, Fake
         assert _policy(gw.process.pid) == os.SCHED_OTHER
         traceparent, trace_id, _ = caller_traceparent()
         assert gw.post("/v1/chat/completions", BODY, headers={"traceparent": traceparent}).status_code == 200
-        assert receiver.trace(trace_id, 2)  # the idle class still gets a CPU nobody else wants
+        if not idle:
+            assert receiver.trace(trace_id, 2)
+        # The idle class runs only on a CPU nobody else wants: on a saturated machine (CI beside other jobs)
+        # it may not run at all within any bound, which is the point of it; what it exports when it does run
+        # is every other test's subject.
     finally:
         gw.stop()
 
