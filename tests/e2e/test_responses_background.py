@@ -275,14 +275,20 @@ def test_a_replica_that_shuts_down_ends_its_runs_at_once(replicas: tuple[Gateway
                                                          slow_tool: SlowTool) -> None:
     _, b = replicas
     # A lease far longer than the test: only the graceful path can end the run in time.
-    leaving = Gateway(_config(fakes, slow_tool.url).replace(f"lease_s: {LEASE_S}", "lease_s: 600")).start()
+    # A store deadline a loaded machine cannot miss: this test is about the graceful path, not store timeouts.
+    text = _config(fakes, slow_tool.url).replace(f"lease_s: {LEASE_S}", "lease_s: 600")
+    text = text.replace("fail_open_ms: ", "timeout_ms: 10000, fail_open_ms: ", 1)
+    assert "timeout_ms: 10000" in text
+    leaving = Gateway(text).start()
     try:
         fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 30})]), Reply(text="never"))
         with leaving.client().responses.create(model="bg_agent", input="go", background=True, stream=True) as stream:
             first = next(iter(stream))
         response_id = first.response.id
         _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
-        leaving.stop()  # SIGTERM: uvicorn's graceful shutdown runs the lifespan's end
+        assert leaving.process is not None
+        leaving.process.terminate()  # SIGTERM: uvicorn's graceful shutdown runs the lifespan's end
+        leaving.process.wait(60)  # exited by itself (Gateway.stop would SIGKILL a slow one after 10 s)
         failed = b.client().responses.retrieve(response_id)
         assert failed.status == "failed"
         assert failed.error is not None and "shut down" in failed.error.message
