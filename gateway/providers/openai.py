@@ -342,6 +342,18 @@ def _string(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def request_headers(provider: ProviderConfig) -> dict[str, str]:
+    """Azure deployments (``api_version`` set) take the key as ``api-key``; other OpenAI-format servers a bearer."""
+    headers = {"content-type": "application/json"}
+    if provider.api_key:
+        if provider.api_version:
+            headers["api-key"] = provider.api_key
+        else:
+            headers["authorization"] = f"Bearer {provider.api_key}"
+    headers.update(provider.headers)
+    return headers
+
+
 class OpenAIAdapter:
     wire_format = "openai"
 
@@ -362,17 +374,9 @@ class OpenAIAdapter:
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        headers = {"content-type": "application/json"}
-        if provider.api_version:
-            url = urls.azure_chat(provider.base_url, model, provider.api_version)
-            if provider.api_key:
-                headers["api-key"] = provider.api_key
-        else:
-            url = urls.openai_chat(provider.base_url)
-            if provider.api_key:
-                headers["authorization"] = f"Bearer {provider.api_key}"
-        headers.update(provider.headers)
-        return UpstreamRequest(url=url, headers=headers, body=orjson.dumps(body))
+        url = (urls.azure_chat(provider.base_url, model, provider.api_version) if provider.api_version
+               else urls.openai_chat(provider.base_url))
+        return UpstreamRequest(url=url, headers=request_headers(provider), body=orjson.dumps(body))
 
     def parse_response(self, body: bytes) -> ModelResponse:
         payload = load_body(body)

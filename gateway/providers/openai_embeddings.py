@@ -27,7 +27,7 @@ from gateway.providers.base import (
     load_body,
     reported_model,
 )
-from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.openai import OpenAIAdapter, request_headers
 
 _chat = OpenAIAdapter()
 
@@ -89,17 +89,10 @@ class OpenAIEmbeddings:
 
     def build_embeddings(self, request: EmbeddingRequest, provider: ProviderConfig,
                          model: str) -> list[UpstreamRequest]:
-        headers = {"content-type": "application/json"}
-        if provider.api_version:
-            url = urls.azure_embeddings(provider.base_url, model, provider.api_version)
-            if provider.api_key:
-                headers["api-key"] = provider.api_key
-        else:
-            url = urls.openai_embeddings(provider.base_url)
-            if provider.api_key:
-                headers["authorization"] = f"Bearer {provider.api_key}"
-        headers.update(provider.headers)
-        return [UpstreamRequest(url=url, headers=headers, body=orjson.dumps(embeddings_body(request, model)))]
+        url = (urls.azure_embeddings(provider.base_url, model, provider.api_version) if provider.api_version
+               else urls.openai_embeddings(provider.base_url))
+        return [UpstreamRequest(url=url, headers=request_headers(provider),
+                                body=orjson.dumps(embeddings_body(request, model)))]
 
     def parse_embeddings(self, bodies: list[bytes], request: EmbeddingRequest) -> EmbeddingResult:
         return parse_embeddings_payload(load_body(bodies[0]), len(request.inputs))
