@@ -262,3 +262,18 @@ def require_redis(url: str) -> None:
         if os.environ.get("CI", "").strip().lower() == "true":
             pytest.fail(f"Redis at {url} unreachable under CI=true: {exc}")
         pytest.skip(f"Redis at {url} unreachable: {exc}")
+
+
+def two_replicas(config: str, redis_url: str, flush_after: bool = False) -> Iterator[tuple[Gateway, Gateway]]:
+    """Two gateways of ``config`` on the suite's Redis at ``redis_url`` (flushed first), stopped at the end:
+    the body of every module's two-replica fixture (``yield from two_replicas(...)``)."""
+    require_redis(redis_url)
+    redis.Redis.from_url(redis_url).flushdb()
+    first, second = Gateway(config).start(), Gateway(config).start()
+    try:
+        yield first, second
+    finally:
+        first.stop()
+        second.stop()
+        if flush_after:
+            redis.Redis.from_url(redis_url).flushdb()

@@ -17,9 +17,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import redis
 
-from tests.e2e.conftest import Gateway, gateway_config, require_redis
+from tests.e2e.conftest import Gateway, gateway_config, two_replicas
 from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
@@ -35,14 +34,8 @@ ASK = [{"role": "user", "content": "Delete record 42"}]
 
 @pytest.fixture(scope="module")
 def replicas(fakes: dict[str, FakeUpstream]) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
     text = gateway_config(fakes, store_url=REDIS_URL).replace("auth:\n  keys:\n", AUTH, 1)
-    first, second = Gateway(text).start(), Gateway(text).start()
-    yield first, second
-    first.stop()
-    second.stop()
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    yield from two_replicas(text, REDIS_URL, flush_after=True)
 
 
 def call(gateway: Gateway, method: str, path: str, key: str, body: Any = None, **params: Any) -> httpx.Response:

@@ -19,7 +19,7 @@ import openai
 import pytest
 import redis
 
-from tests.e2e.conftest import KEY, Gateway, gateway_config, require_redis
+from tests.e2e.conftest import KEY, Gateway, gateway_config, two_replicas
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -53,13 +53,7 @@ def _config(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> str:
 
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    config = _config(fakes, tool_server)
-    first, second = Gateway(config).start(), Gateway(config).start()
-    yield first, second
-    first.stop()
-    second.stop()
+    yield from two_replicas(_config(fakes, tool_server), REDIS_URL)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import Gateway, require_redis
+from tests.e2e.conftest import Gateway, two_replicas
 from tests.e2e.test_keys_limits import ADMIN_HEADERS, REDIS_URL, _config, admin, chat, wait_for
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream
@@ -30,13 +30,7 @@ ALL_KEYS = "loopgate:{keys}:all"
 
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    config = _config(fakes, tool_server)
-    first, second = Gateway(config).start(), Gateway(config).start()
-    yield first, second
-    first.stop()
-    second.stop()
+    yield from two_replicas(_config(fakes, tool_server), REDIS_URL)
 
 
 async def _race(gateways: tuple[Gateway, Gateway], key_id: str, trial: int) -> tuple[httpx.Response, ...]:
