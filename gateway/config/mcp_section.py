@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from gateway.config.approval_section import ApprovalMode, approval_policy
 from gateway.config.checks import ConfigError, get, header_map, mapping, positive, string_map
 
-MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s"}
+MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s",
+            "elicitation", "elicitation_timeout_s", "sampling_route", "sampling_max_tokens"}
+
+ElicitationPolicy = Literal["pause", "decline"]
+ELICITATION_POLICIES = ("pause", "decline")
+#: how long a paused elicitation waits for a decision before it is declined
+DEFAULT_ELICITATION_TIMEOUT_S = 600.0
+#: the cap on one sampling request's ``maxTokens`` (a server asking for more gets this many)
+DEFAULT_SAMPLING_MAX_TOKENS = 1024
+MAX_SAMPLING_MAX_TOKENS = 128_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +34,12 @@ class McpServerConfig:
     approval: ApprovalMode = "never"
     refresh_s: float = 300.0
     approval_timeout_s: float | None = None
+    #: an ``elicitation/create`` during a call pauses the loop (``pause``) or is declined at once
+    elicitation: ElicitationPolicy = "pause"
+    elicitation_timeout_s: float = DEFAULT_ELICITATION_TIMEOUT_S
+    #: the chat route that answers the server's ``sampling/createMessage`` (None: sampling not offered)
+    sampling_route: str | None = None
+    sampling_max_tokens: int = DEFAULT_SAMPLING_MAX_TOKENS
 
 
 def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
@@ -41,6 +56,16 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
     if command is not None and (not command or not all(isinstance(part, str) and part for part in command)):
         raise ConfigError(f"{path}.command", "must be a non-empty list of strings")
     approval, approval_timeout = approval_policy(section, path)
+    elicitation = get(section, "elicitation", path, str, "pause")
+    if elicitation not in ELICITATION_POLICIES:
+        raise ConfigError(f"{path}.elicitation", f"must be one of pause, decline; got '{elicitation}'")
+    sampling_route = get(section, "sampling_route", path, str, None)
+    if sampling_route is not None and not sampling_route:
+        raise ConfigError(f"{path}.sampling_route", "must name a route")
+    # A bool is an int to Python; a config's `true` is no token count.
+    sampling_max_tokens = get(section, "sampling_max_tokens", path, int, DEFAULT_SAMPLING_MAX_TOKENS)
+    if isinstance(sampling_max_tokens, bool) or not 1 <= sampling_max_tokens <= MAX_SAMPLING_MAX_TOKENS:
+        raise ConfigError(f"{path}.sampling_max_tokens", f"must be an integer from 1 to {MAX_SAMPLING_MAX_TOKENS}")
     return McpServerConfig(
         name=name,
         url=url,
@@ -51,4 +76,10 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
         approval=approval,
         refresh_s=positive(get(section, "refresh_s", path, float, 300.0), f"{path}.refresh_s"),
         approval_timeout_s=approval_timeout,
+        elicitation=elicitation,
+        elicitation_timeout_s=positive(
+            get(section, "elicitation_timeout_s", path, float, DEFAULT_ELICITATION_TIMEOUT_S),
+            f"{path}.elicitation_timeout_s"),
+        sampling_route=sampling_route,
+        sampling_max_tokens=sampling_max_tokens,
     )
