@@ -434,6 +434,24 @@ def test_store_modes_render_the_gateway_store_section(helm: ModuleType) -> None:
     assert ca_only["store"]["tls"] == {"ca_file": "/etc/loopgate/redis-tls/ca.crt"}
 
 
+def test_store_deadlines_quota_and_hostname_check_pass_through_only_when_set(helm: ModuleType,
+                                                                             tmp_path: Path) -> None:
+    defaults = yaml.safe_load(_gateway_yaml(_manifests(helm, {})))["store"]
+    assert not {"timeout_ms", "fail_open_ms", "wait_timeout_ms", "tenant_max_stored_bytes"} & defaults.keys()
+    values = {"store": {"url": "rediss://r:6380/0", "timeout_ms": 2500, "fail_open_ms": 50, "wait_timeout_ms": 900,
+                        "tenant_max_stored_bytes": 0,
+                        "tls": {"enabled": True, "secretName": "t", "checkHostname": False}}}
+    assert _schema_errors(_merge(DEFAULTS, values)) == []
+    manifests = _manifests(helm, values)
+    store = yaml.safe_load(_gateway_yaml(manifests))["store"]
+    assert (store["timeout_ms"], store["fail_open_ms"], store["wait_timeout_ms"]) == (2500, 50, 900)
+    assert store["tenant_max_stored_bytes"] == 0  # zero (no quota) is a setting, not "unset"
+    assert store["tls"]["check_hostname"] is False
+    config = _load_rendered_config(manifests, tmp_path)
+    assert (config.store.timeout_ms, config.store.fail_open_ms, config.store.tenant_max_stored_bytes) == (2500, 50, 0)
+    assert config.store.tls is not None and config.store.tls.check_hostname is False
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"preStopSleepSeconds": 20, "terminationGracePeriodSeconds": 45}, "terminationGracePeriodSeconds must exceed"),
     ({"existingSecret": ""}, "secretEnv names keys of existingSecret"),
@@ -445,6 +463,8 @@ def test_store_modes_render_the_gateway_store_section(helm: ModuleType) -> None:
     ({"store": {"cluster": True, "sentinel": {"master": "m", "nodes": ["s:26379"]}}}, "are exclusive"),
     ({"store": {"tls": {"enabled": True}}}, "store.tls.secretName is required"),
     ({"store": {"tls": {"enabled": True, "secretName": "t", "keyKey": ""}}}, "go together"),
+    ({"store": {"fail_open_ms": 1500}}, "store.fail_open_ms must not exceed store.timeout_ms"),
+    ({"store": {"timeout_ms": 200, "fail_open_ms": 300}}, "store.fail_open_ms must not exceed store.timeout_ms"),
     ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "must not exceed"),
 ])
 def test_the_chart_refuses_inconsistent_values(helm: ModuleType, values: dict[str, Any], message: str) -> None:

@@ -77,6 +77,14 @@ lands in the ConfigMap.
 {{- if gt (int $s.wait_replicas) 0 }}
 {{- $_ := set $out "wait_replicas" (int $s.wait_replicas) }}
 {{- end }}
+{{- range $key := list "wait_timeout_ms" "timeout_ms" "fail_open_ms" "tenant_max_stored_bytes" }}
+{{- if not (kindIs "invalid" (index $s $key)) }}
+{{- $_ := set $out $key (int64 (index $s $key)) }}
+{{- end }}
+{{- end }}
+{{- if and (not (kindIs "invalid" $s.fail_open_ms)) (gt (int64 $s.fail_open_ms) (int64 (default 1000 $s.timeout_ms))) }}
+{{- fail "store.fail_open_ms must not exceed store.timeout_ms (1000 when unset)" }}
+{{- end }}
 {{- if $s.tls.enabled }}
 {{- if not $s.tls.secretName }}
 {{- fail "store.tls.secretName is required when store.tls.enabled is true" }}
@@ -92,6 +100,9 @@ lands in the ConfigMap.
 {{- if $s.tls.certKey }}
 {{- $_ := set $tls "cert_file" (printf "%s/%s" $dir $s.tls.certKey) }}
 {{- $_ := set $tls "key_file" (printf "%s/%s" $dir $s.tls.keyKey) }}
+{{- end }}
+{{- if eq $s.tls.checkHostname false }}
+{{- $_ := set $tls "check_hostname" false }}
 {{- end }}
 {{- $_ := set $out "tls" $tls }}
 {{- end }}
