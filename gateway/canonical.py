@@ -371,6 +371,10 @@ class ToolCallAccumulator:
     def __bool__(self) -> bool:
         return bool(self._calls)
 
+    def arguments_so_far(self) -> str:
+        """Every call's name and argument text so far (what a cut stream produced of them)."""
+        return "".join(call["function"]["name"] + call["function"]["arguments"] for call in self._calls)
+
     def result(self, id_seed: str) -> list[ToolCall]:
         """The finished calls, each with an id and object-JSON arguments."""
         for position, call in enumerate(self._calls):

@@ -356,6 +356,11 @@ class AnthropicStreamParser:
     def usage_so_far(self) -> Usage:
         return parse_usage(self._usage)
 
+    def produced_so_far(self) -> str:
+        parts = [str(block.get("text") or block.get("thinking") or "") for block in self._blocks.values()]
+        parts.extend("".join(fragments) for fragments in self._json.values())
+        return "".join(parts)
+
     def _merge_usage(self, usage: Any) -> None:
         # message_delta usage is cumulative and may repeat input counts; null means "not reported here".
         if isinstance(usage, dict):

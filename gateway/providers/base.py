@@ -58,6 +58,11 @@ class StreamParser(Protocol):
         """The usage the stream reported before it failed (a rescued stream bills its cut attempt too)."""
         ...
 
+    def produced_so_far(self) -> str:
+        """The text, reasoning and tool-call arguments the stream carried so far: a cut attempt that
+        reported no usage (OpenAI's comes in the last chunk) is billed by an estimate of it."""
+        ...
+
     def finish(self) -> ModelResponse:
         """The whole turn. Raises ProviderError(CONNECTION) when the stream ended before its end marker,
         and (INVALID_RESPONSE, ``MalformedEvents.check``) when events were skipped and nothing valid remains."""

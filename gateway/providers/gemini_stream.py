@@ -199,6 +199,10 @@ class GeminiTurn:
     def usage(self) -> Usage:
         return self._usage
 
+    def produced_so_far(self) -> str:
+        calls = "".join(call["function"]["name"] + call["function"]["arguments"] for call in self._calls)
+        return "".join(self._text) + "".join(self._reasoning) + calls
+
     @property
     def readable(self) -> bool:
         return self._read
@@ -341,6 +345,9 @@ class GeminiStreamParser:
 
     def usage_so_far(self) -> Usage:
         return self._turn.usage
+
+    def produced_so_far(self) -> str:
+        return self._turn.produced_so_far()
 
     def finish(self) -> ModelResponse:
         if self._malformed.count and not self._turn.readable:

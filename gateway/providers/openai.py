@@ -315,6 +315,9 @@ class OpenAIStreamParser:
     def usage_so_far(self) -> Usage:
         return self._usage
 
+    def produced_so_far(self) -> str:
+        return "".join(self._text) + "".join(self._refusal) + "".join(self._reasoning) + self._calls.arguments_so_far()
+
     def finish(self) -> ModelResponse:
         if self._malformed.count and not (self._text or self._refusal or self._reasoning or self._calls
                                           or self._finish):

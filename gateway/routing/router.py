@@ -48,6 +48,7 @@ from gateway.context.windows import known_window
 from gateway.observability import metrics
 from gateway.providers.base import ErrorClass, InProcessAdapter, ProviderError, StreamParser
 from gateway.providers.registry import adapter_for
+from gateway.routing.cut_usage import cut_attempt_usage
 from gateway.routing.health import TargetHealth
 from gateway.routing.reasoning import ReasoningSupport, takes_reasoning
 from gateway.routing.rescue import (
@@ -280,7 +281,8 @@ class Router:
                             rescue = Rescue(first.original, first.original_target, first.original_metric, text,
                                             reasoning)
                         if parser is not None:
-                            cut.append((target.label, parser.usage_so_far()))
+                            cut.append((target.label, cut_attempt_usage(parser.usage_so_far(), call,
+                                                                        parser.produced_so_far(), target.model)))
                     await walk.failed(target, error, started, head_seen, committed, rescue is not None, again)
                     continue
                 except Diverged:

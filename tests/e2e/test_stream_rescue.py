@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.context.encodings import get_encoding
 from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -214,6 +215,23 @@ def test_usage_and_billing_count_both_attempts(rescue_gateway: Gateway, fakes: d
     usage = extension["_usage"]
     assert usage["prompt_tokens"] == 100 + 130
     assert usage["completion_tokens"] == 1 + 20  # the cut attempt had reported 1 output token
+
+
+def test_a_cut_openai_stream_is_billed_by_an_estimate_of_what_it_read_and_sent(
+        rescue_gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    # An OpenAI-format stream reports usage in its last chunk, which a cut stream never sends: the
+    # cut attempt is billed by the gateway's own count (prompt and sent text) rather than for free.
+    fakes["primary"].queue(cut())
+    fakes["secondary"].queue(Reply(text=FULL, usage=(130, 20)))
+    text, errors, extension = stream_chat(rescue_gateway, "rescue_restart")
+    assert not errors and text == FULL
+    assert extension is not None
+    usage = extension["_usage"]
+    encoding = get_encoding()
+    sent_tokens = len(encoding.encode(sent_part()))
+    assert usage["completion_tokens"] == sent_tokens + 20
+    # "hi" as one user message: a handful of tokens with the message framing, never zero.
+    assert 130 < usage["prompt_tokens"] <= 130 + 16
 
 
 def test_openai_sdk_accumulators_see_one_well_formed_stream(rescue_gateway: Gateway,
