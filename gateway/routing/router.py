@@ -50,6 +50,7 @@ from gateway.providers.base import ErrorClass, InProcessAdapter, ProviderError, 
 from gateway.providers.registry import adapter_for
 from gateway.routing.cut_usage import cut_attempt_usage
 from gateway.routing.health import TargetHealth
+from gateway.routing.in_process import next_within, wait_bound
 from gateway.routing.reasoning import ReasoningSupport, takes_reasoning
 from gateway.routing.rescue import (
     DEFAULT_STREAM_POLICY,
@@ -195,10 +196,18 @@ class Router:
                                                                                deadline - time.monotonic(),
                                                                                target.metric_label)
                         try:
-                            async for item in source:
-                                if isinstance(item, ModelResponse):
-                                    response = item
+                            while True:
+                                within, why = wait_bound(started, time.monotonic(), flowing, target.first_token_s,
+                                                         idle_s)
+                                next_item = await next_within(source, within, why)
+                                if next_item is None:
+                                    break
+                                if isinstance(next_item, ModelResponse):
+                                    response = next_item
                                     continue
+                                item = next_item
+                                if item:
+                                    flowing = True
                                 if rescue is not None:
                                     item = rescue.pass_on(item)
                                 if item:
