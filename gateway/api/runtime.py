@@ -119,7 +119,7 @@ class Runtime:
         undo.push_async_callback(tool_session.close)
         tools = await ToolRegistry.from_config(config.tools, tool_session)
         undo.push_async_callback(tools.aclose)
-        mcp = McpRefresher(tools, config.mcp_servers, tool_session)
+        mcp = McpRefresher(tools, config.mcp_servers)
         await mcp.start()
         undo.push_async_callback(mcp.stop)
         shared = store if store.kind == "redis" else None

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from gateway.canonical_tool_results import ContentPart
+
 Approval = Literal["never", "required"]
 
 
@@ -87,6 +89,19 @@ class ToolSpec:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ToolContent:
+    """A result with more than text (an image an MCP tool returned), as a source returns it.
+
+    ``parts`` is what a target that takes images in tool results gets (canonical content parts,
+    ``gateway.canonical_tool_results``); ``text`` is the same result for everyone else, each image
+    described in a few words. A text-only result stays a plain ``str``: the common case costs nothing.
+    """
+
+    text: str
+    parts: tuple[ContentPart, ...]
+
+
 @runtime_checkable
 class ToolSource(Protocol):
     """Where tools come from and how they run.
@@ -94,8 +109,9 @@ class ToolSource(Protocol):
     ``list_tools`` is called at start-up and on every registry refresh, so a source whose
     tool set changes at run time (an MCP server) needs nothing more than this. ``call`` gets
     arguments already parsed and validated against the tool's schema; it returns the text the
-    model sees and raises :class:`ToolFailure` for errors the model should see. Timeouts are
-    the executor's job: a source must simply be cancellable.
+    model sees (a :class:`ToolContent` when there is more than text) and raises
+    :class:`ToolFailure` for errors the model should see. Timeouts are the executor's job: a
+    source must simply be cancellable.
     """
 
     @property
@@ -103,18 +119,23 @@ class ToolSource(Protocol):
 
     async def list_tools(self) -> list[ToolSpec]: ...
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str: ...
+    async def call(self, tool: str, arguments: dict[str, Any]) -> str | ToolContent: ...
 
     async def aclose(self) -> None: ...
 
 
 @dataclass(slots=True)
 class ToolOutcome:
-    """The result of one execution: what the model sees, and whether it went well."""
+    """The result of one execution: what the model sees, and whether it went well.
+
+    ``content`` is always the text (ledgers, spans, the caller's view); ``parts`` is set only for a
+    rich result, the canonical content parts the model's tool message carries instead.
+    """
 
     status: Literal["ok", "error"]
     content: str
     elapsed_ms: float
+    parts: list[ContentPart] | None = None
 
     @property
     def ok(self) -> bool:

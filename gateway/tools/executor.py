@@ -20,6 +20,7 @@ from jsonschema.exceptions import ValidationError
 from gateway import redact
 from gateway.canonical import JSONTooDeep, load_json
 from gateway.tools.base import ToolFailure, ToolOutcome
+from gateway.tools.interaction import CALL_INTERACTIONS, CALL_PROGRESS, CallInteractions
 from gateway.tools.registry import RegisteredTool
 
 log = logging.getLogger("loopgate.tools")
@@ -41,6 +42,8 @@ async def run_tool(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
     if problem is not None:
         return ToolOutcome("error", problem, _ms_since(start))
     timeout = asyncio.timeout(tool.spec.timeout_s)
+    # What the running call may ask of its request (progress here; a source reads it when the call starts).
+    interactions = CALL_INTERACTIONS.set(CallInteractions(progress=CALL_PROGRESS.get()))
     try:
         async with timeout:
             content = await tool.source.call(name, arguments)
@@ -54,10 +57,16 @@ async def run_tool(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
         log.exception("tool %s (source %s) failed unexpectedly", name, tool.spec.source)
         detail = _clip(redact.scrub(f"{type(exc).__name__}: {exc}"), _MAX_MESSAGE_CHARS)
         return ToolOutcome("error", f"Tool {name} failed with an internal error ({detail})", _ms_since(start))
+    finally:
+        CALL_INTERACTIONS.reset(interactions)
     elapsed = _ms_since(start)
     log.debug("tool %s ok in %.1f ms", name, elapsed)
     # A tool server may echo the request (its bearer token included): the model and the caller see the result.
-    return ToolOutcome("ok", redact.scrub(content), elapsed)
+    if isinstance(content, str):
+        return ToolOutcome("ok", redact.scrub(content), elapsed)
+    parts = [{**part, "text": redact.scrub(part["text"])} if part.get("type") == "text" else part
+             for part in content.parts]
+    return ToolOutcome("ok", redact.scrub(content.text), elapsed, parts)
 
 
 def _parse(name: str, arguments_json: str) -> dict[str, Any] | str:

@@ -74,6 +74,8 @@ class SamplingAnswer:
 
 ElicitationHandler = Callable[[ElicitationRequest], Awaitable[ElicitationAnswer]]
 SamplingHandler = Callable[[SamplingRequest], Awaitable[SamplingAnswer]]
+#: (progress, total, message) -> None: a running call's progress notification, never blocking
+ProgressHandler = Callable[[float, float | None, str | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +85,12 @@ class CallInteractions:
     elicit: ElicitationHandler | None = None
     sample: SamplingHandler | None = None
     #: progress notifications of the call: (progress, total, message) -> None, never blocking
-    progress: Callable[[float, float | None, str | None], None] | None = field(default=None)
+    progress: ProgressHandler | None = field(default=None)
 
 
 #: set by the executor around ``source.call``; read once by a source when a call starts
 CALL_INTERACTIONS: ContextVar[CallInteractions | None] = ContextVar("loopgate_call_interactions", default=None)
+
+#: set by the loop in the task that runs one call: where that call's progress goes (the executor
+#: puts it into the call's :class:`CallInteractions`)
+CALL_PROGRESS: ContextVar[ProgressHandler | None] = ContextVar("loopgate_call_progress", default=None)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.tools import ToolFailure, ToolRegistry, ToolSource, run_tool
-from gateway.tools.base import ToolTimeouts
+from gateway.tools.base import ToolContent, ToolTimeouts
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from tests.fakes.mcp_server import NUMBERS, FakeMcpServer
 from tests.tools.helpers import unused_port
@@ -62,20 +62,28 @@ async def test_lists_every_page_and_maps_tools_to_specs(server: FakeMcpServer, h
     assert (add.description, add.parameters, add.source, add.approval, add.timeout_s) == (
         "Add two numbers", NUMBERS, "mcp", "never", 5.0)
     assert specs[2].description == "Sleep, then echo the tag"  # falls back to the title
-    assert server.methods() == ["initialize", "notifications/initialized", "tools/list", "tools/list"]
+    # The SDK probes for the stateless revision first; this server only knows the handshake.
+    # (None: the client's answers to the server's pings on the SSE streams.)
+    assert [m for m in server.methods() if m is not None] == [
+        "server/discover", "initialize", "notifications/initialized", "tools/list", "tools/list"]
+    assert http.protocol_version == "2025-06-18"
 
 
 @pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
 async def test_call_returns_text_and_is_error_raises(server: FakeMcpServer, http: McpHttpSource, sse: bool) -> None:
     server.sse = sse
-    assert await http.call("add", {"a": 2, "b": 3}) == "5"
+    assert await http.call("add", {"a": 2, "b": 3}) == '5\n{"sum":5}'  # structuredContent as JSON
     with pytest.raises(ToolFailure) as failure:
         await http.call("fail", {})
     assert failure.value.message == "boom: the tool failed"
 
 
-async def test_non_text_content_is_described_without_its_data(http: McpHttpSource) -> None:
-    assert await http.call("mixed", {}) == 'a chart:\n{"type":"image","mimeType":"image/png"}'
+async def test_an_image_is_an_image_part_with_a_text_view(http: McpHttpSource) -> None:
+    result = await http.call("mixed", {})
+    assert isinstance(result, ToolContent)
+    assert result.text == "a chart:\n[image: image/png, 8 B]"
+    assert result.parts == ({"type": "text", "text": "a chart:"},
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}})
 
 
 async def test_json_rpc_error_becomes_tool_failure(http: McpHttpSource) -> None:
@@ -87,7 +95,8 @@ async def test_session_id_and_protocol_version_are_sent_after_initialize(server:
                                                                          http: McpHttpSource) -> None:
     await http.list_tools()
     await http.call("add", {"a": 1, "b": 1})
-    first, *later = server.requests
+    probe, first, *later = server.requests
+    assert (probe.rpc_method, probe.session_id, probe.protocol_version) == ("server/discover", None, "2026-07-28")
     assert (first.rpc_method, first.session_id, first.protocol_version) == ("initialize", None, None)
     assert http.session_id in server.sessions
     assert {(r.session_id, r.protocol_version) for r in later} == {(http.session_id, "2025-06-18")}
@@ -95,13 +104,15 @@ async def test_session_id_and_protocol_version_are_sent_after_initialize(server:
 
 
 async def test_expired_session_reinitializes_once_and_retries(server: FakeMcpServer, http: McpHttpSource) -> None:
-    assert await http.call("add", {"a": 1, "b": 2}) == "3"
+    assert (await http.call("add", {"a": 1, "b": 2})).startswith("3")
     old = http.session_id
     server.forget_sessions()
-    assert await http.call("add", {"a": 2, "b": 2}) == "4"
+    assert (await http.call("add", {"a": 2, "b": 2})).startswith("4")
     assert http.session_id not in (None, old)
-    assert server.methods() == ["initialize", "notifications/initialized", "tools/call",
-                                "tools/call", "initialize", "notifications/initialized", "tools/call"]
+    # The era is known after the first session: the new one goes straight to the handshake.
+    assert [m for m in server.methods() if m != "tools/list"] == [
+        "server/discover", "initialize", "notifications/initialized", "tools/call",
+        "tools/call", "initialize", "notifications/initialized", "tools/call"]
     assert server.requests[-1].session_id == http.session_id
 
 
@@ -109,7 +120,7 @@ async def test_concurrent_expiry_reinitializes_only_once(server: FakeMcpServer, 
     await http.list_tools()
     server.forget_sessions()
     results = await asyncio.gather(*(http.call("add", {"a": i, "b": 1}) for i in range(5)))
-    assert results == [str(i + 1) for i in range(5)]
+    assert results == [f'{i + 1}\n{{"sum":{i + 1}}}' for i in range(5)]
     assert server.methods().count("initialize") == 2
 
 
@@ -154,7 +165,7 @@ async def test_end_to_end_through_registry_and_executor(server: FakeMcpServer, h
     await registry.refresh(strict=True)
     assert registry.names == ALL_TOOLS
     ok = await run_tool(registry.get("add"), '{"a": 2, "b": 3}')
-    assert (ok.status, ok.content) == ("ok", "5")
+    assert (ok.status, ok.content) == ("ok", '5\n{"sum":5}')
     bad = await run_tool(registry.get("add"), '{"a": "two", "b": 3}')
     assert bad.status == "error" and "Invalid arguments for add" in bad.content
     failed = await run_tool(registry.get("fail"), "{}")
@@ -181,7 +192,7 @@ async def test_stdio_lists_pages_and_calls(stdio: McpStdioSource) -> None:
     assert [s.name for s in specs] == ALL_TOOLS
     assert {(s.source, s.approval, s.timeout_s) for s in specs} == {("local", "required", 5.0)}
     assert specs[0].parameters == NUMBERS
-    assert await stdio.call("add", {"a": 2, "b": 3}) == "5"
+    assert await stdio.call("add", {"a": 2, "b": 3}) == '5\n{"sum":5}'
     with pytest.raises(ToolFailure, match=r"^boom: the tool failed$"):
         await stdio.call("fail", {})
     with pytest.raises(ToolFailure, match=r"Unknown tool: nope"):
@@ -230,7 +241,7 @@ async def test_stdio_call_in_flight_when_process_dies_fails_then_recovers(stdio:
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(ToolFailure, match=r"^MCP server local exited"):
         await asyncio.wait_for(call, 3)
-    assert await stdio.call("add", {"a": 1, "b": 1}) == "2"
+    assert (await stdio.call("add", {"a": 1, "b": 1})).startswith("2")
 
 
 async def test_stdio_aclose_terminates_the_process(stdio: McpStdioSource) -> None:
@@ -255,4 +266,4 @@ async def test_stdio_end_to_end_through_registry(stdio: McpStdioSource) -> None:
     registry = ToolRegistry([stdio])
     await registry.refresh(strict=True)
     outcome = await run_tool(registry.get("add"), '{"a": 2, "b": 3}')
-    assert (outcome.status, outcome.content) == ("ok", "5")
+    assert (outcome.status, outcome.content) == ("ok", '5\n{"sum":5}')

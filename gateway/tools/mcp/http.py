@@ -1,246 +1,186 @@
-"""MCP over Streamable HTTP: every message is a POST; the answer is one JSON body or an SSE stream
-that carries the response among notifications. The server's ``Mcp-Session-Id`` is echoed on
-every later request; a 404 for it means the session expired, so the source re-initializes once
-and retries. Requests go through the egress proxy the environment names, as provider calls do.
+"""MCP over Streamable HTTP: the SDK's transport on an HTTP client configured here.
+
+The client carries what the gateway promises for every tool service: the configured headers, the
+egress proxy the environment names (``client_proxy``'s rules: loopback direct, ``NO_PROXY``,
+credentials on the CONNECT or the request), a size bound on every answer (a JSON body or an SSE
+stream, :data:`~gateway.tools.bounded.MAX_TOOL_RESPONSE_BYTES`), and the ``traceparent`` of the
+tool call a request belongs to. Its hooks also note, for the call running in the request's
+context, an HTTP error status with an excerpt of its body and a 404 for the session id (the
+session expired: the source re-initializes once and resends).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
+import errno
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from urllib.parse import urlsplit
 
-import aiohttp
+import httpx2
 import orjson
-from multidict import CIMultiDict
+from mcp.client.streamable_http import streamable_http_client
 
 from gateway.config.approval_section import ApprovalMode
-from gateway.observability import tracing
-from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolSpec, ToolTimeouts
-from gateway.tools.bounded import read_bounded, sse_data
-from gateway.tools.mcp.protocol import (
-    CLOSE_GRACE_S,
-    NO_TIMEOUT,
-    PROTOCOL_VERSION,
-    SessionExpired,
-    call_params,
-    excerpt,
-    initialize_params,
-    is_response_to,
-    list_all,
-    parse_messages,
-    render_call_result,
-    result_of,
-    rpc_notification,
-    rpc_request,
-)
+from gateway.config.mcp_section import DEFAULT_SAMPLING_MAX_TOKENS, ElicitationPolicy
+from gateway.observability.tracing import OUTGOING
+from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolTimeouts
+from gateway.tools.bounded import MAX_TOOL_RESPONSE_BYTES
+from gateway.tools.mcp.connection import EXCHANGE, Exchange, McpSource, Transport
+from gateway.tools.mcp.protocol import excerpt
 from gateway.upstream.errors import ProviderError
-from gateway.upstream.proxy import client_proxy, environment_proxies
+from gateway.upstream.proxy import environment_proxies, proxy_for
 
 log = logging.getLogger("loopgate.tools.mcp")
 
 
-class McpHttpSource:
-    """One MCP server reached over Streamable HTTP, behind the ToolSource interface.
+class _BoundedStream(httpx2.AsyncByteStream):
+    """A response body that stops (``ReadError``) once it passes ``limit`` bytes."""
 
-    Calls are independent POSTs on a pooled session, so concurrent calls need no coordination
-    beyond the shared session state (id counter, session id), which only the handshake writes.
-    """
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, exchange: Exchange | None) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._exchange = exchange
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                if self._exchange is not None and self._exchange.too_large is None:
+                    self._exchange.too_large = self._limit
+                raise httpx2.ReadError(f"the answer is larger than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _BoundedTransport(httpx2.AsyncBaseTransport):
+    """Bounds every body and notes a connection failure for the call whose request it was."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        exchange = EXCHANGE.get()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            if exchange is not None and exchange.error is None:
+                exchange.error = exc
+            raise
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.stream = _BoundedStream(response.stream, self._limit, exchange)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _proxy(url: str, proxies: Mapping[str, str]) -> httpx2.Proxy | None:
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return None
+    proxy = proxy_for(parts.hostname, parts.scheme == "https", proxies)
+    if proxy is None:
+        return None
+    host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+    headers = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+    return httpx2.Proxy(f"http://{host}:{proxy.port}", headers=headers)
+
+
+def _method_of(request: httpx2.Request) -> str:
+    if request.method != "POST":
+        return request.method
+    try:
+        message = orjson.loads(request.content)
+    except (orjson.JSONDecodeError, httpx2.RequestNotRead):
+        return ""
+    method = message.get("method") if isinstance(message, dict) else None
+    return method if isinstance(method, str) else ""
+
+
+def _reason(exc: BaseException) -> str:
+    """A short cause without host or port: "Connection refused", "Name or service not known"."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno)
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if "Connection refused" in text or f"[Errno {errno.ECONNREFUSED}]" in text:
+        return "Connection refused"
+    return text or type(exc).__name__
+
+
+class McpHttpSource(McpSource):
+    """One MCP server reached over Streamable HTTP, behind the ToolSource interface."""
 
     def __init__(self, name: str, url: str, headers: dict[str, str] | None = None,
                  timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never",
-                 session: aiohttp.ClientSession | None = None,
-                 proxies: Mapping[str, str] | None = None) -> None:
-        self._name = name
+                 proxies: Mapping[str, str] | None = None, elicitation: ElicitationPolicy = "pause",
+                 sampling_route: str | None = None, sampling_max_tokens: int = DEFAULT_SAMPLING_MAX_TOKENS) -> None:
+        super().__init__(name, timeouts, approval, elicitation, sampling_route, sampling_max_tokens)
         self._url = url
-        self._headers: CIMultiDict[str] = CIMultiDict(headers or {})
-        # Required by the transport; set after the configured headers so they cannot be broken.
-        self._headers["Content-Type"] = "application/json"
-        self._headers["Accept"] = "application/json, text/event-stream"
-        self._proxy: dict[str, Any] = {}
+        self._session_id: str | None = None
         self._proxy_error: str | None = None  # never sent direct when the environment demands a proxy
+        proxy = None
         try:
-            route = client_proxy(url, environment_proxies() if proxies is None else proxies)
-            self._proxy = route.options
-            self._headers.update(route.headers)
+            proxy = _proxy(url, environment_proxies() if proxies is None else proxies)
         except ProviderError as exc:
             log.error("MCP server %s: %s", name, exc.message)
             self._proxy_error = exc.message
-        self._timeouts = timeouts
-        self._timeout_s = timeouts.call
-        self._approval: ApprovalMode = approval
-        self._session = session
-        self._owns_session = session is None
-        self._ids = itertools.count(1)
-        self._init_lock = asyncio.Lock()
-        self._initialized = False
-        self._generation = 0  # bumped by each handshake, so concurrent 404s re-initialize only once
-        self._session_id: str | None = None
-        self._protocol_version: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self._name
+        inner = httpx2.AsyncHTTPTransport(proxy=proxy)
+        self._http = httpx2.AsyncClient(
+            headers=headers or {}, transport=_BoundedTransport(inner, MAX_TOOL_RESPONSE_BYTES), trust_env=False,
+            timeout=httpx2.Timeout(timeouts.call, read=None),
+            event_hooks={"request": [self._on_request], "response": [self._on_response]})
 
     @property
     def session_id(self) -> str | None:
         """The server's ``Mcp-Session-Id`` (None before the handshake or for a stateless server)."""
         return self._session_id
 
-    async def list_tools(self) -> list[ToolSpec]:
-        # A refresh has no deadline of its own; a hung server must not hold the registry lock.
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                return await list_all(self._name, self._call_method, self._approval, self._timeouts)
-        except TimeoutError:
-            raise ToolFailure(f"MCP server {self._name} did not list its tools within {self._timeout_s:g}s") from None
-
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        # No timeout here: the executor enforces the tool's, and cancellation aborts the POST.
-        result = await self._call_method("tools/call", call_params(tool, arguments))
-        return render_call_result(tool, result)
-
     async def aclose(self) -> None:
-        """End the session (DELETE, best effort: a server may answer 405) and close an owned session."""
-        session_id, self._session_id, self._initialized = self._session_id, None, False
-        if session_id is not None and self._session is not None and not self._session.closed:
-            try:
-                async with asyncio.timeout(min(self._timeout_s, CLOSE_GRACE_S)):
-                    async with self._session.delete(self._url, headers=self._request_headers(session_id),
-                                                    timeout=NO_TIMEOUT, **self._proxy) as resp:
-                        await resp.read()
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                log.debug("MCP server %s: ending session failed: %r", self._name, exc)
-        if self._owns_session and self._session is not None and not self._session.closed:
-            await self._session.close()
+        await super().aclose()
+        await self._http.aclose()
 
-    # -- internals -------------------------------------------------------------------------
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or (self._owns_session and self._session.closed):
-            self._session = aiohttp.ClientSession(timeout=NO_TIMEOUT)
-            self._owns_session = True
-        return self._session
-
-    def _request_headers(self, session_id: str | None) -> CIMultiDict[str]:
-        headers = self._headers.copy()
-        if session_id is not None:
-            headers["Mcp-Session-Id"] = session_id
-        if self._protocol_version is not None:
-            headers["MCP-Protocol-Version"] = self._protocol_version
-        traceparent = tracing.OUTGOING.get()  # a tool call's span, when tracing is on
-        if traceparent is not None:
-            headers["traceparent"] = traceparent
-        return headers
-
-    async def _call_method(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Handshake if needed, send, and on an expired session re-initialize once and resend."""
-        await self._ensure_initialized()
-        generation = self._generation
-        try:
-            message = await self._post(method, params, self._session_id)
-        except SessionExpired:
-            log.info("MCP server %s: session expired, re-initializing", self._name)
-            await self._ensure_initialized(expired=generation)
-            try:
-                message = await self._post(method, params, self._session_id)
-            except SessionExpired:
-                self._initialized = False
-                raise ToolFailure(f"MCP server {self._name} rejected a freshly initialized session") from None
-        assert message is not None  # a request (unlike a notification) always gets a message
-        return result_of(self._name, method, message)
-
-    async def _ensure_initialized(self, expired: int | None = None) -> None:
-        """Run the handshake unless done; ``expired`` names the generation a 404 invalidated."""
-        if self._initialized and (expired is None or expired != self._generation):
-            return
-        async with self._init_lock:
-            if self._initialized and (expired is None or expired != self._generation):
-                return  # another task did it while we waited
-            self._initialized = False
-            self._session_id = None
-            self._protocol_version = None
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    await self._handshake()
-            except TimeoutError:
-                raise ToolFailure(f"MCP server {self._name} did not initialize within {self._timeout_s:g}s") from None
-            self._generation += 1
-            self._initialized = True
-
-    async def _handshake(self) -> None:
-        rpc_id = next(self._ids)
-        body = orjson.dumps(rpc_request(rpc_id, "initialize", initialize_params()))
-        async with self._send(body, None) as resp:
-            if resp.status == 404:
-                raise ToolFailure(f"MCP server {self._name} answered HTTP 404 to initialize")
-            message = await self._read_response(resp, rpc_id, "initialize")
-            session_id = resp.headers.get("Mcp-Session-Id")
-        assert message is not None
-        result = result_of(self._name, "initialize", message)
-        version = result.get("protocolVersion")
-        self._protocol_version = version if isinstance(version, str) and version else PROTOCOL_VERSION
-        self._session_id = session_id
-        body = orjson.dumps(rpc_notification("notifications/initialized"))
-        async with self._send(body, session_id) as resp:
-            await self._read_response(resp, None, "notifications/initialized")
-
-    async def _post(self, method: str, params: dict[str, Any] | None, session_id: str | None) -> dict[str, Any] | None:
-        rpc_id = next(self._ids)
-        async with self._send(orjson.dumps(rpc_request(rpc_id, method, params)), session_id) as resp:
-            if resp.status == 404 and session_id is not None:
-                raise SessionExpired()
-            return await self._read_response(resp, rpc_id, method)
-
-    @contextlib.asynccontextmanager
-    async def _send(self, body: bytes, session_id: str | None) -> AsyncIterator[aiohttp.ClientResponse]:
-        """POST ``body``; connection problems become ToolFailure with a short reason."""
+    def _open_transport(self, on_closed: Callable[[], None]) -> Transport:
         if self._proxy_error is not None:
-            raise ToolFailure(f"Cannot reach MCP server {self._name}: its egress proxy is misconfigured")
-        try:
-            async with self._client().post(self._url, data=body, headers=self._request_headers(session_id),
-                                           timeout=NO_TIMEOUT, **self._proxy) as resp:
-                yield resp
-        except aiohttp.ClientConnectorError as exc:
-            log.warning("MCP server %s: cannot connect to %s: %s", self._name, self._url, exc)
-            raise ToolFailure(f"Could not connect to MCP server {self._name} ({_reason(exc)})") from None
-        except aiohttp.ClientError as exc:
-            log.warning("MCP server %s: request to %s failed: %r", self._name, self._url, exc)
-            raise ToolFailure(f"Request to MCP server {self._name} failed ({type(exc).__name__}: {exc})") from None
+            raise ToolFailure(f"Cannot reach MCP server {self.name}: its egress proxy is misconfigured")
+        self._session_id = None
+        return streamable_http_client(self._url, http_client=self._http)
 
-    async def _read_response(self, resp: aiohttp.ClientResponse, rpc_id: int | None,
-                             method: str) -> dict[str, Any] | None:
-        """The JSON-RPC response for ``rpc_id`` from a JSON or SSE body (None for a notification)."""
-        if not 200 <= resp.status < 300:
-            text = (await read_bounded(resp, f"MCP server {self._name}")).decode("utf-8", "replace")
-            detail = f": {excerpt(text)}" if text else ""
-            raise ToolFailure(f"HTTP {resp.status} from MCP server {self._name} ({method}){detail}")
-        if rpc_id is None:
-            await resp.read()  # 202 Accepted, no body; drain so the connection is reused
-            return None
-        content_type = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if content_type == "text/event-stream":
-            async for data in sse_data(resp, f"MCP server {self._name}"):
-                for message in parse_messages(data):
-                    if is_response_to(message, rpc_id):
-                        return message
-                    log.debug("MCP server %s: ignoring message on %s stream: %.200r", self._name, method, message)
-            raise ToolFailure(f"MCP server {self._name} closed the {method} stream without a response")
-        raw = await read_bounded(resp, f"MCP server {self._name}")
-        for message in parse_messages(raw):
-            if is_response_to(message, rpc_id):
-                return message
-        raise ToolFailure(f"MCP server {self._name} sent no valid response to {method}: "
-                          f"{excerpt(raw.decode('utf-8', 'replace'))}")
+    def _transport_failure(self, exc: BaseException) -> ToolFailure | None:
+        if isinstance(exc, ToolFailure):
+            return exc
+        if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+            log.warning("MCP server %s: cannot connect to %s: %s", self.name, self._url, exc)
+            return ToolFailure(f"Could not connect to MCP server {self.name} ({_reason(exc)})")
+        if isinstance(exc, httpx2.TransportError):
+            log.warning("MCP server %s: request to %s failed: %r", self.name, self._url, exc)
+            return ToolFailure(f"Request to MCP server {self.name} failed ({type(exc).__name__}: {exc})")
+        return None
 
+    async def _on_request(self, request: httpx2.Request) -> None:
+        traceparent = OUTGOING.get()  # a tool call's span, when tracing is on
+        if traceparent is not None:
+            request.headers["traceparent"] = traceparent
 
-def _reason(exc: aiohttp.ClientConnectorError) -> str:
-    """A short cause without host or port: "Connection refused", "Name or service not known"."""
-    err = exc.os_error
-    if err.errno is not None and err.errno > 0:
-        return os.strerror(err.errno)
-    return err.strerror or type(exc).__name__
+    async def _on_response(self, response: httpx2.Response) -> None:
+        request = response.request
+        exchange = EXCHANGE.get()
+        session_id = response.headers.get("mcp-session-id")
+        if session_id and "mcp-session-id" not in request.headers:
+            self._session_id = session_id
+        if response.status_code < 400 or exchange is None:
+            return
+        if response.status_code == 404 and "mcp-session-id" in request.headers:
+            exchange.session_gone = True
+            return
+        await response.aread()  # an error body: small, and bounded by the transport
+        exchange.http_status = response.status_code
+        exchange.http_method = _method_of(request)
+        exchange.http_detail = excerpt(response.text) if response.content else ""

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import aiohttp
-
 from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.mcp_section import McpServerConfig
 from gateway.tools.base import ToolSource, ToolTimeouts
@@ -21,29 +19,32 @@ from gateway.tools.registry import ToolRegistry
 log = logging.getLogger("loopgate.tools")
 
 
-def mcp_sources(servers: dict[str, McpServerConfig], session: aiohttp.ClientSession) -> list[ToolSource]:
+def mcp_sources(servers: dict[str, McpServerConfig]) -> list[ToolSource]:
     sources: list[ToolSource] = []
     for server in servers.values():
         name = f"mcp:{server.name}"
         timeouts = ToolTimeouts(call=server.timeout_s, approval=server.approval_timeout_s)
         if server.url is not None:
             sources.append(McpHttpSource(name, server.url, headers=server.headers, timeouts=timeouts,
-                                         approval=server.approval, session=session))
+                                         approval=server.approval, elicitation=server.elicitation,
+                                         sampling_route=server.sampling_route,
+                                         sampling_max_tokens=server.sampling_max_tokens))
         else:
             sources.append(McpStdioSource(name, list(server.command), env=server.env or None, timeouts=timeouts,
-                                          approval=server.approval))
+                                          approval=server.approval, elicitation=server.elicitation,
+                                          sampling_route=server.sampling_route,
+                                          sampling_max_tokens=server.sampling_max_tokens))
     return sources
 
 
 class McpRefresher:
     """Adds the MCP sources to the registry, lists them once, then refreshes on the shortest interval."""
 
-    def __init__(self, registry: ToolRegistry, servers: dict[str, McpServerConfig],
-                 session: aiohttp.ClientSession) -> None:
+    def __init__(self, registry: ToolRegistry, servers: dict[str, McpServerConfig]) -> None:
         self._registry = registry
         self._interval = min((s.refresh_s for s in servers.values()), default=0.0)
         self._task: asyncio.Task[None] | None = None
-        for source in mcp_sources(servers, session):
+        for source in mcp_sources(servers):
             registry.add_source(source)
 
     async def start(self) -> None:

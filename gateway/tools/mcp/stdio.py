@@ -1,270 +1,181 @@
-"""MCP over stdio: a subprocess speaking newline-delimited JSON-RPC on stdin/stdout. One reader
-task routes responses to per-id futures, so concurrent calls share the process; a process that
-died is restarted on the next use.
+"""MCP over stdio: a subprocess speaking newline-delimited JSON-RPC, one process per session.
+
+The session is the SDK's; the transport under it is this module's, because the SDK's
+``stdio_client`` buffers a line without bound, writes the server's stderr to a file and hides the
+process. Here a line longer than :data:`STDIO_LINE_LIMIT` ends the session (the stream cannot be
+resynchronised), stderr lines go to the log, and the source knows its process: its pid, whether it
+is running, and its exit code for the reason a call in flight reads. Configured ``env`` extends
+the gateway's environment. Shutdown follows the spec: close stdin, then terminate, then kill, each
+after a grace period.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
-import orjson
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
 
 from gateway.config.approval_section import ApprovalMode
-from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolSpec, ToolTimeouts
-from gateway.tools.mcp.protocol import (
-    CLOSE_GRACE_S,
-    STDIO_LINE_LIMIT,
-    call_params,
-    initialize_params,
-    list_all,
-    parse_messages,
-    render_call_result,
-    result_of,
-    rpc_notification,
-    rpc_request,
-)
+from gateway.config.mcp_section import DEFAULT_SAMPLING_MAX_TOKENS, ElicitationPolicy
+from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolFailure, ToolTimeouts
+from gateway.tools.mcp.connection import McpSource, Transport, connection_closed
+from gateway.tools.mcp.protocol import CLOSE_GRACE_S
 
 log = logging.getLogger("loopgate.tools.mcp")
 
+#: one JSON-RPC message per line; tool results can be large
+STDIO_LINE_LIMIT = 64 * 1024 * 1024
 
-class _Process:
-    """One running server process: its pipes, reader tasks and in-flight requests.
 
-    Kept separate from the source so a restart swaps in a whole new object and a late
-    response or EOF from the old process can never resolve a request sent to the new one.
-    """
+class _ProcessTransport:
+    """One server process as the SDK's transport: an async context giving (read, write) streams."""
 
-    def __init__(self, source: str, proc: asyncio.subprocess.Process) -> None:
-        self.source = source
-        self.proc = proc
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.write_lock = asyncio.Lock()
-        self.eof = False
-        self.reader = asyncio.create_task(self._read(), name=f"mcp-stdout-{source}")
-        self.stderr = asyncio.create_task(self._log_stderr(), name=f"mcp-stderr-{source}")
+    def __init__(self, source: McpStdioSource, on_closed: Callable[[], None]) -> None:
+        self._source = source
+        self._on_closed = on_closed
+        self.proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._read_send: MemoryObjectSendStream[SessionMessage | Exception] | None = None
+        self._write_recv: MemoryObjectReceiveStream[SessionMessage] | None = None
 
-    @property
-    def alive(self) -> bool:
-        return not self.eof and self.proc.returncode is None
-
-    async def send(self, message: dict[str, Any]) -> None:
-        stdin = self.proc.stdin
-        if stdin is None or stdin.is_closing() or not self.alive:
-            raise ToolFailure(f"MCP server {self.source} is not running")
-        try:
-            async with self.write_lock:  # one message per line: writes must not interleave
-                stdin.write(orjson.dumps(message) + b"\n")
-                await stdin.drain()
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise ToolFailure(f"MCP server {self.source} is not running ({type(exc).__name__})") from None
+    async def __aenter__(self) -> tuple[Any, Any]:
+        source = self._source
+        self.proc = await asyncio.create_subprocess_exec(
+            *source.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=source.env, limit=STDIO_LINE_LIMIT, start_new_session=True)
+        source.process = self.proc
+        read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+        self._read_send, self._write_recv = read_send, write_recv
+        name = source.name
+        self._tasks = [asyncio.create_task(self._read(), name=f"mcp-stdout-{name}"),
+                       asyncio.create_task(self._write(), name=f"mcp-stdin-{name}"),
+                       asyncio.create_task(self._log_stderr(), name=f"mcp-stderr-{name}")]
+        log.info("MCP server %s started (pid %d)", name, self.proc.pid)
+        return read_recv, write_send
 
     async def _read(self) -> None:
-        stdout = self.proc.stdout
-        assert stdout is not None
+        assert self.proc is not None and self.proc.stdout is not None and self._read_send is not None
+        stdout, send = self.proc.stdout, self._read_send
         try:
-            while True:
-                try:
-                    line = await stdout.readline()
-                except ValueError:  # a line beyond the limit: the stream cannot be resynchronised
-                    log.error("MCP server %s wrote a message longer than %d bytes", self.source, STDIO_LINE_LIMIT)
-                    break
-                if not line:
-                    break
-                if line.strip():
-                    await self._dispatch(line)
-        except (ConnectionResetError, BrokenPipeError):
+            async with send:
+                while True:
+                    try:
+                        line = await stdout.readline()
+                    except ValueError:  # a line beyond the limit: the stream cannot be resynchronised
+                        log.error("MCP server %s wrote a message longer than %d bytes", self._source.name,
+                                  STDIO_LINE_LIMIT)
+                        break
+                    if not line:
+                        break
+                    if not line.strip():
+                        continue
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except ValueError:
+                        log.warning("MCP server %s wrote a line that is not JSON-RPC: %.200r", self._source.name, line)
+                        continue
+                    await send.send(SessionMessage(message))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
             pass
         finally:
-            self.eof = True
-            code = self.proc.returncode
-            failure = ToolFailure(f"MCP server {self.source} exited" + (f" (code {code})" if code is not None else ""))
-            for future in self.pending.values():
-                if not future.done():
-                    future.set_exception(failure)
-            self.pending.clear()
+            self._on_closed()
 
-    async def _dispatch(self, line: bytes) -> None:
-        messages = parse_messages(line)
-        if not messages:
-            log.warning("MCP server %s wrote a non-JSON line: %.200r", self.source, line)
-        for message in messages:
-            if not isinstance(message, dict):
-                continue
-            if "method" in message:
-                if "id" in message:  # a request from the server: we offer only ping
-                    await self._answer(message)
-                continue  # notifications (logging, list_changed, progress) are not needed here
-            rpc_id = message.get("id")
-            future = self.pending.get(rpc_id) if isinstance(rpc_id, int) else None
-            if future is not None and not future.done():
-                future.set_result(message)
-
-    async def _answer(self, request: dict[str, Any]) -> None:
-        if request.get("method") == "ping":
-            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
-        else:
-            reply = {"jsonrpc": "2.0", "id": request["id"],
-                     "error": {"code": -32601, "message": f"Method not found: {request.get('method')}"}}
-        with contextlib.suppress(ToolFailure):
-            await self.send(reply)
+    async def _write(self) -> None:
+        assert self.proc is not None and self.proc.stdin is not None and self._write_recv is not None
+        stdin = self.proc.stdin
+        try:
+            async with self._write_recv:
+                async for item in self._write_recv:
+                    stdin.write(item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
+                    await stdin.drain()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError, OSError):
+            self._on_closed()  # the process is gone or going: the session ends, calls fail with its exit
 
     async def _log_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
         stderr = self.proc.stderr
-        assert stderr is not None
-        with contextlib.suppress(ConnectionResetError, ValueError):
+        with contextlib.suppress(ConnectionError, ValueError):
             while line := await stderr.readline():
-                log.info("MCP server %s stderr: %s", self.source, line.decode("utf-8", "replace").rstrip())
+                log.info("MCP server %s stderr: %s", self._source.name, line.decode("utf-8", "replace").rstrip())
 
-    async def close(self) -> None:
-        """Close stdin, then terminate, then kill, each after a grace period (the spec's order)."""
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         proc = self.proc
-        if proc.stdin is not None and not proc.stdin.is_closing():
-            proc.stdin.close()
-        for step in (None, proc.terminate, proc.kill):
-            if proc.returncode is not None:
-                break
-            if step is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    step()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), CLOSE_GRACE_S)
-        for task in (self.reader, self.stderr):
+        if proc is not None:
+            with anyio.CancelScope(shield=True):
+                await _stop(proc)
+        for task in self._tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
 
-class McpStdioSource:
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Close stdin, then terminate, then kill, each after a grace period (the spec's order)."""
+    if proc.stdin is not None and not proc.stdin.is_closing():
+        proc.stdin.close()
+    for step in (None, proc.terminate, proc.kill):
+        if proc.returncode is not None:
+            break
+        if step is not None:
+            with contextlib.suppress(ProcessLookupError):
+                step()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), CLOSE_GRACE_S)
+
+
+class McpStdioSource(McpSource):
     """One MCP server run as a subprocess (stdio transport), behind the ToolSource interface.
 
-    The process is started on first use and, if it died, restarted on the next use (once per
-    use: a server that dies immediately fails that call instead of looping). A call in flight
-    when the process dies fails; it is not retried, because the tool may already have acted.
+    The process is started on first use and, if it died, restarted on the next use (once per use:
+    a server that dies at once fails that call instead of looping).
     """
 
     def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None,
-                 timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never") -> None:
+                 timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never",
+                 elicitation: ElicitationPolicy = "pause", sampling_route: str | None = None,
+                 sampling_max_tokens: int = DEFAULT_SAMPLING_MAX_TOKENS) -> None:
         if not command:
             raise ValueError(f"MCP server {name}: command is empty")
-        self._name = name
-        self._command = list(command)
+        super().__init__(name, timeouts, approval, elicitation, sampling_route, sampling_max_tokens)
+        self.command = list(command)
         # Configured variables extend the gateway's environment (PATH etc.) rather than replace it.
-        self._env = {**os.environ, **env} if env else None
-        self._timeouts = timeouts
-        self._timeout_s = timeouts.call
-        self._approval: ApprovalMode = approval
-        self._ids = itertools.count(1)
-        self._start_lock = asyncio.Lock()
-        self._process: _Process | None = None
-        self._closed = False
-        self._background: set[asyncio.Task[None]] = set()
-
-    @property
-    def name(self) -> str:
-        return self._name
+        self.env = {**os.environ, **env} if env else None
+        self.process: asyncio.subprocess.Process | None = None
 
     @property
     def pid(self) -> int | None:
         """The server process's pid while one is running (for operators and tests)."""
-        return self._process.proc.pid if self._process is not None and self._process.alive else None
+        return self.process.pid if self.running and self.process is not None else None
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.alive
+        session = self._session
+        return (self.process is not None and self.process.returncode is None
+                and session is not None and not session.stop.is_set())
 
-    async def list_tools(self) -> list[ToolSpec]:
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                process = await self._ensure_started()
-                return await list_all(self._name, lambda m, p: self._request(process, m, p),
-                                       self._approval, self._timeouts)
-        except TimeoutError:
-            raise ToolFailure(f"MCP server {self._name} did not list its tools within {self._timeout_s:g}s") from None
+    def _open_transport(self, on_closed: Callable[[], None]) -> Transport:
+        return _ProcessTransport(self, on_closed)
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        process = await self._ensure_started()
-        result = await self._request(process, "tools/call", call_params(tool, arguments))
-        return render_call_result(tool, result)
-
-    async def aclose(self) -> None:
-        self._closed = True
-        async with self._start_lock:
-            process, self._process = self._process, None
-            if process is not None:
-                await process.close()
-        for task in list(self._background):
-            task.cancel()
-
-    # -- internals -------------------------------------------------------------------------
-
-    async def _ensure_started(self) -> _Process:
-        process = self._process
-        if process is not None and process.alive:
-            return process
-        async with self._start_lock:
-            if self._closed:
-                raise ToolFailure(f"MCP server {self._name} is closed")
-            process = self._process
-            if process is not None and process.alive:
-                return process
-            if process is not None:
-                log.warning("MCP server %s exited (code %s); restarting", self._name, process.proc.returncode)
-                self._process = None
-                await process.close()
-            process = await self._spawn()
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    result = await self._request(process, "initialize", initialize_params())
-                    await process.send(rpc_notification("notifications/initialized"))
-            except BaseException as exc:
-                await process.close()
-                if isinstance(exc, TimeoutError):
-                    raise ToolFailure(f"MCP server {self._name} did not initialize within "
-                                      f"{self._timeout_s:g}s") from None
-                raise
-            log.info("MCP server %s started (pid %d, protocol %s)", self._name, process.proc.pid,
-                     result.get("protocolVersion"))
-            self._process = process
-            return process
-
-    async def _spawn(self) -> _Process:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=self._env, limit=STDIO_LINE_LIMIT)
-        except OSError as exc:
-            log.error("MCP server %s: cannot start %r: %s", self._name, self._command, exc)
-            raise ToolFailure(f"Could not start MCP server {self._name} ({exc.strerror or type(exc).__name__})") \
-                from None
-        return _Process(self._name, proc)
-
-    async def _request(self, process: _Process, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        rpc_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        process.pending[rpc_id] = future
-        try:
-            await process.send(rpc_request(rpc_id, method, params))
-            message = await future
-        except asyncio.CancelledError:
-            # The executor gave up (timeout) or the request went away: tell the server to stop.
-            if process.alive and method != "initialize":
-                self._spawn_background(process.send(rpc_notification(
-                    "notifications/cancelled", {"requestId": rpc_id, "reason": "cancelled by the client"})))
-            raise
-        finally:
-            process.pending.pop(rpc_id, None)
-        return result_of(self._name, method, message)
-
-    def _spawn_background(self, coro: Any) -> None:
-        async def quietly() -> None:
-            with contextlib.suppress(ToolFailure):
-                await coro
-
-        task = asyncio.get_running_loop().create_task(quietly())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _transport_failure(self, exc: BaseException) -> ToolFailure | None:
+        if (isinstance(exc, OSError) and self.process is None) or isinstance(exc, FileNotFoundError | PermissionError):
+            log.error("MCP server %s: cannot start %r: %s", self.name, self.command, exc)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            return ToolFailure(f"Could not start MCP server {self.name} ({reason})")
+        process = self.process
+        if connection_closed(exc) and process is not None and process.returncode is not None:
+            return ToolFailure(f"MCP server {self.name} exited (code {process.returncode})")
+        if connection_closed(exc) and process is not None:
+            return ToolFailure(f"MCP server {self.name} exited")
+        return None

@@ -1,0 +1,76 @@
+"""Tool results with more than text, in the canonical transcript.
+
+A tool message's ``content`` is a string (nearly always) or a list of OpenAI-style content parts:
+``{"type": "text", "text": ...}`` and ``{"type": "image_url", "image_url": {"url":
+"data:<mime>;base64,<data>"}}`` (an image an MCP tool returned). Whether a target can take an
+image inside a tool result is capability data of its adapter (``images`` below): Anthropic's
+``tool_result`` holds image blocks and Gemini 3's ``functionResponse`` holds ``inlineData`` parts;
+OpenAI chat ``tool`` messages hold text only. A target that cannot gets the result as text, each
+image described in a few words (its type and size), never its bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ContentPart = dict[str, Any]
+
+#: the image types every target that takes images accepts
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def image_part(mime_type: str, data: str) -> ContentPart:
+    """An image (base64 ``data``) as a canonical content part."""
+    return {"type": "image_url", "image_url": {"url": f"data:{mime_type};base64,{data}"}}
+
+
+def image_of(part: ContentPart) -> tuple[str, str] | None:
+    """``(mime type, base64 data)`` of an image part with a data URL, else None."""
+    if part.get("type") != "image_url":
+        return None
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None
+    head, sep, data = url[5:].partition(",")
+    mime, _, encoding = head.partition(";")
+    if not sep or encoding != "base64":
+        return None
+    return mime, data
+
+
+def size_text(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def describe_image(mime_type: str, data: str) -> str:
+    """The few words a text-only target reads instead of an image."""
+    return f"[image: {mime_type}, {size_text(len(data) * 3 // 4 - data[-2:].count('='))}]"
+
+
+def part_text(part: ContentPart) -> str:
+    image = image_of(part)
+    if image is not None:
+        return describe_image(*image)
+    text = part.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def tool_result_text(content: Any) -> str:
+    """A tool message's content as text (images described); a string stays as it is."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    return "\n".join(part_text(part) for part in content if isinstance(part, dict))
+
+
+def tool_result_content(content: Any, images: bool) -> str | list[ContentPart]:
+    """What a target gets for a tool message's content: the parts when it takes ``images``, else text."""
+    if isinstance(content, str) or (images and isinstance(content, list)):
+        return content
+    return tool_result_text(content)
