@@ -69,8 +69,32 @@ def tool_result_text(content: Any) -> str:
     return "\n".join(part_text(part) for part in content if isinstance(part, dict))
 
 
-def tool_result_content(content: Any, images: bool) -> str | list[ContentPart]:
-    """What a target gets for a tool message's content: the parts when it takes ``images``, else text."""
-    if isinstance(content, str) or (images and isinstance(content, list)):
-        return content
-    return tool_result_text(content)
+#: which targets take images inside a tool result: wire format -> the model-name prefixes that do
+#: ("" is every model). Anthropic's ``tool_result`` holds image blocks; Gemini 3 models take
+#: ``inlineData`` parts in a ``functionResponse`` (multimodal function responses, not Gemini 2.x);
+#: OpenAI-format ``tool`` messages hold text only.
+TOOL_RESULT_IMAGES: dict[str, tuple[str, ...]] = {"anthropic": ("",), "gemini": ("gemini-3",)}
+
+
+def takes_tool_result_images(wire_format: str, model: str) -> bool:
+    return model.removeprefix("models/").startswith(TOOL_RESULT_IMAGES.get(wire_format, ()))
+
+
+def _has_image(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content)
+
+
+def tool_messages_for(messages: list[Any], images: bool) -> list[Any]:
+    """``messages`` as a target takes them: tool results with images as text unless it takes ``images``.
+
+    The same list when nothing changes (a transcript without image results costs one pass).
+    """
+    if images:
+        return messages
+    out: list[Any] | None = None
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool" and _has_image(message.get("content")):
+            if out is None:
+                out = list(messages)
+            out[index] = {**message, "content": tool_result_text(message["content"])}
+    return messages if out is None else out

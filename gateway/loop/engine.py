@@ -23,9 +23,7 @@ instruction to answer now, so the answer always ends in text.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -45,8 +43,9 @@ from gateway.canonical import (
 )
 from gateway.context import ContextGuard
 from gateway.loop.context_step import ContextStep
-from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
 from gateway.loop.pairing import ToolResult, tool_turn
+from gateway.loop.tool_runs import run_tools
 from gateway.observability import metrics
 from gateway.observability.tracing import NOOP, OUTGOING, Span
 from gateway.routing.router import Answer, Router
@@ -269,7 +268,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 _record(state, call, "error", 0.0, "unknown")
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
         runnable: list[tuple[ToolCall, Any]] = [(call, tool) for call, tool in approved if tool is not None]
-        async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results, state, span):
+        async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results,
+                                     lambda c, s, e: _record(state, c, s, e), span):
             yield event
         transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
         transcript.extend(turn.follow_up)
@@ -425,7 +425,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 yield context.skipped(len(skipped))
                 pending, force_finalize = [], True
 
-        async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results, state, span):
+        async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results,
+                                     lambda c, s, e: _record(state, c, s, e), span):
             yield event
 
         if pending:
@@ -465,40 +466,3 @@ def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float, me
     name = call["function"]["name"]
     state.tool_records.append({"id": call["id"], "name": name, "status": status, "elapsed_ms": round(elapsed_ms, 2)})
     metrics.TOOL_CALLS.inc(metric_name or name, status)
-
-
-async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, concurrency: int,
-                    results: dict[str, ToolResult], state: LoopState, span: Span = NOOP
-                    ) -> AsyncIterator[LoopEvent]:
-    """Run a turn's server tools concurrently, reporting each as it finishes; results keyed by call id."""
-    if not runnable:
-        return
-    semaphore = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(call: ToolCall, tool: Any) -> tuple[ToolCall, Any, float]:
-        async with semaphore:
-            child = span.tool(call, tool)
-            if child.recording:
-                OUTGOING.set(child.traceparent())  # this task's own context: HTTP tools and MCP servers read it
-            started = time.perf_counter()
-            try:
-                outcome = await execute(call, tool)
-            except BaseException:
-                child.tool_done("cancelled", None)
-                raise
-            child.tool_done(outcome.status, outcome.content)
-            return call, outcome, (time.perf_counter() - started) * 1000
-
-    for call, _ in runnable:
-        yield ToolStarted(call["id"], call["function"]["name"], call["function"]["arguments"])
-    tasks = [asyncio.ensure_future(one(call, tool)) for call, tool in runnable]
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            call, outcome, elapsed_ms = await next_done
-            elapsed_ms = getattr(outcome, "elapsed_ms", elapsed_ms)
-            results[call["id"]] = ToolResult(outcome.status, outcome.content, elapsed_ms)
-            _record(state, call, outcome.status, elapsed_ms)
-            yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms, outcome.content)
-    finally:
-        for task in tasks:
-            task.cancel()

@@ -37,6 +37,26 @@ class ToolFinished:
 
 
 @dataclass(slots=True)
+class ToolProgress:
+    """A running server tool's progress (an MCP ``notifications/progress``), bounded per call by the loop."""
+
+    tool_call_id: str
+    name: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+    def detail(self) -> dict[str, Any]:
+        """The progress as the wire shows it: ``progress``, and ``total`` / ``message`` when the server said them."""
+        detail: dict[str, Any] = {"progress": self.progress}
+        if self.total is not None:
+            detail["total"] = self.total
+        if self.message is not None:
+            detail["message"] = self.message
+        return detail
+
+
+@dataclass(slots=True)
 class Notice:
     """A progress event with no text (context_compressed, tools_skipped, ...)."""
 
@@ -66,7 +86,7 @@ class Finished:
 # A list is a batch of deltas that arrived together (one upstream read): rendered as one write.
 # ``Answering`` (alone, or first in a batch) names the model producing what follows, in streams.
 LoopEvent = (TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | list[StreamDelta]
-             | ToolStarted | ToolFinished | Notice | Finished)
+             | ToolStarted | ToolProgress | ToolFinished | Notice | Finished)
 
 
 def answering_model(event: LoopEvent) -> str | None:

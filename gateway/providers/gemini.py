@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from gateway.canonical import Message, ModelRequest, ModelResponse, ToolCall, history_arguments, load_json, text_of
+from gateway.canonical_tool_results import image_of, takes_tool_result_images, tool_messages_for, tool_result_text
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
@@ -300,7 +301,12 @@ def _function_responses(calls: list[ToolCall], results: dict[str, Message], wher
         name = (call.get("function") or {}).get("name") or ""
         if result is None:
             raise _bad_request(f"{where}: tool call '{name}' ({call.get('id')}) has no tool message answering it")
-        response: dict[str, Any] = {"name": name, "response": {"output": _tool_output(result.get("content"))}}
+        content = result.get("content")
+        response: dict[str, Any] = {"name": name, "response": {"output": _tool_output(tool_result_text(content))}}
+        images = [image for part in content if isinstance(part, dict) and (image := image_of(part)) is not None] \
+            if isinstance(content, list) else []
+        if images:  # a Gemini 3 model (``tool_messages_for`` left them): multimodal function response parts
+            response["parts"] = [{"inlineData": {"mimeType": mime, "data": data}} for mime, data in images]
         gemini_id = _google(call).get("function_call_id")
         if gemini_id:
             response = {"id": gemini_id, **response}
@@ -363,7 +369,8 @@ class GeminiAdapter:
             raise problem
         url = urls.gemini_generate(provider.base_url, model, stream)
         model = model.removeprefix("models/")
-        system, contents = build_contents(request.messages)
+        images = takes_tool_result_images(self.wire_format, model)
+        system, contents = build_contents(tool_messages_for(request.messages, images))
         body: dict[str, Any] = {}
         if system:
             body["systemInstruction"] = {"parts": system}

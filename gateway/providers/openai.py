@@ -35,6 +35,7 @@ from gateway.canonical import (
     text_of,
     token_count,
 )
+from gateway.canonical_tool_results import takes_tool_result_images, tool_messages_for
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
@@ -367,7 +368,9 @@ class OpenAIAdapter:
             raise problem
         body: dict[str, Any] = dict(request.params)
         body["model"] = model
-        body["messages"] = _messages_for(provider, request.messages)
+        # Tool results with images: as text here (capability data, ``canonical_tool_results``).
+        messages = tool_messages_for(request.messages, takes_tool_result_images(self.wire_format, model))
+        body["messages"] = _messages_for(provider, messages)
         if request.tools:
             body["tools"] = request.tools
             if request.tool_choice is not None:

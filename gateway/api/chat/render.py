@@ -21,7 +21,7 @@ import orjson
 
 from gateway.canonical import Answering, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
-from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
 
 log = logging.getLogger("loopgate.render")
@@ -171,6 +171,9 @@ def _frames(event: LoopEvent, encoder: ChunkEncoder, include_usage: bool) -> lis
     if isinstance(event, ToolStarted):
         return [encoder.extra(gateway={"event": "tool_started", "tool_call_id": event.tool_call_id,
                                        "name": event.name})]
+    if isinstance(event, ToolProgress):
+        return [encoder.extra(gateway={"event": "tool_progress", "tool_call_id": event.tool_call_id,
+                                       "name": event.name, **event.detail()})]
     if isinstance(event, ToolFinished):
         return [encoder.extra(gateway={"event": "tool_finished", "tool_call_id": event.tool_call_id,
                                        "name": event.name, "status": event.status,

@@ -29,7 +29,7 @@ from gateway.canonical import (
 )
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
-from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolStarted
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
@@ -251,7 +251,7 @@ class MessageBuilder:
                 self._on_tool(item, out)
             elif cls is Finished:
                 self._on_finished(item.result, out)
-            elif cls is Notice and self.emit:
+            elif (cls is Notice or cls is ToolProgress) and self.emit:
                 out.append(_PING)
         return out
 

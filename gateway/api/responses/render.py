@@ -34,7 +34,7 @@ from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
 from gateway.loop.engine import ITERATION_SEPARATOR
-from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolStarted
+from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
 
 _SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
@@ -332,6 +332,12 @@ class ResponseBuilder:
                                                                                 "arguments": item.arguments}))
                     out.append(self._event("response.mcp_call.in_progress", {"item_id": call["id"],
                                                                              "output_index": index}))
+            elif cls is ToolProgress:
+                index = self._tools.get(item.tool_call_id, -1)
+                if self.emit and index >= 0:  # the call's item again in progress, with what the server said
+                    out.append(self._event("response.mcp_call.in_progress", {
+                        "item_id": self.response["output"][index]["id"], "output_index": index,
+                        "progress": item.detail()}))
             elif cls is ToolFinished:
                 index = self._tools.pop(item.tool_call_id)
                 call = self.response["output"][index]
