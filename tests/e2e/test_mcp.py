@@ -56,6 +56,8 @@ def test_mcp_tools_join_the_route_and_run_server_side(mcp_gateway: tuple[Gateway
     # names (the first source wins, logged), so a name never means two tools.
     assert names == ["get_weather", "fail", "mixed"]
     assert "provided by both source" in gw.logs()
+    # The fake speaks only 2025-06-18: the SDK's probe for the stateless revision fails, the handshake settles it.
+    assert "MCP server mcp:calc connected (protocol 2025-06-18)" in gw.logs()
     results = [m["content"] for m in fakes["primary"].bodies[1]["messages"] if m["role"] == "tool"]
     assert results[0].startswith("a chart:") and "image/png" in results[0]
     assert results[1] == "boom: the tool failed"
