@@ -34,7 +34,8 @@ def everything(request: pytest.FixtureRequest, fakes: dict[str, FakeUpstream]) -
     routes = ("  ev_gpt: {targets: [{provider: primary, model: m}], tools: ['mcp:ev']}\n"
               "  ev_claude: {targets: [{provider: claude, model: claude-sonnet-4-5}], tools: ['mcp:ev']}\n"
               "  ev_gemini: {targets: [{provider: gemini, model: gemini-3-pro-preview}], tools: ['mcp:ev']}\n")
-    config = gateway_config(fakes, extra_models=routes).replace("models:\n", f"mcp_servers:\n  ev: {server}\nmodels:\n", 1)
+    servers = f"mcp_servers:\n  ev: {server}\nmodels:\n"
+    config = gateway_config(fakes, extra_models=routes).replace("models:\n", servers, 1)
     gw = Gateway(config).start()
     yield gw
     gw.stop()
