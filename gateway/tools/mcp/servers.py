@@ -13,13 +13,18 @@ import logging
 from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.mcp_section import McpServerConfig
 from gateway.tools.base import ToolSource, ToolTimeouts
-from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from gateway.tools.registry import ToolRegistry
 
 log = logging.getLogger("loopgate.tools")
 
 
 def mcp_sources(servers: dict[str, McpServerConfig]) -> list[ToolSource]:
+    if not servers:
+        return []
+    # Imported only when servers are configured: the SDK pulls in opentelemetry-api at import,
+    # which a gateway without MCP servers (and without tracing) must not load.
+    from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
+
     sources: list[ToolSource] = []
     for server in servers.values():
         name = f"mcp:{server.name}"
