@@ -236,3 +236,12 @@ def test_mcp_servers() -> None:
         "models.smart.tools[0]: unknown MCP server 'gitlab' (did you mean 'github'?)")
     assert mistake("mcp_servers: {x: {timeout_s: 3}}") == (
         "mcp_servers.x: needs exactly one of 'url' (streamable HTTP) or 'command' (stdio)")
+    assert config.mcp_servers["files"].env_inherit == "safe"
+    assert mistake("mcp_servers: {x: {command: [srv], env_inherit: everything}}") == (
+        "mcp_servers.x.env_inherit: must be one of safe, all; got 'everything'")
+    assert mistake("mcp_servers: {x: {url: 'https://m.example/mcp', env_inherit: all}}") == (
+        "mcp_servers.x.env_inherit: applies to a stdio server ('command') only")
+    assert mistake("mcp_servers: {x: {command: [srv], elicitation: ask}}") == (
+        "mcp_servers.x.elicitation: must be one of pause, decline; got 'ask'")
+    assert mistake("mcp_servers: {x: {command: [srv], sampling_max_tokens: 0}}") == (
+        "mcp_servers.x.sampling_max_tokens: must be an integer from 1 to 128000")

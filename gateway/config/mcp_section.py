@@ -10,9 +10,12 @@ from gateway.config.approval_section import ApprovalMode, approval_policy
 from gateway.config.checks import ConfigError, get, header_map, mapping, positive, string_map
 
 MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s",
-            "elicitation", "elicitation_timeout_s", "sampling_route", "sampling_max_tokens"}
+            "elicitation", "elicitation_timeout_s", "sampling_route", "sampling_max_tokens", "env_inherit"}
 
 ElicitationPolicy = Literal["pause", "decline"]
+#: what a stdio server's process inherits of the gateway's environment, besides its own ``env``
+EnvInherit = Literal["safe", "all"]
+ENV_INHERIT = ("safe", "all")
 ELICITATION_POLICIES = ("pause", "decline")
 #: how long a paused elicitation waits for a decision before it is declined
 DEFAULT_ELICITATION_TIMEOUT_S = 600.0
@@ -30,6 +33,9 @@ class McpServerConfig:
     command: tuple[str, ...] = ()
     headers: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    #: ``safe``: only the variables a process needs to run (PATH, HOME, locale, proxies), never the
+    #: gateway's secrets; ``all``: the whole environment (provider keys included)
+    env_inherit: EnvInherit = "safe"
     timeout_s: float = 30.0
     approval: ApprovalMode = "never"
     refresh_s: float = 300.0
@@ -59,6 +65,11 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
     elicitation = get(section, "elicitation", path, str, "pause")
     if elicitation not in ELICITATION_POLICIES:
         raise ConfigError(f"{path}.elicitation", f"must be one of pause, decline; got '{elicitation}'")
+    env_inherit = get(section, "env_inherit", path, str, "safe")
+    if env_inherit not in ENV_INHERIT:
+        raise ConfigError(f"{path}.env_inherit", f"must be one of safe, all; got '{env_inherit}'")
+    if env_inherit != "safe" and url is not None:
+        raise ConfigError(f"{path}.env_inherit", "applies to a stdio server ('command') only")
     sampling_route = get(section, "sampling_route", path, str, None)
     if sampling_route is not None and not sampling_route:
         raise ConfigError(f"{path}.sampling_route", "must name a route")
@@ -72,6 +83,7 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
         command=tuple(command or ()),
         headers=header_map(section.get("headers"), f"{path}.headers"),
         env=string_map(section.get("env"), f"{path}.env"),
+        env_inherit=env_inherit,
         timeout_s=positive(get(section, "timeout_s", path, float, 30.0), f"{path}.timeout_s"),
         approval=approval,
         refresh_s=positive(get(section, "refresh_s", path, float, 300.0), f"{path}.refresh_s"),

@@ -199,11 +199,22 @@ async def test_stdio_lists_pages_and_calls(stdio: McpStdioSource) -> None:
         await stdio.call("nope", {})
 
 
-async def test_stdio_env_extends_the_gateway_environment_and_stderr_is_logged(
-        stdio: McpStdioSource, caplog: pytest.LogCaptureFixture) -> None:
+async def test_stdio_env_extends_the_safe_part_of_the_gateway_environment_and_stderr_is_logged(
+        stdio: McpStdioSource, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level("INFO", logger="loopgate.tools.mcp")
     assert await stdio.call("env", {"name": "FAKE_MCP"}) == "1"
     assert await stdio.call("env", {"name": "PATH"}) == os.environ["PATH"]
+    # A provider key in the gateway's environment never reaches a third-party server by default.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-gateway-secret")
+    guarded = McpStdioSource("guarded", STDIO_SERVER, timeouts=ToolTimeouts(call=5.0))
+    trusting = McpStdioSource("trusting", STDIO_SERVER, env_inherit="all", timeouts=ToolTimeouts(call=5.0))
+    try:
+        assert await guarded.call("env", {"name": "OPENAI_API_KEY"}) == "<unset>"
+        assert await guarded.call("env", {"name": "PATH"}) == os.environ["PATH"]
+        assert await trusting.call("env", {"name": "OPENAI_API_KEY"}) == "sk-gateway-secret"
+    finally:
+        await guarded.aclose()
+        await trusting.aclose()
     for _ in range(100):
         if "fake MCP stdio server starting" in caplog.text:
             break

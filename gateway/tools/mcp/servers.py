@@ -35,7 +35,8 @@ def mcp_sources(servers: dict[str, McpServerConfig]) -> list[ToolSource]:
                                          sampling_route=server.sampling_route,
                                          sampling_max_tokens=server.sampling_max_tokens))
         else:
-            sources.append(McpStdioSource(name, list(server.command), env=server.env or None, timeouts=timeouts,
+            sources.append(McpStdioSource(name, list(server.command), env=server.env, env_inherit=server.env_inherit,
+                                          timeouts=timeouts,
                                           approval=server.approval, elicitation=server.elicitation,
                                           sampling_route=server.sampling_route,
                                           sampling_max_tokens=server.sampling_max_tokens))

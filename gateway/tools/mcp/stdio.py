@@ -4,8 +4,10 @@ The session is the SDK's; the transport under it is this module's, because the S
 ``stdio_client`` buffers a line without bound, writes the server's stderr to a file and hides the
 process. Here a line longer than :data:`STDIO_LINE_LIMIT` ends the session (the stream cannot be
 resynchronised), stderr lines go to the log, and the source knows its process: its pid, whether it
-is running, and its exit code for the reason a call in flight reads. Configured ``env`` extends
-the gateway's environment. Shutdown follows the spec: close stdin, then terminate, then kill, each
+is running, and its exit code for the reason a call in flight reads. The process gets configured
+``env`` on top of only the variables a process needs (``SAFE_ENV``; ``env_inherit: all``: the
+whole environment): a third-party server never sees the gateway's provider keys or store password.
+Shutdown follows the spec: close stdin, then terminate, then kill, each
 after a grace period.
 """
 
@@ -34,6 +36,19 @@ log = logging.getLogger("loopgate.tools.mcp")
 
 #: one JSON-RPC message per line; tool results can be large
 STDIO_LINE_LIMIT = 64 * 1024 * 1024
+
+
+#: what a stdio server inherits by default: what a process needs to find programs, a home, a
+#: locale, temporary files and an egress proxy; nothing the gateway keeps secret
+SAFE_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE",
+                      "TZ", "TMPDIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+                      "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS"})
+
+
+def server_environment(configured: dict[str, str], inherit_all: bool = False) -> dict[str, str]:
+    """A stdio server's environment: ``SAFE_ENV`` of the gateway's (or all of it), then its configured ``env``."""
+    inherited = dict(os.environ) if inherit_all else {k: v for k, v in os.environ.items() if k in SAFE_ENV}
+    return {**inherited, **configured}
 
 
 class _ProcessTransport:
@@ -142,7 +157,7 @@ class McpStdioSource(McpSource):
     a server that dies at once fails that call instead of looping).
     """
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None,
+    def __init__(self, name: str, command: list[str], env: dict[str, str] | None = None, env_inherit: str = "safe",
                  timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never",
                  elicitation: ElicitationPolicy = "pause", sampling_route: str | None = None,
                  sampling_max_tokens: int = DEFAULT_SAMPLING_MAX_TOKENS) -> None:
@@ -150,8 +165,7 @@ class McpStdioSource(McpSource):
             raise ValueError(f"MCP server {name}: command is empty")
         super().__init__(name, timeouts, approval, elicitation, sampling_route, sampling_max_tokens)
         self.command = list(command)
-        # Configured variables extend the gateway's environment (PATH etc.) rather than replace it.
-        self.env = {**os.environ, **env} if env else None
+        self.env = server_environment(env or {}, inherit_all=env_inherit == "all")
         self.process: asyncio.subprocess.Process | None = None
 
     @property
