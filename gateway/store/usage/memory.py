@@ -10,6 +10,8 @@ from gateway.store.usage.base import (
     DEFAULT_RETENTION_DAYS,
     FIELDS,
     PROMPT_TOKENS,
+    Breakdown,
+    Dims,
     Period,
     Scope,
     Spent,
@@ -19,6 +21,7 @@ from gateway.store.usage.base import (
     merge,
     period_name,
     period_names,
+    with_remainder,
 )
 
 
@@ -36,20 +39,24 @@ class MemoryUsage(UsageStore):
     def __init__(self, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self._rows: dict[tuple[str, str, str], list[int]] = {}
         self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
+        # the day rows' breakdowns: (tenant, owner, "d:DAY") -> (route, model) -> values; and the pending
+        # ones: (tenant, key id, "d:DAY", route, model) -> values
+        self._dims: dict[tuple[str, str, str], Breakdown] = {}
+        self._pending_dims: dict[tuple[str, str, str, str, str], list[int]] = {}
         self._retention_s = retention_days * 86400
         self._pruned_day = ""
         # budget reservations of requests in flight: row -> [tokens, nano]; rid -> (rows, tokens, nano, until)
         self._reserved: dict[tuple[str, str, str], list[int]] = {}
         self._holds: dict[str, tuple[list[tuple[str, str, str]], int, int, float]] = {}
 
-    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
-        self.add_now(tenant, key_id, delta.values(), now)
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float, dims: Dims = ()) -> None:
+        self.add_now(tenant, key_id, delta.values(), now, dims=dims)
 
     async def drain(self, timeout_s: float) -> None:
         """Nothing leaves the process: there is nothing to write."""
 
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
-                release: str | None = None) -> bool:
+                release: str | None = None, dims: Dims = ()) -> bool:
         if release is not None:
             self._release(release)
         periods = period_names(now)
@@ -65,6 +72,16 @@ class MemoryUsage(UsageStore):
             self._pending[entry] = list(values)
         else:
             merge(row, values)
+        pending_dims = self._pending_dims
+        for route, model, part in dims:
+            slot = (tenant, key_id, periods[0], route, model)
+            found = pending_dims.get(slot)
+            if found is None:
+                if len(pending_dims) >= self.MAX_PENDING:
+                    self._apply()
+                pending_dims[slot] = list(part)
+            else:
+                merge(found, part)
         return True
 
     def _apply(self) -> None:
@@ -78,6 +95,15 @@ class MemoryUsage(UsageStore):
                         rows[(tenant, owner, period)] = list(values)
                     else:
                         merge(row, values)
+        pending_dims, self._pending_dims = self._pending_dims, {}
+        for (tenant, key_id, day, route, model), values in pending_dims.items():
+            for owner in (("", key_id) if key_id else ("",)):
+                parts = self._dims.setdefault((tenant, owner, day), {})
+                row = parts.get((route, model))
+                if row is None:
+                    parts[(route, model)] = list(values)
+                else:
+                    merge(row, values)
 
     def _prune(self, now: float) -> None:
         """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""
@@ -85,6 +111,8 @@ class MemoryUsage(UsageStore):
         for key in [k for k in self._rows if (k[2].startswith("d:") and k[2][2:] < oldest)
                     or (k[2].startswith("m:") and k[2][2:] < oldest[:7])]:
             del self._rows[key]
+        for key in [k for k in self._dims if k[2][2:] < oldest]:
+            del self._dims[key]
 
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
         self._apply()
@@ -139,3 +167,12 @@ class MemoryUsage(UsageStore):
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         self._apply()
         return [list(self._rows.get((tenant, key_id, f"d:{day}")) or [0] * len(FIELDS)) for day in days]
+
+    async def breakdown(self, tenant: str, key_id: str, days: list[str]) -> list[Breakdown]:
+        self._apply()
+        found = []
+        for day in days:
+            total = self._rows.get((tenant, key_id, f"d:{day}"))
+            parts = {dim: list(values) for dim, values in self._dims.get((tenant, key_id, f"d:{day}"), {}).items()}
+            found.append(with_remainder(total, parts) if total is not None else parts)
+        return found

@@ -7,6 +7,10 @@ for a tenant sits in one slot and goes out as one pipeline, Cluster included)::
     loopgate:{u:<tenant>}:<period>               hash r e p c ca rs n tc (see base.py)
     loopgate:{u:<tenant>}:k:<key id>:<period>    the same for one key of the tenant
 
+A day row also holds its breakdown (base.py) in fields ``<route>|<model>|<field>`` (``|`` and ``%``
+in a name escaped as ``%7C``, ``%25``), one per counter, so HINCRBY sums them like the totals;
+a row from before the breakdown simply has none of them.
+
 ``<period>`` is ``d:YYYY-MM-DD``, ``m:YYYY-MM`` or ``all`` (UTC). Every write renews the row's
 TTL (``retention_days``). Counters are integers (cost in nano-USD), so HINCRBY sums exactly.
 
@@ -30,6 +34,8 @@ from gateway.store.redis_client.keys import PREFIX, esc, num
 from gateway.store.usage.base import (
     DEFAULT_RETENTION_DAYS,
     FIELDS,
+    Breakdown,
+    Dims,
     Period,
     Scope,
     Spent,
@@ -39,15 +45,23 @@ from gateway.store.usage.base import (
     merge,
     period_name,
     period_names,
+    with_remainder,
 )
 
-# KEYS: the rows; ARGV[1]: TTL in seconds, then field, amount pairs (only the non-zero ones).
+# KEYS: the rows, day rows first; ARGV[1]: TTL in seconds, ARGV[2]: how many of the first keys are day
+# rows (they also take the breakdown), ARGV[3]: how many field, amount pairs follow for every row
+# (only the non-zero ones), then those pairs, then the breakdown's pairs (day rows only).
 # Sent as EVAL (not EVALSHA): a pipeline of them needs no NOSCRIPT handling, and Redis caches it.
 _ADD = """
-local ttl = tonumber(ARGV[1])
+local ttl, days, last = tonumber(ARGV[1]), tonumber(ARGV[2]), 3 + 2 * tonumber(ARGV[3])
 for i = 1, #KEYS do
-  for j = 2, #ARGV, 2 do
+  for j = 4, last, 2 do
     redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1])
+  end
+  if i <= days then
+    for j = last + 1, #ARGV, 2 do
+      redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1])
+    end
   end
   redis.call('EXPIRE', KEYS[i], ttl)
 end
@@ -121,6 +135,20 @@ _RELEASE_MARK = object()
 MAX_PENDING = 100_000
 
 
+def _name(part: str) -> str:
+    return part.replace("%", "%25").replace("|", "%7C")
+
+
+def _unname(part: str) -> str:
+    return part.replace("%7C", "|").replace("%25", "%")
+
+
+def dim_fields(route: str, model: str) -> tuple[str, ...]:
+    """The breakdown's hash fields of (route, model), in ``FIELDS`` order."""
+    head = f"{_name(route)}|{_name(model)}|"
+    return tuple(head + field for field in FIELDS)
+
+
 def usage_key(tenant: str, key_id: str, period: str) -> str:
     base = f"{PREFIX}{{u:{esc(tenant)}}}"
     return f"{base}:k:{esc(key_id)}:{period}" if key_id else f"{base}:{period}"
@@ -137,6 +165,10 @@ class RedisUsage(UsageStore):
         self._spent = io.register(_SPENT)
         # (tenant, key id, periods) -> summed counts, waiting for the next flush
         self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
+        # pending entry -> (route, model) -> summed counts: the day rows' breakdown
+        self._pending_dims: dict[tuple[str, str, tuple[str, str, str]], Breakdown] = {}
+        # (route, model) -> its hash fields, built once (bounded by the config's routes and targets)
+        self._dim_fields: dict[tuple[str, str], tuple[str, ...]] = {}
         self._timer: asyncio.TimerHandle | None = None
         # pending entry -> its row names, built once (the same entries come back every flush)
         self._key_names: dict[tuple[str, str, tuple[str, str, str]], list[str]] = {}
@@ -150,7 +182,7 @@ class RedisUsage(UsageStore):
         self._releases: dict[str, list[tuple[list[str], list[Any]]]] = {}
 
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
-                release: str | None = None) -> bool:
+                release: str | None = None, dims: Dims = ()) -> bool:
         """Queue ``values`` (and the release of the request's reservation) for the next flush; False when
         too much is already waiting (dropped; the reservation then ends with its lease)."""
         if release is not None:
@@ -165,6 +197,16 @@ class RedisUsage(UsageStore):
             self._pending[entry] = list(values)
         else:
             merge(row, values)
+        if dims:
+            parts = self._pending_dims.get(entry)
+            if parts is None:
+                parts = self._pending_dims[entry] = {}
+            for route, model, part in dims:
+                found = parts.get((route, model))
+                if found is None:
+                    parts[(route, model)] = list(part)
+                else:
+                    merge(found, part)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._start_flush)
         return True
@@ -191,13 +233,19 @@ class RedisUsage(UsageStore):
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, {}
+        pending_dims, self._pending_dims = self._pending_dims, {}
         releases, self._releases = self._releases, {}
         by_tenant: dict[str, list[tuple[list[str], list[Any]]]] = {}
         for entry, values in pending.items():
-            args: list[Any] = [self._ttl_s]
+            args: list[Any] = [self._ttl_s, 2 if entry[1] else 1, 0]
             for field, value in zip(FIELDS, values, strict=True):
                 if value:
                     args += [field, value]
+            args[2] = (len(args) - 3) // 2
+            for dim, part in pending_dims.get(entry, {}).items():
+                for field, value in zip(self._fields_of(dim), part, strict=True):
+                    if value:
+                        args += [field, value]
             by_tenant.setdefault(entry[0], []).append((self._keys(entry), args))
         for tenant, calls in releases.items():  # after the adds: never a moment with neither counted
             by_tenant.setdefault(tenant, []).extend((keys, [_RELEASE_MARK, *args]) for keys, args in calls)
@@ -212,14 +260,25 @@ class RedisUsage(UsageStore):
         if failure is not None:
             raise failure
 
+    def _fields_of(self, dim: tuple[str, str]) -> tuple[str, ...]:
+        fields = self._dim_fields.get(dim)
+        if fields is None:
+            if len(self._dim_fields) >= MAX_PENDING:
+                self._dim_fields.clear()
+            fields = self._dim_fields[dim] = dim_fields(*dim)
+        return fields
+
     def _keys(self, entry: tuple[str, str, tuple[str, str, str]]) -> list[str]:
-        """The rows of a pending entry: its tenant's and (with a key id) its key's, for its three periods."""
+        """The rows of a pending entry: its tenant's and (with a key id) its key's, for its three periods,
+        the day rows first (``_ADD`` adds the breakdown to them)."""
         keys = self._key_names.get(entry)
         if keys is None:
-            tenant, key_id, periods = entry
-            keys = [usage_key(tenant, "", p) for p in periods]
+            tenant, key_id, (day, month, total) = entry
             if key_id:
-                keys += [usage_key(tenant, key_id, p) for p in periods]
+                keys = [usage_key(tenant, "", day), usage_key(tenant, key_id, day)]
+                keys += [usage_key(tenant, owner, p) for owner in ("", key_id) for p in (month, total)]
+            else:
+                keys = [usage_key(tenant, "", p) for p in (day, month, total)]
             if len(self._key_names) >= MAX_PENDING:
                 self._key_names.clear()
             self._key_names[entry] = keys
@@ -243,9 +302,9 @@ class RedisUsage(UsageStore):
             async with asyncio.timeout(timeout_s):
                 await self.flush()
 
-    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float, dims: Dims = ()) -> None:
         """Add and write at once (tests, tools): ``add_now`` plus a flush."""
-        if not self.add_now(tenant, key_id, delta.values(), now):
+        if not self.add_now(tenant, key_id, delta.values(), now, dims=dims):
             raise OverflowError("too many usage rows waiting for the store")
         await self.flush()
 
@@ -301,3 +360,44 @@ class RedisUsage(UsageStore):
         async with self._io.guard("usage_days"):
             replies, _ = await self._io.run(keys[0], build, False)
         return [[int(v or 0) for v in reply] for reply in replies]
+
+    async def breakdown(self, tenant: str, key_id: str, days: list[str]) -> list[Breakdown]:
+        keys = [usage_key(tenant, key_id, f"d:{day}") for day in days]
+        if not keys:
+            return []
+
+        def build(pipe: Any) -> None:
+            for key in keys:
+                pipe.hgetall(key)
+
+        async with self._io.guard("usage_days"):
+            replies, _ = await self._io.run(keys[0], build, False)
+        return [_parse_breakdown(reply) for reply in replies]
+
+
+_INDEX = {field: index for index, field in enumerate(FIELDS)}
+
+
+def _parse_breakdown(reply: dict[Any, Any]) -> Breakdown:
+    """A day row's hash as its breakdown (the totals' remainder under ``UNKNOWN``)."""
+    total = [0] * len(FIELDS)
+    parts: Breakdown = {}
+    for raw_field, raw_value in reply.items():
+        field = raw_field.decode() if isinstance(raw_field, bytes) else str(raw_field)
+        value = int(raw_value)
+        route, sep, rest = field.partition("|")
+        if not sep:
+            index = _INDEX.get(field)
+            if index is not None:
+                total[index] = value
+            continue
+        model, sep, name = rest.partition("|")
+        index = _INDEX.get(name)
+        if not sep or index is None:
+            continue
+        dim = (_unname(route), _unname(model))
+        row = parts.get(dim)
+        if row is None:
+            row = parts[dim] = [0] * len(FIELDS)
+        row[index] = value
+    return with_remainder(total, parts) if any(total) else parts
