@@ -223,6 +223,34 @@ def test_usage_page_matches_admin_usage(replicas: tuple[Gateway, Gateway], brows
         exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
         assert [(r["date"], r["tenant"], int(r["total_tokens"])) for r in exported] == \
             [(r["date"], r["tenant"], r["total_tokens"]) for r in team_a]
+        # Split by route and model, then one route: the table, the chart and the CSV follow the API's answer.
+        page.locator("#usage-group").select_option("route,model")
+        page.locator("#usage-form").get_by_role("button", name="Show").click()
+        split = admin(a, "/admin/usage", tenant="team-a", group_by="route,model")["data"]
+        assert {r["model"] for r in split} >= {"secondary:m2"}  # the failover's answering target
+        expect(shown).to_have_count(len(split), timeout=WAIT_MS)
+        expect(page.locator("#usage-chart-title")).to_have_text("Tokens per day, per route and model")
+        for index, expected in enumerate(split):
+            row = shown.nth(index)
+            assert (row.get_attribute("data-route"), row.get_attribute("data-model")) == \
+                (expected["route"], expected["model"])
+            for field in fields:
+                assert float(row.get_attribute(f"data-{field}")) == pytest.approx(expected[field])
+        route = split[0]["route"]
+        page.locator("#usage-route").select_option(route)
+        page.locator("#usage-form").get_by_role("button", name="Show").click()
+        one_route = admin(a, "/admin/usage", tenant="team-a", route=route, group_by="route,model")["data"]
+        expect(shown).to_have_count(len(one_route), timeout=WAIT_MS)
+        expect(page.locator("#usage-table tbody tr").first).to_have_attribute("data-route", route)
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Export CSV").click()
+        exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
+        assert [(r["date"], r["route"], r["model"], int(r["total_tokens"]), float(r["cost_usd"])) for r in exported] \
+            == [(r["date"], r["route"], r["model"], r["total_tokens"], r["cost_usd"]) for r in one_route]
+        page.locator("#usage-route").select_option("")
+        page.locator("#usage-group").select_option("")
+        page.locator("#usage-form").get_by_role("button", name="Show").click()
+        expect(shown).to_have_count(len(team_a), timeout=WAIT_MS)
         # The tenant's budget: what is left is the limit less this month's tokens.
         (budget,) = admin(a, "/admin/budgets", tenant="team-a")["data"]
         month = admin(a, "/admin/usage", tenant="team-a")["data"]

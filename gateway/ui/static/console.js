@@ -272,11 +272,18 @@
   }
 
   async function loadUsage() {
-    const params = { tenant: $("usage-tenant").value, key: $("usage-key").value,
-                     from: $("usage-from").value, to: $("usage-to").value };
-    const [usage, budgets] = await Promise.all([api(`admin/usage${query(params)}`),
-                                                api(`admin/budgets${query({ tenant: params.tenant })}`)]);
+    const scope = { tenant: $("usage-tenant").value, key: $("usage-key").value,
+                    from: $("usage-from").value, to: $("usage-to").value };
+    const params = { ...scope, route: $("usage-route").value, model: $("usage-model").value,
+                     group_by: $("usage-group").value };
+    // The routes and models there are in the range (for the filters): the same rows split by both.
+    const [usage, split, budgets] = await Promise.all([
+      api(`admin/usage${query(params)}`), api(`admin/usage${query({ ...scope, group_by: "route,model" })}`),
+      api(`admin/budgets${query({ tenant: scope.tenant })}`)]);
     usageRows = usage.data;
+    const distinct = (field) => [...new Set(split.data.map((r) => r[field]))].sort().map((v) => [v, v]);
+    setOptions($("usage-route"), distinct("route"), 1);
+    setOptions($("usage-model"), distinct("model"), 1);
     renderUsage();
     renderBudgets(budgets.data);
   }
@@ -292,10 +299,12 @@
   function renderUsage() {
     const body = $("usage-table").tBodies[0];
     fill(body, usageRows.map((r) => {
-      const tr = row([r.date, r.tenant, keyLabel(r.key_id),
-        ...SUMS.map((f) => ({ text: f === "cost_usd" ? number(r[f], 6) : number(r[f]), className: "num" }))]);
+      const tr = row([r.date, r.tenant, keyLabel(r.key_id), r.route === null ? "(all)" : r.route,
+        r.model === null ? "(all)" : r.model, ...SUMS.map((f) => ({ text: f === "cost_usd" ? number(r[f], 6) : number(r[f]), className: "num" }))]);
       tr.dataset.date = r.date;
       tr.dataset.tenant = r.tenant;
+      tr.dataset.route = r.route === null ? "" : r.route;
+      tr.dataset.model = r.model === null ? "" : r.model;
       for (const f of SUMS) tr.dataset[f] = String(r[f]);
       return tr;
     }));
@@ -305,12 +314,18 @@
       cell.textContent = field === "cost_usd" ? number(sum, 6) : number(sum);
       cell.dataset.value = String(field === "cost_usd" ? Math.round(sum * 1e6) / 1e6 : sum);
     }
-    // Chart: tokens per day over the whole range asked for (the API's default: 30 days to today), per tenant.
+    // Chart: tokens per day over the whole range asked for (the API's default: 30 days to today), one line
+    // per tenant, or per route / model / both when the rows are split by them.
     const days = dayRange($("usage-from").value, $("usage-to").value);
+    const group = $("usage-group").value;
+    const series = (r) => group === "route" ? r.route : group === "model" ? r.model
+      : group ? `${r.route} · ${r.model}` : r.tenant;
+    $("usage-chart-title").textContent = `Tokens per day, per ${group ? group.replace(",", " and ") : "tenant"}`;
     const byTenant = new Map();
     for (const r of usageRows) {
-      if (!byTenant.has(r.tenant)) byTenant.set(r.tenant, new Map());
-      const perDay = byTenant.get(r.tenant);
+      const name = series(r);
+      if (!byTenant.has(name)) byTenant.set(name, new Map());
+      const perDay = byTenant.get(name);
       perDay.set(r.date, (perDay.get(r.date) || 0) + r.total_tokens);
     }
     const x = days.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000);
@@ -350,7 +365,7 @@
   }
 
   function exportCsv() {
-    const fields = ["date", "tenant", "key_id", ...SUMS, "cached_tokens", "reasoning_tokens"];
+    const fields = ["date", "tenant", "key_id", "route", "model", ...SUMS, "cached_tokens", "reasoning_tokens"];
     const lines = [fields.join(","), ...usageRows.map((r) => fields.map((f) => csvCell(r[f])).join(","))];
     const blob = new Blob([lines.join("\r\n") + "\r\n"], { type: "text/csv" });
     const link = document.createElement("a");
