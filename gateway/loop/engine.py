@@ -100,6 +100,9 @@ class LoopState:
     # One entry per model call that answered (summaries included): [target label, prompt, completion,
     # cached, reasoning tokens]. Billing prices each by its own target (gateway/usage/pricing.py).
     calls: list[list[Any]] = field(default_factory=list)
+    # Seconds this HTTP request waited on model calls (each from its first attempt to its answer, a
+    # stream to its end) and tool rounds: the gateway overhead is the rest (not kept across a pause).
+    waited_s: float = 0.0
 
     def add_call(self, label: str, usage: Usage) -> None:
         self.usage.add(usage)
@@ -303,6 +306,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             call_span = span.model_call(plan.targets, model_request)
             outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
             restore = OUTGOING.set(outgoing) if outgoing is not None else None
+        waiting = time.perf_counter()
         try:
             if request.stream:
                 separate = state.text_emitted
@@ -333,6 +337,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 call_span.failed(exc, attempts[since:])
             raise
         finally:
+            state.waited_s += time.perf_counter() - waiting
             if restore is not None:
                 with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
                     OUTGOING.reset(restore)
@@ -492,6 +497,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, 
     for call, _ in runnable:
         yield ToolStarted(call["id"], call["function"]["name"], call["function"]["arguments"])
     tasks = [asyncio.ensure_future(one(call, tool)) for call, tool in runnable]
+    waiting = time.perf_counter()
     try:
         for next_done in asyncio.as_completed(tasks):
             call, outcome, elapsed_ms = await next_done
@@ -500,5 +506,6 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: ExecuteHook, 
             _record(state, call, outcome.status, elapsed_ms)
             yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms, outcome.content)
     finally:
+        state.waited_s += time.perf_counter() - waiting
         for task in tasks:
             task.cancel()

@@ -174,6 +174,13 @@ def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gatewa
         overview = admin(a, "/admin/console/overview")
         served = overview["series"]["routes"]["plain"]["requests_per_s"]
         assert round(sum(served) * overview["resolution_s"]) == BURST
+        # Added latency (the gateway overhead) per route: the page's window p50/p99 are the API's.
+        added = overview["series"]["routes"]["plain"]["overhead_window_ms"]
+        assert added["p50"] is not None and 0 < added["p50"] <= added["p99"]
+        row_js = "document.querySelector('#routes tr[data-route=\"plain\"]').dataset"
+        until(page, f"Number({row_js}.addedP50) === {added['p50']!r} && Number({row_js}.addedP99) === {added['p99']!r}")
+        expect(page.locator("#tile-added")).to_have_text(re.compile(r"\d ms$"))
+        assert page.locator("#chart-added canvas").count() >= 1
         assert {r.split(":")[0] for r in overview["replicas"]} and len(overview["replicas"]) >= 2
         # Works offline: nothing is fetched from anywhere but this gateway (uPlot is served by it).
         assert all(url.startswith((f"{a.url}/", "data:", "blob:")) for url in page.requested), page.requested

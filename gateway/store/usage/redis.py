@@ -45,8 +45,8 @@ from gateway.store.usage.base import (
     merge,
     period_name,
     period_names,
-    with_remainder,
 )
+from gateway.store.usage.redis_breakdown import dim_fields, parse_breakdown
 
 # KEYS: the rows, day rows first; ARGV[1]: TTL in seconds, ARGV[2]: how many of the first keys are day
 # rows (they also take the breakdown), ARGV[3]: how many field, amount pairs follow for every row
@@ -133,20 +133,6 @@ MAX_HOLDS = 100_000
 _RELEASE_MARK = object()
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
 MAX_PENDING = 100_000
-
-
-def _name(part: str) -> str:
-    return part.replace("%", "%25").replace("|", "%7C")
-
-
-def _unname(part: str) -> str:
-    return part.replace("%7C", "|").replace("%25", "%")
-
-
-def dim_fields(route: str, model: str) -> tuple[str, ...]:
-    """The breakdown's hash fields of (route, model), in ``FIELDS`` order."""
-    head = f"{_name(route)}|{_name(model)}|"
-    return tuple(head + field for field in FIELDS)
 
 
 def usage_key(tenant: str, key_id: str, period: str) -> str:
@@ -372,32 +358,5 @@ class RedisUsage(UsageStore):
 
         async with self._io.guard("usage_days"):
             replies, _ = await self._io.run(keys[0], build, False)
-        return [_parse_breakdown(reply) for reply in replies]
+        return [parse_breakdown(reply) for reply in replies]
 
-
-_INDEX = {field: index for index, field in enumerate(FIELDS)}
-
-
-def _parse_breakdown(reply: dict[Any, Any]) -> Breakdown:
-    """A day row's hash as its breakdown (the totals' remainder under ``UNKNOWN``)."""
-    total = [0] * len(FIELDS)
-    parts: Breakdown = {}
-    for raw_field, raw_value in reply.items():
-        field = raw_field.decode() if isinstance(raw_field, bytes) else str(raw_field)
-        value = int(raw_value)
-        route, sep, rest = field.partition("|")
-        if not sep:
-            index = _INDEX.get(field)
-            if index is not None:
-                total[index] = value
-            continue
-        model, sep, name = rest.partition("|")
-        index = _INDEX.get(name)
-        if not sep or index is None:
-            continue
-        dim = (_unname(route), _unname(model))
-        row = parts.get(dim)
-        if row is None:
-            row = parts[dim] = [0] * len(FIELDS)
-        row[index] = value
-    return with_remainder(total, parts) if any(total) else parts

@@ -182,6 +182,10 @@
     return null;
   }
 
+  function addedMs(value) {
+    return value === null ? "–" : number(value, 3);
+  }
+
   function renderOverview(data) {
     const s = data.series;
     const routes = Object.entries(s.routes);
@@ -196,6 +200,8 @@
     $("tile-errors").textContent = rps ? `${number((errors / rps) * 100, 1)} %` : "0 %";
     const p99 = last(s.latency_ms.p99);
     $("tile-p99").textContent = p99 === null ? "–" : `${number(p99, 0)} ms`;
+    const added = routes.map(([, r]) => last(r.overhead_ms.p99)).filter((v) => v !== null);
+    $("tile-added").textContent = added.length ? `${number(Math.max(...added), 2)} ms` : "–";
     $("tile-tokens").textContent = number(total("tokens_per_s"), 1);
     $("tile-paused").textContent = data.paused.capped ? `${data.paused.total}+` : String(data.paused.total);
     $("tile-open").textContent = String(data.circuits.filter((c) => c.state !== "closed").length);
@@ -204,6 +210,8 @@
     const lines = (field) => routes.length ? routes.map(([name, r]) => [name, r[field]]) : [["(no traffic)", x.map(() => 0)]];
     window.LoopgateCharts.draw("chart-rps", x, lines("requests_per_s"), "");
     window.LoopgateCharts.draw("chart-errors", x, lines("error_rate"), "%");
+    const addedLines = routes.flatMap(([name, r]) => [[`${name} p50`, r.overhead_ms.p50], [`${name} p99`, r.overhead_ms.p99]]);
+    window.LoopgateCharts.draw("chart-added", x, addedLines.length ? addedLines : [["(no traffic)", x.map(() => null)]], "ms");
     window.LoopgateCharts.draw("chart-latency", x, [["p50", s.latency_ms.p50], ["p99", s.latency_ms.p99]], "ms");
     window.LoopgateCharts.draw("chart-tokens", x, lines("tokens_per_s"), "");
 
@@ -213,8 +221,12 @@
       const errors = Math.round(r.requests_per_s.reduce((a, v, i) => a + v * r.error_rate[i], 0) * step);
       const tokens = Math.round(r.tokens_per_s.reduce((a, v) => a + v, 0) * step);
       const tr = row([name, { text: number(requests), className: "num" }, { text: number(errors), className: "num" },
-        { text: number(tokens), className: "num" }, { text: number(at >= 0 ? r.requests_per_s[at] : 0, 2), className: "num" }]);
+        { text: number(tokens), className: "num" }, { text: number(at >= 0 ? r.requests_per_s[at] : 0, 2), className: "num" },
+        { text: addedMs(r.overhead_window_ms.p50), className: "num" },
+        { text: addedMs(r.overhead_window_ms.p99), className: "num" }]);
       tr.dataset.route = name;
+      tr.dataset.addedP50 = String(r.overhead_window_ms.p50);
+      tr.dataset.addedP99 = String(r.overhead_window_ms.p99);
       tr.dataset.requests = String(requests);
       tr.dataset.errors = String(errors);
       return tr;
