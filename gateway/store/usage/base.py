@@ -132,7 +132,9 @@ class UsageStore(ABC):
         """Add ``values`` (``UsageDelta`` order) to the tenant's rows and (when ``key_id``) the key's rows,
         now or at the next flush; ``release``: the request's budget reservation (``reserve``), given
         back in the same write, so its spending is never out of sight in between; ``dims``: the
-        values split by route and model (they add up to ``values``), kept on the day rows."""
+        values split by route and model, kept on the day rows; they must add up to ``values`` (the
+        stores keep the parts and sum them into the rows); without them the counts have no
+        breakdown (they read as ``UNKNOWN``)."""
 
     @abstractmethod
     async def reserve(self, tenant: str, key_id: str, wants: list[Want], tokens: int, cost_nano: int, rid: str,

@@ -24,13 +24,16 @@ from gateway.store.usage.base import (
     with_remainder,
 )
 
+#: the route of pending counts that have no breakdown (a name no route has)
+_NO_PART = "\x00"
+
 
 class MemoryUsage(UsageStore):
     """One process's aggregates (``memory://``): gone at restart, like every memory-store record.
 
-    A request only adds its counts to one pending row per (tenant, key, day); the six period rows
-    are brought up to date when something reads them (or when many rows wait), so the hot path pays
-    one dict update, not six.
+    A request only adds its counts to one pending row per (tenant, key, day, route, model); the six
+    period rows and the breakdown are brought up to date when something reads them (or when many
+    rows wait), so the hot path pays one dict update, not seven.
     """
 
     #: pending rows applied at once past this many (a gateway nobody reads usage from stays bounded)
@@ -38,11 +41,11 @@ class MemoryUsage(UsageStore):
 
     def __init__(self, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self._rows: dict[tuple[str, str, str], list[int]] = {}
-        self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
-        # the day rows' breakdowns: (tenant, owner, "d:DAY") -> (route, model) -> values; and the pending
-        # ones: (tenant, key id, "d:DAY", route, model) -> values
+        # (tenant, key id, periods, route, model) -> counts not yet applied: one entry per request's part
+        # (``_NO_PART`` route: counts without a breakdown)
+        self._pending: dict[tuple[str, str, tuple[str, str, str], str, str], list[int]] = {}
+        # the day rows' breakdowns: (tenant, owner, "d:DAY") -> (route, model) -> values
         self._dims: dict[tuple[str, str, str], Breakdown] = {}
-        self._pending_dims: dict[tuple[str, str, str, str, str], list[int]] = {}
         self._retention_s = retention_days * 86400
         self._pruned_day = ""
         # budget reservations of requests in flight: row -> [tokens, nano]; rid -> (rows, tokens, nano, until)
@@ -64,30 +67,23 @@ class MemoryUsage(UsageStore):
             self._apply()
             self._prune(now)
             self._pruned_day = periods[0]
-        entry = (tenant, key_id, periods)
-        row = self._pending.get(entry)
-        if row is None:
-            if len(self._pending) >= self.MAX_PENDING:
-                self._apply()
-            self._pending[entry] = list(values)
-        else:
-            merge(row, values)
-        pending_dims = self._pending_dims
-        for route, model, part in dims:
-            slot = (tenant, key_id, periods[0], route, model)
-            found = pending_dims.get(slot)
-            if found is None:
-                if len(pending_dims) >= self.MAX_PENDING:
+        pending = self._pending
+        for route, model, part in dims or ((_NO_PART, "", values),):
+            entry = (tenant, key_id, periods, route, model)
+            row = pending.get(entry)
+            if row is None:
+                if len(pending) >= self.MAX_PENDING:
                     self._apply()
-                pending_dims[slot] = list(part)
+                pending[entry] = list(part)
             else:
-                merge(found, part)
+                merge(row, part)
         return True
 
     def _apply(self) -> None:
+        """Pending parts into the period rows (their sum) and the day rows' breakdowns."""
         pending, self._pending = self._pending, {}
-        rows = self._rows
-        for (tenant, key_id, periods), values in pending.items():
+        rows, all_dims = self._rows, self._dims
+        for (tenant, key_id, periods, route, model), values in pending.items():
             for owner in (("", key_id) if key_id else ("",)):
                 for period in periods:
                     row = rows.get((tenant, owner, period))
@@ -95,15 +91,14 @@ class MemoryUsage(UsageStore):
                         rows[(tenant, owner, period)] = list(values)
                     else:
                         merge(row, values)
-        pending_dims, self._pending_dims = self._pending_dims, {}
-        for (tenant, key_id, day, route, model), values in pending_dims.items():
-            for owner in (("", key_id) if key_id else ("",)):
-                parts = self._dims.setdefault((tenant, owner, day), {})
-                row = parts.get((route, model))
-                if row is None:
+                if route is _NO_PART:
+                    continue
+                parts = all_dims.setdefault((tenant, owner, periods[0]), {})
+                part = parts.get((route, model))
+                if part is None:
                     parts[(route, model)] = list(values)
                 else:
-                    merge(row, values)
+                    merge(part, values)
 
     def _prune(self, now: float) -> None:
         """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""

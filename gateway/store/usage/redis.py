@@ -133,6 +133,8 @@ MAX_HOLDS = 100_000
 _RELEASE_MARK = object()
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
 MAX_PENDING = 100_000
+#: the route of pending counts that have no breakdown (a name no route has)
+_NO_PART = "\x00"
 
 
 def usage_key(tenant: str, key_id: str, period: str) -> str:
@@ -149,10 +151,10 @@ class RedisUsage(UsageStore):
         self._ttl_s = retention_days * 86400
         self._flush_s = flush_s
         self._spent = io.register(_SPENT)
-        # (tenant, key id, periods) -> summed counts, waiting for the next flush
-        self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
-        # pending entry -> (route, model) -> summed counts: the day rows' breakdown
-        self._pending_dims: dict[tuple[str, str, tuple[str, str, str]], Breakdown] = {}
+        # (tenant, key id, periods, route, model) -> summed counts, waiting for the next flush: one entry
+        # per part of the day rows' breakdown (``_NO_PART`` route: counts without one); the rows' totals
+        # are their sum, made at the flush (a request pays one dict update, as without a breakdown)
+        self._pending: dict[tuple[str, str, tuple[str, str, str], str, str], list[int]] = {}
         # (route, model) -> its hash fields, built once (bounded by the config's routes and targets)
         self._dim_fields: dict[tuple[str, str], tuple[str, ...]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -175,24 +177,17 @@ class RedisUsage(UsageStore):
             hold = self._holds.pop(release, None)
             if hold is not None:
                 self._releases.setdefault(hold[0], []).append((hold[1], hold[2]))
-        entry = (tenant, key_id, period_names(now))
-        row = self._pending.get(entry)
-        if row is None:
-            if len(self._pending) >= MAX_PENDING:
-                return False
-            self._pending[entry] = list(values)
-        else:
-            merge(row, values)
-        if dims:
-            parts = self._pending_dims.get(entry)
-            if parts is None:
-                parts = self._pending_dims[entry] = {}
-            for route, model, part in dims:
-                found = parts.get((route, model))
-                if found is None:
-                    parts[(route, model)] = list(part)
-                else:
-                    merge(found, part)
+        periods = period_names(now)
+        pending = self._pending
+        for route, model, part in dims or ((_NO_PART, "", values),):
+            entry = (tenant, key_id, periods, route, model)
+            row = pending.get(entry)
+            if row is None:
+                if len(pending) >= MAX_PENDING:
+                    return False
+                pending[entry] = list(part)
+            else:
+                merge(row, part)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._start_flush)
         return True
@@ -219,19 +214,26 @@ class RedisUsage(UsageStore):
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, {}
-        pending_dims, self._pending_dims = self._pending_dims, {}
         releases, self._releases = self._releases, {}
+        # the rows' totals and breakdown fields, per (tenant, key id, periods)
+        rows: dict[tuple[str, str, tuple[str, str, str]], tuple[list[int], list[Any]]] = {}
+        for (tenant, key_id, periods, route, model), values in pending.items():
+            found = rows.get((tenant, key_id, periods))
+            if found is None:
+                found = rows[(tenant, key_id, periods)] = ([0] * len(FIELDS), [])
+            merge(found[0], values)
+            if route is not _NO_PART:
+                for field, value in zip(self._fields_of((route, model)), values, strict=True):
+                    if value:
+                        found[1].extend((field, value))
         by_tenant: dict[str, list[tuple[list[str], list[Any]]]] = {}
-        for entry, values in pending.items():
+        for entry, (totals, parts) in rows.items():
             args: list[Any] = [self._ttl_s, 2 if entry[1] else 1, 0]
-            for field, value in zip(FIELDS, values, strict=True):
+            for field, value in zip(FIELDS, totals, strict=True):
                 if value:
                     args += [field, value]
             args[2] = (len(args) - 3) // 2
-            for dim, part in pending_dims.get(entry, {}).items():
-                for field, value in zip(self._fields_of(dim), part, strict=True):
-                    if value:
-                        args += [field, value]
+            args += parts
             by_tenant.setdefault(entry[0], []).append((self._keys(entry), args))
         for tenant, calls in releases.items():  # after the adds: never a moment with neither counted
             by_tenant.setdefault(tenant, []).extend((keys, [_RELEASE_MARK, *args]) for keys, args in calls)
