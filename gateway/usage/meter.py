@@ -55,8 +55,7 @@ class Metering:
         self._tenant_labels = tenants
         # The usage breakdown's model names: a configured target label (``provider:model``) as it is, any
         # other (a direct route's made-up model) as ``provider:*``; never the caller's text.
-        self._targets = targets
-        self._models: dict[str, str] = {}
+        self._models = {label: label for label in targets}
         self._logged_at = 0.0
         #: how long a budget reservation lasts when its request never reports back (a crash)
         self.lease_s = 3600.0
@@ -129,11 +128,7 @@ class Metering:
     def model_label(self, label: str) -> str:
         """The breakdown's name of the target ``label`` (``provider:model``): bounded by the config."""
         found = self._models.get(label)
-        if found is None:
-            found = label if label in self._targets else label.partition(":")[0] + ":*"
-            if label in self._targets or len(self._models) < MAX_CACHED_KEYS:
-                self._models[label] = found
-        return found
+        return label.partition(":")[0] + ":*" if found is None else found
 
     def breakdown(self, route: str, calls: list[list[Any]], values: tuple[int, ...],
                   cost_nano: int) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
