@@ -139,21 +139,20 @@ class Metering:
         if len(calls) == 1 or all(call[0] == calls[0][0] for call in calls):
             return ((route, last, values),)
         parts: dict[str, list[int]] = {}
-        spent = 0
         for call in calls:
             part = parts.get(model := model_label(call[0]))
             if part is None:
                 part = parts[model] = [0] * len(values)
-            call_cost = (self.pricing.cost_nano((call,)) or 0) if cost_nano else 0
-            spent += call_cost
             part[2] += call[1]
             part[3] += call[2]
             part[4] += call[3]
             part[5] += call[4]
-            part[6] += call_cost
+            part[6] += (self.pricing.cost_nano((call,)) or 0) if cost_nano else 0
+        # The answer carries the request, its error and tool calls, and whatever the parts miss (the
+        # rounding of the summed cost), so they always add up to ``values`` exactly.
         answer = parts.setdefault(last, [0] * len(values))
-        answer[0], answer[1], answer[7] = values[0], values[1], values[7]
-        answer[6] += cost_nano - spent  # the rounding of the sum, so the parts add up exactly
+        for index, total in enumerate(values):
+            answer[index] += total - sum(part[index] for part in parts.values())
         return tuple((route, model, tuple(part)) for model, part in parts.items())
 
     def tenant_label(self, tenant: str) -> str:
