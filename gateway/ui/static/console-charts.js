@@ -26,7 +26,7 @@ window.LoopgateCharts = (() => {
       cursor: { focus: { prox: 16 } },
       axes: [
         { stroke, grid, ticks: grid },
-        { stroke, grid, ticks: grid, size: 60, values: (u, splits) => splits.map(v => format(v, unit)) },
+        { stroke, grid, ticks: grid, size: 68, values: (u, splits) => splits.map(v => format(v, unit)) },
       ],
       series: [
         { label: timeAxis ? "Time" : "Day" },
