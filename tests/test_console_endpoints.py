@@ -51,3 +51,26 @@ async def test_with_rollups_off_the_overview_says_so() -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
             answer = await client.get("/admin/console/overview", headers=ADMIN)
             assert answer.status_code == 404 and answer.json()["error"]["code"] == "rollups_disabled"
+
+
+async def test_the_overview_shows_added_latency_per_route() -> None:
+    """The gateway overhead histogram (``loopgate_gateway_overhead_seconds``) reaches the overview as p50/p99
+    per route, per interval and over the window; /metrics exports it with the route label."""
+    app = create_app(parse_config(CONFIG, env={}))
+    async with app.app.router.lifespan_context(app.app):
+        feed = app.state.runtime.console
+        assert feed is not None
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            for _ in range(99):
+                metrics.OVERHEAD.observe(0.0004, "smart")  # in the (0.25 ms, 0.5 ms] bucket
+            metrics.OVERHEAD.observe(0.2, "smart")  # one slow request: (0.1 s, 0.25 s]
+            await feed.tick(time.time())
+            body = (await client.get("/admin/console/overview", params={"minutes": 5}, headers=ADMIN)).json()
+            smart = body["series"]["routes"]["smart"]
+            p50 = [v for v in smart["overhead_ms"]["p50"] if v is not None]
+            p99 = [v for v in smart["overhead_ms"]["p99"] if v is not None]
+            assert len(p50) == 1 and 0.25 < p50[0] <= 0.5
+            assert len(p99) == 1 and 0.25 < p99[0] <= 0.5  # the 99th of 100 is still a fast one
+            assert smart["overhead_window_ms"]["p50"] == p50[0]
+            exported = (await client.get("/metrics")).text
+            assert 'loopgate_gateway_overhead_seconds_bucket{route="smart",le="0.0005"}' in exported

@@ -76,9 +76,12 @@ class Exchange:
         meter = self.meter
         if meter is not None:
             meter.close(status)  # an unfinished loop (an error frame, a disconnect) counts as an error
+        state = self.state
         if self.metered:
             metrics.REQUESTS.inc(self.path, self.label, str(status))
             metrics.LATENCY.observe(elapsed, self.path)
+            if state is not None:  # it ran model calls: what it did beyond waiting on them and its tools
+                metrics.OVERHEAD.observe(elapsed - state.waited_s, self.label)
         error = error or self.error
         request_id = self.request_id.decode("ascii")
         span = self.span

@@ -126,8 +126,11 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {k: {"type": "integer"} for k in (
             "requests", "errors", "prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens",
-            "reasoning_tokens", "tool_calls")} | {"day": {"type": "string", "format": "date"},
-                                                  "tenant": {"type": "string"}, "key": {"type": "string"},
+            "reasoning_tokens", "tool_calls")} | {"date": {"type": "string", "format": "date"},
+                                                  "tenant": {"type": "string"},
+                                                  "key_id": {"type": ["string", "null"]},
+                                                  "route": {"type": ["string", "null"]},
+                                                  "model": {"type": ["string", "null"]},
                                                   "cost_usd": {"type": "number"}},
     },
     "Readiness": {
@@ -202,7 +205,7 @@ _PATHS: dict[str, Any] = {
         "tags": ["admin"], "operationId": "getUsage", "security": [{"adminKey": []}],
         "summary": "Daily usage per tenant (or one key): requests, tokens, tool calls, cost.",
         "parameters": [{"name": name, "in": "query", "schema": {"type": "string"}}
-                       for name in ("from", "to", "tenant", "key")],
+                       for name in ("from", "to", "tenant", "key", "route", "model", "group_by")],
         "responses": {"200": _ok("Usage rows.", _page("UsageRow")), **_errors("400", "401", "404", "503")},
     }},
     "/admin/budgets": {"get": {

@@ -24,6 +24,7 @@ instruction to answer now, so the answer always ends in text.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -99,6 +100,12 @@ class LoopState:
     # One entry per model call that answered (summaries included): [target label, prompt, completion,
     # cached, reasoning tokens]. Billing prices each by its own target (gateway/usage/pricing.py).
     calls: list[list[Any]] = field(default_factory=list)
+    # Seconds this HTTP request waited on model calls (each from its first attempt to its answer, a
+    # stream to its end) and tool rounds: the gateway overhead is the rest (not kept across a pause).
+    waited_s: float = 0.0
+
+    def add_wait(self, seconds: float) -> None:
+        self.waited_s += seconds
 
     def add_call(self, label: str, usage: Usage) -> None:
         self.usage.add(usage)
@@ -269,7 +276,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
         runnable: list[tuple[ToolCall, Any]] = [(call, tool) for call, tool in approved if tool is not None]
         async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results,
-                                     lambda c, s, e: _record(state, c, s, e), span):
+                                     lambda c, s, e: _record(state, c, s, e), span, state.add_wait):
             yield event
         transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
         transcript.extend(turn.follow_up)
@@ -303,6 +310,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             call_span = span.model_call(plan.targets, model_request)
             outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
             restore = OUTGOING.set(outgoing) if outgoing is not None else None
+        waiting = time.perf_counter()
         try:
             if request.stream:
                 separate = state.text_emitted
@@ -333,6 +341,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 call_span.failed(exc, attempts[since:])
             raise
         finally:
+            state.waited_s += time.perf_counter() - waiting
             if restore is not None:
                 with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
                     OUTGOING.reset(restore)
@@ -426,7 +435,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 pending, force_finalize = [], True
 
         async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results,
-                                     lambda c, s, e: _record(state, c, s, e), span):
+                                     lambda c, s, e: _record(state, c, s, e), span, state.add_wait):
             yield event
 
         if pending:

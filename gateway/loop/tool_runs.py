@@ -62,8 +62,12 @@ def _progress_handler(call: ToolCall, child: Span, queue: asyncio.Queue[Any]) ->
 
 
 async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, concurrency: int,
-                    results: dict[str, ToolResult], record: Record, span: Span = NOOP) -> AsyncIterator[LoopEvent]:
-    """Run a turn's server tools concurrently, reporting each as it finishes; results keyed by call id."""
+                    results: dict[str, ToolResult], record: Record, span: Span = NOOP,
+                    waited: Callable[[float], None] | None = None) -> AsyncIterator[LoopEvent]:
+    """Run a turn's server tools concurrently, reporting each as it finishes; results keyed by call id.
+
+    ``waited`` is told how long the round took (from its first task to its last result): time the
+    request spent waiting on tools, which the gateway-overhead measure leaves out."""
     if not runnable:
         return
     semaphore = asyncio.Semaphore(max(1, concurrency))
@@ -90,6 +94,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, conc
     tasks = [asyncio.ensure_future(one(call, tool)) for call, tool in runnable]
     for task in tasks:  # a task's failure is raised from the queue; retrieved here so it is not logged twice
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    waiting = time.perf_counter()
     try:
         remaining = len(tasks)
         while remaining:
@@ -108,5 +113,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, conc
             record(call, outcome.status, elapsed_ms)
             yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms, outcome.content)
     finally:
+        if waited is not None:
+            waited(time.perf_counter() - waiting)
         for task in tasks:
             task.cancel()

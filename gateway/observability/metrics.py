@@ -86,6 +86,11 @@ def _num(value: float) -> str:
 
 REQUESTS = Counter("loopgate_requests_total", "HTTP requests by route, model and status", ("path", "model", "status"))
 LATENCY = Histogram("loopgate_request_duration_seconds", "Request latency (to last byte)", ("path",))
+#: the request's time less its time waiting on upstream model calls and tools (docs/operations/console.md)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+OVERHEAD = Histogram("loopgate_gateway_overhead_seconds", "Time a request spent in the gateway itself: its "
+                     "duration (to last byte) less its time waiting on upstream model calls and server tools, by "
+                     "route (a configured route, PROVIDER/* or unknown)", ("route",), buckets=OVERHEAD_BUCKETS)
 UPSTREAM_ATTEMPTS = Counter("loopgate_upstream_attempts_total", "Upstream model calls by target and outcome",
                             ("target", "outcome"))
 UPSTREAM_ERRORS = Counter("loopgate_upstream_errors_total", "Upstream failures by target and error class",
@@ -139,7 +144,7 @@ KEY_LOOKUPS = Counter("loopgate_key_lookups_total", "Store look-ups of secrets t
                       "outcome (found, unknown, miss_cached: a recent miss answered it, shed: too many at once, "
                       "store_error)", ("outcome",))
 
-ALL = (REQUESTS, LATENCY, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
+ALL = (REQUESTS, LATENCY, OVERHEAD, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, STREAM_RESCUES, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
        TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,

@@ -13,6 +13,8 @@ A record (JSON), short keys because a deployment writes one per replica per inte
 * ``q``: route -> ``[requests, errors]`` (errors: answers with status 5xx; ``/admin/`` calls left out);
 * ``l``: surface path -> latency histogram buckets added (``metrics.LATENCY``'s bounds, then +Inf);
 * ``k``: route -> tokens added (prompt + completion);
+* ``o``: route -> gateway overhead histogram buckets added (``metrics.OVERHEAD``'s bounds, then +Inf;
+  absent in records of replicas from before it);
 * ``f``: ``[from target, error class, count]`` failovers added;
 * ``e``: ``[target, error class, count]`` upstream errors added (the circuits' last errors).
 """
@@ -39,6 +41,7 @@ class RollupRecorder:
     def __init__(self) -> None:
         self._requests: dict[tuple[str, ...], float] = {}
         self._latency: dict[tuple[str, ...], list[float]] = {}
+        self._overhead: dict[tuple[str, ...], list[float]] = {}
         self._tokens: dict[tuple[str, ...], float] = {}
         self._failovers: dict[tuple[str, ...], float] = {}
         self._errors: dict[tuple[str, ...], float] = {}
@@ -48,6 +51,7 @@ class RollupRecorder:
         """The record of the interval that ends now (``at``), and the reading the next one starts from."""
         requests = dict(metrics.REQUESTS.values)
         latency = {key: list(series) for key, series in metrics.LATENCY.series.items()}
+        overhead = {key: list(series) for key, series in metrics.OVERHEAD.series.items()}
         tokens = dict(metrics.TOKENS.values)
         failovers = dict(metrics.FAILOVERS.values)
         errors = dict(metrics.UPSTREAM_ERRORS.values)
@@ -60,27 +64,35 @@ class RollupRecorder:
             counts[0] += added
             if status.startswith("5"):
                 counts[1] += added
-        per_path: dict[str, list[float]] = {}
-        for key, series in latency.items():
-            if key[0].startswith(_OPERATOR_PATHS):
-                continue
-            before = self._latency.get(key)
-            added_buckets = series[:-1] if before is None else [a - b for a, b in zip(series[:-1], before[:-1],
-                                                                                      strict=True)]
-            if any(added_buckets):
-                per_path[key[0]] = added_buckets
+        per_path = {key[0]: added for key, added in _added_buckets(latency, self._latency).items()
+                    if not key[0].startswith(_OPERATOR_PATHS)}
+        added_overhead = {key[0]: added for key, added in _added_buckets(overhead, self._overhead).items()}
         throughput: dict[str, float] = {}
         for (_tenant, route, kind), added in _delta(tokens, self._tokens).items():
             if kind in _THROUGHPUT_KINDS:
                 throughput[route] = throughput.get(route, 0.0) + added
 
-        self._requests, self._latency, self._tokens = requests, latency, tokens
+        self._requests, self._latency, self._tokens, self._overhead = requests, latency, tokens, overhead
         failed_over = _delta(failovers, self._failovers)
         upstream_errors = _delta(errors, self._errors)
         self._failovers, self._errors = failovers, errors
         return {"t": at, "s": length_s, "r": replica, "q": per_route, "l": per_path, "k": throughput,
+                "o": added_overhead,
                 "f": [[target, kind, count] for (target, kind), count in failed_over.items()],
                 "e": [[target, kind, count] for (target, kind), count in upstream_errors.items()]}
+
+
+def _added_buckets(now: dict[tuple[str, ...], list[float]],
+                   before: dict[tuple[str, ...], list[float]]) -> dict[tuple[str, ...], list[float]]:
+    """Per histogram series, the bucket counts added since ``before`` (the running sum left out); only
+    the series that moved."""
+    added = {}
+    for key, series in now.items():
+        old = before.get(key)
+        buckets = series[:-1] if old is None else [a - b for a, b in zip(series[:-1], old[:-1], strict=True)]
+        if any(buckets):
+            added[key] = buckets
+    return added
 
 
 def latency_bounds() -> tuple[float, ...]:
@@ -88,15 +100,22 @@ def latency_bounds() -> tuple[float, ...]:
     return (*metrics.LATENCY.buckets, float("inf"))
 
 
-def quantile(buckets: list[float], q: float) -> float | None:
+def overhead_bounds() -> tuple[float, ...]:
+    """The upper bound of each gateway overhead bucket in a record (the last one is +Inf)."""
+    return (*metrics.OVERHEAD.buckets, float("inf"))
+
+
+def quantile(buckets: list[float], q: float, bounds: tuple[float, ...] | None = None) -> float | None:
     """The ``q`` quantile of a histogram, interpolated linearly inside its bucket (as Prometheus does).
 
     None when the histogram is empty; a quantile in the +Inf bucket is the last finite bound.
+    ``bounds``: the histogram's bucket bounds (default the request latency's).
     """
     total = sum(buckets)
     if total <= 0:
         return None
-    bounds = latency_bounds()
+    if bounds is None:
+        bounds = latency_bounds()
     rank = q * total
     seen = 0.0
     for index, count in enumerate(buckets):

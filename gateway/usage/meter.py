@@ -24,7 +24,7 @@ from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.observability import metrics
 from gateway.observability.fail_open import BUDGETS, USAGE
-from gateway.store.usage.base import UsageStore, Want
+from gateway.store.usage.base import NO_MODEL, UsageStore, Want
 from gateway.usage.budgets import BudgetCheck, SpentCache, budget_checks, refusal
 from gateway.usage.pricing import NANO, Pricing, usd
 
@@ -43,7 +43,7 @@ class Metering:
     """One per worker: prices, the aggregate store (None when ``usage.record`` is off) and the label set."""
 
     def __init__(self, pricing: Pricing, store: UsageStore | None, tenants: frozenset[str],
-                 tenant_budgets: dict[str, Budget] | None = None) -> None:
+                 tenant_budgets: dict[str, Budget] | None = None, targets: frozenset[str] = frozenset()) -> None:
         self.pricing = pricing
         self.priced = bool(pricing)  # read per request: an attribute, not a ``__bool__`` call
         self.store = store
@@ -53,6 +53,9 @@ class Metering:
         self._checks_by_key: dict[int, tuple[ApiKey, list[BudgetCheck]]] = {}
         # Tenant label values come from the config only: a managed key's made-up tenant is "other".
         self._tenant_labels = tenants
+        # The usage breakdown's model names: a configured target label (``provider:model``) as it is, any
+        # other (a direct route's made-up model) as ``provider:*``; never the caller's text.
+        self._models = {label: label for label in targets}
         self._logged_at = 0.0
         #: how long a budget reservation lasts when its request never reports back (a crash)
         self.lease_s = 3600.0
@@ -122,6 +125,36 @@ class Metering:
         recorded to compare with)."""
         return Meter(self, key.tenant, key.id, _NO_CHECKS if self.store is None else self._checks(key))
 
+    def model_label(self, label: str) -> str:
+        """The breakdown's name of the target ``label`` (``provider:model``): bounded by the config."""
+        found = self._models.get(label)
+        return label.partition(":")[0] + ":*" if found is None else found
+
+    def breakdown(self, route: str, calls: list[list[Any]], values: tuple[int, ...],
+                  cost_nano: int) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+        """``values`` split by the model of each answered call: tokens and cost where they were spent;
+        the request, its error and its tool calls to the target that answered last (the answer)."""
+        model_label = self.model_label
+        last = model_label(calls[-1][0])
+        if len(calls) == 1 or all(call[0] == calls[0][0] for call in calls):
+            return ((route, last, values),)
+        parts: dict[str, list[int]] = {}
+        for call in calls:
+            part = parts.get(model := model_label(call[0]))
+            if part is None:
+                part = parts[model] = [0] * len(values)
+            part[2] += call[1]
+            part[3] += call[2]
+            part[4] += call[3]
+            part[5] += call[4]
+            part[6] += (self.pricing.cost_nano((call,)) or 0) if cost_nano else 0
+        # The answer carries the request, its error and tool calls, and whatever the parts miss (the
+        # rounding of the summed cost), so they always add up to ``values`` exactly.
+        answer = parts.setdefault(last, [0] * len(values))
+        for index, total in enumerate(values):
+            answer[index] += total - sum(part[index] for part in parts.values())
+        return tuple((route, model, tuple(part)) for model, part in parts.items())
+
     def tenant_label(self, tenant: str) -> str:
         return tenant if tenant in self._tenant_labels else "other"
 
@@ -130,6 +163,7 @@ class Metering:
         tool_calls = len(state.tool_records) if state is not None else 0
         if state is None or not state.calls:
             values: tuple[int, ...] = (1, int(failed), 0, 0, 0, 0, 0, tool_calls)
+            dims: tuple[tuple[str, str, tuple[int, ...]], ...] = ((meter.route, NO_MODEL, values),)
         else:
             usage = state.usage
             if cost_nano is None and self.priced:
@@ -138,6 +172,7 @@ class Metering:
             prompt, completion = usage.prompt_tokens, usage.completion_tokens
             cached, reasoning = usage.cached_tokens, usage.reasoning_tokens
             values = (1, int(failed), prompt, completion, cached, reasoning, cost_nano, tool_calls)
+            dims = self.breakdown(meter.route, state.calls, values, cost_nano)
             label = tenant if tenant in self._tenant_labels else "other"
             route = meter.route
             tokens = metrics.TOKENS
@@ -158,7 +193,7 @@ class Metering:
                     # one near a limit, where the estimate matters); far from it the request path
                     # stays free of the bookkeeping.
                     self._learn(key_id, prompt + completion, cost_nano)
-        if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time(), meter.hold):
+        if self.store is not None and not self.store.add_now(tenant, key_id, values, time.time(), meter.hold, dims):
             self._failed("dropped", "usage dropped: too many usage rows waiting for the store")
 
     def _learn(self, key_id: str, tokens: int, cost_nano: int) -> None:

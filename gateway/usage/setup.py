@@ -25,7 +25,8 @@ def start_metering(config: Config, store: Store) -> Metering:
     budgets = {name: tenant.budget for name, tenant in config.tenants.items() if tenant.budget is not None}
     if not config.usage.record and (budgets or any(key.budget for key in config.auth.keys)):
         log.warning("budgets are configured but usage.record is off: budgets are not enforced")
-    metering = Metering(Pricing.from_config(config), usage_store(config, store), tenants, budgets)
+    targets = frozenset(target.label for route in config.models.values() for target in route.targets)
+    metering = Metering(Pricing.from_config(config), usage_store(config, store), tenants, budgets, targets)
     # A budget reservation outlives its request only when the request never reports back (a crash).
     metering.lease_s = config.routing.request_timeout_s + 60.0
     return metering

@@ -174,6 +174,13 @@ def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gatewa
         overview = admin(a, "/admin/console/overview")
         served = overview["series"]["routes"]["plain"]["requests_per_s"]
         assert round(sum(served) * overview["resolution_s"]) == BURST
+        # Added latency (the gateway overhead) per route: the page's window p50/p99 are the API's.
+        added = overview["series"]["routes"]["plain"]["overhead_window_ms"]
+        assert added["p50"] is not None and 0 < added["p50"] <= added["p99"]
+        row_js = "document.querySelector('#routes tr[data-route=\"plain\"]').dataset"
+        until(page, f"Number({row_js}.addedP50) === {added['p50']!r} && Number({row_js}.addedP99) === {added['p99']!r}")
+        expect(page.locator("#tile-added")).to_have_text(re.compile(r"\d ms$"))
+        assert page.locator("#chart-added canvas").count() >= 1
         assert {r.split(":")[0] for r in overview["replicas"]} and len(overview["replicas"]) >= 2
         # Works offline: nothing is fetched from anywhere but this gateway (uPlot is served by it).
         assert all(url.startswith((f"{a.url}/", "data:", "blob:")) for url in page.requested), page.requested
@@ -223,6 +230,34 @@ def test_usage_page_matches_admin_usage(replicas: tuple[Gateway, Gateway], brows
         exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
         assert [(r["date"], r["tenant"], int(r["total_tokens"])) for r in exported] == \
             [(r["date"], r["tenant"], r["total_tokens"]) for r in team_a]
+        # Split by route and model, then one route: the table, the chart and the CSV follow the API's answer.
+        page.locator("#usage-group").select_option("route,model")
+        page.locator("#usage-form").get_by_role("button", name="Show").click()
+        split = admin(a, "/admin/usage", tenant="team-a", group_by="route,model")["data"]
+        assert {r["model"] for r in split} >= {"secondary:m2"}  # the failover's answering target
+        expect(shown).to_have_count(len(split), timeout=WAIT_MS)
+        expect(page.locator("#usage-chart-title")).to_have_text("Tokens per day, per route and model")
+        for index, expected in enumerate(split):
+            row = shown.nth(index)
+            assert (row.get_attribute("data-route"), row.get_attribute("data-model")) == \
+                (expected["route"], expected["model"])
+            for field in fields:
+                assert float(row.get_attribute(f"data-{field}")) == pytest.approx(expected[field])
+        route = split[0]["route"]
+        page.locator("#usage-route").select_option(route)
+        page.locator("#usage-form").get_by_role("button", name="Show").click()
+        one_route = admin(a, "/admin/usage", tenant="team-a", route=route, group_by="route,model")["data"]
+        expect(shown).to_have_count(len(one_route), timeout=WAIT_MS)
+        expect(page.locator("#usage-table tbody tr").first).to_have_attribute("data-route", route)
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Export CSV").click()
+        exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
+        assert [(r["date"], r["route"], r["model"], int(r["total_tokens"]), float(r["cost_usd"])) for r in exported] \
+            == [(r["date"], r["route"], r["model"], r["total_tokens"], r["cost_usd"]) for r in one_route]
+        page.locator("#usage-route").select_option("")
+        page.locator("#usage-group").select_option("")
+        page.locator("#usage-form").get_by_role("button", name="Show").click()
+        expect(shown).to_have_count(len(team_a), timeout=WAIT_MS)
         # The tenant's budget: what is left is the limit less this month's tokens.
         (budget,) = admin(a, "/admin/budgets", tenant="team-a")["data"]
         month = admin(a, "/admin/usage", tenant="team-a")["data"]
@@ -299,6 +334,54 @@ def test_a_key_made_in_the_console_works_at_once_and_stops_after_revoke(
         expect(events).to_have_count(1)
         screenshot(page, "console-audit.png")
         assert page.problems == []  # type: ignore[attr-defined]
+    finally:
+        page.context.close()
+
+
+def test_a_key_with_expiry_and_headless_made_in_the_console(
+        replicas: tuple[Gateway, Gateway], browser: Any) -> None:  # noqa: F811
+    """Every field the admin API takes is in the form; the API's own validation message is shown as text."""
+    a, _ = replicas
+    page = open_console(browser, a, ADMIN, viewport={"width": 1280, "height": 1000})
+    try:
+        page.goto(f"{a.url}/ui/#keys")
+        expect(page.locator("#page-keys")).to_be_visible(timeout=WAIT_MS)
+        page.get_by_role("button", name="Create a key").click()
+        form = page.locator("#key-form")
+        form.get_by_role("textbox", name="Tenant").fill("team-d")
+        form.get_by_role("textbox", name="Name").fill("expiring-headless")
+        expires = form.get_by_role("textbox", name="Expires at")
+        error = page.locator("#key-form-error")
+        for wrong, says in (("next tuesday", "expires_at"), ("2020-01-01T00:00:00Z", "in the past")):
+            expires.fill(wrong)
+            form.get_by_role("button", name="Create", exact=True).click()
+            expect(error).to_be_visible(timeout=WAIT_MS)
+            expect(error).to_contain_text(says)
+        assert [k for k in admin(a, "/admin/keys", tenant="team-d")["data"]] == []
+        expires.fill("2099-06-30T12:00:00+02:00")
+        form.get_by_role("checkbox", name=re.compile("Headless")).check()
+        form.get_by_role("button", name="Create", exact=True).click()
+        expect(page.locator("#secret-value")).to_have_text(re.compile(r"\S{20,}"), timeout=WAIT_MS)
+        (made,) = admin(a, "/admin/keys", tenant="team-d")["data"]
+        assert made["expires_at"] == "2099-06-30T10:00:00Z" and made["headless"] is True
+        row = page.locator(f'#keys-table tr[data-id="{made["id"]}"]')
+        expect(row).to_have_attribute("data-expires-at", "2099-06-30T10:00:00Z", timeout=WAIT_MS)
+        expect(row).to_have_attribute("data-headless", "true")
+
+        # Edit: the form shows both; clearing them is sent as such.
+        row.get_by_role("button", name="Edit expiring-headless").click()
+        expect(expires).to_have_value("2099-06-30T10:00:00Z")
+        headless = form.get_by_role("checkbox", name=re.compile("Headless"))
+        expect(headless).to_be_checked()
+        headless.uncheck()
+        expires.fill("")
+        form.get_by_role("button", name="Save").click()
+        expect(page.locator("#status")).to_have_text("Key saved.", timeout=WAIT_MS)
+        edited = admin(a, f"/admin/keys/{made['id']}")
+        assert edited["expires_at"] is None and edited["headless"] is False
+        # the browser logs the two refused creates (400), and nothing else went wrong
+        problems = page.problems  # type: ignore[attr-defined]
+        assert len(problems) == 2 and all("status of 400" in problem for problem in problems), problems
     finally:
         page.context.close()
 

@@ -110,6 +110,42 @@ def test_daily_rows_per_tenant_and_key(gateway: Gateway, fakes: dict[str, FakeUp
     assert rows_once(gateway, tenant="team-a", **{"from": "2020-01-01", "to": "2020-01-31"}) == []
 
 
+def test_usage_by_route_and_model(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    """The failover loop's tokens and cost land on the target that spent them; the request on the one that
+    answered; a direct route's made-up model is ``secondary:*``; the parts add up to the tenant's row."""
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    expected = loop_with_failover(fakes)
+    gateway.client().chat.completions.create(model="priced", messages=USER)
+    with pytest.raises(openai.NotFoundError):
+        gateway.client().chat.completions.create(model="no-such-route", messages=USER)
+    fakes["secondary"].queue(Reply(text="direct", usage=(7, 3)))
+    gateway.client().chat.completions.create(model="secondary/caller-made-this-up-123", messages=USER)
+    (total,) = rows_when(gateway, 3, tenant="team-a")
+    rows = rows_once(gateway, tenant="team-a", group_by="route,model")
+    parts = {(r["route"], r["model"]): r for r in rows}
+    assert set(parts) == {("priced", "primary:p-model"), ("priced", "secondary:s-model"), ("unknown", "none"),
+                          ("secondary/*", "secondary:*")}
+    primary, secondary = parts[("priced", "primary:p-model")], parts[("priced", "secondary:s-model")]
+    assert (primary["requests"], primary["prompt_tokens"], primary["tool_calls"]) == (0, 1000, 0)
+    assert (secondary["requests"], secondary["prompt_tokens"], secondary["tool_calls"]) == (1, 2000, 1)
+    assert primary["cost_usd"] + secondary["cost_usd"] == pytest.approx(expected, abs=1e-9)
+    assert parts[("unknown", "none")]["errors"] == 1
+    assert parts[("secondary/*", "secondary:*")]["total_tokens"] == 10
+    for field in ("requests", "errors", "prompt_tokens", "completion_tokens", "tool_calls"):
+        assert sum(r[field] for r in rows) == total[field]
+    assert total["route"] is None and total["model"] is None  # the plain rows: one per day, as before
+    assert not any("caller-made-this-up" in str(r) for r in rows)
+
+    (on_route,) = rows_once(gateway, tenant="team-a", route="priced")
+    assert (on_route["route"], on_route["model"], on_route["requests"]) == ("priced", None, 1)
+    assert on_route["total_tokens"] == 3150
+    by_model = rows_once(gateway, tenant="team-a", model="secondary:s-model", group_by="route")
+    assert [(r["route"], r["model"], r["requests"]) for r in by_model] == [("priced", "secondary:s-model", 1)]
+    key_rows = rows_once(gateway, key=config_key_id(gateway, "team-a"), group_by="model")
+    assert {r["model"] for r in key_rows} == {"primary:p-model", "secondary:s-model", "none", "secondary:*"}
+    assert rows_once(gateway, tenant="team-a", route="no-such-route") == []
+
+
 @pytest.mark.parametrize(("params", "status", "code"), [
     ({"from": "2026-13-01"}, 400, "invalid_date"),
     ({"to": "yesterday"}, 400, "invalid_date"),
@@ -117,6 +153,8 @@ def test_daily_rows_per_tenant_and_key(gateway: Gateway, fakes: dict[str, FakeUp
     ({"from": "2026-02-01", "to": "2026-01-01"}, 400, "invalid_date"),
     ({"key": "key_unknown"}, 404, "key_not_found"),
     ({"tenant": "x" * 500}, 400, None),
+    ({"group_by": "route,tenant"}, 400, "invalid_group_by"),
+    ({"model": "m" * 500}, 400, None),
 ])
 def test_bad_usage_queries(gateway: Gateway, params: dict[str, str], status: int, code: str | None) -> None:
     response = usage(gateway, **params)

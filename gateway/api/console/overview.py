@@ -3,8 +3,10 @@
 Query: ``minutes`` (the window, 1 to the retention, default 60). The answer:
 
 * ``series``: one point per interval (``t``, epoch s, the interval's end), zeros where nothing
-  happened: per route requests/s, error rate (5xx share) and tokens/s, and over every surface
-  the request latency p50/p99 in ms (``null`` where no request ended);
+  happened: per route requests/s, error rate (5xx share), tokens/s and the added latency (the
+  gateway overhead: a request's time less its waiting on upstreams and tools) p50/p99 in ms
+  (``overhead_ms``, ``null`` where no request ended), and over every surface the request latency
+  p50/p99 in ms (``null`` where no request ended);
 * ``failovers``: moves from one target to the next in the window, by target and reason;
 * ``circuits``: every configured target (and any other the replicas know), its worst state over
   the replicas (open, half_open, closed), since when, its last error and when;
@@ -26,7 +28,7 @@ from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request
 from gateway.http.json_response import JSONResponse
-from gateway.observability.rollups import quantile
+from gateway.observability.rollups import overhead_bounds, quantile
 
 PATH = "/admin/console/overview"
 #: paused continuations are counted per tenant up to this many (the listing's page bound)
@@ -61,6 +63,7 @@ def series(records: list[dict[str, Any]], start: float, end: float, resolution: 
     size = len(times)
     routes: dict[str, dict[str, list[float]]] = {}
     latency: list[list[float] | None] = [None] * size
+    overhead: dict[str, list[list[float] | None]] = {}
     for record in records:
         i = index.get(round(record["t"], 3))
         if i is None:
@@ -75,6 +78,11 @@ def series(records: list[dict[str, Any]], start: float, end: float, resolution: 
             row = routes.setdefault(route, {"requests": [0.0] * size, "errors": [0.0] * size,
                                             "tokens": [0.0] * size})
             row["tokens"][i] += tokens / length
+        for route, buckets in record.get("o", {}).items():
+            routes.setdefault(route, {"requests": [0.0] * size, "errors": [0.0] * size, "tokens": [0.0] * size})
+            points = overhead.setdefault(route, [None] * size)
+            merged_o = points[i]
+            points[i] = list(buckets) if merged_o is None else [a + b for a, b in zip(merged_o, buckets, strict=True)]
         for buckets in record["l"].values():
             merged = latency[i]
             latency[i] = list(buckets) if merged is None else [a + b for a, b in zip(merged, buckets, strict=True)]
@@ -83,15 +91,31 @@ def series(records: list[dict[str, Any]], start: float, end: float, resolution: 
         rates = [round(r, 4) for r in row["requests"]]
         errors = [round(e / (r * resolution), 4) if r else 0.0 for e, r in zip(row["errors"], row["requests"],
                                                                                strict=True)]
+        added = overhead.get(route, [None] * size)
+        bounds = overhead_bounds()
         out_routes[route] = {"requests_per_s": rates, "error_rate": errors,
-                             "tokens_per_s": [round(k, 2) for k in row["tokens"]]}
+                             "tokens_per_s": [round(k, 2) for k in row["tokens"]],
+                             "overhead_ms": {q_name: [None if b is None else _ms(quantile(b, q, bounds), 3)
+                                                      for b in added] for q_name, q in (("p50", 0.5), ("p99", 0.99))},
+                             "overhead_window_ms": _window(added, bounds)}
     p50 = [None if b is None else _ms(quantile(b, 0.5)) for b in latency]
     p99 = [None if b is None else _ms(quantile(b, 0.99)) for b in latency]
     return {"t": times, "routes": out_routes, "latency_ms": {"p50": p50, "p99": p99}}
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)
+def _window(points: list[list[float] | None], bounds: tuple[float, ...]) -> dict[str, float | None]:
+    """p50/p99 over the whole window: every interval's buckets summed."""
+    total: list[float] | None = None
+    for buckets in points:
+        if buckets is not None:
+            total = list(buckets) if total is None else [a + b for a, b in zip(total, buckets, strict=True)]
+    if total is None:
+        return {"p50": None, "p99": None}
+    return {"p50": _ms(quantile(total, 0.5, bounds), 3), "p99": _ms(quantile(total, 0.99, bounds), 3)}
+
+
+def _ms(seconds: float | None, digits: int = 1) -> float | None:
+    return None if seconds is None else round(seconds * 1000, digits)
 
 
 def failovers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -96,6 +96,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     call_span = span.operation(f"embeddings {first.model}", {
         "gen_ai.operation.name": "embeddings", "gen_ai.request.model": first.model,
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
+    waiting = time.perf_counter()
     try:
         target, result = await runtime.embedder.embed(plan.targets, embedding_request, state.attempts, plan.retries,
                                                       deadline)
@@ -103,6 +104,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         if call_span is not None:
             _end_span(call_span, state.attempts, _failure(exc))
         raise
+    state.waited_s = time.perf_counter() - waiting  # the gateway overhead is the rest (metrics.OVERHEAD)
     prompt_tokens = result.prompt_tokens or counted
     state.iterations = 1
     state.model = result.model or target.model

@@ -6,6 +6,13 @@ let a budget check read one row per budget instead of summing days. Rows expire
 ``retention_days`` after their last write (Redis), so nothing lives forever by accident; a
 ``total`` row therefore counts spending since the last gap of that many days without traffic.
 
+Day rows also carry a breakdown by route and model (``Dims``): the request's route (its
+bounded metrics label, from the config) and, per answered call, the target that answered it
+(``provider:model`` from the config; ``provider:*`` for a direct route, so a caller's made-up
+model name never becomes a row). Month and total rows have none (budgets need none). A day row
+written before the breakdown existed (or whose breakdown was lost) shows its remainder as route
+and model ``unknown`` (``with_remainder``), so the parts always add up to the row.
+
 Cost is kept in nano-USD integers so sums are exact, and shown in USD.
 """
 
@@ -15,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import add
+from operator import add, sub
 from typing import Literal
 
 Scope = Literal["tenant", "key"]
@@ -25,6 +32,14 @@ FIELDS = ("r", "e", "p", "c", "ca", "rs", "n", "tc")
 #: where a row (a list in ``FIELDS`` order) holds what a budget compares
 PROMPT_TOKENS, COMPLETION_TOKENS, COST_NANO = FIELDS.index("p"), FIELDS.index("c"), FIELDS.index("n")
 DEFAULT_RETENTION_DAYS = 400
+#: the route and model of counts a day row holds without a breakdown (written before it existed)
+UNKNOWN = "unknown"
+#: the model of a request no target answered (refused, failed before any answer)
+NO_MODEL = "none"
+#: a request's breakdown: (route, model, values in ``FIELDS`` order) per model that answered it
+Dims = Sequence[tuple[str, str, Sequence[int]]]
+#: one day row's breakdown: (route, model) -> values in ``FIELDS`` order
+Breakdown = dict[tuple[str, str], list[int]]
 
 
 @dataclass(slots=True)
@@ -82,6 +97,21 @@ def merge(row: list[int], values: Sequence[int]) -> None:
     row[:] = map(add, row, values)
 
 
+def with_remainder(total: Sequence[int], parts: Breakdown) -> Breakdown:
+    """``parts`` plus, under (``UNKNOWN``, ``UNKNOWN``), what the row counts beyond them (rows from
+    before the breakdown); nothing added when the parts account for all of it."""
+    rest = list(total)
+    for values in parts.values():
+        rest[:] = map(sub, rest, values)
+    if any(rest):
+        merged = parts.get((UNKNOWN, UNKNOWN))
+        if merged is None:
+            parts[(UNKNOWN, UNKNOWN)] = rest
+        else:
+            merge(merged, rest)
+    return parts
+
+
 def period_name(period: Period, now: float) -> str:
     return period_names(now)[("day", "month", "total").index(period)]
 
@@ -98,10 +128,13 @@ class UsageStore(ABC):
 
     @abstractmethod
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
-                release: str | None = None) -> bool:
+                release: str | None = None, dims: Dims = ()) -> bool:
         """Add ``values`` (``UsageDelta`` order) to the tenant's rows and (when ``key_id``) the key's rows,
         now or at the next flush; ``release``: the request's budget reservation (``reserve``), given
-        back in the same write, so its spending is never out of sight in between."""
+        back in the same write, so its spending is never out of sight in between; ``dims``: the
+        values split by route and model, kept on the day rows; they must add up to ``values`` (the
+        stores keep the parts and sum them into the rows); without them the counts have no
+        breakdown (they read as ``UNKNOWN``)."""
 
     @abstractmethod
     async def reserve(self, tenant: str, key_id: str, wants: list[Want], tokens: int, cost_nano: int, rid: str,
@@ -115,7 +148,7 @@ class UsageStore(ABC):
         """
 
     @abstractmethod
-    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float, dims: Dims = ()) -> None:
         """``add_now`` and, for a store that queues, the write itself."""
 
     @abstractmethod
@@ -129,3 +162,8 @@ class UsageStore(ABC):
     @abstractmethod
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         """The day rows (``YYYY-MM-DD``) of the tenant, or of its key when ``key_id``; zeros where none."""
+
+    @abstractmethod
+    async def breakdown(self, tenant: str, key_id: str, days: list[str]) -> list[Breakdown]:
+        """Per day row (``YYYY-MM-DD``) of the tenant, or of its key when ``key_id``: its values by (route,
+        model), the remainder without a breakdown under ``UNKNOWN`` (``with_remainder``); {} where none."""

@@ -10,6 +10,8 @@ from gateway.store.usage.base import (
     DEFAULT_RETENTION_DAYS,
     FIELDS,
     PROMPT_TOKENS,
+    Breakdown,
+    Dims,
     Period,
     Scope,
     Spent,
@@ -19,15 +21,19 @@ from gateway.store.usage.base import (
     merge,
     period_name,
     period_names,
+    with_remainder,
 )
+
+#: the route of pending counts that have no breakdown (a name no route has)
+_NO_PART = "\x00"
 
 
 class MemoryUsage(UsageStore):
     """One process's aggregates (``memory://``): gone at restart, like every memory-store record.
 
-    A request only adds its counts to one pending row per (tenant, key, day); the six period rows
-    are brought up to date when something reads them (or when many rows wait), so the hot path pays
-    one dict update, not six.
+    A request only adds its counts to one pending row per (tenant, key, day, route, model); the six
+    period rows and the breakdown are brought up to date when something reads them (or when many
+    rows wait), so the hot path pays one dict update, not seven.
     """
 
     #: pending rows applied at once past this many (a gateway nobody reads usage from stays bounded)
@@ -35,21 +41,25 @@ class MemoryUsage(UsageStore):
 
     def __init__(self, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         self._rows: dict[tuple[str, str, str], list[int]] = {}
-        self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
+        # (tenant, key id, periods, route, model) -> counts not yet applied: one entry per request's part
+        # (``_NO_PART`` route: counts without a breakdown)
+        self._pending: dict[tuple[str, str, tuple[str, str, str], str, str], list[int]] = {}
+        # the day rows' breakdowns: (tenant, owner, "d:DAY") -> (route, model) -> values
+        self._dims: dict[tuple[str, str, str], Breakdown] = {}
         self._retention_s = retention_days * 86400
         self._pruned_day = ""
         # budget reservations of requests in flight: row -> [tokens, nano]; rid -> (rows, tokens, nano, until)
         self._reserved: dict[tuple[str, str, str], list[int]] = {}
         self._holds: dict[str, tuple[list[tuple[str, str, str]], int, int, float]] = {}
 
-    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
-        self.add_now(tenant, key_id, delta.values(), now)
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float, dims: Dims = ()) -> None:
+        self.add_now(tenant, key_id, delta.values(), now, dims=dims)
 
     async def drain(self, timeout_s: float) -> None:
         """Nothing leaves the process: there is nothing to write."""
 
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
-                release: str | None = None) -> bool:
+                release: str | None = None, dims: Dims = ()) -> bool:
         if release is not None:
             self._release(release)
         periods = period_names(now)
@@ -57,20 +67,23 @@ class MemoryUsage(UsageStore):
             self._apply()
             self._prune(now)
             self._pruned_day = periods[0]
-        entry = (tenant, key_id, periods)
-        row = self._pending.get(entry)
-        if row is None:
-            if len(self._pending) >= self.MAX_PENDING:
-                self._apply()
-            self._pending[entry] = list(values)
-        else:
-            merge(row, values)
+        pending = self._pending
+        for route, model, part in dims or ((_NO_PART, "", values),):
+            entry = (tenant, key_id, periods, route, model)
+            row = pending.get(entry)
+            if row is None:
+                if len(pending) >= self.MAX_PENDING:
+                    self._apply()
+                pending[entry] = list(part)
+            else:
+                merge(row, part)
         return True
 
     def _apply(self) -> None:
+        """Pending parts into the period rows (their sum) and the day rows' breakdowns."""
         pending, self._pending = self._pending, {}
-        rows = self._rows
-        for (tenant, key_id, periods), values in pending.items():
+        rows, all_dims = self._rows, self._dims
+        for (tenant, key_id, periods, route, model), values in pending.items():
             for owner in (("", key_id) if key_id else ("",)):
                 for period in periods:
                     row = rows.get((tenant, owner, period))
@@ -78,6 +91,14 @@ class MemoryUsage(UsageStore):
                         rows[(tenant, owner, period)] = list(values)
                     else:
                         merge(row, values)
+                if route is _NO_PART:
+                    continue
+                parts = all_dims.setdefault((tenant, owner, periods[0]), {})
+                part = parts.get((route, model))
+                if part is None:
+                    parts[(route, model)] = list(values)
+                else:
+                    merge(part, values)
 
     def _prune(self, now: float) -> None:
         """Day and month rows past the retention go (totals stay: they are one row per tenant or key)."""
@@ -85,6 +106,8 @@ class MemoryUsage(UsageStore):
         for key in [k for k in self._rows if (k[2].startswith("d:") and k[2][2:] < oldest)
                     or (k[2].startswith("m:") and k[2][2:] < oldest[:7])]:
             del self._rows[key]
+        for key in [k for k in self._dims if k[2][2:] < oldest]:
+            del self._dims[key]
 
     async def spent(self, tenant: str, key_id: str, wants: list[tuple[Scope, Period]], now: float) -> list[Spent]:
         self._apply()
@@ -139,3 +162,12 @@ class MemoryUsage(UsageStore):
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         self._apply()
         return [list(self._rows.get((tenant, key_id, f"d:{day}")) or [0] * len(FIELDS)) for day in days]
+
+    async def breakdown(self, tenant: str, key_id: str, days: list[str]) -> list[Breakdown]:
+        self._apply()
+        found = []
+        for day in days:
+            total = self._rows.get((tenant, key_id, f"d:{day}"))
+            parts = {dim: list(values) for dim, values in self._dims.get((tenant, key_id, f"d:{day}"), {}).items()}
+            found.append(with_remainder(total, parts) if total is not None else parts)
+        return found

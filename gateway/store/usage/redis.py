@@ -7,6 +7,10 @@ for a tenant sits in one slot and goes out as one pipeline, Cluster included)::
     loopgate:{u:<tenant>}:<period>               hash r e p c ca rs n tc (see base.py)
     loopgate:{u:<tenant>}:k:<key id>:<period>    the same for one key of the tenant
 
+A day row also holds its breakdown (base.py) in fields ``<route>|<model>|<field>`` (``|`` and ``%``
+in a name escaped as ``%7C``, ``%25``), one per counter, so HINCRBY sums them like the totals;
+a row from before the breakdown simply has none of them.
+
 ``<period>`` is ``d:YYYY-MM-DD``, ``m:YYYY-MM`` or ``all`` (UTC). Every write renews the row's
 TTL (``retention_days``). Counters are integers (cost in nano-USD), so HINCRBY sums exactly.
 
@@ -30,6 +34,8 @@ from gateway.store.redis_client.keys import PREFIX, esc, num
 from gateway.store.usage.base import (
     DEFAULT_RETENTION_DAYS,
     FIELDS,
+    Breakdown,
+    Dims,
     Period,
     Scope,
     Spent,
@@ -40,14 +46,22 @@ from gateway.store.usage.base import (
     period_name,
     period_names,
 )
+from gateway.store.usage.redis_breakdown import dim_fields, parse_breakdown
 
-# KEYS: the rows; ARGV[1]: TTL in seconds, then field, amount pairs (only the non-zero ones).
+# KEYS: the rows, day rows first; ARGV[1]: TTL in seconds, ARGV[2]: how many of the first keys are day
+# rows (they also take the breakdown), ARGV[3]: how many field, amount pairs follow for every row
+# (only the non-zero ones), then those pairs, then the breakdown's pairs (day rows only).
 # Sent as EVAL (not EVALSHA): a pipeline of them needs no NOSCRIPT handling, and Redis caches it.
 _ADD = """
-local ttl = tonumber(ARGV[1])
+local ttl, days, last = tonumber(ARGV[1]), tonumber(ARGV[2]), 3 + 2 * tonumber(ARGV[3])
 for i = 1, #KEYS do
-  for j = 2, #ARGV, 2 do
+  for j = 4, last, 2 do
     redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1])
+  end
+  if i <= days then
+    for j = last + 1, #ARGV, 2 do
+      redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1])
+    end
   end
   redis.call('EXPIRE', KEYS[i], ttl)
 end
@@ -119,6 +133,8 @@ MAX_HOLDS = 100_000
 _RELEASE_MARK = object()
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
 MAX_PENDING = 100_000
+#: the route of pending counts that have no breakdown (a name no route has)
+_NO_PART = "\x00"
 
 
 def usage_key(tenant: str, key_id: str, period: str) -> str:
@@ -135,8 +151,12 @@ class RedisUsage(UsageStore):
         self._ttl_s = retention_days * 86400
         self._flush_s = flush_s
         self._spent = io.register(_SPENT)
-        # (tenant, key id, periods) -> summed counts, waiting for the next flush
-        self._pending: dict[tuple[str, str, tuple[str, str, str]], list[int]] = {}
+        # (tenant, key id, periods, route, model) -> summed counts, waiting for the next flush: one entry
+        # per part of the day rows' breakdown (``_NO_PART`` route: counts without one); the rows' totals
+        # are their sum, made at the flush (a request pays one dict update, as without a breakdown)
+        self._pending: dict[tuple[str, str, tuple[str, str, str], str, str], list[int]] = {}
+        # (route, model) -> its hash fields, built once (bounded by the config's routes and targets)
+        self._dim_fields: dict[tuple[str, str], tuple[str, ...]] = {}
         self._timer: asyncio.TimerHandle | None = None
         # pending entry -> its row names, built once (the same entries come back every flush)
         self._key_names: dict[tuple[str, str, tuple[str, str, str]], list[str]] = {}
@@ -150,21 +170,24 @@ class RedisUsage(UsageStore):
         self._releases: dict[str, list[tuple[list[str], list[Any]]]] = {}
 
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
-                release: str | None = None) -> bool:
+                release: str | None = None, dims: Dims = ()) -> bool:
         """Queue ``values`` (and the release of the request's reservation) for the next flush; False when
         too much is already waiting (dropped; the reservation then ends with its lease)."""
         if release is not None:
             hold = self._holds.pop(release, None)
             if hold is not None:
                 self._releases.setdefault(hold[0], []).append((hold[1], hold[2]))
-        entry = (tenant, key_id, period_names(now))
-        row = self._pending.get(entry)
-        if row is None:
-            if len(self._pending) >= MAX_PENDING:
-                return False
-            self._pending[entry] = list(values)
-        else:
-            merge(row, values)
+        periods = period_names(now)
+        pending = self._pending
+        for route, model, part in dims or ((_NO_PART, "", values),):
+            entry = (tenant, key_id, periods, route, model)
+            row = pending.get(entry)
+            if row is None:
+                if len(pending) >= MAX_PENDING:
+                    return False
+                pending[entry] = list(part)
+            else:
+                merge(row, part)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._start_flush)
         return True
@@ -192,12 +215,25 @@ class RedisUsage(UsageStore):
             self._timer = None
         pending, self._pending = self._pending, {}
         releases, self._releases = self._releases, {}
+        # the rows' totals and breakdown fields, per (tenant, key id, periods)
+        rows: dict[tuple[str, str, tuple[str, str, str]], tuple[list[int], list[Any]]] = {}
+        for (tenant, key_id, periods, route, model), values in pending.items():
+            found = rows.get((tenant, key_id, periods))
+            if found is None:
+                found = rows[(tenant, key_id, periods)] = ([0] * len(FIELDS), [])
+            merge(found[0], values)
+            if route is not _NO_PART:
+                for field, value in zip(self._fields_of((route, model)), values, strict=True):
+                    if value:
+                        found[1].extend((field, value))
         by_tenant: dict[str, list[tuple[list[str], list[Any]]]] = {}
-        for entry, values in pending.items():
-            args: list[Any] = [self._ttl_s]
-            for field, value in zip(FIELDS, values, strict=True):
+        for entry, (totals, parts) in rows.items():
+            args: list[Any] = [self._ttl_s, 2 if entry[1] else 1, 0]
+            for field, value in zip(FIELDS, totals, strict=True):
                 if value:
                     args += [field, value]
+            args[2] = (len(args) - 3) // 2
+            args += parts
             by_tenant.setdefault(entry[0], []).append((self._keys(entry), args))
         for tenant, calls in releases.items():  # after the adds: never a moment with neither counted
             by_tenant.setdefault(tenant, []).extend((keys, [_RELEASE_MARK, *args]) for keys, args in calls)
@@ -212,14 +248,25 @@ class RedisUsage(UsageStore):
         if failure is not None:
             raise failure
 
+    def _fields_of(self, dim: tuple[str, str]) -> tuple[str, ...]:
+        fields = self._dim_fields.get(dim)
+        if fields is None:
+            if len(self._dim_fields) >= MAX_PENDING:
+                self._dim_fields.clear()
+            fields = self._dim_fields[dim] = dim_fields(*dim)
+        return fields
+
     def _keys(self, entry: tuple[str, str, tuple[str, str, str]]) -> list[str]:
-        """The rows of a pending entry: its tenant's and (with a key id) its key's, for its three periods."""
+        """The rows of a pending entry: its tenant's and (with a key id) its key's, for its three periods,
+        the day rows first (``_ADD`` adds the breakdown to them)."""
         keys = self._key_names.get(entry)
         if keys is None:
-            tenant, key_id, periods = entry
-            keys = [usage_key(tenant, "", p) for p in periods]
+            tenant, key_id, (day, month, total) = entry
             if key_id:
-                keys += [usage_key(tenant, key_id, p) for p in periods]
+                keys = [usage_key(tenant, "", day), usage_key(tenant, key_id, day)]
+                keys += [usage_key(tenant, owner, p) for owner in ("", key_id) for p in (month, total)]
+            else:
+                keys = [usage_key(tenant, "", p) for p in (day, month, total)]
             if len(self._key_names) >= MAX_PENDING:
                 self._key_names.clear()
             self._key_names[entry] = keys
@@ -243,9 +290,9 @@ class RedisUsage(UsageStore):
             async with asyncio.timeout(timeout_s):
                 await self.flush()
 
-    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float) -> None:
+    async def add(self, tenant: str, key_id: str, delta: UsageDelta, now: float, dims: Dims = ()) -> None:
         """Add and write at once (tests, tools): ``add_now`` plus a flush."""
-        if not self.add_now(tenant, key_id, delta.values(), now):
+        if not self.add_now(tenant, key_id, delta.values(), now, dims=dims):
             raise OverflowError("too many usage rows waiting for the store")
         await self.flush()
 
@@ -301,3 +348,17 @@ class RedisUsage(UsageStore):
         async with self._io.guard("usage_days"):
             replies, _ = await self._io.run(keys[0], build, False)
         return [[int(v or 0) for v in reply] for reply in replies]
+
+    async def breakdown(self, tenant: str, key_id: str, days: list[str]) -> list[Breakdown]:
+        keys = [usage_key(tenant, key_id, f"d:{day}") for day in days]
+        if not keys:
+            return []
+
+        def build(pipe: Any) -> None:
+            for key in keys:
+                pipe.hgetall(key)
+
+        async with self._io.guard("usage_days"):
+            replies, _ = await self._io.run(keys[0], build, False)
+        return [parse_breakdown(reply) for reply in replies]
+

@@ -26,7 +26,7 @@ window.LoopgateCharts = (() => {
       cursor: { focus: { prox: 16 } },
       axes: [
         { stroke, grid, ticks: grid },
-        { stroke, grid, ticks: grid, size: 60, values: (u, splits) => splits.map(v => format(v, unit)) },
+        { stroke, grid, ticks: grid, size: 68, values: (u, splits) => splits.map(v => format(v, unit)) },
       ],
       series: [
         { label: timeAxis ? "Time" : "Day" },
@@ -41,7 +41,7 @@ window.LoopgateCharts = (() => {
   function format(value, unit) {
     if (value == null) return "–";
     if (unit === "%") return (value * 100).toFixed(value < 0.1 ? 1 : 0) + " %";
-    if (unit === "ms") return value.toFixed(value < 10 ? 1 : 0) + " ms";
+    if (unit === "ms") return (value === 0 ? "0" : value.toFixed(value < 1 ? 2 : value < 10 ? 1 : 0)) + " ms";
     if (Math.abs(value) >= 1000) return (value / 1000).toFixed(1) + "k";
     return Number.isInteger(value) ? String(value) : value.toFixed(2);
   }

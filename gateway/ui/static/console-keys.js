@@ -4,6 +4,7 @@
 
 window.LoopgateKeysPage = ({ api, $, el, row, fill, say, setKeys }) => {
   let editing = null; // the key id being edited, or null when creating
+  let shownExpiry = ""; // the edited key's expires_at as the form showed it (sent again only when changed)
 
   async function loadKeys() {
     const keys = await api("admin/keys");
@@ -45,11 +46,15 @@ window.LoopgateKeysPage = ({ api, $, el, row, fill, say, setKeys }) => {
     }
     if (k.source === "config") actions.append(el("span", "config file", "muted"));
     const budget = k.budget ? `${k.budget.limit} ${k.budget.unit}/${k.budget.period}` : "–";
-    const tr = row([k.name || "–", el("code", k.id || "–"), k.tenant || "–", k.role || "caller", status, limits(k),
+    const role = (k.role || "caller") + (k.headless ? ", headless" : "");
+    const tr = row([k.name || "–", el("code", k.id || "–"), k.tenant || "–", role, status, k.expires_at || "never",
+      limits(k),
       budget, (k.models && k.models.length ? k.models.join(", ") : "all"),
       (k.tools && k.tools.length ? k.tools.join(", ") : "route's"), actions]);
     tr.dataset.id = k.id || "";
     tr.dataset.status = status;
+    tr.dataset.expiresAt = k.expires_at || "";
+    tr.dataset.headless = String(Boolean(k.headless));
     return tr;
   }
 
@@ -76,6 +81,9 @@ window.LoopgateKeysPage = ({ api, $, el, row, fill, say, setKeys }) => {
     $("kf-budget").value = k && k.budget ? k.budget.limit : "";
     $("kf-unit").value = k && k.budget ? k.budget.unit : "usd";
     $("kf-period").value = k && k.budget ? k.budget.period : "month";
+    shownExpiry = k && k.expires_at ? k.expires_at : "";
+    $("kf-expires").value = shownExpiry;
+    $("kf-headless").checked = Boolean(k && k.headless);
     (k ? $("kf-name") : $("kf-tenant")).focus();
   }
 
@@ -92,6 +100,11 @@ window.LoopgateKeysPage = ({ api, $, el, row, fill, say, setKeys }) => {
     }
     const limit = $("kf-budget").value;
     body.budget = limit === "" ? null : { limit: Number(limit), unit: $("kf-unit").value, period: $("kf-period").value };
+    // Checked by the API (its message is shown as text); an unchanged one is not sent again, so an expired
+    // key's other fields can still be edited.
+    const expires = $("kf-expires").value.trim();
+    if (!editing || expires !== shownExpiry) body.expires_at = expires || null;
+    body.headless = $("kf-headless").checked;
     if (!editing) for (const name of Object.keys(body)) if (body[name] === null) delete body[name];
     return body;
   }

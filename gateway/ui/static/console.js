@@ -182,6 +182,10 @@
     return null;
   }
 
+  function addedMs(value) {
+    return value === null ? "–" : number(value, 3);
+  }
+
   function renderOverview(data) {
     const s = data.series;
     const routes = Object.entries(s.routes);
@@ -196,6 +200,8 @@
     $("tile-errors").textContent = rps ? `${number((errors / rps) * 100, 1)} %` : "0 %";
     const p99 = last(s.latency_ms.p99);
     $("tile-p99").textContent = p99 === null ? "–" : `${number(p99, 0)} ms`;
+    const added = routes.map(([, r]) => last(r.overhead_ms.p99)).filter((v) => v !== null);
+    $("tile-added").textContent = added.length ? `${number(Math.max(...added), 2)} ms` : "–";
     $("tile-tokens").textContent = number(total("tokens_per_s"), 1);
     $("tile-paused").textContent = data.paused.capped ? `${data.paused.total}+` : String(data.paused.total);
     $("tile-open").textContent = String(data.circuits.filter((c) => c.state !== "closed").length);
@@ -204,6 +210,8 @@
     const lines = (field) => routes.length ? routes.map(([name, r]) => [name, r[field]]) : [["(no traffic)", x.map(() => 0)]];
     window.LoopgateCharts.draw("chart-rps", x, lines("requests_per_s"), "");
     window.LoopgateCharts.draw("chart-errors", x, lines("error_rate"), "%");
+    const addedLines = routes.flatMap(([name, r]) => [[`${name} p50`, r.overhead_ms.p50], [`${name} p99`, r.overhead_ms.p99]]);
+    window.LoopgateCharts.draw("chart-added", x, addedLines.length ? addedLines : [["(no traffic)", x.map(() => null)]], "ms");
     window.LoopgateCharts.draw("chart-latency", x, [["p50", s.latency_ms.p50], ["p99", s.latency_ms.p99]], "ms");
     window.LoopgateCharts.draw("chart-tokens", x, lines("tokens_per_s"), "");
 
@@ -213,8 +221,12 @@
       const errors = Math.round(r.requests_per_s.reduce((a, v, i) => a + v * r.error_rate[i], 0) * step);
       const tokens = Math.round(r.tokens_per_s.reduce((a, v) => a + v, 0) * step);
       const tr = row([name, { text: number(requests), className: "num" }, { text: number(errors), className: "num" },
-        { text: number(tokens), className: "num" }, { text: number(at >= 0 ? r.requests_per_s[at] : 0, 2), className: "num" }]);
+        { text: number(tokens), className: "num" }, { text: number(at >= 0 ? r.requests_per_s[at] : 0, 2), className: "num" },
+        { text: addedMs(r.overhead_window_ms.p50), className: "num" },
+        { text: addedMs(r.overhead_window_ms.p99), className: "num" }]);
       tr.dataset.route = name;
+      tr.dataset.addedP50 = String(r.overhead_window_ms.p50);
+      tr.dataset.addedP99 = String(r.overhead_window_ms.p99);
       tr.dataset.requests = String(requests);
       tr.dataset.errors = String(errors);
       return tr;
@@ -272,11 +284,18 @@
   }
 
   async function loadUsage() {
-    const params = { tenant: $("usage-tenant").value, key: $("usage-key").value,
-                     from: $("usage-from").value, to: $("usage-to").value };
-    const [usage, budgets] = await Promise.all([api(`admin/usage${query(params)}`),
-                                                api(`admin/budgets${query({ tenant: params.tenant })}`)]);
+    const scope = { tenant: $("usage-tenant").value, key: $("usage-key").value,
+                    from: $("usage-from").value, to: $("usage-to").value };
+    const params = { ...scope, route: $("usage-route").value, model: $("usage-model").value,
+                     group_by: $("usage-group").value };
+    // The routes and models there are in the range (for the filters): the same rows split by both.
+    const [usage, split, budgets] = await Promise.all([
+      api(`admin/usage${query(params)}`), api(`admin/usage${query({ ...scope, group_by: "route,model" })}`),
+      api(`admin/budgets${query({ tenant: scope.tenant })}`)]);
     usageRows = usage.data;
+    const distinct = (field) => [...new Set(split.data.map((r) => r[field]))].sort().map((v) => [v, v]);
+    setOptions($("usage-route"), distinct("route"), 1);
+    setOptions($("usage-model"), distinct("model"), 1);
     renderUsage();
     renderBudgets(budgets.data);
   }
@@ -292,10 +311,12 @@
   function renderUsage() {
     const body = $("usage-table").tBodies[0];
     fill(body, usageRows.map((r) => {
-      const tr = row([r.date, r.tenant, keyLabel(r.key_id),
-        ...SUMS.map((f) => ({ text: f === "cost_usd" ? number(r[f], 6) : number(r[f]), className: "num" }))]);
+      const tr = row([r.date, r.tenant, keyLabel(r.key_id), r.route === null ? "(all)" : r.route,
+        r.model === null ? "(all)" : r.model, ...SUMS.map((f) => ({ text: f === "cost_usd" ? number(r[f], 6) : number(r[f]), className: "num" }))]);
       tr.dataset.date = r.date;
       tr.dataset.tenant = r.tenant;
+      tr.dataset.route = r.route === null ? "" : r.route;
+      tr.dataset.model = r.model === null ? "" : r.model;
       for (const f of SUMS) tr.dataset[f] = String(r[f]);
       return tr;
     }));
@@ -305,12 +326,18 @@
       cell.textContent = field === "cost_usd" ? number(sum, 6) : number(sum);
       cell.dataset.value = String(field === "cost_usd" ? Math.round(sum * 1e6) / 1e6 : sum);
     }
-    // Chart: tokens per day over the whole range asked for (the API's default: 30 days to today), per tenant.
+    // Chart: tokens per day over the whole range asked for (the API's default: 30 days to today), one line
+    // per tenant, or per route / model / both when the rows are split by them.
     const days = dayRange($("usage-from").value, $("usage-to").value);
+    const group = $("usage-group").value;
+    const series = (r) => group === "route" ? r.route : group === "model" ? r.model
+      : group ? `${r.route} · ${r.model}` : r.tenant;
+    $("usage-chart-title").textContent = `Tokens per day, per ${group ? group.replace(",", " and ") : "tenant"}`;
     const byTenant = new Map();
     for (const r of usageRows) {
-      if (!byTenant.has(r.tenant)) byTenant.set(r.tenant, new Map());
-      const perDay = byTenant.get(r.tenant);
+      const name = series(r);
+      if (!byTenant.has(name)) byTenant.set(name, new Map());
+      const perDay = byTenant.get(name);
       perDay.set(r.date, (perDay.get(r.date) || 0) + r.total_tokens);
     }
     const x = days.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000);
@@ -350,7 +377,7 @@
   }
 
   function exportCsv() {
-    const fields = ["date", "tenant", "key_id", ...SUMS, "cached_tokens", "reasoning_tokens"];
+    const fields = ["date", "tenant", "key_id", "route", "model", ...SUMS, "cached_tokens", "reasoning_tokens"];
     const lines = [fields.join(","), ...usageRows.map((r) => fields.map((f) => csvCell(r[f])).join(","))];
     const blob = new Blob([lines.join("\r\n") + "\r\n"], { type: "text/csv" });
     const link = document.createElement("a");
