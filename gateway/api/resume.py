@@ -19,6 +19,7 @@ from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted
 from gateway.loop.approvals import audit_decisions
+from gateway.loop.elicitation import audit_answers
 from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
@@ -69,6 +70,9 @@ def notify_decisions(notifier: Notifier, claimed: Continuation, decisions: list[
     """``decided`` for the approve/deny decisions (client outputs are not decisions); ``resumed`` follows
     when the resumed loop ends, naming its result (``Continuations.run_resumed``)."""
     verdicts = [{"tool_call_id": d["tool_call_id"], "approved": d["approve"], "reason": d.get("reason")}
+                if "action" not in d else  # an answer to a held call's question: its action, never its content
+                {"tool_call_id": d["tool_call_id"], "approved": d["action"] == "accept",
+                 "reason": f"elicitation {d['action']}"}
                 for d in decisions if "output" not in d]
     if verdicts:
         notifier.decided(claimed, verdicts, decided_by)
@@ -83,7 +87,8 @@ def check_pending(stored: Continuation, conflict: str) -> None:
 async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, results: dict[str, ToolResult],
                         approved: list[str], decisions: list[dict[str, Any]] | None, stream: bool,
                         headless: bool, deadline: float, conflict: str,
-                        follow_up: list[Message] | None = None, stream_rescue: bool | None = None) -> Resumed:
+                        follow_up: list[Message] | None = None, stream_rescue: bool | None = None,
+                        answers: dict[str, dict[str, Any] | None] | None = None) -> Resumed:
     """Claim ``stored`` and start its loop with ``results``, charged to the key that asked.
 
     ``decisions``: way B's (and the Responses answers'), audited and notified as decided by the
@@ -91,6 +96,7 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     409's message when the continuation was resumed already. ``follow_up``: messages the client
     sent after its results (way A), placed after the completed turn. ``stream_rescue``: the
     resuming request's own ``gateway.stream_rescue`` (way A), which overrides the paused one's.
+    ``answers``: the decisions' answers to held calls' questions (MCP elicitation), delivered under the claim.
     """
     check_pending(stored, conflict)
     decider = work.key
@@ -106,13 +112,20 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     if decisions is not None:
         notify_decisions(continuations.notifier, claimed, decisions, decider.name or None)
         # The decider's identity goes to the audit log only: the work stays the asker's.
-        decided = audit_decisions(runtime.store, claimed, approved, denied_reasons(decisions), decider.id,
-                                  decider.name)
+        decided = _audited(audit_decisions(runtime.store, claimed, approved, denied_reasons(decisions), decider.id,
+                                           decider.name),
+                           audit_answers(runtime.store, claimed, answers or {}, decider.id, decider.name))
     loop = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, decider.tenant,
-                                         headless or asker.headless, follow_up)
+                                         headless or asker.headless, follow_up, answers)
     if stream_rescue is not None:
         loop.stream_rescue = stream_rescue
     work.watch(loop)
     slot = ResultSlot()
     events = continuations.run_resumed(claimed, loop, runtime.deps, decided, slot, "a" if decisions is None else "b")
     return Resumed(plan, loop, events, slot)
+
+
+async def _audited(*steps: Awaitable[None]) -> None:
+    """The decision's audit entries, one kind after the other (approvals, then answers to questions)."""
+    for step in steps:
+        await step

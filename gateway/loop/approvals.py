@@ -104,7 +104,7 @@ def expired_calls(c: Continuation, now: float | None = None) -> set[str]:
             and float(p["approval_deadline"]) <= now}
 
 
-def _entry(c: Continuation, item: dict[str, Any], event: str, key_id: str | None, key_name: str | None,
+def audit_entry(c: Continuation, item: dict[str, Any], event: str, key_id: str | None, key_name: str | None,
            reason: str | None) -> dict[str, Any]:
     return {"id": new_audit_id(), "tenant": c.tenant, "ts": time.time(), "event": event,
             "key_id": key_id or None, "key_name": key_name or None, "tool": item["name"],
@@ -122,17 +122,17 @@ async def audit_decisions(store: Store, c: Continuation, approved: list[str], de
              and p["tool_call_id"] not in expired}
     for call_id in approved:
         if call_id in items:
-            await store.append_audit(_entry(c, items[call_id], "approved", key_id, key_name, None))
+            await store.append_audit(audit_entry(c, items[call_id], "approved", key_id, key_name, None))
     for call_id, reason in denied.items():
         if call_id in items:
-            await store.append_audit(_entry(c, items[call_id], "denied", key_id, key_name, reason))
+            await store.append_audit(audit_entry(c, items[call_id], "denied", key_id, key_name, reason))
 
 
 async def audit_expired(store: Store, c: Continuation, call_ids: set[str]) -> None:
     """One ``approval_timeout`` entry per call that timed out, written by the resume that applies the denial."""
     for item in c.pending:
         if item["tool_call_id"] in call_ids:
-            await store.append_audit(_entry(c, item, "approval_timeout", None, None, APPROVAL_TIMED_OUT))
+            await store.append_audit(audit_entry(c, item, "approval_timeout", None, None, APPROVAL_TIMED_OUT))
 
 
 def timed_out_result() -> str:

@@ -33,6 +33,7 @@ from gateway.loop.approvals import (
     timed_out_result,
 )
 from gateway.loop.artifacts import artifacts_of
+from gateway.loop.elicitation import answer_of, deliver_answers, is_elicitation, question_expired
 from gateway.loop.engine import (
     ExecuteHook,
     LoopDeps,
@@ -43,6 +44,7 @@ from gateway.loop.engine import (
     run_loop,
 )
 from gateway.loop.events import Finished, LoopEvent
+from gateway.loop.held import HeldCalls
 from gateway.loop.pairing import ToolResult
 from gateway.loop.results import ResultSlot, result_record
 from gateway.loop.same_arguments import same_arguments
@@ -94,6 +96,8 @@ class Continuations:
         self.notifier = notifier or Notifier(NotificationsConfig(), None, store)
         self.ttl_s = ttl_s
         self.lease_s = request_timeout_s + CLAIM_LEASE_MARGIN_S
+        #: tool calls this process holds open while a person answers their question (MCP elicitation)
+        self.held = HeldCalls(store, ttl_s)
 
     # -- pausing -------------------------------------------------------------------------
     async def pause(self, request: LoopRequest, assistant: Message, results: dict[str, ToolResult],
@@ -134,6 +138,8 @@ class Continuations:
                 "arguments": arguments, "arguments_sha256": arguments_digest(arguments)}
         if p.reason == "approval" and p.approval_timeout_s is not None:
             item["approval_deadline"] = now + p.approval_timeout_s
+        if p.ask is not None:
+            item.update(p.ask)
         return item
 
     async def audit_denial(self, tenant: str, call: ToolCall, reason: str, key_id: str = "",
@@ -171,14 +177,18 @@ class Continuations:
 
     # -- resuming ------------------------------------------------------------------------
     @staticmethod
-    def decisions_to_results(continuation: Continuation, decisions: Any) -> tuple[dict[str, ToolResult], list[str]]:
-        """Way B: check the decisions against the pending calls; returns (results, approved ids)."""
+    def decisions_to_results(continuation: Continuation, decisions: Any
+                             ) -> tuple[dict[str, ToolResult], list[str], dict[str, dict[str, Any] | None]]:
+        """Way B: check the decisions against the pending calls; returns (results, approved ids, answers to
+        held calls' questions: call id -> {"action", "content"}, None for a question that timed out)."""
         if not isinstance(decisions, list):
             raise bad_request("'decisions' must be an array", "decisions")
         pending = {p["tool_call_id"]: p for p in continuation.pending}
         expired = expired_calls(continuation)
         results: dict[str, ToolResult] = {}
         approved: list[str] = []
+        answers: dict[str, dict[str, Any] | None] = {}
+        now = time.time()
         for index, decision in enumerate(decisions):
             param = f"decisions[{index}]"
             if not isinstance(decision, dict):
@@ -190,9 +200,12 @@ class Continuations:
             if item is None:
                 raise bad_request(f"{param}: {quoted(call_id)} is not a pending call of this continuation",
                                   f"{param}.tool_call_id")
-            if call_id in results or call_id in approved:
+            if call_id in results or call_id in approved or call_id in answers:
                 raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
             check_digest(decision, item, param)
+            if is_elicitation(item):
+                answers[call_id] = answer_of(decision, item, param, now)
+                continue
             if call_id in expired:
                 if decision.get("approve") is True:
                     raise GatewayError(409, f"the approval of {quoted(call_id)} timed out; it counts as denied",
@@ -220,10 +233,13 @@ class Continuations:
                 raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
         for call_id in expired:
             results.setdefault(call_id, ToolResult("denied", timed_out_result()))
-        missing = [p for p in pending if p not in results and p not in approved]
+        for call_id, item in pending.items():
+            if is_elicitation(item) and call_id not in answers and question_expired(item, now):
+                answers[call_id] = None
+        missing = [p for p in pending if p not in results and p not in approved and p not in answers]
         if missing:
             raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
-        return results, approved
+        return results, approved, answers
 
     async def way_a(self, tenant: str, messages: list[Message]) -> tuple[Continuation, dict[str, ToolResult]] | None:
         """Resume way A: the continuation a plain follow-up answers, with the client's results; else None.
@@ -291,7 +307,15 @@ class Continuations:
 
     @staticmethod
     def outputs_to_results(continuation: Continuation, outputs: dict[str, str]) -> dict[str, ToolResult]:
-        """Way A: one client ``tool`` message per pending call (approval calls too: the client answered them)."""
+        """Way A: one client ``tool`` message per pending call (approval calls too: the client answered them).
+
+        A call waiting for the user's input (an elicitation) is not the client's to answer with a result:
+        only a decision can (the call is still running, on the replica that holds it)."""
+        asking = [p["tool_call_id"] for p in continuation.pending if is_elicitation(p)]
+        if asking:
+            raise bad_request(f"tool call(s) {', '.join(quoted(i) for i in asking[:5])} of continuation "
+                              f"{continuation.id} wait for the user's input; answer them with POST "
+                              f"/v1/continuations/{continuation.id}", "messages", code="elicitation_pending")
         missing = [p["tool_call_id"] for p in continuation.pending if p["tool_call_id"] not in outputs]
         if missing:
             raise bad_request(f"the follow-up must answer every pending tool call of continuation {continuation.id}; "
@@ -302,7 +326,8 @@ class Continuations:
 
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,
-                        headless: bool = False, follow_up: list[Message] | None = None) -> LoopRequest:
+                        headless: bool = False, follow_up: list[Message] | None = None,
+                        answers: dict[str, dict[str, Any] | None] | None = None) -> LoopRequest:
         data = continuation.data
         stored = LoopState.from_dict(data["state"])
         # Counters describe this response; the tool-round budget spans the whole loop.
@@ -326,7 +351,8 @@ class Continuations:
             tool_choice=data["tool_choice"], params=data["params"], max_iterations=data["max_iterations"],
             headless=headless, tenant=tenant, stream=stream, deadline=deadline, state=state,
             resume=ResumeTurn(assistant=assistant, results=results, approved=[calls[i] for i in approved],
-                              continuation_id=continuation.id, timed_out=timed_out, follow_up=follow_up or []),
+                              continuation_id=continuation.id, timed_out=timed_out, follow_up=follow_up or [],
+                              answers=answers or {}),
             # The asker's identity and tool allow-list, whoever resumes (an approver's key has neither).
             key_id=str(asker.get("id") or ""), key_name=str(asker.get("name") or ""),
             allowed_tools=None if allowed is None else frozenset(allowed),
@@ -351,6 +377,8 @@ class Continuations:
                 await decided
             if timed_out:
                 await audit_expired(self.store, continuation, timed_out)
+            # Held calls get their answers (under the claim: at most once) and report what they did next.
+            await deliver_answers(self.held, continuation, request, deps.tools)
             async for event in run_loop(request, deps):
                 recorder = slot.recorder if slot is not None else None
                 if recorder is not None:

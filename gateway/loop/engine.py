@@ -43,14 +43,17 @@ from gateway.canonical import (
     text_of,
 )
 from gateway.context import ContextGuard
+from gateway.loop.asking import TurnAsks
 from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
 from gateway.loop.pairing import ToolResult, tool_turn
-from gateway.loop.tool_runs import run_tools
+from gateway.loop.tool_runs import ExecuteHook, record, run_tools
 from gateway.observability import metrics
 from gateway.observability.tracing import NOOP, OUTGOING, Span
 from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
+
+__all__ = ["ExecuteHook", "run_loop", "run_tools"]
 
 FINALIZE_INSTRUCTION = (
     "The tool-call limit for this request has been reached. Do not call any more tools. "
@@ -142,6 +145,10 @@ class ResumeTurn:
     timed_out: list[str] = field(default_factory=list)
     # What the client said after its tool results (a Messages caller's text beside them): after the turn.
     follow_up: list[Message] = field(default_factory=list)
+    # Held calls that asked their next question once answered (``loop/held.py``): the turn pauses again.
+    asked: list[PendingCall] = field(default_factory=list)
+    # The decisions' answers to held calls' questions (call id -> {"action", "content"}; None: timed out).
+    answers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -180,16 +187,16 @@ class LoopRequest:
 @dataclass(slots=True)
 class PendingCall:
     call: ToolCall
-    reason: str  # "client" | "approval"
+    reason: str  # "client" | "approval" | "elicitation"
     approval_timeout_s: float | None = None
+    # An elicitation: the question, its hold id, round and deadline (``Ask.pending_fields``).
+    ask: dict[str, Any] | None = None
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]
 # (tenant, call, reason, asking key id, asking key name)
 # (tenant, call, reason, key id, key name, route) -> None: a headless denial, audited and notified
 AuditHook = Callable[[str, ToolCall, str, str, str, str], Awaitable[None]]
-# (call, registered tool) -> outcome with .status, .content, .elapsed_ms
-ExecuteHook = Callable[[ToolCall, Any], Awaitable[Any]]
 
 
 @dataclass(slots=True)
@@ -203,6 +210,8 @@ class LoopDeps:
     run_approved: Callable[[str, str], ExecuteHook] | None = None
     context: ContextGuard | None = None
     route_lookup: Callable[[str], RoutePlan | None] | None = None
+    # A turn's elicitation handlers (``loop/asking.py``); None: tools that ask for input are declined.
+    asking: Callable[[LoopRequest], TurnAsks] | None = None
 
 
 def _is_forced(tool_choice: Any) -> bool:
@@ -230,9 +239,15 @@ def gateway_extension(state: LoopState, status: str, continuation_id: str | None
         extension["context"] = state.context
     if continuation_id is not None:
         extension["continuation_id"] = continuation_id
-        extension["pending"] = [{"tool_call_id": p.call["id"], "name": p.call["function"]["name"],
-                                 "reason": p.reason} for p in pending or ()]
+        extension["pending"] = [pending_entry(p) for p in pending or ()]
     return extension
+
+
+def pending_entry(p: PendingCall) -> dict[str, Any]:
+    entry: dict[str, Any] = {"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason}
+    if p.ask is not None:
+        entry["elicitation"] = p.ask["elicitation"]
+    return entry
 
 
 # Long by design: the loop is one async generator whose local state is the hot path; each step that
@@ -272,12 +287,21 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             if tool is None:
                 turn.results[call["id"]] = ToolResult("error", f"Tool '{call['function']['name']}' is no longer "
                                                       "available on this gateway.")
-                _record(state, call, "error", 0.0, "unknown")
+                record(state.tool_records, call, "error", 0.0, "unknown")
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
         runnable: list[tuple[ToolCall, Any]] = [(call, tool) for call, tool in approved if tool is not None]
-        async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results,
-                                     lambda c, s, e: _record(state, c, s, e), span, state.add_wait):
-            yield event
+        asks = deps.asking(request) if deps.asking is not None else None
+        try:
+            async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results,
+                                         lambda c, s, e: record(state.tool_records, c, s, e), span, asks):
+                yield event
+            asking = [*turn.asked, *_asking(asks)]
+            if asking:  # a held call asked again, or an approved call asked: paused once more
+                yield Finished(await _paused(request, deps, turn.assistant, turn.results, asking, asks))
+                return
+        finally:
+            if asks is not None:
+                asks.abandon()
         transcript.extend(await cap(tool_turn(turn.assistant, turn.results)))
         transcript.extend(turn.follow_up)
         state.tool_rounds += 1
@@ -406,13 +430,13 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             if reason is None:
                 available = ", ".join(sorted(server_names | client_names)) or "none"
                 results[call["id"]] = ToolResult("error", f"Unknown tool '{name}'. Available tools: {available}.")
-                _record(state, call, "error", 0.0, "unknown")
+                record(state.tool_records, call, "error", 0.0, "unknown")
             elif request.headless:
                 results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
                 state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
                 span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
                                                "loopgate.reason": reason})
-                _record(state, call, "denied", 0.0, None if reason == "approval" else "client")
+                record(state.tool_records, call, "denied", 0.0, None if reason == "approval" else "client")
                 await deps.audit(request.tenant, call, reason, request.key_id, request.key_name, request.plan.name)
             else:
                 pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
@@ -429,29 +453,53 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 runnable = runnable[:room]
                 for call in skipped:
                     results[call["id"]] = ToolResult("skipped", SKIPPED_RESULT)
-                    _record(state, call, "skipped", 0.0,
+                    record(state.tool_records, call, "skipped", 0.0,
                             None if call["function"]["name"] in server_names else "client")
                 yield context.skipped(len(skipped))
                 pending, force_finalize = [], True
 
-        async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results,
-                                     lambda c, s, e: _record(state, c, s, e), span, state.add_wait):
-            yield event
-
-        if pending:
-            continuation_id = await deps.pause(request, assistant, results, pending)
-            span.event("loopgate.pause", {"loopgate.continuation_id": continuation_id,
-                                          "loopgate.pending": len(pending)})
-            metrics.LOOP_ITERATIONS.observe(state.iterations)
-            handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
-            result = LoopResult("paused", "tool_calls", state.usage,
-                                gateway_extension(state, "paused", continuation_id, pending), handed, state.model)
-            if request.on_finish is not None:
-                request.on_finish(result)
-            yield Finished(result)
-            return
+        asks = deps.asking(request) if deps.asking is not None else None
+        try:
+            async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results,
+                                         lambda c, s, e: record(state.tool_records, c, s, e), span, asks):
+                yield event
+            pending.extend(_asking(asks))
+            if pending:
+                yield Finished(await _paused(request, deps, assistant, results, pending, asks))
+                return
+        finally:
+            if asks is not None:
+                asks.abandon()
         transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1
+
+
+def _asking(asks: TurnAsks | None) -> list[PendingCall]:
+    """The turn's calls left waiting for a user's answer, as pending calls of the pause."""
+    return [] if asks is None else [PendingCall(call, "elicitation", ask=fields) for call, fields in asks.pending()]
+
+
+async def _paused(request: LoopRequest, deps: LoopDeps, assistant: Message, results: dict[str, ToolResult],
+                  pending: list[PendingCall], asks: TurnAsks | None) -> LoopResult:
+    """Store the pause, then (only then) hand the calls waiting for answers to the held-call registry."""
+    try:
+        continuation_id = await deps.pause(request, assistant, results, pending)
+    except BaseException:
+        if asks is not None:
+            asks.abandon()  # nothing was stored: the calls waiting for an answer end here
+        raise
+    if asks is not None:
+        asks.adopt(request.tenant)
+    state = request.state
+    request.span.event("loopgate.pause", {"loopgate.continuation_id": continuation_id,
+                                          "loopgate.pending": len(pending)})
+    metrics.LOOP_ITERATIONS.observe(state.iterations)
+    handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
+    result = LoopResult("paused", "tool_calls", state.usage,
+                        gateway_extension(state, "paused", continuation_id, pending), handed, state.model)
+    if request.on_finish is not None:
+        request.on_finish(result)
+    return result
 
 
 def _context_event(span: Span, notice: Notice, continuation_id: str) -> None:
@@ -469,9 +517,3 @@ async def _unchanged(messages: list[Message]) -> list[Message]:
     return messages
 
 
-def _record(state: LoopState, call: ToolCall, status: str, elapsed_ms: float, metric_name: str | None = None) -> None:
-    """``metric_name`` replaces a name that is not a server tool's (``unknown``, ``client``): a model or a
-    caller may invent any tool name, and each would become a new metrics series."""
-    name = call["function"]["name"]
-    state.tool_records.append({"id": call["id"], "name": name, "status": status, "elapsed_ms": round(elapsed_ms, 2)})
-    metrics.TOOL_CALLS.inc(metric_name or name, status)

@@ -139,7 +139,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         stored = await runtime.store.get_continuation(_continuation_id(request), decider.tenant)
         conflict = f"continuation {stored.id} was already resumed"
         check_pending(stored, conflict)
-        results, approved = runtime.continuations.decisions_to_results(stored, body.get("decisions"))
+        results, approved, answers = runtime.continuations.decisions_to_results(stored, body.get("decisions"))
         span = work.exchange.span
         if span.recording:
             for call_id, result in results.items():
@@ -147,7 +147,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
                     span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
                                                    "gen_ai.tool.call.id": call_id})
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
-        resumed = await resume_paused(runtime, work, stored, results=results, approved=approved,
+        resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
                                       decisions=body["decisions"], stream=stream, headless=incoming.headless,
                                       deadline=deadline, conflict=conflict)
         events = resumed.events

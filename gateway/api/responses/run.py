@@ -434,11 +434,11 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     conflict = f"the pending calls of this response were already answered (continuation {stored.id})"
     check_pending(stored, conflict)
     try:
-        results, approved = runtime.continuations.decisions_to_results(stored, converted.decisions)
+        results, approved, answers = runtime.continuations.decisions_to_results(stored, converted.decisions)
     except GatewayError as error:
         error.param = "input"
         raise
-    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved,
+    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
                                   decisions=converted.decisions, stream=request.stream, headless=headless,
                                   deadline=deadline, conflict=conflict, stream_rescue=request.stream_rescue)
     loop = resumed.loop
