@@ -10,6 +10,7 @@ import aiohttp
 
 from gateway import redact
 from gateway.api.admin.auth import admin_ring
+from gateway.api.asking import asking_factory
 from gateway.api.console.feed import ConsoleFeed
 from gateway.api.lifecycle import Lifecycle
 from gateway.background.runner import BackgroundRunner
@@ -136,7 +137,8 @@ class Runtime:
         # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
                         audit=continuations.audit_denial, run_approved=continuations.ledgered,
-                        context=ContextGuard(), route_lookup=routes.lookup)
+                        context=ContextGuard(), route_lookup=routes.lookup,
+                        asking=asking_factory(config.mcp_servers, continuations))
         keys = KeyRing(config.auth.keys, config.auth.enabled)
         # Only a shared store can change behind this process's back: memory needs no polling.
         key_sync = KeySync(key_store, keys, poll=store.kind == "redis")
@@ -169,6 +171,7 @@ class Runtime:
         if self.console is not None:
             await self.console.stop()
         await self.background.aclose()
+        await self.continuations.held.aclose()  # held calls report that they ended before the store closes
         await self.continuations.notifier.stop()
         await self.key_sync.stop()
         await self.mcp.stop()

@@ -74,11 +74,17 @@ def summary_of(c: Continuation) -> dict[str, Any]:
 def pending_view(item: dict[str, Any]) -> dict[str, Any]:
     arguments = item.get("arguments")
     deadline = item.get("approval_deadline")
-    return {"tool_call_id": item["tool_call_id"], "name": item["name"], "reason": item["reason"],
+    view = {"tool_call_id": item["tool_call_id"], "name": item["name"], "reason": item["reason"],
             "arguments": arguments if isinstance(arguments, str) else "",
             "arguments_sha256": item.get("arguments_sha256") or arguments_digest(arguments),
             # Rounded up: the view never calls a call expired before the gateway would refuse its approval.
             "approval_deadline": None if deadline is None else math.ceil(deadline)}
+    question = item.get("elicitation")
+    if isinstance(question, dict):  # a running call asking the user for input (MCP elicitation)
+        asked_until = item.get("elicitation_deadline")
+        view["elicitation"] = question
+        view["elicitation_deadline"] = None if asked_until is None else math.ceil(asked_until)
+    return view
 
 
 def continuation_view(c: Continuation, now: float | None = None) -> dict[str, Any]:
@@ -91,9 +97,15 @@ def with_status(view: dict[str, Any], status: str, now: float | None = None) -> 
     now = time.time() if now is None else now
     view["status"] = status
     view.pop("_score", None)
-    view["pending"] = [{**p, "approval_expired": p.get("approval_deadline") is not None
-                        and p["approval_deadline"] <= now} for p in view.get("pending") or ()]
+    view["pending"] = [_expiry(p, now) for p in view.get("pending") or ()]
     return view
+
+
+def _expiry(p: dict[str, Any], now: float) -> dict[str, Any]:
+    shown = {**p, "approval_expired": p.get("approval_deadline") is not None and p["approval_deadline"] <= now}
+    if "elicitation" in p:
+        shown["elicitation_expired"] = p.get("elicitation_deadline") is not None and p["elicitation_deadline"] <= now
+    return shown
 
 
 def expired_calls(c: Continuation, now: float | None = None) -> set[str]:

@@ -35,7 +35,8 @@ ELICITATION_TIMED_OUT = "elicitation timed out"
 _OBJECT_KEYS = frozenset({"type", "properties", "required"})
 _FIELD_KEYS = frozenset({"type", "enum", "minLength", "maxLength", "format", "minimum", "maximum", "items",
                          "minItems", "maxItems", "oneOf", "anyOf", "const"})
-_FORMATS = FormatChecker(["email", "date", "date-time", "uri"])
+# The formats MCP names that this installation can check (``uri``/``date-time`` need optional packages).
+_FORMATS = FormatChecker([f for f in ("email", "date", "date-time", "uri") if f in FormatChecker.checkers])
 _MAX_FIELDS = 100
 
 

@@ -44,6 +44,9 @@ def call_summary(item: Mapping[str, Any]) -> dict[str, Any]:
                            "arguments_sha256": digest(item.get("arguments"))}
     if item.get("reason") is not None:
         out["reason"] = item.get("reason")
+    question = item.get("elicitation")
+    if isinstance(question, Mapping):  # which server asks, and how: its message and schema stay in the inbox
+        out["elicitation"] = {"server": cut(question.get("server"), 200), "mode": cut(question.get("mode"), 10)}
     return out
 
 

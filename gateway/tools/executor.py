@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import orjson
 from jsonschema.exceptions import ValidationError
@@ -42,8 +44,13 @@ async def run_tool(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
     if problem is not None:
         return ToolOutcome("error", problem, _ms_since(start))
     timeout = asyncio.timeout(tool.spec.timeout_s)
-    # What the running call may ask of its request (progress here; a source reads it when the call starts).
-    interactions = CALL_INTERACTIONS.set(CallInteractions(progress=CALL_PROGRESS.get()))
+    # What the running call may ask of its request: progress (the loop's handler for this call), and a user's
+    # input or a model's answer (the loop's handlers, set for this call's task). A person's answer or a model's
+    # is not the tool's time: its clock stops while they are awaited.
+    asked = CALL_INTERACTIONS.get() or CallInteractions()
+    interactions = CALL_INTERACTIONS.set(replace(
+        asked, progress=CALL_PROGRESS.get(), elicit=_clock_stopped(timeout, asked.elicit),
+        sample=_clock_stopped(timeout, asked.sample)))
     try:
         async with timeout:
             content = await tool.source.call(name, arguments)
@@ -67,6 +74,31 @@ async def run_tool(tool: RegisteredTool, arguments_json: str) -> ToolOutcome:
     parts = [{**part, "text": redact.scrub(part["text"])} if part.get("type") == "text" else part
              for part in content.parts]
     return ToolOutcome("ok", redact.scrub(content.text), elapsed, parts)
+
+
+_Q = TypeVar("_Q")
+_A = TypeVar("_A")
+
+
+def _clock_stopped(timeout: asyncio.Timeout,
+                   handler: Callable[[_Q], Awaitable[_A]] | None) -> Callable[[_Q], Awaitable[_A]] | None:
+    """``handler`` with the call's deadline moved on by the time it takes (an elicitation waits for a person,
+    bounded by its own ``elicitation_timeout_s``; a sampling request by the request's deadline)."""
+    if handler is None:
+        return None
+
+    async def stopped(question: _Q) -> _A:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        when = timeout.when()
+        timeout.reschedule(None)
+        try:
+            return await handler(question)
+        finally:
+            if when is not None and not timeout.expired():
+                timeout.reschedule(when + (loop.time() - began))
+
+    return stopped
 
 
 def _parse(name: str, arguments_json: str) -> dict[str, Any] | str:

@@ -6,6 +6,8 @@ import asyncio
 import threading
 import time
 
+import orjson
+
 RUNS: list[str] = []
 _lock = threading.Lock()
 
@@ -50,3 +52,33 @@ def big(kb: int, tag: str = "row") -> str:
         size += len(line) + 1
         i += 1
     return "\n".join(lines)
+
+
+FORM = {"type": "object", "properties": {
+    "name": {"type": "string", "title": "Your name", "minLength": 1, "maxLength": 40},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "color": {"type": "string", "enum": ["red", "green", "blue"]},
+    "subscribe": {"type": "boolean", "default": False},
+    "email": {"type": "string", "format": "email"}}, "required": ["name"]}
+
+
+async def ask_user(question: str, server: str = "asker", mode: str = "form", rounds: int = 1,
+                   work_s: float = 0.0) -> str:
+    """A tool that asks the user (through the loop's elicitation handler, as an MCP source does) ``rounds`` times,
+    then works ``work_s`` seconds; its result says what each answer was."""
+    from gateway.tools.interaction import CALL_INTERACTIONS, ElicitationRequest
+
+    interactions = CALL_INTERACTIONS.get()
+    if interactions is None or interactions.elicit is None:
+        return "no one to ask"
+    said = []
+    for round_ in range(1, rounds + 1):
+        request = (ElicitationRequest(server=server, mode="url", message=f"{question} (round {round_})",
+                                      url="https://auth.example.com/connect?state=abc", elicitation_id=f"e{round_}")
+                   if mode == "url" else
+                   ElicitationRequest(server=server, mode="form", message=f"{question} (round {round_})",
+                                      requested_schema=FORM))
+        answer = await interactions.elicit(request)
+        said.append(f"{answer.action} {orjson.dumps(answer.content, option=orjson.OPT_SORT_KEYS).decode()}")
+    await asyncio.sleep(work_s)
+    return "user said: " + "; ".join(said)

@@ -48,6 +48,8 @@ def decision_items(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for decision in decisions:
         call_id = decision["tool_call_id"]
+        if "action" in decision:  # an answer to a held call's question: no Responses item says it (nor its content)
+            continue
         if "output" in decision:
             items.append({"type": "function_call_output", "call_id": call_id, "output": decision["output"]})
             continue

@@ -362,6 +362,8 @@ class ResponseBuilder:
             reasons = {p["tool_call_id"]: p["reason"] for p in result.gateway.get("pending", ())}
             for call in result.tool_calls:
                 function = call["function"]
+                if reasons.get(call["id"]) == "elicitation":
+                    continue  # a server call asking the user: answered in the inbox or by a decision, not an item
                 if reasons.get(call["id"]) == "approval":
                     index = self._add({"id": f"mcpr_{call['id']}", "type": "mcp_approval_request",
                                        "server_label": self.label_of(function["name"]), "name": function["name"],

@@ -1,0 +1,58 @@
+"""The handlers a running tool call may use to ask the loop for something: a user's input, a model's answer.
+
+Built once per worker from ``mcp_servers``: each server's elicitation policy (``elicitation``,
+``elicitation_timeout_s``) and, when it names a ``sampling_route``, a sampling handler that runs
+on that route charged to the key whose loop made the call (``api/sampling.py``). A tool whose
+source is no MCP server (a Python tool using ``gateway.tools.interaction``) gets the policy of the
+server its request names, else the defaults (pause, 600 s), and no sampling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.canonical import ToolCall
+from gateway.config.mcp_section import McpServerConfig
+from gateway.loop.asking import AskPolicy, TurnAsks
+from gateway.loop.continuations import Continuations
+from gateway.loop.engine import LoopRequest
+from gateway.tools.interaction import SamplingHandler
+
+MCP_SOURCE_PREFIX = "mcp:"
+
+#: (the loop's request, the MCP server's config) -> the sampling handler for that server's calls
+SamplerFactory = Callable[[LoopRequest, McpServerConfig], SamplingHandler]
+
+
+def asking_factory(servers: dict[str, McpServerConfig], continuations: Continuations,
+                   sampler: SamplerFactory | None = None) -> Callable[[LoopRequest], TurnAsks]:
+    """``LoopDeps.asking``: one :class:`TurnAsks` per turn of a loop."""
+    by_source = {MCP_SOURCE_PREFIX + name: server for name, server in servers.items()}
+    policies = {name: AskPolicy(server.elicitation, server.elicitation_timeout_s) for name, server in servers.items()}
+    default = AskPolicy()
+
+    def policy(source: str, server: str) -> AskPolicy:
+        config = by_source.get(source)
+        if config is not None:
+            return policies[config.name]
+        return policies.get(server, default)
+
+    def for_turn(request: LoopRequest) -> TurnAsks:
+        async def denied(call: ToolCall) -> None:
+            """Headless: no one can answer. Listed, on the span and audited like any headless denial."""
+            name = call["function"]["name"]
+            request.state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": "elicitation"})
+            request.span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
+                                                   "loopgate.reason": "elicitation"})
+            await continuations.audit_denial(request.tenant, call, "elicitation", request.key_id, request.key_name,
+                                             request.plan.name)
+
+        def sampling(source: str) -> SamplingHandler | None:
+            config = by_source.get(source)
+            if sampler is None or config is None or config.sampling_route is None:
+                return None  # not offered: the source answers the protocol's error
+            return sampler(request, config)
+
+        return TurnAsks(continuations.held, policy, sampling, request.headless, denied)
+
+    return for_turn
