@@ -42,6 +42,7 @@ _FILES = {
     "approvals.html": (PAGE, "text/html; charset=utf-8"),
     "approvals.css": (f"{PAGE}/approvals.css", "text/css; charset=utf-8"),
     "approvals.js": (f"{PAGE}/approvals.js", "text/javascript; charset=utf-8"),
+    "elicitation.js": (f"{PAGE}/elicitation.js", "text/javascript; charset=utf-8"),
 }
 
 

@@ -239,9 +239,10 @@
 
   // ---- the inbox ----------------------------------------------------------------------------
 
+  /** The calls a person decides here: approvals, and running calls asking for input (elicitations). */
   function approvalCalls(item) {
     const pending = Array.isArray(item.pending) ? item.pending : [];
-    return pending.filter((call) => call && call.reason === "approval");
+    return pending.filter((call) => call && (call.reason === "approval" || call.reason === "elicitation"));
   }
 
   function renderList(items) {
@@ -293,7 +294,7 @@
     el.dataset.id = item.id;
     if (!state.firstList) el.classList.add("arrived");
     const calls = approvalCalls(item);
-    const clientCalls = (item.pending || []).filter((call) => call && call.reason !== "approval");
+    const clientCalls = (item.pending || []).filter((call) => call && call.reason === "client");
     const single = calls.length === 1 && clientCalls.length === 0;
     const container = el.querySelector(".calls");
     for (const call of calls) container.append(buildCall(card, call, single));
@@ -313,6 +314,16 @@
   }
 
   function buildCall(card, call, single) {
+    if (call.reason === "elicitation") {
+      return window.LoopgateElicitation.buildQuestion(call, (asked, action, decision, section) => {
+        card.choices.set(asked.tool_call_id, decision);
+        if (single) { decide(card); return; }
+        for (const button of section.querySelectorAll(".buttons button")) {
+          button.setAttribute("aria-pressed", String(button.classList.contains(action)));
+        }
+        card.el.querySelector(".send").disabled = card.choices.size < approvalCalls(card.item).length;
+      });
+    }
     const section = $("call-template").content.firstElementChild.cloneNode(true);
     section.dataset.callId = text(call.tool_call_id);
     const name = text(call.name) || "(unnamed tool)";
@@ -371,9 +382,19 @@
     for (const call of calls) {
       const section = [...el.querySelectorAll(".call")].find((node) => node.dataset.callId === call.tool_call_id);
       if (!section) continue;
+      const status = section.querySelector(".call-status");
+      if (call.reason === "elicitation") {
+        const until = toDate(call.elicitation_deadline);
+        if (call.elicitation_expired === true || (until !== null && until.getTime() <= Date.now())) {
+          status.textContent = "The question timed out: it was declined.";
+          if (!card.done) section.querySelector(".accept").disabled = true;
+        } else if (until) {
+          status.textContent = `Answer ${relative(until)} (then it is declined).`;
+        }
+        continue;
+      }
       const deadline = toDate(call.approval_deadline);
       const expired = call.approval_expired === true || (deadline !== null && deadline.getTime() <= Date.now());
-      const status = section.querySelector(".call-status");
       if (expired) {
         status.textContent = "Approval timed out: this call counts as denied.";
         // Approving it is refused (409 approval_expired); Deny stays, to let the loop go on now.
@@ -398,8 +419,9 @@
       const result = await api(`v1/continuations/${encodeURIComponent(card.item.id)}`,
         {method: "POST", body: {decisions, stream: false}});
       const status = pick(result.payload, "gateway.status") || "done";
-      const verdict = decisions.every((d) => d.approve) ? "Approved" : decisions.some((d) => d.approve)
-        ? "Decided" : "Denied";
+      const yes = (d) => d.approve === true || d.action === "accept";
+      const verdict = decisions.every((d) => d.action) ? "Answered" : decisions.every(yes) ? "Approved"
+        : decisions.some(yes) ? "Decided" : "Denied";
       card.done = true;
       card.doneAt = Date.now();
       el.classList.add("done");
@@ -450,7 +472,7 @@
         } else {
           cell.textContent = value;
         }
-        if (label === "Decision") cell.className = kind.startsWith("approv") ? "approved" : "denied";
+        if (label === "Decision") cell.className = kind.startsWith("approv") || kind === "elicitation_accepted" ? "approved" : "denied";
         row.append(cell);
       }
       return row;
