@@ -245,3 +245,11 @@ def test_mcp_servers() -> None:
         "mcp_servers.x.elicitation: must be one of pause, decline; got 'ask'")
     assert mistake("mcp_servers: {x: {command: [srv], sampling_max_tokens: 0}}") == (
         "mcp_servers.x.sampling_max_tokens: must be an integer from 1 to 128000")
+
+
+def test_sampling_route_must_name_a_chat_route() -> None:
+    servers = "mcp_servers:\n  files: {url: 'http://mcp.internal/mcp', sampling_route: %s}\nmodels:\n"
+    assert mistake(GOOD.replace("models:\n", servers % "smrt", 1)) == (
+        "mcp_servers.files.sampling_route: unknown model route 'smrt' (chat routes: smart)")
+    assert parse_config(GOOD.replace("models:\n", servers % "smart", 1), ENV).mcp_servers["files"].sampling_route == \
+        "smart"

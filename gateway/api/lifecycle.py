@@ -169,6 +169,12 @@ class Work:
         self.meter = self.exchange.meter = meter
         return asker
 
+    def act_for(self, key: ApiKey) -> None:
+        """Work no caller sent, done for ``key`` (an MCP server's sampling request during that key's tool call):
+        charged to it like its own requests (budget, limits, usage rows, access record)."""
+        self.key = self.exchange.key = key
+        self.meter = self.exchange.meter = self.lifecycle.usage.meter(key)
+
     # -- admission ------------------------------------------------------------------------------
     async def admit(self, body_bytes: int, tokens: int | None = None) -> None:
         """Budget, then rate limits (a 429 for either), then a background run's slot: all for ``key``.

@@ -13,6 +13,7 @@ from gateway.api.admin.auth import admin_ring
 from gateway.api.asking import asking_factory
 from gateway.api.console.feed import ConsoleFeed
 from gateway.api.lifecycle import Lifecycle
+from gateway.api.sampling import sampler_factory
 from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
 from gateway.config.model import AdminKey, Config
@@ -137,8 +138,7 @@ class Runtime:
         # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,
                         audit=continuations.audit_denial, run_approved=continuations.ledgered,
-                        context=ContextGuard(), route_lookup=routes.lookup,
-                        asking=asking_factory(config.mcp_servers, continuations))
+                        context=ContextGuard(), route_lookup=routes.lookup)
         keys = KeyRing(config.auth.keys, config.auth.enabled)
         # Only a shared store can change behind this process's back: memory needs no polling.
         key_sync = KeySync(key_store, keys, poll=store.kind == "redis")
@@ -158,13 +158,16 @@ class Runtime:
                                   health)
             console.start()
             undo.push_async_callback(console.stop)
+        lifecycle = Lifecycle(keys, admin_keys, limits, usage, lookup)
+        sampler = sampler_factory(lifecycle, keys, router, routes.lookup, config.routing.request_timeout_s)
+        deps.asking = asking_factory(config.mcp_servers, continuations, sampler)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
                    mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,
                    key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
                    background=BackgroundRunner(open_background(store), config.background,
                                                config.store.continuation_ttl_s),
-                   lifecycle=Lifecycle(keys, admin_keys, limits, usage, lookup),
+                   lifecycle=lifecycle,
                    embedder=Embedder(router, pool), console=console)
 
     async def stop(self) -> None:

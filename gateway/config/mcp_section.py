@@ -95,3 +95,18 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
         sampling_route=sampling_route,
         sampling_max_tokens=sampling_max_tokens,
     )
+
+
+def check_sampling_routes(servers: dict[str, McpServerConfig], chat_routes: dict[str, str]) -> None:
+    """``mcp_servers.NAME.sampling_route`` names a configured chat route (``chat_routes``: name -> kind)."""
+    for name, server in servers.items():
+        route = server.sampling_route
+        if route is None:
+            continue
+        if route not in chat_routes:
+            known = ", ".join(sorted(r for r, kind in chat_routes.items() if kind == "chat")) or "none"
+            raise ConfigError(f"mcp_servers.{name}.sampling_route", f"unknown model route '{route}' (chat routes: "
+                              f"{known})")
+        if chat_routes[route] != "chat":
+            raise ConfigError(f"mcp_servers.{name}.sampling_route",
+                              f"'{route}' is an embeddings route; sampling needs a chat route")

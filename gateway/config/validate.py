@@ -23,7 +23,7 @@ from gateway.config.keys_section import (
     check_key_models,
     tenants_section,
 )
-from gateway.config.mcp_section import MCP_KEYS, mcp_server_section
+from gateway.config.mcp_section import MCP_KEYS, check_sampling_routes, mcp_server_section
 from gateway.config.model import Config
 from gateway.config.models_section import (
     CONTEXT_KEYS,
@@ -81,6 +81,7 @@ def build_config(raw: dict[str, Any]) -> Config:
                     lambda n, v: embeddings_route_section(n, v, providers) if is_embeddings(v)
                     else route_section(n, v, providers, tools, mcp_servers))
     check_compress_with(models)
+    check_sampling_routes(mcp_servers, {name: route.kind for name, route in models.items()})
     check_target_prices(models)
     auth = auth_section(raw.get("auth"))
     check_key_models(auth, set(models), set(providers))

@@ -1,0 +1,144 @@
+"""An MCP server's ``sampling/createMessage``, answered on its ``sampling_route`` for the key whose call it is.
+
+A server that asks the client's model to generate does so during a tool call of some key's loop:
+the generation is that key's work. It goes through the request lifecycle like any request of the
+key (``Lifecycle.begin`` + ``Work.act_for``: its route allow-list, budget, rate limits, usage rows,
+cost, access record and span, under the path ``/mcp/sampling``), as one model call on the route's
+targets with their failover, **without tools**, ``max_tokens`` capped at the server's
+``sampling_max_tokens``.
+
+Translation: MCP text content becomes canonical text, image content an ``image_url`` data part,
+audio a note that it was left out; ``systemPrompt`` a system message; ``temperature`` and
+``stopSequences`` the request's ``temperature`` and ``stop``. Of ``modelPreferences`` the ``hints``
+are honoured: the first target whose upstream model contains a hint's name is tried first (the
+route's order otherwise); the cost/speed/intelligence priorities are not (the route's order is the
+operator's choice). The answer's text goes back as one text content block with the upstream model
+and a stop reason (``endTurn``, ``maxTokens``, ``stopSequence``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.api.lifecycle import Lifecycle
+from gateway.canonical import Message, ModelRequest, text_of
+from gateway.config.mcp_section import McpServerConfig
+from gateway.governance.keys import KeyRing
+from gateway.http.incoming import Incoming
+from gateway.loop.engine import LoopRequest, LoopState
+from gateway.routing.router import Router
+from gateway.routing.routes import RoutePlan
+from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRequest
+
+log = logging.getLogger("loopgate.sampling")
+
+PATH = "/mcp/sampling"
+#: messages of one sampling request taken at most (the source bounds their size)
+MAX_MESSAGES = 100
+_STOP = {"stop": "endTurn", "length": "maxTokens", "tool_calls": "endTurn", "content_filter": "endTurn"}
+
+
+class SamplingRefused(Exception):
+    """The request cannot be run (the asking key is gone, its budget or limits refuse it, every target failed):
+    the MCP source answers the server with an error carrying this message."""
+
+
+async def _no_body() -> dict[str, Any]:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def canonical_messages(question: SamplingRequest) -> list[Message]:
+    messages: list[Message] = []
+    if question.system_prompt:
+        messages.append({"role": "system", "content": question.system_prompt})
+    for item in question.messages[:MAX_MESSAGES]:
+        role = item.get("role") if item.get("role") in ("user", "assistant") else "user"
+        content = item.get("content")
+        blocks = content if isinstance(content, list) else [content]
+        parts: list[dict[str, Any]] = []
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                parts.append({"type": "text", "text": str(block.get("text", ""))})
+            elif kind == "image" and role == "user":
+                mime = str(block.get("mimeType") or "image/png")
+                parts.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{block.get('data', '')}"}})
+            else:
+                parts.append({"type": "text", "text": f"[{kind} content left out]"})
+        if role == "assistant" or all(p["type"] == "text" for p in parts):
+            messages.append({"role": role, "content": "".join(p.get("text", "") for p in parts)})
+        else:
+            messages.append({"role": role, "content": parts})
+    return messages
+
+
+def preferred(plan: RoutePlan, preferences: dict[str, Any] | None) -> list[Any]:
+    """The route's targets, the first one matching a hint (in the hints' order) moved to the front."""
+    targets = list(plan.targets)
+    hints = (preferences or {}).get("hints")
+    for hint in hints if isinstance(hints, list) else ():
+        name = hint.get("name") if isinstance(hint, dict) else None
+        if not isinstance(name, str) or not name:
+            continue
+        match = next((t for t in targets if name.lower() in t.model.lower()), None)
+        if match is not None:
+            targets.remove(match)
+            return [match, *targets]
+    return targets
+
+
+def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup: Callable[[str], RoutePlan | None],
+                    request_timeout_s: float) -> Callable[[LoopRequest, McpServerConfig], SamplingHandler]:
+    """``asking_factory``'s sampler: the handler for one loop's calls to one server."""
+
+    def for_loop(loop: LoopRequest, server: McpServerConfig) -> SamplingHandler:
+        async def sample(question: SamplingRequest) -> SamplingAnswer:
+            route = server.sampling_route
+            plan = lookup(route) if route else None
+            if plan is None:
+                raise SamplingRefused(f"sampling route {route!r} is not configured")
+            key = keys.find(loop.key_id) if loop.key_id else None
+            if key is None:
+                raise SamplingRefused("the key whose tool call asked is revoked or expired")
+            parent = loop.span.traceparent() if loop.span.recording else None
+            headers = [(b"traceparent", parent.encode())] if parent else []
+            work = lifecycle.begin("POST", PATH, Incoming({"type": "http", "headers": headers}, _no_body))
+            try:
+                work.act_for(key)
+                work.allow(plan)
+                messages = canonical_messages(question)
+                params: dict[str, Any] = {"max_tokens": max(1, min(question.max_tokens, server.sampling_max_tokens))}
+                if question.temperature is not None:
+                    params["temperature"] = question.temperature
+                if question.stop_sequences:
+                    params["stop"] = list(question.stop_sequences)[:4]
+                size = sum(len(text_of(m.get("content"))) for m in messages)
+                await work.admit(size)
+                state = LoopState()
+                answer = await router.complete(preferred(plan, question.model_preferences),
+                                               ModelRequest(messages=messages, params=params), state.attempts,
+                                               plan.retries, time.monotonic() + request_timeout_s)
+                response = answer.response
+                state.iterations = 1
+                state.model = response.model or answer.target.model
+                state.answered_by.append(answer.target.label)
+                state.add_call(answer.target.label, response.usage)
+                work.account(state)
+                await work.settle(state.usage)
+            except Exception as exc:
+                error = await work.failed(exc)
+                log.info("sampling for MCP server %s refused: %s", server.name, error.message)
+                raise SamplingRefused(error.message) from None
+            work.done(200)
+            return SamplingAnswer(role="assistant", content={"type": "text", "text": text_of(response.message.get(
+                "content"))}, model=state.model, stop_reason=_STOP.get(str(response.finish_reason), "endTurn"))
+
+        return sample
+
+    return for_loop
+
