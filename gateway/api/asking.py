@@ -4,7 +4,8 @@ Built once per worker from ``mcp_servers``: each server's elicitation policy (``
 ``elicitation_timeout_s``) and, when it names a ``sampling_route``, a sampling handler that runs
 on that route charged to the key whose loop made the call (``api/sampling.py``). A tool whose
 source is no MCP server (a Python tool using ``gateway.tools.interaction``) gets the policy of the
-server its request names, else the defaults (pause, 600 s), and no sampling.
+server its request names, else the defaults (pause, 600 s), and sampling in the name of a server
+its request names (refused unless that server has a ``sampling_route``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from gateway.config.mcp_section import McpServerConfig
 from gateway.loop.asking import AskPolicy, TurnAsks
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopRequest
-from gateway.tools.interaction import SamplingHandler
+from gateway.loop.sampling import SamplingRefused
+from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRequest
 
 MCP_SOURCE_PREFIX = "mcp:"
 
@@ -48,10 +50,22 @@ def asking_factory(servers: dict[str, McpServerConfig], continuations: Continuat
                                              request.plan.name)
 
         def sampling(source: str) -> SamplingHandler | None:
+            if sampler is None:
+                return None
             config = by_source.get(source)
-            if sampler is None or config is None or config.sampling_route is None:
-                return None  # not offered: the source answers the protocol's error
-            return sampler(request, config)
+            if config is not None:  # an MCP server's call: offered only when the server has a sampling_route
+                return sampler(request, config) if config.sampling_route is not None else None
+            if not any(server.sampling_route for server in servers.values()):
+                return None
+
+            async def named(question: SamplingRequest) -> SamplingAnswer:
+                """Another source's call asks in the name of a configured server, which must have a route."""
+                named_server = servers.get(question.server)
+                if sampler is None or named_server is None or named_server.sampling_route is None:
+                    raise SamplingRefused(f"server {question.server!r} has no sampling_route")
+                return await sampler(request, named_server)(question)
+
+            return named
 
         return TurnAsks(continuations.held, policy, sampling, request.headless, denied)
 

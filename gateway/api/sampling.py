@@ -29,6 +29,7 @@ from gateway.config.mcp_section import McpServerConfig
 from gateway.governance.keys import KeyRing
 from gateway.http.incoming import Incoming
 from gateway.loop.engine import LoopRequest, LoopState
+from gateway.loop.sampling import SamplingRefused
 from gateway.routing.router import Router
 from gateway.routing.routes import RoutePlan
 from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRequest
@@ -39,11 +40,6 @@ PATH = "/mcp/sampling"
 #: messages of one sampling request taken at most (the source bounds their size)
 MAX_MESSAGES = 100
 _STOP = {"stop": "endTurn", "length": "maxTokens", "tool_calls": "endTurn", "content_filter": "endTurn"}
-
-
-class SamplingRefused(Exception):
-    """The request cannot be run (the asking key is gone, its budget or limits refuse it, every target failed):
-    the MCP source answers the server with an error carrying this message."""
 
 
 async def _no_body() -> dict[str, Any]:

@@ -82,3 +82,21 @@ async def ask_user(question: str, server: str = "asker", mode: str = "form", rou
         said.append(f"{answer.action} {orjson.dumps(answer.content, option=orjson.OPT_SORT_KEYS).decode()}")
     await asyncio.sleep(work_s)
     return "user said: " + "; ".join(said)
+
+
+async def ask_model(prompt: str, server: str = "sampler", max_tokens: int = 5000, hint: str = "") -> str:
+    """A tool that asks the client's model (through the loop's sampling handler, as an MCP source does)."""
+    from gateway.tools.interaction import CALL_INTERACTIONS, SamplingRequest
+
+    interactions = CALL_INTERACTIONS.get()
+    if interactions is None or interactions.sample is None:
+        return "no model to ask"
+    try:
+        answer = await interactions.sample(SamplingRequest(
+            server=server, messages=[{"role": "user", "content": {"type": "text", "text": prompt}}],
+            max_tokens=max_tokens, system_prompt="Answer briefly.",
+            model_preferences={"hints": [{"name": hint}]} if hint else None))
+    except Exception as exc:  # what the MCP source answers the server with
+        return f"refused: {exc}"
+    content = answer.content if isinstance(answer.content, dict) else answer.content[0]
+    return f"{answer.model} said {content['text']!r} ({answer.stop_reason})"

@@ -25,29 +25,40 @@ from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 APPROVER = "elicit-approver-key"
+SAMPLER_KEY = "sampling-key"
+ADMIN = "elicit-admin-key"
 TOOLS = """  ask_user:
     description: Ask the user something
     parameters: {type: object, properties: {question: {type: string}, server: {type: string}, mode: {type: string},
                  rounds: {type: integer}, work_s: {type: number}}, required: [question]}
     python: "tests.e2e.sample_tools:ask_user"
     timeout_s: 1
+  ask_model:
+    description: Ask the client's model something
+    parameters: {type: object, properties: {prompt: {type: string}, server: {type: string}, hint: {type: string}},
+                 required: [prompt]}
+    python: "tests.e2e.sample_tools:ask_model"
 """
 # The asking tool names the server whose policy applies; these servers serve nothing (port 9 refuses).
 SERVERS = """mcp_servers:
   asker: {url: "http://127.0.0.1:9/mcp", timeout_s: 1}
   quick: {url: "http://127.0.0.1:9/mcp", timeout_s: 1, elicitation_timeout_s: 1.5}
   refuser: {url: "http://127.0.0.1:9/mcp", timeout_s: 1, elicitation: decline}
+  sampler: {url: "http://127.0.0.1:9/mcp", timeout_s: 1, sampling_route: sampling_target, sampling_max_tokens: 64}
 """
 ROUTE = """  ask:
     targets: [{provider: primary, model: m}]
-    tools: [ask_user, delete_record]
+    tools: [ask_user, ask_model, delete_record]
+  sampling_target:
+    targets: [{provider: secondary, model: big-model}, {provider: secondary, model: small-cheap-model}]
 """
 
 
 def config(fakes: dict[str, FakeUpstream]) -> str:
     text = gateway_config(fakes, store_url=REDIS_URL, extra_models=ROUTE)
-    text = text.replace("auth:\n  keys:\n", f"auth:\n  keys:\n    - {{key: {APPROVER}, tenant: team-a, name: reviewer, "
-                        "role: approver}\n", 1)
+    text = text.replace("auth:\n  keys:\n", f"auth:\n  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n  keys:\n"
+                        f"    - {{key: {APPROVER}, tenant: team-a, name: reviewer, role: approver}}\n"
+                        f"    - {{key: {SAMPLER_KEY}, tenant: samplers, name: sampler}}\n", 1)
     return text.replace("models:\n", TOOLS + SERVERS + "models:\n", 1)
 
 
