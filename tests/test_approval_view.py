@@ -64,4 +64,4 @@ def test_decision_digest_checks(digest: object, status: int, code: str | None) -
     assert error.value.status == status and error.value.code == code
     good = hashlib.sha256(b'{"id": 1}').hexdigest()
     assert Continuations.decisions_to_results(c, [{"tool_call_id": "c1", "approve": True,
-                                                   "arguments_sha256": good}]) == ({}, ["c1"])
+                                                   "arguments_sha256": good}]) == ({}, ["c1"], {})

@@ -63,15 +63,42 @@ _SCHEMAS: dict[str, Any] = {
             "id": {"type": "string"}, "object": {"type": "string"},
             "status": {"type": "string", "description": "paused, or claimed (being resumed)"},
             "model": {"type": "string"}, "created_at": {"type": "number"}, "expires_at": {"type": "number"},
-            "pending": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+            "pending": {"type": "array", "items": _ref("PendingCall")},
         },
         "additionalProperties": True,
     },
+    "PendingCall": {
+        "type": "object", "required": ["tool_call_id", "name", "reason"],
+        "description": "A call the loop waits for: the client's result, a person's approval, or the user's input "
+                       "to a running server tool (`elicitation`, MCP).",
+        "properties": {
+            "tool_call_id": {"type": "string"}, "name": {"type": "string"},
+            "reason": {"type": "string", "enum": ["client", "approval", "elicitation"]},
+            "arguments": {"type": "string"}, "arguments_sha256": {"type": "string"},
+            "approval_deadline": {"type": ["integer", "null"]}, "approval_expired": {"type": "boolean"},
+            "elicitation": _ref("Elicitation"), "elicitation_deadline": {"type": ["integer", "null"]},
+            "elicitation_expired": {"type": "boolean"}},
+        "additionalProperties": True,
+    },
+    "Elicitation": {
+        "type": "object", "required": ["server", "mode", "message"],
+        "description": "What a running MCP tool asks the user: a form (`requested_schema`, flat) or a page to open "
+                       "(`url`, never fetched by the gateway).",
+        "properties": {"server": {"type": "string"}, "mode": {"type": "string", "enum": ["form", "url"]},
+                       "message": {"type": "string"}, "requested_schema": {"type": "object"},
+                       "url": {"type": "string"}},
+    },
     "Decision": {
         "type": "object", "required": ["tool_call_id"],
-        "description": "`approve` for an approval-required server tool, or `output` for a client tool.",
+        "description": "`approve` for an approval-required server tool, `output` for a client tool, or `action` "
+                       "(with `content` for an accepted form) for a call asking the user for input (`elicitation`): "
+                       "`content` must satisfy the question's `requested_schema` (a 400 naming the field otherwise).",
         "properties": {"tool_call_id": {"type": "string"}, "approve": {"type": "boolean"},
-                       "reason": {"type": "string"}, "output": {"type": "string"}},
+                       "reason": {"type": "string"}, "output": {"type": "string"},
+                       "arguments_sha256": {"type": "string"},
+                       "action": {"type": "string", "enum": ["accept", "decline", "cancel"]},
+                       "content": {"type": "object", "additionalProperties": {
+                           "type": ["string", "number", "integer", "boolean", "array"]}}},
     },
     "Decisions": {
         "type": "object", "required": ["decisions"],
@@ -157,7 +184,8 @@ _PATHS: dict[str, Any] = {
                 "responses": {"200": _ok("The continuation.", _ref("Continuation")),
                               **_errors("401", "404", "503")}},
         "post": {"tags": ["continuations"], "operationId": "resumeContinuation",
-                 "summary": "Resume with decisions (way B): approve or deny each call, or give a client tool's output. "
+                 "summary": "Resume with decisions (way B): approve or deny each call, give a client tool's output, or "
+                            "answer a running tool's question (accept with content, decline, cancel). "
                             "Answers like the surface the loop was started on (chat completion or Anthropic message); "
                             "`stream: true` answers with server-sent events.",
                  "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Decisions")}}},

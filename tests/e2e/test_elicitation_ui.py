@@ -76,7 +76,8 @@ def test_a_refused_answer_shows_the_field_and_can_be_corrected(ui_gateway: Gatew
         fakes["primary"].queue(Reply(text="thanks"))
         shown.get_by_role("button", name="Accept the question of ask_user").click()
         expect(shown.locator(".card-note")).to_contain_text("Answered", timeout=WAIT_MS)
-        assert last_tool_result(fakes["primary"]) == 'user said: accept {"email":"ada@example.com","name":"Ada","subscribe":false}'
+        assert last_tool_result(fakes["primary"]) == \
+            'user said: accept {"email":"ada@example.com","name":"Ada","subscribe":false}'
     finally:
         page.context.close()
 
