@@ -21,7 +21,9 @@ import pytest
 import redis
 
 from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, gateway_config, require_redis, two_replicas
+from tests.e2e.test_webhooks import wait_type
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.fakes.webhook_receiver import WebhookReceiver
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 APPROVER = "elicit-approver-key"
@@ -54,8 +56,8 @@ ROUTE = """  ask:
 """
 
 
-def config(fakes: dict[str, FakeUpstream]) -> str:
-    text = gateway_config(fakes, store_url=REDIS_URL, extra_models=ROUTE)
+def config(fakes: dict[str, FakeUpstream], store_url: str = REDIS_URL, hooks: str = "") -> str:
+    text = gateway_config(fakes, store_url=store_url, extra_models=ROUTE) + hooks
     text = text.replace("auth:\n  keys:\n", f"auth:\n  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n  keys:\n"
                         f"    - {{key: {APPROVER}, tenant: team-a, name: reviewer, role: approver}}\n"
                         f"    - {{key: {SAMPLER_KEY}, tenant: samplers, name: sampler}}\n", 1)
@@ -273,6 +275,53 @@ def test_the_responses_api_pauses_with_the_question_and_no_function_call(gw: Gat
     decided = decide(gw, body["gateway"]["continuation_id"], action="accept", content={"name": "Ada"})
     assert decided.status_code == 200, decided.text
     assert decided.json()["object"] == "response" and decided.json()["status"] == "completed"
+
+
+def test_a_streamed_pause_and_a_streamed_decision(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(text="Let me ask.", tool_calls=[("ask_user", {"question": "Who?"})]))
+    stream = gw.client().chat.completions.create(model="ask", messages=[{"role": "user", "content": "hi"}],
+                                                 stream=True)
+    chunks = list(stream)
+    paused = next(c.model_extra["gateway"] for c in chunks if (c.model_extra or {}).get("gateway", {}).get("status"))
+    assert paused["status"] == "paused" and paused["pending"][0]["reason"] == "elicitation"
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    handed = [d.tool_calls[0].id for d in deltas if d.tool_calls and d.tool_calls[0].id]
+    assert handed == [paused["pending"][0]["tool_call_id"]]
+    fakes["primary"].queue(Reply(text="Hello, Ada."))
+    decided = httpx.post(f"{gw.url}/v1/continuations/{paused['continuation_id']}", timeout=20,
+                         headers={"authorization": f"Bearer {KEY}"}, json={"stream": True, "decisions": [
+                             {"tool_call_id": handed[0], "action": "accept", "content": {"name": "Ada"}}]})
+    assert decided.status_code == 200 and decided.text.endswith("data: [DONE]\n\n")
+    events = [json.loads(line[6:]) for line in decided.text.splitlines() if line.startswith("data: {")]
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == "Hello, Ada."
+    assert events[-1]["gateway"]["status"] == "completed"
+
+
+def test_webhooks_name_the_question_never_the_answer(fakes: dict[str, FakeUpstream]) -> None:
+    receiver = WebhookReceiver()
+    receiver.start()
+    hooks = (f"notifications:\n  backoff_base_s: 0.2\n  webhooks:\n    - {{url: '{receiver.url}/ok', secret: "
+             "whsec-test-0123456789, events: [paused, decided, resumed, headless_denied]}\n")
+    gateway = Gateway(config(fakes, store_url="memory://", hooks=hooks)).start()
+    try:
+        paused = ask(gateway, fakes)
+        [event] = wait_type(receiver, "/ok", "paused")
+        [call] = event.json["tool_calls"]
+        assert call["reason"] == "elicitation" and call["elicitation"] == {"server": "asker", "mode": "form"}
+        fakes["primary"].queue(Reply(text="ok"))
+        assert decide(gateway, paused["continuation_id"], action="accept",
+                      content={"name": "Secret Agent"}).status_code == 200
+        [decided] = wait_type(receiver, "/ok", "decided")
+        assert decided.json["decisions"][0]["approved"] is True
+        assert decided.json["decisions"][0]["reason"] == "elicitation accept"
+        wait_type(receiver, "/ok", "resumed")
+        ask(gateway, fakes, key=HEADLESS_KEY, then="no")
+        [denied] = wait_type(receiver, "/ok", "headless_denied")
+        assert denied.json["reason"] == "elicitation"
+        assert all(b"Secret Agent" not in d.body for d in receiver.at("/ok"))
+    finally:
+        gateway.stop()
+        receiver.stop()
 
 
 # -- two replicas --------------------------------------------------------------------------------
