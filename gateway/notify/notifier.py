@@ -61,6 +61,8 @@ LEASE_MARGIN_S = 30.0
 TTL_REASON = "the continuation expired unanswered"
 #: An approval with ``approval_timeout_s`` counts as denied once its deadline passed (fail-closed).
 APPROVAL_TIMEOUT_REASON = "approval timed out"
+#: a running tool call's question (MCP elicitation) was not answered in time: the holding replica declined it
+ELICITATION_TIMEOUT_REASON = "elicitation timed out"
 #: The expiry check runs this long before the continuation's TTL ends (the record must still exist).
 EXPIRY_LEAD_S = 2.0
 
@@ -119,10 +121,12 @@ class Notifier:
         self.emit("paused", continuation.tenant, **_about(continuation), expires_at=int(continuation.expires_at))
         if self.wants("expired"):
             due, reason = continuation.expires_at - EXPIRY_LEAD_S, TTL_REASON
-            deadlines = [float(p["approval_deadline"]) for p in continuation.pending
-                         if isinstance(p.get("approval_deadline"), (int, float))]
-            if deadlines and min(deadlines) < due:
-                due, reason = min(deadlines), APPROVAL_TIMEOUT_REASON
+            deadlines = [(float(p[field]), why) for p in continuation.pending
+                         for field, why in (("approval_deadline", APPROVAL_TIMEOUT_REASON),
+                                            ("elicitation_deadline", ELICITATION_TIMEOUT_REASON))
+                         if isinstance(p.get(field), (int, float))]
+            if deadlines and min(deadlines)[0] < due:
+                due, reason = min(deadlines)
             self.watch(continuation, max(time.time(), due), reason)
 
     def watch(self, continuation: Continuation, due_s: float, reason: str) -> None:
