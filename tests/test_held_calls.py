@@ -51,7 +51,10 @@ async def execute(tool_call: dict[str, Any], tool: Tool) -> ToolOutcome:
     return ToolOutcome("ok", f"{answer.action} {answer.content}", 1.0)
 
 
-def turn(held: HeldCalls, policy: AskPolicy = AskPolicy(), headless: bool = False) -> TurnAsks:
+PAUSE = AskPolicy()
+
+
+def turn(held: HeldCalls, policy: AskPolicy = PAUSE, headless: bool = False) -> TurnAsks:
     async def denied(_: Any) -> None:
         return None
 
