@@ -60,14 +60,18 @@
         input = el("select");
         if (spec.type === "array") input.multiple = true;
         else if (!required.has(name)) input.append(el("option", "", ""));
+        const chosen = Array.isArray(spec.default) ? spec.default.map(text) : [text(spec.default)];
         for (const choice of choices) {
           const option = el("option", "", choice.label);
           option.value = choice.value;
-          if (spec.default === choice.value) option.selected = true;
+          if (spec.default !== undefined && chosen.includes(choice.value)) option.selected = true;
           input.append(option);
         }
-        read = () => spec.type === "array"
-          ? [...input.selectedOptions].map((o) => o.value) : input.value === "" ? undefined : input.value;
+        read = () => {
+          if (spec.type !== "array") return input.value === "" ? undefined : input.value;
+          const values = [...input.selectedOptions].map((o) => o.value);
+          return values.length === 0 && !required.has(name) ? undefined : values;
+        };
       } else if (spec.type === "number" || spec.type === "integer") {
         input = el("input");
         input.type = "number";
