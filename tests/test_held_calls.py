@@ -65,7 +65,7 @@ async def run(asks: TurnAsks, concurrency: int = 1) -> dict[str, ToolResult]:
     results: dict[str, ToolResult] = {}
     runnable = [(call("c1", "asks"), Tool(Spec("asks"))), (call("c2", "plain"), Tool(Spec("plain")))]
     async with asyncio.timeout(10):
-        async for _ in run_tools(runnable, execute, concurrency, results, [], asks=asks):
+        async for _ in run_tools(runnable, execute, concurrency, results, lambda c, s, e: None, asks=asks):
             pass
     return results
 

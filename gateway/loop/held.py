@@ -99,6 +99,9 @@ class HeldCalls:
                 _, outcome, elapsed_ms = await task
                 record = {"status": outcome.status, "content": outcome.content,
                           "elapsed_ms": round(getattr(outcome, "elapsed_ms", elapsed_ms), 2)}
+                parts = getattr(outcome, "parts", None)
+                if parts:  # a rich result (images): the resuming replica gives the model the same parts
+                    record["parts"] = parts
             except asyncio.CancelledError:
                 task.cancel()
                 record = {"status": "error", "content": HOLDER_STOPPED, "elapsed_ms": 0.0}
@@ -192,8 +195,11 @@ class HeldCalls:
             if outcome is not None:
                 if isinstance(outcome.get("asked"), dict):
                     return outcome["asked"]
+                parts = outcome.get("parts")
+                message = ({"role": "tool", "tool_call_id": item["tool_call_id"], "content": parts}
+                           if isinstance(parts, list) and parts else None)
                 return ToolResult("ok" if outcome.get("status") == "ok" else "error", str(outcome.get("content", "")),
-                                  float(outcome.get("elapsed_ms") or 0.0))
+                                  float(outcome.get("elapsed_ms") or 0.0), message)
             if not acked:
                 acked = await self.store.ledger_get(tenant, ack_key) is not None
                 if acked:
