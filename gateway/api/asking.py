@@ -37,7 +37,7 @@ def asking_factory(servers: dict[str, McpServerConfig], continuations: Continuat
         config = by_source.get(source)
         if config is not None:
             return policies[config.name]
-        return policies.get(server, default)
+        return policies.get(server.removeprefix(MCP_SOURCE_PREFIX), default)
 
     def for_turn(request: LoopRequest) -> TurnAsks:
         async def denied(call: ToolCall) -> None:
@@ -60,7 +60,7 @@ def asking_factory(servers: dict[str, McpServerConfig], continuations: Continuat
 
             async def named(question: SamplingRequest) -> SamplingAnswer:
                 """Another source's call asks in the name of a configured server, which must have a route."""
-                named_server = servers.get(question.server)
+                named_server = servers.get(question.server.removeprefix(MCP_SOURCE_PREFIX))
                 if sampler is None or named_server is None or named_server.sampling_route is None:
                     raise SamplingRefused(f"server {question.server!r} has no sampling_route")
                 return await sampler(request, named_server)(question)

@@ -61,7 +61,9 @@ SamplerLookup = Callable[[str], SamplingHandler | None]
 
 def question_view(request: ElicitationRequest) -> dict[str, Any]:
     """The question as the caller, the inbox and webhooks see it (``gateway.pending[].elicitation``)."""
-    view: dict[str, Any] = {"server": request.server, "mode": request.mode, "message": request.message}
+    # The configured server name (an MCP source names itself ``mcp:NAME``, as routes list it).
+    view: dict[str, Any] = {"server": request.server.removeprefix("mcp:"), "mode": request.mode,
+                            "message": request.message}
     if request.mode == "url":
         view["url"] = request.url or ""
     else:

@@ -75,7 +75,7 @@
       } else if (spec.type === "number" || spec.type === "integer") {
         input = el("input");
         input.type = "number";
-        if (spec.type === "integer") input.step = "1";
+        input.step = spec.type === "integer" ? "1" : "any";
         if (typeof spec.minimum === "number") input.min = String(spec.minimum);
         if (typeof spec.maximum === "number") input.max = String(spec.maximum);
         if (typeof spec.default === "number") input.value = String(spec.default);
