@@ -39,7 +39,6 @@ from gateway.canonical import (
     ToolDef,
     Usage,
     reasoning_deltas,
-    strip_artifacts,
     text_of,
 )
 from gateway.context import ContextGuard
@@ -47,13 +46,14 @@ from gateway.loop.asking import TurnAsks
 from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
 from gateway.loop.pairing import ToolResult, tool_turn
+from gateway.loop.pausing import PendingCall, gateway_extension, store_pause, waiting_calls
 from gateway.loop.tool_runs import ExecuteHook, record, run_tools
 from gateway.observability import metrics
 from gateway.observability.tracing import NOOP, OUTGOING, Span
 from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
 
-__all__ = ["ExecuteHook", "run_loop", "run_tools"]
+__all__ = ["ExecuteHook", "PendingCall", "gateway_extension", "run_loop", "run_tools"]
 
 FINALIZE_INSTRUCTION = (
     "The tool-call limit for this request has been reached. Do not call any more tools. "
@@ -184,15 +184,6 @@ class LoopRequest:
     stream_rescue: bool | None = None
 
 
-@dataclass(slots=True)
-class PendingCall:
-    call: ToolCall
-    reason: str  # "client" | "approval" | "elicitation"
-    approval_timeout_s: float | None = None
-    # An elicitation: the question, its hold id, round and deadline (``Ask.pending_fields``).
-    ask: dict[str, Any] | None = None
-
-
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]
 # (tenant, call, reason, asking key id, asking key name)
 # (tenant, call, reason, key id, key name, route) -> None: a headless denial, audited and notified
@@ -222,32 +213,6 @@ def headless_denial(name: str, reason: str) -> str:
     who = "a human's approval" if reason == "approval" else "the client to run it"
     return (f"Tool '{name}' was not run: it needs {who}, and this request runs headless with no one to "
             "answer. Continue without it.")
-
-
-def gateway_extension(state: LoopState, status: str, continuation_id: str | None = None,
-                      pending: list[PendingCall] | None = None) -> dict[str, Any]:
-    extension: dict[str, Any] = {
-        "status": status,
-        "iterations": state.iterations,
-        "answered_by": state.answered_by,
-        "attempts": state.attempts,
-        "tool_calls": state.tool_records,
-        "headless_denials": state.headless_denials,
-        "iteration_limit_reached": state.iteration_limit_reached,
-    }
-    if state.context:
-        extension["context"] = state.context
-    if continuation_id is not None:
-        extension["continuation_id"] = continuation_id
-        extension["pending"] = [pending_entry(p) for p in pending or ()]
-    return extension
-
-
-def pending_entry(p: PendingCall) -> dict[str, Any]:
-    entry: dict[str, Any] = {"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason}
-    if p.ask is not None:
-        entry["elicitation"] = p.ask["elicitation"]
-    return entry
 
 
 # Long by design: the loop is one async generator whose local state is the hot path; each step that
@@ -295,9 +260,9 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results,
                                          lambda c, s, e: record(state.tool_records, c, s, e), span, asks):
                 yield event
-            asking = [*turn.asked, *_asking(asks)]
+            asking = [*turn.asked, *waiting_calls(asks)]
             if asking:  # a held call asked again, or an approved call asked: paused once more
-                yield Finished(await _paused(request, deps, turn.assistant, turn.results, asking, asks))
+                yield Finished(await store_pause(request, deps, turn.assistant, turn.results, asking, asks))
                 return
         finally:
             if asks is not None:
@@ -463,43 +428,15 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results,
                                          lambda c, s, e: record(state.tool_records, c, s, e), span, asks):
                 yield event
-            pending.extend(_asking(asks))
+            pending.extend(waiting_calls(asks))
             if pending:
-                yield Finished(await _paused(request, deps, assistant, results, pending, asks))
+                yield Finished(await store_pause(request, deps, assistant, results, pending, asks))
                 return
         finally:
             if asks is not None:
                 asks.abandon()
         transcript.extend(await cap(tool_turn(assistant, results)))
         state.tool_rounds += 1
-
-
-def _asking(asks: TurnAsks | None) -> list[PendingCall]:
-    """The turn's calls left waiting for a user's answer, as pending calls of the pause."""
-    return [] if asks is None else [PendingCall(call, "elicitation", ask=fields) for call, fields in asks.pending()]
-
-
-async def _paused(request: LoopRequest, deps: LoopDeps, assistant: Message, results: dict[str, ToolResult],
-                  pending: list[PendingCall], asks: TurnAsks | None) -> LoopResult:
-    """Store the pause, then (only then) hand the calls waiting for answers to the held-call registry."""
-    try:
-        continuation_id = await deps.pause(request, assistant, results, pending)
-    except BaseException:
-        if asks is not None:
-            asks.abandon()  # nothing was stored: the calls waiting for an answer end here
-        raise
-    if asks is not None:
-        asks.adopt(request.tenant)
-    state = request.state
-    request.span.event("loopgate.pause", {"loopgate.continuation_id": continuation_id,
-                                          "loopgate.pending": len(pending)})
-    metrics.LOOP_ITERATIONS.observe(state.iterations)
-    handed = [strip_artifacts({"tool_calls": [p.call]})["tool_calls"][0] for p in pending]
-    result = LoopResult("paused", "tool_calls", state.usage,
-                        gateway_extension(state, "paused", continuation_id, pending), handed, state.model)
-    if request.on_finish is not None:
-        request.on_finish(result)
-    return result
 
 
 def _context_event(span: Span, notice: Notice, continuation_id: str) -> None:
