@@ -17,8 +17,7 @@ from gateway.config.mcp_section import McpServerConfig
 from gateway.loop.asking import AskPolicy, TurnAsks
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopRequest
-from gateway.loop.sampling import SamplingRefused
-from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRequest
+from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRefused, SamplingRequest
 
 MCP_SOURCE_PREFIX = "mcp:"
 

@@ -29,10 +29,9 @@ from gateway.config.mcp_section import McpServerConfig
 from gateway.governance.keys import KeyRing
 from gateway.http.incoming import Incoming
 from gateway.loop.engine import LoopRequest, LoopState
-from gateway.loop.sampling import SamplingRefused
 from gateway.routing.router import Router
 from gateway.routing.routes import RoutePlan
-from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRequest
+from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRefused, SamplingRequest
 
 log = logging.getLogger("loopgate.sampling")
 

@@ -72,6 +72,11 @@ class SamplingAnswer:
     stop_reason: str | None = None
 
 
+class SamplingRefused(Exception):
+    """A sampling handler's refusal (no route, the asking key gone, its budget spent, every target failed):
+    its message is safe to send to the server, which gets it as the protocol's error."""
+
+
 ElicitationHandler = Callable[[ElicitationRequest], Awaitable[ElicitationAnswer]]
 SamplingHandler = Callable[[SamplingRequest], Awaitable[SamplingAnswer]]
 #: (progress, total, message) -> None: a running call's progress notification, never blocking

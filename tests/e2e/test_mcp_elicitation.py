@@ -151,6 +151,16 @@ def test_its_sampling_is_answered_by_the_route_and_billed_to_the_asking_key(
     assert after["completion_tokens"] - before["completion_tokens"] == 5 + 6 + 4
 
 
+def test_a_refused_sampling_reaches_the_server_as_an_error(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("trigger-sampling-request", {"prompt": "a haiku"})]),
+                           Reply(text="Sampling failed."))
+    fakes["secondary"].queue(*[Reply(status=400, error_body={"error": {"message": "no such model"}})] * 4)
+    done = gw.client(ASKER).chat.completions.create(model="ev_ask", messages=[{"role": "user", "content": "haiku"}])
+    assert done.choices[0].message.content == "Sampling failed."
+    assert done.model_extra["gateway"]["tool_calls"][0]["status"] == "error"
+    assert "Sampling request refused" in tool_result(fakes["primary"])
+
+
 def usage(gw: Gateway, at_least: int = 0) -> dict[str, int]:
     deadline = time.monotonic() + 15
     while True:

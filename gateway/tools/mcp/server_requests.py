@@ -30,6 +30,7 @@ from gateway.tools.interaction import (
     ElicitationAnswer,
     ElicitationRequest,
     SamplingAnswer,
+    SamplingRefused,
     SamplingRequest,
 )
 
@@ -174,4 +175,8 @@ class ServerRequests:
         if interactions is None or interactions.sample is None:
             return types.ErrorData(code=types.INVALID_REQUEST,
                                    message="Sampling is not available outside a tool call of a request")
-        return sampling_result(await interactions.sample(request))
+        try:
+            answer = await interactions.sample(request)
+        except SamplingRefused as refused:  # the asking key's limits, budget or route said no: the server hears why
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"Sampling request refused: {refused}")
+        return sampling_result(answer)
