@@ -166,11 +166,20 @@ class TurnAsks:
         self.handed: dict[str, asyncio.Future[Any]] = {}
 
     def interactions(self, call: ToolCall, tool: Any, give_back: Callable[[], None]) -> CallInteractions:
+        """The handlers of one call; its :class:`AskingCall` is made when it first asks (most calls never do)."""
         source = str(getattr(tool.spec, "source", ""))
-        asking = AskingCall(call, source, self, give_back)
-        self.calls[call["id"]] = asking
+        call_id = call["id"]
+
+        made: list[AskingCall] = []  # the call's own, kept by this handler after the turn (a held call asks again)
+
+        def elicit(request: ElicitationRequest) -> Awaitable[ElicitationAnswer]:
+            if not made:
+                made.append(AskingCall(call, source, self, give_back))
+                self.calls[call_id] = made[0]
+            return made[0].elicit(request)
+
         sample = self.sampler(source) if self.sampler is not None else None
-        return CallInteractions(elicit=asking.elicit, sample=sample)
+        return CallInteractions(elicit=elicit, sample=sample)
 
     def asked(self) -> None:
         if self.on_ask is not None:
