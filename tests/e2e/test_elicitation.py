@@ -358,3 +358,22 @@ def test_a_holder_that_is_gone_ends_the_call_as_an_error(pair: tuple[Gateway, Ga
     assert time.monotonic() - started < 40  # the acknowledgement bound (15 s), never a hang
     assert decided.json()["gateway"]["tool_calls"][0]["status"] == "error"
     assert "replica holding it open" in last_tool_result(fakes["primary"])
+
+
+def test_a_holder_that_shuts_down_reports_its_held_call(fakes: dict[str, FakeUpstream],
+                                                        pair: tuple[Gateway, Gateway]) -> None:
+    holder, decider = pair  # the module's pair: after the test above, its first replica is gone already
+    if holder.process is not None and holder.process.poll() is None:
+        holder.stop()
+    replacement = Gateway(config(fakes)).start()  # a new holder on the same store
+    try:
+        paused = ask(replacement, fakes)
+        replacement.stop()  # SIGTERM: a graceful shutdown reports the held call as ended
+        assert replacement.process is not None and replacement.process.returncode is not None
+        fakes["primary"].queue(Reply(text="It stopped."))
+        decided = decide(decider, paused["continuation_id"], action="accept", content={"name": "Ada"})
+        assert decided.status_code == 200, decided.text
+        assert decided.json()["gateway"]["tool_calls"][0]["status"] == "error"
+        assert "shut down" in last_tool_result(fakes["primary"])
+    finally:
+        replacement.stop()
