@@ -15,6 +15,7 @@ continuation's claim, so it is delivered at most once.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
@@ -156,7 +157,10 @@ async def deliver_answers(held: HeldCalls, continuation: Continuation, request: 
         timeout_s = float(getattr(getattr(tool, "spec", None), "timeout_s", 30.0))
         return item, await held.deliver(continuation.tenant, item, turn.answers.get(item["tool_call_id"]), timeout_s)
 
-    for item, outcome in await asyncio.gather(*(one(item) for item in items)):
+    started = time.perf_counter()
+    delivered = await asyncio.gather(*(one(item) for item in items))
+    request.state.add_wait(time.perf_counter() - started)  # waiting on tools, not the gateway's own time
+    for item, outcome in delivered:
         call = calls[item["tool_call_id"]]
         if isinstance(outcome, ToolResult):
             turn.results[call["id"]] = outcome

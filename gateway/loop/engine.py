@@ -258,7 +258,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         asks = deps.asking(request) if deps.asking is not None else None
         try:
             async for event in run_tools(runnable, execute, plan.tool_concurrency, turn.results,
-                                         lambda c, s, e: record(state.tool_records, c, s, e), span, asks):
+                                         lambda c, s, e: record(state.tool_records, c, s, e), span,
+                                         state.add_wait, asks):
                 yield event
             asking = [*turn.asked, *waiting_calls(asks)]
             if asking:  # a held call asked again, or an approved call asked: paused once more
@@ -426,7 +427,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         asks = deps.asking(request) if deps.asking is not None else None
         try:
             async for event in run_tools(runnable, deps.run_tool, plan.tool_concurrency, results,
-                                         lambda c, s, e: record(state.tool_records, c, s, e), span, asks):
+                                         lambda c, s, e: record(state.tool_records, c, s, e), span,
+                                         state.add_wait, asks):
                 yield event
             pending.extend(waiting_calls(asks))
             if pending:

@@ -104,12 +104,13 @@ class _Permit:
 
 async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, concurrency: int,
                     results: dict[str, ToolResult], record: Record, span: Span = NOOP,
-                    asks: TurnAsks | None = None) -> AsyncIterator[LoopEvent]:
+                    waited: Callable[[float], None] | None = None, asks: TurnAsks | None = None
+                    ) -> AsyncIterator[LoopEvent]:
     """Run a turn's server tools concurrently, reporting each as it finishes; results keyed by call id.
 
-    With ``asks``, calls waiting for a user's answer when nothing else runs end up in ``asks.handed``
-    (still running) instead of in ``results``.
-    """
+    ``waited`` is told how long the round took (to its last result, or to the pause): time spent waiting
+    on tools, which the gateway-overhead measure leaves out. With ``asks``, calls waiting for a user's
+    answer when nothing else runs end up in ``asks.handed`` (still running), not in ``results``."""
     if not runnable:
         return
     semaphore = asyncio.Semaphore(max(1, concurrency))
@@ -147,6 +148,7 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, conc
     for task in tasks.values():  # a task's failure is raised from the queue; retrieved here so it is not logged twice
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
     remaining = set(tasks)
+    round_began = time.perf_counter()
     try:
         while remaining:
             if asks is not None:
@@ -171,6 +173,8 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, conc
             record(call, outcome.status, elapsed_ms)
             yield ToolFinished(call["id"], call["function"]["name"], outcome.status, elapsed_ms, outcome.content)
     finally:
+        if waited is not None:
+            waited(time.perf_counter() - round_began)
         if asks is not None:
             asks.on_ask = None
         handed = asks.handed if asks is not None else {}
