@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.store.redis import RedisStore
 from gateway.store.usage.base import UsageStore, Want
 from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage
+from tests.usage.redis_access import REDIS_URL, flushed_redis
 
-REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
-IN_CI = os.environ.get("CI", "").lower() == "true"
 WANTS = [Want("key", "day", False, 1000), Want("tenant", "month", False, 5000)]
 
 
@@ -27,14 +24,7 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[UsageS
         one = MemoryUsage()
         yield one, one
         return
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.flushdb()
-    except Exception as exc:
-        await client.aclose()
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    client = await flushed_redis()
     # fail_open_timeout: a starved event loop on a busy machine must not turn a decision into a fail-open.
     first, second = RedisStore(REDIS_URL, fail_open_timeout=1.0), RedisStore(REDIS_URL, fail_open_timeout=1.0)
     yield RedisUsage(first.io, flush_s=0.01), RedisUsage(second.io, flush_s=0.01)

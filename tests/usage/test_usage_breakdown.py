@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import calendar
-import os
 import time
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.config.model import ApiKey, Price
 from gateway.store.redis import RedisStore
@@ -17,23 +15,10 @@ from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage, usage_key
 from gateway.usage.meter import Metering
 from gateway.usage.pricing import Pricing
+from tests.usage.redis_access import REDIS_URL, flushed_redis
 
-REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
-IN_CI = os.environ.get("CI", "").lower() == "true"
 DEC_31 = calendar.timegm((2026, 12, 31, 12, 0, 0))
 DAY = "2026-12-31"
-
-
-async def _redis_client() -> aioredis.Redis:
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.flushdb()
-    except Exception as exc:
-        await client.aclose()
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-    return client
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -41,7 +26,7 @@ async def usage(request: pytest.FixtureRequest) -> AsyncIterator[UsageStore]:
     if request.param == "memory":
         yield MemoryUsage()
         return
-    client = await _redis_client()
+    client = await flushed_redis()
     store = RedisStore(REDIS_URL)
     yield RedisUsage(store.io, retention_days=2)
     await client.flushdb()
@@ -83,7 +68,7 @@ async def test_counts_without_a_breakdown_show_as_unknown(usage: UsageStore) -> 
 
 async def test_redis_reads_a_row_written_before_the_breakdown() -> None:
     """A day row as the previous release wrote it (plain fields only) reads back whole, as ``unknown``."""
-    client = await _redis_client()
+    client = await flushed_redis()
     store = RedisStore(REDIS_URL)
     try:
         key = usage_key("t", "", f"d:{DAY}")

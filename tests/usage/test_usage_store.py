@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import calendar
-import os
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.store.redis import RedisStore
 from gateway.store.usage.base import FIELDS, UsageDelta, UsageStore
 from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage, usage_key
+from tests.usage.redis_access import REDIS_URL, flushed_redis
 
-REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # set by tests/conftest.py
-IN_CI = os.environ.get("CI", "").lower() == "true"
 DEC_31 = calendar.timegm((2026, 12, 31, 23, 59, 0))
 JAN_1 = DEC_31 + 120
 
@@ -25,14 +22,7 @@ async def usage(request: pytest.FixtureRequest) -> AsyncIterator[UsageStore]:
     if request.param == "memory":
         yield MemoryUsage()
         return
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.flushdb()
-    except Exception as exc:
-        await client.aclose()
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    client = await flushed_redis()
     store = RedisStore(REDIS_URL)
     yield RedisUsage(store.io, retention_days=2)
     await client.flushdb()
@@ -76,14 +66,7 @@ async def test_tenant_names_cannot_move_the_hash_tag(usage: UsageStore) -> None:
 
 
 async def test_redis_rows_expire_and_share_one_slot() -> None:
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.flushdb()
-    except Exception as exc:
-        await client.aclose()
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    client = await flushed_redis()
     store = RedisStore(REDIS_URL)
     try:
         await RedisUsage(store.io, retention_days=2).add("t", "k", delta(1, 1, 0), DEC_31)
@@ -110,14 +93,7 @@ async def test_memory_prunes_old_days() -> None:
 async def test_redis_coalesces_requests_into_timed_flushes() -> None:
     import asyncio
 
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.flushdb()
-    except Exception as exc:
-        await client.aclose()
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    client = await flushed_redis()
     store = RedisStore(REDIS_URL)
     usage = RedisUsage(store.io, flush_s=0.05)
     try:
