@@ -11,6 +11,12 @@ pytest-xdist each worker process starts its own. ``LOOPGATE_TEST_REDIS_URL`` nam
 (db 15 of it is flushed between tests; under xdist, worker N uses db 15 - N). Without
 ``redis-server`` the Redis tests skip, or fail under ``CI=true``, as they do for any Redis they
 cannot reach.
+The pytest-xdist controller runs no test, so it starts no server: only the processes that run tests do.
+
+Long tests (``@pytest.mark.long(seconds=N)``, N as measured alone) are put at the head of the xdist
+workers' first shares of the run (``--dist worksteal`` hands each worker one contiguous share and
+later steals only from the tails), spread over the workers longest first, so that none starts late
+and ends the run alone while the other workers are idle.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import socket
 import subprocess
 import time
 from urllib.parse import urlsplit, urlunsplit
+
+import pytest
 
 os.environ.setdefault("LOOPGATE_TRACE_EXPORTER_NICE", "10")
 
@@ -44,12 +52,10 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _start_test_redis() -> str:
-    """A private redis-server for this run (its URL), or an address nothing answers at when there is none."""
+def _start_test_redis(port: int) -> None:
+    """Start the private redis-server of this process on ``port`` (stopped at exit) and wait until it answers."""
     binary = shutil.which("redis-server")
-    if binary is None:
-        return "redis://127.0.0.1:1/15"
-    port = _free_port()
+    assert binary is not None
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
                                 "no", "--protected-mode", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -64,7 +70,6 @@ def _start_test_redis() -> str:
     deadline = time.monotonic() + REDIS_START_S
     while not _answers(port) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    return f"redis://127.0.0.1:{port}/15"
 
 
 #: the pid of the test process that started the server named by LOOPGATE_TEST_REDIS_URL
@@ -81,12 +86,97 @@ def _per_worker_db(url: str, worker: str) -> str:
     return urlunsplit(parts._replace(path=f"/{15 - index}"))
 
 
-# A URL inherited from another test process (the pytest-xdist controller, whose environment its workers
-# copy) is not this process's: each worker starts its own server, so workers never flush each other's data.
-_inherited = os.environ.get(_OWNER) not in (None, str(os.getpid()))
-if not os.environ.get("LOOPGATE_TEST_REDIS_URL") or _inherited:
-    os.environ["LOOPGATE_TEST_REDIS_URL"] = _start_test_redis()
-    os.environ[_OWNER] = str(os.getpid())
-elif os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["LOOPGATE_TEST_REDIS_URL"] = _per_worker_db(os.environ["LOOPGATE_TEST_REDIS_URL"],
-                                                           os.environ["PYTEST_XDIST_WORKER"])
+#: the port of this process's own server, named in LOOPGATE_TEST_REDIS_URL but not started yet
+_to_start: list[int] = []
+
+
+def use_test_redis(start: bool = True) -> None:
+    """Point ``LOOPGATE_TEST_REDIS_URL`` at this process's own server, or at its db of a named one.
+
+    A URL inherited from another test process (the xdist controller, whose environment its workers
+    copy) is not this process's: it gets a server of its own, so no two test processes ever flush each
+    other's data. The URL is set at once (test modules read it at import); the server starts with
+    ``start`` (``pytest_configure`` below, in every process that runs tests, before any test runs).
+    """
+    inherited = os.environ.get(_OWNER) not in (None, str(os.getpid()))
+    if not os.environ.get("LOOPGATE_TEST_REDIS_URL") or inherited:
+        if shutil.which("redis-server") is None:
+            os.environ["LOOPGATE_TEST_REDIS_URL"] = "redis://127.0.0.1:1/15"  # nothing answers there
+        else:
+            _to_start.append(_free_port())
+            os.environ["LOOPGATE_TEST_REDIS_URL"] = f"redis://127.0.0.1:{_to_start[-1]}/15"
+        os.environ[_OWNER] = str(os.getpid())
+    elif os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(_OWNER) is None:  # named from outside
+        os.environ["LOOPGATE_TEST_REDIS_URL"] = _per_worker_db(os.environ["LOOPGATE_TEST_REDIS_URL"],
+                                                               os.environ["PYTEST_XDIST_WORKER"])
+    while start and _to_start:
+        _start_test_redis(_to_start.pop())
+
+
+use_test_redis(start=False)
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """This process only hands tests to xdist workers (``-n N`` with N > 0; ``-n auto`` too) and runs none."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not _xdist_controller(config):
+        use_test_redis(start=True)
+
+
+def _share_sizes(count: int, workers: int) -> list[int]:
+    """The contiguous shares ``--dist worksteal`` first hands its workers (xdist's WorkStealingScheduling)."""
+    sizes, remaining = [], count
+    for index in range(workers):
+        sizes.append(remaining // (workers - index))
+        remaining -= sizes[-1]
+    return sizes
+
+
+def _long_units(items: list[pytest.Item]) -> list[tuple[float, list[pytest.Item]]]:
+    """The long tests with their seconds, longest first; a module marked long as a whole is one unit (its
+    tests share module fixtures), a test marked long on its own is one unit."""
+    units: dict[str, list[pytest.Item]] = {}
+    seconds: dict[str, float] = {}
+    for item in items:
+        marker = item.get_closest_marker("long")
+        if marker is None:
+            continue
+        module_marks = getattr(getattr(item, "module", None), "pytestmark", [])
+        whole_module = any(mark.name == "long" for mark in (module_marks if isinstance(module_marks, list)
+                                                               else [module_marks]))
+        key = item.nodeid.split("::", 1)[0] if whole_module else item.nodeid
+        units.setdefault(key, []).append(item)
+        seconds[key] = float(marker.kwargs.get("seconds", marker.args[0] if marker.args else 10))
+    return sorted(((seconds[key], unit) for key, unit in units.items()), key=lambda pair: -pair[0])
+
+
+@pytest.hookimpl(trylast=True)  # after the deselection (-m, -k) and pytest's own fixture-scope ordering
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the long tests at the heads of the workers' first shares, longest first, each unit to the share
+    with the least long work so far.
+
+    Every worker computes the same order (xdist requires identical collections) from the worker count
+    it is told. The other tests keep their order, so the tests of a module still share its fixtures.
+    """
+    units = _long_units(items)
+    if not units:
+        return
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for seconds, unit in units:
+        share = loads.index(min(loads))
+        heads[share] += unit
+        loads[share] += seconds
+    moved = {id(item) for _, unit in units for item in unit}
+    rest = iter([item for item in items if id(item) not in moved])
+    ordered: list[pytest.Item] = []
+    for head, size in zip(heads, _share_sizes(len(items), workers), strict=True):
+        ordered += head
+        ordered += [item for _, item in zip(range(max(0, size - len(head))), rest, strict=False)]
+    ordered += list(rest)
+    items[:] = ordered

@@ -46,7 +46,7 @@ _KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_U
          "LOOPGATE_CONFIG")
 CLOSED = "http://127.0.0.1:9"
 #: a fresh venv, pip, real gateways: not for the quick edit-test loop (pytest -m "not slow")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long(seconds=35)]
 
 
 def readme_block(language: str, must_contain: str) -> str:

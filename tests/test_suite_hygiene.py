@@ -91,7 +91,7 @@ def test_each_xdist_worker_gets_its_own_redis_or_its_own_db() -> None:
     # A URL inherited from the xdist controller (started by another process) is not reused: a server of its own.
     inherited = {**os.environ, "LOOPGATE_TEST_REDIS_URL": "redis://127.0.0.1:1/15", "LOOPGATE_TEST_REDIS_OWNER": "1",
                  "PYTHONPATH": str(ROOT), "PYTEST_XDIST_WORKER": "gw1"}
-    script = "import os, tests.conftest; print(os.environ['LOOPGATE_TEST_REDIS_URL'])"
+    script = "import os, tests.conftest; tests.conftest.use_test_redis(); print(os.environ['LOOPGATE_TEST_REDIS_URL'])"
     done = subprocess.run([sys.executable, "-c", script], env=inherited, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     url = done.stdout.strip()

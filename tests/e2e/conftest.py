@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -35,6 +36,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.slow)
+
+
+def require_litellm() -> None:
+    """Skip without the optional ``litellm`` (a test extra, so never under CI) without importing it here: the
+    gateway process under test imports it, and importing it in the test process too costs seconds of CPU."""
+    if importlib.util.find_spec("litellm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("litellm (a test extra) is not installed; CI=true, so its tests must run")
+        pytest.skip("litellm is not installed (pip install -e '.[test]')")
 
 
 def free_port() -> int:

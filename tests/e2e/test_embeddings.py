@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from gateway.context.encodings import CL100K, get_encoding
-from tests.e2e.conftest import KEY, ROOT, Gateway, gateway_config
+from tests.e2e.conftest import KEY, ROOT, Gateway, gateway_config, require_litellm
 from tests.fakes.embeddings import vector_of
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -324,7 +324,7 @@ models:
 
 def test_litellm_embeddings(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
     """``type: litellm`` (the long tail) embeds through ``litellm.aembedding``: here its OpenAI route to the fake."""
-    pytest.importorskip("litellm")
+    require_litellm()
     config = gateway_config(fakes, tool_server=tool_server.url, extra_models=(
         "  tail_embed:\n    kind: embeddings\n"
         "    targets: [{provider: tail, model: openai/emb-small, dimensions: 8}]\n"))

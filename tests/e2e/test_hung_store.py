@@ -66,6 +66,7 @@ def _fail_opens(gw: Gateway, domain: str) -> float:
     return 0.0
 
 
+@pytest.mark.long(seconds=20)
 def test_a_frozen_redis_costs_plain_requests_nothing_and_the_rest_a_bounded_wait(
         frozen_redis: RedisProcess, fakes: dict[str, FakeUpstream]) -> None:
     url = f"redis://127.0.0.1:{frozen_redis.port}/0"

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import PROVIDER_MODELS, Gateway
+from tests.e2e.conftest import PROVIDER_MODELS, Gateway, require_litellm
 from tests.fakes.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "Weather in Paris and Rome?"}]
@@ -219,7 +219,7 @@ def test_claude_thinking_survives_the_client_round_trip(gateway: Gateway, fakes:
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 def test_litellm_provider(fakes: dict[str, FakeUpstream], stream: bool) -> None:
     """``type: litellm`` (optional extra) through LiteLLM's OpenAI route to the fake, tool loop included."""
-    pytest.importorskip("litellm")
+    require_litellm()
     from tests.e2e.conftest import gateway_config
 
     config = gateway_config(fakes).replace("models:\n", "models:\n  tail:\n    targets: [{provider: tail, model: "

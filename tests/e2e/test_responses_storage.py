@@ -87,6 +87,7 @@ def redis_db() -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.mark.long(seconds=12)
 def test_a_50_step_chain_stores_about_one_transcript_in_redis(fakes: dict[str, FakeUpstream],
                                                                redis_db: redis.Redis) -> None:
     one, two = Gateway(_config(fakes, REDIS_URL)).start(), Gateway(_config(fakes, REDIS_URL)).start()
@@ -144,6 +145,7 @@ def test_the_tenant_quota_is_a_429_before_anything_runs(fakes: dict[str, FakeUps
         gateway.stop()
 
 
+@pytest.mark.long(seconds=18)
 def test_1000_stored_requests_of_1_mb_stay_under_the_memory_bound(fakes: dict[str, FakeUpstream]) -> None:
     bound = 32 * MIB  # the responses' share is half of it
     gateway = Gateway(_config(fakes, max_body=2 * MIB, memory_max_bytes=bound, tenant_max_stored_bytes=0)).start()

@@ -13,6 +13,7 @@ import os
 from collections.abc import AsyncIterator
 
 import orjson
+import pytest
 
 from tests.e2e.test_continuations import REDIS_URL, require_redis
 from tests.fakes.soak_plan import ECHO, FAULT_KINDS, LoopPlan, plan_for
@@ -26,6 +27,7 @@ SEED = int(os.environ.get("LOOPGATE_SOAK_SEED", "20261203"))
 LOOPS = int(os.environ.get("LOOPGATE_SOAK_LOOPS", "300"))
 
 
+@pytest.mark.long(seconds=11)
 def test_soak_of_tool_loops_under_faults() -> None:
     # Real clients re-serialise the arguments they send back: way A must still find the continuation.
     result = run_soak(LOOPS, SEED, concurrency=16, reserialize=True)
@@ -44,6 +46,7 @@ def test_soak_of_tool_loops_under_faults() -> None:
     assert any(code.startswith("stream ") for code in result.failures), result.failures
 
 
+@pytest.mark.long(seconds=12)
 def test_soak_on_redis_across_two_workers() -> None:
     """The production shape: pauses and resumes (and races of two resumes) land on either worker."""
     require_redis(REDIS_URL)

@@ -280,6 +280,7 @@ def _closed_port() -> int:
 
 # -- two replicas sharing Redis -------------------------------------------------------------------
 
+@pytest.mark.long(seconds=10)
 def test_two_replicas_deliver_each_event_exactly_once(receiver: WebhookReceiver) -> None:
     require_redis(REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
