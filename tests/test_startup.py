@@ -107,13 +107,23 @@ def test_a_tool_module_beside_the_config_imports_without_pythonpath(tmp_path: Pa
 
 
 def test_a_tls_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads every file")
     secret = tmp_path / "ca.pem"
     secret.write_text("x")
     secret.chmod(0)
-    with pytest.raises(ConfigError, match=r"store.tls.ca_file: file not readable"):
-        parse_config(f"store: {{url: 'rediss://r:6380/0', tls: {{ca_file: '{secret}'}}}}", {})
+    text = f"store: {{url: 'rediss://r:6380/0', tls: {{ca_file: '{secret}'}}}}"
+    if os.geteuid() != 0:
+        with pytest.raises(ConfigError, match=r"store.tls.ca_file: file not readable"):
+            parse_config(text, {})
+        return
+    # Root reads every file only through its capabilities to override file modes (CAP_DAC_OVERRIDE,
+    # CAP_DAC_READ_SEARCH): the check runs in a process still root but without them (util-linux setpriv).
+    script = ("import sys\nfrom gateway.config import ConfigError, parse_config\n"
+              "try:\n    parse_config(sys.argv[1], {})\nexcept ConfigError as exc:\n    print(exc)\n    sys.exit(3)\n")
+    command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c", script, text]
+    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "store.tls.ca_file: file not readable" in done.stdout, done.stdout
 
 
 @pytest.mark.slow
