@@ -96,3 +96,33 @@ def test_each_xdist_worker_gets_its_own_redis_or_its_own_db() -> None:
     assert done.returncode == 0, done.stderr
     url = done.stdout.strip()
     assert url.startswith("redis://127.0.0.1:") and url != "redis://127.0.0.1:1/15" and url.endswith("/15")
+
+
+def test_long_tests_head_the_workers_first_shares_longest_first() -> None:
+    from dataclasses import dataclass, field
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    import pytest
+
+    from tests.conftest import _share_sizes, pytest_collection_modifyitems
+
+    @dataclass
+    class Item:  # what the ordering reads of a pytest item: its id, its module and its `long` marker
+        nodeid: str
+        seconds: float | None = None
+        module: Any = field(default_factory=SimpleNamespace)
+
+        def get_closest_marker(self, name: str) -> Any:
+            return pytest.mark.long(seconds=self.seconds).mark if self.seconds and name == "long" else None
+
+    # xdist's worksteal hands out len(pending) // nodes_remaining per idle node, in turn.
+    assert _share_sizes(10, 4) == [2, 2, 3, 3] and sum(_share_sizes(2770, 4)) == 2770
+    items = [Item(f"t{i}.py::t") for i in range(12)]
+    items[9].seconds, items[11].seconds, items[3].seconds = 80, 20, 80
+    config = cast(pytest.Config, SimpleNamespace(workerinput={"workercount": 3}))
+    ordered = list(items)
+    pytest_collection_modifyitems(config, cast(list[pytest.Item], ordered))
+    assert sorted(i.nodeid for i in ordered) == sorted(i.nodeid for i in items)  # nothing lost or doubled
+    heads = [ordered[0], ordered[4], ordered[8]]  # the first test of each worker's share (4, 4, 4)
+    assert [h.nodeid for h in heads] == ["t3.py::t", "t9.py::t", "t11.py::t"]
