@@ -267,7 +267,7 @@ def gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator
 def require_redis(url: str) -> None:
     """Skip when Redis at ``url`` is unreachable; under ``CI=true`` fail instead (a Redis test never skips there)."""
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+        redis.Redis.from_url(url, socket_connect_timeout=10, socket_timeout=10).ping()  # generous: a busy machine
     except redis.RedisError as exc:
         if os.environ.get("CI", "").strip().lower() == "true":
             pytest.fail(f"Redis at {url} unreachable under CI=true: {exc}")

@@ -70,7 +70,9 @@ async def _flush_redis() -> None:
 
 async def require_redis() -> None:
     """Skip (locally) or fail (under CI=true) when the test Redis cannot be reached."""
-    probe = RedisStore(REDIS_URL)
+    # Generous deadlines: a saturated machine can take longer than the default second to answer a PING
+    # (seen under load), and this probe decides whether a test runs at all.
+    probe = RedisStore(REDIS_URL, socket_timeout=10.0, op_timeout=10.0)
     try:
         reachable = await probe.ping()
     finally:
