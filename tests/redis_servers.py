@@ -39,6 +39,10 @@ REDIS_CLI = os.environ.get("LOOPGATE_TEST_REDIS_CLI") or shutil.which("redis-cli
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
+#: ``RedisStore`` deadlines for tests about what the store decides, not about its deadlines: the defaults
+#: (1 s for an operation, 0.1 s before limits and budgets fail open) can pass on a saturated machine with
+#: Redis answering (seen: "no answer within 0.1s" in a lease test under load).
+PATIENT: dict[str, float] = {"op_timeout": 10.0, "fail_open_timeout": 5.0}
 
 
 class RedisServerError(RuntimeError):
@@ -460,7 +464,7 @@ def start_sentinel_group(workdir: Path | str, *, replicas: int = 1, sentinels: i
 
 
 __all__ = [
-    "ClusterHandle", "RedisProcess", "RedisServerError", "SentinelGroup", "TlsCerts", "free_port",
+    "PATIENT", "ClusterHandle", "RedisProcess", "RedisServerError", "SentinelGroup", "TlsCerts", "free_port",
     "make_tls_certs", "spawn_redis", "start_cluster", "start_or_skip", "start_redis", "start_sentinel_group",
     "wait_until",
 ]

@@ -16,6 +16,7 @@ from gateway.store.background.base import BackgroundRun, BackgroundStore, Events
 from gateway.store.background.memory import MemoryBackground
 from gateway.store.background.redis import RedisBackground
 from gateway.store.redis import RedisStore
+from tests.redis_servers import PATIENT
 from tests.store.conftest import REDIS_URL, _deployment, _exclusive_redis_db, _flush_redis, require_redis
 
 
@@ -44,7 +45,7 @@ async def replicas(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Backgr
     await require_redis()
     with _exclusive_redis_db():
         await _flush_redis()
-        a, b = RedisStore(REDIS_URL), RedisStore(REDIS_URL)
+        a, b = RedisStore(REDIS_URL, **PATIENT), RedisStore(REDIS_URL, **PATIENT)
         try:
             yield RedisBackground(a.io), RedisBackground(b.io)
         finally:
@@ -212,7 +213,7 @@ async def test_redis_keys_expire_with_the_run() -> None:
     await require_redis()
     with _exclusive_redis_db():
         await _flush_redis()
-        store = RedisStore(REDIS_URL)
+        store = RedisStore(REDIS_URL, **PATIENT)
         try:
             bg = RedisBackground(store.io)
             await bg.create(_run(), 60)

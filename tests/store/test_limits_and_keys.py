@@ -25,6 +25,7 @@ from gateway.store.keys.base import (
     version_of,
 )
 from gateway.store.limits.base import LimitScope, RateLimiter
+from tests.redis_servers import PATIENT
 from tests.store.conftest import StoreFactory
 
 KEY = LimitScope("key", "key_1", 3, 0, 0)
@@ -257,7 +258,7 @@ async def test_records_from_before_the_indexes_count_and_are_found(redis_raw: An
     await redis_raw.hset(ALL, mapping={"key_old": orjson.dumps(old),
                                        "key_old_revoked": orjson.dumps({**_record("key_old_revoked"),
                                                                         "revoked": True})})
-    store = RedisStore(redis_url)
+    store = RedisStore(redis_url, **PATIENT)
     try:
         keys = open_key_store(store)
         await keys.create(_record("key_new"), time.time())
@@ -273,7 +274,7 @@ async def test_records_from_before_the_indexes_count_and_are_found(redis_raw: An
 async def test_the_key_id_salt_is_one_per_deployment(redis_raw: Any, redis_url: str) -> None:
     from gateway.store.redis import RedisStore
 
-    stores = [RedisStore(redis_url), RedisStore(redis_url)]
+    stores = [RedisStore(redis_url, **PATIENT), RedisStore(redis_url, **PATIENT)]
     try:
         first, second = (open_key_store(store) for store in stores)
         salt = await first.salt(b"a" * 32)

@@ -23,6 +23,7 @@ from gateway.store.limits.base import LimitScope
 from gateway.store.limits.lease import CORRECTION_WINDOW_S, IDLE_S, SLOT_LEASE_S, TICK_S, Lease
 from gateway.store.limits.redis import RedisRateLimiter, scope_keys
 from gateway.store.redis import RedisStore
+from tests.redis_servers import PATIENT
 from tests.store.conftest import StoreFactory
 
 # Long enough for the keeper to act once the deadline it watches has passed.
@@ -31,7 +32,7 @@ SETTLE_S = max(IDLE_S, CORRECTION_WINDOW_S) + TICK_S + 0.3
 
 @pytest.fixture
 async def replicas(redis_raw: aioredis.Redis, redis_url: str) -> AsyncIterator[tuple[RedisRateLimiter, ...]]:
-    stores = [RedisStore(redis_url), RedisStore(redis_url)]
+    stores = [RedisStore(redis_url, **PATIENT), RedisStore(redis_url, **PATIENT)]
     limiters = tuple(RedisRateLimiter(store.io) for store in stores)
     try:
         yield limiters

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from gateway.store.limits.base import LimitScope
 from gateway.store.limits.redis import RedisRateLimiter, scope_keys
 from gateway.store.redis import RedisStore
+from tests.redis_servers import PATIENT
 
 
 def _count_pipelines(store: RedisStore) -> list[int]:
@@ -28,7 +29,7 @@ def _count_pipelines(store: RedisStore) -> list[int]:
 
 
 async def test_one_turn_of_takes_is_one_pipeline_in_call_order(redis_raw: aioredis.Redis, redis_url: str) -> None:
-    store = RedisStore(redis_url)
+    store = RedisStore(redis_url, **PATIENT)
     try:
         limiter = RedisRateLimiter(store.io)
         scope = LimitScope("key", "k_batch", 10, 0, 0)
@@ -45,7 +46,7 @@ async def test_one_turn_of_takes_is_one_pipeline_in_call_order(redis_raw: aiored
 
 async def test_a_script_the_server_lost_runs_once(redis_raw: aioredis.Redis, redis_url: str) -> None:
     """After a restart the batch's loaded script ran and the lost one did not: only that one goes again."""
-    store = RedisStore(redis_url)
+    store = RedisStore(redis_url, **PATIENT)
     try:
         limiter = RedisRateLimiter(store.io)
         scope = LimitScope("key", "k_lost", 10, 0, 5)

@@ -19,6 +19,7 @@ from gateway.store.redis import RedisStore
 from gateway.store.responses.base import ChainBroken, ResponseRecords
 from gateway.store.responses.memory import MemoryResponseRecords
 from gateway.store.responses.redis import RedisResponseRecords
+from tests.redis_servers import PATIENT
 from tests.store.conftest import REDIS_URL, _deployment, _exclusive_redis_db, _flush_redis, require_redis
 
 STEP = 10_000  # bytes of new text per step
@@ -50,7 +51,7 @@ async def records(request: pytest.FixtureRequest) -> AsyncIterator[ResponseRecor
     await require_redis()
     with _exclusive_redis_db():
         await _flush_redis()
-        store = RedisStore(REDIS_URL)
+        store = RedisStore(REDIS_URL, **PATIENT)
         try:
             yield RedisResponseRecords(store.io, bucket_s=1)
         finally:
@@ -146,7 +147,7 @@ async def test_a_replica_sees_another_ones_writes_in_its_count_within_the_freshn
     await require_redis()
     with _exclusive_redis_db():
         await _flush_redis()
-        a_store, b_store = RedisStore(REDIS_URL), RedisStore(REDIS_URL)
+        a_store, b_store = RedisStore(REDIS_URL, **PATIENT), RedisStore(REDIS_URL, **PATIENT)
         try:
             a, b = RedisResponseRecords(a_store.io, fresh_s=0.3), RedisResponseRecords(b_store.io, fresh_s=0.3)
             record = _step(0, [])

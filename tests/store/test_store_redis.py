@@ -15,6 +15,7 @@ from gateway.store.errors import StoreUnavailable
 from gateway.store.health.redis import health_keys
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client.keys import record_key, tenant_key
+from tests.redis_servers import PATIENT
 
 
 def _cont(tenant: str = "acme", ids: tuple[str, ...] = ("call_1", "call_2")) -> Continuation:
@@ -109,7 +110,7 @@ async def test_operation_deadline_caps_retries_against_a_hung_redis(silent_serve
 
 
 async def test_key_layout_namespaced_cluster_safe_with_ttls(redis_raw: aioredis.Redis, redis_url: str) -> None:
-    store = RedisStore(redis_url)
+    store = RedisStore(redis_url, **PATIENT)
     try:
         c = _cont()
         await store.save_continuation(c, 60)
@@ -153,7 +154,7 @@ def test_braces_cannot_move_the_hash_tag() -> None:
 
 
 async def test_survives_script_flush(redis_raw: aioredis.Redis, redis_url: str) -> None:
-    store = RedisStore(redis_url)
+    store = RedisStore(redis_url, **PATIENT)
     try:
         await redis_raw.script_flush()
         c = _cont()

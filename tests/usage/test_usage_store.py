@@ -11,6 +11,7 @@ from gateway.store.redis import RedisStore
 from gateway.store.usage.base import FIELDS, UsageDelta, UsageStore
 from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage, usage_key
+from tests.redis_servers import PATIENT
 from tests.usage.redis_access import REDIS_URL, flushed_redis
 
 DEC_31 = calendar.timegm((2026, 12, 31, 23, 59, 0))
@@ -23,7 +24,7 @@ async def usage(request: pytest.FixtureRequest) -> AsyncIterator[UsageStore]:
         yield MemoryUsage()
         return
     client = await flushed_redis()
-    store = RedisStore(REDIS_URL)
+    store = RedisStore(REDIS_URL, **PATIENT)
     yield RedisUsage(store.io, retention_days=2)
     await client.flushdb()
     await client.aclose()
@@ -67,7 +68,7 @@ async def test_tenant_names_cannot_move_the_hash_tag(usage: UsageStore) -> None:
 
 async def test_redis_rows_expire_and_share_one_slot() -> None:
     client = await flushed_redis()
-    store = RedisStore(REDIS_URL)
+    store = RedisStore(REDIS_URL, **PATIENT)
     try:
         await RedisUsage(store.io, retention_days=2).add("t", "k", delta(1, 1, 0), DEC_31)
         keys = sorted(k.decode() for k in await client.keys("loopgate:*"))
@@ -94,7 +95,7 @@ async def test_redis_coalesces_requests_into_timed_flushes() -> None:
     import asyncio
 
     client = await flushed_redis()
-    store = RedisStore(REDIS_URL)
+    store = RedisStore(REDIS_URL, **PATIENT)
     usage = RedisUsage(store.io, flush_s=0.05)
     try:
         for tenant in ("t1", "t1", "t2"):
