@@ -94,8 +94,9 @@ def test_a_frozen_redis_costs_plain_requests_nothing_and_the_rest_a_bounded_wait
             pause_s, paused = _timed(gw, "test-key", model="agent")
             # What a plain request cost on this machine just now (its slowest, so a busy machine is allowed for).
             plain_worst = max(during)
-            assert time.monotonic() - frozen_at < FROZEN_S, "the frozen phase outlasted the freeze (busy machine?)"
-            while time.monotonic() - frozen_at < FROZEN_S:  # frozen for the whole 10 s, requests still flowing
+            # Frozen for at least 10 s with requests still flowing (longer when a busy machine made the requests
+            # above slower: the freeze lasts until they are all done, never a window they must fit in).
+            while time.monotonic() - frozen_at < FROZEN_S:
                 assert _timed(gw, "test-key")[1].status_code == 200
         finally:
             os.kill(frozen_redis.proc.pid, signal.SIGCONT)
