@@ -32,6 +32,7 @@ from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
 from gateway.api.runtime import Runtime
 from gateway.background.runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
+from gateway.cancellation import check_cancelled
 from gateway.canonical import Usage
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
@@ -145,6 +146,10 @@ async def follow(runtime: Runtime, run_id: str, tenant: str, after: int) -> Asyn
     wake: asyncio.Event | None = None
     try:
         while True:
+            # A client that left cancels this generator (SSEResponse); redis-py can swallow that cancellation in
+            # a store call, and the poll below would then go round until the run ends, holding up a graceful
+            # shutdown (and so the end of this replica's runs) for as long (gateway/cancellation.py).
+            check_cancelled()
             wake = runner.follower_event(run_id)
             # The run first, then its events: a run read as ended has stored every event already.
             try:
