@@ -15,6 +15,7 @@ from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage, usage_key
 from gateway.usage.meter import Metering
 from gateway.usage.pricing import Pricing
+from tests.redis_servers import PATIENT
 from tests.usage.redis_access import REDIS_URL, flushed_redis
 
 DEC_31 = calendar.timegm((2026, 12, 31, 12, 0, 0))
@@ -27,7 +28,7 @@ async def usage(request: pytest.FixtureRequest) -> AsyncIterator[UsageStore]:
         yield MemoryUsage()
         return
     client = await flushed_redis()
-    store = RedisStore(REDIS_URL)
+    store = RedisStore(REDIS_URL, **PATIENT)
     yield RedisUsage(store.io, retention_days=2)
     await client.flushdb()
     await client.aclose()
@@ -69,7 +70,7 @@ async def test_counts_without_a_breakdown_show_as_unknown(usage: UsageStore) -> 
 async def test_redis_reads_a_row_written_before_the_breakdown() -> None:
     """A day row as the previous release wrote it (plain fields only) reads back whole, as ``unknown``."""
     client = await flushed_redis()
-    store = RedisStore(REDIS_URL)
+    store = RedisStore(REDIS_URL, **PATIENT)
     try:
         key = usage_key("t", "", f"d:{DAY}")
         await client.hset(key, mapping={"r": 3, "e": 1, "p": 30, "c": 3, "n": 9})
