@@ -14,6 +14,7 @@ import pytest
 from gateway.tools import ToolFailure, ToolRegistry, ToolSource, run_tool
 from gateway.tools.base import ToolContent, ToolTimeouts
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
+from tests.fakes import mcp_server as fake_mcp_server
 from tests.fakes.mcp_server import NUMBERS, FakeMcpServer
 from tests.tools.helpers import unused_port
 
@@ -278,3 +279,22 @@ async def test_stdio_end_to_end_through_registry(stdio: McpStdioSource) -> None:
     await registry.refresh(strict=True)
     outcome = await run_tool(registry.get("add"), '{"a": 2, "b": 3}')
     assert (outcome.status, outcome.content) == ("ok", '5\n{"sum":5}')
+
+
+async def test_a_2024_11_05_server_is_spoken_to_in_its_version(server: FakeMcpServer, http: McpHttpSource,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The oldest revision the gateway accepts: the handshake settles on it and calls work as with any other.
+    monkeypatch.setattr(fake_mcp_server, "SERVER_VERSION", "2024-11-05")
+    assert [s.name for s in await http.list_tools()] == ALL_TOOLS
+    assert http.protocol_version == "2024-11-05"
+    assert (await http.call("add", {"a": 2, "b": 3})).startswith("5")
+
+
+async def test_a_server_of_an_unknown_revision_fails_its_listing_cleanly(server: FakeMcpServer,
+                                                                         http: McpHttpSource,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fake_mcp_server, "SERVER_VERSION", "2023-01-01")
+    with pytest.raises(ToolFailure) as caught:
+        await http.call("add", {"a": 2, "b": 3})
+    # The protocol mismatch is the reason given, not the stateless probe the server refused before it.
+    assert "2023-01-01" in caught.value.message and "server/discover" not in caught.value.message

@@ -175,7 +175,12 @@ class McpHttpSource(McpSource):
         session_id = response.headers.get("mcp-session-id")
         if session_id and "mcp-session-id" not in request.headers:
             self._session_id = session_id
-        if response.status_code < 400 or exchange is None:
+        if exchange is None:
+            return
+        if response.status_code < 400:
+            # An error the SDK got past (the stateless probe a handshake-era server refuses, a GET
+            # stream it does not offer) is not what a later failure of this exchange is about.
+            exchange.http_status = None
             return
         if response.status_code == 404 and "mcp-session-id" in request.headers:
             exchange.session_gone = True
