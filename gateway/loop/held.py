@@ -27,8 +27,9 @@ import logging
 import time
 from typing import Any
 
+from gateway.canonical_tool_results import bounded_parts
 from gateway.loop.asking import AskingCall
-from gateway.loop.pairing import ToolResult
+from gateway.loop.pairing import ToolResult, tool_message
 from gateway.store.base import Store
 from gateway.store.errors import StoreError
 from gateway.tools.interaction import ElicitationAnswer
@@ -99,7 +100,7 @@ class HeldCalls:
                 _, outcome, elapsed_ms = await task
                 record = {"status": outcome.status, "content": outcome.content,
                           "elapsed_ms": round(getattr(outcome, "elapsed_ms", elapsed_ms), 2)}
-                parts = getattr(outcome, "parts", None)
+                parts = bounded_parts(getattr(outcome, "parts", None))
                 if parts:  # a rich result (images): the resuming replica gives the model the same parts
                     record["parts"] = parts
             except asyncio.CancelledError:
@@ -195,9 +196,7 @@ class HeldCalls:
             if outcome is not None:
                 if isinstance(outcome.get("asked"), dict):
                     return outcome["asked"]
-                parts = outcome.get("parts")
-                message = ({"role": "tool", "tool_call_id": item["tool_call_id"], "content": parts}
-                           if isinstance(parts, list) and parts else None)
+                message = tool_message(item["tool_call_id"], outcome.get("parts"))
                 return ToolResult("ok" if outcome.get("status") == "ok" else "error", str(outcome.get("content", "")),
                                   float(outcome.get("elapsed_ms") or 0.0), message)
             if not acked:
