@@ -8,6 +8,15 @@ tenant-scoped, kept for the continuation TTL), one record per question round ``s
     elicit:<hold>:<seq>:ack       written by the holder when the answer (or the time-out) reached the call
     elicit:<hold>:<seq>:outcome   written by the holder when the call ended ({"status", "content"})
                                   or asked its next question ({"asked": pending fields of round seq+1})
+    elicit:<hold>:<seq>:taken     a stateless server's round only: who sends its retry, claimed once
+                                  ({"by": "holder"} or {"by": <continuation id>})
+
+A stateless MCP server's question (its pending entry has ``retry``: the server's request state)
+needs no holder: a deciding replica that does not hold the call claims the round's ``taken``
+record and sends the retry with the answer itself (``Continuations`` runs it like an approved
+call, ledgered); the holder, if it still lives, claims the same record before it answers (or
+declines at the deadline), so exactly one of them sends the retry, and a holder that lost ends its
+call unreported (:class:`TakenOver`).
 
 The holder reads the answer record with a short poll (doubling from ``POLL_MIN_S`` to
 ``POLL_MAX_S``; woken at once when the decision was taken on this replica), retrying through
@@ -58,6 +67,10 @@ def record_key(hold: str, seq: int, part: str) -> str:
     return f"elicit:{hold}:{seq}:{part}"
 
 
+class TakenOver(Exception):
+    """A deciding replica sends this stateless call's retry: the holder's call ends here, unreported."""
+
+
 class HeldCalls:
     """The calls this process holds open for an answer (bounded), and the store records they meet through."""
 
@@ -98,6 +111,8 @@ class HeldCalls:
         try:
             try:
                 _, outcome, elapsed_ms = await task
+                if asking.taken_over:  # the deciding replica retried the call: it has the result, not this one
+                    return
                 record = {"status": outcome.status, "content": outcome.content,
                           "elapsed_ms": round(getattr(outcome, "elapsed_ms", elapsed_ms), 2)}
                 parts = bounded_parts(getattr(outcome, "parts", None))
@@ -131,6 +146,8 @@ class HeldCalls:
                 log.warning("reading the answer of %s failed (%s); retrying", asking.hold, exc)
                 found = None
             if found is not None:
+                if asking.asking is not None and asking.asking.retryable:
+                    await self.take(asking, seq)
                 await self.acknowledge(asking, seq, "answer")
                 action = found.get("action")
                 if action == "accept":
@@ -142,6 +159,22 @@ class HeldCalls:
                 async with asyncio.timeout(delay):
                     await asking.wake.wait()
             delay = min(delay * 2, POLL_MAX_S)
+
+    async def take(self, asking: AskingCall, seq: int) -> None:
+        """Claim round ``seq`` of a stateless call for the holder; :class:`TakenOver` when a deciding replica has it.
+
+        A claim the store could not answer counts as lost: a retry sent twice could run the tool twice."""
+        key = record_key(asking.hold, seq, "taken")
+        try:
+            there = await self.store.ledger_claim(asking.tenant, key, {"by": "holder"}, self.ttl_s)
+        except StoreError as exc:
+            log.warning("claiming %s failed (%s): the call ends, unanswered here", key, exc)
+            there = {"by": None}
+        if there is not None and there.get("by") != "holder":
+            asking.taken_over = True
+            log.info("held call %s round %d: another replica sends the retry with the answer; the call ends here",
+                     asking.hold, seq)
+            raise TakenOver(asking.hold)
 
     async def acknowledge(self, asking: AskingCall, seq: int, how: str) -> None:
         await self._put(asking.tenant, record_key(asking.hold, seq, "ack"), {"how": how, "ts": time.time()})
@@ -175,6 +208,22 @@ class HeldCalls:
                 await task
 
     # -- the deciding replica ------------------------------------------------------------------
+    async def take_over(self, tenant: str, item: dict[str, Any], answer: dict[str, Any] | None, by: str) -> bool:
+        """Whether this replica sends the retry of pending ``item`` (a stateless server's question) itself.
+
+        Not when this process holds the call (its holder answers it, as for any server); otherwise only when
+        this replica's claim of the round (``by``: the continuation being resumed) is the one recorded. The
+        answer is written too, so a holder that still lives wakes, loses the claim and ends its call."""
+        hold, seq = str(item["hold"]), int(item["seq"])
+        if hold in self._held:
+            return False
+        there = await self.store.ledger_claim(tenant, record_key(hold, seq, "taken"), {"by": by}, self.ttl_s)
+        if there is not None and there.get("by") != by:
+            return False  # the holder answered (or declined at the deadline) first: its outcome is awaited
+        await self.store.ledger_put(tenant, record_key(hold, seq, "answer"), answer or {"action": "decline"},
+                                    self.ttl_s)
+        return True
+
     async def deliver(self, tenant: str, item: dict[str, Any], answer: dict[str, Any] | None,
                       tool_timeout_s: float) -> ToolResult | dict[str, Any]:
         """Give ``answer`` to the held call of pending ``item`` (None: its question timed out, declined by
