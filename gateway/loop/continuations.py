@@ -157,7 +157,7 @@ class Continuations:
         self.notifier.headless_denied(tenant, call, reason, key_name, route)
 
     def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
-        """Executes approved calls at most once per continuation.
+        """Executes approved calls at most once per continuation; a replay gives a rich result back with its parts.
 
         Keyed by continuation and call id, not call id alone: some servers reuse ids such as
         ``call_0`` across conversations, and one conversation's record must never answer another's.
@@ -168,14 +168,12 @@ class Continuations:
             record = await self.store.ledger_get(tenant, key)
             if record is not None:
                 metrics.CONTINUATIONS.inc("ledger_replay")
-                # A rich result replays with its parts (images), so the model sees what it would have.
                 return ToolOutcome(record["status"], record["content"], 0.0, bounded_parts(record.get("parts")))
             outcome = await run_tool(tool, call["function"]["arguments"])
-            entry: dict[str, Any] = {"status": outcome.status, "content": outcome.content, "ts": time.time()}
             parts = bounded_parts(outcome.parts)
-            if parts:
-                entry["parts"] = parts
-            await self.store.ledger_put(tenant, key, entry, self.ttl_s)
+            await self.store.ledger_put(tenant, key, {"status": outcome.status, "content": outcome.content,
+                                                      "ts": time.time(), **({"parts": parts} if parts else {})},
+                                        self.ttl_s)
             return outcome
 
         return execute
