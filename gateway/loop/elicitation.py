@@ -155,10 +155,10 @@ async def deliver_answers(held: HeldCalls, continuation: Continuation, request: 
 
     async def one(item: dict[str, Any]) -> tuple[dict[str, Any], ToolResult | dict[str, Any] | InputRetry]:
         answer = turn.answers.get(item["tool_call_id"])
-        retry = retry_of(item, answer)
+        tool = tools.get(item["name"])
+        retry = retry_of(item, answer, str(getattr(getattr(tool, "spec", None), "source", "")))
         if retry is not None and await held.take_over(continuation.tenant, item, answer, continuation.id):
             return item, retry  # a stateless server's call: this replica sends the retry (the resumed turn runs it)
-        tool = tools.get(item["name"])
         timeout_s = float(getattr(getattr(tool, "spec", None), "timeout_s", 30.0))
         return item, await held.deliver(continuation.tenant, item, answer, timeout_s)
 
@@ -176,11 +176,13 @@ async def deliver_answers(held: HeldCalls, continuation: Continuation, request: 
             turn.asked.append(PendingCall(call, "elicitation", ask=outcome))
 
 
-def retry_of(item: dict[str, Any], answer: dict[str, Any] | None) -> InputRetry | None:
+def retry_of(item: dict[str, Any], answer: dict[str, Any] | None, source: str) -> InputRetry | None:
     """The retry a stateless server's question stored (``Ask.pending_fields``) with the answer; None for any
-    other question (only its holder can answer it). A question that timed out is retried declined."""
+    other question (only its holder can answer it), and when the tool's ``source`` here is not the server
+    that asked (a config changed between): its state goes to no other server. A timed-out question is
+    retried declined."""
     stored = item.get("retry")
-    if not isinstance(stored, dict) or not isinstance(stored.get("input_key"), str):
+    if not isinstance(stored, dict) or not isinstance(stored.get("input_key"), str) or stored.get("server") != source:
         return None
     state = stored.get("request_state")
     action = answer.get("action") if answer is not None else "decline"

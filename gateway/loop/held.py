@@ -111,8 +111,6 @@ class HeldCalls:
         try:
             try:
                 _, outcome, elapsed_ms = await task
-                if asking.taken_over:  # the deciding replica retried the call: it has the result, not this one
-                    return
                 record = {"status": outcome.status, "content": outcome.content,
                           "elapsed_ms": round(getattr(outcome, "elapsed_ms", elapsed_ms), 2)}
                 parts = bounded_parts(getattr(outcome, "parts", None))
@@ -125,10 +123,12 @@ class HeldCalls:
                     await self.report(asking, asking.seq, record)
                 raise
             except Exception as exc:  # the executor never raises; a bug still ends the call, reported
-                log.exception("held call %s failed", asking.hold)
+                if not asking.taken_over:
+                    log.exception("held call %s failed", asking.hold)
                 record = {"status": "error", "content": f"The tool call failed ({type(exc).__name__}).",
                           "elapsed_ms": 0.0}
-            await self.report(asking, asking.seq, record)
+            if not asking.taken_over:  # else the deciding replica retried the call: the result is its own
+                await self.report(asking, asking.seq, record)
         finally:
             self._held.pop(asking.hold, None)
             if asking.reserved:

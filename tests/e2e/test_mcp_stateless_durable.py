@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Gateway, gateway_config, two_replicas
+from tests.e2e.conftest import KEY, Gateway, gateway_config, two_replicas
 from tests.fakes.stateless_mcp import StatelessServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -46,6 +46,11 @@ def ask(gw: Gateway, fakes: dict[str, FakeUpstream]) -> dict[str, Any]:
     [pending] = extension["pending"]
     assert pending["reason"] == "elicitation" and pending["elicitation"]["server"] == "st"
     assert pending["elicitation"]["message"] == "Whom should I greet with 'Hello'?"
+    # The stored retry (the server's request state) is the gateway's own: never shown to a caller.
+    shown = httpx.get(f"{gw.url}/v1/continuations/{extension['continuation_id']}",
+                      headers={"authorization": f"Bearer {KEY}"}, timeout=20)
+    assert shown.status_code == 200 and shown.json()["pending"][0]["reason"] == "elicitation"
+    assert "request_state" not in shown.text and "retry" not in shown.json()["pending"][0]
     return extension
 
 
