@@ -17,6 +17,10 @@ ContentPart = dict[str, Any]
 
 #: the image types every target that takes images accepts
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+#: the largest image (decoded) passed to the model as an image; larger ones are described
+MAX_IMAGE_BYTES = 4 * 1024 * 1024
+#: images per tool result passed as images; later ones are described
+MAX_IMAGES = 8
 
 
 def image_part(mime_type: str, data: str) -> ContentPart:
@@ -47,9 +51,14 @@ def size_text(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MB"
 
 
+def image_bytes(data: str) -> int:
+    """The decoded size of base64 ``data``, without decoding it."""
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
 def describe_image(mime_type: str, data: str) -> str:
     """The few words a text-only target reads instead of an image."""
-    return f"[image: {mime_type}, {size_text(len(data) * 3 // 4 - data[-2:].count('='))}]"
+    return f"[image: {mime_type}, {size_text(image_bytes(data))}]"
 
 
 def part_text(part: ContentPart) -> str:
@@ -98,3 +107,27 @@ def tool_messages_for(messages: list[Any], images: bool) -> list[Any]:
                 out = list(messages)
             out[index] = {**message, "content": tool_result_text(message["content"])}
     return messages if out is None else out
+
+
+def bounded_parts(content: Any) -> list[ContentPart] | None:
+    """A tool message's content parts as they may be stored (a paused turn's results, the tool ledger).
+
+    Only text parts and image parts within the bounds a result is made with (:data:`IMAGE_TYPES`, at
+    most :data:`MAX_IMAGE_BYTES` each and :data:`MAX_IMAGES` per result) are kept as they are; any other
+    part becomes its text. None when ``content`` is not a list of parts (a plain text result).
+    """
+    if not isinstance(content, list) or not content:
+        return None
+    out: list[ContentPart] = []
+    images = 0
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        image = image_of(part)
+        if image is not None and image[0] in IMAGE_TYPES and images < MAX_IMAGES \
+                and image_bytes(image[1]) <= MAX_IMAGE_BYTES:
+            images += 1
+            out.append(image_part(*image))
+        else:
+            out.append({"type": "text", "text": part_text(part)})
+    return out or None

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.loop import held as held_module
 from gateway.loop.asking import AskPolicy, TurnAsks
-from gateway.loop.held import HOLDER_GONE, HeldCalls
+from gateway.loop.held import HOLDER_GONE, HeldCalls, TakenOver
 from gateway.loop.pairing import ToolResult
 from gateway.loop.tool_runs import run_tools
 from gateway.store.memory import MemoryStore
@@ -128,3 +128,59 @@ async def test_a_pause_that_could_not_be_stored_ends_the_waiting_calls() -> None
     with pytest.raises(asyncio.CancelledError):
         await task
     assert held.count == 0
+
+
+# -- a stateless server's question: any replica may send the retry ---------------------------------------
+RETRY = {"server": "mcp:crm", "tool": "asks", "request_state": "state-1", "input_key": "q1"}
+
+
+async def execute_retryable(tool_call: dict[str, Any], tool: Tool) -> ToolOutcome:
+    """Asks as a stateless server's round does (the question carries its retry), and reports the answer."""
+    interactions = CALL_INTERACTIONS.get()
+    assert interactions is not None and interactions.elicit is not None
+    answer = await interactions.elicit(ElicitationRequest(server="crm", mode="form", message="Which account?",
+                                                          requested_schema={"type": "object"}, retry=RETRY))
+    return ToolOutcome("ok", f"{answer.action} {answer.content}", 1.0)
+
+
+async def held_retryable(held: HeldCalls, policy: AskPolicy = PAUSE) -> tuple[dict[str, Any], asyncio.Future[Any]]:
+    asks = turn(held, policy)
+    async with asyncio.timeout(10):
+        async for _ in run_tools([(call("c1", "asks"), Tool(Spec("asks")))], execute_retryable, 1, {},
+                                 lambda c, s, e: None, asks=asks):
+            pass
+    [(_, fields)] = asks.pending()
+    [task] = asks.handed.values()
+    asks.adopt(TENANT)
+    return {"tool_call_id": "c1", "name": "asks", **fields}, task
+
+
+async def test_a_deciding_replica_takes_a_stateless_question_over_and_the_holder_ends_unreported() -> None:
+    store = MemoryStore()
+    holder, decider = HeldCalls(store, ttl_s=600), HeldCalls(store, ttl_s=600)  # two replicas, one store
+    item, task = await held_retryable(holder)
+    assert item["retry"] == RETRY
+    answer = {"action": "accept", "content": {"account": "ACME"}}
+    assert await holder.take_over(TENANT, item, answer, "cont_1") is False  # the holder answers its own calls
+    assert await decider.take_over(TENANT, item, answer, "cont_1") is True
+    assert await decider.take_over(TENANT, item, answer, "cont_1") is True  # a retried resume: still its own
+    assert await decider.take_over(TENANT, item, answer, "cont_2") is False
+    async with asyncio.timeout(10):
+        with pytest.raises(TakenOver):
+            await task
+        while holder.count:
+            await asyncio.sleep(0.01)
+    assert await store.ledger_get(TENANT, f"elicit:{item['hold']}:1:outcome") is None
+    assert await store.ledger_get(TENANT, f"elicit:{item['hold']}:1:taken") == {"by": "cont_1"}
+
+
+async def test_a_holder_that_declined_at_its_deadline_keeps_the_round() -> None:
+    store = MemoryStore()
+    holder, decider = HeldCalls(store, ttl_s=600), HeldCalls(store, ttl_s=600)
+    item, _ = await held_retryable(holder, AskPolicy("pause", 0.3))
+    async with asyncio.timeout(10):
+        while await store.ledger_get(TENANT, f"elicit:{item['hold']}:1:taken") is None:
+            await asyncio.sleep(0.02)
+        assert await decider.take_over(TENANT, item, None, "cont_1") is False
+        outcome = await decider.deliver(TENANT, item, None, 5.0)
+    assert outcome == ToolResult("ok", "decline None", 1.0)

@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from gateway.canonical import ToolCall
 from gateway.config.mcp_section import DEFAULT_ELICITATION_TIMEOUT_S, ElicitationPolicy
 from gateway.tools.interaction import (
+    CALL_RETRY,
     CallInteractions,
     ElicitationAnswer,
     ElicitationRequest,
+    InputRetry,
     SamplingHandler,
 )
 
@@ -80,10 +82,19 @@ class Ask:
     #: wall clock: other replicas read it from the store
     deadline: float
 
+    @property
+    def retryable(self) -> bool:
+        """A stateless server's question: a deciding replica may send the retry itself (``loop/held.py``)."""
+        return self.request.retry is not None
+
     def pending_fields(self, hold: str) -> dict[str, Any]:
-        """What the continuation's pending entry carries beyond the call (``Continuations.pending_item``)."""
-        return {"elicitation": question_view(self.request), "hold": hold, "seq": self.seq,
-                "elicitation_deadline": self.deadline}
+        """What the continuation's pending entry carries beyond the call (``Continuations.pending_item``);
+        ``retry`` (a stateless server's round, never shown to callers) lets any replica finish the call."""
+        fields = {"elicitation": question_view(self.request), "hold": hold, "seq": self.seq,
+                  "elicitation_deadline": self.deadline}
+        if self.request.retry is not None:
+            fields["retry"] = self.request.retry
+        return fields
 
 
 class AskingCall:
@@ -104,6 +115,8 @@ class AskingCall:
         #: set by the registry when a decision was written on this replica: read the store now
         self.wake = asyncio.Event()
         self.reserved = False
+        #: a deciding replica took the question over (it retries the stateless call): this call ends unreported
+        self.taken_over = False
         self._give_back = give_back
 
     async def elicit(self, request: ElicitationRequest) -> ElicitationAnswer:
@@ -144,9 +157,28 @@ class AskingCall:
                 return await self.holder.answer_of(self, ask.seq)
         except TimeoutError:
             if self.holder is not None:
+                if ask.retryable:
+                    await self.holder.take(self, ask.seq)  # a decider that took it over sends the retry instead
                 await self.holder.acknowledge(self, ask.seq, "timeout")
             log.info("elicitation %s round %d timed out: declined", self.hold, ask.seq)
             return DECLINE
+
+
+def retrying(execute: Callable[[ToolCall, Any], Awaitable[Any]], retries: dict[str, InputRetry]
+             ) -> Callable[[ToolCall, Any], Awaitable[Any]]:
+    """``execute`` where a stateless server's call named in ``retries`` is sent as its retry with the answer."""
+
+    async def run(call: ToolCall, tool: Any) -> Any:
+        retry = retries.get(call["id"])
+        if retry is None:
+            return await execute(call, tool)
+        token = CALL_RETRY.set(retry)
+        try:
+            return await execute(call, tool)
+        finally:
+            CALL_RETRY.reset(token)
+
+    return run
 
 
 class TurnAsks:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from gateway.canonical import Message, NativeRequest, ToolCall, text_of
+from gateway.canonical_tool_results import bounded_parts
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.approvals import (
@@ -45,7 +46,7 @@ from gateway.loop.engine import (
 )
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.held import HeldCalls
-from gateway.loop.pairing import ToolResult
+from gateway.loop.pairing import ToolResult, result_of, stored_result
 from gateway.loop.results import ResultSlot, result_record
 from gateway.loop.same_arguments import same_arguments
 from gateway.notify import Notifier
@@ -105,7 +106,7 @@ class Continuations:
         data: dict[str, Any] = {
             "transcript": request.messages,
             "assistant": assistant,
-            "results": {k: [r.status, r.content, r.elapsed_ms] for k, r in results.items()},
+            "results": {k: stored_result(r) for k, r in results.items()},
             "client_tools": request.client_tools,
             "tool_choice": request.tool_choice,
             "params": request.params, "native": None if request.native is None else request.native.to_dict(),
@@ -156,7 +157,7 @@ class Continuations:
         self.notifier.headless_denied(tenant, call, reason, key_name, route)
 
     def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
-        """Executes approved calls at most once per continuation.
+        """Executes approved calls at most once per continuation; a replay gives a rich result back with its parts.
 
         Keyed by continuation and call id, not call id alone: some servers reuse ids such as
         ``call_0`` across conversations, and one conversation's record must never answer another's.
@@ -167,10 +168,12 @@ class Continuations:
             record = await self.store.ledger_get(tenant, key)
             if record is not None:
                 metrics.CONTINUATIONS.inc("ledger_replay")
-                return ToolOutcome(record["status"], record["content"], 0.0)
+                return ToolOutcome(record["status"], record["content"], 0.0, bounded_parts(record.get("parts")))
             outcome = await run_tool(tool, call["function"]["arguments"])
+            parts = bounded_parts(outcome.parts)
             await self.store.ledger_put(tenant, key, {"status": outcome.status, "content": outcome.content,
-                                                      "ts": time.time()}, self.ttl_s)
+                                                      "ts": time.time(), **({"parts": parts} if parts else {})},
+                                        self.ttl_s)
             return outcome
 
         return execute
@@ -332,7 +335,7 @@ class Continuations:
         stored = LoopState.from_dict(data["state"])
         # Counters describe this response; the tool-round budget spans the whole loop.
         state = LoopState(tool_rounds=stored.tool_rounds, model=stored.model)
-        results = {k: ToolResult(v[0], v[1], v[2]) for k, v in data["results"].items()}
+        results = {k: result_of(k, v) for k, v in data["results"].items()}
         # Fail-closed: a deadline that passed after the decision was checked still denies the call.
         timed_out = sorted(expired_calls(continuation))
         given = {**given, **{call_id: ToolResult("denied", timed_out_result()) for call_id in timed_out}}

@@ -29,6 +29,7 @@ from gateway.loop.pairing import ToolResult
 from gateway.loop.tool_runs import record
 from gateway.store.base import Store
 from gateway.store.continuations.base import Continuation
+from gateway.tools.interaction import InputRetry
 
 ACTIONS = ("accept", "decline", "cancel")
 ELICITATION_TIMED_OUT = "elicitation timed out"
@@ -152,21 +153,43 @@ async def deliver_answers(held: HeldCalls, continuation: Continuation, request: 
         return
     calls = {c["id"]: c for c in turn.assistant.get("tool_calls") or ()}
 
-    async def one(item: dict[str, Any]) -> tuple[dict[str, Any], ToolResult | dict[str, Any]]:
+    async def one(item: dict[str, Any]) -> tuple[dict[str, Any], ToolResult | dict[str, Any] | InputRetry]:
+        answer = turn.answers.get(item["tool_call_id"])
         tool = tools.get(item["name"])
+        retry = retry_of(item, answer, str(getattr(getattr(tool, "spec", None), "source", "")))
+        if retry is not None and await held.take_over(continuation.tenant, item, answer, continuation.id):
+            return item, retry  # a stateless server's call: this replica sends the retry (the resumed turn runs it)
         timeout_s = float(getattr(getattr(tool, "spec", None), "timeout_s", 30.0))
-        return item, await held.deliver(continuation.tenant, item, turn.answers.get(item["tool_call_id"]), timeout_s)
+        return item, await held.deliver(continuation.tenant, item, answer, timeout_s)
 
     started = time.perf_counter()
     delivered = await asyncio.gather(*(one(item) for item in items))
     request.state.add_wait(time.perf_counter() - started)  # waiting on tools, not the gateway's own time
     for item, outcome in delivered:
         call = calls[item["tool_call_id"]]
-        if isinstance(outcome, ToolResult):
+        if isinstance(outcome, InputRetry):
+            turn.retries[call["id"]] = outcome
+        elif isinstance(outcome, ToolResult):
             turn.results[call["id"]] = outcome
             record(request.state.tool_records, call, outcome.status, outcome.elapsed_ms)
         else:
             turn.asked.append(PendingCall(call, "elicitation", ask=outcome))
+
+
+def retry_of(item: dict[str, Any], answer: dict[str, Any] | None, source: str) -> InputRetry | None:
+    """The retry a stateless server's question stored (``Ask.pending_fields``) with the answer; None for any
+    other question (only its holder can answer it), and when the tool's ``source`` here is not the server
+    that asked (a config changed between): its state goes to no other server. A timed-out question is
+    retried declined."""
+    stored = item.get("retry")
+    if not isinstance(stored, dict) or not isinstance(stored.get("input_key"), str) or stored.get("server") != source:
+        return None
+    state = stored.get("request_state")
+    action = answer.get("action") if answer is not None else "decline"
+    content = answer.get("content") if answer is not None else None
+    return InputRetry(state if isinstance(state, str) else None, stored["input_key"],
+                      "accept" if action == "accept" else "cancel" if action == "cancel" else "decline",
+                      content if isinstance(content, dict) else None)
 
 
 async def audit_answers(store: Store, c: Continuation, answers: dict[str, dict[str, Any] | None],

@@ -42,7 +42,7 @@ from gateway.canonical import (
     text_of,
 )
 from gateway.context import ContextGuard
-from gateway.loop.asking import TurnAsks
+from gateway.loop.asking import TurnAsks, retrying
 from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
 from gateway.loop.pairing import ToolResult, tool_turn
@@ -52,6 +52,7 @@ from gateway.observability import metrics
 from gateway.observability.tracing import NOOP, OUTGOING, Span
 from gateway.routing.router import Answer, Router
 from gateway.routing.routes import RoutePlan
+from gateway.tools.interaction import InputRetry
 
 __all__ = ["ExecuteHook", "PendingCall", "gateway_extension", "run_loop", "run_tools"]
 
@@ -149,6 +150,8 @@ class ResumeTurn:
     asked: list[PendingCall] = field(default_factory=list)
     # The decisions' answers to held calls' questions (call id -> {"action", "content"}; None: timed out).
     answers: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    # Stateless servers' calls this replica retries with their answers (no replica holds them any more).
+    retries: dict[str, InputRetry] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -247,13 +250,16 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         turn, request.resume = request.resume, None
         span.event("loopgate.resume", {"loopgate.continuation_id": turn.continuation_id})
         resumed_from = turn.continuation_id
-        approved = [(call, deps.tools.get(call["function"]["name"])) for call in turn.approved]
+        retried = [c for c in turn.assistant.get("tool_calls") or () if c["id"] in turn.retries]
+        approved = [(call, deps.tools.get(call["function"]["name"])) for call in [*turn.approved, *retried]]
         for call, tool in approved:
             if tool is None:
                 turn.results[call["id"]] = ToolResult("error", f"Tool '{call['function']['name']}' is no longer "
                                                       "available on this gateway.")
                 record(state.tool_records, call, "error", 0.0, "unknown")
         execute = deps.run_approved(request.tenant, turn.continuation_id) if deps.run_approved else deps.run_tool
+        if turn.retries:  # ledgered like approved calls: a retried resume replays the retry, never sends it twice
+            execute = retrying(execute, turn.retries)
         runnable: list[tuple[ToolCall, Any]] = [(call, tool) for call, tool in approved if tool is not None]
         asks = deps.asking(request) if deps.asking is not None else None
         try:

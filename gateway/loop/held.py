@@ -8,6 +8,15 @@ tenant-scoped, kept for the continuation TTL), one record per question round ``s
     elicit:<hold>:<seq>:ack       written by the holder when the answer (or the time-out) reached the call
     elicit:<hold>:<seq>:outcome   written by the holder when the call ended ({"status", "content"})
                                   or asked its next question ({"asked": pending fields of round seq+1})
+    elicit:<hold>:<seq>:taken     a stateless server's round only: who sends its retry, claimed once
+                                  ({"by": "holder"} or {"by": <continuation id>})
+
+A stateless MCP server's question (its pending entry has ``retry``: the server's request state)
+needs no holder: a deciding replica that does not hold the call claims the round's ``taken``
+record and sends the retry with the answer itself (``Continuations`` runs it like an approved
+call, ledgered); the holder, if it still lives, claims the same record before it answers (or
+declines at the deadline), so exactly one of them sends the retry, and a holder that lost ends its
+call unreported (:class:`TakenOver`).
 
 The holder reads the answer record with a short poll (doubling from ``POLL_MIN_S`` to
 ``POLL_MAX_S``; woken at once when the decision was taken on this replica), retrying through
@@ -27,8 +36,9 @@ import logging
 import time
 from typing import Any
 
+from gateway.canonical_tool_results import bounded_parts
 from gateway.loop.asking import AskingCall
-from gateway.loop.pairing import ToolResult
+from gateway.loop.pairing import ToolResult, tool_message
 from gateway.store.base import Store
 from gateway.store.errors import StoreError
 from gateway.tools.interaction import ElicitationAnswer
@@ -55,6 +65,10 @@ NO_RESULT = ("The tool call did not report a result in time after the user's ans
 
 def record_key(hold: str, seq: int, part: str) -> str:
     return f"elicit:{hold}:{seq}:{part}"
+
+
+class TakenOver(Exception):
+    """A deciding replica sends this stateless call's retry: the holder's call ends here, unreported."""
 
 
 class HeldCalls:
@@ -99,7 +113,7 @@ class HeldCalls:
                 _, outcome, elapsed_ms = await task
                 record = {"status": outcome.status, "content": outcome.content,
                           "elapsed_ms": round(getattr(outcome, "elapsed_ms", elapsed_ms), 2)}
-                parts = getattr(outcome, "parts", None)
+                parts = bounded_parts(getattr(outcome, "parts", None))
                 if parts:  # a rich result (images): the resuming replica gives the model the same parts
                     record["parts"] = parts
             except asyncio.CancelledError:
@@ -109,10 +123,12 @@ class HeldCalls:
                     await self.report(asking, asking.seq, record)
                 raise
             except Exception as exc:  # the executor never raises; a bug still ends the call, reported
-                log.exception("held call %s failed", asking.hold)
+                if not asking.taken_over:
+                    log.exception("held call %s failed", asking.hold)
                 record = {"status": "error", "content": f"The tool call failed ({type(exc).__name__}).",
                           "elapsed_ms": 0.0}
-            await self.report(asking, asking.seq, record)
+            if not asking.taken_over:  # else the deciding replica retried the call: the result is its own
+                await self.report(asking, asking.seq, record)
         finally:
             self._held.pop(asking.hold, None)
             if asking.reserved:
@@ -130,6 +146,8 @@ class HeldCalls:
                 log.warning("reading the answer of %s failed (%s); retrying", asking.hold, exc)
                 found = None
             if found is not None:
+                if asking.asking is not None and asking.asking.retryable:
+                    await self.take(asking, seq)
                 await self.acknowledge(asking, seq, "answer")
                 action = found.get("action")
                 if action == "accept":
@@ -141,6 +159,22 @@ class HeldCalls:
                 async with asyncio.timeout(delay):
                     await asking.wake.wait()
             delay = min(delay * 2, POLL_MAX_S)
+
+    async def take(self, asking: AskingCall, seq: int) -> None:
+        """Claim round ``seq`` of a stateless call for the holder; :class:`TakenOver` when a deciding replica has it.
+
+        A claim the store could not answer counts as lost: a retry sent twice could run the tool twice."""
+        key = record_key(asking.hold, seq, "taken")
+        try:
+            there = await self.store.ledger_claim(asking.tenant, key, {"by": "holder"}, self.ttl_s)
+        except StoreError as exc:
+            log.warning("claiming %s failed (%s): the call ends, unanswered here", key, exc)
+            there = {"by": None}
+        if there is not None and there.get("by") != "holder":
+            asking.taken_over = True
+            log.info("held call %s round %d: another replica sends the retry with the answer; the call ends here",
+                     asking.hold, seq)
+            raise TakenOver(asking.hold)
 
     async def acknowledge(self, asking: AskingCall, seq: int, how: str) -> None:
         await self._put(asking.tenant, record_key(asking.hold, seq, "ack"), {"how": how, "ts": time.time()})
@@ -174,6 +208,22 @@ class HeldCalls:
                 await task
 
     # -- the deciding replica ------------------------------------------------------------------
+    async def take_over(self, tenant: str, item: dict[str, Any], answer: dict[str, Any] | None, by: str) -> bool:
+        """Whether this replica sends the retry of pending ``item`` (a stateless server's question) itself.
+
+        Not when this process holds the call (its holder answers it, as for any server); otherwise only when
+        this replica's claim of the round (``by``: the continuation being resumed) is the one recorded. The
+        answer is written too, so a holder that still lives wakes, loses the claim and ends its call."""
+        hold, seq = str(item["hold"]), int(item["seq"])
+        if hold in self._held:
+            return False
+        there = await self.store.ledger_claim(tenant, record_key(hold, seq, "taken"), {"by": by}, self.ttl_s)
+        if there is not None and there.get("by") != by:
+            return False  # the holder answered (or declined at the deadline) first: its outcome is awaited
+        await self.store.ledger_put(tenant, record_key(hold, seq, "answer"), answer or {"action": "decline"},
+                                    self.ttl_s)
+        return True
+
     async def deliver(self, tenant: str, item: dict[str, Any], answer: dict[str, Any] | None,
                       tool_timeout_s: float) -> ToolResult | dict[str, Any]:
         """Give ``answer`` to the held call of pending ``item`` (None: its question timed out, declined by
@@ -195,9 +245,7 @@ class HeldCalls:
             if outcome is not None:
                 if isinstance(outcome.get("asked"), dict):
                     return outcome["asked"]
-                parts = outcome.get("parts")
-                message = ({"role": "tool", "tool_call_id": item["tool_call_id"], "content": parts}
-                           if isinstance(parts, list) and parts else None)
+                message = tool_message(item["tool_call_id"], outcome.get("parts"))
                 return ToolResult("ok" if outcome.get("status") == "ok" else "error", str(outcome.get("content", "")),
                                   float(outcome.get("elapsed_ms") or 0.0), message)
             if not acked:

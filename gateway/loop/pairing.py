@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.canonical import Message
+from gateway.canonical_tool_results import bounded_parts
 from gateway.errors import quoted
 
 ToolStatus = Literal["ok", "error", "denied", "skipped", "client"]
@@ -26,6 +27,29 @@ class ToolResult:
     # The client's own tool message for this result (way A): kept whole, so what its format says beyond
     # the text (an error flag, images, its verbatim blocks) reaches the model.
     message: Message | None = None
+
+
+def stored_result(result: ToolResult) -> list[object]:
+    """A result as a continuation stores it: ``[status, content, elapsed_ms]``, and the tool message's
+    content parts (bounded, ``bounded_parts``) as a fourth item when the message carries more than text."""
+    record: list[object] = [result.status, result.content, result.elapsed_ms]
+    parts = bounded_parts(result.message.get("content")) if result.message is not None else None
+    if parts:
+        record.append(parts)
+    return record
+
+
+def tool_message(call_id: str, parts: object) -> Message | None:
+    """The tool message of stored ``parts`` (None for a record without them: it reads as text)."""
+    bounded = bounded_parts(parts)
+    return {"role": "tool", "tool_call_id": call_id, "content": bounded} if bounded else None
+
+
+def result_of(call_id: str, record: list[object]) -> ToolResult:
+    """A stored result back (a record of three items, written before parts were stored, reads as text)."""
+    status, content, elapsed = record[0], record[1], record[2]
+    message = tool_message(call_id, record[3]) if len(record) > 3 else None
+    return ToolResult(status, str(content), float(elapsed), message)  # type: ignore[arg-type]
 
 
 class PairingError(ValueError):

@@ -36,6 +36,25 @@ class ElicitationRequest:
     url: str | None = None
     #: url mode: the server's id for the elicitation (sent back in its completion notification)
     elicitation_id: str | None = None
+    #: a stateless server's question: what any replica needs to retry the call with the answer
+    #: (:class:`InputRetry` fields but the answer), stored with the pause; None when only the
+    #: replica running the call can answer (a session-holding server)
+    retry: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputRetry:
+    """A stateless MCP server's call, retried with the user's answer by whichever replica took the decision.
+
+    ``request_state`` is the server's opaque state from its ``input_required`` result (echoed byte-exact),
+    ``input_key`` the key of the question among its input requests. Put in :data:`CALL_RETRY` around the
+    call; the source sends ``tools/call`` with ``inputResponses`` and ``requestState`` instead of a new call.
+    """
+
+    request_state: str | None
+    input_key: str
+    action: ElicitationAction
+    content: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +118,6 @@ CALL_INTERACTIONS: ContextVar[CallInteractions | None] = ContextVar("loopgate_ca
 #: set by the loop in the task that runs one call: where that call's progress goes (the executor
 #: puts it into the call's :class:`CallInteractions`)
 CALL_PROGRESS: ContextVar[ProgressHandler | None] = ContextVar("loopgate_call_progress", default=None)
+
+#: set by the loop around a stateless server's call that is retried with a user's answer (see :class:`InputRetry`)
+CALL_RETRY: ContextVar[InputRetry | None] = ContextVar("loopgate_call_retry", default=None)

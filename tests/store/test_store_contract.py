@@ -253,6 +253,17 @@ async def test_ledger(store: Store) -> None:
     assert await store.ledger_get(OTHER, "call_1") is None
 
 
+async def test_ledger_claim_is_won_once(store: Store) -> None:
+    key = "elicit:hold_x:1:taken"
+    assert await store.ledger_claim(TENANT, key, {"by": "cont_a"}, 60) is None
+    assert await store.ledger_claim(TENANT, key, {"by": "holder"}, 60) == {"by": "cont_a"}
+    assert await store.ledger_claim(TENANT, key, {"by": "cont_b"}, 60) == {"by": "cont_a"}
+    assert await store.ledger_get(TENANT, key) == {"by": "cont_a"}
+    assert await store.ledger_claim(OTHER, key, {"by": "holder"}, 60) is None
+    racers = await asyncio.gather(*(store.ledger_claim(TENANT, f"race:{n % 2}", {"by": n}, 60) for n in range(8)))
+    assert sum(r is None for r in racers) == 2
+
+
 async def test_artifacts_round_trip_with_missing_ids(store: Store) -> None:
     items = {"call_1": {"thought_signature": "c2ln"}, "call_2": {"thinking": [{"type": "thinking", "signature": "s"}]}}
     await store.put_artifacts(TENANT, items, 60)

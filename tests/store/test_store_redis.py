@@ -34,6 +34,7 @@ async def _every_operation_fails_fast(store: RedisStore, budget_s: float) -> Non
         "find": lambda: store.find_continuation_by_tool_call("acme", "call_1"),
         "ledger_get": lambda: store.ledger_get("acme", "call_1"),
         "ledger_put": lambda: store.ledger_put("acme", "call_1", {}, 60),
+        "ledger_claim": lambda: store.ledger_claim("acme", "elicit:h:1:taken", {"by": "holder"}, 60),
         "put_artifacts": lambda: store.put_artifacts("acme", {"call_1": {}}, 60),
         "get_artifacts": lambda: store.get_artifacts("acme", ["call_1"]),
         "append_audit": lambda: store.append_audit({"tenant": "acme"}),

@@ -194,6 +194,11 @@ class ContinuationStore(ABC):
     async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
         """Record (overwrite) the execution of a tool call for ``ttl_s`` seconds."""
 
+    @abstractmethod
+    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int) -> dict[str, Any] | None:
+        """Write ``record`` under ``key`` only if nothing is there (atomically, across replicas): None when this
+        call wrote it, else the record already there. Who sends a stateless MCP server's retry is decided so."""
+
     # -- artifacts -------------------------------------------------------------------------------
     @abstractmethod
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:

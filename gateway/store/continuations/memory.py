@@ -168,6 +168,16 @@ class MemoryContinuations(ContinuationStore):
         raw = orjson.dumps(record)
         self._ledger.set((tenant, tool_call_id), raw, len(raw), now + check_ttl(ttl_s), now)
 
+    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int) -> dict[str, Any] | None:
+        now = self._clock()
+        there = self._ledger.get((tenant, key), now)
+        if there is not None:
+            loaded: dict[str, Any] = orjson.loads(there)
+            return loaded
+        raw = orjson.dumps(record)
+        self._ledger.set((tenant, key), raw, len(raw), now + check_ttl(ttl_s), now)
+        return None
+
     # -- artifacts -------------------------------------------------------------------------------
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
         now = self._clock()

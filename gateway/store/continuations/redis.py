@@ -229,6 +229,27 @@ class RedisContinuations(ContinuationStore):
             # Kept: the tool did run, and the entry can only stop a second run.
             raise self.io.unconfirmed("the tool ledger entry", acked)
 
+    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int) -> dict[str, Any] | None:
+        raw, ex = orjson.dumps(record), check_ttl(ttl_s)
+        name = tenant_key(tenant, "ledger", key)
+        async with self.io.guard("ledger_claim", durable=True):
+            if self.io.wait_replicas > 0:
+                replies, acked = await self.io.run(name, lambda pipe: pipe.set(name, raw, ex=ex, nx=True), True)
+                written = bool(replies[0])
+            else:
+                written = bool(await self.io.client.set(name, raw, ex=ex, nx=True))
+                acked = None
+            if not written:
+                there = await self.io.client.get(name)
+                # The same record is this claim (a pipeline resent after a failover finds its own write).
+                if there != raw:
+                    claimed: dict[str, Any] = orjson.loads(there) if there is not None else {}
+                    return claimed
+        if not self.io.confirmed(acked):
+            # A claim a failover may undo is not acted on: the caller fails (a resume is released and retried).
+            raise self.io.unconfirmed("the tool ledger claim", acked)
+        return None
+
     # -- artifacts -------------------------------------------------------------------------------
     async def put_artifacts(self, tenant: str, items: dict[str, dict[str, Any]], ttl_s: int) -> None:
         if not items:

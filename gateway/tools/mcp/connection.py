@@ -35,10 +35,11 @@ from gateway.config.approval_section import ApprovalMode
 from gateway.config.mcp_section import DEFAULT_SAMPLING_MAX_TOKENS, ElicitationPolicy
 from gateway.observability.tracing import OUTGOING
 from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolContent, ToolFailure, ToolSpec, ToolTimeouts
-from gateway.tools.interaction import CALL_INTERACTIONS, CallInteractions
+from gateway.tools.interaction import CALL_INTERACTIONS, CALL_RETRY, CallInteractions
 from gateway.tools.mcp.protocol import CLIENT_INFO, CLOSE_GRACE_S, list_all, sdk_failure
 from gateway.tools.mcp.results import render_result
 from gateway.tools.mcp.server_requests import ServerRequests
+from gateway.tools.mcp.stateless import call_stateless, is_stateless
 
 log = logging.getLogger("loopgate.tools.mcp")
 
@@ -150,6 +151,7 @@ class McpSource:
         progress = interactions.progress if interactions is not None else None
         traceparent = OUTGOING.get()
         meta: Any = {"traceparent": traceparent} if traceparent is not None else None
+        retry = CALL_RETRY.get()  # a stateless server's call retried with a user's answer (any replica)
         try:
             for attempt in range(2):
                 exchange = Exchange()
@@ -157,8 +159,15 @@ class McpSource:
                 session: _Session | None = None
                 try:
                     client, session = await self._client()
-                    result = await client.call_tool(tool, arguments, progress_callback=_progress(progress),
-                                                    meta=meta)
+                    if is_stateless(client):
+                        result = await call_stateless(client, self._name, tool, arguments, _progress(progress),
+                                                      meta, retry)
+                    elif retry is not None:
+                        raise ToolFailure(f"MCP server {self._name} no longer speaks the stateless protocol; "
+                                          "the call waiting for the user's answer cannot be retried")
+                    else:
+                        result = await client.call_tool(tool, arguments, progress_callback=_progress(progress),
+                                                        meta=meta)
                 except ToolFailure:
                     raise
                 except Exception as exc:

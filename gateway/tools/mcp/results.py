@@ -17,17 +17,18 @@ import binascii
 import mcp_types as types
 import orjson
 
-from gateway.canonical_tool_results import IMAGE_TYPES, ContentPart, describe_image, image_part, part_text, size_text
+from gateway.canonical_tool_results import (
+    IMAGE_TYPES,
+    MAX_IMAGE_BYTES,
+    MAX_IMAGES,
+    ContentPart,
+    describe_image,
+    image_part,
+    part_text,
+    size_text,
+)
+from gateway.canonical_tool_results import image_bytes as _blob_size
 from gateway.tools.base import ToolContent, ToolFailure
-
-#: the largest image (decoded) passed to the model as an image; larger ones are described
-MAX_IMAGE_BYTES = 4 * 1024 * 1024
-#: images per result passed as images; later ones are described
-MAX_IMAGES = 8
-
-
-def _blob_size(data: str) -> int:
-    return len(data) * 3 // 4 - data[-2:].count("=")
 
 
 def _image(block: types.ImageContent, images: int) -> ContentPart | str:

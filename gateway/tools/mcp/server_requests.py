@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import mcp_types as types
@@ -33,6 +34,7 @@ from gateway.tools.interaction import (
     SamplingRefused,
     SamplingRequest,
 )
+from gateway.tools.mcp.stateless import retry_fields
 
 log = logging.getLogger("loopgate.tools.mcp")
 
@@ -161,6 +163,9 @@ class ServerRequests:
         if interactions is None or interactions.elicit is None:
             log.info("MCP server %s: elicitation declined: no call here can ask a user", self.server)
             return DECLINE
+        retry = retry_fields(context.request_id)  # a stateless server's round: any replica may send the retry
+        if retry is not None:
+            request = replace(request, retry=retry)
         answer: ElicitationAnswer = await interactions.elicit(request)
         if answer.action != "accept" or request.mode == "url":
             return types.ElicitResult(action=answer.action)
