@@ -20,6 +20,7 @@ import asyncio
 import contextvars
 import itertools
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class _Session:
             and not self.stop.is_set() and self.task is not None and not self.task.done()
 
 
-class McpSource:
+class McpSource(ABC):
     """The transport-independent part of an MCP source; subclasses open transports and explain failures."""
 
     def __init__(self, name: str, timeouts: ToolTimeouts = DEFAULT_TOOL_TIMEOUTS, approval: ApprovalMode = "never",
@@ -198,9 +199,10 @@ class McpSource:
 
     # -- for subclasses --------------------------------------------------------------------
 
+    @abstractmethod
     def _open_transport(self, on_closed: Callable[[], None]) -> Transport:
-        """A new transport for a new session; ``on_closed`` when it ends by itself (a process exit)."""
-        raise NotImplementedError
+        """A new transport for a new session; ``on_closed`` when it ends by itself (a process exit).
+        Each transport (``http.py``, ``stdio.py``) says how its sessions connect."""
 
     def _transport_failure(self, exc: BaseException) -> ToolFailure | None:
         """A transport's own explanation of a failure (a process exit, a connection error)."""
