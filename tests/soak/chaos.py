@@ -60,6 +60,13 @@ LEASE_S = REQUEST_TIMEOUT_S + CLAIM_LEASE_MARGIN_S  # a killed gateway's claim f
 DEAD_ROUTE = "chaos_dead"
 # What a SIGKILLed gateway does to a request in flight, as the soak client reports it.
 _TRANSPORT_PROBLEMS = ("the gateway dropped", "the stream ended without [DONE]")
+#: every way a loop may end without a violation; each loop adds one to exactly one of these counts
+LOOP_ENDINGS = (
+    "loops completed",
+    "loops failed cleanly",
+    "loops ended: resume finished by a killed gateway (answer lost with it)",
+    "loops ended: answer read from the continuation after a failed attempt",
+)
 
 
 @dataclass(slots=True)
@@ -191,7 +198,7 @@ class ChaosLoopRun(LoopRun):
             return "retry"
         if status == "resumed" and self.killed_in_resume:
             self.chaos.acknowledged[continuation_id] = "ended"
-            self.s.stats["loops ended: resume finished by a killed gateway (answer lost with it)"] += 1
+            self.s.stats[LOOP_ENDINGS[2]] += 1
             return "ended"
         if status == "resumed":
             # The attempt's answer did not reach the client (e.g. the store's reply to the finish came too late
@@ -201,7 +208,7 @@ class ChaosLoopRun(LoopRun):
             content = _content_of(result)
             if content and expected.startswith(content):
                 self.chaos.acknowledged[continuation_id] = "resumed"
-                self.s.stats["loops ended: answer read from the continuation after a failed attempt"] += 1
+                self.s.stats[LOOP_ENDINGS[3]] += 1
                 return "ended"
         self.violation(f"resume of {continuation_id} refused with 409 after a failed attempt; status {status}")
         return "violation"
