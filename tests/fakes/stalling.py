@@ -27,6 +27,7 @@ class StallingUpstream:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -34,7 +35,8 @@ class StallingUpstream:
 
     def start(self) -> StallingUpstream:
         ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
         if not ready.wait(10):
             raise RuntimeError("stalling upstream did not start")
         return self
@@ -73,11 +75,17 @@ class StallingUpstream:
         self.requests = 0
 
     def stop(self) -> None:
-        def close() -> None:
-            for writer in list(self._writers):
-                writer.close()
+        """Close the server and end every held connection's task before the loop stops (none left pending)."""
+        async def close() -> None:
             if self._server is not None:
                 self._server.close()
+            held = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in held:
+                task.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
             self._loop.stop()
 
-        self._loop.call_soon_threadsafe(close)
+        if self._thread is None or not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(close()))
+        self._thread.join(10)
