@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -26,17 +27,33 @@ PAGES_PER_LISTING = 2
 BOUND_S = 30.0  # generous: a busy machine is slow, never wrong
 
 
-@pytest.fixture
-async def refreshed() -> AsyncIterator[tuple[ToolRegistry, McpRefresher]]:
+@asynccontextmanager
+async def _refreshed(config: McpServerConfig) -> AsyncIterator[ToolRegistry]:
+    """A registry with the one server, listed at start-up and kept fresh by its refresher."""
     registry = ToolRegistry()
-    refresher = McpRefresher(registry, {"local": McpServerConfig("local", command=STDIO_SERVER, refresh_s=300.0)},
-                             min_gap_s=1.0)
+    refresher = McpRefresher(registry, {config.name: config}, min_gap_s=1.0)
     await refresher.start()
     try:
-        yield registry, refresher
+        yield registry
     finally:
         await refresher.stop()
         await registry.aclose()
+
+
+@pytest.fixture
+async def refreshed() -> AsyncIterator[ToolRegistry]:
+    async with _refreshed(McpServerConfig("local", command=STDIO_SERVER, refresh_s=300.0)) as registry:
+        yield registry
+
+
+@pytest.fixture
+async def growing() -> AsyncIterator[list[GrowingServer]]:
+    """The HTTP server (a one-item list: a test may replace it with a restarted one, stopped all the same)."""
+    servers = [GrowingServer()]
+    try:
+        yield servers
+    finally:
+        await asyncio.to_thread(servers[0].stop)
 
 
 async def _until_listed(registry: ToolRegistry, name: str) -> None:
@@ -51,50 +68,34 @@ async def _call(registry: ToolRegistry, tool: str, arguments: dict[str, int] | N
     return result
 
 
-async def test_a_new_tool_is_listed_when_the_server_says_so(refreshed: tuple[ToolRegistry, McpRefresher]) -> None:
-    registry, _ = refreshed
+async def test_a_new_tool_is_listed_when_the_server_says_so(refreshed: ToolRegistry) -> None:
+    registry = refreshed
     assert "add" in registry and "grown1" not in registry
     assert await _call(registry, "grow") == "grown1"
     await _until_listed(registry, "grown1")
     assert "grown1" in registry.source_tools("mcp:local") and "add" in registry
 
 
-async def test_a_new_tool_is_listed_when_an_http_server_says_so() -> None:
-    server = GrowingServer()
-    registry = ToolRegistry()
-    refresher = McpRefresher(registry, {"web": McpServerConfig("web", url=server.url, refresh_s=300.0)})
-    try:
-        await refresher.start()
+async def test_a_new_tool_is_listed_when_an_http_server_says_so(growing: list[GrowingServer]) -> None:
+    async with _refreshed(McpServerConfig("web", url=growing[0].url, refresh_s=300.0)) as registry:
         assert "grow" in registry and "grown1" not in registry
         assert (await _call(registry, "grow")).startswith("grown1")  # the text, then the structured result
         await _until_listed(registry, "grown1")
         assert (await _call(registry, "grown1")).startswith("grown1")
-    finally:
-        await refresher.stop()
-        await registry.aclose()
-        await asyncio.to_thread(server.stop)
 
 
-async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back() -> None:
+async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back(growing: list[GrowingServer]) -> None:
     """The listen stream has no replay: a tool added while it was down is found by listing on re-opening."""
-    server = GrowingServer()
-    registry = ToolRegistry()
-    refresher = McpRefresher(registry, {"web": McpServerConfig("web", url=server.url, refresh_s=300.0)})
-    try:
-        await refresher.start()
+    async with _refreshed(McpServerConfig("web", url=growing[0].url, refresh_s=300.0)) as registry:
         assert "grow" in registry and "grown1" not in registry
-        await asyncio.to_thread(server.stop, True)
-        server = await asyncio.to_thread(GrowingServer, server.port, 1)  # back, with a tool added meanwhile
+        port = growing[0].port
+        await asyncio.to_thread(growing.pop().stop, True)
+        growing.append(await asyncio.to_thread(GrowingServer, port, 1))  # back, with a tool added meanwhile
         await _until_listed(registry, "grown1")
-    finally:
-        await refresher.stop()
-        await registry.aclose()
-        await asyncio.to_thread(server.stop)
 
 
-async def test_a_stream_of_notifications_costs_one_listing_per_gap(
-        refreshed: tuple[ToolRegistry, McpRefresher]) -> None:
-    registry, _ = refreshed
+async def test_a_stream_of_notifications_costs_one_listing_per_gap(refreshed: ToolRegistry) -> None:
+    registry = refreshed
     assert await _call(registry, "listings") == str(PAGES_PER_LISTING)  # the start-up listing
     await _call(registry, "grow", {"times": 300})
     await _until_listed(registry, "grown1")
