@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,24 +85,25 @@ class ToolRegistry:
     def sources(self) -> tuple[ToolSource, ...]:
         return tuple(self._sources)
 
-    async def refresh(self, *, strict: bool = False) -> None:
+    async def refresh(self, *, strict: bool = False, only: Collection[str] | None = None) -> None:
         """Re-list every source concurrently and swap in the new table.
 
         ``strict`` (start-up): any failing source or duplicate tool name raises and the table
         is left as it was. Otherwise (periodic refresh) a failing source keeps its previous
         tools and a duplicate name keeps the first source's tool; both are logged.
+        ``only`` names the sources to re-list (one that said its tools changed); the others keep theirs.
         """
         async with self._lock:
             sources = list(self._sources)
-            results = await asyncio.gather(*(self._list(s) for s in sources), return_exceptions=True)
-            listed: dict[str, dict[str, RegisteredTool]] = {}
-            for source, result in zip(sources, results, strict=True):
+            relisted = [s for s in sources if only is None or s.name in only]
+            results = await asyncio.gather(*(self._list(s) for s in relisted), return_exceptions=True)
+            listed = {s.name: self._listed.get(s.name, {}) for s in sources}
+            for source, result in zip(relisted, results, strict=True):
                 if isinstance(result, BaseException):
                     if strict or not isinstance(result, Exception):
                         raise result
                     log.error("tool source %s failed to list its tools; keeping its previous tools",
                               source.name, exc_info=result)
-                    listed[source.name] = self._listed.get(source.name, {})
                 else:
                     listed[source.name] = result
             table: dict[str, RegisteredTool] = {}

@@ -301,7 +301,7 @@ def test_webhooks_name_the_question_never_the_answer(fakes: dict[str, FakeUpstre
     receiver = WebhookReceiver()
     receiver.start()
     hooks = (f"notifications:\n  backoff_base_s: 0.2\n  webhooks:\n    - {{url: '{receiver.url}/ok', secret: "
-             "whsec-test-0123456789, events: [paused, decided, resumed, headless_denied]}\n")
+             "whsec-test-0123456789, events: [paused, decided, resumed, headless_denied, expired]}\n")
     gateway = Gateway(config(fakes, store_url="memory://", hooks=hooks)).start()
     try:
         paused = ask(gateway, fakes)
@@ -318,6 +318,11 @@ def test_webhooks_name_the_question_never_the_answer(fakes: dict[str, FakeUpstre
         ask(gateway, fakes, key=HEADLESS_KEY, then="no")
         [denied] = wait_type(receiver, "/ok", "headless_denied")
         assert denied.json["reason"] == "elicitation"
+        unanswered = ask(gateway, fakes, server="quick")  # elicitation_timeout_s: 1.5, long before the TTL
+        [expired] = wait_type(receiver, "/ok", "expired")
+        assert expired.json["continuation_id"] == unanswered["continuation_id"]
+        assert expired.json["reason"] == "elicitation timed out"
+        assert expired.json["tool_calls"][0]["elicitation"] == {"server": "quick", "mode": "form"}
         assert all(b"Secret Agent" not in d.body for d in receiver.at("/ok"))
     finally:
         gateway.stop()

@@ -1,6 +1,6 @@
 """Elicitation on a stateless MCP server (2026-07-28) is fully durable: any replica retries the call with the answer.
 
-The server (the SDK's own server side, ``tests/fakes/stateless_mcp.py``) answers ``input_required`` with
+The server (the SDK's own server side, ``tests/fakes/sdk_mcp.py``) answers ``input_required`` with
 its request state; the pause stores it. A decision on the replica that ran the call works as for any
 server; a decision on another replica sends the retry from there, also when the first replica was
 killed: no holder is needed. The tool's body runs exactly once (the server counts), and a second
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import KEY, Gateway, gateway_config, two_replicas
-from tests.fakes.stateless_mcp import StatelessServer
+from tests.fakes.sdk_mcp import StatelessServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)

@@ -32,11 +32,13 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from gateway.cancellation import stop_tasks
 from gateway.config.approval_section import ApprovalMode
 from gateway.config.mcp_section import DEFAULT_SAMPLING_MAX_TOKENS, ElicitationPolicy
 from gateway.observability.tracing import OUTGOING
 from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolContent, ToolFailure, ToolSpec, ToolTimeouts
 from gateway.tools.interaction import CALL_INTERACTIONS, CALL_RETRY, CallInteractions
+from gateway.tools.mcp.listening import follow_tool_changes
 from gateway.tools.mcp.protocol import CLIENT_INFO, CLOSE_GRACE_S, list_all, sdk_failure
 from gateway.tools.mcp.results import render_result
 from gateway.tools.mcp.server_requests import ServerRequests
@@ -109,6 +111,7 @@ class McpSource(ABC):
         # "auto" probes ``server/discover`` first; once a server answered, its era is known and a
         # new session (a restart, an expired session) goes straight to it.
         self._mode = "auto"
+        self._tools_changed: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
@@ -121,6 +124,14 @@ class McpSource(ABC):
         if session is None or not session.alive:
             return None
         return session.ready.result().protocol_version
+
+    def watch_tools(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` when the server says its tool list changed (``notifications/tools/list_changed``).
+
+        It runs inside the session's message handling, so it must only take note (set an event):
+        the listing itself is the refresher's, which also bounds how often a chatty server is re-listed.
+        """
+        self._tools_changed = changed
 
     # -- ToolSource ------------------------------------------------------------------------
 
@@ -257,10 +268,20 @@ class McpSource(ABC):
         try:
             client = Client(self._open_transport(session.stop.set), mode=self._mode, cache=None,
                             client_info=CLIENT_INFO, elicitation_callback=requests.elicit,
-                            sampling_callback=requests.sample if requests.sampling_route else None)
+                            sampling_callback=requests.sample if requests.sampling_route else None,
+                            message_handler=self._on_message)
             async with client:
                 session.ready.set_result(client)
-                await session.stop.wait()
+                changed = self._tools_changed
+                if changed is None or not is_stateless(client):
+                    await session.stop.wait()  # a session server's changes come to _on_message
+                    return
+                follow = asyncio.create_task(follow_tool_changes(client, self._name, changed),
+                                             name=f"mcp-tool-changes-{self._name}")
+                try:
+                    await session.stop.wait()
+                finally:
+                    await stop_tasks([follow], f"MCP {self._name} tool-list changes")
         except asyncio.CancelledError:
             if not session.ready.done():
                 session.ready.cancel()
@@ -272,6 +293,11 @@ class McpSource(ABC):
                 log.warning("MCP server %s: session ended: %r", self._name, first_leaf(exc))
         finally:
             session.stop.set()
+
+    async def _on_message(self, message: Any) -> None:
+        """The server's notifications (and transport faults) outside any request; only a changed tool list matters."""
+        if isinstance(message, types.ToolListChangedNotification) and self._tools_changed is not None:
+            self._tools_changed()
 
     async def _retire(self, generation: int) -> None:
         """End the session ``generation`` (unless another task already replaced it)."""
