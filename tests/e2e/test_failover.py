@@ -214,12 +214,12 @@ def test_request_deadline(fakes: dict[str, FakeUpstream]) -> None:
     routing = "{backoff_base_s: 0.01, breaker_failures: 1000, request_timeout_s: 1}"
     gw = Gateway(gateway_config(fakes, routing=routing)).start()
     try:
-        fakes["primary"].queue(Reply(text="slow", delay_s=1.3))
+        fakes["primary"].queue(Reply(text="slow", delay_s=20))
         fakes["secondary"].queue(Reply(text="never asked"))
         started = time.monotonic()
         response = gw.post("/v1/chat/completions", {"model": "chain_primary_secondary", "messages": USER})
         assert response.status_code == 504
-        assert time.monotonic() - started < 1.3
+        assert time.monotonic() - started < 10  # the 1 s deadline, never the 20 s answer (generous: a busy machine)
     finally:
         gw.stop()
 

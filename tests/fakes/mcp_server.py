@@ -85,6 +85,8 @@ class FakeMcpServer:
     requests: list[Recorded] = field(default_factory=list)
     sessions: set[str] = field(default_factory=set)
     url: str = ""
+    slow_in_flight: int = 0
+    most_slow_in_flight: int = 0  # the most ``slow`` calls the server held at once
     _runner: web.AppRunner | None = None
 
     async def start(self) -> FakeMcpServer:
@@ -150,8 +152,7 @@ class FakeMcpServer:
         elif method == "tools/call":
             name, arguments = params.get("name"), params.get("arguments") or {}
             if name == "slow":
-                await asyncio.sleep(float(arguments.get("seconds", 0.1)))
-                result = slow_result(arguments)
+                result = await self._slow(arguments)
             else:
                 result = tool_result(name, arguments)
             reply = (unknown_tool(message["id"], name) if result is None
@@ -159,6 +160,21 @@ class FakeMcpServer:
         else:
             reply = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}
         return await self._answer(request, reply, {})
+
+    async def _slow(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Sleeps ``seconds``. With ``meet: N`` it first waits (5 s at most) until N calls have been held at once:
+        proof of parallel calls that does not depend on how fast a busy machine runs them."""
+        self.slow_in_flight += 1
+        self.most_slow_in_flight = max(self.most_slow_in_flight, self.slow_in_flight)
+        try:
+            give_up = asyncio.get_running_loop().time() + 5.0
+            while (self.most_slow_in_flight < int(arguments.get("meet", 0))
+                   and asyncio.get_running_loop().time() < give_up):
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(float(arguments.get("seconds", 0.1)))
+            return slow_result(arguments)
+        finally:
+            self.slow_in_flight -= 1
 
     async def _answer(self, request: web.Request, reply: dict[str, Any], headers: dict[str, str]) -> web.StreamResponse:
         if not self.sse:

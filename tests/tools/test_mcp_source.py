@@ -129,10 +129,11 @@ async def test_concurrent_expiry_reinitializes_only_once(server: FakeMcpServer, 
 async def test_concurrent_calls_each_get_their_own_answer(server: FakeMcpServer, http: McpHttpSource,
                                                           sse: bool) -> None:
     server.sse = sse
-    calls = [http.call("slow", {"seconds": 0.05 * (5 - i), "tag": str(i)}) for i in range(5)]
-    started = asyncio.get_running_loop().time()
+    # Reverse sleeps (answers come back in the opposite order); each call waits at the server until all five are
+    # held there at once, so calls made one after another would be seen (and each kept 5 s).
+    calls = [http.call("slow", {"seconds": 0.05 * (5 - i), "tag": str(i), "meet": 5}) for i in range(5)]
     assert await asyncio.gather(*calls) == [f"done {i}" for i in range(5)]
-    assert asyncio.get_running_loop().time() - started < 0.6  # in parallel, not one after another
+    assert server.most_slow_in_flight == 5  # in parallel, not one after another
     assert server.methods().count("initialize") == 1
 
 
