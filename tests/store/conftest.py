@@ -142,9 +142,9 @@ def _deployment(request: pytest.FixtureRequest, kind: str) -> Deployment:
         server: RedisProcess = request.getfixturevalue("tls_acl_server")
         certs: TlsCerts = request.getfixturevalue("tls_certs")
         return Deployment(url=f"rediss://{ACL_USER}:{ACL_PASSWORD}@{server.address}/0",
-                          options={"tls": client_tls(certs)}, admin=[server])
+                          options={**PATIENT, "tls": client_tls(certs)}, admin=[server])
     cluster: ClusterHandle = request.getfixturevalue("redis_cluster")
-    return Deployment(url=cluster.url, options={"wait_replicas": 1, "wait_timeout_ms": 2000},
+    return Deployment(url=cluster.url, options={**PATIENT, "wait_replicas": 1, "wait_timeout_ms": 2000},
                       admin=list(cluster.nodes))
 
 

@@ -22,6 +22,7 @@ from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client.keys import record_key, tenant_key
 from tests.redis_servers import (
+    PATIENT,
     ClusterHandle,
     RedisProcess,
     TlsCerts,
@@ -66,7 +67,8 @@ def lone_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProce
 # -- ACL and TLS ----------------------------------------------------------------------------------
 
 async def test_wrong_password_is_a_clean_store_unavailable(tls_acl_server: RedisProcess, tls_certs: TlsCerts) -> None:
-    store = RedisStore(f"rediss://{ACL_USER}:not-the-password@{tls_acl_server.address}/0", tls=client_tls(tls_certs))
+    store = RedisStore(f"rediss://{ACL_USER}:not-the-password@{tls_acl_server.address}/0", tls=client_tls(tls_certs),
+                       **PATIENT)  # a TLS handshake on a busy machine can take longer than the default 1 s
     try:
         assert await store.ping() is False
         reason = await store.unavailable_reason()
@@ -83,7 +85,7 @@ async def test_wrong_password_is_a_clean_store_unavailable(tls_acl_server: Redis
 
 async def test_credentials_from_options_instead_of_the_url(tls_acl_server: RedisProcess, tls_certs: TlsCerts) -> None:
     store = RedisStore(f"rediss://{tls_acl_server.address}/0", username=ACL_USER, password=ACL_PASSWORD,
-                       tls=client_tls(tls_certs))
+                       tls=client_tls(tls_certs), **PATIENT)
     try:
         assert await store.unavailable_reason() is None
         c = _cont()
@@ -99,7 +101,7 @@ async def test_tls_without_a_client_certificate_is_refused_cleanly(tls_acl_serve
                                                                    tls_certs: TlsCerts) -> None:
     # The server requires client certificates (tls-auth-clients yes): the CA alone is not enough.
     store = RedisStore(f"rediss://{ACL_USER}:{ACL_PASSWORD}@{tls_acl_server.address}/0",
-                       tls=StoreTls(ca_file=tls_certs.ca_file))
+                       tls=StoreTls(ca_file=tls_certs.ca_file), **PATIENT)
     try:
         assert await store.unavailable_reason() is not None
         with pytest.raises(StoreUnavailable):
@@ -124,7 +126,7 @@ async def test_plain_connection_to_a_tls_port_is_store_unavailable(tls_acl_serve
 async def test_unconfirmed_writes_are_503_and_leave_nothing_half_written(lone_server: RedisProcess) -> None:
     url = f"redis://{lone_server.address}/0"
     durable = RedisStore(url, wait_replicas=1, wait_timeout_ms=100)
-    plain = RedisStore(url)
+    plain = RedisStore(url, **PATIENT)
     try:
         # A pause nobody confirmed is not stored: no record, no index entry (the client gets a 503, no id).
         c = _cont()
@@ -249,9 +251,9 @@ async def test_sentinel_over_tls_with_passwords(tmp_path: Path, tls_certs: TlsCe
     group = start_or_skip(manager.__enter__)
     nodes = tuple(("127.0.0.1", s.port) for s in group.sentinels)
     tls = client_tls(tls_certs)
-    good = RedisStore("rediss://:data-pw@/0", tls=tls, wait_replicas=1, wait_timeout_ms=2000,
+    good = RedisStore("rediss://:data-pw@/0", tls=tls, wait_replicas=1, wait_timeout_ms=2000, **PATIENT,
                       sentinel=StoreSentinel(master=group.master_name, nodes=nodes, password="sentinel-pw", tls=True))
-    wrong = RedisStore("rediss://:data-pw@/0", tls=tls,
+    wrong = RedisStore("rediss://:data-pw@/0", tls=tls, **PATIENT,
                        sentinel=StoreSentinel(master=group.master_name, nodes=nodes, password="nope", tls=True))
     try:
         c = _cont()
@@ -314,7 +316,7 @@ async def test_cluster_over_tls_with_a_password(tmp_path: Path, tls_certs: TlsCe
     manager = start_cluster(tmp_path, n_masters=3, replicas=0, tls=tls_certs, password="cluster-pw")
     cluster = start_or_skip(manager.__enter__)
     assert cluster.url.startswith("rediss+cluster://:cluster-pw@")
-    store = RedisStore(cluster.url, tls=client_tls(tls_certs))
+    store = RedisStore(cluster.url, tls=client_tls(tls_certs), **PATIENT)
     try:
         c = _cont()
         await store.save_continuation(c, 60)  # a pipeline per owning node: plain node clients, over TLS too

@@ -17,6 +17,7 @@ from gateway.store.errors import StoreUnavailable
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client.client import RedisIO
 from tests.redis_servers import (
+    PATIENT,
     ClusterHandle,
     RedisProcess,
     TlsCerts,
@@ -146,8 +147,8 @@ async def test_tls_checks_the_server_hostname_by_default(misnamed_tls_server: Re
                                                         tls_certs: TlsCerts) -> None:
     files = {"ca_file": tls_certs.ca_file, "cert_file": tls_certs.client_cert, "key_file": tls_certs.client_key}
     url = f"rediss://127.0.0.1:{misnamed_tls_server.port}/0"
-    checked = RedisStore(url, tls=StoreTls(**files))
-    unchecked = RedisStore(url, tls=StoreTls(**files, check_hostname=False))
+    checked = RedisStore(url, tls=StoreTls(**files), **PATIENT)
+    unchecked = RedisStore(url, tls=StoreTls(**files, check_hostname=False), **PATIENT)
     try:
         reason = await checked.unavailable_reason()
         assert reason is not None and "match" in reason.lower(), reason  # the certificate is for another host
