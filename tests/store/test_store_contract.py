@@ -63,11 +63,12 @@ async def test_save_rejects_non_json_data(store: Store) -> None:
 
 @pytest.mark.slow
 async def test_ttl_expiry_of_everything(store: Store) -> None:
-    c = await saved(store, ttl=1)
-    await store.ledger_put(TENANT, "call_1", {"status": "ok"}, 1)
-    await store.put_artifacts(TENANT, {"call_1": {"sig": "x"}}, 1)
+    c = await saved(store, ttl=2)
+    await store.ledger_put(TENANT, "call_1", {"status": "ok"}, 2)
+    await store.put_artifacts(TENANT, {"call_1": {"sig": "x"}}, 2)
+    written = time.monotonic()
     assert await store.find_continuation_by_tool_call(TENANT, "call_1") == c.id
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(max(0.0, written + 2.2 - time.monotonic()))  # past the TTL of the last write
     with pytest.raises(ContinuationNotFound):
         await store.get_continuation(c.id, TENANT)
     with pytest.raises(ContinuationNotFound):
@@ -190,12 +191,25 @@ async def test_other_tenant_sees_nothing(store: Store) -> None:
     assert (await store.claim_continuation(c.id, TENANT, 30)).status == "claimed"
 
 
+async def _claim_again_only_once_expired(store: Store, first: Continuation) -> None:
+    """A second claim is refused while the first one's lease runs (a busy machine may already be past it)."""
+    try:
+        await store.claim_continuation(first.id, TENANT, 1.0)
+    except ContinuationConflict:
+        return
+    assert first.claimed_until is not None and time.time() >= first.claimed_until, "a live claim was taken again"
+
+
+async def _until_expired(claimed: Continuation) -> None:
+    assert claimed.claimed_until is not None
+    await asyncio.sleep(max(0.0, claimed.claimed_until - time.time()) + 0.05)
+
+
 async def test_expired_lease_can_be_reclaimed(store: Store) -> None:
     c = await saved(store)
-    first = await store.claim_continuation(c.id, TENANT, 0.2)
-    with pytest.raises(ContinuationConflict):
-        await store.claim_continuation(c.id, TENANT, 0.2)
-    await asyncio.sleep(0.3)  # the replica holding the claim "crashed"
+    first = await store.claim_continuation(c.id, TENANT, 1.0)
+    await _claim_again_only_once_expired(store, first)
+    await _until_expired(first)  # the replica holding the claim "crashed"
     second = await store.claim_continuation(c.id, TENANT, 30)
     assert second.claimed_until is not None and first.claimed_until is not None
     assert second.claimed_until > first.claimed_until
@@ -203,8 +217,7 @@ async def test_expired_lease_can_be_reclaimed(store: Store) -> None:
 
 async def test_expired_lease_can_be_cancelled(store: Store) -> None:
     c = await saved(store)
-    await store.claim_continuation(c.id, TENANT, 0.2)
-    await asyncio.sleep(0.3)
+    await _until_expired(await store.claim_continuation(c.id, TENANT, 1.0))
     assert await store.cancel_continuation(c.id, TENANT) is True
     with pytest.raises(ContinuationNotFound):
         await store.get_continuation(c.id, TENANT)
@@ -321,14 +334,20 @@ async def test_health_threshold_opens_and_success_resets(store: Store) -> None:
 async def test_health_open_until_expires_after_cooldown(store_factory: StoreFactory) -> None:
     a, b = await store_factory(), await store_factory()
     t = "gemini:gemini-2.5-pro"
-    assert await a.health_report(t, True, 2, 1.0) is None
-    assert await b.health_report(t, True, 2, 1.0) is not None  # failures add up across replicas
-    assert await a.health_open_until(t) is not None
-    await asyncio.sleep(1.1)
-    assert await a.health_open_until(t) is None
+    cooldown = 3.0
+    assert await a.health_report(t, True, 2, cooldown) is None
+    until = await b.health_report(t, True, 2, cooldown)  # failures add up across replicas
+    assert until is not None
+    seen = await a.health_open_until(t)
+    assert seen == pytest.approx(until) or time.time() >= until  # the other replica sees it open (if still open)
+    # Closed once the cooldown has passed, not before (polled with a generous bound: a busy machine is late).
+    while await a.health_open_until(t) is not None:
+        assert time.time() < until + 10, "the circuit never closed"
+        await asyncio.sleep(0.05)
+    assert time.time() >= until - 0.01
     assert await b.health_open_until(t) is None
     # Half-open: the count outlives the cooldown, so the first failed probe re-opens at once.
-    assert await a.health_report(t, True, 2, 1.0) is not None
+    assert await a.health_report(t, True, 2, cooldown) is not None
 
 
 async def test_non_positive_ttl_is_rejected(store: Store) -> None:
