@@ -6,16 +6,19 @@ import asyncio
 import time
 
 from gateway.routing.health import TargetHealth
+from tests.routing.conftest import HealthClock
 
 
-async def test_one_probe_after_the_cooldown_and_it_is_released_without_a_verdict() -> None:
-    health = TargetHealth(failures_to_open=2, cooldown_s=0.05)
+async def test_one_probe_after_the_cooldown_and_it_is_released_without_a_verdict(health_clock: HealthClock) -> None:
+    health = TargetHealth(failures_to_open=2, cooldown_s=5)
     assert await health.admit("t") == "closed" and health.healthy("t")
     await health.record("t", failed=True)
     assert not health.is_open("t"), "one failure of two does not open the circuit"
     await health.record("t", failed=True)
     assert health.is_open("t") and await health.admit("t") == "refused"
-    await asyncio.sleep(0.08)
+    health_clock.advance(4.9)
+    assert health.is_open("t")
+    health_clock.advance(0.2)
     assert not health.is_open("t")
     assert await health.admit("t") == "probe"
     assert await health.admit("t") == "refused", "exactly one probe at a time"
@@ -25,11 +28,11 @@ async def test_one_probe_after_the_cooldown_and_it_is_released_without_a_verdict
     assert health.state("t") == "closed" and await health.admit("t") == "closed"
 
 
-async def test_a_failed_probe_reopens_the_circuit_at_once() -> None:
-    health = TargetHealth(failures_to_open=3, cooldown_s=0.05)
+async def test_a_failed_probe_reopens_the_circuit_at_once(health_clock: HealthClock) -> None:
+    health = TargetHealth(failures_to_open=3, cooldown_s=5)
     for _ in range(3):
         await health.record("t", failed=True)
-    await asyncio.sleep(0.08)
+    health_clock.advance(5.1)
     assert await health.admit("t") == "probe"
     await health.record("t", failed=True)
     assert health.is_open("t") and health.state("t") == "open"

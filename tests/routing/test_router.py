@@ -25,6 +25,7 @@ from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.timeouts import Timeouts
 from tests.fakes.stalling import StallingUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.routing.conftest import HealthClock
 
 REQUEST = ModelRequest(messages=[{"role": "user", "content": "hi"}])
 
@@ -181,17 +182,21 @@ async def test_a_deadline_already_passed_calls_no_one(upstreams: Upstreams) -> N
     assert not upstreams.a.requests
 
 
-async def open_then_half_open(router: Router, upstreams: Upstreams, cooldown_s: float) -> None:
+#: the breaker's cooldown in the probe tests; their clock (``health_clock``) moves past it on demand
+COOLDOWN_S = 30
+
+
+async def open_then_half_open(router: Router, upstreams: Upstreams, clock: HealthClock) -> None:
     """One failure opens the circuit of ``a``; after the cooldown the next request may probe it."""
     upstreams.a.queue(Reply(status=500))
     await call(router, route(router, "a", "b"), [], stream=False)
     assert router.health.state("a:m") == "open"
-    await asyncio.sleep(cooldown_s * 1.5)
+    clock.advance(COOLDOWN_S + 1)
 
 
-async def assert_probed_again(router: Router, upstreams: Upstreams, cooldown_s: float) -> None:
+async def assert_probed_again(router: Router, upstreams: Upstreams, clock: HealthClock) -> None:
     """The probe got its verdict or was released: a later request probes ``a`` and closes the circuit."""
-    await asyncio.sleep(cooldown_s * 1.5)
+    clock.advance(COOLDOWN_S + 1)
     attempts: list[Attempt] = []
     answer = await call(router, route(router, "a", "b"), attempts, stream=False)
     assert answer.target.label == "a:m", f"the circuit stayed stuck: {attempts}"
@@ -199,23 +204,23 @@ async def assert_probed_again(router: Router, upstreams: Upstreams, cooldown_s: 
 
 
 @pytest.mark.slow
-async def test_a_probe_cut_by_the_deadline_is_recorded(upstreams: Upstreams) -> None:
-    async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
-        await open_then_half_open(router, upstreams, 0.2)
+async def test_a_probe_cut_by_the_deadline_is_recorded(upstreams: Upstreams, health_clock: HealthClock) -> None:
+    async with router_for(upstreams, breaker_failures=1, cooldown_s=COOLDOWN_S) as router:
+        await open_then_half_open(router, upstreams, health_clock)
         upstreams.a.queue(Reply(text="too late", delay_s=3))
         attempts: list[Attempt] = []
         with pytest.raises(AllTargetsFailed) as caught:
             await call(router, route(router, "a", "b"), attempts, stream=False, budget_s=0.5)
         assert caught.value.target == "a:m"
         assert router.health.state("a:m") == "open", "a probe that timed out re-opens the circuit"
-        await assert_probed_again(router, upstreams, 0.2)
+        await assert_probed_again(router, upstreams, health_clock)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
-async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool) -> None:
-    async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
-        await open_then_half_open(router, upstreams, 0.2)
+async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool, health_clock: HealthClock) -> None:
+    async with router_for(upstreams, breaker_failures=1, cooldown_s=COOLDOWN_S) as router:
+        await open_then_half_open(router, upstreams, health_clock)
         upstreams.a.queue(Reply(text="too late", delay_s=3))
         task = asyncio.create_task(call(router, route(router, "a", "b"), [], stream=stream))
         while not upstreams.a.requests[1:]:
@@ -223,17 +228,18 @@ async def test_a_cancelled_probe_is_released(upstreams: Upstreams, stream: bool)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await assert_probed_again(router, upstreams, 0.2)
+        await assert_probed_again(router, upstreams, health_clock)
 
 
 @pytest.mark.slow
-async def test_a_probe_whose_client_left_mid_stream_is_released(upstreams: Upstreams) -> None:
-    async with router_for(upstreams, breaker_failures=1, cooldown_s=0.2) as router:
-        await open_then_half_open(router, upstreams, 0.2)
+async def test_a_probe_whose_client_left_mid_stream_is_released(upstreams: Upstreams,
+                                                                 health_clock: HealthClock) -> None:
+    async with router_for(upstreams, breaker_failures=1, cooldown_s=COOLDOWN_S) as router:
+        await open_then_half_open(router, upstreams, health_clock)
         upstreams.a.queue(Reply(text="Partial answer that stalls", fault="stall"))
         events = router.stream(route(router, "a", "b"), REQUEST, [], 0, time.monotonic() + 10)
         assert isinstance(events, AsyncGenerator)
         first = await anext(events)
         assert not isinstance(first, Answer)
         await events.aclose()  # what the response does when the client disconnects
-        await assert_probed_again(router, upstreams, 0.2)
+        await assert_probed_again(router, upstreams, health_clock)
