@@ -140,8 +140,18 @@ def test_retry_after_beyond_the_cap_moves_on(gateway: Gateway, fakes: dict[str, 
     assert completion.model_extra["gateway"]["answered_by"] == ["secondary:m2"]
 
 
-BREAKER = ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 2, breaker_cooldown_s: 1, "
-           "request_timeout_s: 30}")
+#: long enough that the checks made while the circuit is open fit in it on a busy machine
+COOLDOWN_S = 3
+BREAKER = ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 2, "
+           f"breaker_cooldown_s: {COOLDOWN_S}, request_timeout_s: 30}}")
+
+
+def wait_half_open(gw: Gateway) -> None:
+    """Until the primary's cooldown is over (its circuit no longer ``open``): polled, never a fixed sleep."""
+    give_up = time.monotonic() + COOLDOWN_S + 15
+    while httpx.get(f"{gw.url}/readyz").json()["circuits"]["primary:gpt-x"] == "open":
+        assert time.monotonic() < give_up, "the circuit never left the open state"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -165,7 +175,7 @@ def test_breaker_opens_skips_and_recovers(breaker_gateway: Gateway, fakes: dict[
     metrics = httpx.get(f"{breaker_gateway.url}/metrics").text
     assert 'loopgate_circuit_open{target="primary:gpt-x"} 1' in metrics
     assert 'loopgate_failovers_total{from_target="primary:gpt-x",error_class="server_error"}' in metrics
-    time.sleep(1.1)
+    wait_half_open(breaker_gateway)
     # Half-open: one probe goes to the primary; its success closes the circuit.
     probe = client.chat.completions.create(model="chain_primary_secondary", messages=USER)
     assert probe.model_extra["gateway"]["answered_by"] == ["primary:gpt-x"]
@@ -177,7 +187,7 @@ def test_failed_probe_reopens_at_once(breaker_gateway: Gateway, fakes: dict[str,
     fakes["primary"].queue(Reply(status=500), Reply(status=500), Reply(status=500))
     for _ in range(2):
         client.chat.completions.create(model="chain_primary_secondary", messages=USER)
-    time.sleep(1.1)
+    wait_half_open(breaker_gateway)
     client.chat.completions.create(model="chain_primary_secondary", messages=USER)  # the probe fails
     assert len(fakes["primary"].requests) == 3
     client.chat.completions.create(model="chain_primary_secondary", messages=USER)
@@ -189,7 +199,7 @@ def test_replicas_share_a_dead_target_through_redis(fakes: dict[str, FakeUpstrea
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    config = gateway_config(fakes, store_url=REDIS_URL, routing=BREAKER.replace("breaker_cooldown_s: 1",
+    config = gateway_config(fakes, store_url=REDIS_URL, routing=BREAKER.replace(f"breaker_cooldown_s: {COOLDOWN_S}",
                                                                                 "breaker_cooldown_s: 30"))
     first, second = Gateway(config).start(), Gateway(config).start()
     try:
@@ -307,7 +317,7 @@ def test_a_probe_whose_client_disconnected_is_released(breaker_gateway: Gateway,
     fakes["primary"].queue(Reply(status=500), Reply(status=500))
     for _ in range(2):
         client.chat.completions.create(model="chain_primary_secondary", messages=USER)
-    time.sleep(1.1)
+    wait_half_open(breaker_gateway)
     # The half-open probe streams a first piece, then stalls; the client hangs up mid-stream.
     fakes["primary"].queue(Reply(text="Partial answer that stalls", fault="stall"))
     body = {"model": "chain_primary_secondary", "messages": USER, "stream": True}
