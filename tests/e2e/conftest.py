@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -53,12 +55,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: each Gateway's folder (config and log): kept until this process ends, so a test may read a stopped
+#: gateway's log, then removed (a suite run starts about 150 gateways)
+_GATEWAY_DIRS: list[str] = []
+
+
+@atexit.register
+def _remove_gateway_dirs() -> None:
+    for folder in _GATEWAY_DIRS:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class Gateway:
     """A ``python -m gateway serve`` subprocess on a free port."""
 
     def __init__(self, config_text: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.port = port or free_port()
         self._dir = tempfile.mkdtemp(prefix="loopgate-test-")
+        _GATEWAY_DIRS.append(self._dir)
         self.config_path = Path(self._dir) / "gateway.yaml"
         self.config_path.write_text(config_text.replace("__PORT__", str(self.port)))
         self.log_path = Path(self._dir) / "gateway.log"
