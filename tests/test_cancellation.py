@@ -38,6 +38,7 @@ class SwallowingOutbox(MemoryOutbox):
         return []
 
 
+@pytest.mark.slow
 async def test_the_webhook_worker_stops_though_its_claim_swallowed_the_cancellation() -> None:
     store = MemoryStore()
     outbox = SwallowingOutbox()

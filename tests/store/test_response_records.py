@@ -108,6 +108,7 @@ async def test_a_deleted_ancestor_breaks_the_chain_and_gives_its_bytes_back(reco
     assert await records.stored_bytes("t1") == 0
 
 
+@pytest.mark.slow
 async def test_a_child_keeps_its_ancestors_alive_and_expiry_releases_the_bytes(records: ResponseRecords) -> None:
     if isinstance(records, MemoryResponseRecords):
         clock = Clock()

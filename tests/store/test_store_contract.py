@@ -205,6 +205,7 @@ async def _until_expired(claimed: Continuation) -> None:
     await asyncio.sleep(max(0.0, claimed.claimed_until - time.time()) + 0.05)
 
 
+@pytest.mark.slow
 async def test_expired_lease_can_be_reclaimed(store: Store) -> None:
     c = await saved(store)
     first = await store.claim_continuation(c.id, TENANT, 1.0)
@@ -215,6 +216,7 @@ async def test_expired_lease_can_be_reclaimed(store: Store) -> None:
     assert second.claimed_until > first.claimed_until
 
 
+@pytest.mark.slow
 async def test_expired_lease_can_be_cancelled(store: Store) -> None:
     c = await saved(store)
     await _until_expired(await store.claim_continuation(c.id, TENANT, 1.0))

@@ -40,6 +40,7 @@ async def _past_the_pool(io: RedisIO, key: str) -> list[Any]:
     return list(await asyncio.gather(*(one() for _ in range(CONCURRENT)), return_exceptions=True))
 
 
+@pytest.mark.slow
 async def test_sentinel_pool_waits_for_a_connection_past_its_size(tmp_path: Path) -> None:
     manager = start_sentinel_group(tmp_path, replicas=0, sentinels=1)
     group = start_or_skip(manager.__enter__)
@@ -55,6 +56,7 @@ async def test_sentinel_pool_waits_for_a_connection_past_its_size(tmp_path: Path
         manager.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 async def test_sentinel_pool_wait_is_bounded_by_pool_timeout(tmp_path: Path) -> None:
     manager = start_sentinel_group(tmp_path, replicas=0, sentinels=1)
     group = start_or_skip(manager.__enter__)
@@ -88,6 +90,7 @@ async def test_cluster_commands_wait_for_a_connection_past_the_pool_size(redis_c
         await io.aclose()
 
 
+@pytest.mark.slow
 async def test_cluster_wait_is_bounded_by_pool_timeout(redis_cluster: ClusterHandle) -> None:
     io = RedisIO(redis_cluster.url, max_connections=1, pool_timeout=0.05, op_timeout=60)
     try:

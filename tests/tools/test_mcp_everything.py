@@ -28,6 +28,9 @@ from gateway.tools.mcp.connection import McpSource
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from tests.fakes.everything import EverythingHttp, everything_command
 
+#: the protocol's reference server runs as a real Node.js process (stdio, and one over HTTP)
+pytestmark = pytest.mark.slow
+
 TRANSPORTS = ["stdio", "http"]
 
 

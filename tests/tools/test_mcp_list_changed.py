@@ -84,6 +84,7 @@ async def test_a_new_tool_is_listed_when_an_http_server_says_so(growing: list[Gr
         assert (await _call(registry, "grown1")).startswith("grown1")
 
 
+@pytest.mark.slow
 async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back(growing: list[GrowingServer]) -> None:
     """The listen stream has no replay: a tool added while it was down is found by listing on re-opening."""
     async with _refreshed(McpServerConfig("web", url=growing[0].url, refresh_s=300.0)) as registry:
