@@ -6,11 +6,14 @@
   completed exactly once, whichever replica retried it.
 * :class:`GrowingServer`: its ``grow`` tool registers a new tool ``grownN`` and announces it, as a
   server that serves both eras does: to ``subscriptions/listen`` streams (2026-07-28, which the SDK
-  negotiates by default) and with ``notifications/tools/list_changed`` on a session.
+  negotiates by default) and with ``notifications/tools/list_changed`` on a session. With
+  ``hold_listen`` it keeps every ``subscriptions/listen`` request waiting until
+  :meth:`GrowingServer.release_listen`, so a test can change the tools while no stream is open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from typing import Annotated, Any
@@ -50,6 +53,39 @@ class _Served:
         assert not self._thread.is_alive(), f"{type(self).__name__} did not stop in 10 s"
 
 
+class _ListenGate:
+    """ASGI middleware: holds ``subscriptions/listen`` POSTs until ``open`` is set (then replays their body)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.open = threading.Event()
+        self.held = 0  # listen requests that have waited at the gate
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if b'"subscriptions/listen"' in body and not self.open.is_set():
+            self.held += 1
+            while not self.open.is_set():
+                await asyncio.sleep(0.01)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 class Name(BaseModel):
     name: str
 
@@ -75,25 +111,36 @@ class StatelessServer(_Served):
 class GrowingServer(_Served):
     """``grown`` tools already registered at start (a restarted server that changed meanwhile), on ``port``."""
 
-    def __init__(self, port: int = 0, grown: int = 0) -> None:
+    def __init__(self, port: int = 0, grown: int = 0, hold_listen: bool = False) -> None:
         self.grown = 0
-        server = MCPServer("growing-test")
-
-        def add() -> str:
-            self.grown += 1
-            name = f"grown{self.grown}"
-            server.add_tool(lambda: name, name=name, description="A tool added at run time")
-            return name
+        self._mcp = server = MCPServer("growing-test")
 
         @server.tool()
         async def grow(ctx: Context) -> str:
             """Add a tool, then tell the client its tool list changed."""
-            name = add()
+            name = self.add()
             await ctx.notify_tools_changed()
             if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                 await ctx.session.send_tool_list_changed()
             return name
 
         for _ in range(grown):
-            add()
-        super().__init__(server.streamable_http_app(), port)
+            self.add()
+        self._gate = _ListenGate(server.streamable_http_app())
+        if not hold_listen:
+            self._gate.open.set()
+        super().__init__(self._gate, port)
+
+    def add(self) -> str:
+        """Registers the next ``grownN`` tool without telling anyone (``grow`` announces it)."""
+        self.grown += 1
+        name = f"grown{self.grown}"
+        self._mcp.add_tool(lambda: name, name=name, description="A tool added at run time")
+        return name
+
+    @property
+    def listen_requests_held(self) -> int:
+        return self._gate.held
+
+    def release_listen(self) -> None:
+        self._gate.open.set()

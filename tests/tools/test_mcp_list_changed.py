@@ -19,6 +19,7 @@ import pytest
 
 from gateway.config.mcp_section import McpServerConfig
 from gateway.tools import ToolRegistry
+from gateway.tools.mcp.listening import RELISTEN_MAX_S
 from gateway.tools.mcp.servers import McpRefresher
 from tests.fakes.sdk_mcp import GrowingServer
 
@@ -56,8 +57,8 @@ async def growing() -> AsyncIterator[list[GrowingServer]]:
         await asyncio.to_thread(servers[0].stop)
 
 
-async def _until_listed(registry: ToolRegistry, name: str) -> None:
-    async with asyncio.timeout(BOUND_S):
+async def _until_listed(registry: ToolRegistry, name: str, bound_s: float = BOUND_S) -> None:
+    async with asyncio.timeout(bound_s):
         while name not in registry:
             await asyncio.sleep(0.02)
 
@@ -84,6 +85,22 @@ async def test_a_new_tool_is_listed_when_an_http_server_says_so(growing: list[Gr
         assert (await _call(registry, "grown1")).startswith("grown1")
 
 
+async def test_a_change_made_before_the_stream_opened_is_listed_once_it_opens() -> None:
+    """The start-up listing comes before the listen stream: a change in between is found by listing again."""
+    server = await asyncio.to_thread(GrowingServer, hold_listen=True)
+    try:
+        async with _refreshed(McpServerConfig("web", url=server.url, refresh_s=300.0)) as registry:
+            assert "grow" in registry and "grown1" not in registry
+            async with asyncio.timeout(BOUND_S):
+                while not server.listen_requests_held:  # the stream is being opened: held at the server
+                    await asyncio.sleep(0.02)
+            server.add()  # a change nobody hears of: no stream is open yet
+            server.release_listen()
+            await _until_listed(registry, "grown1")
+    finally:
+        await asyncio.to_thread(server.stop, True)
+
+
 @pytest.mark.slow
 async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back(growing: list[GrowingServer]) -> None:
     """The listen stream has no replay: a tool added while it was down is found by listing on re-opening."""
@@ -92,7 +109,9 @@ async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back(gr
         port = growing[0].port
         await asyncio.to_thread(growing.pop().stop, True)
         growing.append(await asyncio.to_thread(GrowingServer, port, 1))  # back, with a tool added meanwhile
-        await _until_listed(registry, "grown1")
+        # Re-opening backs off while the server is away (1 s, doubling, at most RELISTEN_MAX_S): a restart that a
+        # busy machine makes slow can cost one whole step more.
+        await _until_listed(registry, "grown1", RELISTEN_MAX_S + BOUND_S)
 
 
 async def test_a_stream_of_notifications_costs_one_listing_per_gap(refreshed: ToolRegistry) -> None:

@@ -3,8 +3,9 @@
 A server of the handshake era pushes ``notifications/tools/list_changed`` on its session (the
 source's message handler hears it). A stateless server has no session to push on: the client
 opens a ``subscriptions/listen`` request asking for tool-list changes, and the server answers it
-with a stream of events. The stream has no replay, so after it is lost and opened again the
-server's tools are listed again (a change may have happened in between). A server that does not
+with a stream of events. The stream has no replay, so each time it opens (the first time too: the
+start-up listing came before it) the server's tools are listed again, since a change may have
+happened while no stream was open. A server that does not
 offer the stream (an error, or an acknowledgment without tool-list changes) is not asked again
 for this session: the periodic ``refresh_s`` listing still covers it. Re-opening after a loss
 backs off from ``RELISTEN_MIN_S`` to ``RELISTEN_MAX_S``, so a flapping server costs at most one
@@ -29,16 +30,15 @@ RELISTEN_MAX_S = 60.0
 
 async def follow_tool_changes(client: Client, server: str, changed: Callable[[], None]) -> None:
     """Call ``changed`` for every tool-list change the server announces, until cancelled or not offered."""
-    backoff, opened_before = RELISTEN_MIN_S, False
+    backoff = RELISTEN_MIN_S
     while True:
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 if not subscription.honored.tools_list_changed:
                     log.info("MCP server %s does not announce tool-list changes; refresh_s alone re-lists it", server)
                     return
-                if opened_before:
-                    changed()  # no replay: whatever changed while the stream was down is listed now
-                opened_before, backoff = True, RELISTEN_MIN_S
+                changed()  # no replay: whatever changed before the stream was open is listed now
+                backoff = RELISTEN_MIN_S
                 async for _ in subscription:
                     changed()
             reason = "closed by the server"
