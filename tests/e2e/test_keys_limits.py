@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -60,12 +62,17 @@ def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tu
 def slow_primary(fakes: dict[str, FakeUpstream]) -> Iterator[Callable[..., None]]:
     """Make the primary fake answer slowly (and report a set usage) for one test."""
     saved = fakes["primary"].default
+    holds: list[threading.Event] = []
 
     def set_default(**fields: Any) -> None:
         fakes["primary"].default = Reply(text="ok", **fields)
+        if fields.get("hold") is not None:
+            holds.append(fields["hold"])
 
     yield set_default
     fakes["primary"].default = saved
+    for hold in holds:  # a test that failed half-way leaves no answer held for the next one
+        hold.set()
 
 
 def chat(gw: Gateway, key: str, model: str = "plain", stream: bool = False) -> httpx.Response:
@@ -94,17 +101,31 @@ def wait_for(check: Callable[[], bool], within_s: float = PROPAGATION_BOUND_S) -
     return time.monotonic() - started
 
 
-async def burst(gateways: tuple[Gateway, Gateway], key: str, n: int, model: str = "plain"
-                ) -> list[openai.APIResponse[Any] | openai.APIStatusError]:
+@dataclass
+class Release:
+    """Answers held at the fake upstream until ``after`` calls of a burst came back (the refused ones)."""
+
+    hold: threading.Event
+    after: int
+
+
+async def burst(gateways: tuple[Gateway, Gateway], key: str, n: int, model: str = "plain",
+                release: Release | None = None) -> list[openai.APIResponse[Any] | openai.APIStatusError]:
     """``n`` concurrent SDK calls, alternating between the two processes."""
     clients = [gw.async_client(key) for gw in gateways]
+    answered = 0
 
     async def one(i: int) -> openai.APIResponse[Any] | openai.APIStatusError:
+        nonlocal answered
         try:
             return await clients[i % 2].chat.completions.with_raw_response.create(
                 model=model, messages=[{"role": "user", "content": f"hello {i}"}])
         except openai.APIStatusError as exc:
             return exc
+        finally:
+            answered += 1
+            if release is not None and answered >= release.after:
+                release.hold.set()
 
     try:
         return list(await asyncio.gather(*(one(i) for i in range(n))))
@@ -275,8 +296,9 @@ def test_tenant_rpm_is_shared_by_its_keys(pair: tuple[Gateway, Gateway]) -> None
 
 
 def test_concurrency_limit_across_processes(pair: tuple[Gateway, Gateway], slow_primary: Callable[..., None]) -> None:
-    slow_primary(delay_s=0.8)
-    ok, refused = _limited(asyncio.run(burst(pair, "conc-key", 7)))
+    release = Release(threading.Event(), after=5)
+    slow_primary(hold=release.hold)
+    ok, refused = _limited(asyncio.run(burst(pair, "conc-key", 7, release=release)))
     assert len(ok) == 2 and len(refused) == 5
     assert {r.response.headers["retry-after"] for r in refused} == {"1"}
     assert all(isinstance(r.body, dict) and r.body["code"] == "rate_limit_exceeded" for r in refused)
@@ -289,18 +311,25 @@ def test_tpm_takes_the_estimate_then_the_reported_usage(pair: tuple[Gateway, Gat
                                                         slow_primary: Callable[..., None]) -> None:
     first, _ = pair
     # ~1.05 KB bodies: about 265 tokens each up front, so 3 of 5 fit in 1000 while all are in flight.
-    slow_primary(delay_s=0.6, usage=(40, 10))
+    release = Release(threading.Event(), after=2)  # held in flight until the two refusals are back
+    slow_primary(hold=release.hold, usage=(40, 10))
     padding = "x" * 1000
 
     async def run() -> list[Any]:
         clients = [gw.async_client("tpm-key") for gw in pair]
+        answered = 0
 
         async def one(i: int) -> Any:
+            nonlocal answered
             try:
                 return await clients[i % 2].chat.completions.with_raw_response.create(
                     model="plain", messages=[{"role": "user", "content": padding}])
             except openai.APIStatusError as exc:
                 return exc
+            finally:
+                answered += 1
+                if answered >= release.after:
+                    release.hold.set()
 
         try:
             return list(await asyncio.gather(*(one(i) for i in range(5))))

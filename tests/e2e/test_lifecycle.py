@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -60,12 +61,17 @@ def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tu
 @pytest.fixture
 def slow_primary(fakes: dict[str, FakeUpstream]) -> Iterator[Callable[..., None]]:
     saved = fakes["primary"].default
+    holds: list[threading.Event] = []
 
     def set_default(**fields: Any) -> None:
         fakes["primary"].default = Reply(text="ok", **fields)
+        if fields.get("hold") is not None:
+            holds.append(fields["hold"])
 
     yield set_default
     fakes["primary"].default = saved
+    for hold in holds:  # a test that failed half-way leaves no answer held for the next one
+        hold.set()
 
 
 def wait_for(check: Callable[[], bool], within_s: float, what: str) -> None:
@@ -103,7 +109,8 @@ def refused_code(response: httpx.Response) -> str:
 def test_background_run_holds_its_concurrency_slot_until_it_ends(pair: tuple[Gateway, Gateway],
                                                                 slow_primary: Callable[..., None]) -> None:
     first, second = pair
-    slow_primary(delay_s=1.0)
+    still_running = threading.Event()
+    slow_primary(hold=still_running)
     running = start_background(first, "bg-conc")
     assert running.status_code == 200, running.text
     assert running.json()["status"] in ("queued", "in_progress")
@@ -111,6 +118,7 @@ def test_background_run_holds_its_concurrency_slot_until_it_ends(pair: tuple[Gat
     assert refused_code(start_background(second, "bg-conc")) == "rate_limit_exceeded"
     assert refused_code(second.post("/v1/chat/completions", {"model": "plain", "messages": [
         {"role": "user", "content": "hi"}]}, key="bg-conc")) == "rate_limit_exceeded"
+    still_running.set()
     wait_ended(pair, "bg-conc", [running.json()["id"]])
     slow_primary()
     # Its end gave the slot back: the next one runs.
@@ -143,7 +151,8 @@ def test_background_runs_are_settled_with_their_usage(pair: tuple[Gateway, Gatew
 def test_background_caps_per_key_and_per_tenant_across_replicas(pair: tuple[Gateway, Gateway],
                                                                 slow_primary: Callable[..., None]) -> None:
     first, second = pair
-    slow_primary(delay_s=1.5)
+    still_running = threading.Event()
+    slow_primary(hold=still_running)
 
     async def burst(key: str, n: int) -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -165,6 +174,7 @@ def test_background_caps_per_key_and_per_tenant_across_replicas(pair: tuple[Gate
     assert third.status_code == 200, third.text
     assert refused_code(start_background(first, "bg-a2")) == "too_many_background_responses"
     # Back to back: once the runs end, their slots are free again on both replicas.
+    still_running.set()
     wait_ended(pair, "bg-a1", [a.json()["id"] for a in admitted])
     wait_ended(pair, "bg-a2", [third.json()["id"]])
     slow_primary()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -56,6 +57,21 @@ class Reply:
     cut_after: int = 1
     # A stream's head is sent at once, its first event only after this long (a first token that is late).
     first_delay_s: float = 0.0
+    # The answer waits until the test sets this (at most HOLD_MAX_S): "still running" as a condition the
+    # test ends, where a delay_s is a window a busy machine can outrun.
+    hold: threading.Event | None = None
+
+
+HOLD_MAX_S = 60.0
+
+
+async def _wait(reply: Reply) -> None:
+    if reply.delay_s:
+        await asyncio.sleep(reply.delay_s)
+    if reply.hold is not None:
+        deadline = time.monotonic() + HOLD_MAX_S
+        while not reply.hold.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
 
 def count_of(body: dict[str, Any]) -> int:
@@ -127,8 +143,7 @@ class FakeUpstream(ThreadedApp):
             return web.json_response(self._error_payload(400, "This model does not support assistant message "
                                                          "prefill. The conversation must end with a user message."),
                                      status=400)
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
+        await _wait(reply)
         if reply.fault == "reset":
             request.transport.close()  # type: ignore[union-attr]
             return web.Response(status=500)
@@ -211,8 +226,7 @@ class FakeUpstream(ThreadedApp):
         reply = self.script.popleft() if self.script else self.default
         if problems:
             return web.json_response(self._error_payload(400, "; ".join(problems)), status=400)
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
+        await _wait(reply)
         if reply.status != 200:
             payload = reply.error_body if reply.error_body is not None else self._error_payload(reply.status, "boom")
             return web.Response(body=orjson.dumps(payload), status=reply.status, headers=reply.headers,
