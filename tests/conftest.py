@@ -17,6 +17,12 @@ Long tests (``@pytest.mark.long(seconds=N)``, N as measured alone) are put at th
 workers' first shares of the run (``--dist worksteal`` hands each worker one contiguous share and
 later steals only from the tails), spread over the workers longest first, so that none starts late
 and ends the run alone while the other workers are idle.
+
+Every HTTP client the tests make shares one default TLS context: ``httpx.get`` and ``httpx.post``
+each build a client, and so does every ``openai`` and ``anthropic`` SDK client (on ``httpx2``);
+building its context loads certifi's CA bundle, about 30 ms of CPU, and the suite built thousands of
+them (a gateway's start-up poll alone built ten), nearly all to talk plain HTTP on 127.0.0.1. A
+context asked for with anything but the defaults is built as before.
 """
 
 from __future__ import annotations
@@ -25,13 +31,37 @@ import atexit
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
+from types import ModuleType
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx._transports.default as httpx_transports
+import httpx2._transports.default as httpx2_transports
 import pytest
 
 os.environ.setdefault("LOOPGATE_TRACE_EXPORTER_NICE", "10")
+
+
+def _share_default_tls_context(transports: ModuleType) -> None:
+    build = transports.create_ssl_context  # fails loudly if an upgrade moves it
+    shared: list[ssl.SSLContext] = []
+
+    def create_ssl_context(verify: ssl.SSLContext | str | bool = True, cert: object = None,
+                           trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert is not None or not trust_env:
+            return build(verify=verify, cert=cert, trust_env=trust_env)  # type: ignore[no-any-return]
+        if not shared:
+            shared.append(build())
+        return shared[0]
+
+    transports.create_ssl_context = create_ssl_context  # type: ignore[attr-defined]
+
+
+# httpx for the tests' own calls; httpx2 under the openai and anthropic SDKs
+_share_default_tls_context(httpx_transports)
+_share_default_tls_context(httpx2_transports)
 
 #: how long a freshly started server may take to answer PING
 REDIS_START_S = 20.0
