@@ -33,6 +33,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 from types import ModuleType
 from urllib.parse import urlsplit, urlunsplit
@@ -155,6 +156,20 @@ def _xdist_controller(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _xdist_controller(config):
         use_test_redis(start=True)
+        cache_children_bytecode()
+
+
+def cache_children_bytecode() -> None:
+    """Let the Python processes a test starts keep their compiled modules, in a folder of the suite's.
+
+    Where ``PYTHONDONTWRITEBYTECODE`` is set (as on the CI machine) nothing writes the project's
+    ``__pycache__``, and each of the ~200 gateways the suite starts compiled all of ``gateway/`` again:
+    0.9 s of CPU a start, 0.5 s with its bytecode kept. The tree stays as clean as the variable asks;
+    the test processes themselves (started before this runs) keep to it.
+    """
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(),
+                                                         f"loopgate-tests-bytecode-{os.getuid()}")
 
 
 def _share_sizes(count: int, workers: int) -> list[int]:
