@@ -87,6 +87,29 @@ async def test_tpm_estimate_then_correction(limiter: RateLimiter) -> None:
     assert fourth.allowed and fourth.tokens is not None and 30 <= fourth.tokens.remaining <= 31
 
 
+async def test_a_limit_set_on_a_key_that_had_none_starts_with_a_full_bucket(store_factory: StoreFactory) -> None:
+    """A key edited from no tpm to tpm 50,000 was refused at once: its unlimited level had been kept as 0."""
+    now = time.time()
+    limiter = open_limiter(await store_factory())
+    assert (await limiter.admit("t", (LimitScope("key", "key_8", 3, 0, 0),), 10, "a", 60, now)).allowed
+    tokens_set = await limiter.admit("t", (LimitScope("key", "key_8", 3, 1000, 0),), 900, "b", 60, now)
+    assert tokens_set.allowed and tokens_set.tokens is not None and tokens_set.tokens.remaining == 100
+    assert tokens_set.requests is not None and tokens_set.requests.remaining == 1
+    assert (await limiter.admit("t", (LimitScope("key", "key_9", 0, 1000, 0),), 10, "a", 60, now)).allowed
+    requests_set = await limiter.admit("t", (LimitScope("key", "key_9", 3, 1000, 0),), 10, "b", 60, now)
+    assert requests_set.allowed and requests_set.requests is not None and requests_set.requests.remaining == 2
+    # Large limits, served from leased slices (Redis) and given back on close: the same.
+    big = LimitScope("key", "key_10", 600, 0, 0)
+    for i in range(20):
+        assert (await limiter.admit("t", (big,), 16, f"c{i}", 60, now)).allowed
+    await limiter.aclose()
+    again = open_limiter(await store_factory())
+    edited = await again.admit("t", (LimitScope("key", "key_10", 600, 50_000, 0),), 40_000, "d", 60, now)
+    assert edited.allowed, edited
+    assert edited.tokens is not None and edited.tokens.remaining >= 9_000
+    await again.aclose()
+
+
 async def test_concurrency_slots_free_on_settle_or_lease_end(limiter: RateLimiter) -> None:
     now = time.time()
     scope = LimitScope("tenant", "t", 0, 0, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from gateway.store.limits.base import SETTLED, Decision, LimitScope, RateLimiter, Settled, decision
@@ -17,10 +18,9 @@ class MemoryRateLimiter(RateLimiter):
     def _refill(self, scope: LimitScope, now: float) -> list[float]:
         bucket = self._buckets.get((scope.kind, scope.ident))
         if bucket is None:
-            return [float(scope.rpm), float(scope.tpm), now]
+            return [_level(scope.rpm, math.inf, 0.0), _level(scope.tpm, math.inf, 0.0), now]
         elapsed = max(0.0, now - bucket[2])
-        return [min(scope.rpm, bucket[0] + elapsed * scope.rpm / 60),
-                min(scope.tpm, bucket[1] + elapsed * scope.tpm / 60), now]
+        return [_level(scope.rpm, bucket[0], elapsed), _level(scope.tpm, bucket[1], elapsed), now]
 
     def admit(self, tenant: str, scopes: tuple[LimitScope, ...], tokens: int, member: str,
               lease_s: float, now: float | None = None) -> Decision:
@@ -65,3 +65,9 @@ class MemoryRateLimiter(RateLimiter):
 
     async def aclose(self) -> None:
         """Nothing to give back: the buckets are this process's own."""
+
+
+def _level(limit: int, level: float, elapsed_s: float) -> float:
+    """A bucket refilled for ``elapsed_s``; without a limit (0) it is unbounded, so that a limit an edit
+    sets later starts with a full bucket, as a new key's does, not at a level capped to 0."""
+    return min(limit, level + elapsed_s * limit / 60) if limit else math.inf

@@ -8,6 +8,20 @@ from __future__ import annotations
 
 from gateway.store.limits.lease import LEVEL_SHARE
 
+# A limit of 0 (none) keeps no level: a limit an edit sets later starts with a full bucket, as a new key's does,
+# not at the 0 its unlimited level was capped at. ``seen``: the HMGET of r, t (a level stored before is dropped).
+_STORE_LEVELS = """
+local function store_levels(key, rpm, tpm, r, t, seen)
+  local fields = {'ts', ARGV[1]}
+  if rpm > 0 then fields[#fields + 1] = 'r'; fields[#fields + 1] = tostring(r)
+  elseif seen[1] then redis.call('HDEL', key, 'r') end
+  if tpm > 0 then fields[#fields + 1] = 't'; fields[#fields + 1] = tostring(t)
+  elseif seen[2] then redis.call('HDEL', key, 't') end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIRE', key, 120000)
+end
+"""
+
 # KEYS: bucket, slots per scope. ARGV: now, tokens, member, lease_end, slot_end, then per scope:
 # rpm, tpm, max_concurrent, need_r (0|1), need_t (0|tokens), need_c (0|1) (what the process's own
 # lease does not cover), room_r, room_t, room_c (the largest slices wanted), debt (token
@@ -15,7 +29,7 @@ from gateway.store.limits.lease import LEVEL_SHARE
 # Returns "verdict kind scope retry_after" (see limits.decision), then per scope
 # "r t slice_r slice_t slots" with the levels after everything taken and what was leased; slots > 0:
 # that many leased slots (the request's own among them) named prefix..first, prefix..first+1, ...
-ACQUIRE = """
+ACQUIRE = _STORE_LEVELS + """
 local now, est, member, lease_end, slot_end = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]),
   tonumber(ARGV[5])
 local share = """ + repr(LEVEL_SHARE) + """
@@ -34,6 +48,7 @@ for i = 1, n do
   -- refilled while it waited must not rise past its limit.
   p.t = math.min(tpm, (tonumber(v[2]) or tpm) + elapsed * tpm / 60 - p[10])
   p.card = 0
+  p.seen = v
   s[i] = p
   if verdict == 1 then
     if p[4] > 0 and p.r < p[4] then verdict, kind, at, retry = 0, 0, i, (p[4] - p.r) * 60 / rpm
@@ -66,8 +81,7 @@ for i = 1, n do
     end
   end
   if (rpm > 0 or tpm > 0) and (verdict == 1 or p[10] ~= 0) then
-    redis.call('HSET', KEYS[2 * i - 1], 'r', tostring(p.r), 't', tostring(p.t), 'ts', ARGV[1])
-    redis.call('PEXPIRE', KEYS[2 * i - 1], 120000)
+    store_levels(KEYS[2 * i - 1], rpm, tpm, p.r, p.t, p.seen)
   end
   if verdict == 1 and p[6] > 0 then
     local until_ = lease_end
@@ -111,7 +125,7 @@ return 1
 # release leased slots, renew the others.
 # KEYS: bucket, slots. ARGV: now, rpm, tpm, add_r, add_t, slot_end, n_release, released names..., renewed names...
 # Returns "r t lost..." (the levels, and the renewed names that had expired and are gone).
-TIDY = """
+TIDY = _STORE_LEVELS + """
 local now, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local add_r, add_t, nrel = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
 local r, t = 0, 0
@@ -122,8 +136,7 @@ if rpm > 0 or tpm > 0 then
   t = math.min(tpm, (tonumber(v[2]) or tpm) + elapsed * tpm / 60)
   if add_r ~= 0 or add_t ~= 0 then
     r, t = math.min(rpm, r + add_r), math.min(tpm, t + add_t)
-    redis.call('HSET', KEYS[1], 'r', tostring(r), 't', tostring(t), 'ts', ARGV[1])
-    redis.call('PEXPIRE', KEYS[1], 120000)
+    store_levels(KEYS[1], rpm, tpm, r, t, v)
   end
 end
 for j = 8, 7 + nrel do redis.call('ZREM', KEYS[2], ARGV[j]) end
