@@ -88,12 +88,16 @@ class Gateway:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path), "--port", str(self.port),
              *extra], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
+        # With --workers N, the first worker up answers /healthz while the others may still be importing:
+        # wait for every worker's start-up line, so that connections spread over all of them.
+        workers = int(extra[extra.index("--workers") + 1]) if "--workers" in extra else 1
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited early:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
+                if (httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200
+                        and (workers == 1 or self.logs().count("Application startup complete") >= workers)):
                     return self
             except httpx.HTTPError:
                 pass
