@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
 from gateway.observability.banner import store_address
+from gateway.providers import litellm as litellm_provider
 from gateway.redact import Redactor
 from gateway.routing.embeddings import Embedder
 from gateway.routing.health import TargetHealth
@@ -117,6 +119,8 @@ class Runtime:
         config = with_key_ids(config, await id_key(config.auth, key_store, shared=store.kind == "redis"))
         pool = UpstreamPool(config.providers)
         undo.push_async_callback(pool.aclose)
+        if any(provider.type == "litellm" for provider in config.providers.values()):
+            await asyncio.to_thread(litellm_provider.preload)
         tool_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
         undo.push_async_callback(tool_session.close)
         tools = await ToolRegistry.from_config(config.tools, tool_session)

@@ -1,9 +1,11 @@
 """The long tail (Bedrock, Vertex, Cohere, ...) through LiteLLM, an optional extra.
 
 LiteLLM is not a wire format but a client library that speaks many of them, so this
-adapter calls it instead of building HTTP requests. It is imported lazily, the first time
-a ``litellm`` target is actually called: ``import litellm`` costs seconds and hundreds of
-MB, which the default install and the hot path never pay. Its responses are already
+adapter calls it instead of building HTTP requests. ``import litellm`` costs seconds and
+hundreds of MB, which a gateway without a ``litellm`` provider never pays; one with such a
+provider pays it at start-up (``preload``, off the event loop, before it is ready), never in its
+first request, where the import held the event loop, and every request of the process, for
+seconds. Its responses are already
 OpenAI-shaped, so they are parsed by the OpenAI adapter's parsers, and its exceptions carry
 HTTP statuses, which map to the same canonical error classes as every other provider.
 """
@@ -35,6 +37,11 @@ def _library() -> Any:
     litellm.suppress_debug_info = True
     litellm.drop_params = True  # parameters a provider does not support are dropped, not fatal
     return litellm
+
+
+def preload() -> None:
+    """Import LiteLLM now (at start-up, in a thread): a later ``_library()`` is a dict lookup."""
+    _library()
 
 
 def _dump(value: Any) -> bytes:

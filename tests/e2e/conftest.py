@@ -91,7 +91,7 @@ class Gateway:
         # With --workers N, the first worker up answers /healthz while the others may still be importing:
         # wait for every worker's start-up line, so that connections spread over all of them.
         workers = int(extra[extra.index("--workers") + 1]) if "--workers" in extra else 1
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a bound, not a window: a busy machine took 25 s to import LiteLLM
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited early:\n{self.logs()}")

@@ -7,12 +7,14 @@ pairing, signature, thinking-block or id-format mistake fails the test that caus
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from typing import Any
 
 import openai
 import pytest
 
-from tests.e2e.conftest import PROVIDER_MODELS, Gateway, require_litellm
+from tests.e2e.conftest import PROVIDER_MODELS, ROOT, Gateway, require_litellm
 from tests.fakes.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "Weather in Paris and Rome?"}]
@@ -237,3 +239,32 @@ def test_litellm_provider(fakes: dict[str, FakeUpstream], stream: bool) -> None:
         assert [m["content"] for m in second["messages"] if m["role"] == "tool"] == ["Oslo: 18C, sunny"]
     finally:
         gw.stop()
+
+
+# A start-up in a fresh interpreter: is LiteLLM imported once the runtime has started?
+_STARTED_WITH = """
+import asyncio, sys
+from gateway.api.runtime import Runtime
+from gateway.config import parse_config
+
+async def started(provider: str) -> bool:
+    runtime = await Runtime.start(parse_config(
+        "providers: {p: {type: " + provider + ", api_key: k, base_url: 'http://127.0.0.1:9/v1'}}\\n"
+        "models: {m: {targets: [{provider: p, model: openai/x}]}}\\n", env={}))
+    try:
+        return "litellm" in sys.modules
+    finally:
+        await runtime.stop()
+
+print(asyncio.run(started("openai")), asyncio.run(started("litellm")))
+"""
+
+
+@pytest.mark.slow
+def test_litellm_is_imported_at_start_up_only_when_a_provider_needs_it() -> None:
+    """Imported by a first request, it held that process's event loop, every request on it, for seconds."""
+    require_litellm()
+    done = subprocess.run([sys.executable, "-c", _STARTED_WITH], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
