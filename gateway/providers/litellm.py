@@ -5,9 +5,9 @@ adapter calls it instead of building HTTP requests. ``import litellm`` costs sec
 hundreds of MB, which a gateway without a ``litellm`` provider never pays; one with such a
 provider pays it at start-up (``preload``, off the event loop, before it is ready), never in its
 first request, where the import held the event loop, and every request of the process, for
-seconds. Its responses are already
-OpenAI-shaped, so they are parsed by the OpenAI adapter's parsers, and its exceptions carry
-HTTP statuses, which map to the same canonical error classes as every other provider.
+seconds. Its responses are already OpenAI-shaped, so they are parsed by the OpenAI adapter's
+parsers, and its exceptions carry HTTP statuses, which map to the same canonical error classes
+as every other provider.
 """
 
 from __future__ import annotations
