@@ -10,9 +10,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -23,7 +25,7 @@ from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.gemini_rules import gemini_request_problems
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.tool_server import ToolServer
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "test-key"
@@ -305,3 +307,20 @@ def two_replicas(config: str, redis_url: str, flush_after: bool = False) -> Iter
         second.stop()
         if flush_after:
             redis.Redis.from_url(redis_url).flushdb()
+
+
+@pytest.fixture
+def slow_primary(fakes: dict[str, FakeUpstream]) -> Iterator[Callable[..., None]]:
+    """Set the primary fake's answer for one test (a delay, a usage, a ``hold`` the test releases)."""
+    saved = fakes["primary"].default
+    holds: list[threading.Event] = []
+
+    def set_default(**fields: Any) -> None:
+        fakes["primary"].default = Reply(text="ok", **fields)
+        if fields.get("hold") is not None:
+            holds.append(fields["hold"])
+
+    yield set_default
+    fakes["primary"].default = saved
+    for hold in holds:  # a test that failed half-way leaves no answer held for the next one
+        hold.set()

@@ -58,23 +58,6 @@ def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tu
     yield from two_replicas(_config(fakes, tool_server), REDIS_URL)
 
 
-@pytest.fixture
-def slow_primary(fakes: dict[str, FakeUpstream]) -> Iterator[Callable[..., None]]:
-    """Make the primary fake answer slowly (and report a set usage) for one test."""
-    saved = fakes["primary"].default
-    holds: list[threading.Event] = []
-
-    def set_default(**fields: Any) -> None:
-        fakes["primary"].default = Reply(text="ok", **fields)
-        if fields.get("hold") is not None:
-            holds.append(fields["hold"])
-
-    yield set_default
-    fakes["primary"].default = saved
-    for hold in holds:  # a test that failed half-way leaves no answer held for the next one
-        hold.set()
-
-
 def chat(gw: Gateway, key: str, model: str = "plain", stream: bool = False) -> httpx.Response:
     return gw.post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "hi"}],
                                             "stream": stream}, key=key)

@@ -58,22 +58,6 @@ def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tu
     second.stop()
 
 
-@pytest.fixture
-def slow_primary(fakes: dict[str, FakeUpstream]) -> Iterator[Callable[..., None]]:
-    saved = fakes["primary"].default
-    holds: list[threading.Event] = []
-
-    def set_default(**fields: Any) -> None:
-        fakes["primary"].default = Reply(text="ok", **fields)
-        if fields.get("hold") is not None:
-            holds.append(fields["hold"])
-
-    yield set_default
-    fakes["primary"].default = saved
-    for hold in holds:  # a test that failed half-way leaves no answer held for the next one
-        hold.set()
-
-
 def wait_for(check: Callable[[], bool], within_s: float, what: str) -> None:
     deadline = time.monotonic() + within_s
     while not check():
