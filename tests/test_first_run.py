@@ -95,40 +95,62 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, i
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info",
         "build", "dist", ".ci-pytest.log", "site"))
-    port = free_port()
     config = project / "config" / "gateway.yaml"
     text = config.read_text()
     assert text.count("port: 8080") == 1, "config/gateway.yaml should listen on port 8080 as the README says"
-    config.write_text(text.replace("port: 8080", f"port: {port}"))
     install, serve = split_first_command(first_command())
     installed = subprocess.run(["bash", "-c", install], cwd=project, env=clean_env(), capture_output=True,
                                timeout=900)
     assert installed.returncode == 0, installed.stdout.decode()[-3000:] + installed.stderr.decode()[-3000:]
     no_egress = {name: CLOSED for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")}
     log_path = project / "gateway.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(["bash", "-c", serve], cwd=project, env=clean_env(**no_egress), stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    # The port is picked once the install is done, and picked again if another process of the run took it
+    # between the pick and the bind (a free port is only free until someone binds it).
+    for _ in range(3):
+        port = free_port()
+        config.write_text(text.replace("port: 8080", f"port: {port}"))
+        with log_path.open("wb") as log:
+            server = subprocess.Popen(["bash", "-c", serve], cwd=project, env=clean_env(**no_egress), stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        if _answers_health(server, f"http://127.0.0.1:{port}", log_path):
+            break
+    else:
+        pytest.fail(f"the port was taken at each of three tries:\n{log_path.read_text(errors='replace')}")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, f"the gateway exited:\n{log_path.read_text(errors='replace')}"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"the gateway did not start:\n{log_path.read_text(errors='replace')}"
-            time.sleep(0.1)
-        yield url, port, project
+        yield f"http://127.0.0.1:{port}", port, project
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the session started above: bash and the gateway it runs
+        _stop_session(server)
+
+
+def _answers_health(server: subprocess.Popen[bytes], url: str, log_path: Path) -> bool:
+    """True once the served gateway answers /healthz; False if it exited because its port was taken."""
+    deadline = time.monotonic() + 60
+    while True:
+        if server.poll() is not None:
+            log = log_path.read_text(errors="replace")
+            if "Address already in use" in log:
+                return False
+            raise AssertionError(f"the gateway exited:\n{log}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1, trust_env=False).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"the gateway did not start:\n{log_path.read_text(errors='replace')}"
+        time.sleep(0.1)
+
+
+def _stop_session(server: subprocess.Popen[bytes]) -> None:
+    """Stop bash and the gateway it runs (the session ``start_new_session`` made), gone already or not."""
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(15)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(5)
+    except ProcessLookupError:
+        server.wait(5)
 
 
 def _assert_tool_loop_answer(answer: dict[str, object]) -> None:
