@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -51,10 +52,27 @@ def require_litellm() -> None:
         pytest.skip("litellm is not installed (pip install -e '.[test]')")
 
 
+#: listening ports come from below Linux's ephemeral range (32768-60999): a port the kernel handed out
+#: for a moment (bind to 0) is soon the local end of one of the suite's thousands of outgoing
+#: connections, and a gateway then started on it failed with "Address already in use"
+_LISTEN_PORTS = (10000, 32000)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on now, never handed out twice in this process."""
+    for _ in range(500):
+        port = random.randint(*_LISTEN_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free local port below the ephemeral range")
 
 
 #: each Gateway's folder (config and log): kept until this process ends, so a test may read a stopped
