@@ -1,0 +1,93 @@
+"""What a hostile MCP server can make the gateway do, end to end: a real gateway, the server over stdio.
+
+* its tool's ``inputSchema`` refers to a URL (``$ref``): the gateway never fetches it (the counting HTTP
+  server below sees no request) and leaves the tool out of the listing, with a warning;
+* one tool call asks for 100 samplings: past ``max_sampling_calls_per_tool_call`` each is answered with
+  an MCP error (the call goes on), and the samplings made appear in the response's ``gateway.sampling``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, Gateway, gateway_config
+from tests.fakes.upstream import FakeUpstream, Reply
+
+SERVER = Path(ROOT) / "tests" / "fakes" / "mcp_hostile_stdio.py"
+ROUTES = """  hostile_agent: {targets: [{provider: primary, model: m}], tools: ['mcp:hostile'], max_tool_iterations: 3}
+  hostile_sampler: {targets: [{provider: secondary, model: sampler-model}]}
+"""
+USER = [{"role": "user", "content": "Look it up."}]
+
+
+class CountingServer:
+    """An HTTP server that answers every GET with a JSON Schema and counts the requests it got."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        hits = self.hits
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                hits.append(self.path)
+                body = b'{"type": "string"}'
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/schema.json"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def counting() -> Iterator[CountingServer]:
+    server = CountingServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(fakes: dict[str, FakeUpstream], counting: CountingServer) -> Iterator[Gateway]:
+    server = (f"  hostile: {{command: ['{sys.executable}', '{SERVER}'], env: {{HOSTILE_REF: '{counting.url}'}}, "
+              "timeout_s: 20, sampling_route: hostile_sampler}\n")
+    config = gateway_config(fakes, extra_models=ROUTES).replace("models:\n", "mcp_servers:\n" + server + "models:\n", 1)
+    gateway = Gateway(config).start()
+    yield gateway
+    gateway.stop()
+
+
+def tool_results(fake: FakeUpstream) -> list[str]:
+    return [m["content"] for m in fake.bodies[-1]["messages"] if m["role"] == "tool"]
+
+
+def test_a_remote_ref_in_an_input_schema_is_never_fetched(gw: Gateway, fakes: dict[str, FakeUpstream],
+                                                          counting: CountingServer) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("lookup", {"q": 5}), ("echo", {"q": "hi"})]), Reply(text="Done."))
+    completion = gw.client().chat.completions.create(model="hostile_agent", messages=USER)
+    assert completion.choices[0].message.content == "Done."
+    assert counting.hits == []  # no request from the gateway, ever
+    # The documented outcome: the tool is left out of the listing (logged), so the model is not offered it;
+    # a call to it anyway is an unknown tool's error result; the server's other tools work.
+    offered = [t["function"]["name"] for t in fakes["primary"].bodies[0]["tools"]]
+    assert "lookup" not in offered and "echo" in offered
+    assert "tool 'lookup' left out: its input schema refers to" in gw.logs()
+    lookup, echo = tool_results(fakes["primary"])
+    assert "lookup" in lookup and "echo: hi" == echo
+    assert [c["status"] for c in completion.model_extra["gateway"]["tool_calls"]] == ["error", "ok"]
