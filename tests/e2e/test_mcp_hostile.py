@@ -35,7 +35,7 @@ class CountingServer:
         hits = self.hits
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            def do_GET(self) -> None:
                 hits.append(self.path)
                 body = b'{"type": "string"}'
                 self.send_response(200)
@@ -89,5 +89,5 @@ def test_a_remote_ref_in_an_input_schema_is_never_fetched(gw: Gateway, fakes: di
     assert "lookup" not in offered and "echo" in offered
     assert "tool 'lookup' left out: its input schema refers to" in gw.logs()
     lookup, echo = tool_results(fakes["primary"])
-    assert "lookup" in lookup and "echo: hi" == echo
+    assert "lookup" in lookup and echo == "echo: hi"
     assert [c["status"] for c in completion.model_extra["gateway"]["tool_calls"]] == ["error", "ok"]

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from referencing.exceptions import Unresolvable
 
 from gateway.config import ConfigError, parse_config
 from gateway.json_schemas import MAX_TOOL_SCHEMA_BYTES, MAX_TOOL_SCHEMA_DEPTH, compile_schema, schema_problem
@@ -81,7 +82,7 @@ async def test_a_listed_tool_with_a_remote_ref_is_left_out_with_a_warning(
 
 def test_a_validator_never_fetches(counting: CountingServer) -> None:
     validator = compile_schema({"properties": {"q": {"$ref": counting.url}}}, "probe")
-    with pytest.raises(Exception, match="Unresolvable|schema.json"):
+    with pytest.raises(Unresolvable):
         list(validator.iter_errors({"q": 1}))
     assert counting.hits == []
 
