@@ -17,6 +17,7 @@ cost: its serialised size and its nesting.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -36,7 +37,7 @@ _REFERENCE_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 
 def _refuse(uri: str) -> Resource[Any]:
     """The registry's ``retrieve``: nothing outside the schema is ever fetched."""
-    raise NoSuchResource(ref=uri)
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
 
 #: resolves ``#/...`` references in the schema itself and the bundled meta-schemas; nothing else
@@ -52,9 +53,9 @@ def remote_reference(schema: Any, limit: int = MAX_TOOL_SCHEMA_DEPTH) -> str | N
             value = schema.get(keyword)
             if isinstance(value, str) and not value.startswith("#"):
                 return value
-        children = (v for k, v in schema.items() if k not in _DATA_KEYWORDS)
+        children: Iterable[Any] = [v for k, v in schema.items() if k not in _DATA_KEYWORDS]
     elif isinstance(schema, list):
-        children = iter(schema)
+        children = schema
     else:
         return None
     for child in children:
