@@ -91,3 +91,22 @@ def test_a_remote_ref_in_an_input_schema_is_never_fetched(gw: Gateway, fakes: di
     lookup, echo = tool_results(fakes["primary"])
     assert "lookup" in lookup and echo == "echo: hi"
     assert [c["status"] for c in completion.model_extra["gateway"]["tool_calls"]] == ["error", "ok"]
+
+
+def test_a_tool_call_sampling_100_times_is_capped_and_reported(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("sample_many", {"times": 100})], usage=(50, 5)),
+                           Reply(text="Sampled.", usage=(60, 6)))
+    fakes["secondary"].queue(*[Reply(text="an answer", usage=(1000, 4000)) for _ in range(100)])
+    completion = gw.client().chat.completions.create(model="hostile_agent", messages=USER)
+    assert completion.choices[0].message.content == "Sampled."
+    # The default cap (10 a tool call): 10 model calls made, the other 90 answered with an MCP error,
+    # and the call went on to its result.
+    assert len(fakes["secondary"].bodies) == 10
+    [result] = tool_results(fakes["primary"])
+    assert result.startswith("answered=10 refused=90 last_error=Sampling request refused: this tool call already "
+                             "made 10 sampling requests (mcp_servers.hostile.max_sampling_calls_per_tool_call)")
+    # What the server sampled is on the request's own answer (its usage stays the loop's model calls).
+    extension = completion.model_extra["gateway"]
+    assert extension["sampling"] == {"calls": 10, "prompt_tokens": 10_000, "completion_tokens": 40_000,
+                                     "refused": 90}
+    assert completion.usage is not None and completion.usage.prompt_tokens == 110
