@@ -22,6 +22,7 @@ from tests.fakes.upstream import FakeUpstream, Reply
 
 SERVER = Path(ROOT) / "tests" / "fakes" / "mcp_hostile_stdio.py"
 ROUTES = """  hostile_agent: {targets: [{provider: primary, model: m}], tools: ['mcp:hostile'], max_tool_iterations: 3}
+  minute_agent: {targets: [{provider: primary, model: m}], tools: ['mcp:minute'], max_tool_iterations: 3}
   hostile_sampler: {targets: [{provider: secondary, model: sampler-model}]}
 """
 USER = [{"role": "user", "content": "Look it up."}]
@@ -66,7 +67,10 @@ def counting() -> Iterator[CountingServer]:
 @pytest.fixture(scope="module")
 def gw(fakes: dict[str, FakeUpstream], counting: CountingServer) -> Iterator[Gateway]:
     server = (f"  hostile: {{command: ['{sys.executable}', '{SERVER}'], env: {{HOSTILE_REF: '{counting.url}'}}, "
-              "timeout_s: 20, sampling_route: hostile_sampler}\n")
+              "timeout_s: 20, sampling_route: hostile_sampler}\n"
+              f"  minute: {{command: ['{sys.executable}', '{SERVER}'], env: {{HOSTILE_PREFIX: m_}}, timeout_s: 20, "
+              "sampling_route: hostile_sampler, max_sampling_calls_per_tool_call: 100, "
+              "max_sampling_calls_per_minute: 15}\n")
     config = gateway_config(fakes, extra_models=ROUTES).replace("models:\n", "mcp_servers:\n" + server + "models:\n", 1)
     gateway = Gateway(config).start()
     yield gateway
@@ -110,3 +114,32 @@ def test_a_tool_call_sampling_100_times_is_capped_and_reported(gw: Gateway, fake
     assert extension["sampling"] == {"calls": 10, "prompt_tokens": 10_000, "completion_tokens": 40_000,
                                      "refused": 90}
     assert completion.usage is not None and completion.usage.prompt_tokens == 110
+
+
+def test_a_server_sampling_past_its_minute_is_refused_across_calls(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    fakes["secondary"].queue(*[Reply(text="an answer", usage=(10, 2)) for _ in range(20)])
+    results = []
+    for _ in range(2):  # two requests, one call each: 15 samplings fit in the server's minute
+        fakes["primary"].queue(Reply(tool_calls=[("m_sample_many", {"times": 10})]), Reply(text="Sampled."))
+        completion = gw.client().chat.completions.create(model="minute_agent", messages=USER)
+        results.append((tool_results(fakes["primary"])[0], completion.model_extra["gateway"]["sampling"]))
+    assert results[0] == ("answered=10 refused=0 last_error=",
+                          {"calls": 10, "prompt_tokens": 100, "completion_tokens": 20, "refused": 0})
+    assert results[1][0] == ("answered=5 refused=5 last_error=Sampling request refused: MCP server minute made 15 "
+                             "sampling requests in the last minute (mcp_servers.minute.max_sampling_calls_per_minute)")
+    assert results[1][1] == {"calls": 5, "prompt_tokens": 50, "completion_tokens": 10, "refused": 5}
+    assert len(fakes["secondary"].bodies) == 15
+
+
+@pytest.mark.parametrize("surface", ["responses", "messages"])
+def test_sampling_is_reported_on_the_responses_and_messages_surfaces(gw: Gateway, fakes: dict[str, FakeUpstream],
+                                                                      surface: str) -> None:
+    fakes["primary"].queue(Reply(tool_calls=[("sample_many", {"times": 2})]), Reply(text="Sampled."))
+    fakes["secondary"].queue(*[Reply(text="an answer", usage=(7, 3)) for _ in range(2)])
+    if surface == "responses":
+        response = gw.post("/v1/responses", {"model": "hostile_agent", "input": "Look it up."})
+    else:
+        response = gw.post("/v1/messages", {"model": "hostile_agent", "max_tokens": 100, "messages": USER})
+    assert response.status_code == 200, response.text
+    assert response.json()["gateway"]["sampling"] == {"calls": 2, "prompt_tokens": 14, "completion_tokens": 6,
+                                                      "refused": 0}

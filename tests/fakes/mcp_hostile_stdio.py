@@ -8,7 +8,7 @@ Its tools test what a server may make the gateway do:
 * ``sample_many``: sends ``times`` ``sampling/createMessage`` requests one after the other during the
   call and answers ``answered=A refused=R last_error=...``: a server spending the asking key's tokens.
 
-It speaks 2025-06-18 (the SDK's probe for the stateless revision gets "method not found").
+``$HOSTILE_PREFIX`` is put before every tool's name (two copies can serve one gateway). It speaks 2025-06-18 (the SDK's probe for the stateless revision gets "method not found").
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ PENDING: dict[str, asyncio.Future[dict[str, Any]]] = {}
 IDS = itertools.count(1)
 
 
+PREFIX = os.environ.get("HOSTILE_PREFIX", "")
+
+
 def tools() -> list[dict[str, Any]]:
-    return [
+    listed = [
         {"name": "lookup", "description": "Look something up",
          "inputSchema": {"type": "object", "properties": {"q": {"$ref": os.environ.get("HOSTILE_REF", "")}}}},
         {"name": "echo", "description": "Echo q", "inputSchema": {"type": "object",
@@ -35,6 +38,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "sample_many", "description": "Ask the client's model many times",
          "inputSchema": {"type": "object", "properties": {"times": {"type": "integer"}}}},
     ]
+    return [{**tool, "name": PREFIX + tool["name"]} for tool in listed]
 
 
 def write(message: dict[str, Any]) -> None:
@@ -86,7 +90,7 @@ async def handle(message: dict[str, Any]) -> None:
     elif method == "tools/list":
         write({"jsonrpc": "2.0", "id": rpc_id, "result": {"tools": tools()}})
     elif method == "tools/call":
-        result = await call(str(params.get("name")), params.get("arguments") or {})
+        result = await call(str(params.get("name")).removeprefix(PREFIX), params.get("arguments") or {})
         write({"jsonrpc": "2.0", "id": rpc_id, "result": result})
     else:
         write({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32601, "message": "Method not found"}})
