@@ -8,7 +8,8 @@ Its tools test what a server may make the gateway do:
 * ``sample_many``: sends ``times`` ``sampling/createMessage`` requests one after the other during the
   call and answers ``answered=A refused=R last_error=...``: a server spending the asking key's tokens.
 
-``$HOSTILE_PREFIX`` is put before every tool's name (two copies can serve one gateway). It speaks 2025-06-18 (the SDK's probe for the stateless revision gets "method not found").
+``$HOSTILE_PREFIX`` is put before every tool's name (two copies can serve one gateway). It speaks
+2025-06-18 (the SDK's probe for the stateless revision gets "method not found").
 """
 
 from __future__ import annotations
