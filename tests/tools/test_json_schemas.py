@@ -99,3 +99,15 @@ models: {m: {targets: [{provider: p, model: x}], tools: [t]}}
     with pytest.raises(ConfigError) as caught:
         parse_config(text, {})
     assert "tools.t.parameters" in str(caught.value) and "only local references" in str(caught.value)
+
+
+def test_an_elicitation_answer_is_checked_without_fetching(counting: CountingServer) -> None:
+    from gateway.errors import GatewayError
+    from gateway.loop.elicitation import check_content
+
+    schema = {"type": "object", "$id": counting.url, "properties": {"name": {"$ref": counting.url, "type": "string"},
+                                                                    "age": {"type": "integer", "$ref": "#/$defs/x"}}}
+    check_content(schema, {"name": "Ada"}, "content")
+    with pytest.raises(GatewayError):
+        check_content(schema, {"name": 5}, "content")
+    assert counting.hits == []
