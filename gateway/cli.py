@@ -14,7 +14,7 @@ from typing import Any
 from gateway import __version__
 from gateway.config import DEFAULT_PATH, INIT_NAME, PACKAGED_PATH, ConfigError, find_config, load_config
 from gateway.config.model import Config
-from gateway.config.validate import deadline_warnings
+from gateway.config.validate import deadline_warnings, shared_stdio_warnings
 from gateway.observability import metrics_shared, startup
 
 log = logging.getLogger("loopgate")
@@ -140,7 +140,7 @@ def _checked(args: argparse.Namespace) -> int:
     if args.command == "check-config":
         print(f"config OK: {len(config.providers)} providers, {len(config.models)} models, "
               f"{len(config.tools)} tools (imported), store {config.store.kind} ({source})")
-        for warning in deadline_warnings(config):
+        for warning in [*deadline_warnings(config), *shared_stdio_warnings(config)]:
             _error(f"warning: {warning}")
         return 0
     return _serve(args, config, source, packaged)
@@ -159,6 +159,8 @@ def _serve(args: argparse.Namespace, config: Config, source: Path, packaged: boo
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
     lines = banner(config, __version__, host, port, source, packaged, workers)
+    for warning in shared_stdio_warnings(config):
+        log.warning("%s", warning)
     # httptools with a bounded head and read timeouts (gateway/http/server_protocol.py); no WebSocket
     # endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
     # uvicorn's own records go to the root handler above, escaped and redacted like ours.

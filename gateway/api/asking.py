@@ -57,12 +57,17 @@ def asking_factory(servers: dict[str, McpServerConfig], continuations: Continuat
             if not any(server.sampling_route for server in servers.values()):
                 return None
 
+            handlers: dict[str, SamplingHandler] = {}  # this call's, one per server named (each counts its cap)
+
             async def named(question: SamplingRequest) -> SamplingAnswer:
                 """Another source's call asks in the name of a configured server, which must have a route."""
                 named_server = servers.get(question.server.removeprefix(MCP_SOURCE_PREFIX))
                 if sampler is None or named_server is None or named_server.sampling_route is None:
                     raise SamplingRefused(f"server {question.server!r} has no sampling_route")
-                return await sampler(request, named_server)(question)
+                handler = handlers.get(named_server.name)
+                if handler is None:
+                    handler = handlers[named_server.name] = sampler(request, named_server)
+                return await handler(question)
 
             return named
 

@@ -14,12 +14,19 @@ are honoured: the first target whose upstream model contains a hint's name is tr
 route's order otherwise); the cost/speed/intelligence priorities are not (the route's order is the
 operator's choice). The answer's text goes back as one text content block with the upstream model
 and a stop reason (``endTurn``, ``maxTokens``, ``stopSequence``).
+
+Each sampling is a model call billed to the asking key, so a server's appetite is bounded: at most
+``max_sampling_calls_per_tool_call`` per tool call and ``max_sampling_calls_per_minute`` per server
+(a sliding 60 s window, per worker process). Past either, the request is answered with an MCP error
+(the tool call goes on) and counted as refused. What was sampled is reported on the asking request:
+``gateway.sampling`` = ``{calls, prompt_tokens, completion_tokens, refused}`` (``LoopState.sampling``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +46,35 @@ PATH = "/mcp/sampling"
 #: messages of one sampling request taken at most (the source bounds their size)
 MAX_MESSAGES = 100
 _STOP = {"stop": "endTurn", "length": "maxTokens", "tool_calls": "endTurn", "content_filter": "endTurn"}
+WINDOW_S = 60.0
+
+
+class SamplingWindow:
+    """The samplings each server made in the last minute, in this worker; at most its cap of times kept."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, deque[float]] = {}
+
+    def take(self, server: McpServerConfig, now: float) -> bool:
+        """Count one more sampling for ``server``; False (nothing counted) when its minute is full."""
+        made = self._made.setdefault(server.name, deque())
+        while made and made[0] <= now - WINDOW_S:
+            made.popleft()
+        if len(made) >= server.max_sampling_calls_per_minute:
+            return False
+        made.append(now)
+        return True
+
+
+def cap_refusal(server: McpServerConfig, made: int, window: SamplingWindow) -> str | None:
+    """Why one more sampling of a tool call that ``made`` some is refused (a cap), or None (it is counted)."""
+    if made >= server.max_sampling_calls_per_tool_call:
+        return (f"this tool call already made {server.max_sampling_calls_per_tool_call} sampling requests "
+                f"(mcp_servers.{server.name}.max_sampling_calls_per_tool_call)")
+    if not window.take(server, time.monotonic()):
+        return (f"MCP server {server.name} made {server.max_sampling_calls_per_minute} sampling requests in the "
+                f"last minute (mcp_servers.{server.name}.max_sampling_calls_per_minute)")
+    return None
 
 
 async def _no_body() -> dict[str, Any]:
@@ -89,10 +125,22 @@ def preferred(plan: RoutePlan, preferences: dict[str, Any] | None) -> list[Any]:
 
 def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup: Callable[[str], RoutePlan | None],
                     request_timeout_s: float) -> Callable[[LoopRequest, McpServerConfig], SamplingHandler]:
-    """``asking_factory``'s sampler: the handler for one loop's calls to one server."""
+    """``asking_factory``'s sampler: the handler for one tool call of a loop to one server (made per call, so
+    it counts that call's samplings)."""
+    window = SamplingWindow()
 
     def for_loop(loop: LoopRequest, server: McpServerConfig) -> SamplingHandler:
+        made = 0
+
         async def sample(question: SamplingRequest) -> SamplingAnswer:
+            nonlocal made
+            refusal = cap_refusal(server, made, window)
+            if refusal is not None:
+                if not loop.state.sampling.get("refused"):  # once per request: a looping server must not flood
+                    log.warning("sampling for MCP server %s refused: %s", server.name, refusal)
+                loop.state.add_sampling(0, 0, refused=True)
+                raise SamplingRefused(refusal)
+            made += 1
             route = server.sampling_route
             plan = lookup(route) if route else None
             if plan is None:
@@ -124,6 +172,7 @@ def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup:
                 state.answered_by.append(answer.target.label)
                 state.add_call(answer.target.label, response.usage)
                 work.account(state)
+                loop.state.add_sampling(response.usage.prompt_tokens, response.usage.completion_tokens)
                 await work.settle(state.usage)
             except Exception as exc:
                 error = await work.failed(exc)

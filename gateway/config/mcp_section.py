@@ -10,7 +10,8 @@ from gateway.config.approval_section import ApprovalMode, approval_policy
 from gateway.config.checks import ConfigError, get, header_map, mapping, positive, string_map
 
 MCP_KEYS = {"url", "command", "headers", "env", "timeout_s", "approval", "refresh_s", "approval_timeout_s",
-            "elicitation", "elicitation_timeout_s", "sampling_route", "sampling_max_tokens", "env_inherit"}
+            "elicitation", "elicitation_timeout_s", "sampling_route", "sampling_max_tokens", "env_inherit",
+            "max_sampling_calls_per_tool_call", "max_sampling_calls_per_minute"}
 
 ElicitationPolicy = Literal["pause", "decline"]
 #: what a stdio server's process inherits of the gateway's environment, besides its own ``env``
@@ -22,6 +23,11 @@ DEFAULT_ELICITATION_TIMEOUT_S = 600.0
 #: the cap on one sampling request's ``maxTokens`` (a server asking for more gets this many)
 DEFAULT_SAMPLING_MAX_TOKENS = 1024
 MAX_SAMPLING_MAX_TOKENS = 128_000
+#: samplings one tool call may make (each is a model call billed to the asking key); past it: an MCP error
+DEFAULT_MAX_SAMPLING_CALLS_PER_TOOL_CALL = 10
+#: samplings one server may make in any 60 s, over all its calls (per worker process); past it: an MCP error
+DEFAULT_MAX_SAMPLING_CALLS_PER_MINUTE = 60
+MAX_SAMPLING_CALLS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,16 @@ class McpServerConfig:
     #: the chat route that answers the server's ``sampling/createMessage`` (None: sampling not offered)
     sampling_route: str | None = None
     sampling_max_tokens: int = DEFAULT_SAMPLING_MAX_TOKENS
+    max_sampling_calls_per_tool_call: int = DEFAULT_MAX_SAMPLING_CALLS_PER_TOOL_CALL
+    max_sampling_calls_per_minute: int = DEFAULT_MAX_SAMPLING_CALLS_PER_MINUTE
+
+
+def _count(section: dict[str, Any], key: str, path: str, default: int, top: int) -> int:
+    # A bool is an int to Python; a config's `true` is no count.
+    value = get(section, key, path, int, default)
+    if isinstance(value, bool) or not 1 <= value <= top:
+        raise ConfigError(f"{path}.{key}", f"must be an integer from 1 to {top}")
+    return value
 
 
 def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
@@ -73,10 +89,8 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
     sampling_route = get(section, "sampling_route", path, str, None)
     if sampling_route is not None and not sampling_route:
         raise ConfigError(f"{path}.sampling_route", "must name a route")
-    # A bool is an int to Python; a config's `true` is no token count.
-    sampling_max_tokens = get(section, "sampling_max_tokens", path, int, DEFAULT_SAMPLING_MAX_TOKENS)
-    if isinstance(sampling_max_tokens, bool) or not 1 <= sampling_max_tokens <= MAX_SAMPLING_MAX_TOKENS:
-        raise ConfigError(f"{path}.sampling_max_tokens", f"must be an integer from 1 to {MAX_SAMPLING_MAX_TOKENS}")
+    sampling_max_tokens = _count(section, "sampling_max_tokens", path, DEFAULT_SAMPLING_MAX_TOKENS,
+                                 MAX_SAMPLING_MAX_TOKENS)
     return McpServerConfig(
         name=name,
         url=url,
@@ -94,6 +108,10 @@ def mcp_server_section(name: str, raw: Any) -> McpServerConfig:
             f"{path}.elicitation_timeout_s"),
         sampling_route=sampling_route,
         sampling_max_tokens=sampling_max_tokens,
+        max_sampling_calls_per_tool_call=_count(section, "max_sampling_calls_per_tool_call", path,
+                                                DEFAULT_MAX_SAMPLING_CALLS_PER_TOOL_CALL, MAX_SAMPLING_CALLS),
+        max_sampling_calls_per_minute=_count(section, "max_sampling_calls_per_minute", path,
+                                             DEFAULT_MAX_SAMPLING_CALLS_PER_MINUTE, MAX_SAMPLING_CALLS),
     )
 
 

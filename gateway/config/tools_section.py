@@ -74,9 +74,13 @@ def tool_section(name: str, raw: Any) -> ToolConfig:
 
 
 def _check_schema(schema: dict[str, Any], path: str) -> None:
-    from jsonschema import Draft202012Validator, SchemaError  # start-up only
+    """Valid JSON Schema, within the bounds of a tool's schema, and no reference out of it (never fetched)."""
+    from gateway.json_schemas import compile_schema, schema_problem  # start-up only
 
     try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise ConfigError(path, f"invalid JSON Schema: {exc.message}") from None
+        compile_schema(schema, path)
+    except ValueError as exc:
+        raise ConfigError(path, str(exc).removeprefix(f"{path}: ")) from None
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise ConfigError(path, "the schema " + problem.removeprefix("its input schema "))

@@ -42,7 +42,7 @@ from gateway.config.store_section import SENTINEL_KEYS, STORE_KEYS, STORE_TLS_KE
 from gateway.config.tools_section import HTTP_TOOL_KEYS, TOOL_KEYS, tool_section
 from gateway.config.usage_section import USAGE_KEYS, usage_section
 
-__all__ = ["ConfigError", "build_config", "deadline_warnings"]
+__all__ = ["ConfigError", "build_config", "deadline_warnings", "shared_stdio_warnings"]
 
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
             "usage", "background", "logging", "observability", "notifications"}
@@ -117,4 +117,39 @@ def deadline_warnings(config: Config) -> list[str]:
                 warnings.append(f"models.{name}: target {target.label}: (retries + 1) x timeout_s = {worst:g} s >= "
                                 f"routing.request_timeout_s = {limit:g} s; a target that stalls uses up the request "
                                 f"deadline, so {consequence}")
+    return warnings
+
+
+def shared_stdio_warnings(config: Config) -> list[str]:
+    """stdio MCP servers that can ask (elicit or sample) and that calls of more than one tenant can reach.
+
+    A stdio connection carries no link from a server's request to the call it belongs to: while two
+    calls run on the server, its questions and samplings cannot be routed and are declined, so one
+    tenant's waiting call declines every other tenant's. Valid, but worth a separate server per tenant.
+    """
+    warnings = []
+    for name, server in config.mcp_servers.items():
+        if not server.command or (server.elicitation == "decline" and server.sampling_route is None):
+            continue
+        routes = sorted(r for r, route in config.models.items() if name in getattr(route, "mcp_servers", ()))
+        if not routes:
+            continue
+        if not config.auth.enabled:
+            who = "every caller (auth is off)"
+        else:
+            tenants = sorted({key.tenant for key in config.auth.keys
+                              if key.models is None or any(r in key.models for r in routes)})
+            if len(tenants) > 1:
+                who = f"keys of {len(tenants)} tenants ({', '.join(tenants[:5])}{', ...' if len(tenants) > 5 else ''})"
+            elif config.auth.admin_keys:
+                who = "keys the admin keys create (of any tenant)"
+            else:
+                continue
+        asks = " and ".join(w for w, on in (("elicit", server.elicitation == "pause"),
+                                             ("sample", server.sampling_route is not None)) if on)
+        warnings.append(f"mcp_servers.{name}: a stdio server that can {asks} is reachable by {who} through "
+                        f"{', '.join(f'models.{r}' for r in routes[:5])}; stdio cannot tell which call a server's "
+                        "request belongs to, so while calls of two tenants run on it, its questions and samplings "
+                        "are declined for both: give each tenant its own server, or set elicitation: decline and "
+                        "no sampling_route")
     return warnings

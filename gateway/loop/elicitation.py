@@ -20,8 +20,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
 
 from gateway.errors import GatewayError, bad_request, quoted
+from gateway.json_schemas import LOCAL_ONLY
 from gateway.loop.approvals import audit_entry
 from gateway.loop.engine import LoopRequest, PendingCall, ToolRunner
 from gateway.loop.held import HeldCalls
@@ -85,7 +87,7 @@ def check_content(schema: Any, content: dict[str, Any], param: str) -> None:
         if not _primitive(value):
             raise bad_request(f"{where} must be a string, number, boolean or array of strings", where)
     flat = _flat(schema)
-    errors = sorted(Draft202012Validator(flat, format_checker=_FORMATS).iter_errors(content),
+    errors = sorted(_validator(flat).iter_errors(content),
                     key=lambda e: [str(p) for p in e.absolute_path])
     if not errors:
         return
@@ -93,6 +95,11 @@ def check_content(schema: Any, content: dict[str, Any], param: str) -> None:
     field = _field_of(error, flat, content)
     where = f"{param}.{field}" if field else param
     raise bad_request(f"{where}: {error.message[:300]}", where[:200])
+
+
+def _validator(flat: dict[str, Any]) -> Validator:
+    """The server's (cut) schema on a registry that fetches nothing: no reference ever leaves the process."""
+    return Draft202012Validator(flat, format_checker=_FORMATS, registry=LOCAL_ONLY)
 
 
 def _primitive(value: Any) -> bool:

@@ -107,6 +107,19 @@ class LoopState:
     # Seconds this HTTP request waited on model calls (each from its first attempt to its answer, a
     # stream to its end) and tool rounds: the gateway overhead is the rest (not kept across a pause).
     waited_s: float = 0.0
+    # What MCP servers sampled during this request's tool calls (each its own model call, billed to the
+    # key on its own usage row): {calls, prompt_tokens, completion_tokens, refused}; empty when none asked.
+    sampling: dict[str, int] = field(default_factory=dict)
+
+    def add_sampling(self, prompt_tokens: int, completion_tokens: int, refused: bool = False) -> None:
+        totals = self.sampling or {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "refused": 0}
+        if refused:
+            totals["refused"] += 1
+        else:
+            totals["calls"] += 1
+            totals["prompt_tokens"] += prompt_tokens
+            totals["completion_tokens"] += completion_tokens
+        self.sampling = totals
 
     def add_wait(self, seconds: float) -> None:
         self.waited_s += seconds
@@ -124,7 +137,7 @@ class LoopState:
                                                  self.usage.cache_creation_tokens],
             "tool_records": self.tool_records, "headless_denials": self.headless_denials,
             "text_emitted": self.text_emitted, "iteration_limit_reached": self.iteration_limit_reached,
-            "context": self.context, "model": self.model,
+            "context": self.context, "model": self.model, "sampling": self.sampling,
         }
 
     @classmethod

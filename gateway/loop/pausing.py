@@ -43,6 +43,8 @@ def gateway_extension(state: LoopState, status: str, continuation_id: str | None
     }
     if state.context:
         extension["context"] = state.context
+    if state.sampling:
+        extension["sampling"] = dict(state.sampling)
     if continuation_id is not None:
         extension["continuation_id"] = continuation_id
         extension["pending"] = [pending_entry(p) for p in pending or ()]

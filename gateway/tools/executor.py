@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import orjson
 from jsonschema.exceptions import ValidationError
+from referencing.exceptions import Unresolvable
 
 from gateway import redact
 from gateway.canonical import JSONTooDeep, load_json
@@ -118,8 +119,16 @@ def _parse(name: str, arguments_json: str) -> dict[str, Any] | str:
 
 
 def _violations(tool: RegisteredTool, arguments: dict[str, Any]) -> str | None:
-    """Every schema violation with its JSON path, or None when the arguments are valid."""
-    errors = sorted(tool.validator.iter_errors(arguments), key=_error_order)
+    """Every schema violation with its JSON path, or None when the arguments are valid.
+
+    A reference the schema cannot resolve by itself is never fetched (``json_schemas.LOCAL_ONLY``):
+    the call fails with an error result instead of being run unchecked."""
+    try:
+        errors = sorted(tool.validator.iter_errors(arguments), key=_error_order)
+    except Unresolvable as exc:
+        ref = _clip(str(getattr(exc, "ref", "")), _MAX_MESSAGE_CHARS)
+        return (f"{tool.spec.name} cannot be called: its input schema refers to {ref!r}, which is not part of the "
+                "schema (only local references are followed)")
     if not errors:
         return None
     lines = [_describe(e) for e in errors[:_MAX_VIOLATIONS]]

@@ -5,7 +5,8 @@ listing them, so a source whose tools change at run time (an MCP server) is just
 entry in ``sources``. Reads on the hot path are a dict lookup on an immutable snapshot;
 a refresh builds a new snapshot and swaps it in, so an in-flight request never sees a
 half-built table. JSON Schema validators are compiled when a tool first appears (or its
-spec changes), never per call.
+spec changes), never per call, and never follow a reference out of the schema (``json_schemas``):
+a tool whose schema names one, or is too large or too deep, is left out with a warning.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 
 from gateway.config.tools_section import ToolConfig
+from gateway.json_schemas import compile_schema, schema_problem
 from gateway.tools.base import ToolSource, ToolSpec
 from gateway.tools.http_source import HttpToolSource
 from gateway.tools.python_source import PythonToolSource
@@ -129,8 +129,12 @@ class ToolRegistry:
             old = previous.get(spec.name)
             if old is not None and old.spec == spec and old.source is source:
                 tools[spec.name] = old  # unchanged: keep the compiled validator
-            else:
-                tools[spec.name] = RegisteredTool(spec, source, _compile(spec))
+                continue
+            problem = schema_problem(spec.parameters)
+            if problem is not None:  # an outside schema: offering the tool would make the gateway fetch
+                log.warning("tool source %s: tool %r left out: %s", source.name, spec.name[:100], problem)
+                continue
+            tools[spec.name] = RegisteredTool(spec, source, _compile(spec))
         return tools
 
     def get(self, name: str) -> RegisteredTool | None:
@@ -176,10 +180,5 @@ class ToolRegistry:
 
 
 def _compile(spec: ToolSpec) -> Validator:
-    """The validator class the schema's ``$schema`` asks for (2020-12 by default), checked once."""
-    cls = validator_for(spec.parameters)
-    try:
-        cls.check_schema(spec.parameters)
-    except SchemaError as exc:
-        raise ValueError(f"tool '{spec.name}' (source '{spec.source}'): invalid JSON Schema: {exc.message}") from None
-    return cls(spec.parameters)
+    """A validator that resolves only references inside the schema (``json_schemas.LOCAL_ONLY``)."""
+    return compile_schema(spec.parameters, f"tool '{spec.name}' (source '{spec.source}')")

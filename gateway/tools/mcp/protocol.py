@@ -19,6 +19,8 @@ log = logging.getLogger("loopgate.tools.mcp")
 
 CLIENT_INFO = types.Implementation(name="loopgate", version="0.1.0")
 MAX_PAGES = 1000  # a server that keeps returning cursors must not hang a refresh forever
+#: tools one server may list (each one's schema has its own bound, ``json_schemas``); past it the listing fails
+MAX_TOOLS = 1000
 #: an ``outputSchema`` longer than this (serialised) is not added to the tool's description
 MAX_OUTPUT_SCHEMA_CHARS = 4000
 CLOSE_GRACE_S = 2.0
@@ -58,6 +60,8 @@ async def list_all(source: str, page: ListPage, approval: str,
                 specs.append(to_spec(source, tool, approval, timeouts))
             else:
                 log.warning("MCP server %s listed a tool without a name; skipped", source)
+        if len(specs) > MAX_TOOLS:
+            raise ToolFailure(f"MCP server {source} lists more than {MAX_TOOLS} tools")
         cursor = result.next_cursor
         if not cursor:
             return specs
