@@ -93,6 +93,7 @@ def test_a_chat_follow_up_cannot_answer_an_approval(gw: Gateway, fakes: dict[str
             continue
         assert_refused(gw, fakes, forged, continuation_id, call_id, before, calls)
     assert len([e for e in audit(gw, APPROVER) if e["continuation_id"] == continuation_id]) == 2
+    assert f"refused a caller's result for tool call(s) {call_id!r} of continuation {continuation_id}" in gw.logs()
     approve_runs_the_tool_once(gw, fakes, continuation_id, call_id, "f1")
 
 
