@@ -90,9 +90,11 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Decision": {
         "type": "object", "required": ["tool_call_id"],
-        "description": "`approve` for an approval-required server tool, `output` for a client tool, or `action` "
-                       "(with `content` for an accepted form) for a call asking the user for input (`elicitation`): "
-                       "`content` must satisfy the question's `requested_schema` (a 400 naming the field otherwise).",
+        "description": "`approve` for an approval-required server tool, `output` for a client tool only (an `output` "
+                       "for a call awaiting a decision is a 400 `approval_pending`/`elicitation_pending`), or "
+                       "`action` (with `content` for an accepted form) for a call asking the user for input "
+                       "(`elicitation`): fields `content` leaves out take the schema's `default`s, then it must "
+                       "satisfy the question's `requested_schema` (a 400 naming the field otherwise).",
         "properties": {"tool_call_id": {"type": "string"}, "approve": {"type": "boolean"},
                        "reason": {"type": "string"}, "output": {"type": "string"},
                        "arguments_sha256": {"type": "string"},

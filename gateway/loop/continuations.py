@@ -23,7 +23,7 @@ from typing import Any
 from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.canonical_tool_results import bounded_parts
 from gateway.config.notifications_section import NotificationsConfig
-from gateway.errors import GatewayError, bad_request, quoted
+from gateway.errors import quoted
 from gateway.loop.approvals import (
     arguments_digest,
     audit_expired,
@@ -34,7 +34,13 @@ from gateway.loop.approvals import (
     timed_out_result,
 )
 from gateway.loop.artifacts import artifacts_of
-from gateway.loop.elicitation import answer_of, deliver_answers, is_elicitation, question_expired
+from gateway.loop.decisions import (
+    AwaitsDecision,
+    decisions_to_results,
+    outputs_to_results,
+    record_refusal,
+)
+from gateway.loop.elicitation import deliver_answers
 from gateway.loop.engine import (
     ExecuteHook,
     LoopDeps,
@@ -65,24 +71,6 @@ CLAIM_LEASE_MARGIN_S = 60.0
 MAX_WAY_A_LOOKUPS = 32
 
 log = logging.getLogger("loopgate.continuations")
-
-
-def declined(reason: str | None) -> str:
-    text = "The user declined to run this tool call."
-    return f"{text} Reason: {reason}" if reason else text
-
-
-def check_digest(decision: dict[str, Any], item: dict[str, Any], param: str) -> None:
-    """A decision carrying ``arguments_sha256`` applies only to exactly those arguments: else 409, nothing changes."""
-    if "arguments_sha256" not in decision:
-        return
-    sent = decision["arguments_sha256"]
-    if not isinstance(sent, str):
-        raise bad_request(f"{param}.arguments_sha256 must be a string", f"{param}.arguments_sha256")
-    if sent.lower() != (item.get("arguments_sha256") or arguments_digest(item.get("arguments"))):
-        raise GatewayError(409, f"{param}: the arguments of {quoted(item['tool_call_id'])} are not the ones "
-                           "this decision was made for (arguments_sha256 differs)", param=f"{param}.arguments_sha256",
-                           code="arguments_mismatch")
 
 
 def may_resume_way_a(messages: list[Message]) -> bool:
@@ -179,78 +167,29 @@ class Continuations:
         return execute
 
     # -- resuming ------------------------------------------------------------------------
-    @staticmethod
-    def decisions_to_results(continuation: Continuation, decisions: Any
-                             ) -> tuple[dict[str, ToolResult], list[str], dict[str, dict[str, Any] | None]]:
-        """Way B: check the decisions against the pending calls; returns (results, approved ids, answers to
-        held calls' questions: call id -> {"action", "content"}, None for a question that timed out)."""
-        if not isinstance(decisions, list):
-            raise bad_request("'decisions' must be an array", "decisions")
-        pending = {p["tool_call_id"]: p for p in continuation.pending}
-        expired = expired_calls(continuation)
-        results: dict[str, ToolResult] = {}
-        approved: list[str] = []
-        answers: dict[str, dict[str, Any] | None] = {}
-        now = time.time()
-        for index, decision in enumerate(decisions):
-            param = f"decisions[{index}]"
-            if not isinstance(decision, dict):
-                raise bad_request(f"{param} must be an object", param)
-            if not isinstance(decision.get("tool_call_id"), str):
-                raise bad_request(f"{param}.tool_call_id must be a string", f"{param}.tool_call_id")
-            call_id = decision["tool_call_id"]
-            item = pending.get(call_id)
-            if item is None:
-                raise bad_request(f"{param}: {quoted(call_id)} is not a pending call of this continuation",
-                                  f"{param}.tool_call_id")
-            if call_id in results or call_id in approved or call_id in answers:
-                raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
-            check_digest(decision, item, param)
-            if is_elicitation(item):
-                answers[call_id] = answer_of(decision, item, param, now)
-                continue
-            if call_id in expired:
-                if decision.get("approve") is True:
-                    raise GatewayError(409, f"the approval of {quoted(call_id)} timed out; it counts as denied",
-                                       param=param, code="approval_expired")
-                results[call_id] = ToolResult("denied", timed_out_result())
-                continue
-            if "output" in decision:
-                output = decision["output"]
-                if not isinstance(output, str):
-                    raise bad_request(f"{param}.output must be a string", f"{param}.output")
-                if item["reason"] == "approval":
-                    raise bad_request(f"{param}: {quoted(call_id)} needs approval; answer with 'approve'", param)
-                results[call_id] = ToolResult("client", output)
-            elif isinstance(decision.get("approve"), bool):
-                if decision["approve"]:
-                    if item["reason"] != "approval":
-                        raise bad_request(f"{param}: {quoted(call_id)} is a client tool; send its 'output'", param)
-                    approved.append(call_id)
-                else:
-                    reason = decision.get("reason")
-                    if reason is not None and not isinstance(reason, str):
-                        raise bad_request(f"{param}.reason must be a string", f"{param}.reason")
-                    results[call_id] = ToolResult("denied", declined(reason if isinstance(reason, str) else None))
-            else:
-                raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
-        for call_id in expired:
-            results.setdefault(call_id, ToolResult("denied", timed_out_result()))
-        for call_id, item in pending.items():
-            if is_elicitation(item) and call_id not in answers and question_expired(item, now):
-                answers[call_id] = None
-        missing = [p for p in pending if p not in results and p not in approved and p not in answers]
-        if missing:
-            raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
-        return results, approved, answers
+    #: way B's check of the decisions (``loop/decisions.py``)
+    decisions_to_results = staticmethod(decisions_to_results)
 
-    async def way_a(self, tenant: str, messages: list[Message]) -> tuple[Continuation, dict[str, ToolResult]] | None:
+    async def checked_decisions(self, continuation: Continuation, decisions: Any, key_id: str = "",
+                                key_name: str = "") -> tuple[dict[str, ToolResult], list[str],
+                                                             dict[str, dict[str, Any] | None]]:
+        """:func:`decisions_to_results`, with a caller's result for a call awaiting a decision audited as refused."""
+        try:
+            return decisions_to_results(continuation, decisions)
+        except AwaitsDecision as refused:
+            await record_refusal(self.store, refused, key_id, key_name)
+            raise
+
+    async def way_a(self, tenant: str, messages: list[Message], key_id: str = "",
+                    key_name: str = "") -> tuple[Continuation, dict[str, ToolResult]] | None:
         """Resume way A: the continuation a plain follow-up answers, with the client's results; else None.
 
         None means an ordinary stateless conversation: no trailing tool messages, ids that match no
         live continuation of this tenant (expired and cancelled ones included), or a paused turn that
         is not the one the client sent back. The last case is logged: it is either a reused id or a
         client that changed the paused turn, and either way the continuation stays pending.
+        A result for a call awaiting a decision is a 400 (:class:`AwaitsDecision`), audited with the
+        caller's key (``key_id``/``key_name``); the continuation stays pending, unchanged.
         """
         if not may_resume_way_a(messages):
             return None
@@ -266,7 +205,11 @@ class Continuations:
             log.warning("way-A follow-up names continuation %s but does not match it (%s); answered statelessly, "
                         "the continuation stays pending", stored.id, problem)
             return None
-        return stored, self.outputs_to_results(stored, match[1])
+        try:
+            return stored, outputs_to_results(stored, match[1])
+        except AwaitsDecision as refused:
+            await record_refusal(self.store, refused, key_id, key_name)
+            raise
 
     async def _match(self, tenant: str, messages: list[Message]) -> tuple[str, dict[str, str]] | None:
         """The continuation id the trailing tool messages point at, and the outputs by call id."""
@@ -308,24 +251,8 @@ class Continuations:
                 return f"tool call {quoted(call_id)} has other arguments: {quoted(function.get('arguments'))}"
         return None
 
-    @staticmethod
-    def outputs_to_results(continuation: Continuation, outputs: dict[str, str]) -> dict[str, ToolResult]:
-        """Way A: one client ``tool`` message per pending call (approval calls too: the client answered them).
-
-        A call waiting for the user's input (an elicitation) is not the client's to answer with a result:
-        only a decision can (the call is still running, on the replica that holds it)."""
-        asking = [p["tool_call_id"] for p in continuation.pending if is_elicitation(p)]
-        if asking:
-            raise bad_request(f"tool call(s) {', '.join(quoted(i) for i in asking[:5])} of continuation "
-                              f"{continuation.id} wait for the user's input; answer them with POST "
-                              f"/v1/continuations/{continuation.id}", "messages", code="elicitation_pending")
-        missing = [p["tool_call_id"] for p in continuation.pending if p["tool_call_id"] not in outputs]
-        if missing:
-            raise bad_request(f"the follow-up must answer every pending tool call of continuation {continuation.id}; "
-                              f"missing: {', '.join(missing)}", "messages")
-        expired = expired_calls(continuation)
-        return {p["tool_call_id"]: ToolResult("denied", timed_out_result()) if p["tool_call_id"] in expired
-                else ToolResult("client", outputs[p["tool_call_id"]]) for p in continuation.pending}
+    #: way A's check of the client's results (``loop/decisions.py``)
+    outputs_to_results = staticmethod(outputs_to_results)
 
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,

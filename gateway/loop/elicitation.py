@@ -72,8 +72,28 @@ def answer_of(decision: dict[str, Any], item: dict[str, Any], param: str, now: f
     content = decision.get("content", {})
     if not isinstance(content, dict):
         raise bad_request(f"{param}.content must be an object", f"{param}.content")
-    check_content(question.get("requested_schema"), content, f"{param}.content")
+    schema = question.get("requested_schema")
+    content = with_defaults(schema, content)
+    check_content(schema, content, f"{param}.content")
     return {"action": "accept", "content": content}
+
+
+def with_defaults(schema: Any, content: dict[str, Any]) -> dict[str, Any]:
+    """``content`` with every field it leaves out set to the field's ``default`` in the server's schema.
+
+    What the inbox's form does (each field starts at its default) holds for every accepted answer, the
+    inbox's and an API caller's alike: an ``accept`` without ``content`` gives the server its defaults
+    (MCP's elicitation defaults). A default that is not a flat value is not applied; the filled answer
+    is checked against the schema like any other.
+    """
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return content
+    filled = dict(content)
+    for name, spec in list(properties.items())[:_MAX_FIELDS]:
+        if name not in filled and isinstance(spec, dict) and "default" in spec and _primitive(spec["default"]):
+            filled[name] = spec["default"]
+    return filled
 
 
 def check_content(schema: Any, content: dict[str, Any], param: str) -> None:

@@ -60,6 +60,13 @@ FORM = {"type": "object", "properties": {
     "color": {"type": "string", "enum": ["red", "green", "blue"]},
     "subscribe": {"type": "boolean", "default": False},
     "email": {"type": "string", "format": "email"}}, "required": ["name"]}
+#: the form of the MCP conformance suite's ``elicitation-defaults`` scenario: every field has a default
+FORM_DEFAULTS = {"type": "object", "properties": {
+    "name": {"type": "string", "default": "John Doe"},
+    "age": {"type": "integer", "default": 30},
+    "score": {"type": "number", "default": 95.5},
+    "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+    "verified": {"type": "boolean", "default": True}}}
 
 
 async def ask_user(question: str, server: str = "asker", mode: str = "form", rounds: int = 1,
@@ -77,7 +84,7 @@ async def ask_user(question: str, server: str = "asker", mode: str = "form", rou
                                       url="https://auth.example.com/connect?state=abc", elicitation_id=f"e{round_}")
                    if mode == "url" else
                    ElicitationRequest(server=server, mode="form", message=f"{question} (round {round_})",
-                                      requested_schema=FORM))
+                                      requested_schema=FORM_DEFAULTS if mode == "defaults" else FORM))
         answer = await interactions.elicit(request)
         said.append(f"{answer.action} {orjson.dumps(answer.content, option=orjson.OPT_SORT_KEYS).decode()}")
     await asyncio.sleep(work_s)

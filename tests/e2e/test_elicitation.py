@@ -177,7 +177,25 @@ def test_content_the_schema_refuses_is_a_400_naming_the_field(gw: Gateway, fakes
     assert view(gw, paused["continuation_id"])["status"] == "pending"  # nothing was claimed
     fakes["primary"].queue(Reply(text="fine"))
     assert decide(gw, paused["continuation_id"], action="accept", content={"name": "Ada"}).status_code == 200
-    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada"}'
+    # ``subscribe`` left out: its default, as the inbox's form would have sent it
+    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada","subscribe":false}'
+
+
+def test_an_accept_without_content_gives_the_schemas_defaults(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    """MCP's elicitation defaults (the conformance suite's ``elicitation-defaults`` form): way B fills what the
+    answer leaves out from the schema's defaults, as the inbox's form does; what it sends wins."""
+    paused = ask(gw, fakes, mode="defaults")
+    assert paused["pending"][0]["elicitation"]["requested_schema"]["properties"]["score"]["default"] == 95.5
+    fakes["primary"].queue(Reply(text="ok"))
+    assert decide(gw, paused["continuation_id"], APPROVER, action="accept").status_code == 200
+    assert last_tool_result(fakes["primary"]) == ('user said: accept {"age":30,"name":"John Doe","score":95.5,'
+                                                  '"status":"active","verified":true}')
+    paused = ask(gw, fakes, mode="defaults")
+    fakes["primary"].queue(Reply(text="ok"))
+    assert decide(gw, paused["continuation_id"], APPROVER, action="accept",
+                  content={"name": "Ada", "verified": False}).status_code == 200
+    assert last_tool_result(fakes["primary"]) == ('user said: accept {"age":30,"name":"Ada","score":95.5,'
+                                                  '"status":"active","verified":false}')
 
 
 def test_bad_decisions_are_400s(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -203,7 +221,7 @@ def test_the_tool_timeout_does_not_count_the_wait_for_the_user(gw: Gateway, fake
     fakes["primary"].queue(Reply(text="thanks"))
     decided = decide(gw, paused["continuation_id"], action="accept", content={"name": "Ada"})
     assert decided.status_code == 200 and decided.json()["gateway"]["tool_calls"][0]["status"] == "ok"
-    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada"}'
+    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada","subscribe":false}'
 
 
 def test_a_question_asked_again_pauses_again(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -218,7 +236,8 @@ def test_a_question_asked_again_pauses_again(gw: Gateway, fakes: dict[str, FakeU
     fakes["primary"].queue(Reply(text="done"))
     last = decide(gw, again["continuation_id"], action="accept", content={"name": "Grace"})
     assert last.status_code == 200 and last.json()["gateway"]["status"] == "completed"
-    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada"}; accept {"name":"Grace"}'
+    assert last_tool_result(fakes["primary"]) == ('user said: accept {"name":"Ada","subscribe":false}; '
+                                                  'accept {"name":"Grace","subscribe":false}')
 
 
 def test_a_question_times_out_declined(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -344,7 +363,7 @@ def test_a_decision_on_another_replica_reaches_the_held_call(pair: tuple[Gateway
     decided = decide(decider, paused["continuation_id"], action="accept", content={"name": "Ada"})
     assert decided.status_code == 200, decided.text
     assert decided.json()["choices"][0]["message"]["content"] == "Hello from the other side"
-    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada"}'
+    assert last_tool_result(fakes["primary"]) == 'user said: accept {"name":"Ada","subscribe":false}'
     # The asker gets the final answer from either replica.
     assert view(holder, paused["continuation_id"])["status"] == "resumed"
 

@@ -33,7 +33,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         headless = key.headless or chat.headless or request.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         continuations = runtime.continuations
-        way_a = (await continuations.way_a(key.tenant, chat.messages)
+        way_a = (await continuations.way_a(key.tenant, chat.messages, key.id, key.name)
                  if may_resume_way_a(chat.messages) else None)  # no coroutine for a plain request
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).

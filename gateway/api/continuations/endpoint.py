@@ -139,7 +139,8 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         stored = await runtime.store.get_continuation(_continuation_id(request), decider.tenant)
         conflict = f"continuation {stored.id} was already resumed"
         check_pending(stored, conflict)
-        results, approved, answers = runtime.continuations.decisions_to_results(stored, body.get("decisions"))
+        results, approved, answers = await runtime.continuations.checked_decisions(
+            stored, body.get("decisions"), decider.id, decider.name)
         span = work.exchange.span
         if span.recording:
             for call_id, result in results.items():

@@ -64,7 +64,8 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
         headless = key.headless or parsed.headless or incoming.headless
         deadline = time.monotonic() + runtime.config.routing.request_timeout_s
         head, follow_up = _split_follow_up(parsed.messages)
-        way_a = (await runtime.continuations.way_a(key.tenant, head) if may_resume_way_a(head) else None)
+        way_a = (await runtime.continuations.way_a(key.tenant, head, key.id, key.name)
+                 if may_resume_way_a(head) else None)
         if way_a is not None:
             stored, results = way_a
             resumed = await resume_paused(runtime, work, stored, results=_with_client_messages(results, head),

@@ -24,7 +24,7 @@ from typing import Any
 from gateway.api.chat.request import type_name
 from gateway.canonical import MAX_JSON_DEPTH, Message, arguments_too_deep
 from gateway.errors import bad_request, quoted
-from gateway.loop.continuations import declined
+from gateway.loop.decisions import declined
 
 MCP_CALL_PREFIX = "mcp_"
 APPROVAL_PREFIX = "mcpr_"

@@ -434,7 +434,9 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     conflict = f"the pending calls of this response were already answered (continuation {stored.id})"
     check_pending(stored, conflict)
     try:
-        results, approved, answers = runtime.continuations.decisions_to_results(stored, converted.decisions)
+        assert work.key is not None, "authenticated by the caller"
+        results, approved, answers = await runtime.continuations.checked_decisions(
+            stored, converted.decisions, work.key.id, work.key.name)
     except GatewayError as error:
         error.param = "input"
         raise
