@@ -138,9 +138,6 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
         rescue = "continue" if rescue else "off"
     if rescue not in STREAM_RESCUE:
         raise ConfigError(f"{path}.stream_rescue", f"must be 'continue' or 'off', got {rescue!r}")
-    count_tokens = get(section, "count_tokens", path, str, "upstream")
-    if count_tokens not in COUNT_TOKENS:
-        raise ConfigError(f"{path}.count_tokens", f"must be 'upstream' or 'local', got {count_tokens!r}")
     ctx_raw = mapping(section.get("context"), f"{path}.context", CONTEXT_KEYS)
     threshold = get(ctx_raw, "threshold", f"{path}.context", float, 0.8)
     if not 0 < threshold <= 1:
@@ -162,8 +159,15 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
         ),
         stream_rescue=rescue,
         stream_idle_timeout_s=_seconds(section, "stream_idle_timeout_s", path),
-        count_tokens=count_tokens,
+        count_tokens=_count_tokens(section, path),
     )
+
+
+def _count_tokens(section: dict[str, Any], path: str) -> str:
+    value = get(section, "count_tokens", path, str, "upstream")
+    if value not in COUNT_TOKENS:
+        raise ConfigError(f"{path}.count_tokens", f"must be 'upstream' or 'local', got {value!r}")
+    return str(value)
 
 
 def _seconds(section: dict[str, Any], key: str, path: str) -> float | None:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
-import orjson
 import tiktoken
 
 from gateway.canonical import Message, ToolDef
@@ -58,11 +57,16 @@ async def message_counts(messages: Sequence[Message], encoding: tiktoken.Encodin
 
 
 async def tools_tokens(tools: Sequence[ToolDef], encoding: tiktoken.Encoding) -> int:
-    """``count_tools``, on a worker thread for large definitions (a caller may send 2,000 tools)."""
+    """``count_tools``, on a worker thread for large uncached definitions (a caller may send 2,000 tools)."""
     if not tools:
         return 0
-    size = len(orjson.dumps(tools, default=str))  # ~50 µs for 100 KB: what count_tools itself does first
-    return await off_loop_above(size, lambda: count_tools(tools, encoding))
+    listed = list(tools)
+    # count_tools caches the list under the key cached_counts computes for any JSON value: one serialisation
+    # tells whether it is cached and, if not, how large it is
+    found, pending_bytes = cached_counts([cast(Message, listed)], encoding)
+    if found[0] is not None:
+        return found[0]
+    return await off_loop_above(pending_bytes, lambda: count_tools(listed, encoding))
 
 
 async def raw_prompt_tokens(messages: Sequence[Message], tools: Sequence[ToolDef], encoding: tiktoken.Encoding) -> int:
