@@ -253,3 +253,11 @@ def test_sampling_route_must_name_a_chat_route() -> None:
         "mcp_servers.files.sampling_route: unknown model route 'smrt' (chat routes: smart)")
     assert parse_config(GOOD.replace("models:\n", servers % "smart", 1), ENV).mcp_servers["files"].sampling_route == \
         "smart"
+
+
+def test_a_routes_count_tokens_is_upstream_by_default_and_local_or_nothing_else() -> None:
+    assert parse_config(GOOD, ENV).models["smart"].count_tokens == "upstream"
+    local = GOOD.replace("    retries: 2\n", "    retries: 2\n    count_tokens: local\n")
+    assert parse_config(local, ENV).models["smart"].count_tokens == "local"
+    problem = mistake(GOOD.replace("    retries: 2\n", "    retries: 2\n    count_tokens: exact\n"))
+    assert "models.smart.count_tokens" in problem and "'upstream' or 'local'" in problem

@@ -13,9 +13,11 @@ from gateway.config.tools_section import ToolConfig
 from gateway.providers.urls import model_problem
 
 ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
-              "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s"}
+              "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s", "count_tokens"}
 TARGET_KEYS = {"provider", "model", "price", "first_token_timeout_s", "prefill", "reasoning"}
 STREAM_RESCUE = ("continue", "off")
+#: how ``/v1/messages/count_tokens`` counts for a route whose first target is Anthropic's: ask it, or estimate here
+COUNT_TOKENS = ("upstream", "local")
 #: a target's ``prefill``: ``auto`` (by provider type and model family), ``off``, or how it continues
 PREFILL_SETTINGS = ("auto", "off", "native", "prefix", "continue_final_message")
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
@@ -67,6 +69,8 @@ class RouteConfig:
     stream_rescue: str = "continue"
     #: the longest silence inside a stream after its first content; None: each provider's ``timeout_s``
     stream_idle_timeout_s: float | None = None
+    #: ``count_tokens`` on an Anthropic first target: "upstream" (Anthropic counts, exact) or "local" (estimated)
+    count_tokens: str = "upstream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +159,15 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
         ),
         stream_rescue=rescue,
         stream_idle_timeout_s=_seconds(section, "stream_idle_timeout_s", path),
+        count_tokens=_count_tokens(section, path),
     )
+
+
+def _count_tokens(section: dict[str, Any], path: str) -> str:
+    value = get(section, "count_tokens", path, str, "upstream")
+    if value not in COUNT_TOKENS:
+        raise ConfigError(f"{path}.count_tokens", f"must be 'upstream' or 'local', got {value!r}")
+    return str(value)
 
 
 def _seconds(section: dict[str, Any], key: str, path: str) -> float | None:

@@ -24,7 +24,6 @@ so each check costs one cache lookup per message after the first; a large uncach
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,17 +32,9 @@ from typing import Literal
 import tiktoken
 
 from gateway.canonical import Message, ToolDef
+from gateway.context.offload import encoding_off_loop, message_counts, tools_tokens
 from gateway.context.summary import is_summary, summary_message, summary_prompt
-from gateway.context.tokens import (
-    REPLY_PRIMING,
-    TokenEstimator,
-    cached_counts,
-    count_message,
-    count_tools,
-    encoding_name_for_model,
-    get_encoding,
-    is_loaded,
-)
+from gateway.context.tokens import REPLY_PRIMING, TokenEstimator, count_message
 
 __all__ = ["ContextGuard", "GuardAction", "GuardOutcome", "Summarize", "split_transcript", "summary_prompt"]
 
@@ -52,8 +43,6 @@ log = logging.getLogger(__name__)
 GuardAction = Literal["none", "compressed", "pruned", "skip"]
 Summarize = Callable[[list[Message]], Awaitable[str]]
 _SYSTEM_ROLES = ("system", "developer")
-# Uncached JSON beyond this (~8K tokens) takes long enough to encode that it is counted on a worker thread.
-OFFLOAD_BYTES = 32_768
 
 
 @dataclass(slots=True)
@@ -110,35 +99,16 @@ def split_transcript(transcript: Sequence[Message]) -> TranscriptSplit:
     return split
 
 
-async def _message_counts(transcript: Sequence[Message], encoding: tiktoken.Encoding) -> list[int]:
-    """Per-message counts: cache hits inline; a large uncached remainder is encoded on a worker thread.
-
-    tiktoken releases the GIL while encoding, so a cold 1M-token transcript (~0.1 s of encoding)
-    does not stall every other request on the event loop.
-    """
-    found, pending_bytes = cached_counts(transcript, encoding)
-    missing = [index for index, value in enumerate(found) if value is None]
-    counts = [value or 0 for value in found]
-    if missing:
-        def encode() -> list[int]:
-            return [count_message(transcript[index], encoding) for index in missing]
-
-        values = await asyncio.to_thread(encode) if pending_bytes > OFFLOAD_BYTES else encode()
-        for index, value in zip(missing, values, strict=True):
-            counts[index] = value
-    return counts
-
-
 class _Sizer:
     """Prompt sizes of message subsets for one target, from per-message counts."""
 
     def __init__(self, estimator: TokenEstimator, target_label: str, encoding: tiktoken.Encoding,
-                 counts: list[int], tools: Sequence[ToolDef], reserve_output: int) -> None:
+                 counts: list[int], tools_tokens: int, reserve_output: int) -> None:
         self._estimator = estimator
         self._label = target_label
         self._reserve = max(0, reserve_output)
         self.encoding = encoding
-        self.base = REPLY_PRIMING + count_tools(tools, encoding)
+        self.base = REPLY_PRIMING + tools_tokens
         self.counts = counts
 
     def message(self, message: Message) -> int:
@@ -159,11 +129,10 @@ class ContextGuard:
                   model: str | None = None) -> GuardOutcome:
         """The transcript to send now. ``model`` picks the encoding (default: from ``provider:model`` label)."""
         limit = int(threshold * window)
-        name = encoding_name_for_model(model or target_label.partition(":")[2] or target_label)
-        # The first load takes 0.15-0.4 s; keep it off the event loop if preload() was not called.
-        encoding = get_encoding(name) if is_loaded(name) else await asyncio.to_thread(get_encoding, name)
-        counts = await _message_counts(transcript, encoding)
-        sizer = _Sizer(self.estimator, target_label, encoding, counts, tools, reserve_output)
+        encoding = await encoding_off_loop(model or target_label.partition(":")[2] or target_label)
+        counts = await message_counts(transcript, encoding)
+        sizer = _Sizer(self.estimator, target_label, encoding, counts, await tools_tokens(tools, encoding),
+                       reserve_output)
         raw = sizer.base + sum(sizer.counts)
         if sizer.total(raw) <= limit:
             return GuardOutcome(transcript, "none", sizer.total(raw), raw, limit)

@@ -8,7 +8,6 @@ from the limit (a token is at least one byte), so plain proxy traffic pays nothi
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +18,11 @@ from gateway.context import (
     ContextGuard,
     GuardOutcome,
     cap_tool_messages,
+    count_text,
     effective_window,
-    encoding_for_model,
     known_window,
 )
+from gateway.context.offload import encoding_off_loop, off_loop_above, raw_prompt_tokens
 from gateway.context.summary import is_summary, summary_message, summary_prompt
 from gateway.loop.events import Notice
 from gateway.observability import metrics
@@ -33,9 +33,6 @@ from gateway.routing.routes import RoutePlan
 # Room for the finalize instruction and per-message framing on top of the estimate.
 _SLACK_TOKENS = 64
 _SUMMARY_MAX_TOKENS = 2048
-# Tool results larger than this many bytes (about 8K tokens) take long enough to encode that they are capped on
-# a worker thread, off the event loop (bench/README.md).
-_OFFLOAD_BYTES = 32_768
 
 
 _WINDOWS: dict[str, tuple[int, bool]] = {}
@@ -150,7 +147,7 @@ class ContextStep:
                 return False, notices + self._apply(outcome, transcript, 0)
         metrics.CONTEXT_ACTIONS.inc("finalize")
         self.report["pruned_messages"] += outcome.pruned_messages
-        transcript[:] = self._squeeze(outcome)
+        transcript[:] = await self._squeeze(outcome)
         return True, notices
 
     async def _compact_turn(self, transcript: list[Message]) -> list[Notice]:
@@ -186,20 +183,33 @@ class ContextStep:
         self.report["pruned_messages"] += len(old)
         return [Notice("context_pruned", {"pruned_messages": len(old)})]
 
-    def _squeeze(self, outcome: GuardOutcome) -> list[Message]:
+    async def _squeeze(self, outcome: GuardOutcome) -> list[Message]:
         """Last resort for the finalize call: the current turn alone is too large, so its tool
-        results share what room is left (each cut in the middle), rather than overflowing."""
+        results share what room is left (each cut in the middle), rather than overflowing.
+
+        The results are what made the turn too large (megabytes, from a tool or a client), so
+        encoding and cutting them runs on a worker thread past ``OFFLOAD_BYTES``.
+        """
         minimal = outcome.transcript
         over = outcome.estimated_tokens - self._limit
         tool_messages = [m for m in minimal if m.get("role") == "tool" and isinstance(m.get("content"), str)]
         if over <= 0 or not tool_messages:
             return minimal
-        if self._encoding is None:
-            self._encoding = encoding_for_model(self._model)
-        sizes = [len(self._encoding.encode_ordinary(m["content"])) for m in tool_messages]
+        encoding = await self._encoding_now()
         ratio = max(1.0, self._guard.estimator.ratio(self._label))
-        budget = max(32, int((sum(sizes) - over / ratio) // len(tool_messages)))
-        return cap_tool_messages(minimal, budget, self._encoding)
+
+        def cut() -> list[Message]:
+            sizes = [count_text(m["content"], encoding) for m in tool_messages]
+            budget = max(32, int((sum(sizes) - over / ratio) // len(tool_messages)))
+            return cap_tool_messages(minimal, budget, encoding)
+
+        return await off_loop_above(sum(len(m["content"]) for m in tool_messages), cut)
+
+    async def _encoding_now(self) -> Any:
+        """The primary target's encoding (its first load on a worker thread), kept for the request."""
+        if self._encoding is None:
+            self._encoding = await encoding_off_loop(self._model)
+        return self._encoding
 
     async def before_tools(self, transcript: list[Message], assistant: Message, tools: list[ToolDef],
                            calls: int) -> tuple[int, list[Notice]]:
@@ -248,15 +258,16 @@ class ContextStep:
                    if m.get("role") == "tool" and isinstance(m.get("content"), str))
         if size <= limit:
             return messages  # a token is at least one byte: nothing can be over the cap
-        if self._encoding is None:
-            self._encoding = await asyncio.to_thread(encoding_for_model, self._model)
-        if size > _OFFLOAD_BYTES:
-            return await asyncio.to_thread(cap_tool_messages, messages, limit, self._encoding)
-        return cap_tool_messages(messages, limit, self._encoding)
+        encoding = await self._encoding_now()
+        return await off_loop_above(size, lambda: cap_tool_messages(messages, limit, encoding))
 
-    def observe(self, label: str, model: str, messages: list[Message], tools: list[ToolDef],
-                prompt_tokens: int) -> None:
-        """Calibrate the estimate with what the provider counted (only once a real count was made)."""
+    async def observe(self, label: str, model: str, messages: list[Message], tools: list[ToolDef],
+                      prompt_tokens: int) -> None:
+        """Calibrate the estimate with what the provider counted (only once a real count was made).
+
+        The messages sent are mostly counted already (the guard's cache); a squeezed or summarised
+        transcript is not, and its count runs off the loop when large.
+        """
         if prompt_tokens and self.report["estimated_tokens"]:
-            estimator = self._guard.estimator
-            estimator.observe(label, estimator.count(messages, tools, model=model), prompt_tokens)
+            raw = await raw_prompt_tokens(messages, tools, await encoding_off_loop(model))
+            self._guard.estimator.observe(label, raw, prompt_tokens)

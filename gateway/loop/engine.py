@@ -382,7 +382,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             announced = state.model  # a call that streamed nothing (tool calls only) still names its model
             yield Answering(announced)
         if context is not None:
-            context.observe(answer.target.label, answer.target.model, messages, tool_defs,
+            await context.observe(answer.target.label, answer.target.model, messages, tool_defs,
                             response.usage.prompt_tokens)
         calls = response.tool_calls
         if response.unfinished and not finalize and state.tool_rounds < request.max_iterations:

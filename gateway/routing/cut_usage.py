@@ -7,6 +7,8 @@ an estimate the tokens it produced (and the prompt it read) would be free to the
 and missing from its budget. The estimate counts the request (messages and tool definitions)
 and what the stream carried with the model's tokenizer (``context/encodings.py``); it is only
 used for the counts the stream did not report, and only after a failure, never on the hot path.
+The prompt may be megabytes (a long transcript): it is counted off the event loop past
+``OFFLOAD_BYTES``, as every count a caller sizes is (context/offload.py).
 """
 
 from __future__ import annotations
@@ -14,15 +16,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.canonical import ModelRequest, Usage
-from gateway.context.encodings import encoding_for_model
-from gateway.context.tokens import count_messages, count_text, count_tools
+from gateway.context.offload import encoding_off_loop, off_loop_above, raw_prompt_tokens
+from gateway.context.tokens import count_text
 
 
-def cut_attempt_usage(reported: Usage, request: ModelRequest, produced: str, model: str) -> Usage:
+async def cut_attempt_usage(reported: Usage, request: ModelRequest, produced: str, model: str) -> Usage:
     """``reported``, with the prompt and completion counts it lacks estimated (``produced``: the stream's output)."""
     if reported.prompt_tokens and reported.completion_tokens:
         return reported
-    encoding = encoding_for_model(model)
-    prompt = reported.prompt_tokens or count_messages(request.messages, encoding) + count_tools(request.tools, encoding)
-    completion = reported.completion_tokens or (count_text(produced, encoding) if produced else 0)
+    encoding = await encoding_off_loop(model)
+    prompt = reported.prompt_tokens or await raw_prompt_tokens(request.messages, request.tools, encoding)
+    completion = reported.completion_tokens or (
+        await off_loop_above(len(produced), lambda: count_text(produced, encoding)) if produced else 0)
     return replace(reported, prompt_tokens=prompt, completion_tokens=completion)

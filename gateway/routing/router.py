@@ -290,8 +290,9 @@ class Router:
                             rescue = Rescue(first.original, first.original_target, first.original_metric, text,
                                             reasoning)
                         if parser is not None:
-                            cut.append((target.label, cut_attempt_usage(parser.usage_so_far(), call,
-                                                                        parser.produced_so_far(), target.model)))
+                            cut.append((target.label, await cut_attempt_usage(parser.usage_so_far(), call,
+                                                                              parser.produced_so_far(),
+                                                                              target.model)))
                     await walk.failed(target, error, started, head_seen, committed, rescue is not None, again)
                     continue
                 except Diverged:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.canonical import Message
-from gateway.context import guard as guard_module
+from gateway.context import offload as offload_module
 from gateway.context import tokens as tokens_module
 from gateway.context.guard import ContextGuard, GuardOutcome, split_transcript
 from gateway.context.summary import is_summary, summary_message
@@ -243,7 +243,7 @@ async def test_a_large_cold_transcript_is_encoded_off_the_event_loop(monkeypatch
         offloaded.append(getattr(func, "__name__", "?"))
         return await real(func, *args)
 
-    monkeypatch.setattr(guard_module.asyncio, "to_thread", spy)
+    monkeypatch.setattr(offload_module.asyncio, "to_thread", spy)
     outcome = await fit(transcript, 10_000_000, never)
     assert offloaded == ["encode"]
     assert outcome.raw_tokens == size(transcript) - RESERVE

@@ -19,23 +19,23 @@ def event(data: object, name: str | None = None) -> SSEEvent:
     return SSEEvent(name, orjson.dumps(data))
 
 
-def test_reported_counts_stand_and_only_missing_ones_are_estimated() -> None:
+async def test_reported_counts_stand_and_only_missing_ones_are_estimated() -> None:
     reported = Usage(prompt_tokens=100, completion_tokens=7, cached_tokens=50)
-    assert cut_attempt_usage(reported, REQUEST, "a long answer that is not counted", "gpt-4o") is reported
-    partial = cut_attempt_usage(Usage(prompt_tokens=100, cached_tokens=50), REQUEST, "Sunny and mild.", "gpt-4o")
+    assert await cut_attempt_usage(reported, REQUEST, "a long answer that is not counted", "gpt-4o") is reported
+    partial = await cut_attempt_usage(Usage(prompt_tokens=100, cached_tokens=50), REQUEST, "Sunny and mild.", "gpt-4o")
     assert (partial.prompt_tokens, partial.cached_tokens) == (100, 50)
     assert partial.completion_tokens == len(get_encoding().encode("Sunny and mild."))
-    nothing = cut_attempt_usage(Usage(), REQUEST, "", "gpt-4o")
+    nothing = await cut_attempt_usage(Usage(), REQUEST, "", "gpt-4o")
     assert nothing.completion_tokens == 0
     assert nothing.prompt_tokens > len(get_encoding().encode("What is the weather in Paris today?"))
 
 
-def test_tool_definitions_count_towards_the_estimated_prompt() -> None:
+async def test_tool_definitions_count_towards_the_estimated_prompt() -> None:
     tool = {"type": "function", "function": {"name": "weather", "description": "Current weather for a city",
                                              "parameters": {"type": "object", "properties": {"city": {
                                                  "type": "string"}}}}}
-    bare = cut_attempt_usage(Usage(), REQUEST, "", "gpt-4o").prompt_tokens
-    with_tools = cut_attempt_usage(Usage(), ModelRequest(messages=REQUEST.messages, tools=[tool]), "", "gpt-4o")
+    bare = (await cut_attempt_usage(Usage(), REQUEST, "", "gpt-4o")).prompt_tokens
+    with_tools = await cut_attempt_usage(Usage(), ModelRequest(messages=REQUEST.messages, tools=[tool]), "", "gpt-4o")
     assert with_tools.prompt_tokens > bare
 
 
@@ -51,7 +51,7 @@ def test_openai_parser_produced_text_reasoning_refusal_and_call_arguments() -> N
     assert parser.usage_so_far() == Usage()  # nothing reported: the estimate is what bills it
 
 
-def test_anthropic_parser_produced_text_thinking_and_partial_json() -> None:
+async def test_anthropic_parser_produced_text_thinking_and_partial_json() -> None:
     parser = AnthropicStreamParser("t", "claude-sonnet-4-5")
     parser.feed(event({"type": "message_start", "message": {"id": "m", "model": "claude-sonnet-4-5", "content": [],
                                                             "usage": {"input_tokens": 40, "output_tokens": 1}}}))
@@ -68,7 +68,7 @@ def test_anthropic_parser_produced_text_thinking_and_partial_json() -> None:
     produced = parser.produced_so_far()
     for part in ("Let me see.", "It is", '{"city":'):
         assert part in produced
-    usage = cut_attempt_usage(parser.usage_so_far(), REQUEST, produced, "claude-sonnet-4-5")
+    usage = await cut_attempt_usage(parser.usage_so_far(), REQUEST, produced, "claude-sonnet-4-5")
     assert usage.prompt_tokens == 40 and usage.completion_tokens == 1  # reported as it started: kept
 
 

@@ -2,16 +2,20 @@
 
 The count covers what the first call of the loop would send: the system prompt, the messages,
 the caller's tools **and the route's server tools** (the model sees both). When the route's
-first target is an Anthropic model, Anthropic counts it (its own endpoint, the same request the
-gateway would send, byte for byte): exact. Otherwise, or when no Anthropic target could count,
-it is the gateway's estimate for that target (its tokenizer, corrected by what the target
-reported on earlier calls: the context guard's estimator). ``gateway.method`` says which.
-Counting admits nothing and is not billed: it is not a model call.
+first target is an Anthropic model (and the route's ``count_tokens`` is ``upstream``, the
+default), Anthropic counts it (its own endpoint, the same request the gateway would send, byte
+for byte): exact. Otherwise, or when no Anthropic target could count, it is the gateway's
+estimate for that target (its tokenizer, corrected by what the target reported on earlier calls:
+the context guard's estimator), encoded off the event loop when large. ``gateway.method`` says which.
+
+A count is a request like any other for the rate limits: admitted under the key's and the
+tenant's rpm and max_concurrent (a 429 in Anthropic's shape), its slot held until it answers,
+an upstream count included. It sends no tokens to a model, so it takes none from tpm and is not
+checked against or recorded in budgets (Anthropic's own endpoint is likewise limited by requests only).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -19,18 +23,21 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.lifecycle import Work
+from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.headers import betas_of, use_api_key
-from gateway.api.messages.request import parse_messages_request
+from gateway.api.messages.request import MessagesRequest, parse_messages_request
 from gateway.api.planning import route_of
 from gateway.api.runtime import Runtime
 from gateway.canonical import ModelRequest
-from gateway.context.encodings import encoding_name_for_model, get_encoding, is_loaded
+from gateway.config.model import ApiKey
+from gateway.context.offload import encoding_off_loop, raw_prompt_tokens
 from gateway.context.tokens import TokenEstimator
 from gateway.errors import GatewayError, upstream_message
 from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import server_tool_names
 from gateway.routing.router import ResolvedTarget
+from gateway.routing.routes import RoutePlan
 from gateway.upstream.errors import ProviderError
 
 PATH = "/v1/messages/count_tokens"
@@ -50,6 +57,15 @@ async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONRe
         del parsed.native.fields["max_tokens"]
     plan = route_of(runtime, key, parsed.model)
     work.allow(plan)
+    await work.admit(0, tokens=0, budget=False)  # rpm and max_concurrent; no tokens, no budget (see above)
+    counted = await _count(runtime, key, parsed, plan)
+    await work.settle(None)  # frees the concurrency slot; nothing was used
+    work.show_limits()
+    return JSONResponse(orjson.dumps(counted), raw_headers=with_anthropic_headers(work.exchange.headers))
+
+
+async def _count(runtime: Runtime, key: ApiKey, parsed: MessagesRequest, plan: RoutePlan) -> dict[str, Any]:
+    """The answer's body: the count, and how and for which target it was made."""
     names = server_tool_names(plan, runtime.tools)
     if key.tools is not None:
         names = tuple(name for name in names if name in key.tools)
@@ -59,19 +75,15 @@ async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONRe
                                  native=parsed.native)
     deadline = time.monotonic() + runtime.config.routing.request_timeout_s
     first = plan.targets[0]
-    if first.provider.type == "anthropic":
+    if first.provider.type == "anthropic" and plan.route.count_tokens == "upstream":
         for target in plan.targets:
             if target.provider.type != "anthropic":
                 continue
             counted = await _exact(runtime, target, model_request, deadline)
             if counted is not None:
                 return _answer(counted, "exact", target.label)
-    estimator = _estimator(runtime)
-    encoding_name = encoding_name_for_model(first.model)
-    if not is_loaded(encoding_name):  # the first load reads a file: not on the event loop
-        await asyncio.to_thread(get_encoding, encoding_name)
-    estimate = estimator.estimate(first.label, model_request.messages, model_request.tools, model=first.model)
-    return _answer(estimate, "estimate", first.label)
+    raw = await raw_prompt_tokens(model_request.messages, model_request.tools, await encoding_off_loop(first.model))
+    return _answer(_estimator(runtime).calibrated(first.label, raw), "estimate", first.label)
 
 
 async def _exact(runtime: Runtime, target: ResolvedTarget, request: ModelRequest, deadline: float) -> int | None:
@@ -96,5 +108,5 @@ def _estimator(runtime: Runtime) -> TokenEstimator:
     return guard.estimator if guard is not None else TokenEstimator()
 
 
-def _answer(tokens: int, method: str, target: str) -> JSONResponse:
-    return JSONResponse(orjson.dumps({"input_tokens": tokens, "gateway": {"method": method, "target": target}}))
+def _answer(tokens: int, method: str, target: str) -> dict[str, Any]:
+    return {"input_tokens": tokens, "gateway": {"method": method, "target": target}}
