@@ -19,6 +19,7 @@ from gateway.context import (
     ContextGuard,
     GuardOutcome,
     cap_tool_messages,
+    count_text,
     effective_window,
     encoding_for_model,
     known_window,
@@ -196,7 +197,7 @@ class ContextStep:
             return minimal
         if self._encoding is None:
             self._encoding = encoding_for_model(self._model)
-        sizes = [len(self._encoding.encode_ordinary(m["content"])) for m in tool_messages]
+        sizes = [count_text(m["content"], self._encoding) for m in tool_messages]
         ratio = max(1.0, self._guard.estimator.ratio(self._label))
         budget = max(32, int((sum(sizes) - over / ratio) // len(tool_messages)))
         return cap_tool_messages(minimal, budget, self._encoding)
