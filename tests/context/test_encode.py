@@ -13,6 +13,7 @@ import random
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import tiktoken
@@ -63,7 +64,7 @@ def test_no_stderr_noise_from_a_panic() -> None:
     code = ("from gateway.context.encodings import get_encoding; from gateway.context.encode import count;"
             "print(count(get_encoding(), ' ' * 1_000_000))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RUST_BACKTRACE": "1"})
+                          env={**os.environ, "RUST_BACKTRACE": "1"}, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "7813"
     assert "panicked" not in done.stderr and done.stderr == ""
