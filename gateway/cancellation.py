@@ -20,6 +20,11 @@ from typing import Any
 
 log = logging.getLogger("loopgate")
 
+#: The ``BaseException``s that end a task or the process rather than fail the work: a holder gives
+#: back what it holds and lets them through. Any other ``BaseException`` (a Rust panic from a native
+#: library is a ``pyo3_runtime.PanicException``) is a failure like an ``Exception``: answered, not passed on.
+EXITS: tuple[type[BaseException], ...] = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
+
 #: How long a stop waits for its tasks to end before giving up on them (logged): shutdown never hangs.
 STOP_GRACE_S = 5.0
 

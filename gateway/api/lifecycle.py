@@ -31,6 +31,7 @@ from starlette.requests import Request
 from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import Exchange
+from gateway.cancellation import EXITS
 from gateway.canonical import Usage
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
@@ -227,16 +228,21 @@ class Work:
         return admission.observe(events)
 
     async def settle(self, usage: Usage | None) -> None:
-        """Settle the admission (and a background slot) with the work's real usage; once, later calls do nothing."""
+        """Settle the admission (and a background slot) with the work's real usage; once, later calls do nothing.
+
+        The slot is freed even when settling the admission fails (whatever it raises).
+        """
         admission, slot = self.admission, self.slot
-        if admission is not None:
-            pending = admission.finish(usage)
-            if pending is not None:
-                await pending
-        if slot is not None:
-            pending = slot.finish(None)
-            if pending is not None:
-                await pending
+        try:
+            if admission is not None:
+                pending = admission.finish(usage)
+                if pending is not None:
+                    await pending
+        finally:
+            if slot is not None:
+                pending = slot.finish(None)
+                if pending is not None:
+                    await pending
 
     def done(self, status: int) -> None:
         """The answer is complete: count it, end its span, write its access record."""
@@ -257,8 +263,17 @@ class Work:
 
     # -- failure --------------------------------------------------------------------------------
     async def failed(self, exc: BaseException) -> GatewayError:
-        """Give back what was admitted, map ``exc`` to the client's error, record the request."""
-        await self.settle(None)
+        """Give back what was admitted, map ``exc`` to the client's error, record the request.
+
+        ``exc`` may be any ``BaseException`` (a surface catches them all, since a native library's panic is
+        one): what was admitted is given back first, whatever ``exc`` is. An exit (a cancellation, the
+        interpreter's; ``cancellation.EXITS``) is no failure to answer: it is raised again once given back.
+        """
+        try:
+            await self.settle(None)
+        finally:
+            if isinstance(exc, EXITS):
+                raise exc
         error = to_gateway_error(exc)
         self.exchange.done(error.status, error)
         return error
@@ -280,9 +295,11 @@ class Held:
     async def end(self, status: int, usage: Usage | None) -> None:
         """Once, however the run ended: its usage recorded (an error status counts it as failed), admission settled."""
         meter, self._meter = self._meter, None
-        if meter is not None:
-            meter.close(status)
-        await self._work.settle(usage)  # a failed run's calls were paid for too
+        try:
+            if meter is not None:
+                meter.close(status)
+        finally:
+            await self._work.settle(usage)  # a failed run's calls were paid for too
 
 
 
@@ -314,7 +331,7 @@ def endpoint(path: str, handler: Handler, metered: bool = False,
         work = begin_routed(request, path, metered, errors)
         try:
             response = await handler(request, runtime, work)
-        except Exception as exc:
+        except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
             return work.render_error(await work.failed(exc))
         work.done(getattr(response, "status_code", 200))
         return response

@@ -174,7 +174,7 @@ def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup:
                 work.account(state)
                 loop.state.add_sampling(response.usage.prompt_tokens, response.usage.completion_tokens)
                 await work.settle(state.usage)
-            except Exception as exc:
+            except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
                 error = await work.failed(exc)
                 log.info("sampling for MCP server %s refused: %s", server.name, error.message)
                 raise SamplingRefused(error.message) from None

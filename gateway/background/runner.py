@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from gateway.cancellation import check_cancelled
+from gateway.cancellation import EXITS, check_cancelled
 from gateway.config.model import BackgroundConfig
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
@@ -44,6 +44,7 @@ MAX_BATCH = 512
 # Events whose item goes into the polled snapshot (added: in progress; done: finished).
 _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
 SHUTDOWN = "the gateway replica running this background response shut down before it ended"
+FAILED = "the gateway failed while running this response"
 # How long the end of a run may take to store (the last events and the final snapshot).
 FINISH_TIMEOUT_S = 10.0
 
@@ -159,6 +160,7 @@ class BackgroundRunner:
         response = run.response
         status = "in_progress"
         last_seq: int | None = None
+        exit_: BaseException | None = None
         state.started = True
         try:
             if state.cancel_requested or self._closing:
@@ -203,24 +205,27 @@ class BackgroundRunner:
             elif state.cancel_requested:
                 status, response = "cancelled", {**response, "status": "cancelled"}
             else:  # this process is shutting down: say so now rather than when the lease runs out
-                status, response = "failed", failed_snapshot(response, "server_error", SHUTDOWN)
-                if run.stream:
-                    self._queue(state, {"type": "response.failed",
-                                        "sequence_number": (last_seq + 1) if last_seq is not None else 0,
-                                        "response": {**response, "status": "failed"}})
-        except Exception as exc:  # an engine or renderer failure: the run fails, the process goes on
+                status, response = "failed", self._failed(state, response, last_seq, SHUTDOWN)
+        except BaseException as exc:  # an engine or renderer failure, a native library's panic too: the run fails
             log.error("background response %s failed", run.id, exc_info=exc)
-            status = "failed"
-            response = failed_snapshot(response, "server_error", "the gateway failed while running this response")
-            if run.stream:
-                self._queue(state, {"type": "response.failed",
-                                    "sequence_number": (last_seq + 1) if last_seq is not None else 0,
-                                    "response": response})
+            status, response = "failed", self._failed(state, response, last_seq, FAILED)
+            exit_ = exc if isinstance(exc, EXITS) else None  # KeyboardInterrupt, SystemExit: ended, then passed on
         finally:
             with contextlib.suppress(Exception):
                 await close_events(events)
         response["status"] = status
         await self._end(state, writer, status, response)
+        if exit_ is not None:
+            raise exit_
+
+    def _failed(self, state: _Run, response: dict[str, Any], last_seq: int | None, message: str) -> dict[str, Any]:
+        """The failed snapshot of a run that did not end by itself; queued as ``response.failed`` for a stream."""
+        failed = failed_snapshot(response, "server_error", message)
+        if state.run.stream:
+            self._queue(state, {"type": "response.failed",
+                                "sequence_number": (last_seq + 1) if last_seq is not None else 0,
+                                "response": failed})
+        return failed
 
     async def _end(self, state: _Run, writer: asyncio.Task[None], status: str, response: dict[str, Any]) -> None:
         run = state.run

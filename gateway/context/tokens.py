@@ -25,6 +25,7 @@ import orjson
 import tiktoken
 
 from gateway.canonical import Message, ToolDef
+from gateway.context.encode import count
 from gateway.context.encodings import (
     CL100K,
     ENCODING_NAMES,
@@ -107,8 +108,11 @@ def _keyed(encoding: tiktoken.Encoding, value: Any) -> tuple[_Key, int] | None:
 
 
 def count_text(text: str, encoding: tiktoken.Encoding) -> int:
-    """Tokens of ``text``; special-token strings inside it count as plain text (they are data here)."""
-    return len(encoding.encode_ordinary(text)) if text else 0
+    """Tokens of ``text``; special-token strings inside it count as plain text (they are data here).
+
+    Never raises but an exit: a text tiktoken would panic on is cut or sized by bytes (context/encode.py).
+    """
+    return count(encoding, text)
 
 
 def _content_tokens(content: Any, encoding: tiktoken.Encoding) -> int:

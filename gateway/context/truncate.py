@@ -12,6 +12,7 @@ from __future__ import annotations
 import tiktoken
 
 from gateway.canonical import Message, rewritten
+from gateway.context.encode import count, encode
 
 MARKER = "\n[... {count} tokens truncated by the gateway ...]\n"
 
@@ -28,10 +29,10 @@ def cap_tool_result(text: str, max_tokens: int, encoding: tiktoken.Encoding) -> 
     """
     if max_tokens <= 0 or not text:
         return text
-    tokens = encoding.encode_ordinary(text)
+    tokens = encode(encoding, text)  # never raises (a million spaces would make tiktoken panic)
     if len(tokens) <= max_tokens:
         return text
-    budget = max_tokens - len(encoding.encode_ordinary(_marker(len(tokens))))
+    budget = max_tokens - count(encoding, _marker(len(tokens)))
     # Re-encoding joined text can merge tokens across the seams differently; shrink until it fits.
     for _ in range(8):
         keep = max(0, budget)
@@ -40,7 +41,7 @@ def cap_tool_result(text: str, max_tokens: int, encoding: tiktoken.Encoding) -> 
         head = encoding.decode_bytes(tokens[:head_n]).decode("utf-8", "ignore")
         tail = encoding.decode_bytes(tokens[len(tokens) - tail_n:] if tail_n else []).decode("utf-8", "ignore")
         result = head + _marker(len(tokens) - head_n - tail_n) + tail
-        over = len(encoding.encode_ordinary(result)) - max_tokens
+        over = count(encoding, result) - max_tokens
         if over <= 0 or keep == 0:
             return result
         budget -= over

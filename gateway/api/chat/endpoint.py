@@ -56,5 +56,5 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         response = await respond(events, False, chat.include_usage, chat.model, work, slot)
         await work.settle(work.exchange.state.usage)  # the loop's usage, as its Finished event reports
         return response
-    except Exception as exc:
+    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway.cancellation import EXITS
 from gateway.canonical import Answering, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolProgress, ToolStarted
@@ -150,7 +151,9 @@ async def stream_frames(first: list[LoopEvent], events: AsyncIterator[LoopEvent]
         try:
             async for event in events:
                 yield _encode(event, encoder, include_usage)
-        except Exception as exc:  # every failure becomes an in-stream error, never a traceback
+        except BaseException as exc:  # every failure (a native panic too) becomes an in-stream error
+            if isinstance(exc, EXITS):  # a close or a cancellation is no failure
+                raise
             yield error_frame(on_error(exc))
         yield DONE
     finally:

@@ -160,7 +160,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
             return await respond_message(work.settled_at_end(events), stream, stored.model, False, work,
                                          resumed.slot)
         return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work, resumed.slot)
-    except Exception as exc:
+    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         error = await work.failed(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")

@@ -57,7 +57,7 @@ async def serve_embeddings(incoming: Incoming, runtime: Runtime) -> JSONResponse
     work = runtime.lifecycle.begin("POST", PATH, incoming)
     try:
         response = await embed(runtime, work)
-    except Exception as exc:
+    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))
     work.done(200)
     return response

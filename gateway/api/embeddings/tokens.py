@@ -14,6 +14,7 @@ import asyncio
 
 import tiktoken
 
+from gateway.context.encode import count
 from gateway.context.encodings import CL100K, get_encoding, is_loaded
 from gateway.errors import bad_request
 
@@ -28,8 +29,7 @@ async def _encoding() -> tiktoken.Encoding:
 
 
 def _count(encoding: tiktoken.Encoding, texts: list[str]) -> list[int]:
-    encode = encoding.encode_ordinary
-    return [len(encode(text)) for text in texts]
+    return [count(encoding, text) for text in texts]  # never raises but an exit (context/encode.py)
 
 
 async def count_inputs(inputs: list[str] | list[list[int]]) -> list[int]:

@@ -89,7 +89,7 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
         state = work.exchange.state
         await work.settle(state.usage if state is not None else None)
         return response
-    except Exception as exc:
+    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))
 
 

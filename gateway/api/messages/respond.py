@@ -11,6 +11,7 @@ from gateway.api.errors import to_gateway_error
 from gateway.api.lifecycle import Work
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder, error_frame, message_id
+from gateway.cancellation import EXITS
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.events import LoopEvent, until_answering
@@ -72,7 +73,9 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
                     out = builder.feed(event)
                     if out:
                         yield b"".join(out)
-            except Exception as exc:  # after the commit point: an error event, never a traceback
+            except BaseException as exc:  # after the commit point: an error event (a native panic too)
+                if isinstance(exc, EXITS):  # a close or a cancellation is no failure
+                    raise
                 yield error_frame(exchange.failed(to_gateway_error(exc)))
         finally:
             await events.aclose()  # type: ignore[attr-defined]

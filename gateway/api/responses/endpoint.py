@@ -79,7 +79,7 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             work.done(200)
             await work.settle(usage_of(run.response))
         return SSEResponse(run.frames(_join, on_close), work.exchange.headers)
-    except Exception as exc:
+    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))
 
 

@@ -44,6 +44,7 @@ from gateway.api.responses.render import (
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
+from gateway.cancellation import EXITS
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.artifacts import reattach
@@ -199,8 +200,8 @@ class ResponseRun:
                         yield wrap(batch)
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
-            except Exception as exc:
-                if raise_errors or builder.done:
+            except BaseException as exc:  # a native library's panic fails the response too; an exit passes
+                if raise_errors or builder.done or isinstance(exc, EXITS):
                     raise
                 failed = builder.fail(to_gateway_error(exc))
                 with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
