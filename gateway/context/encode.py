@@ -15,10 +15,12 @@ Two levels:
    its own, so the encoder is never fed a long run and never panics on one (no stderr noise
    either). The pieces' tokens decode to the same text; the count moves by at most a token at
    each cut (a run is tokens of up to 128 spaces or 16 tabs: cut every 4,096 characters, 500K
-   spaces are 3,907 tokens, as whole). Text without such a run (every ordinary prompt) is one
-   encoder call, exactly as before; finding the runs costs a strided probe of the text (a run
-   of ``RUN_LIMIT`` characters holds two consecutive probes ``RUN_PIECE`` apart), then a scan
-   only around two whitespace probes in a row.
+   spaces are 3,907 tokens, as whole). Text past :data:`SEGMENT` characters is also encoded in
+   segments cut before a word (no token changes: ``_segments``), so no one call holds the GIL
+   long. Text below :data:`RUN_LIMIT` (every ordinary prompt) is one encoder call, as before;
+   finding the runs costs a strided probe of the text (a run of ``RUN_LIMIT`` characters holds
+   two consecutive probes ``RUN_PIECE`` apart), then a scan only around two whitespace probes in
+   a row.
 2. Whatever the encoder still raises that is not an exit of the task or process
    (:data:`gateway.cancellation.EXITS`) is logged and answered conservatively: a count becomes
    the text's UTF-8 size, an upper bound (a token covers at least one byte), so a limit judged
@@ -42,6 +44,8 @@ log = logging.getLogger("loopgate.context")
 RUN_PIECE = 4096
 #: whitespace runs this long or longer are cut into pieces (text shorter than this: one call, no probe)
 RUN_LIMIT = 2 * RUN_PIECE
+#: text past this many characters is encoded in parts of about this size (see ``_segments``)
+SEGMENT = 65_536
 
 # Python's ``\s`` (str.isspace) holds every character of Rust's ``\s`` (Unicode White_Space), so
 # every run the encoder's regex sees lies inside a run found here.
@@ -68,6 +72,34 @@ def _long_runs(text: str) -> Iterator[tuple[int, int]]:
                 yield run.start(), run.end()
 
 
+def _word_start(text: str, low: int, high: int) -> int:
+    """A lone space in ``text[low:high]`` between two non-spaces (where every pre-token of the
+    encoders' patterns begins anew, so cutting before it changes no token), else ``high``."""
+    at = text.find(" ", low, high)
+    while at != -1:
+        if not text[at - 1].isspace() and at + 1 < len(text) and not text[at + 1].isspace():
+            return at
+        at = text.find(" ", at + 1, high)
+    return high
+
+
+def _segments(text: str, start: int, end: int) -> Iterator[str]:
+    """``text[start:end]`` in parts of about :data:`SEGMENT` characters, cut before a word.
+
+    tiktoken releases the GIL while it encodes but holds it while it builds the Python list of the
+    tokens: 12 MB in one call held it 0.3-0.5 s, stalling the event loop while a worker thread
+    counted. A segment's list takes about a millisecond. Where no word starts within
+    ``RUN_PIECE`` characters of a segment's end (a blob without spaces), the cut falls there and
+    the count may move by one token.
+    """
+    while end - start > SEGMENT:
+        cut = _word_start(text, start + SEGMENT, min(end, start + SEGMENT + RUN_PIECE))
+        yield text[start:cut]
+        start = cut
+    if end > start:
+        yield text[start:end]
+
+
 def _pieces(text: str) -> Iterator[str]:
     """``text`` in the parts level 1 encodes one by one (the whole text when it has no long run)."""
     if len(text) < RUN_LIMIT:
@@ -75,13 +107,11 @@ def _pieces(text: str) -> Iterator[str]:
         return
     done = 0
     for start, end in _long_runs(text):
-        if start > done:
-            yield text[done:start]
+        yield from _segments(text, done, start)
         for cut in range(start, end, RUN_PIECE):
             yield text[cut:min(end, cut + RUN_PIECE)]
         done = end
-    if done < len(text):
-        yield text[done:]
+    yield from _segments(text, done, len(text))
 
 
 def _encode_parts(encoding: tiktoken.Encoding, text: str) -> list[int]:

@@ -140,3 +140,43 @@ def test_exits_pass_through(exit_: BaseException) -> None:
         count(Exiting(), "text")  # type: ignore[arg-type]
     with pytest.raises(type(exit_)):
         encode(Exiting(), "text")  # type: ignore[arg-type]
+
+
+def _prose(size: int, seed: int) -> str:
+    """Text of words, numbers, punctuation, code and newlines, about ``size`` characters."""
+    rng = random.Random(seed)
+    words = ["the", "Quick", "brown", "fox's", "jumps", "über", "naïve", "日本語", "x=1;", "(a,", "b)",
+             "3.14159", "—", "don't", "HTTP/1.1", "\n", "\n\n", "def f():\n    return", "{\"k\": [1, 2]}"]
+    parts: list[str] = []
+    total = 0
+    while total < size:
+        word = rng.choice(words)
+        parts.append(word)
+        total += len(word) + 1
+    return " ".join(parts)
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_a_long_text_is_encoded_in_segments_with_the_same_tokens(name: str) -> None:
+    """Cut before a lone space between two non-spaces, the segments give the whole text's tokens exactly."""
+    encoding = get_encoding(name)
+    text = _prose(5 * encode_module.SEGMENT, seed=7)
+    assert encode(encoding, text) == encoding.encode_ordinary(text)
+    assert count(encoding, text) == len(encoding.encode_ordinary(text))
+
+
+def test_no_encoder_call_takes_more_than_a_segment(o200k: tiktoken.Encoding, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GIL is held while tiktoken builds its token list: a 3 MB text never goes in as one call."""
+    seen: list[int] = []
+
+    class Spy:
+        name = o200k.name
+
+        def encode_ordinary(self, text: str) -> list[int]:
+            seen.append(len(text))
+            return o200k.encode_ordinary(text)
+
+    text = _prose(3_000_000, seed=3) + " " * MILLION + "a" * 200_000  # prose, a run, a blob with no spaces
+    count(Spy(), text)  # type: ignore[arg-type]
+    assert sum(seen) == len(text)
+    assert max(seen) <= encode_module.SEGMENT + RUN_PIECE
