@@ -25,7 +25,7 @@ class BackgroundConfig:
     lease_s: float = 30.0
     #: how often the runner renews its lease and checks for a cancel issued on another replica
     heartbeat_s: float = 1.0
-    #: how often a stream follower on another replica looks for new events
+    #: how often a run followed from another replica is read for new events (once per run and process)
     poll_s: float = 0.1
     #: background responses one key runs at once across every replica sharing the store (0: no cap
     #: but the process's); past it a new one gets 429, so one key cannot take every slot

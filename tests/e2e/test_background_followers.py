@@ -78,10 +78,11 @@ def _start_idle_run(gw: Gateway, fakes: dict[str, FakeUpstream]) -> str:
 class Follower:
     """One open ``?stream=true`` follower: its response head and first replayed bytes have arrived."""
 
-    def __init__(self, stack: contextlib.AsyncExitStack, response: httpx.Response,
+    def __init__(self, stack: contextlib.AsyncExitStack, response: httpx.Response, first: bytes,
                  chunks: AsyncIterator[bytes]) -> None:
         self.stack = stack
         self.response = response
+        self.first = first  # what arrived first (the start of the replay)
         self.chunks = chunks  # the rest of the stream
 
     async def close(self) -> None:
@@ -101,7 +102,7 @@ async def _follow(client: httpx.AsyncClient, url: str, run_id: str, key: str = K
     chunks: AsyncIterator[bytes] = response.aiter_bytes()
     first = await anext(chunks)
     assert b"response.created" in first  # the stored events are replayed first
-    return Follower(stack, response, chunks)
+    return Follower(stack, response, first, chunks)
 
 
 def _refused(result: Follower | httpx.Response, code: str | None = None) -> dict[str, Any]:
@@ -247,12 +248,14 @@ def test_cancelled_run_ends_every_follower(pair: tuple[Gateway, Gateway], fakes:
             tails = []
             for follower in followers:
                 assert isinstance(follower, Follower)
-                tails.append(b"".join([chunk async for chunk in follower.chunks]))
+                tails.append(follower.first + b"".join([chunk async for chunk in follower.chunks]))
                 await follower.close()
             return tails
 
-    tails = asyncio.run(scenario())  # every follower's stream ended (none waits for its read timeout)
-    assert tails[0] == tails[1] == tails[2]  # each had what was stored up to the end, local or polled
+    streams = asyncio.run(scenario())  # every follower's stream ended (none waits for its read timeout)
+    # Each had the whole stream, the same bytes, whether it followed the run's own replica or polled from another.
+    assert streams[0] == streams[1] == streams[2]
+    assert streams[0].startswith(b"event: response.created")
     assert a.client().responses.retrieve(run_id).status == "cancelled"
 
 
