@@ -15,6 +15,7 @@ from gateway.api.asking import asking_factory
 from gateway.api.console.feed import ConsoleFeed
 from gateway.api.lifecycle import Lifecycle
 from gateway.api.sampling import sampler_factory
+from gateway.background.followers import FollowerHub
 from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
 from gateway.config.model import AdminKey, Config
@@ -81,6 +82,8 @@ class Runtime:
     limits: RateLimits
     usage: Metering
     background: BackgroundRunner
+    #: the stream followers of background runs: one store poll per run, capped (background/followers.py)
+    followers: FollowerHub
     #: what every request goes through (auth, allow-lists, admission, budget, metering, records)
     lifecycle: Lifecycle
     #: embeddings calls, walked over a route's targets by ``router``'s failover rules
@@ -163,14 +166,14 @@ class Runtime:
             console.start()
             undo.push_async_callback(console.stop)
         lifecycle = Lifecycle(keys, admin_keys, limits, usage, lookup)
+        background = BackgroundRunner(open_background(store), config.background, config.store.continuation_ttl_s)
         sampler = sampler_factory(lifecycle, keys, router, routes.lookup, config.routing.request_timeout_s)
         deps.asking = asking_factory(config.mcp_servers, continuations, sampler)
         return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                    store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
                    mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,
                    key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
-                   background=BackgroundRunner(open_background(store), config.background,
-                                               config.store.continuation_ttl_s),
+                   background=background, followers=FollowerHub(background.store, config.background, background),
                    lifecycle=lifecycle,
                    embedder=Embedder(router, pool), console=console)
 
@@ -178,6 +181,7 @@ class Runtime:
         if self.console is not None:
             await self.console.stop()
         await self.background.aclose()
+        await self.followers.aclose()  # the runs ended: their followers have had their last events
         await self.continuations.held.aclose()  # held calls report that they ended before the store closes
         await self.continuations.notifier.stop()
         await self.key_sync.stop()

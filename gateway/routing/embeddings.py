@@ -7,8 +7,9 @@ target's upstream calls for the request (Gemini's batches, made concurrently, at
 answers the whole request and the vectors never mix models.
 
 An answer whose vectors are not the expected length (the caller's ``dimensions``, else the
-target's declared ``dimensions``) is the upstream's fault (``INVALID_RESPONSE``): it fails over
-like any wrong-shaped answer and never reaches the caller's index.
+target's declared ``dimensions``, else, for a direct ``PROVIDER/MODEL`` or a target declaring
+none, one length for all) is the upstream's fault (``INVALID_RESPONSE``): it fails over like any
+wrong-shaped answer and never reaches the caller's index.
 """
 
 from __future__ import annotations
@@ -26,6 +27,26 @@ from gateway.upstream.pool import UpstreamPool
 
 #: upstream calls of one attempt in flight at once (a large request to Gemini is many batches)
 BATCH_CONCURRENCY = 4
+
+
+def check_vectors(result: EmbeddingResult, request: EmbeddingRequest, declared: int | None) -> None:
+    """One vector per input, all of one length: the caller's ``dimensions``, else the target's ``declared``
+    size, else (a direct ``PROVIDER/MODEL``, a target that declares none) the first vector's.
+
+    ``INVALID_RESPONSE`` otherwise: an index fed vectors of mixed lengths is broken for every later query.
+    """
+    if len(result.vectors) != len(request.inputs):
+        raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned {len(result.vectors)} embeddings "
+                                                         f"for {len(request.inputs)} inputs")
+    expected = request.dimensions or declared
+    for vector in result.vectors:
+        size = dimensions_of(vector)
+        if expected is None:
+            expected = size
+        elif size != expected:
+            asked = "were expected" if request.dimensions or declared else "in the same answer"
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned vectors of {size} dimensions; "
+                                                             f"{expected} {asked}")
 
 
 class Embedder:
@@ -50,16 +71,7 @@ class Embedder:
             else:
                 bodies = await self._batches(adapter, target, natives, deadline)
             result = adapter.parse_embeddings(bodies, request)
-        expected = request.dimensions or target.dimensions
-        if len(result.vectors) != len(request.inputs):
-            raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned {len(result.vectors)} embeddings "
-                                                             f"for {len(request.inputs)} inputs")
-        if expected is not None:
-            for vector in result.vectors:
-                size = dimensions_of(vector)
-                if size != expected:
-                    raise ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream returned vectors of {size} "
-                                                                     f"dimensions; {expected} were expected")
+        check_vectors(result, request, target.dimensions)
         return result
 
     async def _post(self, adapter: Any, target: ResolvedTarget, native: UpstreamRequest, deadline: float) -> bytes:

@@ -544,3 +544,24 @@ def test_server_limits_config() -> None:
         with pytest.raises(ConfigError) as caught:
             parse_config(f"server: {{{bad}}}\n" + base)
         assert caught.value.path == path
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"])
+def test_a_refused_request_dribbling_its_body_is_closed_after_its_401(gateway: Gateway, path: str) -> None:
+    """A bad key with a large declared body: the 401 comes before the body, says ``Connection: close`` and the
+    connection closes, instead of staying open while the rest of the body dribbles in (the default
+    ``server.body_timeout_s``, 30 s, and the 500 bytes/s floor would have allowed minutes)."""
+    sock = _connect(gateway)
+    head = _post_head(path, 150_000).replace(f"Bearer {KEY}".encode(), b"Bearer not-a-key")
+    sock.sendall(head + b'{"model": "pl')
+    for _ in range(25):  # a byte every 0.2 s until the answer is there
+        if select.select([sock], [], [], 0.2)[0]:
+            break
+        sock.sendall(b" ")
+    status, headers, body = _read_response(sock)
+    assert status == 401 and headers["connection"] == "close"
+    assert "error" in orjson.loads(body)  # in the surface's shape (OpenAI's, or Anthropic's for /v1/messages)
+    with contextlib.suppress(OSError):  # the caller goes on dribbling; the server is gone
+        sock.sendall(b" ")
+    assert _closed(sock, 5), "the connection stayed open for the rest of a refused request's body"
+    sock.close()

@@ -260,6 +260,22 @@ def test_direct_provider_model(gateway: Gateway, fakes: dict[str, FakeUpstream])
     assert fakes["primary"].requests[-1].body["dimensions"] == 5
 
 
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+def test_a_direct_answer_with_vectors_of_different_lengths_is_a_502(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                                     encoding: str) -> None:
+    """A direct ``PROVIDER/MODEL`` declares no size, but one answer must still have one: mixed lengths are the
+    upstream's fault, as on a route (they would break the caller's index), never passed on."""
+    response = gateway.post("/v1/embeddings", {"model": "primary/emb-ragged", "input": TEXTS,
+                                               "encoding_format": encoding})
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "dimensions" in error["message"] and "primary:emb-ragged" in error["message"]
+    # One input, or a route's declared size checked the same way: a good direct answer still passes.
+    single = gateway.post("/v1/embeddings", {"model": "primary/emb-ragged", "input": "alone"})
+    assert single.status_code == 200 and len(single.json()["data"][0]["embedding"]) == 8
+
+
 # -- LangChain -------------------------------------------------------------------------------------
 
 @pytest.fixture

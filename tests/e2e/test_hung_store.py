@@ -132,3 +132,43 @@ def test_a_frozen_redis_costs_plain_requests_nothing_and_the_rest_a_bounded_wait
         assert "store answers again (limits)" in gw.logs()
     finally:
         gw.stop()
+
+
+def test_an_admin_call_on_a_hung_store_says_what_may_have_happened(frozen_redis: RedisProcess,
+                                                                   fakes: dict[str, FakeUpstream]) -> None:
+    """The admin API's 503 is its own: a read changed nothing; a write may have been applied (a hung Redis runs
+    the command when it wakes), so the answer says how to find out instead of "nothing was paused or resumed"."""
+    url = f"redis://127.0.0.1:{frozen_redis.port}/0"
+    admin = "admin-secret"
+    config = gateway_config(fakes, store_url=url).replace(
+        "auth:\n  keys:\n", f"auth:\n  admin_keys:\n    - {{key: {admin}, name: ops}}\n  keys:\n", 1)
+    config = config.replace(f"fail_open_ms: {E2E_FAIL_OPEN_MS}", f"fail_open_ms: {E2E_FAIL_OPEN_MS}, "
+                                                                 f"timeout_ms: {TIMEOUT_MS}")
+    gw = Gateway(config).start()
+    headers = {"authorization": f"Bearer {admin}"}
+    try:
+        created = httpx.post(f"{gw.url}/admin/keys", json={"tenant": "t1", "name": "before"}, headers=headers,
+                             timeout=10)
+        assert created.status_code == 201, created.text
+        key_id = created.json()["id"]
+        os.kill(frozen_redis.proc.pid, signal.SIGSTOP)
+        try:
+            read = httpx.get(f"{gw.url}/admin/keys/{key_id}", headers=headers, timeout=10)
+            write = httpx.post(f"{gw.url}/admin/keys", json={"tenant": "t1", "name": "during"}, headers=headers,
+                               timeout=10)
+            edit = httpx.patch(f"{gw.url}/admin/keys/{key_id}", json={"name": "renamed"}, headers=headers,
+                               timeout=10)
+        finally:
+            os.kill(frozen_redis.proc.pid, signal.SIGCONT)
+        for response in (read, write, edit):
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "store_unavailable" and error["type"] == "service_unavailable_error"
+            assert "paused or resumed" not in error["message"]
+            assert "store.timeout_ms" in error["message"]
+        assert "nothing was changed" in read.json()["error"]["message"]
+        assert "may have been created" in write.json()["error"]["message"]
+        assert "GET /admin/keys" in write.json()["error"]["message"]
+        assert "may have been applied" in edit.json()["error"]["message"]
+    finally:
+        gw.stop()

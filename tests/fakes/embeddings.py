@@ -18,7 +18,10 @@ GEMINI_BATCH_LIMIT = 100
 
 
 def dimensions_for(model: str, asked: Any) -> int:
-    """``asked`` (the request's ``dimensions``/``outputDimensionality``), else ``-dN`` in the model name, else 8."""
+    """``asked`` (the request's ``dimensions``/``outputDimensionality``), else ``-dN`` in the model name, else 8.
+
+    A model named ``...-ragged...`` answers the OpenAI wire with vectors of this size plus their index.
+    """
     if isinstance(asked, int):
         return asked
     tail = model.rsplit("-d", 1)
@@ -43,8 +46,9 @@ def openai_answer(body: dict[str, Any], prompt_tokens: int | None) -> dict[str, 
     base64_wanted = body.get("encoding_format") == "base64"
     data = []
     for index, item in enumerate(inputs):
-        vector = vector_of(model, item, size)
-        embedding: Any = (base64.b64encode(struct.pack(f"<{size}f", *vector)).decode() if base64_wanted
+        length = size + index if "-ragged" in model else size  # a broken server: every vector a different length
+        vector = vector_of(model, item, length)
+        embedding: Any = (base64.b64encode(struct.pack(f"<{length}f", *vector)).decode() if base64_wanted
                           else vector)
         data.append({"object": "embedding", "index": index, "embedding": embedding})
     data.reverse()  # real servers may answer out of order: ``index`` says where each belongs

@@ -12,9 +12,10 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
+from gateway.api.admin.endpoint import admin_endpoint
 from gateway.api.admin.usage import MAX_PARAM_CHARS, known_tenants
 from gateway.api.approvals.endpoint import audit_view, decode_cursor, encode_cursor, parse_limit, parse_time
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
@@ -46,5 +47,5 @@ async def admin_tenants(request: Request, runtime: Runtime, work: Work) -> JSONR
 
 
 def admin_audit_routes() -> list[Route]:
-    return [Route("/admin/audit", endpoint("/admin/audit", admin_audit, metered=True), methods=["GET"]),
-            Route("/admin/tenants", endpoint("/admin/tenants", admin_tenants, metered=True), methods=["GET"])]
+    return [Route("/admin/audit", admin_endpoint("/admin/audit", admin_audit), methods=["GET"]),
+            Route("/admin/tenants", admin_endpoint("/admin/tenants", admin_tenants), methods=["GET"])]

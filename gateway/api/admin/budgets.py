@@ -16,7 +16,8 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.admin.endpoint import admin_endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.config.keys_section import Budget
 from gateway.errors import GatewayError
@@ -64,4 +65,4 @@ async def list_budgets(request: Request, runtime: Runtime, work: Work) -> JSONRe
 
 
 def budget_routes() -> list[Route]:
-    return [Route("/admin/budgets", endpoint("/admin/budgets", list_budgets, metered=True), methods=["GET"])]
+    return [Route("/admin/budgets", admin_endpoint("/admin/budgets", list_budgets), methods=["GET"])]

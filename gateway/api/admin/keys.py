@@ -24,7 +24,8 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.admin.endpoint import admin_endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.config.checks import ConfigError, mapping
 from gateway.config.keys_section import check_models, key_options, label, plain_label, secret_digest
@@ -306,9 +307,9 @@ def admin_routes() -> list[Route]:
     """Every admin call is metered and recorded (access record, span), its changes audited."""
     keys, one = "/admin/keys", "/admin/keys/{id}"
     return [
-        Route(keys, endpoint(keys, create_key, metered=True), methods=["POST"]),
-        Route(keys, endpoint(keys, list_keys, metered=True), methods=["GET"]),
-        Route(one, endpoint(one, get_key, metered=True), methods=["GET"]),
-        Route(one, endpoint(one, update_key, metered=True), methods=["PATCH"]),
-        Route(one, endpoint(one, revoke_key, metered=True), methods=["DELETE"]),
+        Route(keys, admin_endpoint(keys, create_key), methods=["POST"]),
+        Route(keys, admin_endpoint(keys, list_keys), methods=["GET"]),
+        Route(one, admin_endpoint(one, get_key), methods=["GET"]),
+        Route(one, admin_endpoint(one, update_key), methods=["PATCH"]),
+        Route(one, admin_endpoint(one, revoke_key), methods=["DELETE"]),
     ]

@@ -23,7 +23,8 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.admin.endpoint import admin_endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.http.json_response import JSONResponse
@@ -167,4 +168,4 @@ async def get_usage(request: Request, runtime: Runtime, work: Work) -> JSONRespo
 
 
 def usage_routes() -> list[Route]:
-    return [Route("/admin/usage", endpoint("/admin/usage", get_usage, metered=True), methods=["GET"])]
+    return [Route("/admin/usage", admin_endpoint("/admin/usage", get_usage), methods=["GET"])]

@@ -6,6 +6,9 @@
 - ``GET /v1/responses/{id}`` answers from the run record on any replica sharing the store;
   ``?stream=true&starting_after=N`` replays the stored events after sequence number ``N`` and
   then follows the live ones (only for runs created with ``stream: true``, as OpenAI requires).
+  Such a follower is a request for as long as it follows (the key's rpm, a concurrency slot of
+  the key and its tenant) and is capped per run and per process; the followers of a run share
+  one store poll per process (gateway/background/followers.py).
 - ``POST /v1/responses/{id}/cancel`` sets the run's cancel flag (seen by the replica running it
   within ``background.heartbeat_s``) and waits, bounded, for the run to store ``cancelled``.
 
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import orjson
@@ -31,16 +35,14 @@ from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
 from gateway.api.runtime import Runtime
+from gateway.background.followers import Following
 from gateway.background.runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
-from gateway.cancellation import check_cancelled
 from gateway.canonical import Usage
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.store.background.base import BackgroundRun, RunNotFound
 
-# Stored events read per store round trip while replaying.
-REPLAY_BATCH = 256
 # How long a cancel waits for the running replica to store "cancelled" before answering anyway.
 CANCEL_WAIT_S = 10.0
 LEASE_EXPIRED = ("the gateway replica running this background response stopped before it ended "
@@ -110,7 +112,7 @@ async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stre
         raise
     if not stream:
         return JSONResponse(orjson.dumps(stored.response))
-    return SSEResponse(follow(runtime, stored.id, tenant, -1))
+    return SSEResponse(follow(runtime, stored.id, tenant, -1, counted=False))
 
 
 async def settle(runtime: Runtime, run: BackgroundRun, status: str = "failed") -> BackgroundRun:
@@ -139,39 +141,19 @@ async def lookup(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | 
     return await settle(runtime, run)
 
 
-async def follow(runtime: Runtime, run_id: str, tenant: str, after: int) -> AsyncIterator[bytes]:
-    """The stored events after sequence number ``after``, then the live ones until the run ends."""
-    runner = _runner(runtime)
-    store, poll_s = runner.store, runner.config.poll_s
-    wake: asyncio.Event | None = None
-    try:
-        while True:
-            # A client that left cancels this generator (SSEResponse); redis-py can swallow that cancellation in
-            # a store call, and the poll below would then go round until the run ends, holding up a graceful
-            # shutdown (and so the end of this replica's runs) for as long (gateway/cancellation.py).
-            check_cancelled()
-            wake = runner.follower_event(run_id)
-            # The run first, then its events: a run read as ended has stored every event already.
-            try:
-                run = await settle(runtime, await store.get(run_id, tenant))
-            except RunNotFound:
-                return  # deleted (or expired) while followed
-            while True:
-                batch = await store.events(run_id, tenant, after, REPLAY_BATCH)
-                if batch:
-                    after = max(after, run.first_seq - 1) + len(batch)
-                    yield b"".join(batch)
-                if len(batch) < REPLAY_BATCH:
-                    break
-            if not run.active:
-                return
-            # Woken at once by a write of this process; a run on another replica is polled.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(poll_s if not runner.is_local(run_id) else max(poll_s, 1.0)):
-                    await wake.wait()
-    finally:  # also when the client leaves: no wake-up event outlives its followers
-        if wake is not None:
-            runner.drop_follower_event(run_id, wake)
+async def _read(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun:
+    """The run as a follower sees it: settled (ended when its lease ran out). ``RunNotFound`` when gone."""
+    return await settle(runtime, await _runner(runtime).store.get(run_id, tenant))
+
+
+def follow(runtime: Runtime, run_id: str, tenant: str, after: int, counted: bool = True) -> Following:
+    """The stored events after sequence number ``after``, then the live ones until the run ends.
+
+    The followers of one run in this process share one store poll (gateway/background/followers.py);
+    ``counted``: under ``background.max_followers_per_run`` and ``max_followers`` (429 past them). The
+    stream a run's own request answers with is not: the runs bound it.
+    """
+    return runtime.followers.follow(tenant, run_id, after, partial(_read, runtime), counted)
 
 
 def _stream_options(request: Request) -> tuple[bool, int]:
@@ -214,7 +196,12 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         if not run.stream:
             raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
                               "poll it without stream=true", "stream")
-        return SSEResponse(follow(runtime, run_id, key.tenant, after))
+        # A follower is a request for as long as it follows: the key's rpm, and a concurrency slot of the key
+        # and its tenant until it leaves (however it leaves: ``Following.aclose`` gives it back).
+        await work.admit(0, 0)
+        following = follow(runtime, run_id, key.tenant, after)  # a 429 past a cap gives the admission back
+        following.on_close = partial(work.settle, None)
+        return SSEResponse(following)
 
     async def cancel_response(request: Request, runtime: Runtime, work: Work) -> Any:
         key = await work.authenticate()
