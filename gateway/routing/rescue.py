@@ -201,7 +201,7 @@ class Rescue:
                 return ""
             text = told
         pending = self._pending_ws
-        if pending:
+        if pending and text:
             self._pending_ws = ""
             same = 0
             while same < len(pending) and same < len(text) and text[same] == pending[same]:
