@@ -357,7 +357,7 @@ class AnthropicStreamParser:
         if fragments is None or index not in self._blocks:
             block = self._blocks.get(index) if isinstance(index, int) else None
             if block is not None and block.get("type") == "thinking":
-                pieces = self._grown.get((index, "signature"))  # type: ignore[index]  # an int here
+                pieces = self._grown.get((index, "signature"))
                 return [ReasoningSignature("".join(pieces) if pieces else str(block.get("signature") or ""))]
             return []
         raw = "".join(fragments)

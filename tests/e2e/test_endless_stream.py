@@ -168,6 +168,7 @@ def test_an_endless_stream_at_the_default_bound_keeps_the_gateway_small(endless:
         assert time.monotonic() - started < 60, "appending each delta to the whole text was quadratic"
         assert _status(pid, "VmHWM") - before < GROWTH_MB
         assert_clean_end("chat", events, last, 32 * MiB)
+        assert received >= 16 * MiB, "the text up to the bound was streamed"
         assert not fallback.requests
         assert endless[wire].sent < 64 * MiB
     finally:
