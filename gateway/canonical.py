@@ -315,18 +315,23 @@ def stable_tool_call_id(seed: str, index: int) -> str:
     return f"call_{digest}"
 
 
+_identity = id
+
+
 class ToolCallAccumulator:
     """Reassembles streamed tool-call fragments into whole calls.
 
     Fragments are keyed by index; where a provider omits or repeats the index, the id decides
     (a fragment carrying a new id opens a new call). The first id and name win; argument
-    fragments concatenate in arrival order.
+    fragments concatenate in arrival order (kept as pieces and joined when read: adding each to the
+    call's string would copy all of it per fragment, quadratic in long arguments).
     """
 
-    __slots__ = ("_by_id", "_by_index", "_calls", "_last")
+    __slots__ = ("_by_id", "_by_index", "_calls", "_last", "_pieces")
 
     def __init__(self) -> None:
         self._calls: list[ToolCall] = []
+        self._pieces: dict[int, list[str]] = {}  # id() of a call in ``_calls`` -> its argument fragments
         self._by_index: dict[int, ToolCall] = {}
         self._by_id: dict[str, ToolCall] = {}
         self._last: ToolCall | None = None
@@ -363,7 +368,11 @@ class ToolCallAccumulator:
                 call["function"]["name"] = name
         if arguments:
             # Ollama and some compat servers send arguments as an object, not a JSON string.
-            call["function"]["arguments"] += arguments if isinstance(arguments, str) else normalize_arguments(arguments)
+            piece = arguments if isinstance(arguments, str) else normalize_arguments(arguments)
+            pieces = self._pieces.get(_identity(call))  # (``id`` is a parameter here)
+            if pieces is None:
+                pieces = self._pieces[_identity(call)] = [call["function"]["arguments"]]
+            pieces.append(piece)
         if extra_content:
             call.setdefault("extra_content", {}).update(extra_content)
         self._last = call
@@ -371,12 +380,21 @@ class ToolCallAccumulator:
     def __bool__(self) -> bool:
         return bool(self._calls)
 
+    def _settle(self) -> None:
+        for call in self._calls:
+            pieces = self._pieces.get(id(call))
+            if pieces is not None and len(pieces) > 1:
+                pieces[:] = ["".join(pieces)]
+                call["function"]["arguments"] = pieces[0]
+
     def arguments_so_far(self) -> str:
         """Every call's name and argument text so far (what a cut stream produced of them)."""
+        self._settle()
         return "".join(call["function"]["name"] + call["function"]["arguments"] for call in self._calls)
 
     def result(self, id_seed: str) -> list[ToolCall]:
         """The finished calls, each with an id and object-JSON arguments."""
+        self._settle()
         for position, call in enumerate(self._calls):
             if not call["id"]:
                 call["id"] = stable_tool_call_id(id_seed, position)

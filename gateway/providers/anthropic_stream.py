@@ -221,13 +221,16 @@ def _response(native: Any) -> ModelResponse:
 class AnthropicStreamParser:
     """Rebuilds the native message from ``message_start`` / ``content_block_*`` / ``message_delta`` events."""
 
-    __slots__ = ("_announced", "_blocks", "_configured", "_done", "_json", "_last_reasoning", "_malformed",
+    __slots__ = ("_announced", "_blocks", "_configured", "_done", "_grown", "_json", "_last_reasoning", "_malformed",
                  "_message", "_stop_reason", "_stop_sequence", "_usage")
 
     def __init__(self, target: str = "", model: str = "") -> None:
         self._message: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}  # content index -> block being assembled
         self._json: dict[int, list[str]] = {}  # content index -> input_json_delta fragments
+        # (content index, field) -> the pieces of a block's text, thinking or signature, joined when read: adding
+        # each delta to the block's string would copy all of it per delta (quadratic in a long answer)
+        self._grown: dict[tuple[int, str], list[str]] = {}
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
@@ -283,6 +286,8 @@ class AnthropicStreamParser:
             raise TypeError("index")
         block = dict(check_block(block))
         self._blocks[index] = block
+        for field in ("text", "thinking", "signature"):  # a block started again at its index starts afresh
+            self._grown.pop((index, field), None)
         if "input" in block:  # tool_use, server_tool_use: ``input: {}`` at start is not the real input
             self._json[index] = []
         if block.get("type") == "text" and block.get("text"):
@@ -308,14 +313,14 @@ class AnthropicStreamParser:
                 "type": "thinking", "thinking": "", "signature": ""}
         if kind == "text_delta":
             text = str(delta.get("text") or "")
-            block["text"] = str(block.get("text") or "") + text
+            self._grow(index, block, "text", text)
             return [TextDelta(text)] if text else []
         if kind == "thinking_delta":
             text = str(delta.get("thinking") or "")
-            block["thinking"] = str(block.get("thinking") or "") + text
+            self._grow(index, block, "thinking", text)
             return [self._reasoning(index, text)] if text else []
         if kind == "signature_delta":
-            block["signature"] = str(block.get("signature") or "") + str(delta.get("signature") or "")
+            self._grow(index, block, "signature", str(delta.get("signature") or ""))
         elif kind == "input_json_delta":
             self._json.setdefault(index, []).append(str(delta.get("partial_json") or ""))
         elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
@@ -324,6 +329,19 @@ class AnthropicStreamParser:
                 citations = block["citations"] = []
             citations.append(delta["citation"])
         return []  # unknown delta types
+
+    def _grow(self, index: int, block: dict[str, Any], field: str, text: str) -> None:
+        pieces = self._grown.get((index, field))
+        if pieces is None:
+            pieces = self._grown[(index, field)] = [str(block.get(field) or "")]
+        pieces.append(text)
+
+    def _settle(self) -> None:
+        """The grown fields joined into their blocks (at the end, or for ``produced_so_far`` after a failure)."""
+        for (index, field), pieces in self._grown.items():
+            if len(pieces) > 1:
+                pieces[:] = ["".join(pieces)]
+            self._blocks[index][field] = pieces[0]
 
     def _reasoning(self, index: int, text: str) -> ReasoningDelta:
         # Thinking blocks are joined with a blank line in the whole message; the stream says the same.
@@ -339,7 +357,8 @@ class AnthropicStreamParser:
         if fragments is None or index not in self._blocks:
             block = self._blocks.get(index) if isinstance(index, int) else None
             if block is not None and block.get("type") == "thinking":
-                return [ReasoningSignature(str(block.get("signature") or ""))]
+                pieces = self._grown.get((index, "signature"))
+                return [ReasoningSignature("".join(pieces) if pieces else str(block.get("signature") or ""))]
             return []
         raw = "".join(fragments)
         tool_input: Any = {}
@@ -357,6 +376,7 @@ class AnthropicStreamParser:
         return parse_usage(self._usage)
 
     def produced_so_far(self) -> str:
+        self._settle()
         parts = [str(block.get("text") or block.get("thinking") or "") for block in self._blocks.values()]
         parts.extend("".join(fragments) for fragments in self._json.values())
         return "".join(parts)
@@ -373,6 +393,7 @@ class AnthropicStreamParser:
             raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended before message_stop")
         for index in list(self._json):
             self._close(index)
+        self._settle()
         native = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)],
                   "stop_reason": self._stop_reason, "stop_sequence": self._stop_sequence, "usage": self._usage}
         return self._malformed.check(response_from_message(native))

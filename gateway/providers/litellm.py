@@ -25,6 +25,7 @@ from gateway.config.providers_section import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent, class_for_status, looks_like_context_overflow
 from gateway.providers.openai import OpenAIAdapter
 from gateway.providers.openai_embeddings import embeddings_body, parse_embeddings_payload
+from gateway.upstream.errors import ResponseTooLarge
 
 _openai = OpenAIAdapter()
 
@@ -102,8 +103,14 @@ class LiteLLMAdapter:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
             chunks = await litellm.acompletion(**kwargs)
+            left = provider.limits.max_response_bytes  # the whole stream, as the HTTP transport bounds it
             async for chunk in chunks:
-                deltas = parser.feed(SSEEvent(None, _dump(chunk)))
+                data = _dump(chunk)
+                left -= len(data)
+                if left < 0:
+                    raise ResponseTooLarge("upstream stream is larger than max_response_bytes "
+                                           f"({provider.limits.max_response_bytes})")
+                deltas = parser.feed(SSEEvent(None, data))
                 if deltas:
                     yield deltas
         except Exception as exc:

@@ -7,7 +7,12 @@ reaches the caller:
 * **prefill** (the target can continue an assistant message): the request carries the sent text
   as the final assistant turn, and what comes back is the rest of the answer, forwarded as is
   (trailing whitespace is not sent as prefill, Anthropic rejects it; a continuation that repeats
-  it has it swallowed);
+  it has it swallowed). A target may ignore the prefill and answer from the start (DeepSeek's
+  ``prefix`` outside its beta URL): the first characters of a continuation are held (never more
+  than the prefill's length, leading whitespace aside) until they tell. One that starts with the
+  whole prefill is a restart, its repeat dropped as a restart's is; one that starts like the
+  prefill and then leaves it, or ends inside it, raises ``Diverged``; one whose first character
+  already differs is the continuation, forwarded from its start;
 * **restart** (it cannot, or it answered a prefill with a 400 and was marked as never again):
   the target answers afresh; while its text (and reasoning text) reproduces what the caller
   already has, it is swallowed, and past it the rest is forwarded. A new answer that diverges,
@@ -34,7 +39,7 @@ from gateway.canonical import (
     TextDelta,
     rewritten,
 )
-from gateway.upstream.errors import ProviderError
+from gateway.upstream.errors import ProviderError, ResponseTooLarge
 
 #: how a target continues an assistant message: the final assistant (Anthropic) or model (Gemini) turn
 #: as is (``native``), DeepSeek/Mistral ``prefix: true`` on that message, or vLLM/SGLang
@@ -95,11 +100,21 @@ def sent_so_far(batches: list[list[StreamDelta]]) -> tuple[str, str]:
     return "".join(text), "".join(reasoning)
 
 
+def kept_chars(deltas: list[StreamDelta], kept: int, bound: int) -> int:
+    """``kept`` plus the text and reasoning characters of ``deltas``; past ``bound`` the stream is too large."""
+    for delta in deltas:
+        if type(delta) is TextDelta or type(delta) is ReasoningDelta:
+            kept += len(delta.text)
+    if kept > bound:
+        raise ResponseTooLarge(f"upstream stream is larger than max_response_bytes ({bound})")
+    return kept
+
+
 class Rescue:
     """One rescue in progress: what the caller has, what failed first, and how the current attempt continues."""
 
-    __slots__ = ("_at", "_pending_ws", "_reasoning_at", "_tail", "_waiting", "after_chars", "how", "original",
-                 "original_metric", "original_target", "reasoning", "text")
+    __slots__ = ("_at", "_lead", "_matched", "_pending_ws", "_prefix", "_probe", "_reasoning_at", "_tail", "_waiting",
+                 "after_chars", "how", "original", "original_metric", "original_target", "reasoning", "text")
 
     def __init__(self, original: ProviderError, original_target: str, original_metric: str, text: str,
                  reasoning: str) -> None:
@@ -114,6 +129,11 @@ class Rescue:
         self._pending_ws = ""
         self._waiting: Answering | None = None
         self._tail: list[str] = []
+        # A prefill continuation's first pieces, held until they tell whether it repeats the prefill (None: told).
+        self._probe: list[str] | None = None
+        self._prefix = ""
+        self._matched = 0  # characters of the prefill the held pieces reproduced
+        self._lead = -1  # leading whitespace of the held pieces; -1 until their first other character
 
     def request_for(self, request: ModelRequest, kind: PrefillKind | None) -> ModelRequest:
         """The request this attempt sends, and how it continues (``how``).
@@ -123,6 +143,7 @@ class Rescue:
         self._at = self._reasoning_at = 0
         self._waiting = None
         self._tail = []
+        self._probe = None
         if kind is None or not self.text or self.reasoning:
             self.how = "restart"
             self._pending_ws = ""
@@ -133,6 +154,7 @@ class Rescue:
         if not prefix:
             self.how = "restart"
             return request
+        self._prefix, self._probe, self._matched, self._lead = prefix, [], 0, 0
         turn: Message = {"role": "assistant", "content": prefix}
         params = request.params
         if kind == "prefix":
@@ -173,8 +195,13 @@ class Rescue:
         return out
 
     def _continue(self, text: str) -> str:
+        if self._probe is not None:
+            told = self._told(text)
+            if told is None:
+                return ""
+            text = told
         pending = self._pending_ws
-        if pending:
+        if pending and text:
             self._pending_ws = ""
             same = 0
             while same < len(pending) and same < len(text) and text[same] == pending[same]:
@@ -182,6 +209,53 @@ class Rescue:
             text = text[same:]
         self._tail.append(text)
         return text
+
+    def _told(self, text: str) -> str | None:
+        """Hold a prefill continuation's piece while it may be a repeat of the prefill; once it tells, the text
+        to forward (a repeat dropped). None: still undecided. Raises ``Diverged`` for a restart that left it."""
+        probe = self._probe
+        assert probe is not None
+        probe.append(text)
+        prefix, at = self._prefix, self._matched
+        if self._lead >= 0 and at == 0:  # leading whitespace is not compared
+            body = text.lstrip()
+            self._lead += len(text) - len(body)
+            if not body:
+                # Whitespace only so far; more of it than the prefill is no restart of it.
+                return self._release() if self._lead > len(prefix) else None
+            text, self._lead = body, -1
+        left = len(prefix) - at
+        if prefix.startswith(text[:left], at):
+            if len(text) < left:
+                self._matched = at + len(text)
+                return None
+            self._probe = None  # the whole prefill again: a restart, its repeat dropped
+            return text[left:]
+        if at or text[0] == prefix[at]:
+            raise Diverged  # it began as the sent text and left it: a restart that diverged
+        return self._release()
+
+    def _release(self) -> str:
+        """The held pieces are the continuation itself: all of them are forwarded."""
+        probe, self._probe = self._probe or [], None
+        return "".join(probe)
+
+    def flush(self) -> list[StreamDelta]:
+        """At the attempt's end: what is still held. Whitespace only is the continuation; anything else ended
+        inside the prefill it repeated (``Diverged``)."""
+        if self._probe is None or not self._probe:
+            self._probe = None
+            return []
+        if self._lead < 0:
+            raise Diverged
+        piece = self._continue(self._release())
+        if not piece:
+            return []
+        out: list[StreamDelta] = [TextDelta(piece)]
+        if self._waiting is not None:
+            out.insert(0, self._waiting)
+            self._waiting = None
+        return out
 
     def _reproduce(self, text: str) -> str:
         sent, at = self.text, self._at

@@ -57,6 +57,7 @@ from gateway.routing.rescue import (
     Diverged,
     Rescue,
     StreamPolicy,
+    kept_chars,
     prefill_kind,
     sent_so_far,
 )
@@ -70,6 +71,7 @@ from gateway.routing.walk import (
     Walk,
     attempt,
 )
+from gateway.upstream.errors import ResponseTooLarge
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.sse import SSEDecoder
 
@@ -189,6 +191,9 @@ class Router:
                     call = rescue.request_for(request, kind)
                 call = self.reasoning.shaped(target.reasoning, target.provider.name, target.model, call)
                 parser: StreamParser | None = None
+                # Characters of answer the caller has from this call: what a rescue keeps and sends again.
+                bound = target.provider.limits.max_response_bytes
+                kept = rescue.after_chars if rescue is not None else 0
                 try:
                     response: ModelResponse | None = None
                     if target.in_process:
@@ -211,6 +216,7 @@ class Router:
                                 if rescue is not None:
                                     item = rescue.pass_on(item)
                                 if item:
+                                    kept = kept_chars(item, kept, bound)  # no transport counts its bytes
                                     committed = True
                                     if sent is not None:
                                         sent.append(item)
@@ -251,6 +257,8 @@ class Router:
                                         upstream.idle_after(idle_s)
                                     if rescue is not None:
                                         deltas = rescue.pass_on(deltas)
+                                        if deltas:  # the transport bounds one attempt; this, all of them
+                                            kept = kept_chars(deltas, kept, bound)
                                     if deltas:
                                         committed = True
                                         if sent is not None:
@@ -275,6 +283,12 @@ class Router:
                     if response is None:
                         raise ProviderError(ErrorClass.CONNECTION, "upstream stream ended without a response")
                     if rescue is not None:
+                        held = rescue.flush()  # a continuation's first text, held while it might repeat the prefill
+                        if held:
+                            committed = True
+                            if sent is not None:
+                                sent.append(held)
+                            yield held
                         response = rescue.complete(response)
                 except ProviderError as error:
                     # A refused reasoning_effort (before any output): the same target again at once, without it.
@@ -283,6 +297,8 @@ class Router:
                             and error.error_class is ErrorClass.BAD_REQUEST):
                         self._learn_no_prefill(target, walk, attempts, error, started)
                         continue
+                    if sent and isinstance(error, ResponseTooLarge):  # past the bound: never rescued
+                        await walk.failed(target, error, started, head_seen, committed=True)
                     if sent:  # something reached the caller: this failure is rescued (``policy.rescue``)
                         if rescue is None or committed:
                             text, reasoning = sent_so_far(sent)

@@ -15,7 +15,7 @@ import time
 import httptools
 
 from gateway.upstream.decoding import BodyDecoder, decoder_for
-from gateway.upstream.errors import ErrorClass, ProviderError
+from gateway.upstream.errors import ErrorClass, ProviderError, ResponseTooLarge
 from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.timeouts import PoolLimits, Timeouts
 
@@ -368,4 +368,4 @@ def _head_too_large() -> ProviderError:
 
 
 def _body_too_large(limit: int) -> ProviderError:
-    return ProviderError(ErrorClass.INVALID_RESPONSE, f"upstream response is larger than max_response_bytes ({limit})")
+    return ResponseTooLarge(f"upstream response is larger than max_response_bytes ({limit})")

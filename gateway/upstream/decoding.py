@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 
-from gateway.upstream.errors import ErrorClass, ProviderError
+from gateway.upstream.errors import ErrorClass, ProviderError, ResponseTooLarge
 
 
 class BodyDecoder:
@@ -84,4 +84,4 @@ def _corrupt(exc: zlib.error) -> ProviderError:
 
 
 def too_large() -> ProviderError:
-    return ProviderError(ErrorClass.INVALID_RESPONSE, "upstream response is larger than max_response_bytes")
+    return ResponseTooLarge("upstream response is larger than max_response_bytes")

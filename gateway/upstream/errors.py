@@ -52,3 +52,14 @@ class ProviderError(Exception):
 
     def __repr__(self) -> str:
         return f"ProviderError({self.error_class.value}, {self.status}, {self.message!r})"
+
+
+class ResponseTooLarge(ProviderError):
+    """A response past its provider's ``max_response_bytes`` (as received, decompressed, or a whole stream).
+
+    A class of its own because a stream past it is never rescued (``routing/rescue.py``): continuing it would
+    keep, and send again as a prefill, more than the bound allows; the stream ends with a clean error instead.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorClass.INVALID_RESPONSE, message)

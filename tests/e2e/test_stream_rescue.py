@@ -336,3 +336,73 @@ def test_the_requests_own_option_holds_for_its_resumed_loop(rescue_gateway: Gate
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
     assert [e for e in events if "error" in e] == []
     assert text == FULL, "the route has stream_rescue off; the paused request's own option turned it on"
+
+
+FOX = "The quick brown fox jumps over the lazy dog."
+FOX_SENT = "The quick brown fox "
+
+
+def fox_cut() -> Reply:
+    """A stream that sends ``FOX_SENT`` (in two pieces) and dies after its commit point."""
+    return Reply(text=FOX_SENT, fault="cut", pieces=2, cut_after=2)
+
+
+def read_answer(gw: Gateway, surface: str, model: str) -> tuple[str, list[Any]]:
+    """The text a client reads from one stream of ``surface``, and the stream's error events."""
+    if surface == "chat":
+        text, errors, _ = stream_chat(gw, model)
+        return text, errors
+    if surface == "responses":
+        body: dict[str, Any] = {"model": model, "input": "hi", "stream": True}
+        path, kind = "/v1/responses", "response.output_text.delta"
+    else:
+        body = {"model": model, "max_tokens": 200, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        path, kind = "/v1/messages", "content_block_delta"
+    text, errors = [], []
+    with httpx.stream("POST", f"{gw.url}{path}", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {KEY}", "x-api-key": KEY}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = orjson.loads(line[6:])
+            if event.get("type") == kind:
+                text.append(event["delta"] if surface == "responses" else event["delta"].get("text", ""))
+            elif event.get("type") in ("error", "response.failed"):
+                errors.append(event)
+    return "".join(text), errors
+
+
+@pytest.mark.parametrize("surface", ["chat", "responses", "messages"])
+def test_a_prefill_the_target_ignored_is_not_repeated(rescue_gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                      surface: str) -> None:
+    """The continuing target answers from the start (DeepSeek's prefix completion without its beta URL): the
+    repeat of what the caller already has is dropped, the answer reads once."""
+    assert FakeUpstream._split(FOX_SENT, 2) == ["The quick ", "brown fox "]
+    fakes["primary"].queue(fox_cut())
+    fakes["claude"].queue(Reply(text=FOX, pieces=5))  # other piece boundaries than the cut stream's
+    text, errors = read_answer(rescue_gateway, surface, "rescue_prefill")
+    assert not errors
+    assert text == FOX
+    last = fakes["claude"].bodies[-1]["messages"][-1]
+    assert last["role"] == "assistant", "the rescue asked for a continuation (prefill)"
+
+
+@pytest.mark.parametrize("surface", ["chat", "responses", "messages"])
+def test_a_prefill_the_target_honoured_is_continued_once(rescue_gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                         surface: str) -> None:
+    fakes["primary"].queue(fox_cut())
+    fakes["claude"].queue(Reply(text=FOX[len(FOX_SENT.rstrip()):], pieces=3))
+    text, errors = read_answer(rescue_gateway, surface, "rescue_prefill")
+    assert not errors
+    assert text == FOX
+
+
+def test_a_repeat_that_leaves_the_sent_text_ends_with_the_first_failure(rescue_gateway: Gateway,
+                                                                       fakes: dict[str, FakeUpstream]) -> None:
+    fakes["primary"].queue(fox_cut())
+    fakes["claude"].queue(Reply(text="The quick red fox naps.", pieces=3))
+    text, errors = read_answer(rescue_gateway, "chat", "rescue_prefill")
+    assert text == FOX_SENT, "nothing of a restart that diverged is spliced on"
+    assert len(errors) == 1 and errors[0]["code"] == "stream_interrupted"
+    assert "primary:gpt-x" in errors[0]["message"]

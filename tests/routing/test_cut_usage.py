@@ -9,7 +9,7 @@ from gateway.context.encodings import get_encoding
 from gateway.providers.anthropic_stream import AnthropicStreamParser
 from gateway.providers.gemini_stream import GeminiStreamParser
 from gateway.providers.openai import OpenAIStreamParser
-from gateway.routing.cut_usage import cut_attempt_usage
+from gateway.routing.cut_usage import COUNTED_CHARS, cut_attempt_usage
 from gateway.upstream.sse import SSEEvent
 
 REQUEST = ModelRequest(messages=[{"role": "user", "content": "What is the weather in Paris today?"}])
@@ -79,3 +79,12 @@ def test_gemini_parser_produced_text_and_calls() -> None:
         {"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]}}]}))
     produced = parser.produced_so_far()
     assert "Checking" in produced and "weather" in produced and "Paris" in produced
+
+
+async def test_a_long_cut_output_is_estimated_past_the_counted_part() -> None:
+    """Megabytes of output are not tokenised on the event loop: past COUNTED_CHARS, four characters a token."""
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}])
+    produced = "word " * (COUNTED_CHARS // 5) + "x" * 4_000_000
+    usage = await cut_attempt_usage(Usage(prompt_tokens=5), request, produced, "gpt-4.1")
+    head = await cut_attempt_usage(Usage(prompt_tokens=5), request, produced[:COUNTED_CHARS], "gpt-4.1")
+    assert usage.completion_tokens == head.completion_tokens + (len(produced) - COUNTED_CHARS) // 4

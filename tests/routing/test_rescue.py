@@ -99,6 +99,48 @@ def test_prefill_continuation_swallows_the_held_back_whitespace_and_completes_th
     assert "reasoning_content" not in answer.message
 
 
+@pytest.mark.parametrize("pieces", [["Hello world"], ["\n\nHel", "lo", " wor", "ld"], ["Hello", "", " world"],
+                                    ["H", "e", "l", "l", "o", " ", "w", "o", "r", "l", "d"]])
+def test_prefill_continuation_that_repeats_the_prefill_has_the_repeat_dropped(pieces: list[str]) -> None:
+    rescue = Rescue(CUT, "a", "a", "Hello ", "")
+    rescue.request_for(REQUEST, "prefix")
+    out = [delta for piece in pieces for delta in rescue.pass_on([TextDelta(piece)])]
+    out += rescue.flush()
+    assert texts(out) == "world"
+    answer = rescue.complete(ModelResponse({"role": "assistant", "content": "Hello world"}, "stop", Usage()))
+    assert answer.message["content"] == "Hello world"
+
+
+@pytest.mark.parametrize(("pieces", "forwarded"), [([", friend"], ", friend"), (["  ", " ok"], "  ok"),
+                                                   (["x", "Hello"], "xHello"), ([" \n"], "\n")])
+def test_prefill_continuation_that_begins_otherwise_is_forwarded_from_its_start(pieces: list[str],
+                                                                                forwarded: str) -> None:
+    rescue = Rescue(CUT, "a", "a", "Hello ", "")
+    rescue.request_for(REQUEST, "native")
+    out = [delta for piece in pieces for delta in rescue.pass_on([Answering("b"), TextDelta(piece)])]
+    out += rescue.flush()
+    assert texts(out) == forwarded
+    assert out[0] == Answering("b")
+
+
+@pytest.mark.parametrize("pieces", [["Help"], ["Hel", "p me"], ["Hel"], ["  He"]])
+def test_prefill_continuation_that_starts_repeating_and_leaves_or_stops_diverged(pieces: list[str]) -> None:
+    rescue = Rescue(CUT, "a", "a", "Hello ", "")
+    rescue.request_for(REQUEST, "native")
+    with pytest.raises(Diverged):
+        for piece in pieces:
+            assert rescue.pass_on([TextDelta(piece)]) == [], "nothing is forwarded while it may be a repeat"
+        rescue.flush()
+
+
+def test_prefill_hold_is_bounded_by_the_prefill() -> None:
+    """Whitespace alone is held no longer than the prefill is long: then it is the continuation."""
+    rescue = Rescue(CUT, "a", "a", "Hi", "")
+    rescue.request_for(REQUEST, "native")
+    assert rescue.pass_on([TextDelta(" ")]) == []
+    assert texts(rescue.pass_on([TextDelta("  ")])) == "   "
+
+
 @pytest.mark.parametrize(("kind", "url", "model", "expected"), [
     ("anthropic", "https://api.anthropic.com", "claude-sonnet-4-5", "native"),
     ("anthropic", "https://api.anthropic.com", "claude-opus-4-6", None),
