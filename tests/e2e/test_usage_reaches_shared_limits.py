@@ -84,10 +84,12 @@ def test_a_new_keys_budget_reserves_the_answer_across_replicas(pair: tuple[Gatew
     ran = [a for a in answers if a.status_code == 200]
     refused = [a for a in answers if a.status_code == 429]
     assert len(ran) + len(refused) == BURST, [a.text for a in answers if a.status_code not in (200, 429)]
-    assert {a.json()["error"]["code"] for a in refused} == {"insufficient_quota"}
     spent = sum(a.json()["usage"]["total_tokens"] for a in ran)
+    assert refused, (len(ran), spent)
+    assert {a.json()["error"]["code"] for a in refused} == {"insufficient_quota"}
     # Each request reserved its prompt estimate plus its max_tokens (5,010): admission stops once spent
     # plus reserved reaches the budget, so at most one reservation's worth passes it.
-    reservation = ANSWER + 30
-    assert 1 <= len(ran) <= BUDGET // ANSWER + 1, (len(ran), spent)
+    reservation = ANSWER + 40
     assert spent <= BUDGET + reservation, (spent, len(ran))
+    # The third reservation finds 2 x ~5,040 reserved (or spent) >= 10,000: refused on either replica.
+    assert 1 <= len(ran) <= 2, (len(ran), spent)
