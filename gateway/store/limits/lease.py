@@ -134,11 +134,12 @@ class Lease:
                 if not self.debt:
                     self.debt_since = time.monotonic()
                 self.debt += extra_tokens
+            elif extra_tokens <= self.tokens:  # the common case far from the limit: the slice pays it all
+                self.tokens -= extra_tokens
             else:
-                paid = min(extra_tokens, int(self.tokens)) if self.tokens >= 1 else 0
+                paid = int(self.tokens) if self.tokens >= 1 else 0
                 self.tokens -= paid
-                if extra_tokens > paid:
-                    remote = extra_tokens - paid
+                remote = extra_tokens - paid
         if self.has_c:
             if not slot_leased:
                 remote = remote or 0
