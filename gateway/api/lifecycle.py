@@ -177,18 +177,20 @@ class Work:
         self.meter = self.exchange.meter = self.lifecycle.usage.meter(key)
 
     # -- admission ------------------------------------------------------------------------------
-    async def admit(self, body_bytes: int, tokens: int | None = None, budget: bool = True) -> None:
+    async def admit(self, body_bytes: int, tokens: int | None = None, output: int = 0, budget: bool = True) -> None:
         """Budget, then rate limits (a 429 for either), then a background run's slot: all for ``key``.
 
         The fast paths (a budget judged from a fresh reading, an allowance held in process) are
         taken here, behind this one step, without a store call. ``tokens``: the input tokens the
         surface counted before sending (tpm's estimate); None: estimated from ``body_bytes``.
-        ``budget`` False: work that spends nothing (``count_tokens``) is limited by requests only.
+        ``output``: the answer's tokens the request may take (``RoutePlan.output_reservation``), which
+        a budget reserves for a key with no history. ``budget`` False: work that spends nothing
+        (``count_tokens``) is limited by requests only.
         """
         key, meter = self.key, self.meter
         assert key is not None and meter is not None, "authenticate first"
         lifecycle = self.lifecycle
-        pending = meter.check_budget(body_bytes) if budget else None
+        pending = meter.check_budget(body_bytes, output) if budget else None
         if pending is not None:
             await pending
         limits = lifecycle.limits

@@ -161,7 +161,7 @@ def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup:
                 if question.stop_sequences:
                     params["stop"] = list(question.stop_sequences)[:4]
                 size = sum(len(text_of(m.get("content"))) for m in messages)
-                await work.admit(size)
+                await work.admit(size, output=plan.output_reservation(params))
                 state = LoopState()
                 answer = await router.complete(preferred(plan, question.model_preferences),
                                                ModelRequest(messages=messages, params=params), state.attempts,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config.embeddings_section import EMBEDDING_PROVIDER_TYPES
 from gateway.config.model import Config, RouteConfig, TargetConfig
@@ -11,6 +13,10 @@ from gateway.errors import bad_request, quoted
 from gateway.providers.urls import model_problem
 from gateway.routing.rescue import StreamPolicy
 from gateway.routing.router import ResolvedTarget, Router
+
+#: a budget never reserves more than this for one answer (a caller's ``max_tokens`` of 10**30 must not
+#: overflow the store's integer counters; far above any model's output)
+MAX_OUTPUT_RESERVATION = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,19 @@ class RoutePlan:
     metric_label: str
     # ``stream_rescue`` and ``stream_idle_timeout_s`` (routing/rescue.py).
     stream: StreamPolicy
+    # What a budget reserves for the answer of a request that names no output cap: the largest
+    # ``default_max_tokens`` of the route's providers (what an Anthropic target is sent anyway).
+    default_output: int = 4096
+
+    def output_reservation(self, params: Mapping[str, Any]) -> int:
+        """The answer's tokens a budget reserves: the request's ``max_completion_tokens`` / ``max_tokens``
+        (every surface's cap lands in one of them), else ``default_output``; at most ``MAX_OUTPUT_RESERVATION``."""
+        asked = params.get("max_completion_tokens")
+        if asked is None:
+            asked = params.get("max_tokens")
+        if asked.__class__ is not int or asked <= 0:
+            return self.default_output
+        return asked if asked < MAX_OUTPUT_RESERVATION else MAX_OUTPUT_RESERVATION
 
     @classmethod
     def build(cls, route: RouteConfig, targets: tuple[ResolvedTarget, ...], metric_label: str = "") -> RoutePlan:
@@ -40,7 +59,8 @@ class RoutePlan:
                    max_tool_iterations=route.max_tool_iterations, retries=route.retries,
                    tool_concurrency=route.tool_concurrency, needs_artifacts=_needs_artifacts(targets),
                    metric_label=metric_label or route.name,
-                   stream=StreamPolicy(route.stream_rescue == "continue", route.stream_idle_timeout_s))
+                   stream=StreamPolicy(route.stream_rescue == "continue", route.stream_idle_timeout_s),
+                   default_output=max((t.provider.default_max_tokens for t in targets), default=4096))
 
 
 def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:

@@ -78,26 +78,28 @@ class Metering:
         self._checks_by_key[id(key)] = (key, checks)  # the key is kept: its id() cannot be reused meanwhile
         return checks
 
-    def estimate(self, key_id: str, body_bytes: int) -> tuple[int, int]:
+    def estimate(self, key_id: str, body_bytes: int, output: int = 0, route: str = "") -> tuple[int, int]:
         """What a request of ``body_bytes`` is reserved against its budgets: tokens, nano-USD.
 
-        Its prompt (body bytes / 4, as the rate limits guess) or the key's typical request so far
-        (a moving average of what it recorded: prompt and completion), whichever is more; in USD
-        the typical request's cost (nothing before the first one is priced).
+        A key with history: its prompt (body bytes / 4, as the rate limits guess) or its typical
+        request so far (a moving average of what it recorded: prompt and completion), whichever is
+        more, and in USD the typical request's cost. A key without: its prompt plus ``output``, the
+        answer's tokens the request may take (its ``max_tokens``, else the route's default), and in
+        USD what that costs at the route's dearest priced target. (Without the answer, a burst of a
+        new key's requests each reserved a few prompt tokens and all ran: 30 times its budget.)
         """
         typical = self._typical.get(key_id)
         prompt = body_bytes // BYTES_PER_TOKEN + 1
         if typical is None:
-            return prompt, 0
+            return prompt + output, self.pricing.estimate_nano(route, prompt, output) if self.priced else 0
         return max(prompt, int(typical[0])), int(typical[1])
 
-    async def _reserve(self, meter: Meter, checks: list[BudgetCheck], body_bytes: int) -> None:
+    async def _reserve(self, meter: Meter, checks: list[BudgetCheck], tokens: int, cost_nano: int) -> None:
         """Budget admission in the store: refused (429) when a budget's spending plus what requests in
         flight reserved has reached it, else the estimate is reserved until the request records its
         usage. A store that does not answer within ``store.fail_open_ms`` lets the request through."""
         store = self.store
         assert store is not None
-        tokens, cost_nano = self.estimate(meter.key_id, body_bytes)
         rid = self._rid_prefix + str(next(self._rids))
         wants = [Want(check.scope, check.period, check.usd, int(check.threshold)) for check in checks]
         cache = self._spent
@@ -248,17 +250,19 @@ class Meter:
         #: the id of its budget reservation (given back with its usage), None without one
         self.hold: str | None = None
 
-    def check_budget(self, body_bytes: int = 0) -> Coroutine[Any, Any, None] | None:
+    def check_budget(self, body_bytes: int = 0, output: int = 0) -> Coroutine[Any, Any, None] | None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        None for a key without budgets, and for a request admitted here far from every limit
-        (``SpentCache.take_local``: fresh readings under half the limit, 2 % of it per reading). A
-        budget this process last saw exhausted (a reading at most ``REFRESH_S`` old, plus what it
-        recorded since) is refused here, with no store call; otherwise the coroutine to await,
-        which reserves the request's estimate in the store
-        (``Metering.estimate``), so a burst stops as soon as the reserved and the spent reach the
-        budget: the overshoot is at most what the requests admitted before that spend above their
-        estimates. A store failure lets the request through (see gateway/usage/budgets.py).
+        ``output``: the answer's tokens the request may take (``RoutePlan.output_reservation``),
+        reserved for a key with no history yet (``Metering.estimate``). None for a key without
+        budgets, and for a request admitted here far from every limit (``SpentCache.take_local``:
+        fresh readings under half the limit, 2 % of it per reading). A budget this process last saw
+        exhausted (a reading at most ``REFRESH_S`` old, plus what it recorded since) is refused
+        here, with no store call; otherwise the coroutine to await, which reserves the request's
+        estimate in the store, so a burst stops as soon as the reserved and the spent reach the
+        budget: the overshoot is at most the last admitted reservation plus what the admitted
+        requests spend above their reservations. A store failure lets the request through (see
+        gateway/usage/budgets.py).
         """
         checks = self.checks
         if not checks:
@@ -266,20 +270,23 @@ class Meter:
         metering = self._metering
         cache = metering._spent
         verdict = cache.judge_now(checks, time.monotonic())
-        if verdict is False:  # fresh readings with room: far from every limit, admitted here
-            # ``Metering.estimate``, inlined: this is every budgeted request's path
-            prompt = body_bytes // BYTES_PER_TOKEN + 1
-            typical = metering._typical.get(self.key_id)
-            if typical is None:
-                taken = cache.take_local(checks, prompt, 0)
-            else:
-                usual = typical[0]
-                taken = cache.take_local(checks, prompt if prompt > usual else int(usual), int(typical[1]))
-            if taken:
-                return None
-        elif verdict is not True:
+        if verdict is True:
+            tokens, cost_nano = metering.estimate(self.key_id, body_bytes, output, self.route)
+            return metering._reserve(self, checks, tokens, cost_nano)
+        if verdict is not False:
             raise refusal(verdict[0], verdict[1], time.time())
-        return metering._reserve(self, checks, body_bytes)
+        # Fresh readings with room: far from every limit, admitted here when the estimate fits the
+        # local share. ``Metering.estimate``, inlined for a key with history: every budgeted request's path.
+        prompt = body_bytes // BYTES_PER_TOKEN + 1
+        typical = metering._typical.get(self.key_id)
+        if typical is None:
+            tokens, cost_nano = metering.estimate(self.key_id, body_bytes, output, self.route)
+        else:
+            usual = typical[0]
+            tokens, cost_nano = (prompt if prompt > usual else int(usual)), int(typical[1])
+        if cache.take_local(checks, tokens, cost_nano):
+            return None
+        return metering._reserve(self, checks, tokens, cost_nano)
 
     def watch(self, request: LoopRequest) -> None:
         self._state = request.state

@@ -92,6 +92,21 @@ async def test_the_estimate_learns_the_keys_typical_request() -> None:
     assert metering.estimate("k1", 4000)[0] == 1001, "a larger prompt than usual reserves its own size"
 
 
+async def test_a_new_key_reserves_its_answer_in_tokens_and_at_the_dearest_target_in_usd() -> None:
+    """Regression (issue 45): a new key's reservation was its prompt alone (and nothing in USD), so a
+    concurrent burst of long answers all ran, 30 times the budget."""
+    from gateway.config.model import Price
+    prices = {"cheap:m": Price(input_per_mtok=1.0, output_per_mtok=2.0),
+              "dear:m": Price(input_per_mtok=3.0, output_per_mtok=10.0)}
+    pricing = Pricing(prices, {"route": ["cheap:m", "dear:m", "unpriced:m"]})
+    metering = Metering(pricing, CountingUsage(), frozenset({"t"}), {"t": Budget(limit=100)})
+    # prompt 30 + answer 5,010 tokens; in USD at the dearest rates (3 and 10 USD a million tokens)
+    assert metering.estimate("k1", BODY, 5010, "route") == (5040, 30 * 3_000 + 5010 * 10_000)
+    assert metering.estimate("k1", BODY, 5010, "other") == (5040, 0)  # no priced target: tokens only
+    metering._learn("k1", 200, 5)
+    assert metering.estimate("k1", BODY, 5010, "route") == (200, 5), "with history: its typical request"
+
+
 async def test_far_from_the_limit_requests_are_admitted_without_the_store_up_to_a_small_share() -> None:
     store = CountingUsage()
     metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=100_000)})

@@ -197,8 +197,9 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
             raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
                               "poll it without stream=true", "stream")
         # A follower is a request for as long as it follows: the key's rpm, and a concurrency slot of the key
-        # and its tenant until it leaves (however it leaves: ``Following.aclose`` gives it back).
-        await work.admit(0, 0)
+        # and its tenant until it leaves (however it leaves: ``Following.aclose`` gives it back). It spends
+        # nothing, so no budget: a key past its budget may still watch the run it already paid for.
+        await work.admit(0, 0, budget=False)
         following = follow(runtime, run_id, key.tenant, after)  # a 429 past a cap gives the admission back
         following.on_close = partial(work.settle, None)
         return SSEResponse(following)

@@ -389,7 +389,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     problem = pairing_problem(messages)
     if problem is not None:
         raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
-    await work.admit(work.incoming.body_bytes)
+    await work.admit(work.incoming.body_bytes, output=plan.output_reservation(request.params))
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,

@@ -13,8 +13,14 @@ call once (one round trip serves them all) before they ask for themselves.
 
 What a process holds and has not used is given back after ``IDLE_S`` without local admissions
 (and at shutdown), so another replica may be refused for at most that long while allowance it
-could use sits here. The correction of a token estimate by the reported usage collects locally
-and reaches Redis with the next script call of that scope or within ``CORRECTION_WINDOW_S``.
+could use sits here. The correction of a token estimate by the reported usage is paid from the
+unspent slice; what the slice cannot pay is taken in Redis by the settle's script call, which the
+request awaits before its answer is given: another replica's next admission sees every reported
+token. (A give-back, usage below the estimate, collects locally and reaches Redis with the next
+script call of that scope or within ``CORRECTION_WINDOW_S``.) When a settle finds the bucket below
+zero, the unspent slice is given back too. So what a process admits without seeing another
+replica's spending is at most its one slice (``SLICE_SHARE`` of tpm, and at most ``LEVEL_SHARE``
+of the level it was leased from).
 Leased concurrency slots are members of the scope's slot set like per-request ones, with a
 lease of ``SLOT_LEASE_S`` that a heartbeat renews while this process lives: a dead replica's
 slots free within that time.
@@ -109,24 +115,48 @@ class Lease:
         self.last_used = now
         return True
 
-    def settle_taken(self, extra_tokens: int, slot_leased: bool = True) -> bool:
-        """The end of a request admitted here: its token correction waits here (leased tokens) and its
-        leased slot is free again. False: a part needs the script call (tokens not leased, or a
-        per-request slot: ``slot_leased`` False)."""
-        remote = False
+    def settle_taken(self, extra_tokens: int, slot_leased: bool = True) -> int | None:
+        """The end of a request admitted here: what its token correction leaves for the store, now.
+
+        A correction above the estimate is paid from the unspent slice first (tokens Redis already
+        counts as taken); what the slice cannot pay is returned, for the settle's script call to take
+        before the answer is given, so another replica's next admission sees it. A give-back (a
+        negative correction) waits here (``CORRECTION_WINDOW_S``): holding it back only errs on the
+        strict side. An unleased tpm's correction is returned whole. None: nothing for the store (and
+        the slot, if leased, is free again here); else the tokens to take there (0: only a
+        per-request slot to free, ``slot_leased`` False).
+        """
+        remote: int | None = None
         if extra_tokens and self.has_t:
-            if self.want_t:  # leased tokens: the correction waits here (CORRECTION_WINDOW_S)
+            if not self.want_t:
+                remote = extra_tokens
+            elif extra_tokens < 0:
                 if not self.debt:
                     self.debt_since = time.monotonic()
                 self.debt += extra_tokens
+            elif extra_tokens <= self.tokens:  # the common case far from the limit: the slice pays it all
+                self.tokens -= extra_tokens
             else:
-                remote = True
+                paid = int(self.tokens) if self.tokens >= 1 else 0
+                self.tokens -= paid
+                remote = extra_tokens - paid
         if self.has_c:
             if not slot_leased:
-                remote = True
+                remote = remote or 0
             elif self.in_flight > 0:
                 self.in_flight -= 1  # a leased slot: free again here, Redis still counts it as ours
-        return not remote
+        return remote
+
+    def in_debt(self, level_t: float) -> None:
+        """The store says the bucket is below zero (another replica, or this one, spent past it): the
+        unspent slice goes back with the next script call, so this process admits nothing more on
+        tokens the bucket no longer has."""
+        self.level_t = level_t
+        if self.tokens >= 1:
+            if not self.debt:
+                self.debt_since = time.monotonic()
+            self.debt -= int(self.tokens)
+            self.tokens -= int(self.tokens)
 
     def take(self, tokens: int, now: float) -> None:
         """Spend one request of ``tokens`` from the slice once ``covers`` said it may (every lease of a

@@ -222,28 +222,42 @@ class RedisRateLimiter(RateLimiter):
 
     def settle(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
                ticket: object = None) -> Settled | PendingSettle:
-        """Leased tokens and slots settle here; the script call settles unleased tokens and per-request slots."""
+        """Settled here when the leases pay the correction (and hold the slots); else one script call
+        takes what they could not pay and frees per-request slots (lease.py ``settle_taken``)."""
         if ticket.__class__ is Lease:  # admitted from one scope's lease
-            if ticket.settle_taken(extra_tokens):
+            remote = ticket.settle_taken(extra_tokens)
+            if remote is None:
                 return SETTLED
-            return self._settle_remote(tenant, scopes, extra_tokens, member, [ticket], 0)
-        if not isinstance(ticket, tuple):  # no ticket: every slot is a per-request one
-            return self._settle_remote(tenant, scopes, extra_tokens, member, [], -1)
+            return self._settle_remote(tenant, scopes, [remote], member, [ticket], 0)
+        if not isinstance(ticket, tuple):  # no ticket: every slot is a per-request one, nothing leased
+            return self._settle_remote(tenant, scopes, [extra_tokens] * len(scopes), member, [], -1)
         leases, exact = ticket
-        remote = False
+        owed: list[int] = []
+        needed = False
         for index, held in enumerate(leases):
-            if not held.settle_taken(extra_tokens, not exact & (1 << index)):
-                remote = True
-        return self._settle_remote(tenant, scopes, extra_tokens, member, leases, exact) if remote else SETTLED
+            remote = held.settle_taken(extra_tokens, not exact & (1 << index))
+            if remote is not None:
+                needed = True
+            owed.append(remote or 0)
+        return self._settle_remote(tenant, scopes, owed, member, leases, exact) if needed else SETTLED
 
-    async def _settle_remote(self, tenant: str, scopes: tuple[LimitScope, ...], extra_tokens: int, member: str,
+    async def _settle_remote(self, tenant: str, scopes: tuple[LimitScope, ...], owed: list[int], member: str,
                              leases: list[Lease], exact: int) -> None:
-        """The script call for what the leases did not settle: unleased tokens and per-request slots."""
-        args: list[Any] = [num(time.time()), extra_tokens, member]
+        """The script call for what the leases did not settle: the tokens they could not pay (``owed``, per
+        scope) and per-request slots. A bucket it leaves below zero takes this process's slice back too."""
+        args: list[Any] = [num(time.time()), member]
         for index, scope in enumerate(scopes):
-            deferred = bool(leases) and leases[index].want_t > 0
-            args += [0 if deferred else scope.tpm, scope.max_concurrent if exact & (1 << index) else 0]
-        await self._batch.call(self._settle, [key for scope in scopes for key in scope_keys(tenant, scope)], args)
+            args += [scope.tpm, owed[index], scope.max_concurrent if exact & (1 << index) else 0]
+        reply = await self._batch.call(self._settle, [key for scope in scopes for key in scope_keys(tenant, scope)],
+                                       args)
+        if leases:
+            for lease, level, taken in zip(leases, reply.split(), owed, strict=True):
+                if lease.has_t and taken:
+                    level_t = float(level)
+                    if level_t < 0:
+                        lease.in_debt(level_t)
+                    else:
+                        lease.level_t = level_t
 
     async def _keep(self) -> None:
         """Every TICK_S: give back what idle leases hold, send due corrections, renew leased slots."""

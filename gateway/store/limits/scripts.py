@@ -103,22 +103,27 @@ end
 return table.concat(out, ' ')
 """
 
-# KEYS: bucket, slots per scope. ARGV: now, extra_tokens, member, then tpm, max_concurrent per scope
-# (0: that part is not settled here).
+# KEYS: bucket, slots per scope. ARGV: now, member, then per scope tpm, the tokens to take (negative:
+# give back; 0: none) and max_concurrent (0: no slot to free here). Returns per scope its token level
+# after the take ("t1 t2 ...": the limit when it has no tpm or took nothing), so a process learns
+# when the bucket went below zero.
 SETTLE = """
-local now, extra, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local now, member = tonumber(ARGV[1]), ARGV[2]
+local out = {}
 for i = 1, #KEYS / 2 do
-  local tpm, mc = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
+  local tpm, extra, mc = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
+  local t = tpm
   if tpm > 0 and extra ~= 0 then
     local v = redis.call('HMGET', KEYS[2 * i - 1], 't', 'ts')
     local elapsed = math.max(0, now - (tonumber(v[2]) or now))
-    local t = math.min(tpm, (tonumber(v[1]) or tpm) + elapsed * tpm / 60 - extra)  -- a refund never passes the limit
+    t = math.min(tpm, (tonumber(v[1]) or tpm) + elapsed * tpm / 60 - extra)  -- a refund never passes the limit
     redis.call('HSET', KEYS[2 * i - 1], 't', tostring(t), 'ts', ARGV[1])
     redis.call('PEXPIRE', KEYS[2 * i - 1], 120000)
   end
   if mc > 0 then redis.call('ZREM', KEYS[2 * i], member) end
+  out[i] = tostring(t)
 end
-return 1
+return table.concat(out, ' ')
 """
 
 # One scope's lease kept: give back requests and tokens (add_t may be negative: a correction),

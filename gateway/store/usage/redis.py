@@ -172,7 +172,9 @@ class RedisUsage(UsageStore):
     def add_now(self, tenant: str, key_id: str, values: tuple[int, ...], now: float,
                 release: str | None = None, dims: Dims = ()) -> bool:
         """Queue ``values`` (and the release of the request's reservation) for the next flush; False when
-        too much is already waiting (dropped; the reservation then ends with its lease)."""
+        too much is already waiting (dropped; the reservation then ends with its lease). A request that
+        held a reservation starts the flush at once (before its answer is sent)."""
+        hold = None
         if release is not None:
             hold = self._holds.pop(release, None)
             if hold is not None:
@@ -188,7 +190,13 @@ class RedisUsage(UsageStore):
                 pending[entry] = list(part)
             else:
                 merge(row, part)
-        if self._timer is None:
+        if release is not None and hold is not None:
+            # A reservation (a request near a budget, or a new key's, which holds its whole answer) must
+            # not stand in for the real spending longer than the write takes: written now, not in flush_s.
+            if self._timer is not None:
+                self._timer.cancel()
+            self._start_flush()
+        elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._start_flush)
         return True
 
