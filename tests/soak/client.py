@@ -319,15 +319,18 @@ class LoopRun:
         plan = self.plan
         continuation_id = answer.extension.get("continuation_id") or ""
         decisions: list[dict[str, Any]] = []
+        # Way A hands back the client's own results; a call awaiting approval is decided through way B only
+        # (a follow-up that answers it is refused: approval_pending), so such a pause always goes that way.
+        way_a = plan.resume_way == "a" and all(call["function"]["name"] == CLIENT for call in answer.calls)
         for call in answer.calls:
             token = orjson.loads(call["function"]["arguments"]).get("token")
-            if call["function"]["name"] == CLIENT or plan.resume_way == "a":
+            if call["function"]["name"] == CLIENT:
                 decisions.append({"tool_call_id": call["id"], "output": f"client {token}"})
             elif plan.approve:
                 decisions.append({"tool_call_id": call["id"], "approve": True})
             else:
                 decisions.append({"tool_call_id": call["id"], "approve": False, "reason": f"no {token}"})
-        if plan.resume_way == "a":
+        if way_a:
             calls = answer.calls
             if self.s.reserialize:
                 calls = [{**c, "function": {**c["function"], "arguments": json.dumps(
