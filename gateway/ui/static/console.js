@@ -66,18 +66,26 @@
     return node;
   }
 
+  // A cell's text with each word (a run without spaces) in a span kept on one line: a narrow table wraps
+  // between words, never inside an id, a number or a date (a browser breaks after any hyphen otherwise).
+  function words(text) {
+    return String(text).split(/(\s+)/).filter(Boolean)
+      .map((part) => (/^\s/.test(part) ? document.createTextNode(part) : el("span", part, "word")));
+  }
+
   function row(cells) {
     const tr = document.createElement("tr");
     for (const cell of cells) {
+      const td = document.createElement("td");
       if (cell instanceof Node) {
-        const td = document.createElement("td");
         td.append(cell);
-        tr.append(td);
       } else if (cell && typeof cell === "object") {
-        tr.append(el("td", cell.text, cell.className));
-      } else {
-        tr.append(el("td", cell));
+        if (cell.className) td.className = cell.className;
+        if (cell.text !== undefined && cell.text !== null) td.append(...words(cell.text));
+      } else if (cell !== undefined && cell !== null) {
+        td.append(...words(cell));
       }
+      tr.append(td);
     }
     return tr;
   }
