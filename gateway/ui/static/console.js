@@ -6,8 +6,7 @@
 "use strict";
 
 (() => {
-  const KEY_SLOT = "loopgate.console.key";
-  const INBOX_SLOT = "loopgate.approvals.key"; // the inbox's: an approver signed in here is signed in there
+  const KEY_SLOT = "loopgate.ui.key"; // the inbox's too (approvals.js): signed in here is signed in there
   const API = new URL("../", document.baseURI); // the gateway's root, also behind a path prefix
   const PAGES = ["overview", "usage", "keys", "audit"];
   const $ = (id) => document.getElementById(id);
@@ -113,6 +112,7 @@
   // ---- sign in -------------------------------------------------------------------------------
   async function signIn(candidate) {
     key = candidate;
+    let adminOff = false; // 404 admin_disabled: this gateway has no admin keys at all
     try {
       await api("admin/tenants");
       sessionStorage.setItem(KEY_SLOT, candidate);
@@ -120,6 +120,7 @@
       return;
     } catch (err) {
       if (err.status !== 401 && err.status !== 404 && err.status !== 403) { key = null; throw err; }
+      adminOff = err.status === 404;
     }
     try {
       await api("v1/continuations?limit=1");
@@ -129,7 +130,10 @@
       throw err;
     }
     sessionStorage.setItem(KEY_SLOT, candidate);
-    sessionStorage.setItem(INBOX_SLOT, candidate);
+    if (adminOff) {
+      $("inbox-only-why").textContent = "This gateway has no admin keys, so the console is disabled: set "
+        + "auth.admin_keys in the config to enable it. This key can decide approvals for its tenant.";
+    }
     enter(false);
   }
 
@@ -152,7 +156,6 @@
 
   function signOut() {
     sessionStorage.removeItem(KEY_SLOT);
-    sessionStorage.removeItem(INBOX_SLOT);
     key = null;
     clearTimeout(overviewTimer);
     location.hash = "";
@@ -479,6 +482,7 @@
     $("audit-event").addEventListener("change", () => renderAudit(!$("audit-more").hidden));
     $("audit-more").addEventListener("click", () => loadAudit(true).catch((err) => say(err.message, true)));
 
+    if (!$("auth-off").hidden) return; // auth is off (the gateway says so in the page): no key opens the console
     const saved = sessionStorage.getItem(KEY_SLOT);
     if (saved) {
       signIn(saved).catch(() => { sessionStorage.removeItem(KEY_SLOT); key = null; });
