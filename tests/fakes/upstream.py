@@ -46,6 +46,8 @@ class Reply:
     # the finish event included, is valid; non-stream: no fault); cut_in_call: a stream breaks half-way
     # through its first tool call's arguments (after all its text).
     fault: str | None = None
+    # the ids of the tool calls (OpenAI wire, not streamed): an upstream that repeats ids; None: call_<n>_<i>
+    call_ids: list[str] | None = None
     # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
     # so a gateway calibrating its token estimates against usage is not misled.
     usage: tuple[int, int] | None = None
@@ -313,8 +315,8 @@ class FakeUpstream(ThreadedApp):
         if reply.reasoning:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
-            message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function",
-                                      "function": {"name": name, "arguments": self._args(args)[0]}}
+            message["tool_calls"] = [{"id": reply.call_ids[i] if reply.call_ids else f"call_{n}_{i}",
+                                      "type": "function", "function": {"name": name, "arguments": self._args(args)[0]}}
                                      for i, (name, args) in enumerate(reply.tool_calls)]
         finish = reply.finish or ("tool_calls" if reply.tool_calls else "stop")
         return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,

@@ -154,7 +154,12 @@ def test_a_tool_turn_then_an_answer_from_the_results() -> None:
     assert call["function"] == {"name": "get_weather", "arguments": '{"city":"sample-city"}'}
     assert first.model == "mock-1" and first.usage.prompt_tokens > 0 and first.usage.completion_tokens > 0
     again, _ = respond(ModelRequest(messages=messages, tools=TOOLS), "mock-1")
-    assert again == first  # same request, same answer and ids
+    # Same request, same answer; but each call's id is its own (identical paused requests must not share one).
+    (again_call,) = again.tool_calls
+    assert again_call["function"] == call["function"] and again.usage == first.usage
+    assert again_call["id"] != call["id"] and again_call["id"].startswith("call_") and call["id"].startswith("call_")
+    assert len({respond(ModelRequest(messages=messages, tools=TOOLS), "mock-1")[0].tool_calls[0]["id"]
+                for _ in range(50)}) == 50
     messages += [first.message, {"role": "tool", "tool_call_id": call["id"], "content": "Paris: 18C" + "!" * 900}]
     final, parts = respond(ModelRequest(messages=messages, tools=TOOLS), "mock-1")
     assert final.finish_reason == "stop" and not final.tool_calls

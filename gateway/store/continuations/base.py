@@ -118,6 +118,33 @@ class ContinuationConflict(StoreError):
         self.status = status
 
 
+#: the tool-call index's value for an id pending in two live continuations of one tenant at once (an upstream
+#: that repeats ids): a way-A follow-up cannot tell which it answers, so its lookup is refused, never guessed
+AMBIGUOUS_TOOL_CALL = "*ambiguous*"
+
+
+class AmbiguousToolCall(ContinuationConflict):
+    """A way-A follow-up answers a tool-call id two paused continuations of the tenant share: the API answers 409.
+
+    Picking one (the index used to keep the latest) resumed another caller's continuation with this
+    caller's results; the caller resumes its own by id instead (way B).
+    """
+
+    def __init__(self, tool_call_id: str) -> None:
+        shown = tool_call_id if len(tool_call_id) <= 100 else tool_call_id[:100] + "…"
+        super().__init__("", "ambiguous", f"tool call id {shown!r} is pending in more than one paused continuation of "
+                         "this tenant, so a follow-up cannot say which one it answers; resume yours with POST "
+                         "/v1/continuations/{id} (the paused answer's gateway.continuation_id)")
+        self.tool_call_id = tool_call_id
+
+
+def indexed(tool_call_id: str, found: str | None) -> str | None:
+    """The continuation the index names for ``tool_call_id``; AmbiguousToolCall when two share it."""
+    if found == AMBIGUOUS_TOOL_CALL:
+        raise AmbiguousToolCall(tool_call_id)
+    return found
+
+
 class ContinuationStore(ABC):
     """Continuations, the tool ledger and artifacts: part of every ``Store``. All methods are coroutines."""
 

@@ -26,11 +26,13 @@ import orjson
 from gateway.config.store_section import DEFAULT_MEMORY_MAX_BYTES
 from gateway.store.bounded import BoundedMap, share
 from gateway.store.continuations.base import (
+    AMBIGUOUS_TOOL_CALL,
     Continuation,
     ContinuationConflict,
     ContinuationNotFound,
     ContinuationStatus,
     ContinuationStore,
+    indexed,
 )
 from gateway.store.continuations.listing import TenantListing
 from gateway.store.ttl import TTLMap, check_ttl
@@ -97,7 +99,9 @@ class MemoryContinuations(ContinuationStore):
                       tool_call_ids=ids)
         self._records.set(c.id, rec, len(body) + _ID_BYTES * len(ids), deadline, now)
         for tc in ids:
-            self._index.set((c.tenant, tc), c.id, deadline, now)
+            held = self._index.get((c.tenant, tc), now)
+            owner = c.id if held is None or held == c.id else AMBIGUOUS_TOOL_CALL
+            self._index.set((c.tenant, tc), owner, deadline, now)
         self._listing.add(c.tenant, c.id, c.expires_at, c.summary)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
@@ -156,7 +160,7 @@ class MemoryContinuations(ContinuationStore):
         return out[:limit], len(out) > limit
 
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
-        return self._index.get((tenant, tool_call_id), self._clock())
+        return indexed(tool_call_id, self._index.get((tenant, tool_call_id), self._clock()))
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

@@ -4,7 +4,8 @@ Key layout (the ``{...}`` part is the Redis Cluster hash tag)::
 
     loopgate:{<continuation id>}:rec          hash  t=tenant s=status cu=claimed_until b=body ids=[tool_call_id]
                                               r=result (once resumed)
-    loopgate:{t:<tenant>}:tc:<tool_call_id>   string -> continuation id (resume way A index)
+    loopgate:{t:<tenant>}:tc:<tool_call_id>   string -> continuation id (resume way A index), or
+                                              "*ambiguous*" when two live continuations hold the id
     loopgate:{t:<tenant>}:ledger:<tool_call_id>  string, JSON execution record
     loopgate:{t:<tenant>}:art:<tool_call_id>  string, JSON artifact (one MGET for many ids)
 
@@ -36,11 +37,13 @@ import orjson
 from gateway.store.continuations import redis_listing as listing
 from gateway.store.continuations import redis_scripts as scripts
 from gateway.store.continuations.base import (
+    AMBIGUOUS_TOOL_CALL,
     Continuation,
     ContinuationConflict,
     ContinuationNotFound,
     ContinuationStatus,
     ContinuationStore,
+    indexed,
 )
 from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
 from gateway.store.redis_client.keys import num, record_key, tenant_key
@@ -61,6 +64,7 @@ class RedisContinuations(ContinuationStore):
         self._unfinish = io.register(scripts.UNFINISH)
         self._cancel = io.register(scripts.CANCEL)
         self._unindex = io.register(scripts.UNINDEX)
+        self._index = io.register(scripts.INDEX)
         self._page = io.register(listing.PAGE)
         self._list_add = io.register(listing.ADD)
 
@@ -94,8 +98,8 @@ class RedisContinuations(ContinuationStore):
             evalsha(pipe, self._save, [rec], args)
 
         def write_index(pipe: Any) -> None:
-            for key in index:
-                pipe.set(key, c.id, ex=ex)
+            if index:  # an id another live continuation of the tenant holds becomes ambiguous (scripts.INDEX)
+                evalsha(pipe, self._index, index, [c.id, ex, AMBIGUOUS_TOOL_CALL])
             listing.queue_add(pipe, self._list_add, c, ex)
 
         def write_both(pipe: Any) -> None:
@@ -207,7 +211,7 @@ class RedisContinuations(ContinuationStore):
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         async with self.io.guard("find_continuation_by_tool_call"):
             raw = cast(bytes | None, await self.io.client.get(tenant_key(tenant, "tc", tool_call_id)))
-        return None if raw is None else raw.decode()
+        return indexed(tool_call_id, None if raw is None else raw.decode())
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

@@ -70,3 +70,15 @@ for _, k in ipairs(KEYS) do
 end
 return n
 """
+
+# The way-A index of a pause's tool-call ids (KEYS, one hash tag: the tenant's). ARGV: continuation id, TTL s,
+# the ambiguous marker. An id another continuation holds is marked ambiguous (a lookup of it is refused);
+# the marker stays until its TTL (UNINDEX removes only the owner's own entries).
+INDEX = """
+for _, k in ipairs(KEYS) do
+  local held = redis.call('GET', k)
+  if held and held ~= ARGV[1] then redis.call('SET', k, ARGV[3], 'EX', ARGV[2])
+  else redis.call('SET', k, ARGV[1], 'EX', ARGV[2]) end
+end
+return #KEYS
+"""
