@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from gateway.store.base import Store
-from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
+from gateway.store.continuations.base import (
+    AmbiguousToolCall,
+    Continuation,
+    ContinuationConflict,
+    ContinuationNotFound,
+)
 
 StoreFactory = Callable[..., Awaitable[Store]]
 
@@ -249,12 +254,21 @@ async def test_index_is_per_tenant(store: Store) -> None:
     assert await store.find_continuation_by_tool_call(OTHER, "call_same") == theirs.id
 
 
-async def test_index_entry_repointed_to_a_newer_continuation_is_kept(store: Store) -> None:
-    old = await saved(store, ids=("call_1",))
+async def test_an_id_two_live_continuations_share_is_ambiguous_never_repointed(store: Store) -> None:
+    """Issue 52: the index kept the newer continuation, so the older one's caller resumed the newer one."""
+    old = await saved(store, ids=("call_1", "call_old"))
     new = await saved(store, ids=("call_1",))
-    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id
+    with pytest.raises(AmbiguousToolCall):  # a 409 for way A: the caller resumes its own by id
+        await store.find_continuation_by_tool_call(TENANT, "call_1")
+    assert await store.find_continuation_by_tool_call(TENANT, "call_old") == old.id
     await store.cancel_continuation(old.id, TENANT)
-    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id
+    with pytest.raises(AmbiguousToolCall):  # still not a guess (until its TTL); way B reaches each by id
+        await store.find_continuation_by_tool_call(TENANT, "call_1")
+    assert (await store.get_continuation(new.id, TENANT)).status == "pending"
+    await store.save_continuation(new, 60)  # saving the same continuation again is not a second holder
+    again = await saved(store, ids=("call_2",))
+    await store.save_continuation(again, 60)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_2") == again.id
 
 
 # -- ledger, artifacts, audit ----------------------------------------------------------------------
