@@ -4,7 +4,8 @@ The mock provider gave identical requests identical tool-call ids, and the way-A
 latest continuation per id: a follow-up from the first caller resumed the *second* caller's
 continuation with the first caller's results. Now the mock's ids are unique per call, and an id
 that two live continuations of a tenant share (an upstream that repeats ids) is never resolved by
-guessing: the follow-up gets a 409 naming way B, and each continuation stays pending for its owner.
+guessing: the follow-up is answered statelessly, each continuation stays pending for its owner (way
+B), and once one of them is gone the id is the other's alone again.
 """
 
 from __future__ import annotations
@@ -97,12 +98,15 @@ def test_a_shared_id_is_never_resolved_by_guessing(ids_gateway: Gateway, fakes: 
     first, first_turn = pause(ids_gateway, "repeats")
     second, second_turn = pause(ids_gateway, "repeats")
     assert first_turn["tool_calls"][0]["id"] == second_turn["tool_calls"][0]["id"] == same
-    refused = follow_up(ids_gateway, "repeats", first_turn, "the first caller's notes")
-    assert refused.status_code == 409, refused.text
-    error = refused.json()["error"]
-    assert "more than one paused continuation" in error["message"] and "POST /v1/continuations/" in error["message"]
-    # Nothing was resumed by the guess: each owner resumes its own by id (way B).
+    # The follow-up cannot say which continuation it answers: neither is resumed (the second used to be),
+    # it is answered as the stateless conversation it sent.
+    fakes["primary"].queue(Reply(text="answered statelessly"))
+    answered = follow_up(ids_gateway, "repeats", first_turn, "the first caller's notes")
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["choices"][0]["message"]["content"] == "answered statelessly"
+    assert [m["role"] for m in fakes["primary"].bodies[-1]["messages"]] == ["user", "assistant", "tool"]
     assert (status(ids_gateway, first), status(ids_gateway, second)) == ("pending", "pending")
+    # Each owner resumes its own by id (way B) ...
     fakes["primary"].queue(Reply(text="done for the first"))
     resumed = ids_gateway.post(f"/v1/continuations/{first}", {"decisions": [
         {"tool_call_id": same, "output": "the first caller's notes"}]}, key=KEY)
@@ -110,3 +114,9 @@ def test_a_shared_id_is_never_resolved_by_guessing(ids_gateway: Gateway, fakes: 
     told = [m for m in fakes["primary"].bodies[-1]["messages"] if m["role"] == "tool"]
     assert told[-1]["content"] == "the first caller's notes"
     assert (status(ids_gateway, first), status(ids_gateway, second)) == ("resumed", "pending")
+    # ... and once the id is the other's alone again, its way-A follow-up resumes it.
+    fakes["primary"].queue(Reply(text="done for the second"))
+    answered = follow_up(ids_gateway, "repeats", second_turn, "the second caller's notes")
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["choices"][0]["message"]["content"] == "done for the second"
+    assert status(ids_gateway, second) == "resumed"

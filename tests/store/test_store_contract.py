@@ -11,7 +11,7 @@ import pytest
 
 from gateway.store.base import Store
 from gateway.store.continuations.base import (
-    AmbiguousToolCall,
+    MAX_HOLDERS,
     Continuation,
     ContinuationConflict,
     ContinuationNotFound,
@@ -258,17 +258,24 @@ async def test_an_id_two_live_continuations_share_is_ambiguous_never_repointed(s
     """Issue 52: the index kept the newer continuation, so the older one's caller resumed the newer one."""
     old = await saved(store, ids=("call_1", "call_old"))
     new = await saved(store, ids=("call_1",))
-    with pytest.raises(AmbiguousToolCall):  # a 409 for way A: the caller resumes its own by id
-        await store.find_continuation_by_tool_call(TENANT, "call_1")
+    third = await saved(store, ids=("call_1",))
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None  # way A: none, never a guess
     assert await store.find_continuation_by_tool_call(TENANT, "call_old") == old.id
+    await store.save_continuation(new, 60)  # saved again: still one holder among three
     await store.cancel_continuation(old.id, TENANT)
-    with pytest.raises(AmbiguousToolCall):  # still not a guess (until its TTL); way B reaches each by id
-        await store.find_continuation_by_tool_call(TENANT, "call_1")
-    assert (await store.get_continuation(new.id, TENANT)).status == "pending"
-    await store.save_continuation(new, 60)  # saving the same continuation again is not a second holder
-    again = await saved(store, ids=("call_2",))
-    await store.save_continuation(again, 60)
-    assert await store.find_continuation_by_tool_call(TENANT, "call_2") == again.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None  # two still hold it
+    await store.claim_continuation(third.id, TENANT, 30)
+    await store.finish_continuation(third.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id  # its own again
+    await store.cancel_continuation(new.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None
+
+
+async def test_an_id_shared_past_the_kept_holders_stays_ambiguous(store: Store) -> None:
+    shared = [await saved(store, ids=("call_many",)) for _ in range(MAX_HOLDERS + 2)]
+    for c in shared[:-1]:
+        await store.cancel_continuation(c.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_many") is None  # who is left is not known
 
 
 # -- ledger, artifacts, audit ----------------------------------------------------------------------
