@@ -178,8 +178,16 @@ def test_the_banner_says_what_is_served_and_where_and_shows_no_secret() -> None:
     assert "auth: OFF (no keys configured: any string works as a key; development only)" in lines
     for path in ("/ui/approvals", "/metrics", "/openapi.json"):
         assert f"http://127.0.0.1:8080{path}" in lines[-1]
+    # The console's address, and that it is off with auth off (it needs an admin key), with how to enable it.
+    assert "console: http://127.0.0.1:8080/ui/ (off: set auth.admin_keys to enable it)" in lines
     keyed = parse_config(STARTER.replace("keys: []", "keys: [{key: abc, tenant: t}]"), {})
-    assert "auth: on (1 keys in the config, 0 admin keys)" in banner(keyed, "1", "h", 1, PACKAGED_PATH, False)
+    keyed_lines = banner(keyed, "1", "h", 1, PACKAGED_PATH, False)
+    assert "auth: on (1 keys in the config, 0 admin keys)" in keyed_lines
+    assert "console: http://h:1/ui/ (off: set auth.admin_keys to enable it)" in keyed_lines
+    admin = parse_config(STARTER.replace("keys: []", "admin_keys: [{key: root-secret, name: ops}]"), {})
+    admin_lines = banner(admin, "1", "h", 1, PACKAGED_PATH, False)
+    assert "console: http://h:1/ui/ (on: sign in with an admin key; 1 configured)" in admin_lines
+    assert "root-secret" not in "\n".join(admin_lines)
 
 
 def test_init_writes_the_starting_config_and_never_overwrites_without_force(tmp_path: Path) -> None:

@@ -60,6 +60,11 @@ FINALIZE_INSTRUCTION = (
     "The tool-call limit for this request has been reached. Do not call any more tools. "
     "Answer the user now with the information gathered so far."
 )
+# The finalize call the context guard forces names its own reason (the window, not a call limit).
+CONTEXT_FINALIZE_INSTRUCTION = (
+    "The conversation has reached the limit of the model's context window: no more tool calls or tool results "
+    "fit in it. Do not call any more tools. Answer the user now with the information gathered so far."
+)
 ITERATION_SEPARATOR = "\n\n"
 SKIPPED_RESULT = ("Skipped: the conversation is too long for the model's context window to take this tool's "
                   "result. Answer with what you have.")
@@ -292,14 +297,16 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         state.tool_rounds += 1
     while True:
         finalize = force_finalize or state.tool_rounds >= request.max_iterations
+        window_full = force_finalize  # the guard skipped tools for want of room
         if context is not None:
             overflow, notices = await context.before_call(transcript, tool_defs, first=state.iterations == 0
                                                           and state.tool_rounds == 0)
             for notice in notices:
                 _context_event(span, notice, resumed_from)
                 yield notice
-            finalize = finalize or overflow
-        messages = [*transcript, {"role": "user", "content": FINALIZE_INSTRUCTION}] if finalize else transcript
+            finalize, window_full = finalize or overflow, window_full or overflow
+        instruction = CONTEXT_FINALIZE_INSTRUCTION if window_full else FINALIZE_INSTRUCTION
+        messages = [*transcript, {"role": "user", "content": instruction}] if finalize else transcript
         if finalize:
             choice: Any = "none"
             state.iteration_limit_reached = True

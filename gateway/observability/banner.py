@@ -65,6 +65,15 @@ def banner(config: Config, version: str, host: str, port: int, source: Path, pac
         lines.append(f"auth: on ({len(config.auth.keys)} keys in the config, {len(config.auth.admin_keys)} admin keys)")
     else:
         lines.append("auth: OFF (no keys configured: any string works as a key; development only)")
+    lines.append(console_line(config, url))
     lines.append(f"approvals inbox: {url}/ui/approvals | metrics: {url}/metrics | "
                  f"API description (OpenAPI): {url}/openapi.json | readiness: {url}/readyz")
     return lines
+
+
+def console_line(config: Config, url: str) -> str:
+    """Where the console is, and whether it opens: it needs an admin key (``auth.admin_keys``)."""
+    admins = len(config.auth.admin_keys)
+    if admins:
+        return f"console: {url}/ui/ (on: sign in with an admin key; {admins} configured)"
+    return f"console: {url}/ui/ (off: set auth.admin_keys to enable it)"

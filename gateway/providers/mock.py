@@ -1,7 +1,9 @@
 """``type: mock``: a deterministic model that runs in the gateway process, for keyless first runs and tests.
 
 No network, no sockets, no key. The answer depends only on the request, so the same
-conversation always gets the same reply, ids and usage. The rules (README, "Providers"):
+conversation always gets the same reply, calls, arguments and usage; only each tool call's id is
+unique (``call_<digest of the request>_<random>``), as a real model's are: two identical requests
+paused at once must not share an id. The rules (README, "Providers"):
 
 1. **After tool results** (the last message is a ``tool`` message): it answers from them, one
    line per trailing result, ``The <tool> tool returned: <content>`` (content cut to 500
@@ -56,8 +58,12 @@ from gateway.canonical import (
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.mock_arguments import sample_arguments
+from gateway.random_ids import random_hex
 
 MAX_CALLS = 16
+#: the random part of each tool call's id (after the content digest): ids are unique per call, so two
+#: identical paused requests never share one (a way-A follow-up names its own continuation)
+CALL_ID_RANDOM_BYTES = 8
 MAX_ECHO_CHARS = 1000
 MAX_RESULT_CHARS = 500
 GREETING = "Hello from the mock provider."
@@ -147,7 +153,7 @@ def _limit(params: dict[str, Any]) -> int | None:
 
 
 def respond(request: ModelRequest, model: str) -> tuple[ModelResponse, list[str]]:
-    """The whole turn and its text pieces: a pure function of the request."""
+    """The whole turn and its text pieces: a function of the request, but for each tool call's random id part."""
     prompt = orjson.dumps(request.messages) + (orjson.dumps(request.tools) if request.tools else b"")
     digest = hashlib.blake2b(prompt + model.encode(), digest_size=9).hexdigest()
     chosen = tools_to_call(request)
@@ -159,7 +165,8 @@ def respond(request: ModelRequest, model: str) -> tuple[ModelResponse, list[str]
         for index, tool in enumerate(chosen):
             function = tool["function"]
             arguments = orjson.dumps(sample_arguments(function.get("parameters"))).decode()
-            calls.append({"id": stable_tool_call_id(digest, index), "type": "function",
+            calls.append({"id": f"{stable_tool_call_id(digest, index)}_{random_hex(CALL_ID_RANDOM_BYTES)}",
+                          "type": "function",
                           "function": {"name": function["name"], "arguments": arguments}})
             completion += (len(function["name"]) + len(arguments) + 3) // 4
         finish = "tool_calls"

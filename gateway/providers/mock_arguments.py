@@ -11,7 +11,8 @@ The rule for every (sub)schema, first match wins:
      ipv6, hostname), else ``"sample-<property name>"``, padded or cut to ``minLength``/``maxLength``;
    - ``integer``: 1, ``number``: 1.5, moved inside ``minimum``/``maximum`` (and the exclusive
      bounds) and onto ``multipleOf``;
-   - ``boolean``: true; ``null``: null;
+   - ``boolean``: false (a flag the schema does not ask for stays off: ``dangerouslyDisableSandbox``,
+     ``run_in_background``); ``null``: null;
    - ``array``: ``max(1, minItems)`` items (at most ``maxItems``, never more than 8), from
      ``items`` or ``prefixItems``; the n-th item varies (``-n`` suffix, ``+n``, the n-th enum value)
      so ``uniqueItems`` holds;
@@ -83,7 +84,7 @@ def _sample(schema: Any, root: Any, name: str, depth: int, variant: int) -> Any:
     if kind == "number":
         return _number(schema, 1.5 + variant, integer=False)
     if kind == "boolean":
-        return variant % 2 == 0
+        return variant % 2 == 1  # false; an array's second item true (``uniqueItems``)
     if kind == "null":
         return None
     return _string(schema, name, variant)

@@ -44,6 +44,11 @@ class TTLMap(Generic[K, V]):
         heapq.heappush(self._heap, (deadline, next(self._seq), key))
         self.prune(now)
 
+    def replace(self, key: K, value: V, now: float) -> None:
+        """A live entry's new value, keeping its deadline (nothing when it is gone)."""
+        if self.get(key, now) is not None:
+            self._items[key] = (value, self._items[key][1])
+
     def pop(self, key: K) -> None:
         self._items.pop(key, None)
 

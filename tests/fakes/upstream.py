@@ -27,6 +27,10 @@ from tests.fakes.threaded import ThreadedApp
 Rules = Callable[[dict[str, Any], str], list[str]]
 
 
+#: numbers each fake's life between resets (its tool-call ids carry it)
+_EPOCHS = itertools.count(1)
+
+
 @dataclass
 class Reply:
     text: str = ""
@@ -46,6 +50,8 @@ class Reply:
     # the finish event included, is valid; non-stream: no fault); cut_in_call: a stream breaks half-way
     # through its first tool call's arguments (after all its text).
     fault: str | None = None
+    # the ids of the tool calls (OpenAI wire, not streamed): an upstream that repeats ids; None: call_<n>_<i>
+    call_ids: list[str] | None = None
     # (prompt, completion); None reports a plausible prompt size (a third of the request's bytes)
     # so a gateway calibrating its token estimates against usage is not misled.
     usage: tuple[int, int] | None = None
@@ -96,6 +102,7 @@ class FakeUpstream(ThreadedApp):
         self.script: deque[Reply] = deque()
         self.default = Reply(text="ok")
         self._ids = itertools.count(1)
+        self._epoch = next(_EPOCHS)
         self.in_flight = 0
         self.cancelled = 0
         # Answer a request that ends with an assistant (Gemini: model) turn with a 400, as recent Claude models do.
@@ -112,6 +119,9 @@ class FakeUpstream(ThreadedApp):
         self.cancelled = 0
         self.reject_prefill = False
         self._ids = itertools.count(1)
+        # Tool-call ids stay unique across resets, as a real upstream's: a test's paused calls must not share ids
+        # with a pause another test left in the same tenant (way A resolves an id two continuations share to none).
+        self._epoch = next(_EPOCHS)
 
     def queue(self, *replies: Reply) -> None:
         self.script.extend(replies)
@@ -288,7 +298,8 @@ class FakeUpstream(ThreadedApp):
             if reply.text:
                 content.append({"type": "text", "text": reply.text})
             for i, (name, args) in enumerate(reply.tool_calls):
-                content.append({"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": self._args(args)[1]})
+                content.append({"type": "tool_use", "id": f"toolu_{self._epoch}_{n}_{i}", "name": name,
+                                "input": self._args(args)[1]})
             stop = reply.finish or ("tool_use" if reply.tool_calls else "end_turn")
             return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
                     "stop_reason": stop, "stop_sequence": reply.stop_sequence,
@@ -308,13 +319,13 @@ class FakeUpstream(ThreadedApp):
                                     "finishReason": reply.finish or "STOP", "index": 0}],
                     "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": completion,
                                       "totalTokenCount": prompt + completion},
-                    "modelVersion": model, "responseId": f"resp-{n}"}
+                    "modelVersion": model, "responseId": f"resp-{self._epoch}-{n}"}
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.reasoning:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
-            message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function",
-                                      "function": {"name": name, "arguments": self._args(args)[0]}}
+            message["tool_calls"] = [{"id": reply.call_ids[i] if reply.call_ids else f"call_{self._epoch}_{n}_{i}",
+                                      "type": "function", "function": {"name": name, "arguments": self._args(args)[0]}}
                                      for i, (name, args) in enumerate(reply.tool_calls)]
         finish = reply.finish or ("tool_calls" if reply.tool_calls else "stop")
         return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
@@ -355,7 +366,7 @@ class FakeUpstream(ThreadedApp):
         frames += [chunk({"content": piece}) for piece in self._split(reply.text, reply.pieces)]
         for i, (name, args) in enumerate(reply.tool_calls):
             raw = self._args(args)[0]
-            frames.append(chunk({"tool_calls": [{"index": i, "id": f"call_{n}_{i}", "type": "function",
+            frames.append(chunk({"tool_calls": [{"index": i, "id": f"call_{self._epoch}_{n}_{i}", "type": "function",
                                                  "function": {"name": name, "arguments": ""}}]}))
             frames += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
                        for piece in self._halves(raw)]
@@ -394,7 +405,7 @@ class FakeUpstream(ThreadedApp):
             index += 1
         for i, (name, args) in enumerate(reply.tool_calls):
             frames.append(event("content_block_start", {"index": index, "content_block": {
-                "type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": {}}}))
+                "type": "tool_use", "id": f"toolu_{self._epoch}_{n}_{i}", "name": name, "input": {}}}))
             frames += [event("content_block_delta", {"index": index, "delta": {"type": "input_json_delta",
                                                                                "partial_json": piece}})
                        for piece in self._halves(self._args(args)[0])]
@@ -409,7 +420,7 @@ class FakeUpstream(ThreadedApp):
     def _gemini_frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
         def chunk(parts: list[dict[str, Any]], final: bool = False) -> bytes:
             payload: dict[str, Any] = {"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
-                                       "modelVersion": model, "responseId": f"resp-{n}"}
+                                       "modelVersion": model, "responseId": f"resp-{self._epoch}-{n}"}
             if final:
                 prompt, completion = reply.usage
                 payload["candidates"][0]["finishReason"] = reply.finish or "STOP"

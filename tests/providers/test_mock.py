@@ -93,13 +93,30 @@ def test_generated_values_follow_the_documented_rule() -> None:
     assert (numbers["n"], numbers["neg"], numbers["open"], numbers["step"]) == (10, -5, 2, 10)
     assert 0 < numbers["x"] < 1 and numbers["big"] == 1000.5
     draft4 = sample_arguments(SCHEMAS[9])
-    assert 1.5 < draft4["draft4"] <= 2 and draft4["tuple"] == [True, 0]
-    assert numbers["flag"] is True and numbers["nothing"] is None
+    assert 1.5 < draft4["draft4"] <= 2 and draft4["tuple"] == [False, 0]
+    assert numbers["flag"] is False and numbers["nothing"] is None
     arrays = sample_arguments(SCHEMAS[4])
     assert arrays["tags"] == ["sample-tags", "sample-tags-1", "sample-tags-2"]
     assert arrays["colors"] == ["red", "green", "blue"] and arrays["empty"] == []
     assert arrays["pair"] == ["sample-pair", 2]
     assert sample_arguments(SCHEMAS[7]) == {"undeclared": "sample-undeclared"}
+
+
+def test_booleans_are_false_unless_the_schema_says_otherwise() -> None:
+    # Claude Code's Bash tool: the mock turned on every flag, the sandbox's disabling included.
+    bash = {"type": "object", "properties": {
+        "command": {"type": "string"}, "timeout": {"type": "number"}, "description": {"type": "string"},
+        "run_in_background": {"type": "boolean"}, "dangerouslyDisableSandbox": {"type": "boolean"}},
+        "required": ["command"]}
+    arguments = sample_arguments(bash)
+    assert arguments["run_in_background"] is False and arguments["dangerouslyDisableSandbox"] is False
+    said = {"type": "object", "properties": {
+        "default_on": {"type": "boolean", "default": True}, "const_on": {"const": True},
+        "enum_on": {"type": "boolean", "enum": [True]}, "either": {"type": ["null", "boolean"]},
+        "flags": {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "uniqueItems": True}}}
+    assert sample_arguments(said) == {"default_on": True, "const_on": True, "enum_on": True, "either": False,
+                                      "flags": [False, True]}
+    jsonschema.validate(sample_arguments(said), said)
 
 
 def test_recursive_and_hostile_schemas_stay_bounded() -> None:
@@ -154,7 +171,12 @@ def test_a_tool_turn_then_an_answer_from_the_results() -> None:
     assert call["function"] == {"name": "get_weather", "arguments": '{"city":"sample-city"}'}
     assert first.model == "mock-1" and first.usage.prompt_tokens > 0 and first.usage.completion_tokens > 0
     again, _ = respond(ModelRequest(messages=messages, tools=TOOLS), "mock-1")
-    assert again == first  # same request, same answer and ids
+    # Same request, same answer; but each call's id is its own (identical paused requests must not share one).
+    (again_call,) = again.tool_calls
+    assert again_call["function"] == call["function"] and again.usage == first.usage
+    assert again_call["id"] != call["id"] and again_call["id"].startswith("call_") and call["id"].startswith("call_")
+    assert len({respond(ModelRequest(messages=messages, tools=TOOLS), "mock-1")[0].tool_calls[0]["id"]
+                for _ in range(50)}) == 50
     messages += [first.message, {"role": "tool", "tool_call_id": call["id"], "content": "Paris: 18C" + "!" * 900}]
     final, parts = respond(ModelRequest(messages=messages, tools=TOOLS), "mock-1")
     assert final.finish_reason == "stop" and not final.tool_calls

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from gateway.store.base import Store
-from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
+from gateway.store.continuations.base import (
+    MAX_HOLDERS,
+    Continuation,
+    ContinuationConflict,
+    ContinuationNotFound,
+)
 
 StoreFactory = Callable[..., Awaitable[Store]]
 
@@ -249,12 +254,28 @@ async def test_index_is_per_tenant(store: Store) -> None:
     assert await store.find_continuation_by_tool_call(OTHER, "call_same") == theirs.id
 
 
-async def test_index_entry_repointed_to_a_newer_continuation_is_kept(store: Store) -> None:
-    old = await saved(store, ids=("call_1",))
+async def test_an_id_two_live_continuations_share_is_ambiguous_never_repointed(store: Store) -> None:
+    """Issue 52: the index kept the newer continuation, so the older one's caller resumed the newer one."""
+    old = await saved(store, ids=("call_1", "call_old"))
     new = await saved(store, ids=("call_1",))
-    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id
+    third = await saved(store, ids=("call_1",))
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None  # way A: none, never a guess
+    assert await store.find_continuation_by_tool_call(TENANT, "call_old") == old.id
+    await store.save_continuation(new, 60)  # saved again: still one holder among three
     await store.cancel_continuation(old.id, TENANT)
-    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None  # two still hold it
+    await store.claim_continuation(third.id, TENANT, 30)
+    await store.finish_continuation(third.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == new.id  # its own again
+    await store.cancel_continuation(new.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") is None
+
+
+async def test_an_id_shared_past_the_kept_holders_stays_ambiguous(store: Store) -> None:
+    shared = [await saved(store, ids=("call_many",)) for _ in range(MAX_HOLDERS + 2)]
+    for c in shared[:-1]:
+        await store.cancel_continuation(c.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_many") is None  # who is left is not known
 
 
 # -- ledger, artifacts, audit ----------------------------------------------------------------------

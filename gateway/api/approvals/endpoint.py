@@ -2,7 +2,8 @@
 
 Both list newest first with an opaque cursor (base64url of the last entry's sort key) and a
 bounded ``limit`` (default 20, at most 100). Any key of the tenant may read them: caller keys
-and approver keys alike (an approver may list and decide, not call models).
+and approver keys alike (an approver may list and decide, not call models). An admin key reads
+every tenant's (``every_tenant``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
+from gateway.api.approvals.every_tenant import Row, admin_tenants, merged, presented_admin
 from gateway.api.lifecycle import Work, endpoint
 from gateway.api.runtime import Runtime
 from gateway.config.model import ApiKey
@@ -92,32 +94,58 @@ def parse_time(raw: str | None, param: str) -> float | None:
     raise bad_request(f"'{param}' must be epoch seconds or an ISO 8601 time", param)
 
 
-def _list(data: list[dict[str, Any]], more: bool, last: tuple[float, str] | None) -> JSONResponse:
+#: an admin key's listings say so (``scope``): the inbox then names each item's tenant
+ALL_TENANTS = {"scope": "all_tenants"}
+
+
+def _list(data: list[dict[str, Any]], more: bool, last: tuple[float, str] | None,
+          extra: dict[str, str] | None = None) -> JSONResponse:
     cursor = encode_cursor(last) if more and last is not None else None
-    return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": more, "next_cursor": cursor}))
+    body = {"object": "list", "data": data, "has_more": more, "next_cursor": cursor, **(extra or {})}
+    return JSONResponse(orjson.dumps(body))
+
+
+async def _tenant_page(runtime: Runtime, tenant: str, limit: int, before: tuple[float, str] | None,
+                       wanted: tuple[str, ...]) -> tuple[list[Row], bool, tuple[float, str] | None]:
+    """Up to ``limit`` of a tenant's continuations in ``wanted`` states, whether more exist, and the last
+    entry read (the cursor: past the entries the filter left out too)."""
+    data: list[Row] = []
+    last = before
+    more = True
+    for _ in range(MAX_FILTER_PAGES):
+        entries, more = await runtime.store.list_continuations(tenant, limit - len(data), last)
+        for entry in entries:
+            last = (float(entry["_score"]), str(entry["id"]))
+            if entry["status"] in wanted:
+                data.append((last, with_status(entry, entry["status"])))
+        if not more or len(data) >= limit:
+            break
+    return data, more, last
 
 
 async def list_continuations(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = await work.authenticate()
+    """The caller's tenant's continuations; an admin key's: every tenant's (``every_tenant``)."""
     query = request.query_params
+    admin = presented_admin(work)
+    key = None if admin is not None else await work.authenticate()
     limit = parse_limit(query.get("limit"))
     before = decode_cursor(query.get("cursor"))
     status = query.get("status") or "all"
     wanted = STATUS_FILTERS.get(status)
     if wanted is None:
         raise bad_request("'status' must be one of: pending (alias: paused), claimed, all", "status")
-    data: list[dict[str, Any]] = []
-    last = before
-    more = True
-    for _ in range(MAX_FILTER_PAGES):
-        entries, more = await runtime.store.list_continuations(key.tenant, limit - len(data), last)
-        for entry in entries:
-            last = (float(entry["_score"]), str(entry["id"]))
-            if entry["status"] in wanted:
-                data.append(with_status(entry, entry["status"]))
-        if not more or len(data) >= limit:
-            break
-    return _list(data, more, last)
+    if key is not None:
+        rows, more, last = await _tenant_page(runtime, key.tenant, limit, before, wanted)
+        return _list([item for _, item in rows], more, last)
+    work.authenticate_admin()  # recorded as the admin key
+    tenants, left_out = await admin_tenants(request, runtime)
+
+    async def page(tenant: str) -> tuple[list[Row], bool]:
+        rows, more, _ = await _tenant_page(runtime, tenant, limit, before, wanted)
+        return rows, more
+
+    data, more, last = await merged(tenants, left_out, limit, page)
+    return _list(data, more, last, ALL_TENANTS)
 
 
 def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
@@ -135,14 +163,26 @@ def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_audit(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = await work.authenticate()
+    """The caller's tenant's audit log; an admin key's: every tenant's, merged newest first."""
     query = request.query_params
+    admin = presented_admin(work)
+    key = None if admin is not None else await work.authenticate()
     limit = parse_limit(query.get("limit"))
     before = decode_cursor(query.get("cursor"))
     since, until = parse_time(query.get("from"), "from"), parse_time(query.get("to"), "to")
-    entries, more = await audit_page(runtime.store, key.tenant, since, until, before, limit)
-    last = entry_key(entries[-1]) if entries else None
-    return _list([audit_view(e) for e in entries], more, last)
+    if key is not None:
+        entries, more = await audit_page(runtime.store, key.tenant, since, until, before, limit)
+        last = entry_key(entries[-1]) if entries else None
+        return _list([audit_view(e) for e in entries], more, last)
+    work.authenticate_admin()
+    tenants, left_out = await admin_tenants(request, runtime)
+
+    async def page(tenant: str) -> tuple[list[Row], bool]:
+        entries, more = await audit_page(runtime.store, tenant, since, until, before, limit)
+        return [(entry_key(e), audit_view(e)) for e in entries], more
+
+    data, more, last = await merged(tenants, left_out, limit, page)
+    return _list(data, more, last, ALL_TENANTS)
 
 
 def approval_routes() -> list[Route]:

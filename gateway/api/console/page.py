@@ -35,9 +35,26 @@ def _load(folder: str, name: str) -> bytes:
     return resources.files("gateway").joinpath("ui", folder, name).read_bytes()
 
 
-def console_page_routes() -> list[Route]:
+#: with auth off, the page shows this panel instead of the sign-in form (no key can open the console)
+AUTH_OFF_PANEL = b'<section id="auth-off" class="panel" hidden'
+SIGN_IN_PANEL = b'<section id="sign-in" '
+
+
+def _page_bytes(folder: str, name: str, auth_enabled: bool) -> bytes:
+    """A file as served. With auth off there is no admin key, so the page says that, and how to enable the
+    console, rather than taking any string as an "approvals only" key."""
+    body = _load(folder, name)
+    if name == "console.html" and not auth_enabled:
+        assert AUTH_OFF_PANEL in body and SIGN_IN_PANEL in body, "console.html lost its auth-off or sign-in panel"
+        body = body.replace(AUTH_OFF_PANEL, AUTH_OFF_PANEL.replace(b" hidden", b""))
+        body = body.replace(SIGN_IN_PANEL, SIGN_IN_PANEL + b"hidden ")
+    return body
+
+
+def console_page_routes(auth_enabled: bool = True) -> list[Route]:
     """The console's routes, every file read and hashed once, now."""
-    routes = [Route(path, StaticFile(_load(folder, name), content_type, SECURITY_HEADERS), methods=["GET", "HEAD"])
+    routes = [Route(path, StaticFile(_page_bytes(folder, name, auth_enabled), content_type, SECURITY_HEADERS),
+                    methods=["GET", "HEAD"])
               for (folder, name), (path, content_type) in _FILES.items()]
     # ``/ui`` -> ``/ui/``: relative, so it also works behind a proxy that mounts the gateway under a prefix.
     routes.append(Route("/ui", Redirect(b"ui/", SECURITY_HEADERS), methods=["GET", "HEAD"]))

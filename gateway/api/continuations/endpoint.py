@@ -16,6 +16,7 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
+from gateway.api.approvals.every_tenant import decider_in
 from gateway.api.chat.respond import respond
 from gateway.api.lifecycle import Work, begin_routed, endpoint
 from gateway.api.messages.respond import respond_message
@@ -83,7 +84,7 @@ def result_view(continuation: Continuation) -> dict[str, Any]:
 async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     """Any key of the tenant (the asker's included) may read it; ``?wait=N`` polls the shared store (so it
     sees a resume on any replica) until it is no longer pending or claimed, or N seconds passed."""
-    key = await work.authenticate()
+    key = await decider_in(request, work)
     wait = _wait_seconds(request)
     continuation_id = _continuation_id(request)
     store = runtime.store
@@ -104,7 +105,7 @@ async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JS
 
 
 async def delete_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    key = await work.authenticate()
+    key = await decider_in(request, work)
     await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
     metrics.CONTINUATIONS.inc("cancelled")
     work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
@@ -128,11 +129,12 @@ def _stream_options(body: Any) -> tuple[bool, bool]:
 
 
 async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
-    """Way B: the caller decides (any key of the tenant, approvers included); the asker is charged."""
+    """Way B: the caller decides (any key of the tenant, approvers included, or an admin key naming the
+    tenant); the asker is charged."""
     runtime: Runtime = request.app.state.runtime
     work = begin_routed(request, PATH, metered=True)
     try:
-        decider = await work.authenticate()
+        decider = await decider_in(request, work, deciding=True)
         incoming = work.incoming
         body = await read_json(incoming, runtime.config.server.max_body_bytes)
         stream, include_usage = _stream_options(body)

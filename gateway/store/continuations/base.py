@@ -13,6 +13,7 @@ continuation, because once the lease has expired another claim may take it over.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from abc import ABC, abstractmethod
@@ -22,6 +23,8 @@ from typing import Any, Literal, cast
 import orjson
 
 from gateway.store.errors import StoreError
+
+log = logging.getLogger("loopgate.store")
 
 ContinuationStatus = Literal["pending", "claimed", "resumed", "cancelled"]
 STATUSES: tuple[str, ...] = ("pending", "claimed", "resumed", "cancelled")
@@ -116,6 +119,51 @@ class ContinuationConflict(StoreError):
         super().__init__(message or f"continuation {continuation_id!r} is {status}")
         self.continuation_id = continuation_id
         self.status = status
+
+
+#: the tool-call index's value for an id pending in two or more live continuations of one tenant at once (an
+#: upstream that repeats ids), followed by their ids: a way-A follow-up cannot tell which one it answers, so the
+#: lookup finds none (answered statelessly, each stays pending for way B) rather than guessing (the index kept
+#: the newest, and the older one's caller resumed another caller's continuation). ``+``: more than were kept.
+AMBIGUOUS_TOOL_CALL = "*ambiguous*"
+#: continuations named in one ambiguous index value; past it the value holds ``+`` and stays ambiguous until its TTL
+MAX_HOLDERS = 16
+
+
+def holders(value: str) -> list[str]:
+    """The continuations an index value names: its one id, or the ambiguous value's list."""
+    if value.startswith(AMBIGUOUS_TOOL_CALL):
+        return value[len(AMBIGUOUS_TOOL_CALL):].split()
+    return [value]
+
+
+def with_holder(held: str | None, continuation_id: str) -> str:
+    """The index value once ``continuation_id`` holds the id too (its pause is saved)."""
+    if held is None or held == continuation_id:
+        return continuation_id
+    ids = holders(held)
+    if continuation_id not in ids:
+        ids = ["+"] if "+" in ids or len(ids) >= MAX_HOLDERS else [*ids, continuation_id]
+    return " ".join([AMBIGUOUS_TOOL_CALL, *ids])
+
+
+def without_holder(held: str, continuation_id: str) -> str | None:
+    """The index value once ``continuation_id`` lets the id go (resumed, cancelled); None: nobody holds it."""
+    ids = [i for i in holders(held) if i != continuation_id]
+    if not ids:
+        return None
+    if len(ids) == 1 and ids[0] != "+":
+        return ids[0]
+    return " ".join([AMBIGUOUS_TOOL_CALL, *ids])
+
+
+def indexed(found: str | None) -> str | None:
+    """The continuation the index names for a tool-call id; None when none does or several do."""
+    if found is not None and found.startswith(AMBIGUOUS_TOOL_CALL):
+        log.warning("a way-A follow-up answers a tool-call id that several paused continuations of its tenant "
+                    "share (an upstream repeating its ids): answered statelessly, each stays pending for way B")
+        return None
+    return found
 
 
 class ContinuationStore(ABC):

@@ -31,6 +31,10 @@ from gateway.store.continuations.base import (
     ContinuationNotFound,
     ContinuationStatus,
     ContinuationStore,
+    holders,
+    indexed,
+    with_holder,
+    without_holder,
 )
 from gateway.store.continuations.listing import TenantListing
 from gateway.store.ttl import TTLMap, check_ttl
@@ -83,10 +87,17 @@ class MemoryContinuations(ContinuationStore):
         return rec
 
     def _unindex(self, rec: _Record, continuation_id: str) -> None:
+        now = self._clock()
         for tc in rec.tool_call_ids:
             key = (rec.tenant, tc)
-            if self._index.get(key, self._clock()) == continuation_id:
+            held = self._index.get(key, now)
+            if held is None or continuation_id not in holders(held):
+                continue  # another continuation's own entry
+            left = without_holder(held, continuation_id)
+            if left is None:
                 self._index.pop(key)
+            else:
+                self._index.replace(key, left, now)
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         now = self._clock()
@@ -96,8 +107,8 @@ class MemoryContinuations(ContinuationStore):
         rec = _Record(tenant=c.tenant, status=c.status, claimed_until=c.claimed_until, body=body,
                       tool_call_ids=ids)
         self._records.set(c.id, rec, len(body) + _ID_BYTES * len(ids), deadline, now)
-        for tc in ids:
-            self._index.set((c.tenant, tc), c.id, deadline, now)
+        for tc in ids:  # an id another live continuation holds becomes ambiguous (base.with_holder)
+            self._index.set((c.tenant, tc), with_holder(self._index.get((c.tenant, tc), now), c.id), deadline, now)
         self._listing.add(c.tenant, c.id, c.expires_at, c.summary)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
@@ -156,7 +167,7 @@ class MemoryContinuations(ContinuationStore):
         return out[:limit], len(out) > limit
 
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
-        return self._index.get((tenant, tool_call_id), self._clock())
+        return indexed(self._index.get((tenant, tool_call_id), self._clock()))
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

@@ -4,7 +4,8 @@ Key layout (the ``{...}`` part is the Redis Cluster hash tag)::
 
     loopgate:{<continuation id>}:rec          hash  t=tenant s=status cu=claimed_until b=body ids=[tool_call_id]
                                               r=result (once resumed)
-    loopgate:{t:<tenant>}:tc:<tool_call_id>   string -> continuation id (resume way A index)
+    loopgate:{t:<tenant>}:tc:<tool_call_id>   string -> continuation id (resume way A index), or
+                                              "*ambiguous* <id> <id>..." when several live ones hold it
     loopgate:{t:<tenant>}:ledger:<tool_call_id>  string, JSON execution record
     loopgate:{t:<tenant>}:art:<tool_call_id>  string, JSON artifact (one MGET for many ids)
 
@@ -36,11 +37,14 @@ import orjson
 from gateway.store.continuations import redis_listing as listing
 from gateway.store.continuations import redis_scripts as scripts
 from gateway.store.continuations.base import (
+    AMBIGUOUS_TOOL_CALL,
+    MAX_HOLDERS,
     Continuation,
     ContinuationConflict,
     ContinuationNotFound,
     ContinuationStatus,
     ContinuationStore,
+    indexed,
 )
 from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
 from gateway.store.redis_client.keys import num, record_key, tenant_key
@@ -61,6 +65,7 @@ class RedisContinuations(ContinuationStore):
         self._unfinish = io.register(scripts.UNFINISH)
         self._cancel = io.register(scripts.CANCEL)
         self._unindex = io.register(scripts.UNINDEX)
+        self._index = io.register(scripts.INDEX)
         self._page = io.register(listing.PAGE)
         self._list_add = io.register(listing.ADD)
 
@@ -79,7 +84,7 @@ class RedisContinuations(ContinuationStore):
         await listing.remove(self.io, tenant, continuation_id)
         if ids:
             keys = [tenant_key(tenant, "tc", tc) for tc in ids]
-            await self._unindex(keys=keys, args=[continuation_id])
+            await self._unindex(keys=keys, args=[continuation_id, AMBIGUOUS_TOOL_CALL])
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         ids = c.tool_call_ids
@@ -94,8 +99,8 @@ class RedisContinuations(ContinuationStore):
             evalsha(pipe, self._save, [rec], args)
 
         def write_index(pipe: Any) -> None:
-            for key in index:
-                pipe.set(key, c.id, ex=ex)
+            if index:  # an id another live continuation of the tenant holds becomes ambiguous (scripts.INDEX)
+                evalsha(pipe, self._index, index, [c.id, ex, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS])
             listing.queue_add(pipe, self._list_add, c, ex)
 
         def write_both(pipe: Any) -> None:
@@ -134,7 +139,7 @@ class RedisContinuations(ContinuationStore):
             async with asyncio.timeout(self.io.op_timeout):
                 await self.io.client.delete(rec)
                 if index:
-                    await self._unindex(keys=index, args=[c.id])
+                    await self._unindex(keys=index, args=[c.id, AMBIGUOUS_TOOL_CALL])
         except Exception as exc:  # the store is failing already: the record expires with its TTL
             log.debug("could not delete unacknowledged continuation %s: %s", c.id, exc)
 
@@ -207,7 +212,7 @@ class RedisContinuations(ContinuationStore):
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         async with self.io.guard("find_continuation_by_tool_call"):
             raw = cast(bytes | None, await self.io.client.get(tenant_key(tenant, "tc", tool_call_id)))
-        return None if raw is None else raw.decode()
+        return indexed(None if raw is None else raw.decode())
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

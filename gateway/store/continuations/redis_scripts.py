@@ -61,12 +61,58 @@ redis.call('DEL', KEYS[1])
 return {'ok', ids}
 """
 
-# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id. Deletes only entries
-# that still point at this continuation.
+# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id, ARGV[2]: the ambiguous marker.
+# Deletes only entries that still point at this continuation; takes it out of an ambiguous entry's list
+# (base.without_holder: the one left holds the id alone again), keeping the entry's TTL.
 UNINDEX = """
 local n = 0
+local m = ARGV[2]
 for _, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k); n = n + 1 end
+  local held = redis.call('GET', k)
+  if held == ARGV[1] then
+    redis.call('DEL', k); n = n + 1
+  elseif held and m and string.sub(held, 1, #m) == m then
+    local left, was = {}, false
+    for id in string.gmatch(string.sub(held, #m + 1), '%S+') do
+      if id == ARGV[1] then was = true else left[#left + 1] = id end
+    end
+    if was then
+      n = n + 1
+      if #left == 0 then redis.call('DEL', k)
+      elseif #left == 1 and left[1] ~= '+' then redis.call('SET', k, left[1], 'KEEPTTL')
+      else redis.call('SET', k, m .. ' ' .. table.concat(left, ' '), 'KEEPTTL') end
+    end
+  end
 end
 return n
+"""
+
+# The way-A index of a pause's tool-call ids (KEYS, one hash tag: the tenant's). ARGV: continuation id, TTL s,
+# the ambiguous marker, the most holders kept. An id another live continuation holds becomes
+# "<marker> <id> <id>..." (base.with_holder; "+": more than were kept), which a lookup resolves to none.
+INDEX = """
+local m = ARGV[3]
+for _, k in ipairs(KEYS) do
+  local held = redis.call('GET', k)
+  local value = ARGV[1]
+  if held and held ~= ARGV[1] then
+    local ids = {}
+    if string.sub(held, 1, #m) == m then
+      for id in string.gmatch(string.sub(held, #m + 1), '%S+') do ids[#ids + 1] = id end
+    else
+      ids[1] = held
+    end
+    local present, overflow = false, false
+    for _, id in ipairs(ids) do
+      if id == ARGV[1] then present = true end
+      if id == '+' then overflow = true end
+    end
+    if not present then
+      if overflow or #ids >= tonumber(ARGV[4]) then ids = {'+'} else ids[#ids + 1] = ARGV[1] end
+    end
+    value = m .. ' ' .. table.concat(ids, ' ')
+  end
+  redis.call('SET', k, value, 'EX', ARGV[2])
+end
+return #KEYS
 """

@@ -3,11 +3,12 @@
 // Everything shown here comes from callers and models, so it is hostile: it only ever reaches
 // the page through textContent / attributes set with setAttribute on inert elements, never as
 // HTML. The key lives in sessionStorage (this tab only) and is sent as a Bearer token; it is
-// never put in a URL, a log line or a cookie.
+// never put in a URL, a log line or a cookie. The console (/ui/) keeps it in the same entry, so
+// one sign-in serves both pages. An admin key sees every tenant's approvals, each naming its tenant.
 "use strict";
 
 (() => {
-  const KEY_SLOT = "loopgate.approvals.key";
+  const KEY_SLOT = "loopgate.ui.key";  // shared with the console (console.js)
   const POLL_MS = 2000;            // while the tab is visible
   const HIDDEN_POLL_MS = 15000;    // while it is in the background
   const MAX_BACKOFF_MS = 30000;    // after repeated failures
@@ -212,6 +213,7 @@
     if (result.notModified) { renderList(state.lastItems); return; }  // times move on; decided cards go
     state.listTag = result.etag;
     const payload = result.payload || {};
+    $("who-text").textContent = payload.scope === "all_tenants" ? "Signed in (admin: every tenant)" : "Signed in";
     const items = Array.isArray(payload.data) ? payload.data : [];
     state.lastItems = items;
     renderList(items);
@@ -370,6 +372,8 @@
     el.querySelector(".card-title").textContent = calls.length === 1
       ? text(calls[0].name) : `${calls.length} tools: ${calls.map((call) => text(call.name)).join(", ")}`;
     el.querySelector(".f-route").textContent = text(pick(item, "route", "model")) || "—";
+    el.querySelector(".f-tenant-row").hidden = typeof item.tenant !== "string";
+    el.querySelector(".f-tenant").textContent = text(item.tenant);
     el.querySelector(".f-key").textContent =
       text(pick(item, "key.name", "key.id")) || "—";
     setTime(el.querySelector(".f-paused"), item.created_at);
@@ -416,7 +420,9 @@
     const note = el.querySelector(".card-note");
     note.textContent = "Sending the decision…";
     try {
-      const result = await api(`v1/continuations/${encodeURIComponent(card.item.id)}`,
+      // An admin key names the tenant (the listing gave it); a tenant's key decides in its own.
+      const tenant = typeof card.item.tenant === "string" ? `?tenant=${encodeURIComponent(card.item.tenant)}` : "";
+      const result = await api(`v1/continuations/${encodeURIComponent(card.item.id)}${tenant}`,
         {method: "POST", body: {decisions, stream: false}});
       const status = pick(result.payload, "gateway.status") || "done";
       const yes = (d) => d.approve === true || d.action === "accept";

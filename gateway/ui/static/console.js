@@ -6,8 +6,7 @@
 "use strict";
 
 (() => {
-  const KEY_SLOT = "loopgate.console.key";
-  const INBOX_SLOT = "loopgate.approvals.key"; // the inbox's: an approver signed in here is signed in there
+  const KEY_SLOT = "loopgate.ui.key"; // the inbox's too (approvals.js): signed in here is signed in there
   const API = new URL("../", document.baseURI); // the gateway's root, also behind a path prefix
   const PAGES = ["overview", "usage", "keys", "audit"];
   const $ = (id) => document.getElementById(id);
@@ -66,18 +65,26 @@
     return node;
   }
 
+  // A cell's text with each word (a run without spaces) in a span kept on one line: a narrow table wraps
+  // between words, never inside an id, a number or a date (a browser breaks after any hyphen otherwise).
+  function words(text) {
+    return String(text).split(/(\s+)/).filter(Boolean)
+      .map((part) => (/^\s/.test(part) ? document.createTextNode(part) : el("span", part, "word")));
+  }
+
   function row(cells) {
     const tr = document.createElement("tr");
     for (const cell of cells) {
+      const td = document.createElement("td");
       if (cell instanceof Node) {
-        const td = document.createElement("td");
         td.append(cell);
-        tr.append(td);
       } else if (cell && typeof cell === "object") {
-        tr.append(el("td", cell.text, cell.className));
-      } else {
-        tr.append(el("td", cell));
+        if (cell.className) td.className = cell.className;
+        if (cell.text !== undefined && cell.text !== null) td.append(...words(cell.text));
+      } else if (cell !== undefined && cell !== null) {
+        td.append(...words(cell));
       }
+      tr.append(td);
     }
     return tr;
   }
@@ -105,6 +112,7 @@
   // ---- sign in -------------------------------------------------------------------------------
   async function signIn(candidate) {
     key = candidate;
+    let adminOff = false; // 404 admin_disabled: this gateway has no admin keys at all
     try {
       await api("admin/tenants");
       sessionStorage.setItem(KEY_SLOT, candidate);
@@ -112,6 +120,7 @@
       return;
     } catch (err) {
       if (err.status !== 401 && err.status !== 404 && err.status !== 403) { key = null; throw err; }
+      adminOff = err.status === 404;
     }
     try {
       await api("v1/continuations?limit=1");
@@ -121,7 +130,10 @@
       throw err;
     }
     sessionStorage.setItem(KEY_SLOT, candidate);
-    sessionStorage.setItem(INBOX_SLOT, candidate);
+    if (adminOff) {
+      $("inbox-only-why").textContent = "This gateway has no admin keys, so the console is disabled: set "
+        + "auth.admin_keys in the config to enable it. This key can decide approvals for its tenant.";
+    }
     enter(false);
   }
 
@@ -144,7 +156,6 @@
 
   function signOut() {
     sessionStorage.removeItem(KEY_SLOT);
-    sessionStorage.removeItem(INBOX_SLOT);
     key = null;
     clearTimeout(overviewTimer);
     location.hash = "";
@@ -471,6 +482,7 @@
     $("audit-event").addEventListener("change", () => renderAudit(!$("audit-more").hidden));
     $("audit-more").addEventListener("click", () => loadAudit(true).catch((err) => say(err.message, true)));
 
+    if (!$("auth-off").hidden) return; // auth is off (the gateway says so in the page): no key opens the console
     const saved = sessionStorage.getItem(KEY_SLOT);
     if (saved) {
       signIn(saved).catch(() => { sessionStorage.removeItem(KEY_SLOT); key = null; });
