@@ -36,6 +36,7 @@ from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import (
     TERMINAL,
     Batch,
+    Frame,
     ResponseBuilder,
     ResponseRecorder,
     response_id,
@@ -175,8 +176,8 @@ class ResponseRun:
         """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
         return self._run(raise_errors, _same)
 
-    def frames(self, encode: Callable[[Batch], bytes],
-               on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+    def frames(self, encode: Callable[[Batch], Frame],
+               on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[Frame]:
         """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
         return self._run(False, encode, on_close)
 
@@ -204,9 +205,13 @@ class ResponseRun:
                 if raise_errors or builder.done or isinstance(exc, EXITS):
                     raise
                 failed = builder.fail(to_gateway_error(exc))
-                with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
-                    await self.save(None)
-                yield wrap(failed)
+            else:
+                return
+            # Out of the ``except``: the exception's traceback holds the frames it passed through (an upstream
+            # stream's kept text among them), let go before the end is stored and written.
+            with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
+                await self.save(None)
+            yield wrap(failed)
         finally:
             try:
                 await self.aclose()
@@ -259,8 +264,9 @@ class ResponseRun:
                     messages, ancestors = segment, chain.ancestors
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
         response: Any = self.builder.response
-        if finished is not None and self.builder.done:
-            self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
+        if finished is not None and self.builder.done and not self.builder.large:
+            # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
+            self._final = orjson.dumps(response)
             response = orjson.Fragment(self._final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
         record = {"response": response, "input": self.request.input, "transcript": transcript,
