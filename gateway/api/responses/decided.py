@@ -20,7 +20,6 @@ from gateway.api.responses.origin import decision_items, responses_origin
 from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, usage_of
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun, label_of
-from gateway.api.responses.spliced import frames_body
 from gateway.api.resume import Resumed
 from gateway.api.runtime import Runtime
 from gateway.http.json_response import JSONResponse
@@ -65,4 +64,4 @@ async def respond_decided(runtime: Runtime, work: Work, origin: dict[str, Any], 
         work.done(200)
         await work.settle(usage_of(run.response))
 
-    return SSEResponse(run.frames(frames_body, on_close), work.exchange.headers)
+    return SSEResponse(run.frames(b"".join, on_close), work.exchange.headers)

@@ -25,7 +25,6 @@ from gateway.api.responses.request import (
     response_not_found,
 )
 from gateway.api.responses.run import input_items, prepare_response
-from gateway.api.responses.spliced import frames_body
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
 from gateway.http.body import read_json
@@ -79,9 +78,13 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         async def on_close() -> None:
             work.done(200)
             await work.settle(usage_of(run.response))
-        return SSEResponse(run.frames(frames_body, on_close), work.exchange.headers)
+        return SSEResponse(run.frames(_join, on_close), work.exchange.headers)
     except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))
+
+
+# A ``frames`` builder's batches are SSE frames already (bytes): the body joins them.
+_join = b"".join
 
 
 async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, str, dict[str, Any]]:

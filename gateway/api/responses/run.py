@@ -23,7 +23,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -43,6 +43,7 @@ from gateway.api.responses.render import (
     server_label,
 )
 from gateway.api.responses.request import ResponsesRequest
+from gateway.api.responses.spliced import frames_body
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.cancellation import EXITS
@@ -176,9 +177,12 @@ class ResponseRun:
         """``events()`` grouped by the loop event that produced them (one network write per upstream read)."""
         return self._run(raise_errors, _same)
 
-    def frames(self, encode: Callable[[Batch], Frame],
+    def frames(self, encode: Callable[[Batch], bytes],
                on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[Frame]:
-        """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
+        """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer.
+
+        A batch with a large text's frame in it (``builder.large``) is written in slices instead
+        (responses/spliced.py)."""
         return self._run(False, encode, on_close)
 
     async def _run(self, raise_errors: bool, wrap: Callable[[Batch], _T],
@@ -190,7 +194,7 @@ class ResponseRun:
                 for loop_event in self._first:
                     batch = await self._feed(loop_event, raise_errors)
                     if batch:
-                        yield wrap(batch)
+                        yield cast(_T, frames_body(batch)) if builder.large else wrap(batch)
                 self._first = []
                 feed = builder.feed
                 async for loop_event in self._events:
@@ -198,7 +202,7 @@ class ResponseRun:
                     batch = await self._feed(loop_event, raise_errors) if isinstance(loop_event, Finished) \
                         else feed(loop_event)
                     if batch:
-                        yield wrap(batch)
+                        yield cast(_T, frames_body(batch)) if builder.large else wrap(batch)
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
             except BaseException as exc:  # a native library's panic fails the response too; an exit passes
@@ -211,7 +215,7 @@ class ResponseRun:
             # stream's kept text among them), let go before the end is stored and written.
             with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
                 await self.save(None)
-            yield wrap(failed)
+            yield cast(_T, frames_body(failed)) if builder.large else wrap(failed)
         finally:
             try:
                 await self.aclose()
