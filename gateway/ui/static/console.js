@@ -197,6 +197,12 @@
     return value === null ? "–" : number(value, 3);
   }
 
+  // Half-open is either a probe under way or the cooldown over with no request since (the next one probes).
+  function circuitState(c) {
+    if (c.state !== "half_open") return c.state;
+    return c.probing ? "half-open (probing)" : "half-open (cooldown over, next request probes)";
+  }
+
   function renderOverview(data) {
     const s = data.series;
     const routes = Object.entries(s.routes);
@@ -215,7 +221,10 @@
     $("tile-added").textContent = added.length ? `${number(Math.max(...added), 2)} ms` : "–";
     $("tile-tokens").textContent = number(total("tokens_per_s"), 1);
     $("tile-paused").textContent = data.paused.capped ? `${data.paused.total}+` : String(data.paused.total);
-    $("tile-open").textContent = String(data.circuits.filter((c) => c.state !== "closed").length);
+    // Open: skipped now (what loopgate_circuit_open counts); half-open ones are said apart.
+    const halfOpen = data.circuits.filter((c) => c.state === "half_open").length;
+    $("tile-open").textContent = String(data.circuits.filter((c) => c.state === "open").length)
+      + (halfOpen ? ` (+${halfOpen} half-open)` : "");
 
     const x = s.t;
     const lines = (field) => routes.length ? routes.map(([name, r]) => [name, r[field]]) : [["(no traffic)", x.map(() => 0)]];
@@ -244,7 +253,7 @@
     }));
     $("routes-empty").hidden = routes.length > 0;
     fill($("circuits").tBodies[0], data.circuits.map((c) => {
-      const tr = row([c.target, { text: c.state.replace("_", "-"), className: `state-${c.state}` },
+      const tr = row([c.target, { text: circuitState(c), className: `state-${c.state}` },
         c.state === "closed" ? "–" : ago(c.since, data.now), c.open_until ? when(c.open_until) : "–",
         c.last_error ? `${c.last_error} (${ago(c.last_error_at, data.now)})` : "–", String(c.replicas_open)]);
       tr.dataset.target = c.target;
