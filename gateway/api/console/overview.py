@@ -1,6 +1,8 @@
 """``GET /admin/console/overview``: the console's overview, from every replica's rollups (admin keys only).
 
-Query: ``minutes`` (the window, 1 to the retention, default 60). The answer:
+Query: ``minutes`` (the window, 1 to the retention, default 60). The answer (besides ``now``,
+``minutes``, ``resolution_s``, ``retention_s``, and ``first_traffic_at``: the end of the earliest
+interval in the window with a request, or null, which the console's *Fit the data* range uses):
 
 * ``series``: one point per interval (``t``, epoch s, the interval's end), zeros where nothing
   happened: per route requests/s, error rate (5xx share), tokens/s and the added latency (the
@@ -121,6 +123,12 @@ def _ms(seconds: float | None, digits: int = 1) -> float | None:
     return None if seconds is None else round(seconds * 1000, digits)
 
 
+def first_traffic(records: list[dict[str, Any]]) -> float | None:
+    """The end of the earliest interval in the window that served a request (the console fits its range to it)."""
+    times = [record["t"] for record in records if any(count for count, _ in record["q"].values())]
+    return min(times) if times else None
+
+
 def failovers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for record in records:
@@ -196,6 +204,7 @@ async def get_overview(request: Request, runtime: Runtime, work: Work) -> JSONRe
     records = [orjson.loads(raw) for raw in await feed.store.read(start)]
     statuses = [orjson.loads(raw) for raw in (await feed.store.statuses()).values()]
     body = {"object": "console.overview", "now": now, "minutes": minutes, "resolution_s": config.resolution_s,
+            "first_traffic_at": first_traffic(records),
             "retention_s": config.retention_s, "series": series(records, start, now, config.resolution_s),
             "failovers": failovers(records), "circuits": circuits(statuses, runtime.routes.target_labels(), now),
             "paused": await paused(runtime), "replicas": sorted(s["r"] for s in statuses)}
