@@ -176,12 +176,13 @@ async def test_end_to_end_through_registry_and_executor(server: FakeMcpServer, h
 
 
 async def test_executor_timeout_cancels_a_slow_mcp_call(server: FakeMcpServer) -> None:
-    source = McpHttpSource("mcp", server.url, timeouts=ToolTimeouts(call=0.2))
+    # The call clock bounds the listing too: 2 s lets a busy machine list (0.2 s did not), the slow tool takes 10.
+    source = McpHttpSource("mcp", server.url, timeouts=ToolTimeouts(call=2.0))
     try:
         registry = ToolRegistry([source])
         await registry.refresh(strict=True)
-        outcome = await run_tool(registry.get("slow"), '{"seconds": 5}')
-        assert (outcome.status, outcome.content) == ("error", "Tool slow timed out after 0.2s")
+        outcome = await run_tool(registry.get("slow"), '{"seconds": 10}')
+        assert (outcome.status, outcome.content) == ("error", "Tool slow timed out after 2.0s")
     finally:
         await source.aclose()
 
