@@ -182,7 +182,7 @@ async def test_executor_timeout_cancels_a_slow_mcp_call(server: FakeMcpServer) -
         registry = ToolRegistry([source])
         await registry.refresh(strict=True)
         outcome = await run_tool(registry.get("slow"), '{"seconds": 10}')
-        assert (outcome.status, outcome.content) == ("error", "Tool slow timed out after 2.0s")
+        assert (outcome.status, outcome.content) == ("error", "Tool slow timed out after 2s")
     finally:
         await source.aclose()
 
