@@ -70,11 +70,17 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # Config is read by every layer and reads none: the transport's timers, bounds and the model
     # name check live in it (config/transport.py, config/model_names.py), not the other way round.
     "gateway.config": (),
+    # The vocabulary every layer speaks (messages, the model request, stream deltas): any package
+    # may import it (``SHARED``); it reads only the HTTP layer's depth-bounded JSON parser.
+    "gateway.canonical": ("gateway.http",),
 }
 
-#: every package a row may forbid: the packages of ``MAY_IMPORT``, the HTTP layer (its row is its
+#: the packages every package may import, listed in no other row
+SHARED = ("gateway.canonical",)
+
+#: every package a row may forbid: the packages of ``MAY_IMPORT`` but ``SHARED``, the HTTP layer (its row is its
 #: own rule: it imports nothing of gateway outside itself) and the command line on top
-_EVERY_LAYER = (*MAY_IMPORT, HTTP_LAYER, "gateway.cli")
+_EVERY_LAYER = (*(layer for layer in MAY_IMPORT if layer not in SHARED), HTTP_LAYER, "gateway.cli")
 
 #: package -> the packages it must not import (a package includes its subpackages)
 LAYERS: dict[str, tuple[str, ...]] = {
