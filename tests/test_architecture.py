@@ -39,11 +39,12 @@ PACKAGE = "gateway"
 HTTP_LAYER = "gateway.http"
 
 #: The layers, top first. A request flows http -> api -> loop -> routing -> providers -> upstream;
-#: imports run the other way round the HTTP layer (api uses ``gateway.http``, which imports nothing).
-#: Beside the flow sit services any layer above them may use: tools, store, context, notify,
-#: governance, usage, background, and at the bottom config and observability, which import no
-#: other package but config. Each row names what a package MAY import (besides itself and the
-#: top-level modules such as ``gateway.canonical``); ``LAYERS`` turns it into what it must not.
+#: imports point down that flow from api on, and the HTTP layer, which api uses, imports nothing.
+#: Beside the flow sit services the layers above them use: tools, store, context, notify,
+#: governance, usage, background; at the bottom observability, which imports only config, and
+#: config, which imports nothing. Each row names what a package MAY import (besides itself, the
+#: ``SHARED`` packages and the top-level modules such as ``gateway.errors``); ``LAYERS`` turns it
+#: into what it must not, so a new package is forbidden to every row until a row allows it.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # The composition root: everything but the command line that starts it.
     "gateway.api": ("gateway.background", "gateway.config", "gateway.context", "gateway.governance", "gateway.http",
