@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.config.transport import PoolLimits, Timeouts
 from gateway.upstream.http1 import Http1Client
-from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 UPSTREAM = os.environ.get("BARE_UPSTREAM", "http://127.0.0.1:9100")
 MODEL = os.environ.get("BARE_MODEL", "fake-model")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,18 +19,13 @@ from typing import Any
 import yaml
 
 from bench.loadgen import cpu_seconds, descendants, rss_mb, wait_healthy
+from tests.ports import free_port
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 LOG_DIR = BENCH_DIR / "results" / "logs"
 LITELLM_VENV = BENCH_DIR / ".venv-litellm"
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:

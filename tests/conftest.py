@@ -42,6 +42,8 @@ import httpx._transports.default as httpx_transports
 import httpx2._transports.default as httpx2_transports
 import pytest
 
+from tests.ports import free_port
+
 os.environ.setdefault("LOOPGATE_TRACE_EXPORTER_NICE", "10")
 
 
@@ -66,12 +68,6 @@ _share_default_tls_context(httpx2_transports)
 
 #: how long a freshly started server may take to answer PING
 REDIS_START_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _answers(port: int) -> bool:
@@ -134,7 +130,7 @@ def use_test_redis(start: bool = True) -> None:
         if shutil.which("redis-server") is None:
             os.environ["LOOPGATE_TEST_REDIS_URL"] = "redis://127.0.0.1:1/15"  # nothing answers there
         else:
-            _to_start.append(_free_port())
+            _to_start.append(free_port())
             os.environ["LOOPGATE_TEST_REDIS_URL"] = f"redis://127.0.0.1:{_to_start[-1]}/15"
         os.environ[_OWNER] = str(os.getpid())
     elif os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(_OWNER) is None:  # named from outside

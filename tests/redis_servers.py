@@ -19,10 +19,8 @@ locally and a failure under ``CI=true`` (CI must never pass by silently not test
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,6 +31,8 @@ from typing import Any
 
 import pytest
 import redis
+
+from tests.ports import free_port
 
 REDIS_SERVER = os.environ.get("LOOPGATE_TEST_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = os.environ.get("LOOPGATE_TEST_REDIS_CLI") or shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -57,29 +57,6 @@ def start_or_skip(factory: Any, *args: Any, **kwargs: Any) -> Any:
         if IN_CI:
             pytest.fail(f"{exc}; CI=true, so Redis deployment tests must run, not skip")
         pytest.skip(str(exc))
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-_used_ports: set[int] = set()
-
-
-def free_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too; never the same one twice in a process."""
-    for _ in range(200):
-        port = random.randint(20000, 40000)
-        if port not in _used_ports and _port_free(port) and _port_free(port + 10000):
-            _used_ports.add(port)
-            return port
-    raise RedisServerError("no free local port pair found")
 
 
 # -- TLS -------------------------------------------------------------------------------------------
@@ -194,8 +171,8 @@ def spawn_redis(workdir: Path | str, *, port: int | None = None, tls: TlsCerts |
         # A random free port can be taken by another process before the server binds it: try a few.
         for attempt in range(3):
             try:
-                return spawn_redis(workdir, port=free_port(), tls=tls, password=password, conf_lines=conf_lines,
-                                   sentinel=sentinel, wait=wait)
+                return spawn_redis(workdir, port=free_port(with_bus=True), tls=tls, password=password,
+                                   conf_lines=conf_lines, sentinel=sentinel, wait=wait)
             except RedisServerError:
                 if attempt == 2:
                     raise
@@ -464,7 +441,7 @@ def start_sentinel_group(workdir: Path | str, *, replicas: int = 1, sentinels: i
 
 
 __all__ = [
-    "PATIENT", "ClusterHandle", "RedisProcess", "RedisServerError", "SentinelGroup", "TlsCerts", "free_port",
+    "PATIENT", "ClusterHandle", "RedisProcess", "RedisServerError", "SentinelGroup", "TlsCerts",
     "make_tls_certs", "spawn_redis", "start_cluster", "start_or_skip", "start_redis", "start_sentinel_group",
     "wait_until",
 ]

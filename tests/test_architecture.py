@@ -12,8 +12,13 @@ check leaves them out).
 Rules:
 
 * no import cycle between modules of ``gateway`` (a package's ``__init__`` is a module like the others);
+* no cycle between its top-level packages and modules either (``gateway.config`` importing
+  ``gateway.upstream.x`` while ``gateway.upstream.y`` imports ``gateway.config.z`` is a knot even
+  though no module is on a cycle); here ``TYPE_CHECKING`` imports count: a package that needs
+  another's types depends on it;
 * the HTTP layer (``gateway.http``, once it exists) imports nothing from ``gateway`` outside itself;
-* the layering table ``LAYERS``: a package must not import the packages listed for it.
+* the layering table ``LAYERS``: a package must not import the packages listed for it; every
+  package of ``gateway`` has a row (the HTTP layer's is its own rule above).
 
 ``KNOWN_EXCEPTIONS`` holds the edges that break a rule today and are being fixed elsewhere; each
 one must still exist and still break its rule, so the set cannot outlive the fix.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -32,27 +38,60 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "gateway"
 HTTP_LAYER = "gateway.http"
 
+#: The layers, top first. A request flows http -> api -> loop -> routing -> providers -> upstream;
+#: imports point down that flow from api on, and the HTTP layer, which api uses, imports nothing.
+#: Beside the flow sit services the layers above them use: tools, store, context, notify,
+#: governance, usage, background; at the bottom observability, which imports only config, and
+#: config, which imports nothing. Each row names what a package MAY import (besides itself, the
+#: ``SHARED`` packages and the top-level modules such as ``gateway.errors``); ``LAYERS`` turns it
+#: into what it must not, so a new package is forbidden to every row until a row allows it.
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    # The composition root: everything but the command line that starts it.
+    "gateway.api": ("gateway.background", "gateway.config", "gateway.context", "gateway.governance", "gateway.http",
+                    "gateway.loop", "gateway.notify", "gateway.observability", "gateway.providers",
+                    "gateway.routing", "gateway.store", "gateway.tools", "gateway.upstream", "gateway.usage"),
+    "gateway.loop": ("gateway.routing", "gateway.tools", "gateway.store", "gateway.context", "gateway.notify",
+                     "gateway.config", "gateway.observability"),
+    "gateway.routing": ("gateway.providers", "gateway.upstream", "gateway.context", "gateway.config",
+                        "gateway.observability"),
+    "gateway.providers": ("gateway.upstream", "gateway.config", "gateway.observability"),
+    "gateway.upstream": ("gateway.config", "gateway.observability"),
+    # Domain services that are not HTTP: the surfaces use them, never the reverse. Governance and
+    # usage read the loop's events (and governance the route plan); nothing below them reads them.
+    "gateway.governance": ("gateway.loop", "gateway.routing", "gateway.store", "gateway.config",
+                           "gateway.observability"),
+    "gateway.usage": ("gateway.loop", "gateway.store", "gateway.config", "gateway.observability"),
+    "gateway.background": ("gateway.store", "gateway.http", "gateway.config", "gateway.observability"),
+    "gateway.notify": ("gateway.store", "gateway.upstream", "gateway.config", "gateway.observability"),
+    # Tools post through the transport's proxy rules and error classes, nothing of the providers.
+    "gateway.tools": ("gateway.upstream", "gateway.config", "gateway.observability"),
+    "gateway.store": ("gateway.config", "gateway.observability"),
+    "gateway.context": ("gateway.config", "gateway.observability"),
+    "gateway.observability": ("gateway.config",),
+    # Config is read by every layer and reads none: the transport's timers, bounds and the model
+    # name check live in it (config/transport.py, config/model_names.py), not the other way round.
+    "gateway.config": (),
+    # The vocabulary every layer speaks (messages, the model request, stream deltas): any package
+    # may import it (``SHARED``); it reads only the HTTP layer's depth-bounded JSON parser.
+    "gateway.canonical": ("gateway.http",),
+}
+
+#: the packages every package may import, listed in no other row
+SHARED = ("gateway.canonical",)
+
+#: every package a row may forbid: the packages of ``MAY_IMPORT`` but ``SHARED``, the HTTP layer (its row is its
+#: own rule: it imports nothing of gateway outside itself) and the command line on top
+_EVERY_LAYER = (*(layer for layer in MAY_IMPORT if layer not in SHARED), HTTP_LAYER, "gateway.cli")
+
 #: package -> the packages it must not import (a package includes its subpackages)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "gateway.observability": ("gateway.api", "gateway.loop", "gateway.routing", "gateway.providers",
-                              "gateway.tools", "gateway.store", "gateway.upstream", "gateway.usage",
-                              "gateway.notify", "gateway.context", "gateway.http", "gateway.cli"),
-    "gateway.store": ("gateway.api", "gateway.loop", "gateway.routing", "gateway.providers", "gateway.http"),
-    "gateway.upstream": ("gateway.api", "gateway.loop", "gateway.routing", "gateway.providers", "gateway.store",
-                         "gateway.http"),
-    "gateway.providers": ("gateway.api", "gateway.loop", "gateway.store", "gateway.http"),
-    "gateway.loop": ("gateway.api", "gateway.http"),
-    # Domain services that are not HTTP: the surfaces use them, never the reverse.
-    "gateway.governance": ("gateway.api", "gateway.http"),
-    "gateway.background": ("gateway.api",),
-    "gateway.usage": ("gateway.api", "gateway.http"),
-    # Config is read by every layer (it may use a provider's URL rules to check a route's target).
-    "gateway.config": ("gateway.api", "gateway.http", "gateway.loop", "gateway.routing", "gateway.store",
-                       "gateway.governance", "gateway.background", "gateway.observability"),
+    layer: tuple(other for other in _EVERY_LAYER if other != layer and other not in allowed)
+    for layer, allowed in MAY_IMPORT.items()
 }
 
 #: ``(rule, importer, imported)`` edges that break a rule today, each with the reason it may for now.
-#: ``rule`` is "cycle" (the edge closes an import cycle), "http" or the ``LAYERS`` key it breaks.
+#: ``rule`` is "cycle" (the edge closes an import cycle), "package" (the edge, between two top-level
+#: packages, closes a package cycle), "http" or the ``LAYERS`` key it breaks.
 KNOWN_EXCEPTIONS: frozenset[tuple[str, str, str]] = frozenset()
 
 
@@ -282,6 +321,40 @@ def cycle_edges(edges: Iterable[Edge]) -> set[tuple[str, str]]:
     return {(edge.source, edge.target) for edge in edges if component_of[edge.source] == component_of[edge.target]}
 
 
+def unit(module: str) -> str:
+    """The top-level package or module ``module`` belongs to: ``gateway.loop.engine`` -> ``gateway.loop``."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_edges(edges: Iterable[Edge]) -> dict[tuple[str, str], Edge]:
+    """``(importer, imported)`` top-level units -> the first module edge between them, ``TYPE_CHECKING``
+    ones included and those on a module cycle left out (that cycle is reported as such)."""
+    edges = list(edges)
+    on_module_cycle = cycle_edges(edges)
+    found: dict[tuple[str, str], Edge] = {}
+    for edge in edges:
+        pair = (unit(edge.source), unit(edge.target))
+        if pair[0] != pair[1] and (edge.typing_only or (edge.source, edge.target) not in on_module_cycle):
+            found.setdefault(pair, edge)
+    return found
+
+
+def package_cycles(edges: Iterable[Edge], exceptions: Container[tuple[str, str, str]] = frozenset()
+                   ) -> tuple[list[str], set[tuple[str, str]]]:
+    """The package cycles not silenced by ``("package", importer, imported)`` exceptions, each as a
+    path with a module edge per step, and every package edge on some cycle (exceptions or not)."""
+    between = package_edges(edges)
+    as_edges = [Edge(source, target, 0, False) for source, target in between]
+    kept = [edge for edge in as_edges if ("package", edge.source, edge.target) not in exceptions]
+    problems = []
+    for cycle, component in cyclic_components(kept):
+        steps = ", ".join(str(between[pair]) for pair in pairwise(cycle))
+        others = sorted(set(component) - set(cycle))
+        problems.append("package cycle: " + " -> ".join(cycle) + f" ({steps})"
+                        + (f" (more cycles through {', '.join(others)})" if others else ""))
+    return problems, cycle_edges(as_edges)
+
+
 def violations(edges: list[Edge], exceptions: frozenset[tuple[str, str, str]] = KNOWN_EXCEPTIONS) -> list[str]:
     """Every broken rule not in ``exceptions``, and every exception that no longer breaks its rule."""
     problems = []
@@ -292,6 +365,9 @@ def violations(edges: list[Edge], exceptions: frozenset[tuple[str, str, str]] = 
         problems.append("import cycle: " + " -> ".join(cycle)
                         + (f" (more cycles through {', '.join(others)})" if others else ""))
     broken = {("cycle", source, target) for source, target in cycle_edges(edges)}
+    package_problems, package_broken = package_cycles(edges, exceptions)
+    problems.extend(package_problems)
+    broken |= {("package", source, target) for source, target in package_broken}
     for edge in http_violations(edges):
         broken.add(("http", edge.source, edge.target))
         if ("http", edge.source, edge.target) not in exceptions:
@@ -326,6 +402,12 @@ def test_the_walker_sees_gateway_whole(gateway_edges: list[Edge]) -> None:
     assert ("gateway.api.app", "gateway.observability.metrics") in pairs  # from P import module
     assert ("gateway.loop.engine", "gateway.observability.tracing") in pairs  # from P.module import name
     assert ("gateway.observability.startup", "gateway.observability.shipper") in pairs  # inside a function
+
+
+def test_every_package_has_a_layer_row() -> None:
+    packages = {f"{PACKAGE}.{path.parent.name}" for path in (ROOT / PACKAGE).glob("*/__init__.py")}
+    assert len(packages) > 10  # the guard sees the packages
+    assert sorted(packages - {*LAYERS, HTTP_LAYER}) == []
 
 
 def test_every_layer_and_exception_names_real_modules(gateway_edges: list[Edge]) -> None:
@@ -364,6 +446,17 @@ def test_a_component_of_several_cycles_is_reported_whole() -> None:
     edges = _graph(g__a="import g.b\n", g__b="import g.a\nimport g.c\n", g__c="import g.b\n", g__d="import g.d\n")
     assert cyclic_components(edges) == [(["g.a", "g.b", "g.a"], ["g.a", "g.b", "g.c"])]
     assert violations(edges, frozenset()) == ["import cycle: g.a -> g.b -> g.a (more cycles through g.c)"]
+
+
+def test_a_cycle_between_packages_is_found_though_no_module_is_on_one() -> None:
+    edges = _graph(g__a__x="import g.b.y\n", g__b__z="from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                   "    from g.a import w\n", g__a__w="", g__b__y="", g__c__v="import g.a.w\n")
+    assert cycles(edges) == []
+    assert violations(edges, frozenset()) == [
+        "package cycle: g.a -> g.b -> g.a (g.a.x -> g.b.y (line 1), g.b.z -> g.a.w (line 3, TYPE_CHECKING))"]
+    assert violations(edges, frozenset({("package", "g.b", "g.a")})) == []
+    assert violations(_graph(g__a__x="", g__b__z=""), frozenset({("package", "g.b", "g.a")})) == [
+        "KNOWN_EXCEPTIONS entry no longer breaks its rule (remove it): ('package', 'g.b', 'g.a')"]
 
 
 def test_a_function_level_import_closes_a_cycle_and_type_checking_does_not() -> None:

@@ -24,7 +24,7 @@ import yaml
 
 from gateway.config import PACKAGED_PATH, load_config
 from gateway.config.loader import interpolate
-from tests.e2e.conftest import free_port
+from tests.ports import free_port
 from tests.test_first_run import readme_block, with_port
 
 ROOT = Path(__file__).resolve().parent.parent

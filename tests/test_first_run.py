@@ -35,7 +35,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ import redis
 import yaml
 
 from gateway.config import parse_config
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "loopgate"
@@ -500,19 +500,12 @@ def test_helm_binary_lints_and_templates(path: Path | None) -> None:
 # --- the rendered pod, run as a real gateway process ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def _run_pod(manifests: dict[str, dict[str, Any]], store_url: str, tmp: Path) -> Iterator[tuple[str, Popen[bytes]]]:
     """``loopgate serve`` with the container's args, env and rendered config (loopback, a free port, a test store)."""
     container = _container(manifests)
     config = yaml.safe_load(_gateway_yaml(manifests))
-    port = _free_port()
+    port = free_port()
     config["server"].update(host="127.0.0.1", port=port)
     config["store"]["url"] = store_url
     path = tmp / "gateway.yaml"
@@ -584,7 +577,7 @@ def test_the_rendered_pod_serves_its_probes_and_drains_on_sigterm(helm: ModuleTy
 def test_a_pod_whose_store_is_unreachable_is_live_but_not_ready(helm: ModuleType, tmp_path: Path) -> None:
     manifests = _manifests(helm)
     container = _container(manifests)
-    missing = f"redis://127.0.0.1:{_free_port()}/0"
+    missing = f"redis://127.0.0.1:{free_port()}/0"
     with _run_pod(manifests, missing, tmp_path) as (url, _):
         assert httpx.get(url + container["livenessProbe"]["httpGet"]["path"], timeout=10).status_code == 200
         assert httpx.get(url + container["readinessProbe"]["httpGet"]["path"], timeout=10).status_code == 503

@@ -128,7 +128,7 @@ async def test_a_store_outage_drops_and_counts_never_raises() -> None:
     from gateway.observability import metrics
     from gateway.store.continuations.base import Continuation
     from gateway.store.redis import RedisStore
-    from tests.e2e.conftest import free_port
+    from tests.ports import free_port
 
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5, op_timeout=1.0)
     hooks = (WebhookConfig(url="http://127.0.0.1:9/hook", secret="s"),)

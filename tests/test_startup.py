@@ -26,7 +26,7 @@ from gateway.config import INIT_NAME, PACKAGED_PATH, ConfigError, find_config, l
 from gateway.observability.banner import banner
 from gateway.tools.preflight import preflight
 from gateway.tools.python_source import ToolTargetError
-from tests.e2e.conftest import free_port
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTER = PACKAGED_PATH.read_text()

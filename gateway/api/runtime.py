@@ -30,6 +30,7 @@ from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
 from gateway.observability.banner import store_address
 from gateway.providers import litellm as litellm_provider
+from gateway.providers.upstreams import upstream_pool
 from gateway.redact import Redactor
 from gateway.routing.embeddings import Embedder
 from gateway.routing.health import TargetHealth
@@ -120,7 +121,7 @@ class Runtime:
         key_store = open_key_store(store, config.auth.key_retention_s)
         # Config key ids are keyed by the deployment's id key (a salt in a shared store, or configured).
         config = with_key_ids(config, await id_key(config.auth, key_store, shared=store.kind == "redis"))
-        pool = UpstreamPool(config.providers)
+        pool = upstream_pool(config.providers)
         undo.push_async_callback(pool.aclose)
         if any(provider.type == "litellm" for provider in config.providers.values()):
             await asyncio.to_thread(litellm_provider.preload)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.checks import ConfigError, closest, get, mapping, positive
+from gateway.config.model_names import model_problem
 from gateway.config.models_section import EmbeddingBounds, RouteConfig, TargetConfig
 from gateway.config.prices_section import parse_price
 from gateway.config.providers_section import ProviderConfig
-from gateway.providers.urls import model_problem
 
 EMBEDDINGS_ROUTE_KEYS = {"kind", "targets", "retries", "max_inputs", "max_input_tokens", "max_total_tokens"}
 EMBEDDINGS_TARGET_KEYS = {"provider", "model", "dimensions", "price"}

@@ -7,10 +7,10 @@ from typing import Any
 
 from gateway.config.checks import ConfigError, closest, get, mapping, positive
 from gateway.config.mcp_section import McpServerConfig
+from gateway.config.model_names import model_problem
 from gateway.config.prices_section import Price, parse_price
 from gateway.config.providers_section import ProviderConfig
 from gateway.config.tools_section import ToolConfig
-from gateway.providers.urls import model_problem
 
 ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
               "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s", "count_tokens"}

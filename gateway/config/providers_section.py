@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 from gateway.config.checks import ConfigError, get, header_map, mapping, one_line, positive
 from gateway.config.prices_section import Price, parse_prices
-from gateway.upstream.timeouts import DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PoolLimits, Timeouts
+from gateway.config.transport import DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PoolLimits, Timeouts
 
 PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
@@ -29,7 +29,7 @@ class ProviderConfig:
     api_key: str = ""
     # Transport bounds (README "Providers"): ``timeout_s``, ``connect_timeout_s``, ``write_timeout_s``
     # and ``pool_timeout_s`` are ``timeouts``; ``max_connections``, ``idle_timeout_s`` and
-    # ``max_response_bytes`` are ``limits`` (gateway/upstream/timeouts.py).
+    # ``max_response_bytes`` are ``limits`` (gateway/config/transport.py).
     timeouts: Timeouts = DEFAULT_TIMEOUTS
     limits: PoolLimits = DEFAULT_LIMITS
     headers: dict[str, str] = field(default_factory=dict)

@@ -8,7 +8,7 @@ front of the calls they belong to (also when this request does not think: the AP
 itself, and keeping them keeps the turn intact). Foreign artifacts (``reasoning_content``,
 ``extra_content``) never reach the wire because only known fields are copied.
 
-Verbatim: a message carrying ``anthropic_content`` (canonical.py) is sent with exactly those
+Verbatim: a message carrying ``anthropic_content`` (gateway/canonical/types.py) is sent with exactly those
 blocks, so thinking signatures, ``cache_control`` and citations reach Anthropic as they were
 written and the prompt cache keeps hitting. An assistant turn Anthropic answered earlier is sent
 that way on every path; a ``/v1/messages`` caller's (native) request has every message sent that

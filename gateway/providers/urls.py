@@ -5,8 +5,8 @@ never shape the request line: each piece of caller or config text becomes exactl
 path segment (``/``, ``?``, ``#``, ``%``, spaces and non-ASCII all percent-encoded), and
 names that could still mean something else to a server that decodes the path (``.``/``..``
 segments, backslashes, whitespace, control characters, ``?``, ``#``) are refused before any
-URL is built: :func:`model_problem` is checked at config load for configured targets and per
-new direct name at request time.
+URL is built: ``gateway.config.model_names.model_problem`` is checked at config load for configured
+targets and per new direct name at request time.
 
 Gemini names a model as a resource: ``gemini-2.5-pro``, ``models/gemini-2.5-pro`` or a tuned
 model ``tunedModels/NAME``. The collection (``models`` or ``tunedModels``) is kept as a path
@@ -18,28 +18,9 @@ URLs are memoised (bounded): a configured target's URL is built once, not per re
 from __future__ import annotations
 
 import functools
-import re
 from urllib.parse import quote
 
-# Whitespace (any Unicode space), C0/C1 controls and DEL, plus the characters that end a path
-# (``?``, ``#``) or that some servers treat as a path separator (``\``).
-_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f-\x9f?#\\]")
 _CACHE_SIZE = 4096
-
-
-def model_problem(model: str) -> str | None:
-    """Why ``model`` cannot be an upstream model name, or None when it can."""
-    if not model:
-        return "is empty"
-    found = _FORBIDDEN.search(model)
-    if found is not None:
-        char = found.group()
-        what = f"'{char}'" if char in "?#\\" else "whitespace" if char.isspace() else "a control character"
-        return f"contains {what}; model names cannot contain whitespace, control characters, '?', '#' or '\\'"
-    if any(segment in (".", "..") for segment in model.split("/")):
-        return "has a '.' or '..' path segment"
-    return None
-
 
 def _segment(text: str) -> str:
     return quote(text, safe="")

@@ -75,7 +75,7 @@ class Embedder:
         return result
 
     async def _post(self, adapter: Any, target: ResolvedTarget, native: UpstreamRequest, deadline: float) -> bytes:
-        reply = await self._pool.post(target.provider, native, deadline)
+        reply = await self._pool.post(target.provider.name, native, deadline)
         if reply.status >= 400:
             raise adapter.parse_error(reply.status, reply.headers, reply.body)
         return reply.body

@@ -158,7 +158,7 @@ class Router:
                     local = cast(InProcessAdapter, target.adapter)
                     return await local.complete(sent, target.provider, target.model, deadline - time.monotonic())
                 native = target.adapter.build_request(sent, target.provider, target.model, stream=False)
-                reply = await self._pool.post(target.provider, native, deadline)
+                reply = await self._pool.post(target.provider.name, native, deadline)
                 if reply.status >= 400:
                     raise target.adapter.parse_error(reply.status, reply.headers, reply.body)
                 return target.adapter.parse_response(reply.body)
@@ -233,7 +233,7 @@ class Router:
                         # not come and a stall (``content_by``, ``idle_after``), and the deadline is
                         # checked between reads.
                         native = target.adapter.build_request(call, target.provider, target.model, stream=True)
-                        async with self._pool.stream(target.provider, native, deadline) as upstream:
+                        async with self._pool.stream(target.provider.name, native, deadline) as upstream:
                             head_seen = True
                             if upstream.status >= 400:
                                 raise target.adapter.parse_error(upstream.status, upstream.headers,

@@ -8,9 +8,9 @@ from typing import Any
 
 from gateway.config.embeddings_section import EMBEDDING_PROVIDER_TYPES
 from gateway.config.model import Config, RouteConfig, TargetConfig
+from gateway.config.model_names import model_problem
 from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import bad_request, quoted
-from gateway.providers.urls import model_problem
 from gateway.routing.rescue import StreamPolicy
 from gateway.routing.router import ResolvedTarget, Router
 
@@ -80,7 +80,7 @@ class RouteTable:
     for a route of the other kind (an embeddings model cannot chat, nor a chat model embed).
 
     A direct route exists only for a provider whose ``direct`` is on, and only for a model name
-    that can be sent upstream as it is (``urls.model_problem``): anything else is refused before
+    that can be sent upstream as it is (``config.model_names.model_problem``): anything else is refused before
     it reaches a URL, a metric label or the circuit breaker.
     """
 

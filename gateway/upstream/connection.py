@@ -14,10 +14,10 @@ import time
 
 import httptools
 
+from gateway.config.transport import PoolLimits, Timeouts
 from gateway.upstream.decoding import BodyDecoder, decoder_for
 from gateway.upstream.errors import ErrorClass, ProviderError, ResponseTooLarge
 from gateway.upstream.headers import ResponseHeaders
-from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 __all__ = ["MAX_HEAD_BYTES", "Connection", "ResponseHeaders"]
 

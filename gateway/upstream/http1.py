@@ -31,11 +31,11 @@ from urllib.parse import urlsplit
 
 import aiohappyeyeballs
 
+from gateway.config.transport import PoolLimits, Timeouts
 from gateway.upstream.connection import Connection
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.headers import ResponseHeaders
 from gateway.upstream.proxy import Proxy, open_tunnel, proxy_for
-from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 DNS_TTL_S = 300.0
 _URL_CACHE_SIZE = 1024

@@ -3,7 +3,9 @@
 One ``Http1Client`` (a lean keep-alive HTTP/1.1 client, ``http1.py``) per provider, because the
 upstream client's own machinery was a large share of a proxied request's CPU (bench/README.md).
 Routing and the adapters see only this module's small surface and canonical ``ProviderError``s,
-so the client can be swapped without touching them.
+so the client can be swapped without touching them. The pool knows an upstream by name and by the
+plain values of ``Upstream`` (never a provider's config), so the transport depends on no provider
+code and config on no transport code (gateway/providers/upstreams.py makes one from the other).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from gateway.config.providers_section import ProviderConfig
+from gateway.config.transport import PoolLimits, Timeouts
 from gateway.observability import tracing
 from gateway.upstream.connection import Connection
 from gateway.upstream.headers import ResponseHeaders
@@ -21,6 +23,18 @@ from gateway.upstream.http1 import Http1Client, default_tls_context
 from gateway.upstream.proxy import environment_proxies
 
 _USER_AGENT = "loopgate/0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """What the pool needs to know of one upstream to open its client."""
+
+    timeouts: Timeouts
+    limits: PoolLimits
+    #: its base URL is https: the pool loads the trust store (once) only if some upstream needs it
+    https: bool = False
+    #: the request headers it sets itself, lower-cased: the pool adds no User-Agent/Accept-Encoding of its own then
+    header_names: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -82,46 +96,48 @@ class _Chunks:
 
 
 class UpstreamPool:
-    """One client per provider, created on first use; all closed with the app."""
+    """One client per upstream, created on first use; all closed with the app."""
 
-    def __init__(self, providers: dict[str, ProviderConfig]) -> None:
-        self._providers = providers
+    def __init__(self, upstreams: Mapping[str, Upstream]) -> None:
+        self._upstreams = dict(upstreams)
         self._clients: dict[str, Http1Client] = {}
-        # Loading the trust store reads files: once, at start-up, and only if a provider needs it.
-        needs_tls = any(p.base_url.startswith("https:") for p in providers.values())
+        # Loading the trust store reads files: once, at start-up, and only if an upstream needs it.
+        needs_tls = any(upstream.https for upstream in upstreams.values())
         self._tls: ssl.SSLContext | None = default_tls_context() if needs_tls else None
         self._proxies = environment_proxies()  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, read once
 
-    def _client(self, provider: ProviderConfig) -> Http1Client:
-        client = self._clients.get(provider.name)
+    def _client(self, name: str) -> Http1Client:
+        client = self._clients.get(name)
         if client is None:
-            custom = {name.lower() for name in provider.headers}
+            upstream = self._upstreams[name]
+            custom = upstream.header_names
             extra = "" if "user-agent" in custom else f"User-Agent: {_USER_AGENT}\r\n"
             if "accept-encoding" not in custom:
                 extra += "Accept-Encoding: gzip, deflate\r\n"
-            client = Http1Client(timeouts=provider.timeouts, limits=provider.limits, extra_head=extra, tls=self._tls,
+            client = Http1Client(timeouts=upstream.timeouts, limits=upstream.limits, extra_head=extra, tls=self._tls,
                                  proxies=self._proxies)
-            self._clients[provider.name] = client
+            self._clients[name] = client
         return client
 
-    async def post(self, provider: ProviderConfig, request: UpstreamRequest, deadline: float) -> UpstreamReply:
-        """The whole exchange, ended by ``deadline`` (a ``time.monotonic()`` instant): the wait
-        for a connection, connecting, sending and every read; past it, a ``TIMEOUT`` error."""
+    async def post(self, upstream: str, request: UpstreamRequest, deadline: float) -> UpstreamReply:
+        """The whole exchange with the upstream named ``upstream``, ended by ``deadline`` (a
+        ``time.monotonic()`` instant): the wait for a connection, connecting, sending and every
+        read; past it, a ``TIMEOUT`` error."""
         sent = request.headers
         if tracing.OUTGOING.get() is not None:
             sent = _traced(sent)
-        status, headers, body = await self._client(provider).post(request.url, sent, request.body, deadline)
+        status, headers, body = await self._client(upstream).post(request.url, sent, request.body, deadline)
         return UpstreamReply(status, headers, body)
 
     @asynccontextmanager
-    async def stream(self, provider: ProviderConfig, request: UpstreamRequest,
-                     deadline: float) -> AsyncIterator[UpstreamStream]:
-        """Open a streaming POST; leaving the block (or being cancelled) releases the connection.
+    async def stream(self, upstream: str, request: UpstreamRequest, deadline: float) -> AsyncIterator[UpstreamStream]:
+        """Open a streaming POST to the upstream named ``upstream``; leaving the block (or being
+        cancelled) releases the connection.
 
         Opening and every later read end by ``deadline`` (a ``time.monotonic()`` instant). A
         response abandoned mid-body closes its connection, so the upstream stops generating
         (and billing) for a client that went away."""
-        client = self._client(provider)
+        client = self._client(upstream)
         sent = request.headers
         if tracing.OUTGOING.get() is not None:
             sent = _traced(sent)

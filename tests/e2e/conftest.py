@@ -5,9 +5,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +25,7 @@ from tests.fakes.gemini_rules import gemini_request_problems
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "test-key"
@@ -50,29 +49,6 @@ def require_litellm() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("litellm (a test extra) is not installed; CI=true, so its tests must run")
         pytest.skip("litellm is not installed (pip install -e '.[test]')")
-
-
-#: listening ports come from below Linux's ephemeral range (32768-60999): a port the kernel handed out
-#: for a moment (bind to 0) is soon the local end of one of the suite's thousands of outgoing
-#: connections, and a gateway then started on it failed with "Address already in use"
-_LISTEN_PORTS = (10000, 32000)
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A port nothing listens on now, never handed out twice in this process."""
-    for _ in range(500):
-        port = random.randint(*_LISTEN_PORTS)
-        if port in _handed_out:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError("no free local port below the ephemeral range")
 
 
 #: each Gateway's folder (config and log): kept until this process ends, so a test may read a stopped

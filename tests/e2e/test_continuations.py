@@ -18,9 +18,10 @@ import pytest
 import redis
 
 from gateway.store.redis import RedisStore
-from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, free_port, gateway_config, require_redis
+from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.ports import free_port
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -172,7 +172,8 @@ def test_upstream_4xx_passes_through(gateway: Gateway, fakes: dict[str, FakeUpst
 
 
 def test_upstream_unreachable_is_502(fakes: dict[str, FakeUpstream]) -> None:
-    from tests.e2e.conftest import free_port, gateway_config
+    from tests.e2e.conftest import gateway_config
+    from tests.ports import free_port
 
     dead = FakeUpstream("openai")
     dead.port = free_port()  # never started: connection refused

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import KEY, Gateway, free_port, gateway_config
+from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.e2e.test_observability import (
     COLLECTOR_TOKEN,
     by_name,
@@ -25,6 +25,7 @@ from tests.e2e.test_observability import (
 )
 from tests.fakes.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.fakes.upstream import FakeUpstream
+from tests.ports import free_port
 
 BODY = {"model": "plain", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -246,7 +246,7 @@ def test_memory_store_counts_at_once_and_enforces(fakes: dict[str, FakeUpstream]
 
 
 def test_a_store_outage_never_fails_a_request(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
-    from tests.e2e.conftest import free_port
+    from tests.ports import free_port
 
     gw = Gateway(memory_or_down_config(fakes, tool_server, f"redis://127.0.0.1:{free_port()}/0")).start()
     try:

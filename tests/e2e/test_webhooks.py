@@ -19,6 +19,7 @@ import redis
 from gateway.notify import verify
 from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, require_redis
 from tests.fakes.webhook_receiver import Delivery, WebhookReceiver
+from tests.ports import free_port
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -235,7 +236,7 @@ def test_expired_when_an_approval_times_out(receiver: WebhookReceiver) -> None:
 
 def test_a_dead_receiver_adds_nothing_to_request_latency(receiver: WebhookReceiver) -> None:
     """A receiver that hangs (timeout 8 s) and one that refuses connections, against a healthy one."""
-    closed = f"http://127.0.0.1:{_closed_port()}/refused"
+    closed = f"http://127.0.0.1:{free_port()}/refused"  # nothing listens there: connecting is refused
     dead = Gateway(config(hook(f"{receiver.url}/hang", timeout_s=8) + hook(closed)
                           + hook(f"{receiver.url}/fine", "[paused]"))).start()
     healthy = Gateway(config(hook(f"{receiver.url}/ok"))).start()
@@ -268,14 +269,6 @@ def _metric(gw: Gateway, series: str) -> float:
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again: connecting is refused
 
 
 # -- two replicas sharing Redis -------------------------------------------------------------------

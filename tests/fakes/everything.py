@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 ENTRY = CLIENTS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 INSTALL = "npm ci --prefix tests/clients"
@@ -37,17 +39,11 @@ def everything_command(transport: str = "stdio") -> list[str]:
     return [node, str(ENTRY), transport]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class EverythingHttp:
     """The server on Streamable HTTP at ``url`` (a process of its own); ``stop()`` ends it."""
 
     def __init__(self) -> None:
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         self.process = subprocess.Popen(everything_command("streamableHttp"), env={**os.environ, "PORT": str(port)},
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

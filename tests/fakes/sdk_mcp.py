@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from typing import Annotated, Any
 
@@ -23,15 +22,14 @@ from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from tests.ports import free_port
+
 
 class _Served:
     """An ASGI app of the SDK's on a free local port (``url``), stopped with :meth:`stop`."""
 
     def __init__(self, app: Any, port: int = 0) -> None:
-        if not port:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
+        port = port or free_port()
         self.port = port
         self.url = f"http://127.0.0.1:{port}/mcp"
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

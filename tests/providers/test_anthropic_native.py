@@ -1,7 +1,7 @@
 """A ``/v1/messages`` caller's request reaches an Anthropic target as the caller wrote it.
 
 The canonical transcript here is built the way the Messages API layer builds it (``canonical_of``
-follows the contract in the brief of ``gateway/canonical.py``: ``anthropic_content`` on every
+follows the contract in the brief of ``gateway/canonical/types.py``: ``anthropic_content`` on every
 message the caller sent, tool results as tool messages placed before their user message, the
 caller's fields/tools/betas in ``NativeRequest``), so "the upstream body equals the caller's body"
 is checked end to end: parse, then ``build_request``. Compared as parsed JSON, not bytes.

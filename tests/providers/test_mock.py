@@ -12,12 +12,12 @@ import pytest
 from gateway.canonical import Answering, ModelRequest, ModelResponse, TextDelta
 from gateway.config.loader import parse_config
 from gateway.config.model import ProviderConfig
+from gateway.config.transport import Timeouts
 from gateway.config.validate import ConfigError
 from gateway.providers.base import ErrorClass, ProviderError
 from gateway.providers.mock import MockAdapter, pieces, respond, tools_to_call
 from gateway.providers.mock_arguments import sample_arguments
 from gateway.providers.registry import adapter_for
-from gateway.upstream.timeouts import Timeouts
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},

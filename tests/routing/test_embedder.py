@@ -10,10 +10,10 @@ import pytest
 
 from gateway.canonical_embeddings import EmbeddingRequest
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.providers.upstreams import upstream_pool
 from gateway.routing.embeddings import Embedder
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import AllTargetsFailed, Attempt, Router
-from gateway.upstream.pool import UpstreamPool
 from tests.fakes.embeddings import vector_of
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -44,7 +44,7 @@ async def embedder_for(fakes: dict[str, FakeUpstream], breaker_failures: int = 1
         tuple[Embedder, Router]]:
     providers = {name: ProviderConfig(name=name, type=fake.wire, base_url=fake.url, api_key="k")  # type: ignore[arg-type]
                  for name, fake in fakes.items()}
-    pool = UpstreamPool(providers)
+    pool = upstream_pool(providers)
     policy = RoutingConfig(backoff_base_s=0.01, backoff_max_s=0.05, breaker_failures=breaker_failures,
                            breaker_cooldown_s=30)
     router = Router(providers, policy, pool, TargetHealth(breaker_failures, 30))

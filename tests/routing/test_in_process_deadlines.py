@@ -14,11 +14,11 @@ import pytest
 from gateway.canonical import ModelRequest, StreamDelta, TextDelta
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
 from gateway.providers.base import ErrorClass, ProviderError
+from gateway.providers.upstreams import upstream_pool
 from gateway.routing.health import TargetHealth
 from gateway.routing.in_process import next_within, wait_bound
 from gateway.routing.rescue import StreamPolicy
 from gateway.routing.router import Answer, Attempt, Router
-from gateway.upstream.pool import UpstreamPool
 
 REQUEST = ModelRequest(messages=[{"role": "user", "content": "one two three four five six"}])
 ECHO = "You said: one two three four five six"
@@ -31,7 +31,7 @@ def mock(name: str, latency_ms: float = 0.0, tokens_per_s: float = 0.0) -> Provi
 
 async def walk(providers: dict[str, ProviderConfig], targets: list[TargetConfig],
                policy: StreamPolicy) -> tuple[str, Answer, list[Attempt], float]:
-    pool = UpstreamPool(providers)
+    pool = upstream_pool(providers)
     router = Router(providers, RoutingConfig(), pool, TargetHealth(5, 30.0))
     attempts: list[Attempt] = []
     text: list[str] = []

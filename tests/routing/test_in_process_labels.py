@@ -19,9 +19,9 @@ from gateway.canonical import ModelRequest
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
 from gateway.observability import metrics
 from gateway.providers import litellm as litellm_adapter
+from gateway.providers.upstreams import upstream_pool
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Answer, Attempt, Router
-from gateway.upstream.pool import UpstreamPool
 
 HOSTILE_MODEL = 'openai/evil"} 1\nloopgate_fake_total{x="'
 
@@ -41,7 +41,7 @@ async def test_a_skipped_chunk_is_counted_under_the_bounded_label(monkeypatch: p
                                                                   direct: bool) -> None:
     monkeypatch.setattr(litellm_adapter, "_library", lambda: SimpleNamespace(acompletion=_acompletion))
     providers = {"lite": ProviderConfig(name="lite", type="litellm", base_url="", api_key="k")}
-    pool = UpstreamPool(providers)
+    pool = upstream_pool(providers)
     router = Router(providers, RoutingConfig(), pool, TargetHealth(5, 30.0))
     metrics.UPSTREAM_MALFORMED_EVENTS.values.clear()
     try:

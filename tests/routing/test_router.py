@@ -18,11 +18,11 @@ import pytest
 
 from gateway.canonical import ModelRequest
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.config.transport import Timeouts
 from gateway.providers.base import ErrorClass
+from gateway.providers.upstreams import upstream_pool
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import AllTargetsFailed, Answer, Attempt, ResolvedTarget, Router
-from gateway.upstream.pool import UpstreamPool
-from gateway.upstream.timeouts import Timeouts
 from tests.fakes.stalling import StallingUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.routing.conftest import HealthClock
@@ -64,7 +64,7 @@ async def router_for(upstreams: Upstreams, *, timeout_s: float = 1.0, connect_ti
     providers = {name: ProviderConfig(name=name, type="openai", base_url=upstream.url, api_key="k",
                                       timeouts=Timeouts(connect=connect_timeout_s, read=timeout_s))
                  for name, upstream in upstreams.all().items()}
-    pool = UpstreamPool(providers)
+    pool = upstream_pool(providers)
     policy = RoutingConfig(backoff_base_s=0.01, backoff_max_s=0.05, breaker_failures=breaker_failures,
                            breaker_cooldown_s=cooldown_s)
     try:

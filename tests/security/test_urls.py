@@ -9,15 +9,15 @@ import pytest
 from gateway.canonical import ModelRequest
 from gateway.config import ConfigError, parse_config
 from gateway.config.model import ProviderConfig
+from gateway.config.model_names import model_problem
 from gateway.errors import GatewayError
-from gateway.providers import urls
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.upstreams import upstream_pool
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import Router
 from gateway.routing.routes import RouteTable
-from gateway.upstream.pool import UpstreamPool
 
 BASE = "https://upstream.example"
 GEMINI = ProviderConfig(name="g", type="gemini", base_url=BASE, api_key="k")
@@ -30,13 +30,13 @@ UNSAFE = ["../../../v1/files?", "..", "x/../y", "./x", "a b", "x#frag", "x?alt=j
 
 @pytest.mark.parametrize("model", UNSAFE)
 def test_unsafe_model_names_are_refused(model: str) -> None:
-    assert urls.model_problem(model) is not None
+    assert model_problem(model) is not None
 
 
 @pytest.mark.parametrize("model", ["gemini-2.5-pro", "models/gemini-2.5-pro", "tunedModels/my-model-1",
                                    "Qwen/Qwen3-8B", "llama3.1:8b", "ünïcode", "a%2F..%2Fb", "x..y", "..x"])
 def test_ordinary_model_names_pass(model: str) -> None:
-    assert urls.model_problem(model) is None
+    assert model_problem(model) is None
 
 
 def _url(adapter: Any, provider: ProviderConfig, model: str, stream: bool = False) -> str:
@@ -82,7 +82,7 @@ models:
 
 def _table(text: str = CONFIG) -> RouteTable:
     config = parse_config(text)
-    router = Router(config.providers, config.routing, UpstreamPool(config.providers), TargetHealth(3, 30))
+    router = Router(config.providers, config.routing, upstream_pool(config.providers), TargetHealth(3, 30))
     return RouteTable(config, router)
 
 

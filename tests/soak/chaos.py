@@ -41,13 +41,14 @@ import httpx
 import openai
 
 from gateway.loop.continuations import CLAIM_LEASE_MARGIN_S
-from tests.e2e.conftest import Gateway, free_port
+from tests.e2e.conftest import Gateway
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.gemini_rules import gemini_request_problems
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.soak_plan import APPROVE, ECHO, plan_for
 from tests.fakes.soak_tools import SoakToolServer
 from tests.fakes.soak_upstream import SoakUpstream
+from tests.ports import free_port
 from tests.soak.chaos_redis import TOPOLOGIES, Topology
 from tests.soak.client import Answer, LoopRun, Session
 from tests.soak.harness import BOUND_S, KEY, REQUEST_TIMEOUT_S, _log_violations, record_violations, soak_config

@@ -11,16 +11,16 @@ Each topology says how the gateway's ``store`` section names it (``store_yaml``)
 
 from __future__ import annotations
 
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import redis
+
+from tests.ports import free_port
 
 REDIS_SERVER = "redis-server"
 REDIS_CLI = "redis-cli"
@@ -31,25 +31,6 @@ SENTINEL_MASTER = "loopgate"
 
 class RedisUnavailable(RuntimeError):
     """The Redis servers could not be started (missing binaries, ports, ...)."""
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` ports whose cluster bus port (+10000) is free as well."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = random.randint(20000, 29999)
-        if port not in ports and _port_free(port) and _port_free(port + 10000):
-            ports.append(port)
-    return ports
 
 
 class RedisNode:
@@ -203,7 +184,7 @@ class ReplicaPair(Topology):
     name = "replica"
 
     def _start(self) -> ReplicaPair:
-        master_port, replica_port = free_ports(2)
+        master_port, replica_port = [free_port(with_bus=True) for _ in range(2)]
         self.master = RedisNode(master_port, self.root).start()
         self.replica = RedisNode(replica_port, self.root, "--replicaof", "127.0.0.1", str(master_port)).start()
         self.nodes = [self.master, self.replica]
@@ -225,7 +206,7 @@ class RedisCluster(Topology):
     name = "cluster"
 
     def _start(self) -> RedisCluster:
-        ports = free_ports(6)
+        ports = [free_port(with_bus=True) for _ in range(6)]
         self.nodes = [RedisNode(port, self.root, "--cluster-enabled", "yes", "--cluster-config-file",
                                 f"nodes-{port}.conf", "--cluster-node-timeout", str(NODE_TIMEOUT_MS)).start()
                       for port in ports]
@@ -283,7 +264,7 @@ class SentinelGroup(Topology):
     name = "sentinel"
 
     def _start(self) -> SentinelGroup:
-        master_port, replica_port, *sentinel_ports = free_ports(5)
+        master_port, replica_port, *sentinel_ports = [free_port(with_bus=True) for _ in range(5)]
         self.master = RedisNode(master_port, self.root).start()
         self.replica = RedisNode(replica_port, self.root, "--replicaof", "127.0.0.1", str(master_port)).start()
         self._wait_replication(self.replica)

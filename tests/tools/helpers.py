@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from gateway.config.model import HttpToolConfig, ToolConfig
@@ -23,13 +22,6 @@ def python_tool(name: str, function: str, *, parameters: dict[str, Any] | None =
     target = function if ":" in function or "." in function else f"{SAMPLE}:{function}"
     return ToolConfig(name=name, description=f"{name} in Python", parameters=parameters or OPEN_OBJECT,
                       python=target, timeout_s=timeout_s, approval=approval)  # type: ignore[arg-type]
-
-
-def unused_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ScriptedSource:

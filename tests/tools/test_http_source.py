@@ -9,8 +9,9 @@ import orjson
 import pytest
 
 from gateway.tools import HttpToolSource, ToolFailure, ToolRegistry, run_tool
+from tests.ports import free_port
 from tests.tools.conftest import ToolServer
-from tests.tools.helpers import http_tool, unused_port
+from tests.tools.helpers import http_tool
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -59,7 +60,7 @@ async def test_error_body_is_cut_to_500_chars(tool_server: ToolServer, session) 
 
 
 async def test_connection_refused_is_a_clear_error(session) -> None:
-    url = f"http://127.0.0.1:{unused_port()}/run"
+    url = f"http://127.0.0.1:{free_port()}/run"
     registry = await registry_for(session, http_tool("get_weather", url))
     outcome = await run_tool(registry.get("get_weather"), '{"city": "Paris"}')
     assert outcome.status == "error"

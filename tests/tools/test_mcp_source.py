@@ -16,7 +16,7 @@ from gateway.tools.base import ToolContent, ToolTimeouts
 from gateway.tools.mcp.source import McpHttpSource, McpStdioSource
 from tests.fakes import mcp_server as fake_mcp_server
 from tests.fakes.mcp_server import NUMBERS, FakeMcpServer
-from tests.tools.helpers import unused_port
+from tests.ports import free_port
 
 STDIO_SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "fakes" / "mcp_stdio_server.py")]
 ALL_TOOLS = ["add", "fail", "slow", "mixed"]
@@ -144,7 +144,7 @@ async def test_http_status_error_is_a_tool_failure(server: FakeMcpServer, http: 
 
 
 async def test_unreachable_server_is_a_clear_tool_failure() -> None:
-    source = McpHttpSource("down", f"http://127.0.0.1:{unused_port()}/mcp")
+    source = McpHttpSource("down", f"http://127.0.0.1:{free_port()}/mcp")
     try:
         with pytest.raises(ToolFailure, match=r"^Could not connect to MCP server down \(Connection refused\)$"):
             await source.list_tools()

@@ -8,7 +8,6 @@ answers come from the handlers of the call, exactly as for a session-holding ser
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Annotated
@@ -21,6 +20,7 @@ from pydantic import BaseModel
 from gateway.tools.base import ToolFailure, ToolTimeouts
 from gateway.tools.interaction import CALL_INTERACTIONS, CallInteractions, ElicitationAnswer, ElicitationRequest
 from gateway.tools.mcp.source import McpHttpSource
+from tests.ports import free_port
 
 
 class Name(BaseModel):
@@ -44,9 +44,7 @@ def stateless_app() -> object:
 
 @pytest.fixture(scope="module")
 def stateless_url() -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(stateless_app(), host="127.0.0.1", port=port, log_level="warning"))  # type: ignore[arg-type]
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

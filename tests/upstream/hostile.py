@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Self
 
+from gateway.config.transport import PoolLimits, Timeouts
 from gateway.upstream.http1 import Http1Client
-from gateway.upstream.timeouts import PoolLimits, Timeouts
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 

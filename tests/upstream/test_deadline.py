@@ -14,11 +14,12 @@ import pytest
 
 from gateway.canonical import ModelRequest
 from gateway.config.model import ProviderConfig, RoutingConfig, TargetConfig
+from gateway.config.transport import Timeouts
+from gateway.providers.upstreams import upstream_pool
 from gateway.routing.health import TargetHealth
 from gateway.routing.router import AllTargetsFailed, Router
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.pool import UpstreamPool, UpstreamRequest
-from gateway.upstream.timeouts import Timeouts
 from tests.upstream.hostile import BODY, HEADERS, Server, answer_once, client, drip, silent, with_limits, with_timeouts
 
 # Far beyond the deadlines below: a failure inside this bound proves the deadline ended the
@@ -102,13 +103,13 @@ def provider(url: str, timeout_s: float = 30.0) -> ProviderConfig:
 @pytest.mark.slow
 async def test_the_pool_passes_the_deadline_to_posts_and_streams() -> None:
     async with Server(drip(CHUNKED_HEAD, byte=b"1\r\n \r\n")) as server:
-        pool = UpstreamPool({"dripping": provider(f"http://127.0.0.1:{server.port}/v1")})
+        pool = upstream_pool({"dripping": provider(f"http://127.0.0.1:{server.port}/v1")})
         request = UpstreamRequest(server.url, dict(HEADERS), BODY)
         started = time.monotonic()
-        await fails_by_deadline(pool.post(pool._providers["dripping"], request, started + 0.3), started)
+        await fails_by_deadline(pool.post("dripping", request, started + 0.3), started)
         started = time.monotonic()
         with pytest.raises(ProviderError) as caught:
-            async with pool.stream(pool._providers["dripping"], request, started + 0.3) as upstream:
+            async with pool.stream("dripping", request, started + 0.3) as upstream:
                 async for _ in upstream.chunks():
                     pass
         assert caught.value.error_class is ErrorClass.TIMEOUT and caught.value.responded
@@ -118,7 +119,7 @@ async def test_the_pool_passes_the_deadline_to_posts_and_streams() -> None:
 
 def routed(url: str, timeout_s: float) -> tuple[Router, UpstreamPool]:
     providers = {"dripping": provider(url, timeout_s)}
-    pool = UpstreamPool(providers)
+    pool = upstream_pool(providers)
     return Router(providers, RoutingConfig(), pool, TargetHealth(3, 30.0)), pool
 
 

@@ -16,12 +16,13 @@ from collections.abc import Awaitable
 import pytest
 
 from gateway.config.model import ProviderConfig
+from gateway.config.transport import PoolLimits
+from gateway.providers.upstreams import upstream_pool
 from gateway.upstream.connection import _READ_HIGH_WATER, MAX_HEAD_BYTES
 from gateway.upstream.errors import ErrorClass, ProviderError
 from gateway.upstream.http1 import Http1Client
-from gateway.upstream.pool import UpstreamPool, UpstreamRequest
+from gateway.upstream.pool import UpstreamRequest
 from gateway.upstream.sse import MAX_EVENT_BYTES, SSEDecoder
-from gateway.upstream.timeouts import PoolLimits
 from tests.upstream.hostile import (
     BODY,
     HEADERS,
@@ -320,8 +321,8 @@ async def test_the_pool_applies_each_providers_max_response_bytes() -> None:
     async with Server(endless(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n", b"p" * 65536)) as server:
         provider = ProviderConfig(name="p", type="openai", base_url=f"http://127.0.0.1:{server.port}",
                                   limits=PoolLimits(max_response_bytes=LIMIT))
-        pool = UpstreamPool({"p": provider})
-        error = await fails_within_memory(pool.post(provider, UpstreamRequest(server.url, dict(HEADERS), BODY),
+        pool = upstream_pool({"p": provider})
+        error = await fails_within_memory(pool.post("p", UpstreamRequest(server.url, dict(HEADERS), BODY),
                                                     time.monotonic() + 30))
         assert f"({LIMIT})" in error.message
         await pool.aclose()

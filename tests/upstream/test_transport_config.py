@@ -6,8 +6,8 @@ import pytest
 
 from gateway.config import ConfigError, parse_config
 from gateway.config.model import ProviderConfig
-from gateway.upstream.pool import UpstreamPool
-from gateway.upstream.timeouts import PoolLimits, Timeouts
+from gateway.config.transport import PoolLimits, Timeouts
+from gateway.providers.upstreams import upstream_pool
 
 BASE = """
 providers:
@@ -43,7 +43,7 @@ def test_values_and_validation() -> None:
 
 def test_the_pool_builds_each_client_with_its_providers_settings() -> None:
     p = provider_config(", write_timeout_s: 5, pool_timeout_s: 1.5, idle_timeout_s: 2, max_response_bytes: 4096")
-    client = UpstreamPool({"p": p})._client(p)
+    client = upstream_pool({"p": p})._client("p")
     assert client.timeouts is p.timeouts and client.limits is p.limits
     assert (client.timeouts.write, client.timeouts.pool, client.limits.keepalive_expiry,
             client.limits.max_response_bytes) == (5.0, 1.5, 2.0, 4096)

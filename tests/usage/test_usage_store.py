@@ -11,6 +11,7 @@ from gateway.store.redis import RedisStore
 from gateway.store.usage.base import FIELDS, UsageDelta, UsageStore
 from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage, usage_key
+from tests.ports import free_port
 from tests.redis_servers import PATIENT
 from tests.usage.redis_access import REDIS_URL, flushed_redis
 
@@ -117,11 +118,7 @@ async def test_redis_coalesces_requests_into_timed_flushes() -> None:
 
 async def test_a_failed_flush_is_reported_not_raised() -> None:
     import asyncio
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     store = RedisStore(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2, op_timeout=0.5)
     failures: list[str] = []
     usage = RedisUsage(store.io, flush_s=0.01)

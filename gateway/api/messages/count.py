@@ -91,7 +91,7 @@ async def _exact(runtime: Runtime, target: ResolvedTarget, request: ModelRequest
     adapter: Any = target.adapter
     try:
         native = adapter.build_count_tokens(request, target.provider, target.model)
-        reply = await runtime.pool.post(target.provider, native, deadline)
+        reply = await runtime.pool.post(target.provider.name, native, deadline)
         if reply.status >= 400:
             error = adapter.parse_error(reply.status, reply.headers, reply.body)
             if error.status == 400:  # the caller's request is wrong: Anthropic's word is the answer

@@ -3,7 +3,8 @@
 
 Both are parsed from a provider's config keys once at start-up (``providers.NAME.timeout_s``,
 ``connect_timeout_s``, ... in gateway/config/providers_section.py) and handed whole to the client
-(``Http1Client``) and its connections, instead of one argument per number.
+(``Http1Client``) and its connections, instead of one argument per number. They live in config,
+not in the transport, so that config depends on nothing and the transport on config's plain values.
 """
 
 from __future__ import annotations

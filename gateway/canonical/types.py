@@ -1,4 +1,4 @@
-"""The canonical transcript every layer speaks.
+"""The canonical transcript every layer speaks: its types, the stream deltas, the message helpers.
 
 Messages stay in the OpenAI chat shape (plain dicts) because that is what clients send
 and what the store keeps: no conversion on the way in, JSON-serialisable as is. Provider
@@ -23,21 +23,10 @@ Each key is produced by exactly one wire format, so its origin is implied by its
 an adapter that does not own a key strips it before sending.
 """
 
-# Long by design: the one vocabulary every layer speaks (messages, the model request, stream deltas) and
-# the few helpers every adapter shares; split, each layer would import half of it from each part.
-
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-import orjson
-
-# Every JSON the gateway parses (arguments, upstream answers) is depth-bounded: see gateway/http/json_depth.py.
-from gateway.http.json_depth import MAX_DEPTH as MAX_JSON_DEPTH
-from gateway.http.json_depth import JSONTooDeep as JSONTooDeep
-from gateway.http.json_depth import loads as load_json
 
 Message = dict[str, Any]
 ToolCall = dict[str, Any]
@@ -222,184 +211,7 @@ def normalize_finish_reason(native: FinishReason | None, has_tool_calls: bool) -
     return native or "stop"
 
 
-def normalize_arguments(arguments: Any) -> str:
-    """Tool-call arguments are always a JSON string holding an object; never ``""``/None."""
-    if arguments is None:
-        return "{}"
-    if isinstance(arguments, str):
-        return arguments if arguments.strip() else "{}"
-    return orjson.dumps(arguments).decode()
-
-
-def arguments_object(arguments: Any) -> dict[str, Any]:
-    """A call's arguments as the JSON object Anthropic and Gemini need; ValueError says what is wrong.
-
-    Empty or missing arguments are ``{}``; anything that is not a JSON object is refused rather
-    than guessed at.
-    """
-    if isinstance(arguments, dict):
-        return arguments
-    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-        return {}
-    try:
-        value = load_json(arguments)
-    except JSONTooDeep as exc:
-        raise ValueError(f"are {exc.msg}") from None
-    except (orjson.JSONDecodeError, TypeError):
-        raise ValueError("are not valid JSON") from None
-    if not isinstance(value, dict):
-        raise ValueError("must be a JSON object")
-    return value
-
-
-def arguments_too_deep(arguments: str) -> bool:
-    """Are a caller's tool-call arguments (JSON text) nested deeper than the gateway parses?
-
-    Checked where a caller's history comes in, so the caller gets a 400 naming the call rather
-    than a target failing to serialise them later. Text that is not JSON at all is not "too deep":
-    history with invalid arguments is allowed (sent on as ``{}``, see ``history_arguments``).
-    """
-    if arguments.count("{") + arguments.count("[") <= MAX_JSON_DEPTH:
-        return False
-    try:
-        load_json(arguments)
-    except JSONTooDeep:
-        return True
-    except orjson.JSONDecodeError:
-        return False
-    return False
-
-
-def history_arguments(arguments: Any) -> dict[str, Any]:
-    """A history tool call's arguments as the JSON object every provider accepts: ``{}`` when invalid.
-
-    A model sometimes emits arguments that are not a JSON object (cut off at ``max_tokens``, or
-    simply malformed); the loop answered that call with an error result that quotes what it got.
-    Sent back verbatim, the call makes the next request invalid: OpenAI-compatible servers reject
-    a non-JSON ``function.arguments`` with a 400, Anthropic and Gemini need an object for
-    ``input``/``args``. So every adapter sends ``{}`` instead, and the canonical transcript (the
-    store, the client's view) keeps the original text. Not ``{"_raw": ...}``: the error result
-    already shows the model its text, a made-up key in its own history invites the model to
-    imitate it, and a truncated argument string is often the longest thing in the turn.
-    """
-    try:
-        return arguments_object(arguments)
-    except ValueError:
-        return {}
-
-
-def history_arguments_text(arguments: Any) -> str:
-    """``history_arguments`` for OpenAI-format servers: the original text when it is a JSON object, else ``"{}"``.
-
-    The original bytes stay when valid, so a provider's prompt cache sees the history it produced.
-    """
-    if isinstance(arguments, str):
-        try:
-            if isinstance(load_json(arguments), dict):
-                return arguments
-        except orjson.JSONDecodeError:
-            pass
-        return "{}"
-    if isinstance(arguments, dict):
-        return orjson.dumps(arguments).decode()
-    return "{}"
-
-
-def stable_tool_call_id(seed: str, index: int) -> str:
-    """A deterministic id for a provider that gave none (Gemini without ids, some compat servers).
-
-    Deterministic so that re-parsing the same response yields the same id; salted with the
-    response id or content so two responses do not collide.
-    """
-    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=12).hexdigest()
-    return f"call_{digest}"
-
-
-_identity = id
-
-
-class ToolCallAccumulator:
-    """Reassembles streamed tool-call fragments into whole calls.
-
-    Fragments are keyed by index; where a provider omits or repeats the index, the id decides
-    (a fragment carrying a new id opens a new call). The first id and name win; argument
-    fragments concatenate in arrival order (kept as pieces and joined when read: adding each to the
-    call's string would copy all of it per fragment, quadratic in long arguments).
-    """
-
-    __slots__ = ("_by_id", "_by_index", "_calls", "_last", "_pieces")
-
-    def __init__(self) -> None:
-        self._calls: list[ToolCall] = []
-        self._pieces: dict[int, list[str]] = {}  # id() of a call in ``_calls`` -> its argument fragments
-        self._by_index: dict[int, ToolCall] = {}
-        self._by_id: dict[str, ToolCall] = {}
-        self._last: ToolCall | None = None
-
-    def add(
-        self,
-        index: int | None,
-        id: str | None = None,
-        name: str | None = None,
-        arguments: Any = None,
-        extra_content: dict[str, Any] | None = None,
-    ) -> None:
-        call: ToolCall | None = None
-        if id and id in self._by_id:
-            call = self._by_id[id]
-        elif index is not None and index in self._by_index:
-            existing = self._by_index[index]
-            # Same index but a different, new id: a provider reusing index 0 for every call.
-            call = None if id and existing["id"] and existing["id"] != id else existing
-        elif index is None and not id:
-            call = self._last
-        if call is None:
-            call = {"id": id or "", "type": "function", "function": {"name": name or "", "arguments": ""}}
-            self._calls.append(call)
-            if index is not None:
-                self._by_index[index] = call
-            if id:
-                self._by_id[id] = call
-        else:
-            if id and not call["id"]:
-                call["id"] = id
-                self._by_id[id] = call
-            if name and not call["function"]["name"]:
-                call["function"]["name"] = name
-        if arguments:
-            # Ollama and some compat servers send arguments as an object, not a JSON string.
-            piece = arguments if isinstance(arguments, str) else normalize_arguments(arguments)
-            pieces = self._pieces.get(_identity(call))  # (``id`` is a parameter here)
-            if pieces is None:
-                pieces = self._pieces[_identity(call)] = [call["function"]["arguments"]]
-            pieces.append(piece)
-        if extra_content:
-            call.setdefault("extra_content", {}).update(extra_content)
-        self._last = call
-
-    def __bool__(self) -> bool:
-        return bool(self._calls)
-
-    def _settle(self) -> None:
-        for call in self._calls:
-            pieces = self._pieces.get(id(call))
-            if pieces is not None and len(pieces) > 1:
-                pieces[:] = ["".join(pieces)]
-                call["function"]["arguments"] = pieces[0]
-
-    def arguments_so_far(self) -> str:
-        """Every call's name and argument text so far (what a cut stream produced of them)."""
-        self._settle()
-        return "".join(call["function"]["name"] + call["function"]["arguments"] for call in self._calls)
-
-    def result(self, id_seed: str) -> list[ToolCall]:
-        """The finished calls, each with an id and object-JSON arguments."""
-        self._settle()
-        for position, call in enumerate(self._calls):
-            if not call["id"]:
-                call["id"] = stable_tool_call_id(id_seed, position)
-            call["function"]["arguments"] = normalize_arguments(call["function"]["arguments"])
-        return self._calls
+# --- message helpers -----------------------------------------------------------------
 
 
 def rewritten(message: Message, **changes: Any) -> Message:

@@ -1,0 +1,81 @@
+"""The canonical transcript every layer speaks, in three parts: ``types`` (messages, the model request and
+response, stream deltas, the message helpers), ``arguments`` (tool-call arguments) and ``accumulator``
+(streamed tool-call fragments into whole calls).
+
+Every layer imports the names from here (``from gateway.canonical import Message``), so where a name
+lives inside the package is this package's business.
+"""
+
+from gateway.canonical.accumulator import (
+    ToolCallAccumulator,
+    stable_tool_call_id,
+)
+from gateway.canonical.arguments import (
+    MAX_JSON_DEPTH,
+    JSONTooDeep,
+    arguments_object,
+    arguments_too_deep,
+    history_arguments,
+    history_arguments_text,
+    load_json,
+    normalize_arguments,
+)
+from gateway.canonical.types import (
+    ARTIFACT_MESSAGE_KEYS,
+    MAX_TOKEN_COUNT,
+    Answering,
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    NativeRequest,
+    ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
+    StreamDelta,
+    TextDelta,
+    ToolCall,
+    ToolDef,
+    Usage,
+    normalize_finish_reason,
+    reasoning_deltas,
+    rewritten,
+    strip_artifacts,
+    text_of,
+    token_count,
+)
+
+__all__ = [
+    "ARTIFACT_MESSAGE_KEYS",
+    "MAX_JSON_DEPTH",
+    "MAX_TOKEN_COUNT",
+    "Answering",
+    "FinishReason",
+    "JSONTooDeep",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "NativeRequest",
+    "ReasoningDelta",
+    "ReasoningSignature",
+    "RedactedReasoning",
+    "StreamDelta",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallAccumulator",
+    "ToolDef",
+    "Usage",
+    "arguments_object",
+    "arguments_too_deep",
+    "history_arguments",
+    "history_arguments_text",
+    "load_json",
+    "normalize_arguments",
+    "normalize_finish_reason",
+    "reasoning_deltas",
+    "rewritten",
+    "stable_tool_call_id",
+    "strip_artifacts",
+    "text_of",
+    "token_count",
+]
