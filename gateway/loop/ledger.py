@@ -32,10 +32,14 @@ from gateway.tools.executor import run_tool
 log = logging.getLogger("loopgate.continuations")
 
 
+#: the words every "outcome unknown" result carries
+OUTCOME_UNKNOWN = "Its outcome is unknown"
+
+
 def outcome_unknown(name: str) -> str:
     """What the model is told about an approved call an earlier attempt started but never recorded."""
     return (f"Tool '{name}' was approved and started by an earlier attempt of this resume, and that attempt's "
-            "result was lost (it failed or was cut off while the tool ran). Its outcome is unknown: it may or may "
+            f"result was lost (it failed or was cut off while the tool ran). {OUTCOME_UNKNOWN}: it may or may "
             "not have taken effect. It was not run again, so it ran at most once; check its effect before "
             "asking for it again.")
 
