@@ -10,19 +10,23 @@ replica killed): the call is now started in the ledger, confirmed, before it run
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.config.model import StoreSentinel
 from gateway.loop.continuations import Continuations
 from gateway.loop.ledger import outcome_unknown
 from gateway.store.base import Store
-from gateway.store.errors import ReplicationUnconfirmed
+from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
 from gateway.store.redis import RedisStore
 from gateway.tools.base import ToolContent, ToolSpec
 from gateway.tools.registry import RegisteredTool, ToolRegistry
-from tests.redis_servers import RedisProcess, start_or_skip, start_redis
+from tests.redis_servers import RedisProcess, start_or_skip, start_redis, start_sentinel_group
 
 CALL = {"id": "call_del", "type": "function", "function": {"name": "delete_record", "arguments": '{"id": "1"}'}}
 
@@ -120,3 +124,46 @@ async def test_no_approved_tool_runs_before_its_start_is_confirmed(lone_server: 
         with lone_server.client() as admin:
             admin.flushall()
         await durable.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.long(seconds=10)
+async def test_a_result_lost_in_a_sentinel_failover_never_runs_the_tool_again(tmp_path: Path) -> None:
+    """The chaos run's double execution, step by step: the result's write dies with the master, the retry runs
+    on the promoted replica (before the fix it found no record and ran the tool a second time)."""
+    manager = start_sentinel_group(tmp_path, replicas=1, sentinels=1)
+    group = start_or_skip(manager.__enter__)
+    sentinel = StoreSentinel(master=group.master_name, nodes=tuple(("127.0.0.1", s.port) for s in group.sentinels))
+    store = RedisStore("redis://", sentinel=sentinel, wait_replicas=1, wait_timeout_ms=300)
+    source = Deletes()
+    source.hold = asyncio.Event()
+    tool = await _tool(source)
+    master, replica = group.current_master(), next(s for s in group.servers if s is not group.current_master())
+    try:
+        first = asyncio.create_task(Continuations(store, 600, 30.0).ledgered("acme", "cont_1")(CALL, tool))
+        await asyncio.wait_for(source.started.wait(), 10)
+        # While the tool runs, the replica stops hearing from the master: the result is written to the master alone.
+        replica.proc.send_signal(signal.SIGSTOP)
+        try:
+            with master.client() as admin:
+                admin.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            source.hold.set()
+            with pytest.raises(ReplicationUnconfirmed):
+                await first  # the attempt fails (503): its result unconfirmed, on the master only
+            master.kill()
+        finally:
+            replica.proc.send_signal(signal.SIGCONT)
+        group.wait_promoted()
+        deadline = time.monotonic() + 20
+        while True:  # the retry, once the store answers again (a failover in progress is a 503)
+            try:
+                again = await Continuations(store, 600, 30.0).ledgered("acme", "cont_1")(CALL, tool)
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "the store never came back after the failover"
+                await asyncio.sleep(0.2)
+        assert source.runs == 1  # before the fix: 2
+        assert again.status == "error" and again.content == outcome_unknown("delete_record")
+    finally:
+        await store.aclose()
+        manager.__exit__(None, None, None)
