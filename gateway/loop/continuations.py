@@ -8,8 +8,8 @@ reported to the client: a pause the client sees always exists.
 Resuming claims the continuation atomically (a concurrent or repeated resume gets 409). The
 claim is finished when the resumed loop reaches its end (completed, or paused again) and
 released on any failure, so a resume that failed upstream can simply be retried. Calls a
-human approved are recorded in the tool ledger when they run, so the retry never runs them
-again.
+human approved are started in the tool ledger before they run and their results recorded after
+(``loop/ledger.py``), so a retry never runs them again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from gateway.canonical import Message, NativeRequest, ToolCall, text_of
-from gateway.canonical_tool_results import bounded_parts
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
@@ -52,6 +51,7 @@ from gateway.loop.engine import (
 )
 from gateway.loop.events import Finished, LoopEvent
 from gateway.loop.held import HeldCalls
+from gateway.loop.ledger import ledgered
 from gateway.loop.pairing import ToolResult, result_of, stored_result
 from gateway.loop.results import ResultSlot, result_record
 from gateway.loop.same_arguments import same_arguments
@@ -60,8 +60,6 @@ from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Store
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
-from gateway.tools.base import ToolOutcome
-from gateway.tools.executor import run_tool
 
 # A claim outlives the longest possible resume (the request deadline) by this much, so a live
 # resume never loses its claim, and a replica that dies mid-resume frees it soon after.
@@ -145,26 +143,8 @@ class Continuations:
         self.notifier.headless_denied(tenant, call, reason, key_name, route)
 
     def ledgered(self, tenant: str, continuation_id: str) -> ExecuteHook:
-        """Executes approved calls at most once per continuation; a replay gives a rich result back with its parts.
-
-        Keyed by continuation and call id, not call id alone: some servers reuse ids such as
-        ``call_0`` across conversations, and one conversation's record must never answer another's.
-        """
-
-        async def execute(call: ToolCall, tool: Any) -> Any:
-            key = f"{continuation_id}:{call['id']}"
-            record = await self.store.ledger_get(tenant, key)
-            if record is not None:
-                metrics.CONTINUATIONS.inc("ledger_replay")
-                return ToolOutcome(record["status"], record["content"], 0.0, bounded_parts(record.get("parts")))
-            outcome = await run_tool(tool, call["function"]["arguments"])
-            parts = bounded_parts(outcome.parts)
-            await self.store.ledger_put(tenant, key, {"status": outcome.status, "content": outcome.content,
-                                                      "ts": time.time(), **({"parts": parts} if parts else {})},
-                                        self.ttl_s)
-            return outcome
-
-        return execute
+        """Executes approved calls at most once per continuation (``loop/ledger.py``)."""
+        return ledgered(self.store, self.ttl_s, tenant, continuation_id)
 
     # -- resuming ------------------------------------------------------------------------
     #: way B's check of the decisions (``loop/decisions.py``)

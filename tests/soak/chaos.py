@@ -21,9 +21,10 @@ What counts as a clean failure (anything else is a violation):
 Checked after the run: every continuation the client was told about (a 200 ``paused``) still exists
 (``GET /v1/continuations/{id}``, TTL 600 s) with a status that agrees with what the client saw
 (``resumed`` when a resume was accepted, else still resumable) — lost = 0, Redis failover included;
-no server tool ran twice for one call and every result a model saw is that one execution's (the
-soak's record checks); no resume was accepted twice (replays and races get 409); no gateway logged an
-unexpected exception; and the circuit breaker is shared: a target opened by failures on one gateway
+no server tool ran twice for one call and every result a model saw is that one execution's, or the
+ledger's "outcome unknown" for an approved call whose result an attempt lost (the soak's record
+checks); no resume was accepted twice (replays and races get 409); no gateway logged an unexpected
+exception; and the circuit breaker is shared: a target opened by failures on one gateway
 is open on the others after a single request each (``/readyz``), below their own threshold.
 """
 

@@ -243,9 +243,14 @@ class ContinuationStore(ABC):
         """Record (overwrite) the execution of a tool call for ``ttl_s`` seconds."""
 
     @abstractmethod
-    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int) -> dict[str, Any] | None:
+    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int,
+                           undo_unconfirmed: bool = False) -> dict[str, Any] | None:
         """Write ``record`` under ``key`` only if nothing is there (atomically, across replicas): None when this
-        call wrote it, else the record already there. Who sends a stateless MCP server's retry is decided so."""
+        call wrote it, else the record already there. Who sends a stateless MCP server's retry is decided so,
+        and an approved call is started so before it runs (``loop/ledger.py``).
+
+        A write the replicas did not confirm raises; with ``undo_unconfirmed`` it is deleted first (best
+        effort: nothing was done under it, and a leftover would make a retry's outcome unknown)."""
 
     # -- artifacts -------------------------------------------------------------------------------
     @abstractmethod

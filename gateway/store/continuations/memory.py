@@ -179,7 +179,8 @@ class MemoryContinuations(ContinuationStore):
         raw = orjson.dumps(record)
         self._ledger.set((tenant, tool_call_id), raw, len(raw), now + check_ttl(ttl_s), now)
 
-    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int) -> dict[str, Any] | None:
+    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int,
+                           undo_unconfirmed: bool = False) -> dict[str, Any] | None:
         now = self._clock()
         there = self._ledger.get((tenant, key), now)
         if there is not None:

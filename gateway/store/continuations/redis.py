@@ -18,8 +18,9 @@ tool-call index) is sent as one pipeline per owning node on a Cluster.
 
 Durability (``wait_replicas`` > 0, see ``RedisIO``): a pause, a claim and a ledger entry are
 acknowledged only when confirmed. An unconfirmed pause is deleted (best effort; its id was never
-given out), an unconfirmed claim released; an unconfirmed ledger entry is kept, because the tool
-did run and the entry can only prevent a second run.
+given out), an unconfirmed claim released; an unconfirmed start of an approved call is deleted
+(the tool does not run); an unconfirmed ledger result is kept, because the tool did run and the
+entry can only prevent a second run.
 Time comes from the replica's clock (``time.time()``); leases are seconds long, so NTP-level
 skew between replicas does not matter.
 """
@@ -234,7 +235,8 @@ class RedisContinuations(ContinuationStore):
             # Kept: the tool did run, and the entry can only stop a second run.
             raise self.io.unconfirmed("the tool ledger entry", acked)
 
-    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int) -> dict[str, Any] | None:
+    async def ledger_claim(self, tenant: str, key: str, record: dict[str, Any], ttl_s: int,
+                           undo_unconfirmed: bool = False) -> dict[str, Any] | None:
         raw, ex = orjson.dumps(record), check_ttl(ttl_s)
         name = tenant_key(tenant, "ledger", key)
         async with self.io.guard("ledger_claim", durable=True):
@@ -250,6 +252,9 @@ class RedisContinuations(ContinuationStore):
                 if there != raw:
                     claimed: dict[str, Any] = orjson.loads(there) if there is not None else {}
                     return claimed
+            if not self.io.confirmed(acked) and undo_unconfirmed:
+                with contextlib.suppress(Exception):
+                    await self.io.client.delete(name)
         if not self.io.confirmed(acked):
             # A claim a failover may undo is not acted on: the caller fails (a resume is released and retried).
             raise self.io.unconfirmed("the tool ledger claim", acked)
