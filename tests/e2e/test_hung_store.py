@@ -180,8 +180,9 @@ def test_a_reservation_a_thawed_redis_runs_late_does_not_shut_the_budget(frozen_
     """A budget check that failed open during a freeze had already written its reservation: the thawed
     Redis runs it, for a request long gone. A new key reserves its prompt plus its answer's cap (4,096
     tokens on this route), more than its whole 1,000-token budget: before the fix that leftover shut the
-    key for the whole lease (an hour of 429s). The gateway gives back every reservation it got no answer
-    for, and a release that could not be written goes again (before the key's next reservation)."""
+    key for the whole lease (``routing.request_timeout_s`` + 60 s of 429s). The gateway gives back every
+    reservation it got no answer for, and a release that could not be written goes again (ahead of the
+    key's next reservation)."""
     url = f"redis://127.0.0.1:{frozen_redis.port}/0"
     keys = KEYS + "    - {key: new-key, tenant: fresh, budget: {limit: 1000, unit: tokens, period: day}}\n"
     config = gateway_config(fakes, store_url=url).replace("auth:\n  keys:\n", keys, 1)

@@ -74,7 +74,7 @@ async def test_a_release_whose_write_failed_goes_again_and_the_budget_opens() ->
     """The write of a request's usage and the release of its reservation failed (here: Redis refuses the
     gateway's scripts, as an ACL change or a failover can): the counts are dropped (a hung store may still
     apply them; twice would overcount), the release is not: sent again, it gives the budget back. Before, a
-    new key's 4,096-token reservation stayed until its lease ended (an hour), shutting a 1,000-token budget."""
+    new key's 4,096-token reservation stayed until its lease ended, shutting a 1,000-token budget."""
     client = await flushed_redis()
     user = f"loopgate-release-{os.getpid()}"
     await client.acl_setuser(user, enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"])

@@ -18,8 +18,9 @@ Why coalesce: one redis-py command costs a request about as many instructions as
 proxied request (bench/README.md), while adding a request's counts to a dict is cheap, and
 under load one flush carries many requests. The price is
 that counts reach Redis up to ``flush_s`` after the response (budgets are soft limits anyway),
-and a crash loses at most that much; a graceful stop flushes. A failed flush is dropped, logged
-and counted by the caller (it does not pile up during an outage).
+and a crash loses at most that much; a graceful stop flushes. A failed flush's counts are dropped, logged
+and counted by the caller (they do not pile up during an outage; a hung store may still apply
+them); its budget releases are kept and sent again (see ``reserve``: a release applies once).
 """
 
 from __future__ import annotations
