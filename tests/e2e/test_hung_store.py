@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from tests.e2e.conftest import E2E_FAIL_OPEN_MS, Gateway, gateway_config
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -171,4 +172,47 @@ def test_an_admin_call_on_a_hung_store_says_what_may_have_happened(frozen_redis:
         assert "GET /admin/keys" in write.json()["error"]["message"]
         assert "may have been applied" in edit.json()["error"]["message"]
     finally:
+        gw.stop()
+
+
+def test_a_reservation_a_thawed_redis_runs_late_does_not_shut_the_budget(frozen_redis: RedisProcess,
+                                                                         fakes: dict[str, FakeUpstream]) -> None:
+    """A budget check that failed open during a freeze had already written its reservation: the thawed
+    Redis runs it, for a request long gone. A new key reserves its prompt plus its answer's cap (4,096
+    tokens on this route), more than its whole 1,000-token budget: before the fix that leftover shut the
+    key for the whole lease (``routing.request_timeout_s`` + 60 s of 429s). The gateway gives back every
+    reservation it got no answer for, and a release that could not be written goes again (ahead of the
+    key's next reservation)."""
+    url = f"redis://127.0.0.1:{frozen_redis.port}/0"
+    keys = KEYS + "    - {key: new-key, tenant: fresh, budget: {limit: 1000, unit: tokens, period: day}}\n"
+    config = gateway_config(fakes, store_url=url).replace("auth:\n  keys:\n", keys, 1)
+    config = config.replace(f"fail_open_ms: {E2E_FAIL_OPEN_MS}",
+                            f"fail_open_ms: {FAIL_OPEN_MS}, timeout_ms: {TIMEOUT_MS}")
+    gw = Gateway(config).start()
+    redis_client = redis.Redis(port=frozen_redis.port)
+    try:
+        # Another key's budget check and usage write leave idle connections in the pool: a check during
+        # the freeze writes its script on one (the kernel takes it) before it gives up waiting.
+        assert _timed(gw, "budget-key")[1].status_code == 200
+        os.kill(frozen_redis.proc.pid, signal.SIGSTOP)
+        try:
+            during = [_timed(gw, "new-key")[1].status_code for _ in range(3)]
+        finally:
+            os.kill(frozen_redis.proc.pid, signal.SIGCONT)
+        assert during == [200, 200, 200], "failed open"
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{gw.url}/readyz", timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, "the gateway never saw Redis again"
+            time.sleep(0.05)
+        after = _timed(gw, "new-key")[1]
+        assert after.status_code == 200, after.text  # before: 429, "requests in flight hold 4118 tokens"
+        # Nothing stays reserved once the admitted request recorded its usage (released at once).
+        held = [-1]
+        deadline = time.monotonic() + 10
+        while held != [0]:
+            assert time.monotonic() < deadline, f"reservations no request holds: {held}"
+            time.sleep(0.05)
+            held = [int(redis_client.hget(name, "t") or 0) for name in redis_client.scan_iter("*{u:fresh}*:rh")]
+    finally:
+        redis_client.close()
         gw.stop()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 
 from gateway.store.redis import RedisStore
-from gateway.store.usage.base import UsageStore, Want
+from gateway.store.usage.base import UsageDelta, UsageStore, Want
 from gateway.store.usage.memory import MemoryUsage
 from gateway.store.usage.redis import RedisUsage
 from tests.usage.redis_access import REDIS_URL, flushed_redis
@@ -67,3 +68,39 @@ async def test_a_reservation_never_given_back_ends_with_its_lease(replicas: tupl
     while (await replicas[1].reserve("t", "k", WANTS, 100, 0, "next", 60, time.time()))[0] != -1:
         assert time.monotonic() < deadline, "the lost reservation never ended"
         await asyncio.sleep(0.02)
+
+
+async def test_a_release_whose_write_failed_goes_again_and_the_budget_opens() -> None:
+    """The write of a request's usage and the release of its reservation failed (here: Redis refuses the
+    gateway's scripts, as an ACL change or a failover can): the counts are dropped (a hung store may still
+    apply them; twice would overcount), the release is not: sent again, it gives the budget back. Before, a
+    new key's 4,096-token reservation stayed until its lease ended, shutting a 1,000-token budget."""
+    client = await flushed_redis()
+    user = f"loopgate-release-{os.getpid()}"
+    await client.acl_setuser(user, enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"])
+    store = RedisStore(REDIS_URL, username=user, password="pw", fail_open_timeout=1.0)
+    usage = RedisUsage(store.io, flush_s=0.05)
+    failures: list[str] = []
+    usage.on_error = lambda op, cause: failures.append(op)
+    try:
+        now = time.time()
+        assert (await usage.reserve("t", "k", WANTS, 4096, 0, "new-key-1", 3600, now))[0] == -1
+        await client.acl_setuser(user, commands=["-eval", "-evalsha"])
+        assert usage.add_now("t", "k", UsageDelta(requests=1, prompt_tokens=20, completion_tokens=5).values(),
+                             now, "new-key-1")
+        deadline = time.monotonic() + 10
+        while not failures:
+            assert time.monotonic() < deadline, "the write never failed"
+            await asyncio.sleep(0.01)
+        await client.acl_setuser(user, commands=["+eval", "+evalsha"])
+        held = [-1]
+        while held != [0, 0]:  # the key's day row and the tenant's month row
+            assert time.monotonic() < deadline + 10, f"the reservation was never given back: {held}"
+            await asyncio.sleep(0.02)
+            held = [int(await client.hget(name, "t") or 0) async for name in client.scan_iter("*{u:t}*:rh")]
+        assert (await usage.reserve("t", "k", WANTS, 100, 0, "next", 60, time.time()))[0] == -1
+    finally:
+        await client.acl_deluser(user)
+        await client.flushdb()
+        await client.aclose()
+        await store.aclose()

@@ -40,6 +40,12 @@ class ScriptBatcher:
         if self._io.cluster:  # the cluster client follows slot moves itself: one call each
             async with self._io.guard(self._op, fail_open=self._fail_open):
                 return await script(keys=keys, args=args)
+        # Shielded: a caller that goes away must not cancel the send the others wait for.
+        return await asyncio.shield(self.queue(script, keys, args))
+
+    def queue(self, script: Script, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+        """Add a call to this loop turn's batch, after those already in it (it runs before the calls
+        queued next); its reply or error arrives in the future. Not on a Cluster (``call`` only)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         batch = self._pending
@@ -49,8 +55,7 @@ class ScriptBatcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         batch.append((script, keys, args, future))
-        # Shielded: a caller that goes away must not cancel the send the others wait for.
-        return await asyncio.shield(future)
+        return future
 
     async def _send(self, batch: list[_Item]) -> None:
         self._pending = None  # calls from now on make the next batch

@@ -18,13 +18,16 @@ Why coalesce: one redis-py command costs a request about as many instructions as
 proxied request (bench/README.md), while adding a request's counts to a dict is cheap, and
 under load one flush carries many requests. The price is
 that counts reach Redis up to ``flush_s`` after the response (budgets are soft limits anyway),
-and a crash loses at most that much; a graceful stop flushes. A failed flush is dropped, logged
-and counted by the caller (it does not pile up during an outage).
+and a crash loses at most that much; a graceful stop flushes. A failed flush's counts are dropped, logged
+and counted by the caller (they do not pile up during an outage; a hung store may still apply
+them); its budget releases are kept and sent again (see ``reserve``: a release applies once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 from typing import Any
 
 from gateway.observability.fail_open import USAGE
@@ -47,88 +50,17 @@ from gateway.store.usage.base import (
     period_names,
 )
 from gateway.store.usage.redis_breakdown import dim_fields, parse_breakdown
+from gateway.store.usage.redis_scripts import ADD as _ADD
+from gateway.store.usage.redis_scripts import RELEASE as _RELEASE
+from gateway.store.usage.redis_scripts import RESERVE as _RESERVE
+from gateway.store.usage.redis_scripts import SPENT as _SPENT
 
-# KEYS: the rows, day rows first; ARGV[1]: TTL in seconds, ARGV[2]: how many of the first keys are day
-# rows (they also take the breakdown), ARGV[3]: how many field, amount pairs follow for every row
-# (only the non-zero ones), then those pairs, then the breakdown's pairs (day rows only).
-# Sent as EVAL (not EVALSHA): a pipeline of them needs no NOSCRIPT handling, and Redis caches it.
-_ADD = """
-local ttl, days, last = tonumber(ARGV[1]), tonumber(ARGV[2]), 3 + 2 * tonumber(ARGV[3])
-for i = 1, #KEYS do
-  for j = 4, last, 2 do
-    redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1])
-  end
-  if i <= days then
-    for j = last + 1, #ARGV, 2 do
-      redis.call('HINCRBY', KEYS[i], ARGV[j], ARGV[j + 1])
-    end
-  end
-  redis.call('EXPIRE', KEYS[i], ttl)
-end
-return 1
-"""
-# KEYS: rows; one string "p:c:n,p:c:n,..." (redis-py parses a reply array element by element, at a
-# cost per element comparable to a whole command: a budget check reads one string).
-_SPENT = """
-local out = {}
-for i = 1, #KEYS do
-  local v = redis.call('HMGET', KEYS[i], 'p', 'c', 'n')
-  out[i] = (v[1] or '0') .. ':' .. (v[2] or '0') .. ':' .. (v[3] or '0')
-end
-return table.concat(out, ',')
-"""
-# Budget admission. KEYS: per want its row, reservation zset and reservation hash. ARGV: now, the
-# reservation's end, its member ("rid|tokens|nano"), tokens, nano, the keys' TTL in ms, then per want
-# usd (1/0) and limit. Expired reservations (their request never reported back) are dropped first.
-# Returns "refused,tokens:nano:rtokens:rnano,...": refused is the 0-based index of the exhausted want,
-# or -1; per want what it spent and what requests in flight reserved on it.
-_RESERVE = """
-local n = #KEYS / 3
-local out = {}
-local refused = -1
-for i = 1, n do
-  local rz, rh = KEYS[3 * i - 1], KEYS[3 * i]
-  local gone = redis.call('ZRANGEBYSCORE', rz, '-inf', ARGV[1])
-  for _, m in ipairs(gone) do
-    local t, c = string.match(m, '|(%-?%d+)|(%-?%d+)$')
-    redis.call('HINCRBY', rh, 't', 0 - tonumber(t))
-    redis.call('HINCRBY', rh, 'n', 0 - tonumber(c))
-  end
-  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', rz, '-inf', ARGV[1]) end
-  local v = redis.call('HMGET', KEYS[3 * i - 2], 'p', 'c', 'n')
-  local r = redis.call('HMGET', rh, 't', 'n')
-  local st, sn = tonumber(v[1] or 0) + tonumber(v[2] or 0), tonumber(v[3] or 0)
-  local rt, rn = tonumber(r[1] or 0), tonumber(r[2] or 0)
-  out[i] = string.format('%d:%d:%d:%d', st, sn, rt, rn)
-  local spent = st + rt
-  if ARGV[5 + 2 * i] == '1' then spent = sn + rn end
-  if refused < 0 and spent >= tonumber(ARGV[6 + 2 * i]) then refused = i - 1 end
-end
-if refused < 0 then
-  for i = 1, n do
-    redis.call('ZADD', KEYS[3 * i - 1], ARGV[2], ARGV[3])
-    redis.call('HINCRBY', KEYS[3 * i], 't', ARGV[4])
-    redis.call('HINCRBY', KEYS[3 * i], 'n', ARGV[5])
-    redis.call('PEXPIRE', KEYS[3 * i - 1], ARGV[6])
-    redis.call('PEXPIRE', KEYS[3 * i], ARGV[6])
-  end
-end
-return refused .. ',' .. table.concat(out, ',')
-"""
-# KEYS: reservation zset, hash pairs; ARGV: member, -tokens, -nano. Gives a reservation back once.
-_RELEASE = """
-for i = 1, #KEYS, 2 do
-  if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then
-    redis.call('HINCRBY', KEYS[i + 1], 't', ARGV[2])
-    redis.call('HINCRBY', KEYS[i + 1], 'n', ARGV[3])
-  end
-end
-return 1
-"""
 DEFAULT_FLUSH_S = 0.5
 #: reservations this process made and has not released yet (in flight); past it the oldest are
 #: forgotten here (Redis ends them with their lease)
 MAX_HOLDS = 100_000
+#: releases still waiting (a write failed) sent ahead of a reservation of their tenant, at most
+INLINE_RELEASES = 32
 #: marks a release in a flush's calls (first argument)
 _RELEASE_MARK = object()
 #: distinct (tenant, key, day) entries waiting; past it new ones are refused (counted by the caller)
@@ -162,6 +94,7 @@ class RedisUsage(UsageStore):
         self._key_names: dict[tuple[str, str, tuple[str, str, str]], list[str]] = {}
         self._flushing: set[asyncio.Task[None]] = set()
         self._reserve = io.register(_RESERVE)
+        self._release = io.register(_RELEASE)
         # A hung store costs a budgeted request at most ``store.fail_open_ms`` (then it fails open).
         self._budget_calls = ScriptBatcher(io, "budget_reserve", fail_open=True)
         # rid -> (tenant, the release's keys, its args): what this process reserved and has not given back
@@ -248,13 +181,26 @@ class RedisUsage(UsageStore):
         if not by_tenant:
             return
         if len(by_tenant) == 1:  # the common case: no gather, no task per tenant
-            (calls,) = by_tenant.values()
-            await self._send(calls)
+            ((tenant, calls),) = by_tenant.items()
+            try:
+                await self._send(calls)
+            except BaseException:
+                self._requeue(tenant, releases)
+                raise
             return
         results = await asyncio.gather(*(self._send(calls) for calls in by_tenant.values()), return_exceptions=True)
+        for tenant, result in zip(by_tenant, results, strict=True):
+            if isinstance(result, BaseException):
+                self._requeue(tenant, releases)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None:
             raise failure
+
+    def _requeue(self, tenant: str, releases: dict[str, list[tuple[list[str], list[Any]]]]) -> None:
+        """A failed write's releases wait for the next (the counts do not: a hung store may still apply
+        them, and twice would overcount; a release applies once however often it is sent)."""
+        for release in releases.get(tenant, ()):
+            self._queue_release(tenant, release)
 
     def _fields_of(self, dim: tuple[str, str]) -> tuple[str, ...]:
         fields = self._dim_fields.get(dim)
@@ -281,10 +227,12 @@ class RedisUsage(UsageStore):
         return keys
 
     async def _send(self, calls: list[tuple[list[str], list[Any]]]) -> None:
+        stamp = num(time.time())
+
         def build(pipe: Any) -> None:
             for keys, args in calls:
                 if args and args[0] is _RELEASE_MARK:
-                    pipe.eval(_RELEASE, len(keys), *keys, *args[1:])
+                    pipe.eval(_RELEASE, len(keys), *keys, *args[1:], stamp)
                 else:
                     pipe.eval(_ADD, len(keys), *keys, *args)
 
@@ -326,10 +274,22 @@ class RedisUsage(UsageStore):
             keys += [row, f"{row}:rz", f"{row}:rh"]
             release_keys += [f"{row}:rz", f"{row}:rh"]
             tail += [1 if want.usd else 0, want.limit]
+        rx = f"{keys[0]}:rx"
+        keys.append(rx)
+        release_keys.append(rx)
         member = f"{rid}|{tokens}|{cost_nano}"
         lease_ms = max(1, int(lease_s * 1000))
         args: list[Any] = [num(now), num(now + lease_s), member, tokens, cost_nano, lease_ms, *tail]
-        reply = await self._budget_calls.call(self._reserve, keys, args)
+        release = (release_keys, [member, -tokens, -cost_nano, num(now + lease_s), lease_ms])
+        self._send_releases(tenant)
+        try:
+            reply = await self._budget_calls.call(self._reserve, keys, args)
+        except BaseException:
+            # No answer (a hung store past store.fail_open_ms, a caller gone): the script may still run
+            # (a thawed Redis runs what was written before), holding the budget for the whole lease
+            # with no request left to give it back. Given back now, whatever happened to it.
+            self._queue_release(tenant, release)
+            raise
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         head, *rows = text.split(",")
         found, reserved = [], []
@@ -341,8 +301,41 @@ class RedisUsage(UsageStore):
         if refused < 0:
             if len(self._holds) >= MAX_HOLDS:
                 self._holds.pop(next(iter(self._holds)))
-            self._holds[rid] = (tenant, release_keys, [member, -tokens, -cost_nano])
+            self._holds[rid] = (tenant, *release)
         return refused, found, reserved
+
+    def _queue_release(self, tenant: str, release: tuple[list[str], list[Any]]) -> None:
+        """A release for the next flush (soon: a reservation holds a budget); kept until written or
+        its reservation's lease is over (Redis has ended it then)."""
+        if float(release[1][3]) <= time.time():
+            return
+        waiting = self._releases.setdefault(tenant, [])
+        if len(waiting) >= MAX_HOLDS:
+            del waiting[0]  # the oldest ends with its lease
+        waiting.append(release)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._start_flush)
+
+    def _send_releases(self, tenant: str) -> None:
+        """Releases of ``tenant`` still waiting (their write failed) go first, in the reservation's
+        pipeline: a budget is never judged on reservations no request holds once the store answers."""
+        waiting = self._releases.get(tenant)
+        if not waiting or self._io.cluster:
+            return
+        sent, rest = waiting[:INLINE_RELEASES], waiting[INLINE_RELEASES:]
+        if rest:
+            self._releases[tenant] = rest  # the flush takes them (one request's pipeline stays small)
+        else:
+            del self._releases[tenant]
+        stamp = num(time.time())
+        for keys, args in sent:
+            future = self._budget_calls.queue(self._release, keys, [*args, stamp])
+            future.add_done_callback(functools.partial(self._released, tenant, (keys, args)))
+
+    def _released(self, tenant: str, item: tuple[list[str], list[Any]], done: asyncio.Future[Any]) -> None:
+        """A release sent with a reservation: written, or waiting for the next try."""
+        if done.cancelled() or done.exception() is not None:
+            self._queue_release(tenant, item)
 
     async def days(self, tenant: str, key_id: str, days: list[str]) -> list[list[int]]:
         keys = [usage_key(tenant, key_id, f"d:{day}") for day in days]
