@@ -54,7 +54,7 @@ async def chat_completions(request: Incoming, runtime: Runtime) -> JSONResponse 
         if chat.stream:
             return await respond(work.settled_at_end(events), True, chat.include_usage, chat.model, work, slot)
         response = await respond(events, False, chat.include_usage, chat.model, work, slot)
-        await work.settle(work.exchange.state.usage)  # the loop's usage, as its Finished event reports
+        await work.settle(work.usage())  # the loop's usage, as its Finished event reports
         return response
     except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))

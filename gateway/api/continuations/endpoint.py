@@ -108,7 +108,7 @@ async def delete_continuation(request: Request, runtime: Runtime, work: Work) ->
     key = await decider_in(request, work)
     await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
     metrics.CONTINUATIONS.inc("cancelled")
-    work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
+    work.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
     return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
                                       "deleted": True}))
 
@@ -143,7 +143,7 @@ async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
         check_pending(stored, conflict)
         results, approved, answers = await runtime.continuations.checked_decisions(
             stored, body.get("decisions"), decider.id, decider.name)
-        span = work.exchange.span
+        span = work.span
         if span.recording:
             for call_id, result in results.items():
                 if result.status == "denied":

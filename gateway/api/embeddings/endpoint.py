@@ -92,7 +92,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     work.show_limits()
     state = LoopState()
     first = plan.targets[0]
-    span = work.exchange.span
+    span = work.span
     call_span = span.operation(f"embeddings {first.model}", {
         "gen_ai.operation.name": "embeddings", "gen_ai.request.model": first.model,
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
@@ -122,7 +122,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         gateway["usage_cost"] = usd(cost)
     payload = render_embeddings(result.vectors, parsed.encoding_format, parsed.model, prompt_tokens, gateway)
     await work.settle(state.usage)
-    return JSONResponse(payload, raw_headers=work.exchange.headers)
+    return JSONResponse(payload, raw_headers=work.headers)
 
 
 def _end_span(span: Span, attempts: list[dict[str, Any]], failure: str) -> None:

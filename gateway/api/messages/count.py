@@ -61,7 +61,7 @@ async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONRe
     counted = await _count(runtime, key, parsed, plan)
     await work.settle(None)  # frees the concurrency slot; nothing was used
     work.show_limits()
-    return JSONResponse(orjson.dumps(counted), raw_headers=with_anthropic_headers(work.exchange.headers))
+    return JSONResponse(orjson.dumps(counted), raw_headers=with_anthropic_headers(work.headers))
 
 
 async def _count(runtime: Runtime, key: ApiKey, parsed: MessagesRequest, plan: RoutePlan) -> dict[str, Any]:

@@ -86,8 +86,7 @@ async def create_message(incoming: Incoming, runtime: Runtime) -> JSONResponse |
             return await respond_message(work.settled_at_end(events), True, parsed.model, parsed.show_server_tools,
                                          work, slot)
         response = await respond_message(events, False, parsed.model, parsed.show_server_tools, work, slot)
-        state = work.exchange.state
-        await work.settle(state.usage if state is not None else None)
+        await work.settle(work.usage())
         return response
     except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))

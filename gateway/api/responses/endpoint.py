@@ -71,14 +71,14 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             await run.complete(work.show_limits)
             work.done(200)
             await work.settle(usage_of(run.response))
-            return JSONResponse(run.response_json(), raw_headers=work.exchange.headers)
+            return JSONResponse(run.response_json(), raw_headers=work.headers)
         await run.open()
         work.show_limits()
 
         async def on_close() -> None:
             work.done(200)
             await work.settle(usage_of(run.response))
-        return SSEResponse(run.frames(_join, on_close), work.exchange.headers)
+        return SSEResponse(run.frames(_join, on_close), work.headers)
     except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
         return work.render_error(await work.failed(exc))
 
