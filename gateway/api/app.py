@@ -26,9 +26,9 @@ from gateway.api.approvals.inbox import POLLED, ui_routes
 from gateway.api.console.overview import console_routes
 from gateway.api.console.page import console_page_routes
 from gateway.api.continuations.endpoint import continuation_routes
-from gateway.api.driver import Surface, drive
+from gateway.api.driver import Surface, drive, endpoint
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.messages.headers import use_api_key
 from gateway.api.messages.models import anthropic_model_list
 from gateway.api.messages.routes import messages_routes

@@ -1,7 +1,8 @@
-"""The one request lifecycle every surface goes through; a surface is a parser and a renderer around it.
+"""The one request lifecycle: :class:`Work`, the one object a request lives in, and its steps.
 
-``Lifecycle.begin`` opens a :class:`Work` for one HTTP request. The surface then calls, in
-order, what applies to it:
+``Lifecycle.begin`` opens the :class:`Work` of one HTTP request (it *is* the request's
+:class:`~gateway.api.exchange.Exchange`: id, span, headers, key, loop state, meter). The driver
+(``api/driver.py``) and the surface it drives call, in order, what applies:
 
 1. ``authenticate`` (caller keys) or ``authenticate_admin`` (``/admin/``);
 2. ``allow(plan)``: the key's role and route allow-list, and the route's metrics label;
@@ -13,7 +14,8 @@ order, what applies to it:
    that runs no loop reports its calls with ``account(state)`` instead);
 6. the end: ``done(status)`` once the answer is complete and ``await settle(usage)`` (a JSON
    answer), ``settled_at_end(events)`` (a stream), ``hold()`` (work that outlives its request:
-   a background run, settled by the run's own end), or ``render_error(await failed(exc))``.
+   a background run, settled by the run's own end), or, written once in the driver,
+   ``render_error(await failed(exc))``.
 
 Admission is held for the whole life of the work and settled exactly once with its real usage
 (no usage: the request failed, its estimate is given back). The error shape is the surface's:
@@ -23,10 +25,8 @@ Admission is held for the whole life of the work and settled exactly once with i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
-
-from starlette.requests import Request
 
 from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
@@ -40,14 +40,14 @@ from gateway.governance.admission import Admission, RateLimits
 from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
-from gateway.http.request_id import request_id, scope_request_id
+from gateway.http.request_id import request_id
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering
 
 if TYPE_CHECKING:
-    from gateway.api.runtime import Runtime
+    pass
 
 #: renders a mapped error in the surface's own shape, with the work's headers
 ErrorRenderer = Callable[[GatewayError, list[tuple[bytes, bytes]] | None], Any]
@@ -301,41 +301,3 @@ class Held:
                 meter.close(status)
         finally:
             await self._work.settle(usage)  # a failed run's calls were paid for too
-
-
-
-def begin_routed(request: Request, path: str, metered: bool, errors: ErrorRenderer = error_response) -> Work:
-    """The work of a request Starlette routed (the app's wrapper, ``FastChatPath``, chose its request id
-    and sends ``x-request-id`` itself). ``path`` is the route's template, never the caller's text."""
-    runtime: Runtime = request.app.state.runtime
-    scope = request.scope
-    rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
-    return runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid, metered=metered,
-                                   errors=errors)
-
-
-#: a surface's handler of one request: it parses, calls the lifecycle's steps on ``work``, renders
-Handler = Callable[[Request, "Runtime", Work], Awaitable[Any]]
-
-
-def endpoint(path: str, handler: Handler, metered: bool = False,
-             errors: ErrorRenderer = error_response) -> Callable[[Request], Awaitable[Any]]:
-    """A Starlette endpoint serving ``handler`` through the lifecycle: every answer, error or not, is
-    recorded (access record, span; metrics when ``metered``), every failure rendered in its shape.
-
-    ``path`` is the route's template; ``errors`` the surface's error shape. The app's wrapper
-    (``FastChatPath``) chose the request id and sends ``x-request-id`` itself.
-    """
-
-    async def serve(request: Request) -> Any:
-        runtime: Runtime = request.app.state.runtime
-        work = begin_routed(request, path, metered, errors)
-        try:
-            response = await handler(request, runtime, work)
-        except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
-            return work.render_error(await work.failed(exc))
-        work.done(getattr(response, "status_code", 200))
-        return response
-
-    serve.__name__ = getattr(handler, "__name__", "endpoint")
-    return serve

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.api.driver import Answer, LoopSurface
+from gateway.api.driver import Answer
 from gateway.api.lifecycle import Work
+from gateway.api.loop_surface import LoopSurface
 from gateway.api.messages.errors import anthropic_error
 from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from gateway.api.lifecycle import endpoint
+from gateway.api.driver import endpoint
 from gateway.api.messages.count import PATH as COUNT_PATH
 from gateway.api.messages.count import count_tokens
 from gateway.api.messages.errors import anthropic_error

@@ -14,9 +14,9 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.driver import read_body
+from gateway.api.driver import endpoint, read_body
 from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work, endpoint
+from gateway.api.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.background import check_background, start_background
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
