@@ -9,7 +9,7 @@ when its last byte is sent or its caller is gone.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.api.driver import Answer, deadline_of, read_body
@@ -63,9 +63,11 @@ class LoopSurface(Generic[Call]):
     def parse(self, body: Any, incoming: Incoming) -> Call:
         raise NotImplementedError
 
-    async def render(self, events: AsyncIterator[LoopEvent], call: Call, work: Work,
-                     slot: ResultSlot | None) -> Answer:
-        """The events as the surface's answer (JSON or its stream), ending ``work``; ``slot``: a resume's."""
+    def render(self, events: AsyncIterator[LoopEvent], call: Call, work: Work,
+               slot: ResultSlot | None) -> Awaitable[Answer]:
+        """The events as the surface's answer (JSON or its stream), ending ``work``; ``slot``: a resume's.
+
+        The renderer's awaitable itself (no coroutine around it: no frame more on the hot path)."""
         raise NotImplementedError
 
     # -- what a surface may change --------------------------------------------------------------

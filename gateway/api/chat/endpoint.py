@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from gateway.api.chat.request import ChatRequest, parse_chat_request
@@ -23,9 +23,9 @@ class ChatSurface(LoopSurface[ChatRequest]):
     def parse(self, body: Any, incoming: Incoming) -> ChatRequest:
         return parse_chat_request(body)
 
-    async def render(self, events: AsyncIterator[LoopEvent], call: ChatRequest, work: Work,
-                     slot: ResultSlot | None) -> Answer:
-        return await respond(events, call.stream, call.include_usage, call.model, work, slot)
+    def render(self, events: AsyncIterator[LoopEvent], call: ChatRequest, work: Work,
+               slot: ResultSlot | None) -> Awaitable[Answer]:
+        return respond(events, call.stream, call.include_usage, call.model, work, slot)
 
 
 CHAT = ChatSurface(PATH)

@@ -11,7 +11,7 @@ Code sends) changes nothing: betas are read from ``anthropic-beta``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from gateway.api.driver import Answer
@@ -71,9 +71,9 @@ class MessagesSurface(LoopSurface[MessagesRequest]):
     def native(self, call: MessagesRequest) -> NativeRequest | None:
         return call.native
 
-    async def render(self, events: AsyncIterator[LoopEvent], call: MessagesRequest, work: Work,
-                     slot: ResultSlot | None) -> Answer:
-        return await respond_message(events, call.stream, call.model, call.show_server_tools, work, slot)
+    def render(self, events: AsyncIterator[LoopEvent], call: MessagesRequest, work: Work,
+               slot: ResultSlot | None) -> Awaitable[Answer]:
+        return respond_message(events, call.stream, call.model, call.show_server_tools, work, slot)
 
 
 MESSAGES = MessagesSurface(PATH, anthropic_error)
