@@ -63,3 +63,16 @@ def test_every_docs_page_is_in_the_nav() -> None:
     pages = sorted(str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md"))
     missing = [page for page in pages if re.search(rf"(?m)^\s*- (?:[^:\n]+: )?{re.escape(page)}\s*$", nav) is None]
     assert not missing, f"mkdocs.yml's nav lacks {missing}"
+
+
+def test_the_docs_theme_fetches_no_web_fonts() -> None:
+    """Material fetched Google Fonts at every page view (errors offline, a request to Google from air-gapped
+    sites); ``theme.font: false`` uses the system fonts."""
+    import yaml
+
+    class Tolerant(yaml.SafeLoader):
+        pass
+
+    Tolerant.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Tolerant)
+    assert config["theme"]["name"] == "material" and config["theme"].get("font") is False

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.api.responses.render import TERMINAL, ResponseBuilder
+from gateway.api.responses.spliced import LARGE_CHARS, SLICE_CHARS, frames_body
 from gateway.background.runner import sse_frame
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
@@ -107,6 +108,7 @@ def test_without_emit_the_response_is_the_same() -> None:
     assert quiet.response | {"created_at": 0} == loud.response | {"created_at": 0}
 
 
+_BIG = ('a "quoted" \\ line\n\x01\té\u2028😀 ' * 20_000)[:LARGE_CHARS + SLICE_CHARS + 7]
 _FRAMED_RUNS: dict[str, list[Any]] = {
     "text and a tool": [
         [Answering("up-1"), TextDelta('Say "hi"\n')], [TextDelta("é\u2028"), TextDelta("b")],
@@ -120,6 +122,14 @@ _FRAMED_RUNS: dict[str, list[Any]] = {
     "cut off": [TextDelta("Cut"), Finished(LoopResult("completed", "length", Usage(), {}))],
     "failed mid text": [TextDelta("Part"), ToolStarted("c1", "slow", "{}"), "fail"],
     "failed in a message": [TextDelta("Part"), "fail"],
+    # Past LARGE_CHARS the frames that carry a text are spliced slice by slice (responses/spliced.py):
+    # escapes, multi-byte characters and a slice boundary inside them give the same bytes.
+    "a large text": [TextDelta(_BIG[:200_000]), TextDelta(_BIG[200_000:]), TextDelta("end"),
+                     Finished(LoopResult("completed", "stop", Usage(10, 2, 1, 1), {}, [], "m"))],
+    "a large text, failed": [TextDelta("small first"), ToolStarted("c1", "slow", "{}"),
+                             ToolFinished("c1", "slow", "ok", 1.0, "x"), TextDelta(_BIG), "fail"],
+    "large reasoning and a large text": [ReasoningDelta(_BIG), TextDelta(_BIG[::-1]),
+                                         Finished(LoopResult("completed", "length", Usage(), {}))],
 }
 
 
@@ -136,7 +146,11 @@ def test_frames_are_the_bytes_of_the_events(name: str) -> None:
         if frames:  # every event is its frame, but for the terminal one the run frames after the save
             if batches[-1][-1] is TERMINAL:
                 batches[-1][-1] = b.terminal_frame(None)
-            assert all(frame.__class__ is bytes for batch in batches for frame in batch)
+            written = [frames_body(batch) for batch in batches]
+            assert ("large" in name) == any(not isinstance(body, bytes) for body in written)
+            writes = [[body] if isinstance(body, bytes) else list(body) for body in written]
+            assert max(len(piece) for pieces in writes for piece in pieces) < 2 * 1024 * 1024, "written in slices"
+            batches = [[b"".join(pieces)] for pieces in writes]
         body = b"".join(event if event.__class__ is bytes else sse_frame(event) for batch in batches for event in batch)
         bodies.append(re.sub(rb"(msg|rs)_[0-9a-f]+", b"id_X", body))
     assert b"event: response." in bodies[1]

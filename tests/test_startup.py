@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway import cli
 from gateway.api.app import create_app
 from gateway.api.openapi import SPEC
 from gateway.api.startup_failure import describe
@@ -136,6 +137,19 @@ def test_check_config_catches_a_misspelt_tool_and_serve_fails_in_one_line(tmp_pa
     assert served.returncode == 2 and served.stderr.strip() == f"loopgate: config error: {expected}"
 
 
+def test_a_missing_or_broken_config_file_is_named_as_the_file_not_as_a_key(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``check-config`` said ``<file>: config file not found``, as if ``<file>`` were a bad key."""
+    missing = tmp_path / "nowhere.yaml"
+    assert cli.main(["check-config", "--config", str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == f"loopgate: config error: config file not found: {missing}"
+    (tmp_path / "broken.yaml").write_text("server: [")
+    assert cli.main(["check-config", "--config", str(tmp_path / "broken.yaml")]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"loopgate: config error: {tmp_path / 'broken.yaml'} is not valid YAML")
+    assert "<file>" not in said
+
+
 def _serve_past_the_checks(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """``serve`` with the config checks skipped, so the failure happens inside the app's start-up."""
     script = "\n".join([
@@ -182,11 +196,12 @@ def test_the_banner_says_what_is_served_and_where_and_shows_no_secret() -> None:
     assert "console: http://127.0.0.1:8080/ui/ (off: set auth.admin_keys to enable it)" in lines
     keyed = parse_config(STARTER.replace("keys: []", "keys: [{key: abc, tenant: t}]"), {})
     keyed_lines = banner(keyed, "1", "h", 1, PACKAGED_PATH, False)
-    assert "auth: on (1 keys in the config, 0 admin keys)" in keyed_lines
+    assert "auth: on (1 key in the config, 0 admin keys)" in keyed_lines  # "1 keys" before: counted right
     assert "console: http://h:1/ui/ (off: set auth.admin_keys to enable it)" in keyed_lines
     admin = parse_config(STARTER.replace("keys: []", "admin_keys: [{key: root-secret, name: ops}]"), {})
     admin_lines = banner(admin, "1", "h", 1, PACKAGED_PATH, False)
     assert "console: http://h:1/ui/ (on: sign in with an admin key; 1 configured)" in admin_lines
+    assert "auth: on (0 keys in the config, 1 admin key)" in admin_lines
     assert "root-secret" not in "\n".join(admin_lines)
 
 
@@ -287,7 +302,6 @@ def test_preflight_loads_the_stores_tls_files_as_the_store_will(tmp_path: Path) 
 def test_an_unforeseen_start_up_error_is_still_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Whatever fails before serving (here: the checks themselves, made to fail) is one line, unless --debug."""
-    from gateway import cli
     from gateway.tools import preflight as preflight_module
 
     def broken(*_: object) -> None:

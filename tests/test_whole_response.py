@@ -11,7 +11,6 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.http.json_response import JSONResponse
-from gateway.http.server_protocol import EarlyAnswerCycle
 
 
 class Transport:
@@ -79,31 +78,6 @@ async def test_a_connection_not_kept_alive_says_close_and_is_closed() -> None:
     await JSONResponse(b"{}", 404)(cycle.scope, _receive, cycle.send)
     status, headers, _ = _parse(transport.writes[0])
     assert status == b"HTTP/1.1 404 Not Found" and headers[b"connection"] == b"close"
-    assert transport.closed and completed == [1]
-
-
-async def test_an_answer_before_the_body_all_arrived_says_close_and_closes() -> None:
-    """A request refused before its body was read (a bad key): not kept alive to drain the rest of the body."""
-    cycle, transport, completed = _cycle()
-    cycle.more_body = True
-    await JSONResponse(b"{}", 401)(cycle.scope, _receive, cycle.send)
-    status, headers, _ = _parse(transport.writes[0])
-    assert status == b"HTTP/1.1 401 Unauthorized" and headers[b"connection"] == b"close"
-    assert transport.closed and completed == [1]
-
-
-async def test_an_early_answer_through_uvicorns_send_says_close_and_closes() -> None:
-    """The same through the two ASGI messages (a wrapped send): the server's cycle class does it."""
-    cycle, transport, completed = _cycle()
-    cycle.__class__ = EarlyAnswerCycle  # what the server protocol makes every cycle once its head is read
-    cycle.more_body = True
-
-    async def wrapped(message: Any) -> None:
-        await cycle.send(message)
-
-    await JSONResponse(b"{}", 401)(cycle.scope, _receive, wrapped)
-    head = b"".join(transport.writes).partition(b"\r\n\r\n")[0]
-    assert b"\r\nconnection: close" in head
     assert transport.closed and completed == [1]
 
 

@@ -83,7 +83,8 @@ async def readyz(request: Request) -> JSONResponse:
 def _refresh_gauges(runtime: Runtime) -> None:
     """Gauges read from the runtime when they are reported (a scrape, a worker's snapshot)."""
     for target, state in runtime.router.health.snapshot().items():
-        metrics.CIRCUIT_STATE.set(0.0 if state == "closed" else 1.0, target)
+        metrics.CIRCUIT_STATE.set(1.0 if state == "open" else 0.0, target)
+        metrics.CIRCUIT_HALF_OPEN.set(1.0 if state == "half_open" else 0.0, target)
     for provider, (in_use, idle, waiting) in runtime.pool.stats().items():
         metrics.UPSTREAM_CONNECTIONS.set(in_use, provider, "in_use")
         metrics.UPSTREAM_CONNECTIONS.set(idle, provider, "idle")

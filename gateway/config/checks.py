@@ -12,11 +12,16 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+#: the ``path`` of a mistake about the file itself (missing, unreadable, not YAML): no key is named
+WHOLE_FILE = "<file>"
+
+
 class ConfigError(Exception):
-    """A config mistake: ``path`` is the key path, ``problem`` what is wrong with it."""
+    """A config mistake: ``path`` is the key path, ``problem`` what is wrong with it. One about the
+    file itself reads as the problem alone (it names the file), never as a key called ``<file>``."""
 
     def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+        super().__init__(problem if path == WHOLE_FILE else f"{path}: {problem}")
         self.path = path
         self.problem = problem
 

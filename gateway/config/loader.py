@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gateway.config.checks import WHOLE_FILE
 from gateway.config.model import Config
 from gateway.config.validate import ConfigError, build_config
 
@@ -70,7 +71,7 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError("<file>", f"{source} is not valid YAML{where}: {problem}") from None
+        raise ConfigError(WHOLE_FILE, f"{source} is not valid YAML{where}: {problem}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -103,9 +104,9 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     try:
         text = chosen.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("<file>", f"config file not found: {chosen}") from None
+        raise ConfigError(WHOLE_FILE, f"config file not found: {chosen}") from None
     except OSError as exc:
-        raise ConfigError("<file>", f"cannot read {chosen}: {exc.strerror}") from None
+        raise ConfigError(WHOLE_FILE, f"cannot read {chosen}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError("<file>", f"{chosen} is not UTF-8 text") from None
+        raise ConfigError(WHOLE_FILE, f"{chosen} is not UTF-8 text") from None
     return parse_config(text, environ, str(chosen))

@@ -25,8 +25,10 @@ never sends anything stays open forever (slowloris). This subclass adds, per con
   (``server.keepalive_timeout_s``).
 * A request answered before its body has all arrived (refused for its key, its declared size)
   is answered with ``Connection: close`` and the connection closed after the answer: the rest
-  of its body is never read (``EarlyAnswerCycle``), so a caller refused at once cannot keep the
-  connection by dribbling a body nobody will use.
+  of its body is never read, so a caller refused at once cannot keep the connection by dribbling
+  a body nobody will use. A request's ``keep_alive`` is held off from its head until its body has
+  all arrived (``on_headers_complete``, ``on_message_complete``): two attribute writes, where a
+  cycle subclass swapped in per request cost ~10k instructions a request (its instance dict).
 
 Errors the server itself answers (these, and requests llhttp cannot parse, such as a duplicate
 ``Content-Length``) use the OpenAI error shape like every other error.
@@ -95,6 +97,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_since = 0.0  # loop time the body's clock started
         self._body_bytes = 0  # bytes read since then
         self._timer: asyncio.TimerHandle | None = None
+        #: the request whose ``keep_alive`` is held off until its body has all arrived (``on_headers_complete``)
+        self._keep_after_body: RequestResponseCycle | None = None
 
     # Connection lifecycle
 
@@ -158,16 +162,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         if self._timer is not None:
             self._cancel_timer()
+        previous = self.cycle
         HttpToolsProtocol.on_headers_complete(self)
         cycle = self.cycle
-        if type(cycle) is RequestResponseCycle:  # not an upgrade; its task has not run a line yet
-            cycle.__class__ = EarlyAnswerCycle
+        if cycle is not previous and cycle.keep_alive:  # a new request (not an upgrade) that may keep the connection
+            # Until its body has all arrived, an answer says ``Connection: close`` and closes (see the module doc).
+            cycle.keep_alive = False
+            self._keep_after_body = cycle
 
     def on_message_complete(self) -> None:
         self._phase = _HEAD
         if self._timer is not None:
             self._cancel_timer()
+        cycle = self._keep_after_body
+        if cycle is not None:
+            self._keep_after_body = None
+            if not cycle.response_started:  # answered after its whole body: the connection may be kept
+                cycle.keep_alive = True
         HttpToolsProtocol.on_message_complete(self)
+
+    def shutdown(self) -> None:
+        self._keep_after_body = None  # uvicorn's shutdown ends keep-alive: a body arriving later must not restore it
+        HttpToolsProtocol.shutdown(self)
 
     # Timers
 
@@ -241,21 +257,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._reject(400, msg, "invalid_http_request")
 
 
-class EarlyAnswerCycle(RequestResponseCycle):
-    """A request whose answer starts before its body has all arrived is answered with ``Connection: close``.
-
-    Why: a request refused before its body is read (a bad key, a body declared too large) would
-    otherwise keep its connection while the caller dribbles the rest of that body, which the
-    server reads only to throw away, for as long as the body timeouts allow. Closing after the
-    answer is what an HTTP/1.1 server may always do, and the caller learns it from the header.
-    """
-
-    async def send(self, message: Any) -> None:
-        if self.more_body and not self.response_started:
-            self.keep_alive = False
-        await RequestResponseCycle.send(self, message)
-
-
 def _error_bytes(default_headers: list[tuple[bytes, bytes]], status: int, body: bytes, rid: bytes) -> bytes:
     head = [STATUS_LINE[status]]
     for name, value in default_headers:
@@ -277,7 +278,7 @@ def whole_response_cycle(send: Any) -> RequestResponseCycle | None:
     None, and the response goes through ``send`` as usual.
     """
     cycle = getattr(send, "__self__", None)
-    if (not isinstance(cycle, RequestResponseCycle) or cycle.response_started or cycle.flow.write_paused
+    if (type(cycle) is not RequestResponseCycle or cycle.response_started or cycle.flow.write_paused
             or cycle.access_log or cycle.scope["method"] == "HEAD"):
         return None
     return cycle
@@ -293,8 +294,6 @@ def write_whole_response(cycle: RequestResponseCycle, status: int, head: bytes, 
     must include ``content-length``. ``cycle`` comes from :func:`whole_response_cycle`.
     """
     global _defaults
-    if cycle.more_body:  # answered before its body all arrived: not read to the end, closed (EarlyAnswerCycle)
-        cycle.keep_alive = False
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
     if cycle.disconnected:

@@ -11,7 +11,7 @@ watcher an abandoned stream would keep the upstream generating until it finished
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from starlette.types import Receive, Scope, Send
 
@@ -31,9 +31,13 @@ def event_frame(kind: str, data: bytes) -> bytes:
 
 
 class SSEResponse:
+    """The SSE body of ``frames``: each is bytes (one write), or an iterator of bytes written one at a time
+    (a frame too large to hold whole, made as it is written: responses/spliced.py)."""
+
     __slots__ = ("_frames", "_headers")
 
-    def __init__(self, frames: AsyncIterator[bytes], headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    def __init__(self, frames: AsyncIterator[bytes | Iterator[bytes]],
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self._frames = frames
         self._headers = _HEADERS + headers if headers else _HEADERS
 
@@ -56,7 +60,11 @@ class SSEResponse:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self._headers})
             async for frame in frames:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                if frame.__class__ is bytes:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    continue
+                for piece in frame:  # each written before the next is made: uvicorn waits while the socket is full
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
             state["finished"] = True
             watcher.cancel()
             await send({"type": "http.response.body", "body": b"", "more_body": False})

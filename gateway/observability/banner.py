@@ -40,6 +40,11 @@ def store_address(config: Config) -> str:
     return f"{parts.scheme}://{netloc}{parts.path}"
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 admin key``, ``2 admin keys``: the banner is read by people."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def keyless_providers(config: Config) -> list[str]:
     return [name for name, provider in config.providers.items()
             if provider.type in KEYED_TYPES and not provider.api_key]
@@ -62,7 +67,8 @@ def banner(config: Config, version: str, host: str, port: int, source: Path, pac
     if missing:
         lines.append(f"providers without a key (their calls fail with auth): {', '.join(missing)}")
     if config.auth.enabled:
-        lines.append(f"auth: on ({len(config.auth.keys)} keys in the config, {len(config.auth.admin_keys)} admin keys)")
+        lines.append(f"auth: on ({counted(len(config.auth.keys), 'key')} in the config, "
+                     f"{counted(len(config.auth.admin_keys), 'admin key')})")
     else:
         lines.append("auth: OFF (no keys configured: any string works as a key; development only)")
     lines.append(console_line(config, url))

@@ -95,8 +95,12 @@ UPSTREAM_ATTEMPTS = Counter("loopgate_upstream_attempts_total", "Upstream model 
                             ("target", "outcome"))
 UPSTREAM_ERRORS = Counter("loopgate_upstream_errors_total", "Upstream failures by target and error class",
                           ("target", "error_class"))
-FAILOVERS = Counter("loopgate_failovers_total", "Moves from one target to the next", ("from_target", "error_class"))
-CIRCUIT_STATE = Gauge("loopgate_circuit_open", "1 while a target's circuit is open or half-open", ("target",))
+FAILOVERS = Counter("loopgate_failovers_total", "Moves from one target to the next, by the target left and why: "
+                    "its error class, or circuit_open when it was skipped (its circuit open)",
+                    ("from_target", "error_class"))
+CIRCUIT_STATE = Gauge("loopgate_circuit_open", "1 while a target's circuit is open (requests skip it)", ("target",))
+CIRCUIT_HALF_OPEN = Gauge("loopgate_circuit_half_open", "1 while a target's circuit is half-open (its cooldown is "
+                          "over: the next request probes it, or a probe is under way)", ("target",))
 UPSTREAM_CONNECTIONS = Gauge("loopgate_upstream_connections", "Upstream connections per provider: in_use, idle "
                              "(kept alive), waiting (requests queued for a connection at max_connections)",
                              ("provider", "state"))
@@ -144,7 +148,8 @@ KEY_LOOKUPS = Counter("loopgate_key_lookups_total", "Store look-ups of secrets t
                       "outcome (found, unknown, miss_cached: a recent miss answered it, shed: too many at once, "
                       "store_error)", ("outcome",))
 
-ALL = (REQUESTS, LATENCY, OVERHEAD, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, UPSTREAM_CONNECTIONS,
+ALL = (REQUESTS, LATENCY, OVERHEAD, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, CIRCUIT_HALF_OPEN,
+       UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, STREAM_RESCUES, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
        TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,

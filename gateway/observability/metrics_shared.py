@@ -32,7 +32,7 @@ from gateway.observability import metrics
 ENV = "LOOPGATE_METRICS_DIR"
 INTERVAL_S = 1.0
 # Gauges whose merged value is the maximum, not the sum, over workers.
-_MAX = frozenset({metrics.CIRCUIT_STATE.name})
+_MAX = frozenset({metrics.CIRCUIT_STATE.name, metrics.CIRCUIT_HALF_OPEN.name})
 
 log = logging.getLogger("loopgate.metrics")
 

@@ -22,7 +22,7 @@ Spans:
   with the attributes its surface gives (``Span.operation``).
 
 Prompt, completion, tool-argument and tool-result text are attributes only with
-``capture_content: true``.
+``capture_content: true``, each cut at 64 KiB (``gateway/observability/captured.py``).
 """
 
 # Long by design: every span kind's recording and its rebuilding in the exporter are one format
@@ -37,9 +37,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import orjson
-
 from gateway.config.observability_section import ObservabilityConfig
+from gateway.observability.captured import captured, captured_json
 from gateway.observability.tracing import NOOP, Span, Tracer
 
 # ``gen_ai.provider.name`` values of the conventions, by provider type.
@@ -205,7 +204,7 @@ class ChatSpan(_Recording):
         self._first = first
         self._request = request  # its parameters are read at the end: only those of the conventions
         self._extra: dict[str, Any] | None = (
-            {"gen_ai.input.messages": orjson.dumps(request.messages, default=str).decode()}
+            {"gen_ai.input.messages": captured_json(request.messages)}
             if owner.tracer.capture else None)
         self._id = 0
         self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
@@ -225,7 +224,7 @@ class ChatSpan(_Recording):
             events = self._attempts(attempts)
         owner = self._owner
         if owner.tracer.capture:
-            self.set("gen_ai.output.messages", orjson.dumps([response.message], default=str).decode())
+            self.set("gen_ai.output.messages", captured_json([response.message]))
         usage = response.usage
         temperature, top_p, max_tokens, max_completion = map(self._request.params.get, _REQUESTED)
         owner.child_done([CHAT, self._id, self._start, _now(), "", events, self._extra, target.provider.type,
@@ -271,7 +270,8 @@ class ToolSpan(Span):
                       "gen_ai.tool.call.id": call["id"], "gen_ai.tool.type": "function",
                       "loopgate.tool.source": str(getattr(tool.spec, "source", ""))}
         if owner.tracer.capture:
-            attributes["gen_ai.tool.call.arguments"] = call["function"].get("arguments") or ""
+            arguments = call["function"].get("arguments") or ""
+            attributes["gen_ai.tool.call.arguments"] = captured(arguments) if isinstance(arguments, str) else arguments
         self._owner = owner
         self._attributes = attributes
         self._events: list[list[Any]] | tuple[()] = _NO_EVENTS
@@ -297,7 +297,7 @@ class ToolSpan(Span):
         if status != "ok":
             attributes["error.type"] = failure = status
         if self._owner.tracer.capture and content is not None:
-            attributes["gen_ai.tool.call.result"] = content
+            attributes["gen_ai.tool.call.result"] = captured(content)
         self._owner.child_done([TOOL, self.span_id, self._start, _now(), failure, self._events, self._name,
                                 attributes])
 

@@ -209,8 +209,9 @@ class TargetHealth:
         return {target: self.state(target) for target in self._states}
 
     def details(self) -> dict[str, dict[str, Any]]:
-        """Each known target's state, open-until time and consecutive failures (for the console)."""
+        """Each known target's state, open-until time, consecutive failures and whether a probe is under
+        way (for the console: half-open is either a probe running or the cooldown over, no request since)."""
         return {target: {"state": self.state(target), "open_until": state.open_until or None,
                          "opened_at": state.open_until - self._cooldown if state.open_until else None,
-                         "failures": state.failures}
+                         "failures": state.failures, "probing": state.probing}
                 for target, state in list(self._states.items())}

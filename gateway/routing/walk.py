@@ -104,7 +104,7 @@ class Walk:
     """
 
     __slots__ = ("_attempt_no", "_attempts", "_cutoff", "_health", "_last", "_next", "_policy", "_probes",
-                 "_reshaped", "_retries", "_retry", "_tried")
+                 "_reshaped", "_retries", "_retry", "_skipped", "_tried")
 
     def __init__(self, health: TargetHealth, policy: RoutingConfig, attempts: list[Attempt], retries: int,
                  deadline: float) -> None:
@@ -116,6 +116,8 @@ class Walk:
         self._last: tuple[ProviderError, ResolvedTarget] | None = None
         self._next: ResolvedTarget | None = None
         self._probes: set[str] | None = None  # half-open probes this walk was let through
+        # open circuits skipped just before a target (by its label): a failover each once that target is tried
+        self._skipped: dict[str, list[str]] | None = None
         self._tried = False
         self._retry = False
         self._attempt_no = 0
@@ -125,12 +127,18 @@ class Walk:
         """Which targets to try when some circuit is not closed (open ones skipped, half-open probed)."""
         health = self._health
         admitted = []
+        refused: list[str] = []
         try:
             for target in targets:
                 admission = await health.admit(target.metric_label)
                 if admission == "refused":
                     self._attempts.append(attempt(target.label, "circuit_open", None, 0.0))
+                    refused.append(target.metric_label)
                     continue
+                if refused:
+                    if self._skipped is None:
+                        self._skipped = {}
+                    self._skipped[target.label], refused = refused, []
                 if admission == "probe":
                     if self._probes is None:
                         self._probes = set()
@@ -170,6 +178,9 @@ class Walk:
                 return False
         if self._tried and last is not None:
             metrics.FAILOVERS.inc(last[1].metric_label, last[0].error_class.value)
+        if self._skipped is not None and (skipped := self._skipped.pop(target.label, None)):
+            for label in skipped:  # moved past an open circuit: as much a failover as moving past an error
+                metrics.FAILOVERS.inc(label, "circuit_open")
         self._tried = True
         return True
 

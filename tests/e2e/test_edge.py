@@ -565,3 +565,18 @@ def test_a_refused_request_dribbling_its_body_is_closed_after_its_401(gateway: G
         sock.sendall(b" ")
     assert _closed(sock, 5), "the connection stayed open for the rest of a refused request's body"
     sock.close()
+
+
+def test_a_body_sent_after_its_head_keeps_the_connection(gateway: Gateway) -> None:
+    """The other side of closing early answers: a request whose body arrives after its head (apart, a moment
+    later, as clients write them) is answered after the body, without ``Connection: close``, and the same
+    connection serves the next request."""
+    sock = _connect(gateway)
+    body = orjson.dumps({"model": "plain", "messages": [{"role": "user", "content": "hi"}]})
+    for _ in range(2):
+        sock.sendall(_post_head("/v1/chat/completions", len(body)))
+        time.sleep(0.05)  # the head is parsed on its own before the body comes (not a wait for a condition)
+        sock.sendall(body)
+        status, headers, _ = _read_response(sock)
+        assert status == 200 and "connection" not in headers
+    sock.close()

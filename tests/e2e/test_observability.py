@@ -282,8 +282,22 @@ def test_capture_content_and_propagation_to_providers(fakes: dict[str, FakeUpstr
         # propagate_to_providers: each model call's request names its chat span.
         sent = sorted(r.headers["traceparent"] for r in fakes["primary"].requests)
         assert sent == sorted(f"00-{trace_id}-{chat.span_id}-01" for chat in chats)
+        # Each captured attribute is cut at 64 KiB, with a marker: a 110 KB prompt and a 3 MB answer (whole, they
+        # made the request's spans megabytes: held in the shipper's buffer, or dropped as too large).
+        long_text = "lorem ipsum ✓ " * 200_000
+        fakes["primary"].queue(Reply(text=long_text))
+        traceparent, trace_id, _ = caller_traceparent()
+        response = gw.post("/v1/chat/completions", {"model": "traced", "messages": [
+            {"role": "user", "content": long_text[:100_000]}]}, headers={"traceparent": traceparent})
+        assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == long_text
+        (chat,) = by_name(receiver.trace(trace_id, 2), "chat ")
+        for key in ("gen_ai.input.messages", "gen_ai.output.messages"):
+            value = chat.attributes[key]
+            assert len(value.encode()) <= 64 * 1024 and value.endswith("longer than 64 KiB]")
+            assert "lorem ipsum ✓ lorem" in value
     finally:
         gw.stop()
+
 
 
 def opentelemetry_modules_after_start(config: str, check: str = "pass") -> None:

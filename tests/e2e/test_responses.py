@@ -505,3 +505,28 @@ class TestWireFormats:
                         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "archived"}])
         assert second.status == "completed" and second.output_text == "Record 42 is archived."
         assert len(fakes[provider].requests) == 3  # the strict fakes accepted every transcript sent
+
+
+@pytest.mark.parametrize("fault", [None, "cut"], ids=["completed", "failed"])
+def test_a_long_answer_streams_whole_through_the_sdk(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                     fault: str | None) -> None:
+    """Past 256 Ki characters the events carrying the whole text are written in slices (responses/spliced.py):
+    the SDK reads the same events, escapes and multi-byte characters across slice boundaries included."""
+    text = ('A "long" answer \\ with\nlines,\ttabs, é, \u2028 and 🙂. ' * 16_000)[:700_001]
+    fakes["primary"].queue(Reply(text=text, fault=fault, pieces=10, cut_after=5))  # a failure after 350 Ki
+    with gateway.client().responses.stream(model="plain", input="Tell me everything") as stream:
+        events = list(stream)
+    by_type = {event.type: event for event in events}
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    sent = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert by_type["response.output_text.done"].text == sent
+    assert by_type["response.content_part.done"].part.text == sent
+    assert by_type["response.output_item.done"].item.content[0].text == sent
+    final = events[-1].response
+    assert final.output[0].content[0].text == sent
+    if fault is None:
+        assert events[-1].type == "response.completed" and sent == text
+    else:
+        assert events[-1].type == "response.failed" and text.startswith(sent) and len(sent) > 300_000
+        assert by_type["response.output_item.done"].item.status == "incomplete"
+    assert gateway.client().responses.retrieve(final.id).output[0].content[0].text == sent

@@ -331,3 +331,40 @@ def test_valid_traceparents_including_a_later_version() -> None:
     assert parse_traceparent(VALID) == ("0af7651916cd43dd8448eb211c80319c", 0xb7ad6b7169203331, True)
     assert parse_traceparent(b"01" + VALID[2:] + b"-what-comes-next") is not None
     assert parse_traceparent(VALID[:-2] + b"02") == ("0af7651916cd43dd8448eb211c80319c", 0xb7ad6b7169203331, False)
+
+
+def test_captured_content_is_cut_per_attribute() -> None:
+    """capture_content: a multi-megabyte prompt, answer, tool arguments and tool result are each cut at 64 KiB
+    (with a marker), so the request's spans stay small enough to ship (whole, they were dropped as too large)."""
+    from types import SimpleNamespace
+
+    from gateway.config.observability_section import ObservabilityConfig
+    from gateway.observability.captured import CUT, MAX_CAPTURED_BYTES, captured
+    from gateway.observability.recorder import LeanTracer, rebuild
+
+    big = "é" + "the answer, ünïcode ✓ 🙂 " * 150_000  # ~4 MB of UTF-8
+    shipped: list[list[object]] = []
+    tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9", capture_content=True),
+                        lambda entry, count: shipped.append(entry))
+    server = tracer.server("POST", "/v1/chat/completions", None)
+    target = SimpleNamespace(provider=SimpleNamespace(type="openai"), model="m", label="p:m")
+    chat = server.model_call([target], SimpleNamespace(messages=[{"role": "user", "content": big}], params={}))
+    usage = SimpleNamespace(prompt_tokens=1, completion_tokens=2, cached_tokens=0)
+    chat.answered(target, SimpleNamespace(message={"role": "assistant", "content": big}, usage=usage, model="m",
+                                          finish_reason="stop", id="r"), [{"target": "p:m"}])
+    tool = server.tool({"id": "c1", "function": {"name": "lookup", "arguments": big}}, SimpleNamespace(spec=None))
+    tool.tool_done("ok", big)
+    server.finish(200, None)
+    spans = list(rebuild(shipped.pop()))
+    values = {key: value for span in spans for key, value in span[8].items() if key.startswith("gen_ai.") and
+              key.endswith(("messages", "arguments", "result"))}
+    assert sorted(values) == ["gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments",
+                              "gen_ai.tool.call.result"]
+    sizes = {key: len(value.encode()) for key, value in values.items()}
+    assert all(MAX_CAPTURED_BYTES - 8 < size <= MAX_CAPTURED_BYTES for size in sizes.values()), sizes
+    assert all(value.endswith(CUT) for value in values.values())
+    assert values["gen_ai.tool.call.result"].startswith(big[:1000])
+    assert values["gen_ai.output.messages"].startswith('[{"role":"assistant","content":"é')
+    # Short text is kept as it is, up to the bound in bytes (not characters).
+    assert captured("é" * 30_000) == "é" * 30_000 and captured("x" * MAX_CAPTURED_BYTES) == "x" * MAX_CAPTURED_BYTES
+    assert captured("é" * 40_000).endswith(CUT) and len(captured("é" * 40_000).encode()) <= MAX_CAPTURED_BYTES

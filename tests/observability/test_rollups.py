@@ -75,7 +75,17 @@ def test_circuits_take_the_worst_state_over_replicas_and_list_every_target() -> 
         {"r": "b", "c": {"p/m": {"state": "closed", "open_until": None, "last_error": "timeout",
                                  "last_error_at": 150.0}}},
     ]
-    found = circuits(statuses, ["p/m", "q/n"])
-    assert found[0] == {"target": "p/m", "state": "open", "since": 170.0, "open_until": 200.0,
+    found = circuits(statuses, ["p/m", "q/n"], now=180.0)
+    assert found[0] == {"target": "p/m", "state": "open", "since": 170.0, "open_until": 200.0, "probing": False,
                         "last_error": "server_error", "last_error_at": 170.0, "replicas_open": 1}
     assert found[1]["target"] == "q/n" and found[1]["state"] == "closed"
+
+
+def test_a_status_written_while_open_reads_half_open_once_its_cooldown_is_over() -> None:
+    """A replica's status is up to an interval old: an ``open`` whose ``open_until`` has passed is
+    half-open now (the breaker lets the next request probe), never "open" above a half-open table."""
+    statuses = [{"r": "a", "c": {"p/m": {"state": "open", "open_until": 200.0, "since": 170.0}}},
+                {"r": "b", "c": {"p/m": {"state": "half_open", "open_until": 190.0, "probing": True}}}]
+    found = circuits(statuses, ["p/m"], now=205.0)
+    assert found[0]["state"] == "half_open" and found[0]["probing"] is True and found[0]["replicas_open"] == 2
+    assert circuits(statuses[:1], ["p/m"], now=199.0)[0]["state"] == "open"

@@ -243,3 +243,27 @@ async def test_a_probe_whose_client_left_mid_stream_is_released(upstreams: Upstr
         assert not isinstance(first, Answer)
         await events.aclose()  # what the response does when the client disconnects
         await assert_probed_again(router, upstreams, health_clock)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+async def test_every_request_that_skips_an_open_circuit_counts_a_failover(upstreams: Upstreams, stream: bool) -> None:
+    """The issue's figures: 25 requests answered by the fallback while the primary was open counted 3
+    failovers. A move past an open circuit is a failover (``circuit_open``); one past a failure keeps its class."""
+    from gateway.observability import metrics
+
+    upstreams.a.queue(Reply(status=500))
+    async with router_for(upstreams, breaker_failures=1) as router:
+        targets = route(router, "a", "b")
+        before_error = metrics.FAILOVERS.get("a:m", "server_error")
+        before_skip = metrics.FAILOVERS.get("a:m", "circuit_open")
+        for _ in range(5):
+            attempts: list[Attempt] = []
+            answer = await call(router, targets, attempts, stream=stream)
+            assert answer.target.label == "b:m"
+        # An open circuit after the last target (nothing moved past it) is no failover.
+        last_open = metrics.FAILOVERS.get("a:m", "circuit_open")
+        await call(router, route(router, "b", "a"), [], stream=stream)
+        assert metrics.FAILOVERS.get("a:m", "circuit_open") == last_open
+    assert len(upstreams.a.requests) == 1
+    assert metrics.FAILOVERS.get("a:m", "server_error") - before_error == 1
+    assert metrics.FAILOVERS.get("a:m", "circuit_open") - before_skip == 4

@@ -416,6 +416,8 @@ async def test_a_second_unrequested_response_is_ignored_and_the_connection_dropp
 
 
 async def test_unsolicited_bytes_on_an_idle_connection_retire_it() -> None:
+    sent = asyncio.Event()
+
     async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
         while await server.read_request(reader) is not None:
             writer.write(response(b"{}"))
@@ -423,11 +425,13 @@ async def test_unsolicited_bytes_on_an_idle_connection_retire_it() -> None:
             await asyncio.sleep(0.01)
             writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
             await writer.drain()
+            sent.set()
 
     async with Server(chatty) as server:
         http = client()
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(sent.wait(), 10)  # the 408 is written (a busy machine may take longer than 50 ms)
+        await asyncio.sleep(0.05)  # a few turns of this loop: the client's connection reads the bytes
         assert (await http.post(server.url, HEADERS, BODY))[0] == 200  # on a new connection
         assert server.connections == 2
         http.close()

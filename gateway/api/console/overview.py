@@ -1,15 +1,20 @@
 """``GET /admin/console/overview``: the console's overview, from every replica's rollups (admin keys only).
 
-Query: ``minutes`` (the window, 1 to the retention, default 60). The answer:
+Query: ``minutes`` (the window, 1 to the retention, default 60). The answer (besides ``now``,
+``minutes``, ``resolution_s``, ``retention_s``, and ``first_traffic_at``: the end of the earliest
+interval in the window with a request, or null, which the console's *Fit the data* range uses):
 
 * ``series``: one point per interval (``t``, epoch s, the interval's end), zeros where nothing
   happened: per route requests/s, error rate (5xx share), tokens/s and the added latency (the
   gateway overhead: a request's time less its waiting on upstreams and tools) p50/p99 in ms
   (``overhead_ms``, ``null`` where no request ended), and over every surface the request latency
   p50/p99 in ms (``null`` where no request ended);
-* ``failovers``: moves from one target to the next in the window, by target and reason;
+* ``failovers``: moves from one target to the next in the window, by the target left and why (its
+  error class, or ``circuit_open`` when it was skipped), as ``loopgate_failovers_total`` counts them;
 * ``circuits``: every configured target (and any other the replicas know), its worst state over
-  the replicas (open, half_open, closed), since when, its last error and when;
+  the replicas as of now (open: skipped until ``open_until``; half_open: the cooldown is over and
+  the next request probes it, or ``probing``: a probe is under way; closed), since when, its last
+  error and when;
 * ``paused``: live continuations waiting, per tenant (each counted up to ``MAX_PAUSED_COUNT``);
 * ``replicas``: the replicas (processes) that wrote a status within the last few intervals.
 """
@@ -119,6 +124,12 @@ def _ms(seconds: float | None, digits: int = 1) -> float | None:
     return None if seconds is None else round(seconds * 1000, digits)
 
 
+def first_traffic(records: list[dict[str, Any]]) -> float | None:
+    """The end of the earliest interval in the window that served a request (the console fits its range to it)."""
+    times = [record["t"] for record in records if any(count for count, _ in record["q"].values())]
+    return min(times) if times else None
+
+
 def failovers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for record in records:
@@ -130,18 +141,33 @@ def failovers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(found.values(), key=lambda e: (-e["count"], e["from_target"], e["reason"]))
 
 
-def circuits(statuses: list[dict[str, Any]], configured: list[str]) -> list[dict[str, Any]]:
-    merged: dict[str, dict[str, Any]] = {t: {"target": t, "state": "closed", "since": None, "open_until": None,
-                                             "last_error": None, "last_error_at": None, "replicas_open": 0}
-                                         for t in configured}
+def _circuit(target: str) -> dict[str, Any]:
+    return {"target": target, "state": "closed", "since": None, "open_until": None, "probing": False,
+            "last_error": None, "last_error_at": None, "replicas_open": 0}
+
+
+def _state_now(detail: dict[str, Any], now: float) -> str:
+    """A replica's state as of ``now``: its status may be an interval old, and an ``open`` whose
+    ``open_until`` has passed is half-open by now (the breaker derives it from the time the same way)."""
+    state: str = detail["state"]
+    until = detail.get("open_until")
+    if state == "open" and until is not None and until <= now:
+        return "half_open"
+    return state
+
+
+def circuits(statuses: list[dict[str, Any]], configured: list[str], now: float) -> list[dict[str, Any]]:
+    """Every target's worst state over the replicas; ``replicas_open`` counts the replicas where it is
+    not closed, ``probing`` whether any of them has a half-open probe under way."""
+    merged: dict[str, dict[str, Any]] = {t: _circuit(t) for t in configured}
     for status in statuses:
         for target, detail in status["c"].items():
-            entry = merged.setdefault(target, {"target": target, "state": "closed", "since": None,
-                                               "open_until": None, "last_error": None, "last_error_at": None,
-                                               "replicas_open": 0})
-            state = detail["state"]
+            entry = merged.setdefault(target, _circuit(target))
+            state = _state_now(detail, now)
             if state != "closed":
                 entry["replicas_open"] += 1
+            if state == "half_open" and detail.get("probing"):
+                entry["probing"] = True
             if _STATE_RANK[state] > _STATE_RANK[entry["state"]]:
                 entry["state"], entry["open_until"] = state, detail.get("open_until")
             since = detail.get("since")
@@ -179,8 +205,9 @@ async def get_overview(request: Request, runtime: Runtime, work: Work) -> JSONRe
     records = [orjson.loads(raw) for raw in await feed.store.read(start)]
     statuses = [orjson.loads(raw) for raw in (await feed.store.statuses()).values()]
     body = {"object": "console.overview", "now": now, "minutes": minutes, "resolution_s": config.resolution_s,
+            "first_traffic_at": first_traffic(records),
             "retention_s": config.retention_s, "series": series(records, start, now, config.resolution_s),
-            "failovers": failovers(records), "circuits": circuits(statuses, runtime.routes.target_labels()),
+            "failovers": failovers(records), "circuits": circuits(statuses, runtime.routes.target_labels(), now),
             "paused": await paused(runtime), "replicas": sorted(s["r"] for s in statuses)}
     return JSONResponse(orjson.dumps(body))
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
 from gateway.api.responses.request import ECHO_FIELDS
+from gateway.api.responses.spliced import LARGE_CHARS, MARK, NUL, marked, spliced
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.http.sse_response import event_frame
@@ -41,8 +42,10 @@ _SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when eve
 # A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
 # stored record was made of (``terminal_frame``), so the final Response is serialised once.
 TERMINAL: dict[str, Any] = {"type": "terminal"}
-# The events one step produces: dicts, or (a ``frames`` builder) their SSE frames, bytes.
+# The events one step produces: dicts, or (a ``frames`` builder) their SSE frames, bytes (or, for a
+# large text, a generator of their slices: responses/spliced.py).
 Batch = list[Any]
+Frame = bytes | Iterator[bytes]
 
 # ``frames`` mode: the SSE frames of the events every text answer has, as byte templates. Each is
 # the bytes ``orjson.dumps`` makes of the event dict (same keys, same order: a unit test compares
@@ -68,6 +71,7 @@ _MESSAGE_CLOSED = (
     b'event: response.output_item.done\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
     b'"role":"assistant","status":%b,"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
     b'"type":"response.output_item.done","sequence_number":%d}\n\n')
+_THRICE = (NUL, NUL, NUL)  # a large text's three places in ``_MESSAGE_CLOSED``, spliced (responses/spliced.py)
 _TERMINAL = b'event: response.%b\ndata: {"response":%b,"type":"response.%b","sequence_number":%d}\n\n'
 _STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
 
@@ -121,8 +125,8 @@ class ResponseBuilder:
     """
 
     __slots__ = ("_delta_head", "_items", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq",
-                 "_texted", "_tools", "approved", "done", "emit", "final_text", "frames", "label_of", "response",
-                 "result", "route")
+                 "_texted", "_tools", "approved", "done", "emit", "final_text", "frames", "label_of", "large",
+                 "response", "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
@@ -135,6 +139,8 @@ class ResponseBuilder:
         # (bytes), the frequent ones filled into byte templates; the terminal one is ``TERMINAL``
         # until the run frames it with ``terminal_frame`` (from the stored record's bytes).
         self.frames = frames
+        # A ``frames`` builder that closed a large text: its frames that carry the text are spliced.
+        self.large = False
         self._delta_head = b""
         self.label_of = label_of
         self.approved = approved
@@ -228,11 +234,14 @@ class ResponseBuilder:
                 item["content"] = [part]
                 item["status"] = status
                 item_id = self._open_json
-                encoded = orjson.dumps(text)
+                large = len(text) > LARGE_CHARS
+                self.large = self.large or large
+                encoded = NUL if large else orjson.dumps(text)
                 seq = self._seq
                 self._seq += 3
-                out.append(_MESSAGE_CLOSED % (item_id, index, encoded, seq, item_id, index, encoded, seq + 1, index,
-                                              item_id, _STATUS.get(status) or orjson.dumps(status), encoded, seq + 2))
+                frame = _MESSAGE_CLOSED % (item_id, index, encoded, seq, item_id, index, encoded, seq + 1, index,
+                                           item_id, _STATUS.get(status) or orjson.dumps(status), encoded, seq + 2)
+                out.append(spliced(frame, [text] * 3) if large else frame)
                 return
             if emit:
                 out.append(self._event("response.output_text.done", {"item_id": item["id"], "output_index": index,
@@ -241,6 +250,9 @@ class ResponseBuilder:
                                                                       "content_index": 0, "part": part}))
             item["content"] = [part]
             item["status"] = status
+        elif self.frames and len(text) > LARGE_CHARS:
+            self._close_large_reasoning(item, index, text, status, out)
+            return
         else:
             summary = {"type": "summary_text", "text": text}
             if emit:
@@ -254,6 +266,20 @@ class ResponseBuilder:
             item["status"] = status
         if emit:
             self._done(index, out)
+
+    def _close_large_reasoning(self, item: dict[str, Any], index: int, text: str, status: str, out: Batch) -> None:
+        """``_close`` of a ``frames`` builder's reasoning item whose summary is large: its three frames, spliced."""
+        self.large = True
+        mark = {"type": "summary_text", "text": MARK}
+        done = {**item, "summary": [mark], "status": status}
+        frames = [self._event("response.reasoning_summary_text.done", {"item_id": item["id"], "output_index": index,
+                                                                        "summary_index": 0, "text": MARK}),
+                  self._event("response.reasoning_summary_part.done", {"item_id": item["id"], "output_index": index,
+                                                                        "summary_index": 0, "part": mark}),
+                  self._event("response.output_item.done", {"output_index": index, "item": done})]
+        out.append(spliced(b"".join(frames), [text] * 3))
+        item["summary"] = [{"type": "summary_text", "text": text}]
+        item["status"] = status
 
     def _text(self, text: str, out: Batch) -> None:
         if self._open_type != "message":
@@ -399,10 +425,17 @@ class ResponseBuilder:
             self._seq += 1
             out.append(_SILENT)  # what ``retract_terminal`` takes back
 
-    def terminal_frame(self, final: bytes | None) -> bytes:
-        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON."""
+    def terminal_frame(self, final: bytes | None) -> Frame:
+        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON.
+
+        With a large text in the output (``large``) the frame is spliced and ``final`` is not used.
+        """
         status = self.response["status"].encode()
-        return _TERMINAL % (status, final or orjson.dumps(self.response), status, self._seq - 1)
+        if not self.large:
+            return _TERMINAL % (status, final or orjson.dumps(self.response), status, self._seq - 1)
+        texts: list[str] = []
+        response = {**self.response, "output": [marked(item, texts) for item in self.response["output"]]}
+        return spliced(_TERMINAL % (status, orjson.dumps(response), status, self._seq - 1), texts)
 
     def retract_terminal(self, events: Batch) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""
@@ -425,7 +458,11 @@ class ResponseBuilder:
         response["error"] = {"code": "server_error", "message": error.message}
         response["gateway"] = {"route": self.route, "status": "failed", "error": error.payload()["error"]}
         self.done = True
-        out.append(self._event("response.failed", {"response": response}))
+        if self.frames:
+            self._seq += 1
+            out.append(self.terminal_frame(None))
+        else:
+            out.append(self._event("response.failed", {"response": response}))
         return out
 
 

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -36,12 +36,14 @@ from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import (
     TERMINAL,
     Batch,
+    Frame,
     ResponseBuilder,
     ResponseRecorder,
     response_id,
     server_label,
 )
 from gateway.api.responses.request import ResponsesRequest
+from gateway.api.responses.spliced import frames_body
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.cancellation import EXITS
@@ -176,8 +178,11 @@ class ResponseRun:
         return self._run(raise_errors, _same)
 
     def frames(self, encode: Callable[[Batch], bytes],
-               on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
-        """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer."""
+               on_close: Callable[[], Awaitable[None]]) -> AsyncIterator[Frame]:
+        """``batches()`` encoded by ``encode``, ``on_close`` awaited at the end: the SSE body with no extra layer.
+
+        A batch with a large text's frame in it (``builder.large``) is written in slices instead
+        (responses/spliced.py)."""
         return self._run(False, encode, on_close)
 
     async def _run(self, raise_errors: bool, wrap: Callable[[Batch], _T],
@@ -189,7 +194,7 @@ class ResponseRun:
                 for loop_event in self._first:
                     batch = await self._feed(loop_event, raise_errors)
                     if batch:
-                        yield wrap(batch)
+                        yield cast(_T, frames_body(batch)) if builder.large else wrap(batch)
                 self._first = []
                 feed = builder.feed
                 async for loop_event in self._events:
@@ -197,16 +202,20 @@ class ResponseRun:
                     batch = await self._feed(loop_event, raise_errors) if isinstance(loop_event, Finished) \
                         else feed(loop_event)
                     if batch:
-                        yield wrap(batch)
+                        yield cast(_T, frames_body(batch)) if builder.large else wrap(batch)
                 if not builder.done:
                     raise RuntimeError("the loop ended without a result")
             except BaseException as exc:  # a native library's panic fails the response too; an exit passes
                 if raise_errors or builder.done or isinstance(exc, EXITS):
                     raise
                 failed = builder.fail(to_gateway_error(exc))
-                with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
-                    await self.save(None)
-                yield wrap(failed)
+            else:
+                return
+            # Out of the ``except``: the exception's traceback holds the frames it passed through (an upstream
+            # stream's kept text among them), let go before the end is stored and written.
+            with contextlib.suppress(Exception):  # the store may be what failed: the stream still ends cleanly
+                await self.save(None)
+            yield cast(_T, frames_body(failed)) if builder.large else wrap(failed)
         finally:
             try:
                 await self.aclose()
@@ -259,8 +268,9 @@ class ResponseRun:
                     messages, ancestors = segment, chain.ancestors
             transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
         response: Any = self.builder.response
-        if finished is not None and self.builder.done:
-            self._final = orjson.dumps(response)  # final now: serialised once, reused for the answer
+        if finished is not None and self.builder.done and not self.builder.large:
+            # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
+            self._final = orjson.dumps(response)
             response = orjson.Fragment(self._final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
         record = {"response": response, "input": self.request.input, "transcript": transcript,

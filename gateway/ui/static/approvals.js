@@ -84,7 +84,10 @@
     return Number.isNaN(date.getTime()) ? null : date;
   }
 
-  const absolute = new Intl.DateTimeFormat(undefined, {month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"});
+  // The console's one date format (console-charts.js's when()): "2026-12-07 13:10 UTC".
+  function absolute(date) {
+    return `${date.toISOString().slice(0, 16).replace("T", " ")} UTC`;
+  }
 
   function relative(date) {
     const seconds = Math.round((date.getTime() - Date.now()) / 1000);
@@ -99,7 +102,7 @@
     const date = toDate(value);
     if (!date) { el.textContent = "—"; el.removeAttribute("datetime"); return; }
     el.setAttribute("datetime", date.toISOString());
-    el.textContent = `${absolute.format(date)} (${relative(date)})`;
+    el.textContent = `${absolute(date)} (${relative(date)})`;
     el.title = date.toISOString();
   }
 
@@ -185,7 +188,7 @@
     try {
       await Promise.all([refreshList(session), refreshAudit(session)]);
       state.failures = 0;
-      setStatus(`Updated ${new Date().toLocaleTimeString()}`);
+      setStatus(`Updated ${absolute(new Date())}`);
     } catch (error) {
       if (session !== state.session) {
         // signed out (or in again) meanwhile: this answer belongs to the old key

@@ -15,21 +15,47 @@ window.LoopgateCharts = (() => {
     return getComputedStyle(document.body).color;
   }
 
-  function options(el, names, unit, timeAxis) {
+  // One date format on every console page (and the inbox): ISO-like, in UTC, the zone said.
+  // when(): "2026-12-07 13:10 UTC"; day(): "2026-12-07"; clock(): "13:10".
+  function iso(epoch) {
+    return new Date(epoch * 1000).toISOString();
+  }
+  function when(epoch) {
+    if (epoch === null || epoch === undefined) return "–";
+    return `${iso(epoch).slice(0, 16).replace("T", " ")} UTC`;
+  }
+  function day(epoch) {
+    return iso(epoch).slice(0, 10);
+  }
+  function clock(epoch) {
+    return iso(epoch).slice(11, 16);
+  }
+
+  // Ticks: the clock (UTC) within a day, the date past it; daily data (usage) by date.
+  function ticks(u, splits) {
+    const x = u.data[0];
+    const daily = x.length > 1 && x[1] - x[0] >= 86400;
+    const span = x.length ? x[x.length - 1] - x[0] : 0;
+    return splits.map((v) => daily ? day(v) : span > 86400 ? `${day(v).slice(5)} ${clock(v)}` : clock(v));
+  }
+
+  function options(el, names, unit, daily) {
     const stroke = axisColor();
     const grid = { stroke: "rgba(128,128,128,0.2)", width: 1 };
     return {
       width: widthOf(el), height: 220,
+      // Ticks fall on UTC boundaries, as the labels are UTC.
+      tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
       // A share is 0..100 %; the other scales fit their data (from zero).
-      scales: { x: { time: timeAxis }, y: unit === "%" ? { range: [0, 1] } : { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      scales: { x: { time: true }, y: unit === "%" ? { range: [0, 1] } : { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
       legend: { live: true },
       cursor: { focus: { prox: 16 } },
       axes: [
-        { stroke, grid, ticks: grid },
+        { stroke, grid, ticks: grid, values: ticks },
         { stroke, grid, ticks: grid, size: 68, values: (u, splits) => splits.map(v => format(v, unit)) },
       ],
       series: [
-        { label: timeAxis ? "Time" : "Day" },
+        { label: daily ? "Day (UTC)" : "Time (UTC)", value: (u, v) => v == null ? "–" : daily ? day(v) : when(v) },
         ...names.map((name, i) => ({
           label: name, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: false,
           value: (u, v) => v == null ? "–" : format(v, unit),
@@ -46,8 +72,8 @@ window.LoopgateCharts = (() => {
     return Number.isInteger(value) ? String(value) : value.toFixed(2);
   }
 
-  // id: the element's id; x: the x values (epoch s); lines: [[name, values], ...]
-  function draw(id, x, lines, unit, timeAxis = true) {
+  // id: the element's id; x: the x values (epoch s); lines: [[name, values], ...]; daily: one point a day
+  function draw(id, x, lines, unit, daily = false) {
     const el = document.getElementById(id);
     const names = lines.map(([name]) => name);
     const data = [x, ...lines.map(([, values]) => values)];
@@ -58,7 +84,7 @@ window.LoopgateCharts = (() => {
     }
     if (known) known.plot.destroy();
     el.textContent = "";
-    const plot = new window.uPlot(options(el, names, unit, timeAxis), data, el);
+    const plot = new window.uPlot(options(el, names, unit, daily), data, el);
     charts.set(id, { plot, names });
     return plot;
   }
@@ -81,5 +107,5 @@ window.LoopgateCharts = (() => {
     }
   }
 
-  return { draw, format, resizeVisible };
+  return { draw, format, resizeVisible, when, day };
 })();

@@ -47,7 +47,8 @@ window.LoopgateKeysPage = ({ api, $, el, row, fill, say, setKeys }) => {
     if (k.source === "config") actions.append(el("span", "config file", "muted"));
     const budget = k.budget ? `${k.budget.limit} ${k.budget.unit}/${k.budget.period}` : "–";
     const role = (k.role || "caller") + (k.headless ? ", headless" : "");
-    const tr = row([k.name || "–", el("code", k.id || "–"), k.tenant || "–", role, status, k.expires_at || "never",
+    const tr = row([k.name || "–", el("code", k.id || "–"), k.tenant || "–", role, status,
+      k.expires_at ? window.LoopgateCharts.when(Date.parse(k.expires_at) / 1000) : "never",
       limits(k),
       budget, (k.models && k.models.length ? k.models.join(", ") : "all"),
       (k.tools && k.tools.length ? k.tools.join(", ") : "route's"), actions]);

@@ -93,10 +93,8 @@
     tbody.replaceChildren(...rows);
   }
 
-  function when(epoch) {
-    if (epoch === null || epoch === undefined) return "–";
-    return new Date(epoch * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
-  }
+  // The console's one date format (console-charts.js): "2026-12-07 13:10 UTC".
+  const when = (epoch) => window.LoopgateCharts.when(epoch);
 
   function ago(epoch, now) {
     if (epoch === null || epoch === undefined) return "–";
@@ -179,8 +177,58 @@
   }
 
   // ---- overview ------------------------------------------------------------------------------
+  // The range: a fixed span, or "Fit the data": the smallest span that holds everything since the
+  // first request in the window (60 min, or the retention when shorter, when nothing was served).
+  const RANGE_SLOT = "loopgate.console.range";
+  const SPANS = [5, 15, 60, 360, 1440, 10080];
+  let fittedMinutes = null;
+
+  function spanLabel(minutes) {
+    return minutes % 1440 === 0 ? `${minutes / 1440} ${minutes === 1440 ? "day" : "days"}`
+      : minutes % 60 === 0 ? `${minutes / 60} h` : `${minutes} min`;
+  }
+
+  function fit(data) {
+    const most = Math.max(1, Math.floor(data.retention_s / 60));
+    if (data.first_traffic_at === null || data.first_traffic_at === undefined) return Math.min(60, most);
+    const needed = (data.now - data.first_traffic_at + 2 * data.resolution_s) / 60;
+    return SPANS.find((m) => m >= needed && m <= most) ?? most;
+  }
+
+  function rangeOptions(data) {
+    const most = Math.floor(data.retention_s / 60);
+    for (const option of $("overview-range").options) {
+      if (option.value !== "auto") option.hidden = option.disabled = Number(option.value) > most;
+    }
+  }
+
+  let overviewRun = 0; // the latest load: only it schedules the next refresh (one refresh chain)
+
+  async function readOverview(minutes) {
+    return api(minutes ? `admin/console/overview?minutes=${minutes}` : "admin/console/overview");
+  }
+
   async function loadOverview() {
-    const data = await api("admin/console/overview");
+    const run = ++overviewRun;
+    let chosen = $("overview-range").value;
+    let data;
+    try {
+      data = await readOverview(chosen === "auto" ? fittedMinutes : Number(chosen));
+    } catch (err) {
+      if (err.status !== 400 || chosen === "auto") throw err;
+      // A span past this gateway's retention (a choice kept from another gateway): fit the data instead.
+      $("overview-range").value = chosen = "auto";
+      data = await readOverview(null);
+    }
+    rangeOptions(data);
+    if (chosen === "auto") {
+      const fitted = fit(data);
+      // Not the span read: read the fitted one (wider: the traffic may start before this window).
+      if (fitted !== data.minutes) data = await readOverview(fitted);
+      fittedMinutes = fitted;
+      $("overview-range").options[0].textContent = `Fit the data (${spanLabel(fitted)})`;
+    }
+    if (run !== overviewRun) return; // a newer load (the range changed) has the page
     renderOverview(data);
     if (!$("page-overview").hidden) {
       overviewTimer = setTimeout(() => loadOverview().catch((err) => say(err.message, true)),
@@ -197,11 +245,18 @@
     return value === null ? "–" : number(value, 3);
   }
 
+  // Half-open is either a probe under way or the cooldown over with no request since (the next one probes).
+  function circuitState(c) {
+    if (c.state !== "half_open") return c.state;
+    return c.probing ? "half-open (probing)" : "half-open (cooldown over, next request probes)";
+  }
+
   function renderOverview(data) {
     const s = data.series;
     const routes = Object.entries(s.routes);
     $("overview-meta").textContent =
-      `Last ${data.minutes} min at ${data.resolution_s} s resolution · ${data.replicas.length} replica(s) reporting`;
+      `Last ${spanLabel(data.minutes)} at ${data.resolution_s} s resolution, times in UTC · `
+      + `${data.replicas.length} replica(s) reporting`;
     // The latest complete interval is the last point; sums over routes.
     const at = s.t.length - 1;
     const total = (field) => routes.reduce((sum, [, r]) => sum + (at >= 0 ? r[field][at] : 0), 0);
@@ -215,7 +270,10 @@
     $("tile-added").textContent = added.length ? `${number(Math.max(...added), 2)} ms` : "–";
     $("tile-tokens").textContent = number(total("tokens_per_s"), 1);
     $("tile-paused").textContent = data.paused.capped ? `${data.paused.total}+` : String(data.paused.total);
-    $("tile-open").textContent = String(data.circuits.filter((c) => c.state !== "closed").length);
+    // Open: skipped now (what loopgate_circuit_open counts); half-open ones are said apart.
+    const halfOpen = data.circuits.filter((c) => c.state === "half_open").length;
+    $("tile-open").textContent = String(data.circuits.filter((c) => c.state === "open").length)
+      + (halfOpen ? ` (+${halfOpen} half-open)` : "");
 
     const x = s.t;
     const lines = (field) => routes.length ? routes.map(([name, r]) => [name, r[field]]) : [["(no traffic)", x.map(() => 0)]];
@@ -244,7 +302,7 @@
     }));
     $("routes-empty").hidden = routes.length > 0;
     fill($("circuits").tBodies[0], data.circuits.map((c) => {
-      const tr = row([c.target, { text: c.state.replace("_", "-"), className: `state-${c.state}` },
+      const tr = row([c.target, { text: circuitState(c), className: `state-${c.state}` },
         c.state === "closed" ? "–" : ago(c.since, data.now), c.open_until ? when(c.open_until) : "–",
         c.last_error ? `${c.last_error} (${ago(c.last_error_at, data.now)})` : "–", String(c.replicas_open)]);
       tr.dataset.target = c.target;
@@ -355,7 +413,7 @@
     const lines = byTenant.size
       ? [...byTenant.entries()].map(([tenant, perDay]) => [tenant, days.map((d) => perDay.get(d) || 0)])
       : [["(no usage)", days.map(() => 0)]];
-    window.LoopgateCharts.draw("chart-usage", x, lines, "");
+    window.LoopgateCharts.draw("chart-usage", x, lines, "", true);
   }
 
   function dayRange(from, to) {
@@ -473,6 +531,14 @@
       loadUsage().catch((err) => say(err.message, true));
     });
     $("usage-tenant").addEventListener("change", usageKeyOptions);
+    const range = sessionStorage.getItem(RANGE_SLOT);
+    if (range && [...$("overview-range").options].some((o) => o.value === range)) $("overview-range").value = range;
+    $("overview-range").addEventListener("change", () => {
+      sessionStorage.setItem(RANGE_SLOT, $("overview-range").value);
+      fittedMinutes = null;
+      clearTimeout(overviewTimer);
+      loadOverview().catch((err) => say(err.message, true));
+    });
     $("usage-csv").addEventListener("click", exportCsv);
     keysPage.wire();
     $("audit-form").addEventListener("submit", (event) => {
