@@ -64,6 +64,7 @@ def deadline_of(runtime: Runtime) -> float:
     """The ``time.monotonic()`` instant the request's work must end by (``routing.request_timeout_s``)."""
     return time.monotonic() + runtime.config.routing.request_timeout_s
 
+
 def begin_routed(request: Request, path: str, metered: bool, errors: ErrorRenderer = error_response) -> Work:
     """The work of a request Starlette routed (the app's wrapper, ``FastChatPath``, chose its request id
     and sends ``x-request-id`` itself). ``path`` is the route's template, never the caller's text."""

@@ -9,7 +9,7 @@ when its last byte is sent or its caller is gone.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.api.driver import Answer, deadline_of, read_body
@@ -39,6 +39,10 @@ class LoopCall(Protocol):
     stream: bool
     stream_rescue: bool | None
 
+    @property
+    def native(self) -> NativeRequest | None:
+        """The request in the surface's own wire format, when a target speaks it (Messages); None: canonical only."""
+
 
 Call = TypeVar("Call", bound=LoopCall)
 
@@ -46,18 +50,24 @@ Call = TypeVar("Call", bound=LoopCall)
 class LoopSurface(Generic[Call]):
     """A surface that runs the tool loop: a parser (``parse``) and a renderer (``render``); the rest is here.
 
-    The hooks with a default are what one surface does differently: its own header for the key
-    (``identify``), the caller tools a server tool may not shadow (``caller_tools``), text sent
-    beside way A's results (``follow_up``), the caller's own tool messages kept (``own_results``)
-    and its request in its native format (``native``).
+    What one surface does differently: its own header for the key (``identify``), text sent beside
+    way A's results (``follow_up``: splits it off), the caller tools a server tool may not shadow
+    (``caller_tools``) and the caller's own tool messages kept (``own_results``). ``identify`` and
+    ``follow_up`` are None where a surface has none (no call on chat's hot path).
     """
 
     #: how the surface calls a caller's tool in a 400 about a name clash
     tool_kind = "client tool"
 
-    def __init__(self, path: str, errors: ErrorRenderer = error_response) -> None:
+    def __init__(self, path: str, errors: ErrorRenderer = error_response, *,
+                 identify: Callable[[Incoming], None] | None = None,
+                 follow_up: Callable[[list[Message]], tuple[list[Message], list[Message]]] | None = None) -> None:
         self.path = path
         self.errors = errors
+        #: reads the caller's key from the surface's own header before authenticating (else ``Authorization``)
+        self.identify = identify
+        #: (the conversation way A matches, the messages sent after the results: placed after the turn)
+        self.follow_up = follow_up
 
     # -- what a surface writes ------------------------------------------------------------------
     def parse(self, body: Any, incoming: Incoming) -> Call:
@@ -71,26 +81,18 @@ class LoopSurface(Generic[Call]):
         raise NotImplementedError
 
     # -- what a surface may change --------------------------------------------------------------
-    def identify(self, incoming: Incoming) -> None:
-        """Where the caller's key is read from before authenticating (``Authorization``)."""
-
     def caller_tools(self, call: Call) -> list[ToolDef]:
         return call.tools
-
-    def follow_up(self, messages: list[Message]) -> tuple[list[Message], list[Message] | None]:
-        """(the conversation way A matches, the messages sent after the results: placed after the turn)."""
-        return messages, None
 
     def own_results(self, results: dict[str, ToolResult], head: list[Message]) -> dict[str, ToolResult]:
         return results
 
-    def native(self, call: Call) -> NativeRequest | None:
-        return None
-
     # -- the run --------------------------------------------------------------------------------
     async def serve(self, work: Work, runtime: Runtime) -> Answer:
         incoming = work.incoming
-        self.identify(incoming)
+        identify = self.identify
+        if identify is not None:
+            identify(incoming)
         key = await work.authenticate()
         call = self.parse(await read_body(work, runtime), incoming)
         plan = route_of(runtime, key, call.model)
@@ -100,7 +102,8 @@ class LoopSurface(Generic[Call]):
             refuse_name_clashes(runtime, plan, tools, call.model, self.tool_kind)
         headless = key.headless or call.headless or incoming.headless
         deadline = deadline_of(runtime)
-        head, follow_up = self.follow_up(call.messages)
+        split = self.follow_up
+        head, follow_up = (call.messages, None) if split is None else split(call.messages)
         way_a = (await runtime.continuations.way_a(key.tenant, head, key.id, key.name)
                  if may_resume_way_a(head) else None)  # no coroutine for a plain request
         slot: ResultSlot | None = None
@@ -117,7 +120,7 @@ class LoopSurface(Generic[Call]):
             events = await start_loop(runtime, work, plan, messages=call.messages, client_tools=call.tools,
                                       tool_choice=call.tool_choice, params=call.params,
                                       max_tool_iterations=call.max_tool_iterations, headless=headless,
-                                      stream=call.stream, deadline=deadline, native=self.native(call),
+                                      stream=call.stream, deadline=deadline, native=call.native,
                                       stream_rescue=call.stream_rescue)
         work.show_limits()
         if call.stream:

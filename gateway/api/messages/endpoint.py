@@ -21,7 +21,7 @@ from gateway.api.messages.errors import anthropic_error
 from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request
 from gateway.api.messages.respond import respond_message
-from gateway.canonical import Message, NativeRequest, ToolDef
+from gateway.canonical import Message, ToolDef
 from gateway.http.incoming import Incoming
 from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
@@ -52,9 +52,6 @@ class MessagesSurface(LoopSurface[MessagesRequest]):
 
     tool_kind = "tool"
 
-    def identify(self, incoming: Incoming) -> None:
-        use_api_key(incoming)
-
     def parse(self, body: Any, incoming: Incoming) -> MessagesRequest:
         return parse_messages_request(body, betas_of(incoming))
 
@@ -62,18 +59,12 @@ class MessagesSurface(LoopSurface[MessagesRequest]):
         """Every tool the caller declared (custom and typed): a server tool's name on one is a 400."""
         return [{"type": "function", "function": {"name": name}} for name in call.tool_names]
 
-    def follow_up(self, messages: list[Message]) -> tuple[list[Message], list[Message] | None]:
-        return _split_follow_up(messages)
-
     def own_results(self, results: dict[str, ToolResult], head: list[Message]) -> dict[str, ToolResult]:
         return _with_client_messages(results, head)
-
-    def native(self, call: MessagesRequest) -> NativeRequest | None:
-        return call.native
 
     def render(self, events: AsyncIterator[LoopEvent], call: MessagesRequest, work: Work,
                slot: ResultSlot | None) -> Awaitable[Answer]:
         return respond_message(events, call.stream, call.model, call.show_server_tools, work, slot)
 
 
-MESSAGES = MessagesSurface(PATH, anthropic_error)
+MESSAGES = MessagesSurface(PATH, anthropic_error, identify=use_api_key, follow_up=_split_follow_up)
