@@ -23,23 +23,21 @@ from gateway.api.admin.keys import admin_routes
 from gateway.api.admin.usage import usage_routes
 from gateway.api.approvals.endpoint import approval_routes
 from gateway.api.approvals.inbox import POLLED, ui_routes
-from gateway.api.chat.endpoint import chat_completions
 from gateway.api.console.overview import console_routes
 from gateway.api.console.page import console_page_routes
 from gateway.api.continuations.endpoint import continuation_routes
-from gateway.api.embeddings.endpoint import serve_embeddings
-from gateway.api.embeddings.routes import embeddings_routes
+from gateway.api.driver import Surface, drive, endpoint
 from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.lifecycle import Work, endpoint
-from gateway.api.messages.endpoint import create_message
+from gateway.api.lifecycle import Work
 from gateway.api.messages.headers import use_api_key
 from gateway.api.messages.models import anthropic_model_list
 from gateway.api.messages.routes import messages_routes
 from gateway.api.openapi import openapi_endpoint
 from gateway.api.responses.background import background_routes
-from gateway.api.responses.endpoint import create_response, delete_response, get_response, responses_routes
+from gateway.api.responses.endpoint import delete_response, get_response, responses_routes
 from gateway.api.runtime import Runtime
 from gateway.api.startup_failure import one_line_startup_failure
+from gateway.api.surfaces import SURFACES
 from gateway.config.model import Config
 from gateway.errors import GatewayError
 from gateway.governance.access import visible_routes
@@ -47,18 +45,12 @@ from gateway.http.conditional import ConditionalGet
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.request_id import REQUEST_ID_HEADER, scope_request_id
-from gateway.http.sse_response import SSEResponse
 from gateway.observability import metrics, startup
 from gateway.observability.metrics_shared import SharedMetrics
 
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
     return JSONResponse(orjson.dumps(payload), status)
-
-
-async def chat_endpoint(request: Request) -> JSONResponse | SSEResponse:
-    """Reached only for what ``FastChatPath`` passes on (it serves every POST itself)."""
-    return await chat_completions(Incoming(request.scope, request.receive), request.app.state.runtime)
 
 
 async def list_models(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
@@ -154,11 +146,8 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
             await tracer.shutdown()
 
     routes = [
-        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
-        Route("/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/models", endpoint("/v1/models", list_models), methods=["GET"]),
         *messages_routes(),
-        *embeddings_routes(),
         *ui_routes(config.auth.enabled),
         *console_page_routes(config.auth.enabled),
         Route("/healthz", healthz, methods=["GET"]),
@@ -183,21 +172,19 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
 
 
 class FastChatPath:
-    """Serves ``POST /v1/chat/completions`` without Starlette's routing and middleware layers.
+    """Serves every path of the surface table (``api/surfaces.py``) through the driver, without Starlette.
 
-    That endpoint is the hot path and its handler already turns every failure into an
-    OpenAI-shaped response, so the router, the two exception middlewares and the endpoint
-    wrapper only cost time there (bench/README.md). ``POST /v1/responses`` is served the same
-    way, for the same reason (its handler answers every failure too). Everything else, lifespan
-    included, goes to the Starlette app.
+    Chat completions, Messages, Responses and embeddings are the hot paths, and the driver already
+    turns every failure into an answer in the surface's shape, so the router, the two exception
+    middlewares and the endpoint wrapper only cost time there (bench/README.md): one dict lookup
+    picks the surface. Everything else, lifespan included, goes to the Starlette app.
     """
 
-    _PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
-
-    def __init__(self, app: Starlette, debug: bool = False) -> None:
+    def __init__(self, app: Starlette, debug: bool = False, surfaces: dict[str, Surface] = SURFACES) -> None:
         self.app = app
         self.state = app.state
         self.debug = debug
+        self.surfaces = surfaces
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -206,23 +193,12 @@ class FastChatPath:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["method"] == "POST" and scope["path"] in self._PATHS:
-            response = await chat_completions(Incoming(scope, receive), self.state.runtime)
-            await response(scope, receive, send)
-            return
-        if scope["method"] == "POST" and scope["path"] == "/v1/messages":
-            # The Anthropic Messages API: its handler answers every failure too, in Anthropic's shape.
-            response = await create_message(Incoming(scope, receive), self.state.runtime)
-            await response(scope, receive, send)
-            return
-        if scope["method"] == "POST" and scope["path"] == "/v1/embeddings":
-            # Embeddings: retrieval traffic is high-volume too; its handler answers every failure as well.
-            response = await serve_embeddings(Incoming(scope, receive), self.state.runtime)
-            await response(scope, receive, send)
-            return
-        if scope["method"] == "POST" and scope["path"] == "/v1/responses":
-            # The Responses API's hot path, for the same reason (its handler also answers every failure).
-            response = await create_response(Incoming(scope, receive), self.state.runtime)
+        surface = self.surfaces.get(scope["path"])
+        if surface is not None:
+            if scope["method"] == "POST":
+                response = await drive(surface, Incoming(scope, receive), self.state.runtime)
+            else:  # the surface's shape, as its other errors (the method is caller text: not echoed)
+                response = surface.errors(_NOT_ALLOWED, [(REQUEST_ID_HEADER, scope_request_id(scope["headers"]))])
             await response(scope, receive, send)
             return
         # Every other response (404s and Starlette's own errors included) carries x-request-id too.
@@ -234,3 +210,6 @@ class FastChatPath:
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
         await self.app(scope, receive, send_with_id)
+
+
+_NOT_ALLOWED = GatewayError(405, "Method Not Allowed: use POST", "invalid_request_error")

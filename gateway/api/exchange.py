@@ -1,8 +1,9 @@
 """One request from arrival to its last byte: its id, its server span, its metrics and its access record.
 
-Every endpoint that runs the loop (chat completions, continuation resumes) and the other
-continuation endpoints make one :class:`Exchange` and end it with :meth:`Exchange.done`, the
-one place a request is counted, its span ended and its access record written.
+:class:`Exchange` is the record half of the one object a request lives in: the lifecycle's
+``Work`` (``gateway/api/lifecycle.py``) is an ``Exchange``, so the key, the loop's state and the
+meter are set once, on that object, and read by :meth:`Exchange.done`, the one place a request
+is counted, its span ended and its access record written.
 
 ``x-request-id`` is chosen by :mod:`gateway.http.request_id`.
 
@@ -13,13 +14,18 @@ error's class: never message text, tool arguments or results, or a key.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import GatewayError
 from gateway.http.request_id import REQUEST_ID_HEADER
 from gateway.observability import access_log, metrics, tracing
 from gateway.observability.access_log import AccessLog
 from gateway.usage.pricing import NANO
+
+if TYPE_CHECKING:  # types only: the request's parts are set by the lifecycle, read here at the end
+    from gateway.config.model import ApiKey
+    from gateway.loop.engine import LoopState
+    from gateway.usage.meter import Meter
 
 # The access record writer (``logging.access``, chosen at start-up: ``observability.startup``), kept
 # as this module's own global for ``done``; None: no access records.
@@ -46,11 +52,13 @@ class Exchange:
         self.request_id = request_id
         #: the metrics label and logged route: a configured route, ``PROVIDER/*`` or ``unknown``, never caller text
         self.label = "unknown"
-        self.key: Any = None
-        self.state: Any = None  # the loop's LoopState, read at the end (iterations, usage, tool calls)
+        #: the key the request is charged to (the caller's, the asker's on a resume; an admin's by name)
+        self.key: ApiKey | None = None
+        #: the loop's state (or a loopless call's record), read at the end (iterations, usage, tool calls)
+        self.state: LoopState | None = None
         self.error: GatewayError | None = None
         #: the request's usage meter (gateway/usage/meter.py), closed by ``done``
-        self.meter: Any = None
+        self.meter: Meter | None = None
         self.metered = metered
         #: the response headers this exchange adds (None where the app's wrapper adds ``x-request-id``)
         self.headers = [(REQUEST_ID_HEADER, request_id)] if echo else None
@@ -65,7 +73,7 @@ class Exchange:
             else:
                 self.headers.extend(headers)
 
-    def failed(self, error: GatewayError) -> GatewayError:
+    def ended_with(self, error: GatewayError) -> GatewayError:
         """Remember the error a stream ended with after its 200 (for the span and the access record)."""
         self.error = error
         return error

@@ -1,7 +1,8 @@
-"""The one request lifecycle every surface goes through; a surface is a parser and a renderer around it.
+"""The one request lifecycle: :class:`Work`, the one object a request lives in, and its steps.
 
-``Lifecycle.begin`` opens a :class:`Work` for one HTTP request. The surface then calls, in
-order, what applies to it:
+``Lifecycle.begin`` opens the :class:`Work` of one HTTP request (it *is* the request's
+:class:`~gateway.api.exchange.Exchange`: id, span, headers, key, loop state, meter). The driver
+(``api/driver.py``) and the surface it drives call, in order, what applies:
 
 1. ``authenticate`` (caller keys) or ``authenticate_admin`` (``/admin/``);
 2. ``allow(plan)``: the key's role and route allow-list, and the route's metrics label;
@@ -13,7 +14,8 @@ order, what applies to it:
    that runs no loop reports its calls with ``account(state)`` instead);
 6. the end: ``done(status)`` once the answer is complete and ``await settle(usage)`` (a JSON
    answer), ``settled_at_end(events)`` (a stream), ``hold()`` (work that outlives its request:
-   a background run, settled by the run's own end), or ``render_error(await failed(exc))``.
+   a background run, settled by the run's own end), or, written once in the driver,
+   ``render_error(await failed(exc))``.
 
 Admission is held for the whole life of the work and settled exactly once with its real usage
 (no usage: the request failed, its estimate is given back). The error shape is the surface's:
@@ -23,10 +25,8 @@ Admission is held for the whole life of the work and settled exactly once with i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
-
-from starlette.requests import Request
 
 from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
@@ -40,16 +40,16 @@ from gateway.governance.admission import Admission, RateLimits
 from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
-from gateway.http.request_id import request_id, scope_request_id
+from gateway.http.request_id import request_id
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering
 
 if TYPE_CHECKING:
-    from gateway.api.runtime import Runtime
+    pass
 
-#: renders a mapped error in the surface's own shape, with the exchange's headers
+#: renders a mapped error in the surface's own shape, with the work's headers
 ErrorRenderer = Callable[[GatewayError, list[tuple[bytes, bytes]] | None], Any]
 
 
@@ -76,28 +76,27 @@ class Lifecycle:
         chosen here and sent back as ``x-request-id`` on every answer of this work.
         """
         if rid is None:
-            exchange = Exchange(method, path, request_id(incoming.request_id), incoming.traceparent)
-        else:
-            exchange = Exchange(method, path, rid, incoming.traceparent, echo=False, metered=metered)
-        return Work(self, exchange, incoming, background, errors)
+            return Work(self, method, path, request_id(incoming.request_id), incoming, background, errors)
+        return Work(self, method, path, rid, incoming, background, errors, echo=False, metered=metered)
 
 
-class Work:
-    """One request's way through the lifecycle, and the work that outlives it (see the module docstring)."""
+class Work(Exchange):
+    """One request's way through the lifecycle, and the work that outlives it (see the module docstring).
 
-    __slots__ = ("admission", "background", "errors", "exchange", "incoming", "key", "lifecycle", "meter", "slot")
+    The one object of a request: it *is* its :class:`Exchange` (the id, span, headers, key, state and
+    meter its access record and metrics read), so nothing is kept in step by hand.
+    """
 
-    def __init__(self, lifecycle: Lifecycle, exchange: Exchange, incoming: Incoming, background: bool,
-                 errors: ErrorRenderer) -> None:
+    __slots__ = ("admission", "background", "errors", "incoming", "lifecycle", "slot")
+
+    def __init__(self, lifecycle: Lifecycle, method: str, path: str, rid: bytes, incoming: Incoming,
+                 background: bool, errors: ErrorRenderer, echo: bool = True, metered: bool = True) -> None:
+        Exchange.__init__(self, method, path, rid, incoming.traceparent, echo, metered)
         self.lifecycle = lifecycle
-        self.exchange = exchange
         self.incoming = incoming
         self.errors = errors
         #: a background run: ``admit`` also takes a slot under the per-key/per-tenant run caps
         self.background = background
-        #: the key the work is charged to (the caller's, or the asker's on a resume)
-        self.key: ApiKey | None = None
-        self.meter: Meter | None = None
         self.admission: Admission | None = None
         self.slot: Admission | None = None
 
@@ -116,8 +115,8 @@ class Work:
             key = authenticate(self.incoming.authorization, lifecycle.keys)
         except GatewayError as exc:
             key = await self._look_up(exc)
-        self.key = self.exchange.key = key
-        self.meter = self.exchange.meter = lifecycle.usage.meter(key)
+        self.key = key
+        self.meter = lifecycle.usage.meter(key)
         return key
 
     async def _look_up(self, refused: GatewayError) -> ApiKey:
@@ -135,14 +134,14 @@ class Work:
     def authenticate_admin(self) -> AdminKey:
         """An ``auth.admin_keys`` key (404 when the admin API is off, 401 otherwise); recorded by name."""
         admin = require_admin(self.incoming, self.lifecycle.admin_keys)
-        self.exchange.key = ApiKey(key="", tenant="", id="admin:" + admin.name, name=admin.name)
+        self.key = ApiKey(key="", tenant="", id="admin:" + admin.name, name=admin.name)
         return admin
 
     def allow(self, plan: RoutePlan, resume: bool = False) -> None:
         """403 when the caller may not run ``plan`` (``resume``: deciding a pause, which approvers may)."""
         assert self.key is not None, "authenticate first"
         # the metrics label: a configured route, PROVIDER/* or unknown (never the raw name)
-        self.exchange.label = plan.metric_label
+        self.label = plan.metric_label
         if self.meter is not None:
             self.meter.route = plan.metric_label
         check_model_access(self.key, plan, resume)
@@ -166,15 +165,15 @@ class Work:
         check_model_access(asker, plan)
         meter = self.lifecycle.usage.meter(asker)
         meter.route = plan.metric_label
-        self.key = self.exchange.key = asker
-        self.meter = self.exchange.meter = meter
+        self.key = asker
+        self.meter = meter
         return asker
 
     def act_for(self, key: ApiKey) -> None:
         """Work no caller sent, done for ``key`` (an MCP server's sampling request during that key's tool call):
         charged to it like its own requests (budget, limits, usage rows, access record)."""
-        self.key = self.exchange.key = key
-        self.meter = self.exchange.meter = self.lifecycle.usage.meter(key)
+        self.key = key
+        self.meter = self.lifecycle.usage.meter(key)
 
     # -- admission ------------------------------------------------------------------------------
     async def admit(self, body_bytes: int, tokens: int | None = None, output: int = 0, budget: bool = True) -> None:
@@ -204,13 +203,13 @@ class Work:
     def show_limits(self) -> None:
         """The admission's ``x-ratelimit-*`` headers on every answer from now on."""
         if self.admission is not None:
-            self.exchange.add_headers(self.admission.headers)
+            self.add_headers(self.admission.headers)
 
     # -- the run --------------------------------------------------------------------------------
     def watch(self, loop_request: LoopRequest) -> None:
         """The loop's state feeds the meter (usage, cost), the access record and the server span."""
-        loop_request.span = self.exchange.span
-        self.exchange.state = loop_request.state
+        loop_request.span = self.span
+        self.state = loop_request.state
         if self.meter is not None:
             self.meter.watch(loop_request)
 
@@ -218,7 +217,7 @@ class Work:
         """Work that runs no loop (an embeddings call): its answered calls (``state.calls``) feed the meter
         (usage rows, cost), the access record and the span as a loop's would. The cost in nano-USD, or
         None when a call has no price."""
-        self.exchange.state = state
+        self.state = state
         meter = self.meter
         return None if meter is None else meter.account(state)
 
@@ -228,6 +227,11 @@ class Work:
         if admission is None or not admission.needs_settling:
             return events
         return admission.observe(events)
+
+    def usage(self) -> Usage | None:
+        """What the watched loop (or the accounted call) used so far; None when nothing ran."""
+        state = self.state
+        return None if state is None else state.usage
 
     async def settle(self, usage: Usage | None) -> None:
         """Settle the admission (and a background slot) with the work's real usage; once, later calls do nothing.
@@ -246,10 +250,6 @@ class Work:
                 if pending is not None:
                     await pending
 
-    def done(self, status: int) -> None:
-        """The answer is complete: count it, end its span, write its access record."""
-        self.exchange.done(status)
-
     def hold(self) -> Held:
         """The work goes on after its answer (a background run): its admission, background slot and
         meter move to the returned :class:`Held`, whose ``end`` the run calls once, however it ends.
@@ -257,10 +257,9 @@ class Work:
         The answer itself is still this work's: ``done(200)`` once it is given, ``failed`` if the
         run could not be started (that settles what was admitted, as ``Held.end`` would).
         """
-        exchange = self.exchange
         held = Held(self, self.meter)
-        exchange.meter = None  # recorded when the run ends, not with this answer
-        exchange.state = None
+        self.meter = None  # recorded when the run ends, not with this answer
+        self.state = None
         return held
 
     # -- failure --------------------------------------------------------------------------------
@@ -277,12 +276,12 @@ class Work:
             if isinstance(exc, EXITS):
                 raise exc
         error = to_gateway_error(exc)
-        self.exchange.done(error.status, error)
+        self.done(error.status, error)
         return error
 
     def render_error(self, error: GatewayError) -> Any:
         """``error`` in the surface's shape, with this work's headers (request id, rate limits)."""
-        return self.errors(error, self.exchange.headers)
+        return self.errors(error, self.headers)
 
 
 class Held:
@@ -302,41 +301,3 @@ class Held:
                 meter.close(status)
         finally:
             await self._work.settle(usage)  # a failed run's calls were paid for too
-
-
-
-def begin_routed(request: Request, path: str, metered: bool, errors: ErrorRenderer = error_response) -> Work:
-    """The work of a request Starlette routed (the app's wrapper, ``FastChatPath``, chose its request id
-    and sends ``x-request-id`` itself). ``path`` is the route's template, never the caller's text."""
-    runtime: Runtime = request.app.state.runtime
-    scope = request.scope
-    rid = scope.get("loopgate.request_id") or scope_request_id(scope["headers"])
-    return runtime.lifecycle.begin(request.method, path, Incoming(scope, request.receive), rid=rid, metered=metered,
-                                   errors=errors)
-
-
-#: a surface's handler of one request: it parses, calls the lifecycle's steps on ``work``, renders
-Handler = Callable[[Request, "Runtime", Work], Awaitable[Any]]
-
-
-def endpoint(path: str, handler: Handler, metered: bool = False,
-             errors: ErrorRenderer = error_response) -> Callable[[Request], Awaitable[Any]]:
-    """A Starlette endpoint serving ``handler`` through the lifecycle: every answer, error or not, is
-    recorded (access record, span; metrics when ``metered``), every failure rendered in its shape.
-
-    ``path`` is the route's template; ``errors`` the surface's error shape. The app's wrapper
-    (``FastChatPath``) chose the request id and sends ``x-request-id`` itself.
-    """
-
-    async def serve(request: Request) -> Any:
-        runtime: Runtime = request.app.state.runtime
-        work = begin_routed(request, path, metered, errors)
-        try:
-            response = await handler(request, runtime, work)
-        except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
-            return work.render_error(await work.failed(exc))
-        work.done(getattr(response, "status_code", 200))
-        return response
-
-    serve.__name__ = getattr(handler, "__name__", "endpoint")
-    return serve

@@ -15,7 +15,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.api.lifecycle import Handler, Work, endpoint
+from gateway.api.driver import Handler, endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError
 from gateway.store.errors import StoreUnavailable

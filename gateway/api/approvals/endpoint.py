@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway.api.approvals.every_tenant import Row, admin_tenants, merged, presented_admin
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.driver import endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.config.model import ApiKey
 from gateway.errors import bad_request

@@ -74,7 +74,7 @@ async def decider_in(request: Request, work: Work, deciding: bool = False) -> Ap
     if deciding:
         work.act_for(key)
     else:
-        work.key = work.exchange.key = key
+        work.key = key
     return key
 
 

@@ -54,6 +54,8 @@ class ChatRequest:
     max_tool_iterations: int | None
     headless: bool
     stream_rescue: bool | None = None
+    #: chat completions are canonical already: no native request for a target to take (Messages has one)
+    native: None = None
 
 
 def type_name(value: Any) -> str:

@@ -28,7 +28,6 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
     a stream, after its last byte (or its client's disconnect). ``slot``: a resume's, which gets the
     recorder of its stored result (the non-stream body, with this answer's id and ``created``).
     """
-    exchange = work.exchange
     response_id = completion_id()
     created = int(time.time())
     if slot is not None:
@@ -39,7 +38,7 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         work.done(200)
-        return JSONResponse(orjson.dumps(payload), raw_headers=exchange.headers)
+        return JSONResponse(orjson.dumps(payload), raw_headers=work.headers)
     # Pull the first events before answering, so a request that fails before any byte (every
     # target down, bad request upstream) gets a real HTTP status, not a 200 stream; and so the
     # first chunk already names the answering model (progress notices before the first call wait).
@@ -53,13 +52,13 @@ async def respond(events: AsyncIterator[LoopEvent], stream: bool, include_usage:
         work.done(200)
 
     def on_error(exc: BaseException) -> GatewayError:
-        return exchange.failed(to_gateway_error(exc))
+        return work.ended_with(to_gateway_error(exc))
 
-    return SSEResponse(stream_frames(first, events, encoder, include_usage, on_error, on_close), exchange.headers)
+    return SSEResponse(stream_frames(first, events, encoder, include_usage, on_error, on_close), work.headers)
 
 
 def finished(path: str, label: str, status: int, started: float) -> None:
-    """Count a request that has no :class:`Exchange`; ``label`` is a configured route, ``PROVIDER/*`` or ``unknown``."""
+    """Count a request that has no :class:`Work`; ``label`` is a configured route, ``PROVIDER/*`` or ``unknown``."""
     metrics.REQUESTS.inc(path, label, str(status))
     metrics.LATENCY.observe(time.perf_counter() - started, path)
 

@@ -29,7 +29,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from gateway.api.admin.usage import known_tenants
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.driver import endpoint
+from gateway.api.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.errors import GatewayError, bad_request
 from gateway.http.json_response import JSONResponse

@@ -18,14 +18,15 @@ from starlette.routing import Route
 
 from gateway.api.approvals.every_tenant import decider_in
 from gateway.api.chat.respond import respond
-from gateway.api.lifecycle import Work, begin_routed, endpoint
+from gateway.api.driver import deadline_of, endpoint, read_body
+from gateway.api.errors import to_gateway_error
+from gateway.api.lifecycle import Work
 from gateway.api.messages.respond import respond_message
 from gateway.api.responses.decided import respond_decided
 from gateway.api.responses.origin import began_on_responses
 from gateway.api.resume import check_pending, resume_paused
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
-from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.loop.approvals import continuation_view
@@ -108,7 +109,7 @@ async def delete_continuation(request: Request, runtime: Runtime, work: Work) ->
     key = await decider_in(request, work)
     await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
     metrics.CONTINUATIONS.inc("cancelled")
-    work.exchange.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
+    work.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
     return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
                                       "deleted": True}))
 
@@ -128,47 +129,46 @@ def _stream_options(body: Any) -> tuple[bool, bool]:
     return stream, bool((options or {}).get("include_usage"))
 
 
-async def resume_continuation(request: Request) -> JSONResponse | SSEResponse:
+async def resume_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse | SSEResponse:
     """Way B: the caller decides (any key of the tenant, approvers included, or an admin key naming the
-    tenant); the asker is charged."""
-    runtime: Runtime = request.app.state.runtime
-    work = begin_routed(request, PATH, metered=True)
+    tenant); the asker is charged. Its answer (a renderer of the resumed loop) ends the work."""
     try:
-        decider = await decider_in(request, work, deciding=True)
-        incoming = work.incoming
-        body = await read_json(incoming, runtime.config.server.max_body_bytes)
-        stream, include_usage = _stream_options(body)
-        stored = await runtime.store.get_continuation(_continuation_id(request), decider.tenant)
-        conflict = f"continuation {stored.id} was already resumed"
-        check_pending(stored, conflict)
-        results, approved, answers = await runtime.continuations.checked_decisions(
-            stored, body.get("decisions"), decider.id, decider.name)
-        span = work.exchange.span
-        if span.recording:
-            for call_id, result in results.items():
-                if result.status == "denied":
-                    span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
-                                                   "gen_ai.tool.call.id": call_id})
-        deadline = time.monotonic() + runtime.config.routing.request_timeout_s
-        resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
-                                      decisions=body["decisions"], stream=stream, headless=incoming.headless,
-                                      deadline=deadline, conflict=conflict)
-        events = resumed.events
-        work.show_limits()
-        origin = began_on_responses(stored.data)
-        if origin is not None:  # a Response continuing the paused one, stored and chained like one
-            return await respond_decided(runtime, work, origin, resumed, body["decisions"], approved, stream)
-        if _began_on_messages(stored.data):  # answered in the shape the pause was asked in
-            return await respond_message(work.settled_at_end(events), stream, stored.model, False, work,
-                                         resumed.slot)
-        return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work, resumed.slot)
-    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
-        error = await work.failed(exc)
+        return await _resume(request, runtime, work)
+    except Exception as exc:  # counted, then answered by the driver (``endpoint``) like any failure
+        error = to_gateway_error(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
         elif error.code == "continuation_not_found":
             metrics.CONTINUATIONS.inc("not_found")  # unknown, expired or cancelled
-        return work.render_error(error)
+        raise
+
+
+async def _resume(request: Request, runtime: Runtime, work: Work) -> JSONResponse | SSEResponse:
+    decider = await decider_in(request, work, deciding=True)
+    body = await read_body(work, runtime)
+    stream, include_usage = _stream_options(body)
+    stored = await runtime.store.get_continuation(_continuation_id(request), decider.tenant)
+    conflict = f"continuation {stored.id} was already resumed"
+    check_pending(stored, conflict)
+    results, approved, answers = await runtime.continuations.checked_decisions(
+        stored, body.get("decisions"), decider.id, decider.name)
+    span = work.span
+    if span.recording:
+        for call_id, result in results.items():
+            if result.status == "denied":
+                span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
+                                               "gen_ai.tool.call.id": call_id})
+    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
+                                  decisions=body["decisions"], stream=stream, headless=work.incoming.headless,
+                                  deadline=deadline_of(runtime), conflict=conflict)
+    events = resumed.events
+    work.show_limits()
+    origin = began_on_responses(stored.data)
+    if origin is not None:  # a Response continuing the paused one, stored and chained like one
+        return await respond_decided(runtime, work, origin, resumed, body["decisions"], approved, stream)
+    if _began_on_messages(stored.data):  # answered in the shape the pause was asked in
+        return await respond_message(work.settled_at_end(events), stream, stored.model, False, work, resumed.slot)
+    return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work, resumed.slot)
 
 
 def _began_on_messages(data: dict[str, Any]) -> bool:
@@ -180,6 +180,6 @@ def _began_on_messages(data: dict[str, Any]) -> bool:
 def continuation_routes() -> list[Route]:
     return [
         Route(ONE, endpoint(PATH, get_continuation), methods=["GET"]),
-        Route(ONE, resume_continuation, methods=["POST"]),
+        Route(ONE, endpoint(PATH, resume_continuation, metered=True, ends_work=True), methods=["POST"]),
         Route(ONE, endpoint(PATH, delete_continuation), methods=["DELETE"]),
     ]

@@ -13,20 +13,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from starlette.requests import Request
-
+from gateway.api.driver import deadline_of, read_body
 from gateway.api.embeddings.render import render_embeddings
 from gateway.api.embeddings.request import check_inputs, check_tokens, parse_embeddings_request
 from gateway.api.embeddings.tokens import count_inputs, decode_inputs
-from gateway.api.lifecycle import Work
+from gateway.api.errors import error_response
+from gateway.api.lifecycle import ErrorRenderer, Work
 from gateway.api.runtime import Runtime
 from gateway.canonical import Usage
 from gateway.canonical_embeddings import EmbeddingRequest
 from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import visible_routes
-from gateway.http.body import read_json
-from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import LoopState
 from gateway.observability.tracing import Span
@@ -51,27 +49,25 @@ def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
     return plan
 
 
-async def serve_embeddings(incoming: Incoming, runtime: Runtime) -> JSONResponse:
-    """``POST /v1/embeddings`` as the app's wrapper (``FastChatPath``) serves it, without Starlette's routing
-    layers (as chat, Responses and Messages are): the lifecycle's ``endpoint`` steps, inline."""
-    work = runtime.lifecycle.begin("POST", PATH, incoming)
-    try:
-        response = await embed(runtime, work)
-    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
-        return work.render_error(await work.failed(exc))
-    work.done(200)
-    return response
+class EmbeddingsSurface:
+    """``POST /v1/embeddings`` (and ``/embeddings``) on the driver (``api/driver.py``): OpenAI's error shape."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.errors: ErrorRenderer = error_response
+
+    async def serve(self, work: Work, runtime: Runtime) -> JSONResponse:
+        answer = await embed(runtime, work)
+        work.done(200)
+        return answer
 
 
-async def create_embeddings(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    """The same for ``POST /embeddings`` (no ``/v1``), routed by Starlette through ``lifecycle.endpoint``."""
-    return await embed(runtime, work)
+EMBEDDINGS = EmbeddingsSurface(PATH)
 
 
 async def embed(runtime: Runtime, work: Work) -> JSONResponse:
     await work.authenticate()
-    body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
-    parsed = parse_embeddings_request(body)
+    parsed = parse_embeddings_request(await read_body(work, runtime))
     plan = _plan(runtime, work, parsed.model)
     work.allow(plan)
     bounds = plan.route.embeddings or _DEFAULT_BOUNDS
@@ -87,12 +83,12 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         texts = await decode_inputs(inputs)
     embedding_request = EmbeddingRequest(inputs, texts, parsed.dimensions, parsed.encoding_format, parsed.user,
                                          counted)
-    deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+    deadline = deadline_of(runtime)
     await work.admit(work.incoming.body_bytes, counted)
     work.show_limits()
     state = LoopState()
     first = plan.targets[0]
-    span = work.exchange.span
+    span = work.span
     call_span = span.operation(f"embeddings {first.model}", {
         "gen_ai.operation.name": "embeddings", "gen_ai.request.model": first.model,
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
@@ -122,7 +118,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         gateway["usage_cost"] = usd(cost)
     payload = render_embeddings(result.vectors, parsed.encoding_format, parsed.model, prompt_tokens, gateway)
     await work.settle(state.usage)
-    return JSONResponse(payload, raw_headers=work.exchange.headers)
+    return JSONResponse(payload, raw_headers=work.headers)
 
 
 def _end_span(span: Span, attempts: list[dict[str, Any]], failure: str) -> None:

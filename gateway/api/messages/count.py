@@ -16,12 +16,12 @@ checked against or recorded in budgets (Anthropic's own endpoint is likewise lim
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
+from gateway.api.driver import deadline_of, read_body
 from gateway.api.lifecycle import Work
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.headers import betas_of, use_api_key
@@ -33,7 +33,6 @@ from gateway.config.model import ApiKey
 from gateway.context.offload import encoding_off_loop, raw_prompt_tokens
 from gateway.context.tokens import TokenEstimator
 from gateway.errors import GatewayError, upstream_message
-from gateway.http.body import read_json
 from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import server_tool_names
 from gateway.routing.router import ResolvedTarget
@@ -48,7 +47,7 @@ _STAND_IN_MAX_TOKENS = 1
 async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
     use_api_key(work.incoming)
     key = await work.authenticate()
-    body = await read_json(work.incoming, runtime.config.server.max_body_bytes)
+    body = await read_body(work, runtime)
     without_max = isinstance(body, dict) and "max_tokens" not in body
     if without_max:
         body = {**body, "max_tokens": _STAND_IN_MAX_TOKENS}
@@ -61,7 +60,7 @@ async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONRe
     counted = await _count(runtime, key, parsed, plan)
     await work.settle(None)  # frees the concurrency slot; nothing was used
     work.show_limits()
-    return JSONResponse(orjson.dumps(counted), raw_headers=with_anthropic_headers(work.exchange.headers))
+    return JSONResponse(orjson.dumps(counted), raw_headers=with_anthropic_headers(work.headers))
 
 
 async def _count(runtime: Runtime, key: ApiKey, parsed: MessagesRequest, plan: RoutePlan) -> dict[str, Any]:
@@ -73,7 +72,7 @@ async def _count(runtime: Runtime, key: ApiKey, parsed: MessagesRequest, plan: R
     model_request = ModelRequest(messages=parsed.messages, tools=tools,
                                  tool_choice=parsed.tool_choice if tools else None, params=parsed.params,
                                  native=parsed.native)
-    deadline = time.monotonic() + runtime.config.routing.request_timeout_s
+    deadline = deadline_of(runtime)
     first = plan.targets[0]
     if first.provider.type == "anthropic" and plan.route.count_tokens == "upstream":
         for target in plan.targets:

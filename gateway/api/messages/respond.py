@@ -41,8 +41,7 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
     ``work.done`` runs once the request is over: for a stream, after its last byte or the caller's
     disconnect. The headers are the work's, with their Anthropic twins (``request-id``, limits).
     """
-    exchange = work.exchange
-    headers = with_anthropic_headers(exchange.headers)
+    headers = with_anthropic_headers(work.headers)
     answer_id = message_id()
     if slot is not None:  # a resume: the recorder of its stored result, with this answer's id
         slot.recorder = MessageRecorder(answer_id, route, show_server_tools)
@@ -76,7 +75,7 @@ async def respond_message(events: AsyncIterator[LoopEvent], stream: bool, route:
             except BaseException as exc:  # after the commit point: an error event (a native panic too)
                 if isinstance(exc, EXITS):  # a close or a cancellation is no failure
                     raise
-                yield error_frame(exchange.failed(to_gateway_error(exc)))
+                yield error_frame(work.ended_with(to_gateway_error(exc)))
         finally:
             await events.aclose()  # type: ignore[attr-defined]
             work.done(200)

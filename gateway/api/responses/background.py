@@ -29,7 +29,8 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.lifecycle import Handler, Held, Work, endpoint
+from gateway.api.driver import Handler, endpoint
+from gateway.api.lifecycle import Held, Work
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found

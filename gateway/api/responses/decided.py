@@ -57,11 +57,11 @@ async def respond_decided(runtime: Runtime, work: Work, origin: dict[str, Any], 
         await run.complete()
         work.done(200)
         await work.settle(usage_of(run.response))
-        return JSONResponse(run.response_json(), raw_headers=work.exchange.headers)
+        return JSONResponse(run.response_json(), raw_headers=work.headers)
     await run.open()
 
     async def on_close() -> None:
         work.done(200)
         await work.settle(usage_of(run.response))
 
-    return SSEResponse(run.frames(b"".join, on_close), work.exchange.headers)
+    return SSEResponse(run.frames(b"".join, on_close), work.headers)

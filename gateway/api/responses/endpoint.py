@@ -14,7 +14,9 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.lifecycle import Work, endpoint
+from gateway.api.driver import endpoint, read_body
+from gateway.api.errors import error_response
+from gateway.api.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.background import check_background, start_background
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
@@ -27,8 +29,6 @@ from gateway.api.responses.request import (
 from gateway.api.responses.run import input_items, prepare_response
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
-from gateway.http.body import read_json
-from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
@@ -40,17 +40,17 @@ DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
 
 
-async def create_endpoint(request: Request) -> JSONResponse | SSEResponse:
-    """Reached only for what ``FastChatPath`` passes on (it serves ``POST /v1/responses`` itself)."""
-    return await create_response(Incoming(request.scope, request.receive), request.app.state.runtime)
+class ResponsesSurface:
+    """``POST /v1/responses`` on the driver (``api/driver.py``): OpenAI's error shape; foreground JSON or
+    stream, or a background run that keeps its admission (``Work.hold``)."""
 
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.errors: ErrorRenderer = error_response
 
-async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse | SSEResponse:
-    work = runtime.lifecycle.begin("POST", PATH, incoming)
-    try:
+    async def serve(self, work: Work, runtime: Runtime) -> JSONResponse | SSEResponse:
         key = await work.authenticate()
-        body = await read_json(incoming, runtime.config.server.max_body_bytes)
-        parsed = parse_responses_request(body)
+        parsed = parse_responses_request(await read_body(work, runtime))
         if parsed.background:
             check_background(runtime, parsed.store)
             work.background = True  # admission also takes a slot under the per-key/per-tenant run caps
@@ -58,9 +58,11 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
         if plan is not None:  # an unknown model is prepare_response's 404
             work.allow(plan)
         # Resolves the request (a resume is charged to its asker) and admits it before the loop starts.
+        incoming = work.incoming
         run = await prepare_response(parsed, runtime, work, key.headless or parsed.headless or incoming.headless,
                                      plan)
-        work.watch(run.loop_request)
+        if work.state is None:  # a resume's loop is watched already (``resume_paused``): once per work
+            work.watch(run.loop_request)
         if parsed.background:  # the run goes on in a task of this process, holding its admission
             answer = await start_background(runtime, key.tenant, run, parsed.stream, work.hold())
             work.done(200)
@@ -71,16 +73,17 @@ async def create_response(incoming: Incoming, runtime: Runtime) -> JSONResponse 
             await run.complete(work.show_limits)
             work.done(200)
             await work.settle(usage_of(run.response))
-            return JSONResponse(run.response_json(), raw_headers=work.exchange.headers)
+            return JSONResponse(run.response_json(), raw_headers=work.headers)
         await run.open()
         work.show_limits()
 
         async def on_close() -> None:
             work.done(200)
             await work.settle(usage_of(run.response))
-        return SSEResponse(run.frames(_join, on_close), work.exchange.headers)
-    except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
-        return work.render_error(await work.failed(exc))
+        return SSEResponse(run.frames(_join, on_close), work.headers)
+
+
+RESPONSES = ResponsesSurface(PATH)
 
 
 # A ``frames`` builder's batches are SSE frames already (bytes): the body joins them.
@@ -153,7 +156,6 @@ async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JS
 
 def responses_routes() -> list[Route]:
     return [
-        Route("/v1/responses", create_endpoint, methods=["POST"]),
         Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
         Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
         Route(ITEMS, endpoint(ITEMS, list_input_items), methods=["GET"]),
