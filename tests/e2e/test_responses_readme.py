@@ -1,5 +1,5 @@
 """The Responses API page's example (docs/surfaces/responses.md), as written, against the example config
-(approval added as the page says)."""
+as shipped (its demo tool ``book_meeting`` needs approval)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,14 @@ from tests.e2e.conftest import ROOT, Gateway
 def readme_example() -> str:
     """The first Python block of the Responses API page (the reference moved out of the README)."""
     text = (ROOT / "docs" / "surfaces" / "responses.md").read_text()
-    assert "add `approval: required`\nto `get_weather` in `config/gateway.yaml`" in text
+    assert "Runnable as written against the example config" in text
     match = re.search(r"```python\n(.*?)```", text, re.S)
     assert match is not None
     return match.group(1)
 
 
 def test_the_docs_responses_example_runs() -> None:
-    config = (ROOT / "config" / "gateway.yaml").read_text()
-    config = config.replace('    python: "gateway.demo:get_weather"\n',
-                            '    python: "gateway.demo:get_weather"\n    approval: required\n', 1)
-    assert "approval: required" in config
+    config = (ROOT / "config" / "gateway.yaml").read_text()  # as shipped: book_meeting needs approval
     gateway = Gateway(config.replace("port: 8080", "port: __PORT__")).start()
     try:
         code = readme_example().replace("127.0.0.1:8080", f"127.0.0.1:{gateway.port}")
@@ -31,7 +28,7 @@ def test_the_docs_responses_example_runs() -> None:
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert lines[0] == "The lookup_order tool returned: shipped yesterday"
-        assert lines[1].startswith("['mcp_call', 'message'] The get_weather tool returned:")
+        assert lines[1].startswith("['mcp_call', 'message'] The book_meeting tool returned:")
         assert lines[2] == "You said: Hello"
     finally:
         gateway.stop()
