@@ -9,6 +9,7 @@ when its last byte is sent or its caller is gone.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -47,7 +48,7 @@ class LoopCall(Protocol):
 Call = TypeVar("Call", bound=LoopCall)
 
 
-class LoopSurface(Generic[Call]):
+class LoopSurface(ABC, Generic[Call]):
     """A surface that runs the tool loop: a parser (``parse``) and a renderer (``render``); the rest is here.
 
     What one surface does differently: its own header for the key (``identify``), text sent beside
@@ -70,15 +71,16 @@ class LoopSurface(Generic[Call]):
         self.follow_up = follow_up
 
     # -- what a surface writes ------------------------------------------------------------------
+    @abstractmethod
     def parse(self, body: Any, incoming: Incoming) -> Call:
-        raise NotImplementedError
+        """The body as the surface's typed request (a 400 in its shape when it is not one)."""
 
+    @abstractmethod
     def render(self, events: AsyncIterator[LoopEvent], call: Call, work: Work,
                slot: ResultSlot | None) -> Awaitable[Answer]:
         """The events as the surface's answer (JSON or its stream), ending ``work``; ``slot``: a resume's.
 
         The renderer's awaitable itself (no coroutine around it: no frame more on the hot path)."""
-        raise NotImplementedError
 
     # -- what a surface may change --------------------------------------------------------------
     def caller_tools(self, call: Call) -> list[ToolDef]:
