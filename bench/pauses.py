@@ -1,0 +1,267 @@
+"""What a pause and its way-A resume cost the gateway, against a plain loop of the same work (issue 46).
+
+    python -m bench.pauses                      # 300 of each, concurrency 4, callgrind
+    python -m bench.pauses --units 100          # quicker, slightly noisier
+
+The unit is a **plain loop**: one request to route ``bench-agent``; the model asks for the server
+tool ``bench_tool``, the gateway runs it and calls the model again, which answers (2 model calls,
+1 tool). A **pause pair** is the same work with the tool on the client: one request to route
+``bench`` declaring ``bench_tool`` as a client tool pauses (the continuation is written to Redis),
+then the client sends its result back way A, as the openai SDK does (the conversation with the
+assistant's ``tool_calls`` message and a ``tool`` message), and the resumed loop calls the model
+again, which answers. Both run against the fake upstream (``--unique-call-ids``: concurrent
+pauses never share a tool-call id) and a ``redis-server`` the bench starts on a free port, under
+callgrind (instructions of the whole gateway process, counted over the measured units only; see
+``bench/instructions.py``). Every resume is checked to have resumed its continuation (its record
+reads ``resumed``), not to have been answered statelessly.
+
+Printed: instructions per plain loop and per pause pair, what the pair costs on top of a loop
+(``extra``), and the Redis a continuation holds, from ``INFO memory``'s ``used_memory`` over
+``--held`` pauses: paused (its record, its way-A index entry, its listing entry), and once resumed
+(the record kept until its TTL with the resume's answer, so a repeat gets 409 and ``GET`` shows
+it), with ``MEMORY USAGE`` of the record and the stored body's bytes beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import redis
+import yaml
+
+from bench import servers
+from bench.instructions import _TOTAL, _control
+from bench.loadgen import cpu_seconds
+from tests.redis_servers import spawn_redis
+
+PROMPT = [{"role": "user", "content": "Run bench_tool."}]
+TOOL = {"type": "function", "function": {
+    "name": "bench_tool", "description": "A benchmark tool that answers at once.",
+    "parameters": {"type": "object", "properties": {"step": {"type": "integer"}}}}}
+PLAIN = orjson.dumps({"model": "bench-agent", "messages": PROMPT})
+PAUSE = orjson.dumps({"model": "bench", "messages": PROMPT, "tools": [TOOL]})
+ANSWER = "Done after 1 tool results."
+HEADERS = {"content-type": "application/json"}
+
+
+class Client:
+    """The bench's client: plain loops and pause pairs, each checked; the ids of the continuations it paused."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session, self.url = session, f"{base}/v1/chat/completions"
+        self.paused: list[str] = []
+
+    async def post(self, body: bytes) -> dict[str, Any]:
+        async with self.session.post(self.url, data=body, headers=HEADERS) as resp:
+            raw = await resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {raw[:500]!r}")
+            answer: dict[str, Any] = orjson.loads(raw)
+            return answer
+
+    async def plain(self) -> None:
+        answer = await self.post(PLAIN)
+        if answer["choices"][0]["message"]["content"] != ANSWER or answer["gateway"]["iterations"] != 2:
+            raise RuntimeError(f"not a plain loop's answer: {answer}")
+
+    async def pause(self) -> dict[str, Any]:
+        """One pausing request; the assistant message it handed back (with ``tool_calls``)."""
+        answer = await self.post(PAUSE)
+        if answer["gateway"]["status"] != "paused":
+            raise RuntimeError(f"not a pause: {answer}")
+        self.paused.append(answer["gateway"]["continuation_id"])
+        message: dict[str, Any] = answer["choices"][0]["message"]
+        return message
+
+    async def resume(self, assistant: dict[str, Any]) -> None:
+        """Way A: the conversation with the assistant's tool calls and their result, as the openai SDK sends it."""
+        result = {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"], "content": '{"ok":true,"step":1}'}
+        body = orjson.dumps({"model": "bench", "messages": [*PROMPT, assistant, result], "tools": [TOOL]})
+        answer = await self.post(body)
+        if answer["choices"][0]["message"]["content"] != ANSWER or answer["gateway"]["status"] != "completed":
+            raise RuntimeError(f"not a resumed loop's answer: {answer}")
+
+    async def pair(self) -> None:
+        await self.resume(await self.pause())
+
+
+async def _times(base: str, count: int, concurrency: int, unit: Callable[[Client], Awaitable[None]]) -> list[str]:
+    """``count`` units over ``concurrency`` clients; the continuations they paused."""
+    remaining = count
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+        client = Client(session, base)
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await unit(client)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return client.paused
+
+
+def run(base: str, count: int, concurrency: int, unit: Callable[[Client], Awaitable[None]]) -> list[str]:
+    return asyncio.run(_times(base, count, concurrency, unit))
+
+
+def statuses(db: redis.Redis, ids: list[str]) -> dict[str, int]:
+    """How many of the continuations ``ids`` are in each state (their record's ``s`` field)."""
+    pipe = db.pipeline(transaction=False)
+    for cid in ids:
+        pipe.hget(f"loopgate:{{{cid}}}:rec", "s")
+    counts: dict[str, int] = {}
+    for status in pipe.execute():
+        name = status.decode() if status else "missing"
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def record_sizes(db: redis.Redis, ids: list[str]) -> tuple[float, float]:
+    """Median ``MEMORY USAGE`` of the records and median bytes of their body (field ``b``)."""
+    usage = [int(db.memory_usage(f"loopgate:{{{cid}}}:rec", samples=0) or 0) for cid in ids]
+    body = [int(db.hstrlen(f"loopgate:{{{cid}}}:rec", "b")) for cid in ids]
+    return statistics.median(usage), statistics.median(body)
+
+
+def held_bytes(db: redis.Redis, base: str, held: int) -> dict[str, float]:
+    """The Redis held per continuation, paused and once resumed (``used_memory`` over ``held`` of them)."""
+    messages: list[dict[str, Any]] = []
+
+    async def pause_only(client: Client) -> None:
+        messages.append(await client.pause())
+
+    before = int(db.info("memory")["used_memory"])
+    ids = run(base, held, 1, pause_only)
+    paused = (int(db.info("memory")["used_memory"]) - before) / held
+    paused_record, paused_body = record_sizes(db, ids)
+
+    async def resume_all() -> None:
+        async with aiohttp.ClientSession() as session:
+            client = Client(session, base)
+            for message in messages:
+                await client.resume(message)
+
+    asyncio.run(resume_all())
+    counts = statuses(db, ids)
+    if counts != {"resumed": held}:
+        raise RuntimeError(f"the held continuations were not all resumed: {counts}")
+    resumed = (int(db.info("memory")["used_memory"]) - before) / held
+    resumed_record, resumed_body = record_sizes(db, ids)
+    return {"paused": paused, "paused_record": paused_record, "body": paused_body,
+            "resumed": resumed, "resumed_record": resumed_record, "resumed_body": resumed_body}
+
+
+def config(fake_base: str, redis_url: str) -> dict[str, Any]:
+    cfg = servers.gateway_config(fake_base)
+    # Under callgrind the gateway runs ~50x slower: generous store deadlines keep every operation on its normal path.
+    cfg["store"] = {"url": redis_url, "timeout_ms": 30_000, "fail_open_ms": 10_000}
+    return cfg
+
+
+def counted(pid: int, out_dir: Path, base: str, count: int, concurrency: int,
+            unit: Callable[[Client], Awaitable[None]]) -> tuple[float, list[str]]:
+    """Instructions of the gateway over ``count`` units (a dump of their own), and the continuations paused."""
+    before = {p.name for p in out_dir.glob(f"cg.{pid}.*")}
+    _control(pid, "-i", "on")
+    ids = run(base, count, concurrency, unit)
+    _control(pid, "-i", "off")
+    _control(pid, "-d")
+    dumps = [p for p in out_dir.glob(f"cg.{pid}.*") if p.name not in before]
+    if len(dumps) != 1:
+        sys.exit(f"expected one new callgrind dump in {out_dir}, found {len(dumps)}")
+    annotate = subprocess.run(["callgrind_annotate", str(dumps[0])], capture_output=True, timeout=300)
+    match = _TOTAL.search(annotate.stdout)
+    if match is None:
+        sys.exit(f"no total in {dumps[0]}")
+    return int((match.group(1) or match.group(2)).replace(b",", b"")), ids
+
+
+def timed(pid: int, out_dir: Path, base: str, count: int, concurrency: int,
+          unit: Callable[[Client], Awaitable[None]]) -> tuple[float, list[str]]:
+    """CPU seconds (utime + stime) of the gateway over ``count`` units, and the continuations paused."""
+    before = cpu_seconds(pid)
+    ids = run(base, count, concurrency, unit)
+    return cpu_seconds(pid) - before, ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--units", type=int, default=300, help="plain loops and pause pairs counted, each")
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--held", type=int, default=200, help="continuations paused to read Redis memory per one")
+    parser.add_argument("--memory-store", action="store_true",
+                        help="store.url memory:// instead (what the pair costs without Redis; no memory figures)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="the gateway's CPU time instead of callgrind's count (load-sensitive: use many --units)")
+    args = parser.parse_args()
+    out_dir = Path(tempfile.mkdtemp(prefix="loopgate-pauses-"))
+    store = spawn_redis(out_dir)
+    try:
+        with servers.start_fake(agent_tools=1, unique_call_ids=True) as fake:
+            cfg = out_dir / "config.yaml"
+            url = "memory://" if args.memory_store else f"redis://{store.address}/0"
+            cfg.write_text(yaml.safe_dump(config(fake.base, url), sort_keys=False))
+            port = servers.free_port()
+            cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
+                   "--port", str(port)]
+            if not args.cpu_time:
+                cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                       f"--callgrind-out-file={out_dir}/cg.%p", *cmd]
+            with servers.Proc("loopgate-pauses", cmd, port, startup_timeout_s=300) as gateway:
+                plain, pair, memory = measure(gateway, store.client(), out_dir, args)
+    finally:
+        store.kill()
+    report(plain / args.units, pair / args.units, memory, args, out_dir)
+
+
+def measure(gateway: servers.Proc, db: redis.Redis, out_dir: Path,
+            args: argparse.Namespace) -> tuple[float, float, dict[str, float] | None]:
+    """Plain loops' and pause pairs' cost in all, and the Redis a continuation holds (None on memory://)."""
+    base = gateway.base
+    run(base, args.warmup, args.concurrency, Client.plain)
+    run(base, args.warmup, args.concurrency, Client.pair)
+    memory = None if args.memory_store else held_bytes(db, base, args.held)
+    time.sleep(1.0)
+    meter = timed if args.cpu_time else counted
+    plain, _ = meter(gateway.pid, out_dir, base, args.units, args.concurrency, Client.plain)
+    pair, ids = meter(gateway.pid, out_dir, base, args.units, args.concurrency, Client.pair)
+    counts = statuses(db, ids)
+    if not args.memory_store and counts != {"resumed": args.units}:
+        sys.exit(f"not every pause was resumed way A: {counts}")
+    return plain, pair, memory
+
+
+def report(plain: float, pair: float, memory: dict[str, float] | None, args: argparse.Namespace, out_dir: Path) -> None:
+    extra = (pair - plain) / plain * 100
+
+    def shown(value: float) -> str:
+        return f"{value * 1e6:.0f} us of CPU" if args.cpu_time else f"{value / 1000:.0f}k instructions"
+
+    print(f"plain loop (2 model calls, 1 server tool): {shown(plain)}")
+    print(f"pause + way-A resume (2 model calls, 1 client tool): {shown(pair)}")
+    print(f"extra: {extra:.0f} % of a plain loop ({shown(pair - plain)})")
+    if memory is not None:
+        print(f"Redis per continuation (used_memory over {args.held}): paused {memory['paused']:.0f} bytes, "
+              f"resumed {memory['resumed']:.0f} bytes")
+        print(f"  record (MEMORY USAGE): paused {memory['paused_record']:.0f}, resumed {memory['resumed_record']:.0f}; "
+              f"body {memory['body']:.0f} bytes (resumed: {memory['resumed_body']:.0f})")
+    where = "" if args.cpu_time else f"; dumps in {out_dir}"
+    print(f"({'memory://' if memory is None else 'Redis'} store; {args.units} of each, concurrency {args.concurrency}"
+          f"{where})")
+
+
+if __name__ == "__main__":
+    main()
