@@ -109,7 +109,7 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     await work.admit(work.incoming.body_bytes,
                      output=plan.output_reservation(params if isinstance(params, dict) else {}))
     continuations = runtime.continuations
-    claimed = await runtime.store.claim_continuation(stored.id, decider.tenant, continuations.lease_s)
+    claimed = await continuations.claim(stored, decider.tenant)
     decided: Awaitable[None] | None = None
     if decisions is not None:
         notify_decisions(continuations.notifier, claimed, decisions, decider.name or None)

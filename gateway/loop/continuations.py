@@ -24,9 +24,7 @@ from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
-    arguments_digest,
     audit_expired,
-    decision_context,
     expired_calls,
     new_audit_id,
     summary_of,
@@ -76,6 +74,39 @@ def may_resume_way_a(messages: list[Message]) -> bool:
     return messages[-1].get("role") == "tool"
 
 
+def paused_data(request: LoopRequest, assistant: Message, results: dict[str, ToolResult]) -> dict[str, Any]:
+    """What a continuation keeps of its loop (``Continuation.data``): everything a resume needs, nothing more.
+
+    Left out, because a reader derives them or reads their absence as the default: the decision context
+    (``approvals.summary_of`` derives it from the transcript), the loop state but its tool rounds and model
+    (a resume starts its own counters), and the optional fields when unset (``native``, ``allowed_tools``,
+    ``origin``, ``stream_rescue``). The keys a resume indexes are always written, so a replica still running
+    the previous release resumes what this one paused (and this one what it paused: the fields it wrote
+    besides are simply not read).
+    """
+    data: dict[str, Any] = {
+        "transcript": request.messages,
+        "assistant": assistant,
+        "results": {k: stored_result(r) for k, r in results.items()},
+        "client_tools": request.client_tools,
+        "tool_choice": request.tool_choice,
+        "params": request.params,
+        "max_iterations": request.max_iterations,
+        "state": {"tool_rounds": request.state.tool_rounds, "model": request.state.model},  # LoopState.from_dict
+        "asker": {"id": request.key_id, "name": request.key_name},
+    }
+    if request.native is not None:
+        data["native"] = request.native.to_dict()
+    if request.allowed_tools is not None:
+        data["allowed_tools"] = sorted(request.allowed_tools)
+    if request.origin is not None:
+        data["origin"] = request.origin
+    if request.stream_rescue is not None:
+        # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
+        data["stream_rescue"] = request.stream_rescue
+    return data
+
+
 class Continuations:
     def __init__(self, store: Store, ttl_s: int, request_timeout_s: float, notifier: Notifier | None = None) -> None:
         self.store = store
@@ -89,24 +120,9 @@ class Continuations:
     # -- pausing -------------------------------------------------------------------------
     async def pause(self, request: LoopRequest, assistant: Message, results: dict[str, ToolResult],
                     pending: list[PendingCall]) -> str:
-        data: dict[str, Any] = {
-            "transcript": request.messages,
-            "assistant": assistant,
-            "results": {k: stored_result(r) for k, r in results.items()},
-            "client_tools": request.client_tools,
-            "tool_choice": request.tool_choice,
-            "params": request.params, "native": None if request.native is None else request.native.to_dict(),
-            "max_iterations": request.max_iterations,
-            "state": request.state.to_dict(),
-            "asker": {"id": request.key_id, "name": request.key_name},
-            "allowed_tools": None if request.allowed_tools is None else sorted(request.allowed_tools),
-            "context": decision_context(request.messages, assistant),
-            "origin": request.origin,
-            # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
-            "stream_rescue": request.stream_rescue,
-        }
         now = time.time()
         items = [self.pending_item(p, now) for p in pending]
+        data = paused_data(request, assistant, results)
         continuation = Continuation.new(request.tenant, request.plan.name, items, data, self.ttl_s, now)
         continuation.summary = summary_of(continuation)
         await self.store.save_continuation(continuation, self.ttl_s)
@@ -119,10 +135,13 @@ class Continuations:
 
     @staticmethod
     def pending_item(p: PendingCall, now: float) -> dict[str, Any]:
-        """A pending call as stored: what the model asked, its digest, and when an approval times out."""
-        arguments = p.call["function"]["arguments"]
+        """A pending call as stored: what the model asked, and when an approval times out.
+
+        Its ``arguments_sha256`` is not stored: whoever shows or checks it digests ``arguments`` (continuations
+        written before carry it, and it is the same digest).
+        """
         item = {"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason,
-                "arguments": arguments, "arguments_sha256": arguments_digest(arguments)}
+                "arguments": p.call["function"]["arguments"]}
         if p.reason == "approval" and p.approval_timeout_s is not None:
             item["approval_deadline"] = now + p.approval_timeout_s
         if p.ask is not None:
@@ -234,6 +253,13 @@ class Continuations:
     #: way A's check of the client's results (``loop/decisions.py``)
     outputs_to_results = staticmethod(outputs_to_results)
 
+    async def claim(self, stored: Continuation, tenant: str) -> Continuation:
+        """Take the right to resume ``stored`` (read just before): at most once, for this resume's lease.
+
+        The store is handed the continuation already read, so the claim does not read its body again.
+        """
+        return await self.store.claim_continuation(stored.id, tenant, self.lease_s, known=stored)
+
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,
                         headless: bool = False, follow_up: list[Message] | None = None,
@@ -295,7 +321,8 @@ class Continuations:
                     recorder.feed(event)
                 if isinstance(event, Finished):
                     result_id, result = result_record(recorder)
-                    await self.store.finish_continuation(continuation.id, continuation.tenant, result)
+                    await self.store.finish_continuation(continuation.id, continuation.tenant, result,
+                                                         continuation.tool_call_ids)
                     finished = True
                     metrics.CONTINUATIONS.inc("resumed")
                     self.notifier.resumed(continuation, way, result_id, event.result.status)

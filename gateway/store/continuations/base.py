@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import orjson
@@ -99,6 +99,21 @@ class Continuation:
     @classmethod
     def from_bytes(cls, raw: bytes | str) -> Continuation:
         return cls.from_dict(orjson.loads(raw))
+
+
+def claimable(known: Continuation | None, continuation_id: str, tenant: str) -> bool:
+    """Whether a claim can answer with ``known`` (the caller's read of the record) instead of the stored body.
+
+    A body never changes once saved (only the record's status, lease and result do), so a read of the
+    same continuation is as good as the claim's own: it saves sending and parsing the body twice.
+    """
+    return known is not None and known.id == continuation_id and known.tenant == tenant
+
+
+def claimed(c: Continuation | None, until: float) -> Continuation:
+    """``c`` as a claim leaves it: claimed until ``until`` (a copy: the caller's read stays as it was)."""
+    assert c is not None, "a claim without the body back has the caller's read"
+    return replace(c, status="claimed", claimed_until=until)
 
 
 class ContinuationNotFound(StoreError):
@@ -186,10 +201,12 @@ class ContinuationStore(ABC):
         """
 
     @abstractmethod
-    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float,
+                                 known: Continuation | None = None) -> Continuation:
         """Atomically take the right to resume: pending (or claimed with an expired lease) -> claimed.
 
-        Returns the claimed continuation (``claimed_until = now + lease_s``). Raises
+        Returns the claimed continuation (``claimed_until = now + lease_s``); ``known``: the caller's
+        read of it (``get_continuation``), returned claimed instead of the body read again. Raises
         ``ContinuationConflict`` when another claim's lease is live or it was resumed already,
         ``ContinuationNotFound`` when unknown/expired/cancelled/another tenant's.
         """
@@ -202,12 +219,14 @@ class ContinuationStore(ABC):
         """
 
     @abstractmethod
-    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
+                                  tool_call_ids: list[str] | None = None) -> None:
         """Claimed -> resumed; the record stays until its TTL (a repeated resume gets 409, not 404).
 
         ``result`` (JSON bytes, opaque to the store) is kept with it, in the same atomic step: a
         resumed continuation read later carries it (``Continuation.result``), so whoever asked can
-        fetch the answer a decider received. The tool-call index entries are removed.
+        fetch the answer a decider received. The tool-call index entries are removed (``tool_call_ids``:
+        the claimed continuation's, when the caller has them: a store may then drop them in the same step).
         ``ContinuationConflict`` unless it is claimed.
         """
 
