@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import orjson
@@ -113,7 +113,10 @@ def claimable(known: Continuation | None, continuation_id: str, tenant: str) -> 
 def claimed(c: Continuation | None, until: float) -> Continuation:
     """``c`` as a claim leaves it: claimed until ``until`` (a copy: the caller's read stays as it was)."""
     assert c is not None, "a claim without the body back has the caller's read"
-    return replace(c, status="claimed", claimed_until=until)
+    # Built field by field: ``dataclasses.replace`` costs several times as much on every resume.
+    return Continuation(id=c.id, tenant=c.tenant, model=c.model, status="claimed", created_at=c.created_at,
+                        expires_at=c.expires_at, pending=c.pending, data=c.data, claimed_until=until,
+                        summary=c.summary, result=c.result)
 
 
 class ContinuationNotFound(StoreError):

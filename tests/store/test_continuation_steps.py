@@ -1,0 +1,79 @@
+"""The steps a pause and its resume take in the store, on every backend: a claim answered with the
+continuation the resume read already (its body not sent again), and an end of the resume that drops
+the way-A index and the listing entry in the same step when it is given the tool-call ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.store.base import Store
+from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
+from tests.store.test_store_contract import OTHER, TENANT, make_cont, saved
+
+RESULT = b'{"id":"chatcmpl-1","object":"chat.completion","body":{"id":"chatcmpl-1"}}'
+
+
+async def listed(store: Store, c: Continuation) -> None:
+    """``c`` saved with a listing entry, as a pause saves it."""
+    c.summary = {"id": c.id, "object": "continuation", "model": c.model}
+    await store.save_continuation(c, 60)
+
+
+async def listing_ids(store: Store) -> list[str]:
+    return [entry["id"] for entry in (await store.list_continuations(TENANT, 50))[0]]
+
+
+async def test_a_claim_given_the_read_continuation_answers_with_it_claimed(store: Store) -> None:
+    c = await saved(store)
+    read = await store.get_continuation(c.id, TENANT)
+    claimed = await store.claim_continuation(c.id, TENANT, 30, known=read)
+    assert claimed.status == "claimed" and claimed.claimed_until is not None
+    assert (claimed.id, claimed.data, claimed.pending, claimed.model) == (c.id, c.data, c.pending, c.model)
+    assert read.status == "pending" and read.claimed_until is None  # the caller's read is left as it was
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "claimed" and got.claimed_until == pytest.approx(claimed.claimed_until)
+    with pytest.raises(ContinuationConflict):  # still at most once
+        await store.claim_continuation(c.id, TENANT, 30, known=read)
+
+
+async def test_a_claim_given_another_continuation_reads_its_own(store: Store) -> None:
+    c = await saved(store)
+    other = await saved(store, ids=("call_9",), data={"messages": [{"role": "user", "content": "other"}]})
+    claimed = await store.claim_continuation(c.id, TENANT, 30, known=await store.get_continuation(other.id, TENANT))
+    assert (claimed.id, claimed.data, claimed.pending) == (c.id, c.data, c.pending)
+    theirs = await saved(store, tenant=OTHER, ids=("call_7",))
+    with pytest.raises(ContinuationNotFound):  # the tenant is checked by the claim, not taken from the read
+        await store.claim_continuation(theirs.id, TENANT, 30, known=theirs)
+
+
+async def test_finish_given_the_ids_drops_index_and_listing_in_one_step(store: Store) -> None:
+    c = make_cont(ids=("call_a", "call_b"))
+    await listed(store, c)
+    sharing = make_cont(ids=("call_b",))  # call_b is ambiguous while both are live
+    await listed(store, sharing)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_b") is None
+    assert sorted(await listing_ids(store)) == sorted([c.id, sharing.id])
+    await store.claim_continuation(c.id, TENANT, 30)
+    await store.finish_continuation(c.id, TENANT, RESULT, c.tool_call_ids)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") is None
+    assert await store.find_continuation_by_tool_call(TENANT, "call_b") == sharing.id  # its own again
+    assert await listing_ids(store) == [sharing.id]
+    got = await store.get_continuation(c.id, TENANT)
+    assert got.status == "resumed" and got.result == RESULT and got.data == c.data
+    with pytest.raises(ContinuationConflict):
+        await store.finish_continuation(c.id, TENANT, RESULT, c.tool_call_ids)
+    with pytest.raises(ContinuationConflict):
+        await store.claim_continuation(c.id, TENANT, 30)
+
+
+async def test_finish_given_the_ids_checks_the_claim_and_the_tenant_first(store: Store) -> None:
+    c = make_cont(ids=("call_a",))
+    await listed(store, c)
+    with pytest.raises(ContinuationConflict):  # not claimed: nothing changes
+        await store.finish_continuation(c.id, TENANT, RESULT, c.tool_call_ids)
+    await store.claim_continuation(c.id, TENANT, 30)
+    with pytest.raises(ContinuationNotFound):
+        await store.finish_continuation(c.id, OTHER, RESULT, c.tool_call_ids)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id
+    assert await listing_ids(store) == [c.id]
+    assert (await store.get_continuation(c.id, TENANT)).status == "claimed"
