@@ -128,15 +128,19 @@ def statuses(db: redis.Redis, ids: list[str]) -> dict[str, int]:
     return counts
 
 
-def record_sizes(db: redis.Redis, ids: list[str]) -> tuple[float, float]:
-    """Median ``MEMORY USAGE`` of the records and median bytes of their body (field ``b``)."""
-    usage = [int(db.memory_usage(f"loopgate:{{{cid}}}:rec", samples=0) or 0) for cid in ids]
-    body = [int(db.hstrlen(f"loopgate:{{{cid}}}:rec", "b")) for cid in ids]
-    return statistics.median(usage), statistics.median(body)
+def usage(db: redis.Redis, key: str) -> int:
+    """``MEMORY USAGE`` of ``key``, counted whole (``SAMPLES 0``)."""
+    return int(db.memory_usage(key, samples=0) or 0)
 
 
 def held_bytes(db: redis.Redis, base: str, held: int) -> dict[str, float]:
-    """The Redis held per continuation, paused and once resumed (``used_memory`` over ``held`` of them)."""
+    """The Redis a continuation holds, paused and once resumed, over ``held`` of them.
+
+    ``MEMORY USAGE`` (exact): the record's (median), its way-A index entry's and its share of the tenant's
+    listing (the sorted set and the hash over the entries they hold: the warm-up's were resumed, so only
+    these). ``used_memory`` (INFO) over the same pauses, and then over their resumes, as a cross-check: it
+    also moves with the allocator and whatever else the gateway writes meanwhile (usage rows).
+    """
     messages: list[dict[str, Any]] = []
 
     async def pause_only(client: Client) -> None:
@@ -144,8 +148,16 @@ def held_bytes(db: redis.Redis, base: str, held: int) -> dict[str, float]:
 
     before = int(db.info("memory")["used_memory"])
     ids = run(base, held, 1, pause_only)
-    paused = (int(db.info("memory")["used_memory"]) - before) / held
-    paused_record, paused_body = record_sizes(db, ids)
+    used_paused = (int(db.info("memory")["used_memory"]) - before) / held
+    listing = [f"loopgate:{{t:default}}:{kind}" for kind in ("conts", "contv")]
+    if db.zcard(listing[0]) != held:
+        raise RuntimeError(f"the listing holds {db.zcard(listing[0])} entries, not the {held} paused")
+    records = [f"loopgate:{{{cid}}}:rec" for cid in ids]
+    index = [f"loopgate:{{t:default}}:tc:{m['tool_calls'][0]['id']}" for m in messages]
+    paused = {"record": statistics.median(usage(db, key) for key in records),
+              "index": statistics.median(usage(db, key) for key in index),
+              "listing": sum(usage(db, key) for key in listing) / held,
+              "body": statistics.median(db.hstrlen(key, "b") for key in records)}
 
     async def resume_all() -> None:
         async with aiohttp.ClientSession() as session:
@@ -157,14 +169,14 @@ def held_bytes(db: redis.Redis, base: str, held: int) -> dict[str, float]:
     counts = statuses(db, ids)
     if counts != {"resumed": held}:
         raise RuntimeError(f"the held continuations were not all resumed: {counts}")
-    resumed = (int(db.info("memory")["used_memory"]) - before) / held
-    resumed_record, resumed_body = record_sizes(db, ids)
-    return {"paused": paused, "paused_record": paused_record, "body": paused_body,
-            "resumed": resumed, "resumed_record": resumed_record, "resumed_body": resumed_body}
+    return {**paused, "paused": paused["record"] + paused["index"] + paused["listing"], "used_paused": used_paused,
+            "resumed": statistics.median(usage(db, key) for key in records),
+            "used_resumed": (int(db.info("memory")["used_memory"]) - before) / held,
+            "result": statistics.median(db.hstrlen(key, "r") for key in records)}
 
 
-def config(fake_base: str, redis_url: str) -> dict[str, Any]:
-    cfg = servers.gateway_config(fake_base)
+def config(fake_base: str, redis_url: str, tool_source: str = "python") -> dict[str, Any]:
+    cfg = servers.gateway_config(fake_base, tool_source)
     # Under callgrind the gateway runs ~50x slower: generous store deadlines keep every operation on its normal path.
     cfg["store"] = {"url": redis_url, "timeout_ms": 30_000, "fail_open_ms": 10_000}
     return cfg
@@ -204,6 +216,8 @@ def main() -> None:
     parser.add_argument("--held", type=int, default=200, help="continuations paused to read Redis memory per one")
     parser.add_argument("--memory-store", action="store_true",
                         help="store.url memory:// instead (what the pair costs without Redis; no memory figures)")
+    parser.add_argument("--tool-source", choices=["python", "http"], default="python",
+                        help="the plain loop's server tool: a Python function (default) or the fake's HTTP tool")
     parser.add_argument("--cpu-time", action="store_true",
                         help="the gateway's CPU time instead of callgrind's count (load-sensitive: use many --units)")
     args = parser.parse_args()
@@ -213,7 +227,7 @@ def main() -> None:
         with servers.start_fake(agent_tools=1, unique_call_ids=True) as fake:
             cfg = out_dir / "config.yaml"
             url = "memory://" if args.memory_store else f"redis://{store.address}/0"
-            cfg.write_text(yaml.safe_dump(config(fake.base, url), sort_keys=False))
+            cfg.write_text(yaml.safe_dump(config(fake.base, url, args.tool_source), sort_keys=False))
             port = servers.free_port()
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host", servers.HOST,
                    "--port", str(port)]
@@ -250,14 +264,15 @@ def report(plain: float, pair: float, memory: dict[str, float] | None, args: arg
     def shown(value: float) -> str:
         return f"{value * 1e6:.0f} us of CPU" if args.cpu_time else f"{value / 1000:.0f}k instructions"
 
-    print(f"plain loop (2 model calls, 1 server tool): {shown(plain)}")
+    print(f"plain loop (2 model calls, 1 server tool, {args.tool_source}): {shown(plain)}")
     print(f"pause + way-A resume (2 model calls, 1 client tool): {shown(pair)}")
     print(f"extra: {extra:.0f} % of a plain loop ({shown(pair - plain)})")
     if memory is not None:
-        print(f"Redis per continuation (used_memory over {args.held}): paused {memory['paused']:.0f} bytes, "
-              f"resumed {memory['resumed']:.0f} bytes")
-        print(f"  record (MEMORY USAGE): paused {memory['paused_record']:.0f}, resumed {memory['resumed_record']:.0f}; "
-              f"body {memory['body']:.0f} bytes (resumed: {memory['resumed_body']:.0f})")
+        print(f"Redis per paused continuation (MEMORY USAGE): {memory['paused']:.0f} bytes = record "
+              f"{memory['record']:.0f} (its body {memory['body']:.0f}) + way-A index {memory['index']:.0f} + listing "
+              f"{memory['listing']:.0f}; used_memory {memory['used_paused']:.0f}")
+        print(f"Redis per resumed continuation (its record, kept until its TTL): {memory['resumed']:.0f} bytes "
+              f"(with the answer, {memory['result']:.0f}); used_memory {memory['used_resumed']:.0f}")
     where = "" if args.cpu_time else f"; dumps in {out_dir}"
     print(f"({'memory://' if memory is None else 'Redis'} store; {args.units} of each, concurrency {args.concurrency}"
           f"{where})")

@@ -57,13 +57,13 @@ from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Store
-from gateway.store.continuations.base import Continuation, ContinuationNotFound
+from gateway.store.continuations.base import Continuation
 
 # A claim outlives the longest possible resume (the request deadline) by this much, so a live
 # resume never loses its claim, and a replica that dies mid-resume frees it soon after.
 CLAIM_LEASE_MARGIN_S = 60.0
-# Way A looks up at most this many trailing tool-call ids in the store: a paused turn's results come
-# last, and a follow-up with thousands of tool messages must not cost thousands of store round trips.
+# Way A looks up at most this many trailing tool-call ids in the store (all in one lookup): a paused turn's
+# results come last, and a follow-up with thousands of tool messages must not send thousands of keys.
 MAX_WAY_A_LOOKUPS = 32
 
 log = logging.getLogger("loopgate.continuations")
@@ -72,6 +72,17 @@ log = logging.getLogger("loopgate.continuations")
 def may_resume_way_a(messages: list[Message]) -> bool:
     """Only trailing tool results can answer a paused turn: anything else needs no store lookup."""
     return messages[-1].get("role") == "tool"
+
+
+def trailing_outputs(messages: list[Message]) -> dict[str, str]:
+    """The trailing tool messages' outputs by call id, the last message first (a paused turn's results come last)."""
+    trailing: dict[str, str] = {}
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        content = message.get("content")
+        trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
+    return trailing
 
 
 def paused_data(request: LoopRequest, assistant: Message, results: dict[str, ToolResult]) -> dict[str, Any]:
@@ -192,37 +203,21 @@ class Continuations:
         """
         if not may_resume_way_a(messages):
             return None
-        match = await self._match(tenant, messages)
-        if match is None:
+        outputs = trailing_outputs(messages)
+        # Expired and cancelled ones are not found; nor is one gone between the index lookup and the read.
+        stored = await self.store.find_paused(tenant, list(outputs)[:MAX_WAY_A_LOOKUPS])
+        if stored is None:
             return None
-        try:
-            stored = await self.store.get_continuation(match[0], tenant)
-        except ContinuationNotFound:
-            return None  # expired or cancelled between the index lookup and now
         problem = self.history_mismatch(stored, messages)
         if problem is not None:
             log.warning("way-A follow-up names continuation %s but does not match it (%s); answered statelessly, "
                         "the continuation stays pending", stored.id, problem)
             return None
         try:
-            return stored, outputs_to_results(stored, match[1])
+            return stored, outputs_to_results(stored, outputs)
         except AwaitsDecision as refused:
             await record_refusal(self.store, refused, key_id, key_name)
             raise
-
-    async def _match(self, tenant: str, messages: list[Message]) -> tuple[str, dict[str, str]] | None:
-        """The continuation id the trailing tool messages point at, and the outputs by call id."""
-        trailing: dict[str, str] = {}
-        for message in reversed(messages):
-            if message.get("role") != "tool":
-                break
-            content = message.get("content")
-            trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
-        for call_id in list(trailing)[:MAX_WAY_A_LOOKUPS]:
-            found = await self.store.find_continuation_by_tool_call(tenant, call_id)
-            if found is not None:
-                return found, trailing
-        return None
 
     @staticmethod
     def history_mismatch(continuation: Continuation, messages: list[Message]) -> str | None:

@@ -1,6 +1,7 @@
-"""The steps a pause and its resume take in the store, on every backend: a claim answered with the
-continuation the resume read already (its body not sent again), and an end of the resume that drops
-the way-A index and the listing entry in the same step when it is given the tool-call ids."""
+"""The steps a pause and its resume take in the store, on every backend: way A's lookup of the trailing
+tool-call ids and read of the continuation they name in one step, a claim answered with the continuation
+the resume read already (its body not sent again), and an end of the resume that drops the way-A index
+and the listing entry in the same step when it is given the tool-call ids."""
 
 from __future__ import annotations
 
@@ -77,3 +78,21 @@ async def test_finish_given_the_ids_checks_the_claim_and_the_tenant_first(store:
     assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id
     assert await listing_ids(store) == [c.id]
     assert (await store.get_continuation(c.id, TENANT)).status == "claimed"
+
+
+async def test_find_paused_reads_the_continuation_the_first_indexed_id_names(store: Store) -> None:
+    first = await saved(store, ids=("call_a", "call_shared"))
+    second = await saved(store, ids=("call_b", "call_shared"))
+    assert await store.find_paused(TENANT, []) is None
+    assert await store.find_paused(TENANT, ["call_unknown"]) is None
+    found = await store.find_paused(TENANT, ["call_unknown", "call_shared", "call_b", "call_a"])
+    assert found == await store.get_continuation(second.id, TENANT)  # "call_shared" names none: both hold it
+    assert found is not None and found.status == "pending" and found.data == second.data
+    assert (await store.find_paused(TENANT, ["call_a", "call_b"])) == await store.get_continuation(first.id, TENANT)
+    assert await store.find_paused(OTHER, ["call_a", "call_b"]) is None
+    await store.claim_continuation(first.id, TENANT, 30)
+    claimed = await store.find_paused(TENANT, ["call_a"])
+    assert claimed is not None and claimed.status == "claimed"  # a claim keeps the index
+    await store.finish_continuation(first.id, TENANT, RESULT, first.tool_call_ids)
+    await store.cancel_continuation(second.id, TENANT)
+    assert await store.find_paused(TENANT, ["call_a", "call_b", "call_shared"]) is None

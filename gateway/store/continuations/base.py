@@ -255,6 +255,12 @@ class ContinuationStore(ABC):
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         """Resume way A: the id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
 
+    @abstractmethod
+    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+        """Resume way A in one step: the continuation the first of ``tool_call_ids`` (in order) is indexed to,
+        read as ``get_continuation`` reads it; None when none of them names one (an id two live continuations
+        share names none), or it is gone by the time it is read. The ids are looked up all at once."""
+
     # -- tool execution ledger -------------------------------------------------------------------
     @abstractmethod
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

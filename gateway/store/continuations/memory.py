@@ -173,6 +173,16 @@ class MemoryContinuations(ContinuationStore):
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         return indexed(self._index.get((tenant, tool_call_id), self._clock()))
 
+    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+        now = self._clock()
+        found = next((cid for tc in tool_call_ids if (cid := indexed(self._index.get((tenant, tc), now)))), None)
+        if found is None:
+            return None
+        try:
+            return self._live(found, tenant, now).load()
+        except ContinuationNotFound:
+            return None
+
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:
         raw = self._ledger.get((tenant, tool_call_id), self._clock())

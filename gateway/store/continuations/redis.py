@@ -59,6 +59,21 @@ from gateway.store.ttl import check_ttl
 log = logging.getLogger("loopgate.store")
 
 
+_RECORD_FIELDS = ["t", "s", "cu", "b", "r"]
+
+
+def _loaded(continuation_id: str, tenant: str, fields: list[bytes | None]) -> Continuation:
+    """A record's fields (``_RECORD_FIELDS``) as the continuation; not found unless live and the tenant's."""
+    t, s, cu, body, result = fields
+    if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
+        raise ContinuationNotFound(continuation_id)
+    c = Continuation.from_bytes(body)
+    c.status = cast(ContinuationStatus, s.decode())
+    c.claimed_until = float(cu) if cu else None
+    c.result = result
+    return c
+
+
 class RedisContinuations(ContinuationStore):
     """The continuation part of ``RedisStore``, on its ``RedisIO``."""
 
@@ -159,16 +174,25 @@ class RedisContinuations(ContinuationStore):
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self.io.guard("get_continuation"):
             # The client is built without decode_responses: every value is bytes (or None).
-            raw = await self.io.client.hmget(record_key(continuation_id), ["t", "s", "cu", "b", "r"])
-        fields = cast(list[bytes | None], raw)
-        t, s, cu, body, result = fields
-        if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
-            raise ContinuationNotFound(continuation_id)
-        c = Continuation.from_bytes(body)
-        c.status = cast(ContinuationStatus, s.decode())
-        c.claimed_until = float(cu) if cu else None
-        c.result = result
-        return c
+            raw = await self.io.client.hmget(record_key(continuation_id), _RECORD_FIELDS)
+        return _loaded(continuation_id, tenant, cast(list[bytes | None], raw))
+
+    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+        if not tool_call_ids:
+            return None
+        client = self.io.client
+        async with self.io.guard("find_paused"):
+            # The tenant's index keys share its slot: one MGET, however many ids (a Cluster included).
+            held = cast(list[bytes | None], await client.mget([tenant_key(tenant, "tc", tc) for tc in tool_call_ids]))
+            found = next((cid for value in held if (cid := indexed(None if value is None else value.decode()))),
+                         None)
+            if found is None:
+                return None
+            raw = await client.hmget(record_key(found), _RECORD_FIELDS)
+        try:
+            return _loaded(found, tenant, cast(list[bytes | None], raw))
+        except ContinuationNotFound:
+            return None  # expired or cancelled between the index lookup and the read
 
     async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float,
                                  known: Continuation | None = None) -> Continuation:
