@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -182,12 +183,16 @@ def config(fake_base: str, redis_url: str, tool_source: str = "python") -> dict[
     return cfg
 
 
-def counted(pid: int, out_dir: Path, base: str, count: int, concurrency: int,
-            unit: Callable[[Client], Awaitable[None]]) -> tuple[float, list[str]]:
-    """Instructions of the gateway over ``count`` units (a dump of their own), and the continuations paused."""
+T = TypeVar("T")
+
+
+def counted(pid: int, out_dir: Path, work: Callable[[], T]) -> tuple[float, float, T]:
+    """Instructions of the gateway while ``work`` runs (a dump of their own), its wall time, what it returned."""
     before = {p.name for p in out_dir.glob(f"cg.{pid}.*")}
     _control(pid, "-i", "on")
-    ids = run(base, count, concurrency, unit)
+    started = time.monotonic()
+    result = work()
+    wall = time.monotonic() - started
     _control(pid, "-i", "off")
     _control(pid, "-d")
     dumps = [p for p in out_dir.glob(f"cg.{pid}.*") if p.name not in before]
@@ -197,15 +202,14 @@ def counted(pid: int, out_dir: Path, base: str, count: int, concurrency: int,
     match = _TOTAL.search(annotate.stdout)
     if match is None:
         sys.exit(f"no total in {dumps[0]}")
-    return int((match.group(1) or match.group(2)).replace(b",", b"")), ids
+    return int((match.group(1) or match.group(2)).replace(b",", b"")), wall, result
 
 
-def timed(pid: int, out_dir: Path, base: str, count: int, concurrency: int,
-          unit: Callable[[Client], Awaitable[None]]) -> tuple[float, list[str]]:
-    """CPU seconds (utime + stime) of the gateway over ``count`` units, and the continuations paused."""
-    before = cpu_seconds(pid)
-    ids = run(base, count, concurrency, unit)
-    return cpu_seconds(pid) - before, ids
+def timed(pid: int, out_dir: Path, work: Callable[[], T]) -> tuple[float, float, T]:
+    """CPU seconds (utime + stime) of the gateway while ``work`` runs, its wall time, what it returned."""
+    before, started = cpu_seconds(pid), time.monotonic()
+    result = work()
+    return cpu_seconds(pid) - before, time.monotonic() - started, result
 
 
 def main() -> None:
@@ -218,6 +222,8 @@ def main() -> None:
                         help="store.url memory:// instead (what the pair costs without Redis; no memory figures)")
     parser.add_argument("--tool-source", choices=["python", "http"], default="python",
                         help="the plain loop's server tool: a Python function (default) or the fake's HTTP tool")
+    parser.add_argument("--idle-seconds", type=float, default=20.0,
+                        help="how long the gateway's cost with no request (its timers) is measured")
     parser.add_argument("--cpu-time", action="store_true",
                         help="the gateway's CPU time instead of callgrind's count (load-sensitive: use many --units)")
     args = parser.parse_args()
@@ -235,38 +241,66 @@ def main() -> None:
                 cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                        f"--callgrind-out-file={out_dir}/cg.%p", *cmd]
             with servers.Proc("loopgate-pauses", cmd, port, startup_timeout_s=300) as gateway:
-                plain, pair, memory = measure(gateway, store.client(), out_dir, args)
+                costs, memory = measure(gateway, store.client(), out_dir, args)
     finally:
         store.kill()
-    report(plain / args.units, pair / args.units, memory, args, out_dir)
+    report(costs, memory, args, out_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """What each kind of unit cost the gateway, with its timers' share taken out (see ``measure``)."""
+
+    plain: float
+    pair: float
+    #: the gateway's cost per second with no request (its timers), and the two windows' wall times
+    idle_rate: float
+    plain_wall: float
+    pair_wall: float
+    units: int
+
+    def per_unit(self, total: float, wall: float) -> float:
+        return (total - self.idle_rate * wall) / self.units
 
 
 def measure(gateway: servers.Proc, db: redis.Redis, out_dir: Path,
-            args: argparse.Namespace) -> tuple[float, float, dict[str, float] | None]:
-    """Plain loops' and pause pairs' cost in all, and the Redis a continuation holds (None on memory://)."""
+            args: argparse.Namespace) -> tuple[Costs, dict[str, float] | None]:
+    """Plain loops' and pause pairs' cost, and the Redis a continuation holds (None on memory://).
+
+    The gateway's timers (key sync every 0.25 s, target health every second, ...) cost the same per
+    second whatever it serves, and under callgrind a window lasts minutes, longer for pairs than for
+    loops and longer on a busy machine: their cost over a window (its rate measured first, with no
+    request) is taken out of it.
+    """
     base = gateway.base
     run(base, args.warmup, args.concurrency, Client.plain)
     run(base, args.warmup, args.concurrency, Client.pair)
     memory = None if args.memory_store else held_bytes(db, base, args.held)
     time.sleep(1.0)
-    meter = timed if args.cpu_time else counted
-    plain, _ = meter(gateway.pid, out_dir, base, args.units, args.concurrency, Client.plain)
-    pair, ids = meter(gateway.pid, out_dir, base, args.units, args.concurrency, Client.pair)
+    window = timed if args.cpu_time else counted
+    idle, idle_wall, _ = window(gateway.pid, out_dir, lambda: time.sleep(args.idle_seconds))
+    plain, plain_wall, _ = window(gateway.pid, out_dir,
+                                  lambda: run(base, args.units, args.concurrency, Client.plain))
+    pair, pair_wall, ids = window(gateway.pid, out_dir, lambda: run(base, args.units, args.concurrency, Client.pair))
     counts = statuses(db, ids)
     if not args.memory_store and counts != {"resumed": args.units}:
         sys.exit(f"not every pause was resumed way A: {counts}")
-    return plain, pair, memory
+    return Costs(plain, pair, idle / idle_wall, plain_wall, pair_wall, args.units), memory
 
 
-def report(plain: float, pair: float, memory: dict[str, float] | None, args: argparse.Namespace, out_dir: Path) -> None:
-    extra = (pair - plain) / plain * 100
-
+def report(costs: Costs, memory: dict[str, float] | None, args: argparse.Namespace, out_dir: Path) -> None:
     def shown(value: float) -> str:
         return f"{value * 1e6:.0f} us of CPU" if args.cpu_time else f"{value / 1000:.0f}k instructions"
 
-    print(f"plain loop (2 model calls, 1 server tool, {args.tool_source}): {shown(plain)}")
-    print(f"pause + way-A resume (2 model calls, 1 client tool): {shown(pair)}")
-    print(f"extra: {extra:.0f} % of a plain loop ({shown(pair - plain)})")
+    plain, pair = costs.per_unit(costs.plain, costs.plain_wall), costs.per_unit(costs.pair, costs.pair_wall)
+    raw_plain, raw_pair = costs.plain / costs.units, costs.pair / costs.units
+    print(f"plain loop (2 model calls, 1 server tool, {args.tool_source}): {shown(plain)} "
+          f"(with the timers: {shown(raw_plain)})")
+    print(f"pause + way-A resume (2 model calls, 1 client tool): {shown(pair)} (with the timers: {shown(raw_pair)})")
+    print(f"extra: {(pair - plain) / plain * 100:.0f} % of a plain loop ({shown(pair - plain)}; with the timers "
+          f"{(raw_pair - raw_plain) / raw_plain * 100:.0f} %)")
+    print(f"timers: {shown(costs.idle_rate)} per second; windows {costs.plain_wall:.0f} s (loops), "
+          f"{costs.pair_wall:.0f} s (pairs)")
     if memory is not None:
         print(f"Redis per paused continuation (MEMORY USAGE): {memory['paused']:.0f} bytes = record "
               f"{memory['record']:.0f} (its body {memory['body']:.0f}) + way-A index {memory['index']:.0f} + listing "
