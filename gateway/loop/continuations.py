@@ -25,6 +25,7 @@ from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
     audit_expired,
+    decision_context,
     expired_calls,
     new_audit_id,
     summary_of,
@@ -116,6 +117,19 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
         # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
         data["stream_rescue"] = request.stream_rescue
     return data
+
+
+def kept_once_resumed(c: Continuation) -> Continuation:
+    """What a resumed continuation keeps until its TTL: what ``GET /v1/continuations/{id}`` shows of it (its
+    pending calls, who asked, the decision context), not the loop it held. Nothing resumes it again (its
+    status refuses a repeat before anything reads its data), and its record is most of a continuation's life."""
+    data = c.data
+    context = data.get("context")
+    if not isinstance(context, dict):
+        context = decision_context(list(data.get("transcript") or ()), data.get("assistant") or {})
+    return Continuation(id=c.id, tenant=c.tenant, model=c.model, status="resumed", created_at=c.created_at,
+                        expires_at=c.expires_at, pending=c.pending,
+                        data={"asker": data.get("asker"), "context": context})
 
 
 class Continuations:
@@ -317,7 +331,7 @@ class Continuations:
                 if isinstance(event, Finished):
                     result_id, result = result_record(recorder)
                     await self.store.finish_continuation(continuation.id, continuation.tenant, result,
-                                                         continuation.tool_call_ids)
+                                                         kept_once_resumed(continuation))
                     finished = True
                     metrics.CONTINUATIONS.inc("resumed")
                     self.notifier.resumed(continuation, way, result_id, event.result.status)

@@ -1,5 +1,6 @@
-"""What a pause keeps of its loop (``Continuation.data``), and that both releases of a rolling deploy
-resume each other's pauses: this one what the previous release wrote, the previous one what this one writes."""
+"""What a pause keeps of its loop (``Continuation.data``), that both releases of a rolling deploy resume each
+other's pauses (this one what the previous release wrote, the previous one what this one writes), and what a
+resumed continuation keeps until its TTL."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import orjson
 
 from gateway.canonical import NativeRequest
 from gateway.loop.approvals import arguments_digest, continuation_view, decision_context
-from gateway.loop.continuations import Continuations, paused_data
+from gateway.loop.continuations import Continuations, kept_once_resumed, paused_data
 from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.pairing import ToolResult
 from gateway.loop.pausing import PendingCall
@@ -104,3 +105,22 @@ async def test_a_pause_written_here_resumes_and_shows_what_it_no_longer_stores()
     assert (loop.state.tool_rounds, loop.state.model, loop.max_iterations) == (1, "m-2024", 7)
     assert loop.allowed_tools is None and loop.native is None and loop.stream_rescue is None
     assert loop.resume is not None and set(loop.resume.results) == {"call_0", "call_1"}
+
+
+async def test_a_resumed_continuation_keeps_what_its_view_shows_and_not_the_loop() -> None:
+    store = MemoryStore()
+    continuations = Continuations(store, 600, 30.0)
+    cid = await continuations.pause(request(), ASSISTANT, {}, [PendingCall(CALL, "client")])
+    paused = await store.get_continuation(cid, "acme")
+    kept = kept_once_resumed(paused)
+    assert kept.data == {"asker": {"id": "key_1", "name": "alice"},
+                         "context": decision_context(request().messages, ASSISTANT)}
+    assert len(kept.to_bytes()) < len(paused.to_bytes())
+    await store.claim_continuation(cid, "acme", 30)
+    await store.finish_continuation(cid, "acme", b'{"id":"chatcmpl-1","object":"chat.completion","body":{}}', kept)
+    resumed = await store.get_continuation(cid, "acme")
+    assert resumed.data == kept.data and resumed.pending == paused.pending
+    shown, before = continuation_view(resumed, now=1.0), continuation_view(paused, now=1.0)
+    assert shown == {**before, "status": "resumed"}
+    previous = kept_once_resumed(Continuation.from_bytes(orjson.dumps(PREVIOUS)))  # the context it stored
+    assert previous.data == {"asker": {"id": "key_1", "name": "alice"}, "context": PREVIOUS["data"]["context"]}  # type: ignore[index]

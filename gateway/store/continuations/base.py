@@ -223,14 +223,18 @@ class ContinuationStore(ABC):
 
     @abstractmethod
     async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
-                                  tool_call_ids: list[str] | None = None) -> None:
+                                  kept: Continuation | None = None) -> None:
         """Claimed -> resumed; the record stays until its TTL (a repeated resume gets 409, not 404).
 
         ``result`` (JSON bytes, opaque to the store) is kept with it, in the same atomic step: a
         resumed continuation read later carries it (``Continuation.result``), so whoever asked can
-        fetch the answer a decider received. The tool-call index entries are removed (``tool_call_ids``:
-        the claimed continuation's, when the caller has them: a store may then drop them in the same step).
+        fetch the answer a decider received. The tool-call index entries are removed.
         ``ContinuationConflict`` unless it is claimed.
+
+        ``kept``: the continuation as the record is to keep it once resumed (the caller leaves out
+        what only a resume reads); its pending calls name the index entries, so a store can drop them
+        in the same step. A store that may have to undo the finish (Redis with ``wait_replicas``: an
+        unconfirmed end is reverted to resumable) keeps the whole body.
         """
 
     @abstractmethod

@@ -134,7 +134,7 @@ class MemoryContinuations(ContinuationStore):
         rec.claimed_until = None
 
     async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
-                                  tool_call_ids: list[str] | None = None) -> None:
+                                  kept: Continuation | None = None) -> None:
         rec = self._live(continuation_id, tenant, self._clock())
         if rec.status != "claimed":
             raise ContinuationConflict(continuation_id, rec.status, f"continuation {continuation_id!r} is "
@@ -142,6 +142,8 @@ class MemoryContinuations(ContinuationStore):
         rec.status = "resumed"
         rec.claimed_until = None
         rec.result = result
+        if kept is not None:
+            rec.body = kept.to_bytes()
         self._unindex(rec, continuation_id)
         self._listing.remove(tenant, continuation_id)
 

@@ -216,25 +216,26 @@ class RedisContinuations(ContinuationStore):
         self._check(reply, continuation_id)
 
     async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
-                                  tool_call_ids: list[str] | None = None) -> None:
+                                  kept: Continuation | None = None) -> None:
         """Mark a resume done; with ``wait_replicas``, only once replicas confirm it.
 
         An unconfirmed finish could be undone by a failover (the record back at ``claimed``, and
         resumable a second time once the lease ends), so it is reverted to resumable and reported
         as unavailable: the client is told the resume failed and may retry; approved tools are in
-        the ledger, so none runs twice.
+        the ledger, so none runs twice. Hence, waited for, the record keeps its whole body.
         """
         rec = record_key(continuation_id)
-        if tool_call_ids is not None and not self.io.cluster and self.io.wait_replicas == 0:
+        body = b"" if kept is None or self.io.wait_replicas > 0 else kept.to_bytes()
+        if kept is not None and not self.io.cluster and self.io.wait_replicas == 0:
             # Nothing to confirm, one server: the record and the tenant's entries in one script.
-            keys = [rec, *listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in tool_call_ids)]
+            keys = [rec, *listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in kept.tool_call_ids)]
             async with self.io.guard("finish_continuation"):
-                reply = await self._finish_all(keys=keys, args=[tenant, result or b"", continuation_id,
+                reply = await self._finish_all(keys=keys, args=[tenant, result or b"", body, continuation_id,
                                                                 AMBIGUOUS_TOOL_CALL])
             self._check(reply, continuation_id)
             return
         async with self.io.guard("finish_continuation", durable=True):
-            reply, acked = await self.io.script(self._finish, [rec], [tenant, result or b""], True)
+            reply, acked = await self.io.script(self._finish, [rec], [tenant, result or b"", body], True)
             if reply[0] == b"ok" and not self.io.confirmed(acked):
                 with contextlib.suppress(Exception):
                     await self._unfinish(keys=[rec], args=[tenant])

@@ -53,9 +53,11 @@ _FINISH = LOAD + """
 if s ~= 'claimed' then return {'conflict', s} end
 redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'r', ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'b', ARGV[3]) end
 """
 
-# ARGV: tenant, result (JSON bytes; '' for none): kept in field 'r' until the record's TTL
+# ARGV: tenant, result (JSON bytes; '' for none): kept in field 'r' until the record's TTL, the body the record keeps
+# once resumed ('': the one it has; never given where the finish may be undone, see UNFINISH)
 FINISH = _FINISH + """
 return {'ok', redis.call('HGET', KEYS[1], 'ids')}
 """
@@ -167,10 +169,11 @@ return 1
 """
 
 # The end of a resume in one script (one server holds every key): FINISH, then DROP. KEYS: the record, the
-# listing's sorted set and hash, the index keys. ARGV: tenant, result ('' for none), continuation id, marker.
+# listing's sorted set and hash, the index keys. ARGV: tenant, result ('' for none), the body kept ('' for the
+# one it has), continuation id, the ambiguous marker.
 FINISH_ALL = _UNINDEX + _FINISH + """
-redis.call('ZREM', KEYS[2], ARGV[3])
-redis.call('HDEL', KEYS[3], ARGV[3])
-unindex(4, ARGV[3], ARGV[4])
+redis.call('ZREM', KEYS[2], ARGV[4])
+redis.call('HDEL', KEYS[3], ARGV[4])
+unindex(4, ARGV[4], ARGV[5])
 return {'ok'}
 """
