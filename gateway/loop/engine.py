@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from typing import Any
 
@@ -27,20 +27,23 @@ from gateway.canonical import (
     Message,
     ModelRequest,
     ModelResponse,
+    StreamDelta,
     TextDelta,
+    ToolCall,
     reasoning_deltas,
     text_of,
 )
+from gateway.loop.asking import TurnAsks
 from gateway.loop.context_step import ContextStep
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
-from gateway.loop.pairing import ToolResult
-from gateway.loop.pausing import PendingCall, gateway_extension
-from gateway.loop.prologue import resume_paused_turn
+from gateway.loop.pairing import ToolResult, tool_turn
+from gateway.loop.pausing import PendingCall, gateway_extension, store_pause, waiting_calls
+from gateway.loop.prologue import resumed_turn
 from gateway.loop.state import LoopDeps, LoopRequest, LoopState, ResumeTurn, ToolRunner
-from gateway.loop.tool_round import Turn, run_turn, triage
+from gateway.loop.tool_round import Turn, audit_denials, triage
 from gateway.loop.tool_runs import ExecuteHook, record, run_tools
 from gateway.observability import metrics
-from gateway.observability.tracing import OUTGOING
+from gateway.observability.tracing import OUTGOING, Span
 from gateway.routing.rescue import StreamPolicy
 from gateway.routing.router import Answer
 from gateway.routing.routes import RoutePlan
@@ -74,47 +77,96 @@ def server_tool_names(plan: RoutePlan, tools: ToolRunner) -> tuple[str, ...]:
 
 
 async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEvent]:
-    """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place."""
+    """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place.
+
+    Every step is named (a method of :class:`LoopRun`, the prologue's, the tool round's); what stays here
+    passes events on. A step that yielded would be an async generator of its own, at ~7,000 instructions a
+    use and ~750 an event passed through: the model call's transport and the round's tools are iterated
+    here, in one generator (bench/README.md, "run_loop as named steps")."""
     run = LoopRun(request, deps)
+    state, plan, context = request.state, request.plan, run.context
     if request.stream and run.announced:
         yield Answering(run.announced)  # a resume: tool activity before the next call belongs to the paused turn
-    if request.resume is not None:
-        paused, request.resume = request.resume, None
-        async for event in resume_paused_turn(run, paused):
-            yield event
-        if run.paused:
-            return
+    turn = resumed_turn(run, request.resume) if request.resume is not None else None
     while True:
-        if run.context is not None:
-            for notice in await run.fit_window():
-                yield notice
-        async for event in run.call_model():
+        if turn is not None:  # a round's server tools run; a call left waiting pauses the loop
+            asks = deps.asking(request) if deps.asking is not None else None
+            try:
+                async for event in run_tools(turn.runnable, turn.execute, plan.tool_concurrency, turn.results,
+                                             run.record_tool_run, run.span, state.add_wait, asks):
+                    yield event
+                if run.waits(turn, asks):
+                    yield Finished(await run.pause(turn, asks))
+                    return
+            finally:
+                if asks is not None:
+                    asks.abandon()
+            run.transcript.extend(await run.cap(tool_turn(turn.assistant, turn.results)))
+            run.transcript.extend(turn.follow_up)
+            state.tool_rounds += 1
+        window_full = False
+        if context is not None:
+            window_full, notices = await context.before_call(run.transcript, run.tool_defs,
+                                                             first=state.iterations == 0 and state.tool_rounds == 0)
+            for notice in notices:
+                yield run.noticed(notice)
+        model_request = run.next_request(window_full)
+        call_span = run.open_call_span(model_request) if run.span.recording else None
+        answer = None
+        waiting = time.perf_counter()
+        try:
+            if request.stream:
+                silent = True  # no text from this call yet
+                async for item in deps.router.stream(plan.targets, model_request, state.attempts, plan.retries,
+                                                     request.deadline, run.stream_policy):
+                    if isinstance(item, Answer):
+                        answer = item
+                        continue
+                    head = item[0]
+                    if isinstance(head, Answering):  # the first batch of the target that committed
+                        run.announced = head.model
+                    if silent and any(isinstance(delta, TextDelta) for delta in item):
+                        item, silent = run.first_text(item), False
+                    yield item
+            else:
+                answer = await deps.router.complete(plan.targets, model_request, state.attempts, plan.retries,
+                                                    request.deadline)
+        except BaseException as exc:
+            if call_span is not None:
+                run.call_failed(call_span, exc)
+            raise
+        finally:
+            state.waited_s += time.perf_counter() - waiting
+            if call_span is not None:
+                run.close_call_span()
+        assert answer is not None
+        for event in run.answered(answer, call_span):
             yield event
-        response = run.response
-        if run.provider_paused(response):
+        response = answer.response
+        if context is not None:
+            await context.observe(answer.target.label, answer.target.model, run.messages, run.tool_defs,
+                                  response.usage.prompt_tokens)
+        if response.unfinished and run.provider_paused(response):
             continue
         calls = response.tool_calls
         if run.finalize or not calls:
             yield Finished(run.finish(response))
             return
-        turn = await triage(run, response.message, calls)
-        if run.context is not None and (turn.runnable or turn.pending):
+        turn = triage(run, response.message, calls, deps.run_tool)
+        if turn.denied:
+            await audit_denials(run, turn)
+        if context is not None and (turn.runnable or turn.pending):
             for event in await run.make_room(turn):
                 yield event
-        async for event in run_turn(run, turn, deps.run_tool):
-            yield event
-        if run.paused:
-            return
 
 
 class LoopRun:
     """One request's run of the loop: what it resolves once (the route's tools, the context step) and the
     steps of an iteration, which share it as attributes rather than a dozen arguments each."""
 
-    __slots__ = ("announced", "cap", "context", "deps", "finalize", "force_finalize", "messages", "paused", "plan",
-                 "request", "response", "resumed_from", "route_tools", "span", "state", "tool_defs", "transcript",
-                 "window_full")
-    response: ModelResponse  # the last call's, once it answered
+    __slots__ = ("announced", "cap", "context", "deps", "finalize", "force_finalize", "messages", "plan", "request",
+                 "restore", "resumed_from", "route_tools", "since", "span", "state", "stream_policy", "tool_defs",
+                 "transcript")
 
     def __init__(self, request: LoopRequest, deps: LoopDeps) -> None:
         self.request, self.deps, self.plan, self.span = request, deps, request.plan, request.span
@@ -132,26 +184,32 @@ class LoopRun:
         if context is not None:
             state.context = context.report
         self.cap = context.cap if context is not None else _unchanged
+        self.stream_policy = _stream_policy(request) if request.stream else request.plan.stream
         # Streams name the answering model on every chunk: the renderer follows these announcements.
         self.announced = state.model
         self.resumed_from = ""  # the continuation this run resumes, named on its span events
-        self.force_finalize = self.finalize = self.window_full = self.paused = False
+        self.force_finalize = self.finalize = False
+        self.restore: Any = None
+        self.since = 0
 
-    async def fit_window(self) -> list[Notice]:
-        """The context guard before a call: the transcript made to fit, or the call made the finalize call."""
-        assert self.context is not None
-        state = self.state
-        overflow, notices = await self.context.before_call(self.transcript, self.tool_defs,
-                                                           first=state.iterations == 0 and state.tool_rounds == 0)
-        self.window_full = overflow
-        return self.noticed(notices)
+    def record_tool_run(self, call: ToolCall, status: str, elapsed_ms: float) -> None:
+        """A server call's end in the state's records (``tool_runs.run_tools`` reports each)."""
+        record(self.state.tool_records, call, status, elapsed_ms)
 
-    def model_request(self) -> ModelRequest:
+    def waits(self, turn: Turn, asks: TurnAsks | None) -> bool:
+        """Whether a call of the round waits (for the client, a human, a user's answer): the loop pauses."""
+        turn.pending.extend(waiting_calls(asks))
+        return bool(turn.pending)
+
+    def pause(self, turn: Turn, asks: TurnAsks | None) -> Awaitable[LoopResult]:
+        """The pause: the continuation stored first, and only then the calls waiting for answers handed on."""
+        return store_pause(self.request, self.deps, turn.assistant, turn.results, turn.pending, asks)
+
+    def next_request(self, window_full: bool) -> ModelRequest:
         """The next call: the finalize call once the rounds are spent or the window is full."""
         request, state = self.request, self.state
-        window_full = self.force_finalize or self.window_full  # the guard skipped tools for want of room
+        window_full = window_full or self.force_finalize  # the guard skipped tools for want of room
         finalize = self.finalize = window_full or state.tool_rounds >= request.max_iterations
-        self.window_full = False
         messages = self.transcript
         if finalize:
             instruction = CONTEXT_FINALIZE_INSTRUCTION if window_full else FINALIZE_INSTRUCTION
@@ -169,74 +227,57 @@ class LoopRun:
                             tool_choice=choice if tools or request.native is not None else None,
                             params=request.params, native=request.native)
 
-    async def call_model(self) -> AsyncIterator[LoopEvent]:
-        """One model call: its output passed on as it comes (a stream's batches; a whole answer's reasoning and
-        text once it is in), then the answer accounted for and left in ``self.response``."""
-        request, state, plan = self.request, self.state, self.plan
-        model_request = self.model_request()
-        attempts = state.attempts
-        answer: Answer | None = None
-        since = len(attempts)
-        call_span = restore = None
-        if self.span.recording:  # one attribute read when tracing is off
-            call_span = self.span.model_call(plan.targets, model_request)
-            outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
-            restore = OUTGOING.set(outgoing) if outgoing is not None else None
-        waiting = time.perf_counter()
-        try:
-            if request.stream:
-                separate = state.text_emitted
-                async for item in self.deps.router.stream(plan.targets, model_request, attempts, plan.retries,
-                                                          request.deadline, self.stream_policy()):
-                    if isinstance(item, Answer):
-                        answer = item
-                        continue
-                    head = item[0]
-                    opens = isinstance(head, Answering)  # the first batch of the target that committed
-                    if isinstance(head, Answering):
-                        self.announced = head.model
-                    if any(isinstance(delta, TextDelta) for delta in item):
-                        if separate:
-                            separate = False
-                            at = 1 if opens else 0  # the separator is text of the new call: after its announcement
-                            item = [*item[:at], TextDelta(ITERATION_SEPARATOR), *item[at:]]
-                        state.text_emitted = True
-                    yield item
-            else:
-                answer = await self.deps.router.complete(plan.targets, model_request, attempts, plan.retries,
-                                                         request.deadline)
-        except BaseException as exc:
-            if call_span is not None:
-                call_span.failed(exc, attempts[since:])
-            raise
-        finally:
-            state.waited_s += time.perf_counter() - waiting
-            if restore is not None:
-                with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
-                    OUTGOING.reset(restore)
-        assert answer is not None
+    def open_call_span(self, model_request: ModelRequest) -> Span:
+        """The call's span (traced requests only), its trace context sent upstream when propagation is on."""
+        self.since = len(self.state.attempts)
+        call_span = self.span.model_call(self.plan.targets, model_request)
+        outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
+        self.restore = OUTGOING.set(outgoing) if outgoing is not None else None
+        return call_span
+
+    def call_failed(self, call_span: Span, exc: BaseException) -> None:
+        call_span.failed(exc, self.state.attempts[self.since:])
+
+    def close_call_span(self) -> None:
+        if self.restore is not None:
+            with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
+                OUTGOING.reset(self.restore)
+            self.restore = None
+
+    def answered(self, answer: Answer, call_span: Span | None) -> list[LoopEvent]:
+        """The call's answer accounted for (usage, a rescued stream's cut attempts too, target and model); what
+        it adds to the events: a whole answer's reasoning and text, a stream's announcement of its model."""
+        state, response = self.state, answer.response
         if call_span is not None:
-            call_span.answered(answer.target, answer.response, attempts[since:])
-        if not request.stream:
-            for event in self.whole_output(answer):
-                yield event
-        self.account(answer)
-        if request.stream and state.model != self.announced:
+            call_span.answered(answer.target, response, state.attempts[self.since:])
+        events = [] if self.request.stream else self.whole_output(response.message)
+        state.iterations += 1
+        if answer.cut is not None:  # a rescued stream: its cut attempts produced (and billed) tokens too
+            for label, usage in answer.cut:
+                state.add_call(label, usage)
+            self.span.event("loopgate.stream_rescue",
+                            {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
+        state.add_call(answer.target.label, response.usage)
+        state.answered_by.append(answer.target.label)
+        if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto
+            response.message.setdefault("reasoning_origin", answer.target.provider.name)
+        state.model = response.model or answer.target.model
+        if self.request.stream and state.model != self.announced:
             self.announced = state.model  # a call that streamed nothing (tool calls only) still names its model
-            yield Answering(self.announced)
-        if self.context is not None:
-            await self.context.observe(answer.target.label, answer.target.model, self.messages, self.tool_defs,
-                                       answer.response.usage.prompt_tokens)
-        self.response = answer.response
+            events.append(Answering(state.model))
+        return events
 
-    def stream_policy(self) -> StreamPolicy:
-        policy = self.plan.stream
-        rescue = self.request.stream_rescue
-        return policy if rescue is None or rescue is policy.rescue else replace(policy, rescue=rescue)
+    def first_text(self, batch: list[StreamDelta]) -> list[StreamDelta]:
+        """A streamed call's first text: after an earlier call's, the separator goes first (after the batch's
+        announcement of its model, as it is text of the new call)."""
+        if not self.state.text_emitted:
+            self.state.text_emitted = True
+            return batch
+        at = 1 if isinstance(batch[0], Answering) else 0
+        return [*batch[:at], TextDelta(ITERATION_SEPARATOR), *batch[at:]]
 
-    def whole_output(self, answer: Answer) -> list[LoopEvent]:
+    def whole_output(self, message: Message) -> list[LoopEvent]:
         """A whole answer's reasoning (per block, signatures included) and text, apart from an earlier call's."""
-        message = answer.response.message
         events: list[LoopEvent] = []
         reasoning = reasoning_deltas(message)
         if reasoning:
@@ -249,25 +290,10 @@ class LoopRun:
             events.append(TextDelta(text))
         return events
 
-    def account(self, answer: Answer) -> None:
-        """An answered call in the state: its usage (a rescued stream's cut attempts too), target and model."""
-        state, response = self.state, answer.response
-        state.iterations += 1
-        if answer.cut is not None:  # a rescued stream: its cut attempts produced (and billed) tokens too
-            for label, usage in answer.cut:
-                state.add_call(label, usage)
-            self.span.event("loopgate.stream_rescue",
-                            {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
-        state.add_call(answer.target.label, response.usage)
-        state.answered_by.append(answer.target.label)
-        if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto
-            response.message.setdefault("reasoning_origin", answer.target.provider.name)
-        state.model = response.model or answer.target.model
-
     def provider_paused(self, response: ModelResponse) -> bool:
         """The provider paused its own turn (a long server tool of its own): the next call continues the turn
         as it stands. A round of the loop's cap, so it cannot go on for ever."""
-        if not response.unfinished or self.finalize or self.state.tool_rounds >= self.request.max_iterations:
+        if self.finalize or self.state.tool_rounds >= self.request.max_iterations:
             return False
         self.transcript.append(response.message)
         self.state.tool_rounds += 1
@@ -290,7 +316,7 @@ class LoopRun:
         assert self.context is not None
         calls = len(turn.runnable) + len(turn.pending)
         room, notices = await self.context.before_tools(self.transcript, turn.assistant, self.tool_defs, calls)
-        events: list[LoopEvent] = [*self.noticed(notices)]
+        events: list[LoopEvent] = [self.noticed(notice) for notice in notices]
         if room >= calls:
             return events
         skipped = [call for call, _ in turn.runnable[room:]] + [p.call for p in turn.pending]
@@ -303,17 +329,22 @@ class LoopRun:
         turn.pending, self.force_finalize = [], True
         return events
 
-    def noticed(self, notices: list[Notice]) -> list[Notice]:
-        """Context guard actions, each an event on the request's span (the continuation a resume continues)."""
-        span = self.span
-        if notices and span.recording:
-            for notice in notices:
-                attributes: dict[str, Any] = {f"loopgate.{key}": value for key, value in notice.detail.items()
-                                              if isinstance(value, int | float | str)}
-                if self.resumed_from:
-                    attributes["loopgate.continuation_id"] = self.resumed_from
-                span.event(f"loopgate.context.{notice.event}", attributes)
-        return notices
+    def noticed(self, notice: Notice) -> Notice:
+        """A context guard action, an event on the request's span (the continuation a resume continues)."""
+        if self.span.recording:
+            attributes: dict[str, Any] = {f"loopgate.{key}": value for key, value in notice.detail.items()
+                                          if isinstance(value, int | float | str)}
+            if self.resumed_from:
+                attributes["loopgate.continuation_id"] = self.resumed_from
+            self.span.event(f"loopgate.context.{notice.event}", attributes)
+        return notice
+
+
+def _stream_policy(request: LoopRequest) -> StreamPolicy:
+    """The route's stream policy, with the request's ``gateway.stream_rescue`` when it overrides the route's."""
+    policy = request.plan.stream
+    rescue = request.stream_rescue
+    return policy if rescue is None or rescue is policy.rescue else replace(policy, rescue=rescue)
 
 
 def _is_forced(tool_choice: Any) -> bool:

@@ -1,30 +1,24 @@
-"""One tool round of the loop: the model's calls sorted, room made for their results, the server tools
-run, and then either a pause or the round paired into the transcript.
+"""A round of tool calls as the loop sorts it, before its server tools run (``engine.run_loop`` runs them).
 
-1. every call is classified (:func:`triage`): server tool, server tool needing approval, client tool,
-   unknown; unknown tools get an error result, and in headless mode calls that would pause get a
-   "denied (headless)" result;
-2. the context guard may cut the round short (``LoopRun.make_room``): the calls beyond the room get a
-   skipped result and the next call finalizes;
-3. :func:`run_turn` runs the server tools (``tool_runs.run_tools``); if any call must wait for the
-   client or a human, the loop pauses (``pausing.store_pause``: the continuation is stored first, and
-   only then is the pause reported); otherwise the round goes through ``pairing.tool_turn`` into the
-   transcript.
+Every call of the model's message is classified (:func:`triage`): a server tool runs now; a server
+tool needing approval or a client tool waits (the loop pauses for it); an unknown tool gets an error
+result; and in headless mode a call that would wait gets a "denied (headless)" result, audited
+(:func:`audit_denials`). The context guard may then cut the round short (``LoopRun.make_room``).
 
-A resumed pause (``prologue.py``) completes its paused round through :func:`run_turn` too.
+When every server call has run, a call still waiting pauses the loop (``pausing.store_pause``: the
+continuation is stored first, and only then is the pause reported); otherwise the round goes through
+``pairing.tool_turn`` into the transcript. A resumed pause (``prologue.py``) is a round too.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.canonical import Message, ToolCall
-from gateway.loop.events import Finished, LoopEvent
-from gateway.loop.pairing import ToolResult, tool_turn
-from gateway.loop.pausing import PendingCall, store_pause, waiting_calls
-from gateway.loop.tool_runs import ExecuteHook, record, run_tools
+from gateway.loop.pairing import ToolResult
+from gateway.loop.pausing import PendingCall
+from gateway.loop.tool_runs import ExecuteHook, record
 
 if TYPE_CHECKING:
     from gateway.loop.engine import LoopRun
@@ -36,11 +30,15 @@ class Turn:
     """A round of tool calls: the model's message, the results it has, what runs now and what waits."""
 
     assistant: Message
+    # How a server call of this round runs: the registry's executor, or on a resume the ledger's.
+    execute: ExecuteHook
     results: dict[str, ToolResult] = field(default_factory=dict)
     runnable: list[tuple[ToolCall, Any]] = field(default_factory=list)
     pending: list[PendingCall] = field(default_factory=list)
     # What the client said after its tool results on a resume (a Messages caller's text): after the round.
     follow_up: list[Message] = field(default_factory=list)
+    # Headless denials still to audit: (call, reason).
+    denied: list[tuple[ToolCall, str]] = field(default_factory=list)
 
 
 def headless_denial(name: str, reason: str) -> str:
@@ -57,14 +55,14 @@ def client_tool_names(request: LoopRequest) -> set[str]:
     return names
 
 
-async def triage(run: LoopRun, assistant: Message, calls: list[ToolCall]) -> Turn:
+def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: ExecuteHook) -> Turn:
     """Sort the model's calls: a server tool runs now, one needing approval or a client's waits; an unknown
-    tool gets an error result, and headless, a call that would wait is denied (and audited)."""
+    tool gets an error result, and headless, a call that would wait is denied (audited after)."""
     request, state = run.request, run.state
-    turn = Turn(assistant)
+    turn = Turn(assistant, execute)
     tools = run.deps.tools
     server_names = run.route_tools
-    client_names: set[str] | None = None  # only a round with a call that is not a server tool looks
+    client_names: set[str] | None = None  # looked up only for a call that is not a server tool's
     for call in calls:
         name = call["function"]["name"]
         tool = tools.get(name) if name in server_names else None
@@ -84,30 +82,14 @@ async def triage(run: LoopRun, assistant: Message, calls: list[ToolCall]) -> Tur
             run.span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
                                                "loopgate.reason": reason})
             record(state.tool_records, call, "denied", 0.0, None if reason == "approval" else "client")
-            await run.deps.audit(request.tenant, call, reason, request.key_id, request.key_name, request.plan.name)
+            turn.denied.append((call, reason))
         else:
             turn.pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
     return turn
 
 
-async def run_turn(run: LoopRun, turn: Turn, execute: ExecuteHook) -> AsyncIterator[LoopEvent]:
-    """Run the round's server tools, then pause (``run.paused``: the pause is the last event) when a call
-    waits for the client, a human or a user's answer, or pair the round into the transcript."""
-    deps, state = run.deps, run.state
-    asks = deps.asking(run.request) if deps.asking is not None else None
-    try:
-        async for event in run_tools(turn.runnable, execute, run.plan.tool_concurrency, turn.results,
-                                     lambda c, s, e: record(state.tool_records, c, s, e), run.span,
-                                     state.add_wait, asks):
-            yield event
-        turn.pending.extend(waiting_calls(asks))
-        if turn.pending:
-            run.paused = True
-            yield Finished(await store_pause(run.request, deps, turn.assistant, turn.results, turn.pending, asks))
-            return
-    finally:
-        if asks is not None:
-            asks.abandon()
-    run.transcript.extend(await run.cap(tool_turn(turn.assistant, turn.results)))
-    run.transcript.extend(turn.follow_up)
-    state.tool_rounds += 1
+async def audit_denials(run: LoopRun, turn: Turn) -> None:
+    """Each headless denial audited (and notified) with the asking key and the route, in call order."""
+    request = run.request
+    for call, reason in turn.denied:
+        await run.deps.audit(request.tenant, call, reason, request.key_id, request.key_name, request.plan.name)
