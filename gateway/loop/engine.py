@@ -93,7 +93,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             asks = deps.asking(request) if deps.asking is not None else None
             try:
                 async for event in run_tools(turn.runnable, turn.execute, plan.tool_concurrency, turn.results,
-                                             run.record_tool_run, run.span, state.add_wait, asks):
+                                             run.record_tool_run, request.span, state.add_wait, asks):
                     yield event
                 if run.waits(turn, asks):
                     yield Finished(await run.pause(turn, asks))
@@ -101,7 +101,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             finally:
                 if asks is not None:
                     asks.abandon()
-            run.transcript.extend(await run.cap(tool_turn(turn.assistant, turn.results)))
+            run.transcript.extend(await run.capped(tool_turn(turn.assistant, turn.results)))
             run.transcript.extend(turn.follow_up)
             state.tool_rounds += 1
         window_full = False
@@ -111,7 +111,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             for notice in notices:
                 yield run.noticed(notice)
         model_request = run.next_request(window_full)
-        call_span = run.open_call_span(model_request) if run.span.recording else None
+        call_span = run.open_call_span(model_request) if request.span.recording else None
         answer = None
         waiting = time.perf_counter()
         try:
@@ -150,7 +150,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             continue
         calls = response.tool_calls
         if run.finalize or not calls:
-            yield Finished(run.finish(response))
+            yield Finished(run.finish(response, calls))
             return
         turn = triage(run, response.message, calls, deps.run_tool)
         if turn.denied:
@@ -164,12 +164,17 @@ class LoopRun:
     """One request's run of the loop: what it resolves once (the route's tools, the context step) and the
     steps of an iteration, which share it as attributes rather than a dozen arguments each."""
 
-    __slots__ = ("announced", "cap", "context", "deps", "finalize", "force_finalize", "messages", "plan", "request",
-                 "restore", "resumed_from", "route_tools", "since", "span", "state", "stream_policy", "tool_defs",
-                 "transcript")
+    __slots__ = ("announced", "context", "deps", "finalize", "force_finalize", "messages", "request", "restore",
+                 "resumed_from", "route_tools", "since", "state", "stream_policy", "tool_defs", "transcript")
+    # Set by the step that first needs them: the messages of the last call (``next_request``); on a traced
+    # request, where the call's attempts begin and the trace context to restore (``open_call_span``).
+    messages: list[Message]
+    since: int
+    restore: Any
 
     def __init__(self, request: LoopRequest, deps: LoopDeps) -> None:
-        self.request, self.deps, self.plan, self.span = request, deps, request.plan, request.span
+        self.request = request
+        self.deps = deps
         self.state = state = request.state
         route_tools = server_tool_names(request.plan, deps.tools)
         if request.allowed_tools is not None:
@@ -177,24 +182,27 @@ class LoopRun:
             route_tools = tuple(name for name in route_tools if name in allowed)
         self.route_tools = route_tools
         self.tool_defs = deps.tools.definitions(route_tools) + request.client_tools
-        self.transcript = self.messages = request.messages
-        context = (ContextStep(deps.context, deps.router, request.plan, request.params, request.deadline,
-                               deps.route_lookup, state.add_call, request.span) if deps.context is not None else None)
-        self.context = context
-        if context is not None:
-            state.context = context.report
-        self.cap = context.cap if context is not None else _unchanged
+        self.transcript = request.messages
+        if deps.context is not None:
+            self.context: ContextStep | None = ContextStep(deps.context, deps.router, request.plan, request.params,
+                                                           request.deadline, deps.route_lookup, state.add_call,
+                                                           request.span)
+            state.context = self.context.report
+        else:
+            self.context = None
         self.stream_policy = _stream_policy(request) if request.stream else request.plan.stream
         # Streams name the answering model on every chunk: the renderer follows these announcements.
         self.announced = state.model
         self.resumed_from = ""  # the continuation this run resumes, named on its span events
-        self.force_finalize = self.finalize = False
-        self.restore: Any = None
-        self.since = 0
+        self.force_finalize = False
 
     def record_tool_run(self, call: ToolCall, status: str, elapsed_ms: float) -> None:
         """A server call's end in the state's records (``tool_runs.run_tools`` reports each)."""
         record(self.state.tool_records, call, status, elapsed_ms)
+
+    def capped(self, messages: list[Message]) -> Awaitable[list[Message]]:
+        """A round's messages, each tool result cut to the route's ``max_tool_result_tokens`` (context guard)."""
+        return self.context.cap(messages) if self.context is not None else _unchanged(messages)
 
     def waits(self, turn: Turn, asks: TurnAsks | None) -> bool:
         """Whether a call of the round waits (for the client, a human, a user's answer): the loop pauses."""
@@ -230,7 +238,7 @@ class LoopRun:
     def open_call_span(self, model_request: ModelRequest) -> Span:
         """The call's span (traced requests only), its trace context sent upstream when propagation is on."""
         self.since = len(self.state.attempts)
-        call_span = self.span.model_call(self.plan.targets, model_request)
+        call_span = self.request.span.model_call(self.request.plan.targets, model_request)
         outgoing = call_span.outgoing()  # None unless observability.propagate_to_providers
         self.restore = OUTGOING.set(outgoing) if outgoing is not None else None
         return call_span
@@ -242,27 +250,38 @@ class LoopRun:
         if self.restore is not None:
             with contextlib.suppress(ValueError):  # closed from another context: nothing left to restore
                 OUTGOING.reset(self.restore)
-            self.restore = None
 
     def answered(self, answer: Answer, call_span: Span | None) -> list[LoopEvent]:
         """The call's answer accounted for (usage, a rescued stream's cut attempts too, target and model); what
         it adds to the events: a whole answer's reasoning and text, a stream's announcement of its model."""
         state, response = self.state, answer.response
+        message = response.message
         if call_span is not None:
             call_span.answered(answer.target, response, state.attempts[self.since:])
-        events = [] if self.request.stream else self.whole_output(response.message)
+        events: list[LoopEvent] = []
+        stream = self.request.stream
+        if not stream:
+            reasoning = reasoning_deltas(message)  # per block, signatures included
+            if reasoning:
+                events.append(reasoning)
+            text = text_of(message.get("content"))
+            if text:
+                if state.text_emitted:
+                    events.append(TextDelta(ITERATION_SEPARATOR))
+                state.text_emitted = True
+                events.append(TextDelta(text))
         state.iterations += 1
         if answer.cut is not None:  # a rescued stream: its cut attempts produced (and billed) tokens too
             for label, usage in answer.cut:
                 state.add_call(label, usage)
-            self.span.event("loopgate.stream_rescue",
-                            {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
+            self.request.span.event("loopgate.stream_rescue",
+                                    {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
         state.add_call(answer.target.label, response.usage)
         state.answered_by.append(answer.target.label)
-        if "reasoning_content" in response.message:  # provenance for reasoning_passback: auto
-            response.message.setdefault("reasoning_origin", answer.target.provider.name)
+        if "reasoning_content" in message:  # provenance for reasoning_passback: auto
+            message.setdefault("reasoning_origin", answer.target.provider.name)
         state.model = response.model or answer.target.model
-        if self.request.stream and state.model != self.announced:
+        if stream and state.model != self.announced:
             self.announced = state.model  # a call that streamed nothing (tool calls only) still names its model
             events.append(Answering(state.model))
         return events
@@ -276,20 +295,6 @@ class LoopRun:
         at = 1 if isinstance(batch[0], Answering) else 0
         return [*batch[:at], TextDelta(ITERATION_SEPARATOR), *batch[at:]]
 
-    def whole_output(self, message: Message) -> list[LoopEvent]:
-        """A whole answer's reasoning (per block, signatures included) and text, apart from an earlier call's."""
-        events: list[LoopEvent] = []
-        reasoning = reasoning_deltas(message)
-        if reasoning:
-            events.append(reasoning)
-        text = text_of(message.get("content"))
-        if text:
-            if self.state.text_emitted:
-                events.append(TextDelta(ITERATION_SEPARATOR))
-            self.state.text_emitted = True
-            events.append(TextDelta(text))
-        return events
-
     def provider_paused(self, response: ModelResponse) -> bool:
         """The provider paused its own turn (a long server tool of its own): the next call continues the turn
         as it stands. A round of the loop's cap, so it cannot go on for ever."""
@@ -299,9 +304,9 @@ class LoopRun:
         self.state.tool_rounds += 1
         return True
 
-    def finish(self, response: ModelResponse) -> LoopResult:
+    def finish(self, response: ModelResponse, calls: list[ToolCall]) -> LoopResult:
         """The run's result: the answer's finish reason (``stop`` for calls the finalize call made anyway)."""
-        state, calls = self.state, response.tool_calls
+        state = self.state
         metrics.LOOP_ITERATIONS.observe(state.iterations)
         result = LoopResult("completed", "stop" if calls else response.finish_reason, state.usage,
                             gateway_extension(state, "completed"), model=state.model,
@@ -331,12 +336,13 @@ class LoopRun:
 
     def noticed(self, notice: Notice) -> Notice:
         """A context guard action, an event on the request's span (the continuation a resume continues)."""
-        if self.span.recording:
+        span = self.request.span
+        if span.recording:
             attributes: dict[str, Any] = {f"loopgate.{key}": value for key, value in notice.detail.items()
                                           if isinstance(value, int | float | str)}
             if self.resumed_from:
                 attributes["loopgate.continuation_id"] = self.resumed_from
-            self.span.event(f"loopgate.context.{notice.event}", attributes)
+            span.event(f"loopgate.context.{notice.event}", attributes)
         return notice
 
 

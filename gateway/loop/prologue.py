@@ -29,7 +29,7 @@ def resumed_turn(run: LoopRun, paused: ResumeTurn) -> Turn:
     """The paused round with its approved and retried calls to run (a tool gone since: an error result)."""
     request, deps = run.request, run.deps
     request.resume = None  # taken: the loop goes on from here
-    run.span.event("loopgate.resume", {"loopgate.continuation_id": paused.continuation_id})
+    run.request.span.event("loopgate.resume", {"loopgate.continuation_id": paused.continuation_id})
     run.resumed_from = paused.continuation_id
     execute = deps.run_approved(request.tenant, paused.continuation_id) if deps.run_approved else deps.run_tool
     if paused.retries:  # ledgered like approved calls: a retried resume replays the retry, never sends it twice

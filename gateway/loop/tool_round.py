@@ -79,7 +79,7 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
         elif request.headless:
             turn.results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
             state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
-            run.span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
+            run.request.span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
                                                "loopgate.reason": reason})
             record(state.tool_records, call, "denied", 0.0, None if reason == "approval" else "client")
             turn.denied.append((call, reason))
