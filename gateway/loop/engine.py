@@ -1,19 +1,28 @@
 """The tool loop: one async generator of events, rendered either as one response or as a stream.
 
-A run is a sequence of named steps (:func:`run_loop` reads as the list of them):
+A run is a sequence of named steps; :func:`run_loop` calls them in order and passes their events on:
 
-* the resume prologue (``prologue.py``), when the request resumes a paused round;
-* per iteration: the context guard before the call (:meth:`LoopRun.fit_window`), one model call through
-  the router (:meth:`LoopRun.call_model`; any iteration may be answered by any target of the route);
-* then, if the model asked for tools, one tool round (``tool_round.py``): the calls sorted, room made
-  for their results (:meth:`LoopRun.make_room`), the server tools run, and a pause or the next call;
-* finalize (:meth:`LoopRun.finish`): the answer, with the ``gateway`` object that reports the run.
+* the resume prologue (``prologue.resumed_turn``), when the request resumes a paused round: that
+  round's approved calls run first, as the round of a new request would;
+* per iteration, the model call: the context guard fits the transcript (``ContextStep.before_call``),
+  :meth:`LoopRun.next_request` makes the call (the finalize call once the rounds are spent), the router
+  answers it (any target of the route may answer any iteration), :meth:`LoopRun.answered` accounts
+  for it;
+* finalize (:meth:`LoopRun.finish`) when the answer asks for no tools;
+* else the tool round: its calls sorted (``tool_round.triage``), headless denials audited and room made
+  for the results (:meth:`LoopRun.prepare_round`), the server tools run (``tool_runs.run_tools``), then
+  the pause (:meth:`LoopRun.pause`: stored first, reported after) when a call waits for the client, a
+  human or a user's answer, or the round paired into the transcript (``pairing.tool_turn``).
+
+The steps are plain functions and methods: none yields. A step that yielded would be an async
+generator of its own, at about 7,000 instructions a use (3,500 of them asyncio's hook for async
+generators) and 750 per event passed through it, so the model call's stream and the round's tools
+are iterated in ``run_loop`` itself (bench/README.md, "run_loop as named steps").
 
 At ``max_tool_iterations`` tool rounds the next call is the finalize call: tool definitions
 kept (Anthropic rejects tool blocks in a history without them), ``tool_choice: none`` and an
 instruction to answer now, so the answer always ends in text.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -77,12 +86,7 @@ def server_tool_names(plan: RoutePlan, tools: ToolRunner) -> tuple[str, ...]:
 
 
 async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEvent]:
-    """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place.
-
-    Every step is named (a method of :class:`LoopRun`, the prologue's, the tool round's); what stays here
-    passes events on. A step that yielded would be an async generator of its own, at ~7,000 instructions a
-    use and ~750 an event passed through: the model call's transport and the round's tools are iterated
-    here, in one generator (bench/README.md, "run_loop as named steps")."""
+    """Drive the loop to a final answer or a pause; ``request.messages`` is extended in place."""
     run = LoopRun(request, deps)
     state, plan, context = request.state, request.plan, run.context
     if request.stream and run.announced:
@@ -153,11 +157,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             yield Finished(run.finish(response, calls))
             return
         turn = triage(run, response.message, calls, deps.run_tool)
-        if turn.denied:
-            await audit_denials(run, turn)
-        if context is not None and (turn.runnable or turn.pending):
-            for event in await run.make_room(turn):
-                yield event
+        for event in await run.prepare_round(turn):
+            yield event
 
 
 class LoopRun:
@@ -315,11 +316,15 @@ class LoopRun:
             self.request.on_finish(result)
         return result
 
-    async def make_room(self, turn: Turn) -> list[LoopEvent]:
-        """The context guard before a round: with no room for every result, the calls beyond it get a skipped
-        result (server calls first keep their place) and the next call is the finalize call."""
-        assert self.context is not None
+    async def prepare_round(self, turn: Turn) -> list[LoopEvent]:
+        """Before a round's tools run: its headless denials audited, then the context guard's room for its
+        results. With no room for every result, the calls beyond it get a skipped result (server calls first
+        keep their place) and the next call is the finalize call."""
+        if turn.denied:
+            await audit_denials(self, turn)
         calls = len(turn.runnable) + len(turn.pending)
+        if self.context is None or not calls:
+            return []
         room, notices = await self.context.before_tools(self.transcript, turn.assistant, self.tool_defs, calls)
         events: list[LoopEvent] = [self.noticed(notice) for notice in notices]
         if room >= calls:

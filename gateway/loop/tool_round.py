@@ -3,7 +3,7 @@
 Every call of the model's message is classified (:func:`triage`): a server tool runs now; a server
 tool needing approval or a client tool waits (the loop pauses for it); an unknown tool gets an error
 result; and in headless mode a call that would wait gets a "denied (headless)" result, audited
-(:func:`audit_denials`). The context guard may then cut the round short (``LoopRun.make_room``).
+(:func:`audit_denials`). The context guard may then cut the round short (``LoopRun.prepare_round``).
 
 When every server call has run, a call still waiting pauses the loop (``pausing.store_pause``: the
 continuation is stored first, and only then is the pause reported); otherwise the round goes through
