@@ -182,7 +182,9 @@ class LoopRun:
             allowed = request.allowed_tools
             route_tools = tuple(name for name in route_tools if name in allowed)
         self.route_tools = route_tools
-        self.tool_defs = deps.tools.definitions(route_tools) + request.client_tools
+        # A route without server tools (plain proxy traffic) sends the caller's own list: nothing to build.
+        client_tools = request.client_tools
+        self.tool_defs = deps.tools.definitions(route_tools) + client_tools if route_tools else client_tools
         self.transcript = request.messages
         if deps.context is not None:
             self.context: ContextStep | None = ContextStep(deps.context, deps.router, request.plan, request.params,
