@@ -9,10 +9,11 @@ A run is a sequence of named steps; :func:`run_loop` calls them in order and pas
   answers it (any target of the route may answer any iteration), :meth:`LoopRun.answered` accounts
   for it;
 * finalize (:meth:`LoopRun.finish`) when the answer asks for no tools;
-* else the tool round: its calls sorted (``tool_round.triage``), headless denials audited and room made
-  for the results (:meth:`LoopRun.prepare_round`), the server tools run (``tool_runs.run_tools``), then
-  the pause (:meth:`LoopRun.pause`: stored first, reported after) when a call waits for the client, a
-  human or a user's answer, or the round paired into the transcript (``pairing.tool_turn``).
+* else the tool round: its calls sorted (``tool_round.triage``), headless denials audited, room made for
+  the results (``ContextStep.before_tools``, :meth:`LoopRun.made_room`), the server tools run
+  (``tool_runs.run_tools``), then the pause (:meth:`LoopRun.pause`: stored first, reported after) when a
+  call waits for the client, a human or a user's answer, or the round paired into the transcript
+  (``pairing.tool_turn``).
 
 The steps are plain functions and methods: none yields. A step that yielded would be an async
 generator of its own, at about 7,000 instructions a use (3,500 of them asyncio's hook for async
@@ -99,21 +100,20 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 async for event in run_tools(turn.runnable, turn.execute, plan.tool_concurrency, turn.results,
                                              run.record_tool_run, request.span, state.add_wait, asks):
                     yield event
-                if run.waits(turn, asks):
+                turn.pending.extend(waiting_calls(asks))
+                if turn.pending:
                     yield Finished(await run.pause(turn, asks))
                     return
             finally:
                 if asks is not None:
                     asks.abandon()
-            run.transcript.extend(await run.capped(tool_turn(turn.assistant, turn.results)))
+            run.transcript.extend(await context.cap(tool_turn(turn.assistant, turn.results)))
             run.transcript.extend(turn.follow_up)
             state.tool_rounds += 1
-        window_full = False
-        if context is not None:
-            window_full, notices = await context.before_call(run.transcript, run.tool_defs,
-                                                             first=state.iterations == 0 and state.tool_rounds == 0)
-            for notice in notices:
-                yield run.noticed(notice)
+        window_full, notices = await context.before_call(run.transcript, run.tool_defs,
+                                                         first=state.iterations == 0 and state.tool_rounds == 0)
+        for notice in notices:
+            yield run.noticed(notice)
         model_request = run.next_request(window_full)
         call_span = run.open_call_span(model_request) if request.span.recording else None
         answer = None
@@ -147,9 +147,8 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
         for event in run.answered(answer, call_span):
             yield event
         response = answer.response
-        if context is not None:
-            await context.observe(answer.target.label, answer.target.model, run.messages, run.tool_defs,
-                                  response.usage.prompt_tokens)
+        await context.observe(answer.target.label, answer.target.model, run.messages, run.tool_defs,
+                              response.usage.prompt_tokens)
         if response.unfinished and run.provider_paused(response):
             continue
         calls = response.tool_calls
@@ -157,8 +156,12 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             yield Finished(run.finish(response, calls))
             return
         turn = triage(run, response.message, calls, deps.run_tool)
-        for event in await run.prepare_round(turn):
-            yield event
+        if turn.denied:
+            await audit_denials(run, turn)
+        if turn.runnable or turn.pending:  # the guard's room for the results
+            room, notices = await context.before_tools(run.transcript, turn.assistant, run.tool_defs, turn.waiting())
+            for event in run.made_room(turn, room, notices):
+                yield event
 
 
 class LoopRun:
@@ -186,13 +189,9 @@ class LoopRun:
         client_tools = request.client_tools
         self.tool_defs = deps.tools.definitions(route_tools) + client_tools if route_tools else client_tools
         self.transcript = request.messages
-        if deps.context is not None:
-            self.context: ContextStep | None = ContextStep(deps.context, deps.router, request.plan, request.params,
-                                                           request.deadline, deps.route_lookup, state.add_call,
-                                                           request.span)
-            state.context = self.context.report
-        else:
-            self.context = None
+        self.context = ContextStep(deps.context, deps.router, request.plan, request.params, request.deadline,
+                                   deps.route_lookup, state.add_call, request.span)
+        state.context = self.context.report
         self.stream_policy = _stream_policy(request) if request.stream else request.plan.stream
         # Streams name the answering model on every chunk: the renderer follows these announcements.
         self.announced = state.model
@@ -202,15 +201,6 @@ class LoopRun:
     def record_tool_run(self, call: ToolCall, status: str, elapsed_ms: float) -> None:
         """A server call's end in the state's records (``tool_runs.run_tools`` reports each)."""
         record(self.state.tool_records, call, status, elapsed_ms)
-
-    def capped(self, messages: list[Message]) -> Awaitable[list[Message]]:
-        """A round's messages, each tool result cut to the route's ``max_tool_result_tokens`` (context guard)."""
-        return self.context.cap(messages) if self.context is not None else _unchanged(messages)
-
-    def waits(self, turn: Turn, asks: TurnAsks | None) -> bool:
-        """Whether a call of the round waits (for the client, a human, a user's answer): the loop pauses."""
-        turn.pending.extend(waiting_calls(asks))
-        return bool(turn.pending)
 
     def pause(self, turn: Turn, asks: TurnAsks | None) -> Awaitable[LoopResult]:
         """The pause: the continuation stored first, and only then the calls waiting for answers handed on."""
@@ -318,18 +308,11 @@ class LoopRun:
             self.request.on_finish(result)
         return result
 
-    async def prepare_round(self, turn: Turn) -> list[LoopEvent]:
-        """Before a round's tools run: its headless denials audited, then the context guard's room for its
-        results. With no room for every result, the calls beyond it get a skipped result (server calls first
-        keep their place) and the next call is the finalize call."""
-        if turn.denied:
-            await audit_denials(self, turn)
-        calls = len(turn.runnable) + len(turn.pending)
-        if self.context is None or not calls:
-            return []
-        room, notices = await self.context.before_tools(self.transcript, turn.assistant, self.tool_defs, calls)
+    def made_room(self, turn: Turn, room: int, notices: list[Notice]) -> list[LoopEvent]:
+        """The context guard's answer before a round: with no room for every result, the calls beyond it get
+        a skipped result (server calls first keep their place) and the next call is the finalize call."""
         events: list[LoopEvent] = [self.noticed(notice) for notice in notices]
-        if room >= calls:
+        if room >= len(turn.runnable) + len(turn.pending):
             return events
         skipped = [call for call, _ in turn.runnable[room:]] + [p.call for p in turn.pending]
         turn.runnable = turn.runnable[:room]
@@ -363,6 +346,3 @@ def _stream_policy(request: LoopRequest) -> StreamPolicy:
 def _is_forced(tool_choice: Any) -> bool:
     return tool_choice == "required" or isinstance(tool_choice, dict)
 
-
-async def _unchanged(messages: list[Message]) -> list[Message]:
-    return messages

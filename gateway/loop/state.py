@@ -162,7 +162,8 @@ class LoopDeps:
     audit: AuditHook
     # Executes calls a human approved on resume; records each in the ledger so a retried resume never re-runs one.
     run_approved: Callable[[str, str], ExecuteHook] | None = None
-    context: ContextGuard | None = None
+    # The context guard: no request goes without it (a plain proxy request pays a cached size check).
+    context: ContextGuard = field(default_factory=ContextGuard)
     route_lookup: Callable[[str], RoutePlan | None] | None = None
     # A turn's elicitation handlers (``loop/asking.py``); None: tools that ask for input are declined.
     asking: Callable[[LoopRequest], TurnAsks] | None = None

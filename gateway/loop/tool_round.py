@@ -3,7 +3,7 @@
 Every call of the model's message is classified (:func:`triage`): a server tool runs now; a server
 tool needing approval or a client tool waits (the loop pauses for it); an unknown tool gets an error
 result; and in headless mode a call that would wait gets a "denied (headless)" result, audited
-(:func:`audit_denials`). The context guard may then cut the round short (``LoopRun.prepare_round``).
+(:func:`audit_denials`). The context guard may then cut the round short (``LoopRun.made_room``).
 
 When every server call has run, a call still waiting pauses the loop (``pausing.store_pause``: the
 continuation is stored first, and only then is the pause reported); otherwise the round goes through
@@ -12,7 +12,6 @@ continuation is stored first, and only then is the pause reported); otherwise th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.canonical import Message, ToolCall
@@ -25,20 +24,27 @@ if TYPE_CHECKING:
     from gateway.loop.state import LoopRequest
 
 
-@dataclass(slots=True)
 class Turn:
     """A round of tool calls: the model's message, the results it has, what runs now and what waits."""
 
-    assistant: Message
-    # How a server call of this round runs: the registry's executor, or on a resume the ledger's.
-    execute: ExecuteHook
-    results: dict[str, ToolResult] = field(default_factory=dict)
-    runnable: list[tuple[ToolCall, Any]] = field(default_factory=list)
-    pending: list[PendingCall] = field(default_factory=list)
-    # What the client said after its tool results on a resume (a Messages caller's text): after the round.
-    follow_up: list[Message] = field(default_factory=list)
-    # Headless denials still to audit: (call, reason).
-    denied: list[tuple[ToolCall, str]] = field(default_factory=list)
+    __slots__ = ("assistant", "denied", "execute", "follow_up", "pending", "results", "runnable")
+
+    def __init__(self, assistant: Message, execute: ExecuteHook, results: dict[str, ToolResult] | None = None,
+                 pending: list[PendingCall] | None = None, follow_up: list[Message] | None = None) -> None:
+        self.assistant = assistant
+        # How a server call of this round runs: the registry's executor, or on a resume the ledger's.
+        self.execute = execute
+        self.results: dict[str, ToolResult] = {} if results is None else results
+        self.runnable: list[tuple[ToolCall, Any]] = []
+        self.pending: list[PendingCall] = [] if pending is None else pending
+        # What the client said after its tool results on a resume (a Messages caller's text): after the round.
+        self.follow_up: list[Message] = follow_up or []
+        # Headless denials still to audit: (call, reason).
+        self.denied: list[tuple[ToolCall, str]] = []
+
+    def waiting(self) -> int:
+        """How many of the round's calls will have a result: the ones to run and the ones to wait for."""
+        return len(self.runnable) + len(self.pending)
 
 
 def headless_denial(name: str, reason: str) -> str:
