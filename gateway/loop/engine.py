@@ -102,7 +102,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                     yield event
                 turn.pending.extend(waiting_calls(asks))
                 if turn.pending:
-                    yield Finished(await run.pause(turn, asks))
+                    yield Finished(await run.pause(turn, asks))  # stored first, reported after
                     return
             finally:
                 if asks is not None:
@@ -114,7 +114,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                                                          first=state.iterations == 0 and state.tool_rounds == 0)
         for notice in notices:
             yield run.noticed(notice)
-        model_request = run.next_request(window_full)
+        model_request = run.next_request(window_full)  # the model call
         call_span = run.open_call_span(model_request) if request.span.recording else None
         answer = None
         waiting = time.perf_counter()
@@ -136,8 +136,7 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
                 answer = await deps.router.complete(plan.targets, model_request, state.attempts, plan.retries,
                                                     request.deadline)
         except BaseException as exc:
-            if call_span is not None:
-                run.call_failed(call_span, exc)
+            run.call_failed(call_span, exc)
             raise
         finally:
             state.waited_s += time.perf_counter() - waiting
@@ -153,15 +152,16 @@ async def run_loop(request: LoopRequest, deps: LoopDeps) -> AsyncIterator[LoopEv
             continue
         calls = response.tool_calls
         if run.finalize or not calls:
-            yield Finished(run.finish(response, calls))
+            yield Finished(run.finish(response, calls))  # finalize
             return
-        turn = triage(run, response.message, calls, deps.run_tool)
+        turn = triage(run, response.message, calls, deps.run_tool)  # the tool round
         if turn.denied:
             await audit_denials(run, turn)
-        if turn.runnable or turn.pending:  # the guard's room for the results
-            room, notices = await context.before_tools(run.transcript, turn.assistant, run.tool_defs, turn.waiting())
-            for event in run.made_room(turn, room, notices):
-                yield event
+        if results_due := len(turn.runnable) + len(turn.pending):  # the guard's room for their results
+            room, notices = await context.before_tools(run.transcript, turn.assistant, run.tool_defs, results_due)
+            if notices or room < results_due:
+                for event in run.made_room(turn, room, notices):
+                    yield event
 
 
 class LoopRun:
@@ -236,8 +236,9 @@ class LoopRun:
         self.restore = OUTGOING.set(outgoing) if outgoing is not None else None
         return call_span
 
-    def call_failed(self, call_span: Span, exc: BaseException) -> None:
-        call_span.failed(exc, self.state.attempts[self.since:])
+    def call_failed(self, call_span: Span | None, exc: BaseException) -> None:
+        if call_span is not None:
+            call_span.failed(exc, self.state.attempts[self.since:])
 
     def close_call_span(self) -> None:
         if self.restore is not None:

@@ -34,7 +34,7 @@ def resumed_turn(run: LoopRun, paused: ResumeTurn) -> Turn:
     execute = deps.run_approved(request.tenant, paused.continuation_id) if deps.run_approved else deps.run_tool
     if paused.retries:  # ledgered like approved calls: a retried resume replays the retry, never sends it twice
         execute = retrying(execute, paused.retries)
-    turn = Turn(paused.assistant, execute, paused.results, pending=list(paused.asked), follow_up=paused.follow_up)
+    turn = Turn(paused.assistant, execute, paused.results, [], list(paused.asked), paused.follow_up, [])
     retried = [call for call in paused.assistant.get("tool_calls") or () if call["id"] in paused.retries]
     for call in [*paused.approved, *retried]:
         tool = deps.tools.get(call["function"]["name"])

@@ -29,22 +29,19 @@ class Turn:
 
     __slots__ = ("assistant", "denied", "execute", "follow_up", "pending", "results", "runnable")
 
-    def __init__(self, assistant: Message, execute: ExecuteHook, results: dict[str, ToolResult] | None = None,
-                 pending: list[PendingCall] | None = None, follow_up: list[Message] | None = None) -> None:
+    def __init__(self, assistant: Message, execute: ExecuteHook, results: dict[str, ToolResult],
+                 runnable: list[tuple[ToolCall, Any]], pending: list[PendingCall], follow_up: list[Message],
+                 denied: list[tuple[ToolCall, str]]) -> None:
         self.assistant = assistant
         # How a server call of this round runs: the registry's executor, or on a resume the ledger's.
         self.execute = execute
-        self.results: dict[str, ToolResult] = {} if results is None else results
-        self.runnable: list[tuple[ToolCall, Any]] = []
-        self.pending: list[PendingCall] = [] if pending is None else pending
+        self.results = results
+        self.runnable = runnable
+        self.pending = pending
         # What the client said after its tool results on a resume (a Messages caller's text): after the round.
-        self.follow_up: list[Message] = follow_up or []
+        self.follow_up = follow_up
         # Headless denials still to audit: (call, reason).
-        self.denied: list[tuple[ToolCall, str]] = []
-
-    def waiting(self) -> int:
-        """How many of the round's calls will have a result: the ones to run and the ones to wait for."""
-        return len(self.runnable) + len(self.pending)
+        self.denied = denied
 
 
 def headless_denial(name: str, reason: str) -> str:
@@ -65,7 +62,10 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
     """Sort the model's calls: a server tool runs now, one needing approval or a client's waits; an unknown
     tool gets an error result, and headless, a call that would wait is denied (audited after)."""
     request, state = run.request, run.state
-    turn = Turn(assistant, execute)
+    results: dict[str, ToolResult] = {}
+    runnable: list[tuple[ToolCall, Any]] = []
+    pending: list[PendingCall] = []
+    denied: list[tuple[ToolCall, str]] = []
     tools = run.deps.tools
     server_names = run.route_tools
     client_names: set[str] | None = None  # looked up only for a call that is not a server tool's
@@ -73,25 +73,25 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
         name = call["function"]["name"]
         tool = tools.get(name) if name in server_names else None
         if tool is not None and tool.spec.approval != "required":
-            turn.runnable.append((call, tool))
+            runnable.append((call, tool))
             continue
         if tool is None and client_names is None:
             client_names = client_tool_names(request)
         reason = "approval" if tool is not None else "client" if client_names and name in client_names else None
         if reason is None:
             available = ", ".join(sorted({*server_names, *(client_names or ())})) or "none"
-            turn.results[call["id"]] = ToolResult("error", f"Unknown tool '{name}'. Available tools: {available}.")
+            results[call["id"]] = ToolResult("error", f"Unknown tool '{name}'. Available tools: {available}.")
             record(state.tool_records, call, "error", 0.0, "unknown")
         elif request.headless:
-            turn.results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
+            results[call["id"]] = ToolResult("denied", headless_denial(name, reason))
             state.headless_denials.append({"tool_call_id": call["id"], "name": name, "reason": reason})
-            run.request.span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
-                                               "loopgate.reason": reason})
+            request.span.event("loopgate.denial", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call["id"],
+                                                   "loopgate.reason": reason})
             record(state.tool_records, call, "denied", 0.0, None if reason == "approval" else "client")
-            turn.denied.append((call, reason))
+            denied.append((call, reason))
         else:
-            turn.pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
-    return turn
+            pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
+    return Turn(assistant, execute, results, runnable, pending, [], denied)
 
 
 async def audit_denials(run: LoopRun, turn: Turn) -> None:
