@@ -399,7 +399,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     problem = pairing_problem(messages)
     if problem is not None:
         raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
-    await work.admit(work.incoming.body_bytes, output=plan.output_reservation(request.params))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
