@@ -56,6 +56,7 @@ from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
+from gateway.store.responses.base import ANSWER_IN_OUTPUT, output_answer
 from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")
@@ -252,11 +253,14 @@ class ResponseRun:
         whether that continuation's transcript starts with the instructions}``, and for a
         follow-up whose parent's messages are unchanged, ``"ancestors"``: the responses it
         continues, root first, its ``transcript`` then being only what it adds
-        (store/responses/base.py). Without ``finished`` (still running, or failed) it only describes.
+        (store/responses/base.py), and ``"answer_in_output": True`` when the transcript leaves out its
+        final answer, read back from the Response object's text (stored once). Without ``finished``
+        (still running, or failed) it only describes.
         """
         transcript: list[Message] | None = None
         continuation_id: str | None = None
         ancestors: list[str] | None = None
+        answer_in_output = False
         if finished is not None and finished.result.status == "paused":
             continuation_id = finished.result.gateway.get("continuation_id")
         elif finished is not None:
@@ -266,7 +270,10 @@ class ResponseRun:
                 segment = chain.segment(messages)
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
-            transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
+            answer = "".join(self.builder.final_text)
+            # The Response object holds the answer's text already: stored once (store/responses/base.py).
+            answer_in_output = answer == output_answer(self.builder.response["output"])
+            transcript = messages if answer_in_output else [*messages, {"role": "assistant", "content": answer}]
         response: Any = self.builder.response
         if finished is not None and self.builder.done and not self.builder.large:
             # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
@@ -277,6 +284,8 @@ class ResponseRun:
                   "continuation_id": continuation_id, "instructions_first": self._instructions_first}
         if ancestors is not None:
             record["ancestors"] = ancestors
+        if answer_in_output:
+            record[ANSWER_IN_OUTPUT] = True
         return record
 
     async def save(self, finished: Finished | None = None) -> None:

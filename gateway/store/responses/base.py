@@ -16,6 +16,13 @@ then ``previous_response_not_found`` naming the deleted one). A chain is at most
 ``MAX_CHAIN_LINKS`` records: the response past it stores its whole transcript and starts a new
 chain, which bounds every read.
 
+**The answer is stored once.** A completed response's transcript ends with the assistant's answer,
+whose text is also in the Response object (its last message items). A record that says
+``answer_in_output`` leaves that last message out of ``transcript``; reading the conversation puts
+it back from the Response object (``output_answer``), so the text of a long answer is not stored
+twice. A record without the mark keeps its whole transcript (the writer found the two texts
+different, or an older gateway wrote it).
+
 **Stored bytes per tenant** are counted in the store (the sum of the serialised records a tenant
 has), so ``store.tenant_max_stored_bytes`` holds across replicas; see ``stored_bytes``.
 
@@ -32,6 +39,35 @@ from gateway.store.errors import StoreError
 
 #: the longest chain of records one read joins (the root plus its descendants)
 MAX_CHAIN_LINKS = 64
+#: a record's mark: its transcript's last message, the answer, is the text of its Response's last message items
+ANSWER_IN_OUTPUT = "answer_in_output"
+#: output items the answer's messages may sit among (anything else, a tool call, comes before the answer)
+_ANSWER_ITEMS = frozenset({"message", "reasoning"})
+
+
+def output_answer(output: list[Any]) -> str | None:
+    """The text of a Response's last message items (those after its last tool item), joined; None when
+    one of them is not a finished text message (then the transcript keeps the answer itself)."""
+    start = len(output)
+    while start and output[start - 1].get("type") in _ANSWER_ITEMS:
+        start -= 1
+    texts: list[str] = []
+    for item in output[start:]:
+        if item["type"] == "message":
+            content = item.get("content")
+            if not content or len(content) != 1 or content[0].get("type") != "output_text":
+                return None
+            texts.append(content[0]["text"])
+    return "".join(texts)
+
+
+def conversation_part(record: dict[str, Any]) -> list[Any] | None:
+    """The messages ``record`` adds to its conversation (its answer included); None for a response
+    that did not complete (nothing to continue from)."""
+    transcript: list[Any] | None = record.get("transcript")
+    if transcript is None or not record.get(ANSWER_IN_OUTPUT):
+        return transcript
+    return [*transcript, {"role": "assistant", "content": output_answer(record["response"]["output"])}]
 
 
 class ChainBroken(StoreError):
@@ -77,14 +113,15 @@ class ResponseRecords(ABC):
 
         ``ChainBroken`` names the first ancestor that is gone.
         """
-        own: list[Any] = record.get("transcript") or []
+        own = conversation_part(record) or []
         ancestors: list[str] = record.get("ancestors") or []
         if not ancestors:
             return list(own)
         messages: list[Any] = []
         for response_id, found in zip(ancestors, await self.get_many(tenant, ancestors), strict=True):
-            if found is None or found.get("transcript") is None:
+            part = None if found is None else conversation_part(found)
+            if part is None:
                 raise ChainBroken(response_id)
-            messages.extend(found["transcript"])
+            messages.extend(part)
         messages.extend(own)
         return messages
