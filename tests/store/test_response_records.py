@@ -16,7 +16,7 @@ import pytest
 
 from gateway.store.bounded import ENTRY_OVERHEAD
 from gateway.store.redis import RedisStore
-from gateway.store.responses.base import ANSWER_IN_OUTPUT, ChainBroken, ResponseRecords, output_answer
+from gateway.store.responses.base import TRANSCRIPT_HEAD, ChainBroken, ResponseRecords, output_answer
 from gateway.store.responses.memory import MemoryResponseRecords
 from gateway.store.responses.redis import RedisResponseRecords
 from tests.redis_servers import PATIENT
@@ -94,7 +94,7 @@ async def test_a_50_step_chain_stores_each_step_once(records: ResponseRecords) -
 def _answered(i: int, ancestors: list[str], output: list[dict[str, Any]]) -> dict[str, Any]:
     """A record whose answer is left out of its transcript: its Response object's message text holds it."""
     record: dict[str, Any] = {"response": {"id": f"r{i}", "output": output}, "input": [], "continuation_id": None,
-                              "transcript": [{"role": "user", "content": f"q{i}"}], ANSWER_IN_OUTPUT: True}
+                              "transcript": None, TRANSCRIPT_HEAD: [{"role": "user", "content": f"q{i}"}]}
     if ancestors:
         record["ancestors"] = ancestors
     return record

@@ -56,7 +56,7 @@ from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
-from gateway.store.responses.base import ANSWER_IN_OUTPUT, output_answer
+from gateway.store.responses.base import TRANSCRIPT_HEAD, continuable, output_answer
 from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")
@@ -253,14 +253,14 @@ class ResponseRun:
         whether that continuation's transcript starts with the instructions}``, and for a
         follow-up whose parent's messages are unchanged, ``"ancestors"``: the responses it
         continues, root first, its ``transcript`` then being only what it adds
-        (store/responses/base.py), and ``"answer_in_output": True`` when the transcript leaves out its
-        final answer, read back from the Response object's text (stored once). Without ``finished``
-        (still running, or failed) it only describes.
+        (store/responses/base.py); a completed loop's transcript is stored as ``"transcript_head"``
+        instead, without its final answer, when the Response object's text is that answer (stored once).
+        Without ``finished`` (still running, or failed) it only describes.
         """
         transcript: list[Message] | None = None
         continuation_id: str | None = None
         ancestors: list[str] | None = None
-        answer_in_output = False
+        head: list[Message] | None = None  # the transcript without its answer, when the response holds that
         if finished is not None and finished.result.status == "paused":
             continuation_id = finished.result.gateway.get("continuation_id")
         elif finished is not None:
@@ -271,9 +271,10 @@ class ResponseRun:
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
             answer = "".join(self.builder.final_text)
-            # The Response object holds the answer's text already: stored once (store/responses/base.py).
-            answer_in_output = answer == output_answer(self.builder.response["output"])
-            transcript = messages if answer_in_output else [*messages, {"role": "assistant", "content": answer}]
+            if answer == output_answer(self.builder.response["output"]):
+                head = messages  # the Response object holds the answer's text: stored once (store/responses/base.py)
+            else:
+                transcript = [*messages, {"role": "assistant", "content": answer}]
         response: Any = self.builder.response
         if finished is not None and self.builder.done and not self.builder.large:
             # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
@@ -284,8 +285,8 @@ class ResponseRun:
                   "continuation_id": continuation_id, "instructions_first": self._instructions_first}
         if ancestors is not None:
             record["ancestors"] = ancestors
-        if answer_in_output:
-            record[ANSWER_IN_OUTPUT] = True
+        if head is not None:
+            record[TRANSCRIPT_HEAD] = head
         return record
 
     async def save(self, finished: Finished | None = None) -> None:
@@ -396,7 +397,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
         messages.append({"role": "system", "content": request.instructions})
     chain: Chain | None = None
     if record is not None:
-        if record.get("transcript") is None:
+        if not continuable(record):
             raise bad_request(f"response {quoted(request.previous_response_id)} did not complete; it cannot be "
                               "continued", "previous_response_id")
         assert request.previous_response_id is not None

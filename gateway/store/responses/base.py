@@ -17,11 +17,12 @@ then ``previous_response_not_found`` naming the deleted one). A chain is at most
 chain, which bounds every read.
 
 **The answer is stored once.** A completed response's transcript ends with the assistant's answer,
-whose text is also in the Response object (its last message items). A record that says
-``answer_in_output`` leaves that last message out of ``transcript``; reading the conversation puts
-it back from the Response object (``output_answer``), so the text of a long answer is not stored
-twice. A record without the mark keeps its whole transcript (the writer found the two texts
-different, or an older gateway wrote it).
+whose text is also in the Response object (its last message items). A record may hold, instead
+of ``transcript``, its ``transcript_head``: the transcript without that last message, which
+reading the conversation puts back from the Response object (``output_answer``), so the text of
+a long answer is not stored twice. (Another key, not a mark beside ``transcript``: a replica of an
+older release finds no transcript and refuses to continue such a response, rather than continuing
+without its answer.) A record whose two texts differ keeps its whole ``transcript``.
 
 **Stored bytes per tenant** are counted in the store (the sum of the serialised records a tenant
 has), so ``store.tenant_max_stored_bytes`` holds across replicas; see ``stored_bytes``.
@@ -39,8 +40,8 @@ from gateway.store.errors import StoreError
 
 #: the longest chain of records one read joins (the root plus its descendants)
 MAX_CHAIN_LINKS = 64
-#: a record's mark: its transcript's last message, the answer, is the text of its Response's last message items
-ANSWER_IN_OUTPUT = "answer_in_output"
+#: a record's transcript without its final answer, the text of its Response's last message items
+TRANSCRIPT_HEAD = "transcript_head"
 #: output items the answer's messages may sit among (anything else, a tool call, comes before the answer)
 _ANSWER_ITEMS = frozenset({"message", "reasoning"})
 
@@ -61,13 +62,21 @@ def output_answer(output: list[Any]) -> str | None:
     return "".join(texts)
 
 
+def continuable(record: dict[str, Any]) -> bool:
+    """Whether the response completed (a follow-up may continue from it)."""
+    return record.get("transcript") is not None or record.get(TRANSCRIPT_HEAD) is not None
+
+
 def conversation_part(record: dict[str, Any]) -> list[Any] | None:
     """The messages ``record`` adds to its conversation (its answer included); None for a response
     that did not complete (nothing to continue from)."""
     transcript: list[Any] | None = record.get("transcript")
-    if transcript is None or not record.get(ANSWER_IN_OUTPUT):
+    if transcript is not None:
         return transcript
-    return [*transcript, {"role": "assistant", "content": output_answer(record["response"]["output"])}]
+    head: list[Any] | None = record.get(TRANSCRIPT_HEAD)
+    if head is None:
+        return None
+    return [*head, {"role": "assistant", "content": output_answer(record["response"]["output"])}]
 
 
 class ChainBroken(StoreError):
