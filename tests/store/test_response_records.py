@@ -16,7 +16,7 @@ import pytest
 
 from gateway.store.bounded import ENTRY_OVERHEAD
 from gateway.store.redis import RedisStore
-from gateway.store.responses.base import TRANSCRIPT_HEAD, ChainBroken, ResponseRecords, output_answer
+from gateway.store.responses.base import TRANSCRIPT_HEAD, ChainBroken, ResponseRecords, answer_text
 from gateway.store.responses.memory import MemoryResponseRecords
 from gateway.store.responses.redis import RedisResponseRecords
 from tests.redis_servers import PATIENT
@@ -94,7 +94,7 @@ async def test_a_50_step_chain_stores_each_step_once(records: ResponseRecords) -
 def _answered(i: int, ancestors: list[str], output: list[dict[str, Any]]) -> dict[str, Any]:
     """A record whose answer is left out of its transcript: its Response object's message text holds it."""
     record: dict[str, Any] = {"response": {"id": f"r{i}", "output": output}, "input": [], "continuation_id": None,
-                              "transcript": None, TRANSCRIPT_HEAD: [{"role": "user", "content": f"q{i}"}]}
+                              TRANSCRIPT_HEAD: [{"role": "user", "content": f"q{i}"}]}
     if ancestors:
         record["ancestors"] = ancestors
     return record
@@ -123,11 +123,10 @@ async def test_an_answer_stored_once_is_read_back_from_the_response(records: Res
 
 
 def test_the_answer_of_an_output_is_the_text_after_its_last_tool_item() -> None:
-    assert output_answer([_message("before"), {"type": "mcp_call"}, _message("x"), _message("y")]) == "xy"
-    assert output_answer([{"type": "mcp_call"}]) == ""
-    assert output_answer([{"type": "message", "content": []}]) is None  # not a finished text: kept in the transcript
-    refusal = {"type": "message", "content": [{"type": "refusal", "refusal": "no"}]}
-    assert output_answer([refusal]) is None
+    reasoning = {"type": "reasoning", "summary": []}
+    output = [_message("before"), {"type": "mcp_call"}, _message("x"), reasoning, _message("y")]
+    assert answer_text(output) == "xy"
+    assert answer_text([{"type": "mcp_call"}]) == ""
 
 
 async def test_a_deleted_ancestor_breaks_the_chain_and_gives_its_bytes_back(records: ResponseRecords) -> None:

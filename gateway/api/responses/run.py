@@ -56,7 +56,7 @@ from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
-from gateway.store.responses.base import TRANSCRIPT_HEAD, continuable, output_answer
+from gateway.store.responses.base import TRANSCRIPT_HEAD, continuable
 from gateway.tools.registry import ToolRegistry
 
 _T = TypeVar("_T")
@@ -247,20 +247,18 @@ class ResponseRun:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
         ``{"response": the Response object, "input": the input items as sent (``input_items``
-        gives them ids on read), "transcript": the canonical messages to continue from (a
-        completed loop only, without this response's instructions) or None, "continuation_id":
-        the paused loop's continuation (a paused loop only) or None, "instructions_first":
-        whether that continuation's transcript starts with the instructions}``, and for a
-        follow-up whose parent's messages are unchanged, ``"ancestors"``: the responses it
-        continues, root first, its ``transcript`` then being only what it adds
-        (store/responses/base.py); a completed loop's transcript is stored as ``"transcript_head"``
-        instead, without its final answer, when the Response object's text is that answer (stored once).
-        Without ``finished`` (still running, or failed) it only describes.
+        gives them ids on read), "transcript_head": the canonical messages to continue from (a
+        completed loop only, without this response's instructions) but its final answer, whose
+        text the Response object holds (store/responses/base.py: stored once), or None,
+        "continuation_id": the paused loop's continuation (a paused loop only) or None,
+        "instructions_first": whether that continuation's transcript starts with the
+        instructions}``, and for a follow-up whose parent's messages are unchanged,
+        ``"ancestors"``: the responses it continues, root first, its ``transcript_head`` then being
+        only what it adds. Without ``finished`` (still running, or failed) it only describes.
         """
-        transcript: list[Message] | None = None
+        head: list[Message] | None = None
         continuation_id: str | None = None
         ancestors: list[str] | None = None
-        head: list[Message] | None = None  # the transcript without its answer, when the response holds that
         if finished is not None and finished.result.status == "paused":
             continuation_id = finished.result.gateway.get("continuation_id")
         elif finished is not None:
@@ -270,23 +268,17 @@ class ResponseRun:
                 segment = chain.segment(messages)
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
-            answer = "".join(self.builder.final_text)
-            if answer == output_answer(self.builder.response["output"]):
-                head = messages  # the Response object holds the answer's text: stored once (store/responses/base.py)
-            else:
-                transcript = [*messages, {"role": "assistant", "content": answer}]
+            head = messages
         response: Any = self.builder.response
         if finished is not None and self.builder.done and not self.builder.large:
             # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
             self._final = orjson.dumps(response)
             response = orjson.Fragment(self._final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
-        record = {"response": response, "input": self.request.input, "transcript": transcript,
+        record = {"response": response, "input": self.request.input, TRANSCRIPT_HEAD: head,
                   "continuation_id": continuation_id, "instructions_first": self._instructions_first}
         if ancestors is not None:
             record["ancestors"] = ancestors
-        if head is not None:
-            record[TRANSCRIPT_HEAD] = head
         return record
 
     async def save(self, finished: Finished | None = None) -> None:

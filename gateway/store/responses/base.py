@@ -17,12 +17,13 @@ then ``previous_response_not_found`` naming the deleted one). A chain is at most
 chain, which bounds every read.
 
 **The answer is stored once.** A completed response's transcript ends with the assistant's answer,
-whose text is also in the Response object (its last message items). A record may hold, instead
-of ``transcript``, its ``transcript_head``: the transcript without that last message, which
-reading the conversation puts back from the Response object (``output_answer``), so the text of
-a long answer is not stored twice. (Another key, not a mark beside ``transcript``: a replica of an
-older release finds no transcript and refuses to continue such a response, rather than continuing
-without its answer.) A record whose two texts differ keeps its whole ``transcript``.
+whose text the Response object holds too: its message items after its last tool item (the
+Responses builder closes exactly those since the last tool started, gateway/api/responses/render.py).
+So a record stores its ``transcript_head``, the transcript without that last message, and reading
+the conversation puts the message back from the Response object (``answer_text``): a long
+answer's text is not stored twice. A record an older release wrote holds its whole ``transcript``
+and is read as it is; a replica of that release finds no ``transcript`` in a new record and
+refuses to continue it, rather than continuing without its answer.
 
 **Stored bytes per tenant** are counted in the store (the sum of the serialised records a tenant
 has), so ``store.tenant_max_stored_bytes`` holds across replicas; see ``stored_bytes``.
@@ -40,25 +41,20 @@ from gateway.store.errors import StoreError
 
 #: the longest chain of records one read joins (the root plus its descendants)
 MAX_CHAIN_LINKS = 64
-#: a record's transcript without its final answer, the text of its Response's last message items
+#: a record's transcript without its final answer (the text of its Response's last message items)
 TRANSCRIPT_HEAD = "transcript_head"
-#: output items the answer's messages may sit among (anything else, a tool call, comes before the answer)
-_ANSWER_ITEMS = frozenset({"message", "reasoning"})
 
 
-def output_answer(output: list[Any]) -> str | None:
-    """The text of a Response's last message items (those after its last tool item), joined; None when
-    one of them is not a finished text message (then the transcript keeps the answer itself)."""
-    start = len(output)
-    while start and output[start - 1].get("type") in _ANSWER_ITEMS:
-        start -= 1
+def answer_text(output: list[Any]) -> str:
+    """The text of a Response's last message items (those after its last tool item): its transcript's final answer."""
     texts: list[str] = []
-    for item in output[start:]:
-        if item["type"] == "message":
-            content = item.get("content")
-            if not content or len(content) != 1 or content[0].get("type") != "output_text":
-                return None
-            texts.append(content[0]["text"])
+    for item in reversed(output):
+        kind = item["type"]
+        if kind == "message":
+            texts.extend(part.get("text", "") for part in reversed(item["content"]))
+        elif kind != "reasoning":
+            break
+    texts.reverse()
     return "".join(texts)
 
 
@@ -76,7 +72,7 @@ def conversation_part(record: dict[str, Any]) -> list[Any] | None:
     head: list[Any] | None = record.get(TRANSCRIPT_HEAD)
     if head is None:
         return None
-    return [*head, {"role": "assistant", "content": output_answer(record["response"]["output"])}]
+    return [*head, {"role": "assistant", "content": answer_text(record["response"]["output"])}]
 
 
 class ChainBroken(StoreError):
