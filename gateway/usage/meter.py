@@ -268,8 +268,8 @@ class Meter:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
         ``answer.output_reservation(params)``: the answer's tokens the request may take, reserved for a
-        key with no history yet (``Metering.estimate``); asked only then, so a request of a key without
-        budgets, or of one with history, does not work it out. None for a key without
+        key with no history yet (``Metering.estimate``); worked out only on the paths that estimate, so
+        a key without budgets, or one with history admitted here, never pays for it. None for a key without
         budgets, and for a request admitted here far from every limit (``SpentCache.take_local``:
         fresh readings under half the limit, 2 % of it per reading). A budget this process last saw
         exhausted (a reading at most ``REFRESH_S`` old, plus what it recorded since) is refused
