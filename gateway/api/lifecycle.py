@@ -11,7 +11,7 @@
 4. ``await admit(body_bytes, tokens)``: the budget check, then admission (rpm, tpm, concurrency per key
    and tenant), and for a background run its slot under the per-key/per-tenant run caps;
 5. ``watch(loop_request)``: the loop's usage feeds the meter, the access record and the span (work
-   that runs no loop reports its calls with ``account(state)`` instead);
+   that runs no loop reports its calls with ``account(record)``, a ``canonical.CallRecord``, instead);
 6. the end: ``done(status)`` once the answer is complete and ``await settle(usage)`` (a JSON
    answer), ``settled_at_end(events)`` (a stream), ``hold()`` (work that outlives its request:
    a background run, settled by the run's own end), or, written once in the driver,
@@ -25,14 +25,14 @@ Admission is held for the whole life of the work and settled exactly once with i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import Exchange
 from gateway.cancellation import EXITS
-from gateway.canonical import Usage
+from gateway.canonical import Usage, WorkRecord
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import check_model_access
@@ -41,10 +41,10 @@ from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import request_id
-from gateway.loop.engine import LoopRequest, LoopState
+from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
-from gateway.usage.meter import Meter, Metering
+from gateway.usage.meter import NO_PARAMS, Meter, Metering
 
 if TYPE_CHECKING:
     pass
@@ -176,20 +176,22 @@ class Work(Exchange):
         self.meter = self.lifecycle.usage.meter(key)
 
     # -- admission ------------------------------------------------------------------------------
-    async def admit(self, body_bytes: int, tokens: int | None = None, output: int = 0, budget: bool = True) -> None:
+    async def admit(self, body_bytes: int, tokens: int | None = None, plan: RoutePlan | None = None,
+                    params: Mapping[str, Any] = NO_PARAMS, budget: bool = True) -> None:
         """Budget, then rate limits (a 429 for either), then a background run's slot: all for ``key``.
 
         The fast paths (a budget judged from a fresh reading, an allowance held in process) are
         taken here, behind this one step, without a store call. ``tokens``: the input tokens the
         surface counted before sending (tpm's estimate); None: estimated from ``body_bytes``.
-        ``output``: the answer's tokens the request may take (``RoutePlan.output_reservation``), which
-        a budget reserves for a key with no history. ``budget`` False: work that spends nothing
-        (``count_tokens``) is limited by requests only.
+        ``plan`` and ``params``: the route and the request's parameters, whose answer's tokens
+        (``RoutePlan.output_reservation``) a budget reserves for a key with no history (only then
+        worked out). ``budget`` False: work that spends nothing (``count_tokens``) is limited by
+        requests only.
         """
         key, meter = self.key, self.meter
         assert key is not None and meter is not None, "authenticate first"
         lifecycle = self.lifecycle
-        pending = meter.check_budget(body_bytes, output) if budget else None
+        pending = meter.check_budget(body_bytes, plan, params) if budget else None
         if pending is not None:
             await pending
         limits = lifecycle.limits
@@ -209,17 +211,19 @@ class Work(Exchange):
     def watch(self, loop_request: LoopRequest) -> None:
         """The loop's state feeds the meter (usage, cost), the access record and the server span."""
         loop_request.span = self.span
-        self.state = loop_request.state
-        if self.meter is not None:
-            self.meter.watch(loop_request)
-
-    def account(self, state: LoopState) -> int | None:
-        """Work that runs no loop (an embeddings call): its answered calls (``state.calls``) feed the meter
-        (usage rows, cost), the access record and the span as a loop's would. The cost in nano-USD, or
-        None when a call has no price."""
-        self.state = state
+        state = self.state = loop_request.state
         meter = self.meter
-        return None if meter is None else meter.account(state)
+        if meter is not None:
+            meter.watch(state)
+            loop_request.on_finish = meter.finish
+
+    def account(self, record: WorkRecord) -> int | None:
+        """Work that runs no loop (an embeddings call, a sampling): its answered calls (``record.calls``) feed the
+        meter (usage rows, cost), the access record and the metrics as a loop's would. The cost in nano-USD, or
+        None when a call has no price."""
+        self.state = record
+        meter = self.meter
+        return None if meter is None else meter.account(record)
 
     def settled_at_end(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """A stream's events; the admission is settled with the loop's usage when they end (or close)."""
