@@ -104,8 +104,9 @@ class Continuation:
 def claimable(known: Continuation | None, continuation_id: str, tenant: str) -> bool:
     """Whether a claim can answer with ``known`` (the caller's read of the record) instead of the stored body.
 
-    A body never changes once saved (only the record's status, lease and result do), so a read of the
-    same continuation is as good as the claim's own: it saves sending and parsing the body twice.
+    A body never changes while its continuation can be claimed (its status, lease and result do; the body
+    only once it is resumed, see ``finish_continuation``), so a read of the same continuation is as good as
+    the claim's own: it saves sending and parsing the body twice.
     """
     return known is not None and known.id == continuation_id and known.tenant == tenant
 
