@@ -246,3 +246,34 @@ def test_the_gateway_options_and_the_rest_reach_the_request() -> None:
     assert parsed.echo["truncation"] == "auto" and parsed.echo["text"] == {"format": {"type": "text"}}
     assert parsed.echo["reasoning"] == {"effort": None, "summary": "auto"}
     assert parsed.echo["parallel_tool_calls"] is True and parsed.echo["temperature"] == 1.0
+
+
+def test_a_trailing_approval_is_a_decision_with_no_result_yet() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "mcp_approval_request", "id": "mcpr_c2", "name": "delete", "arguments": "{}", "server_label": "l"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_c2", "approve": True},
+    ))
+    assert converted.approved and converted.orphan is None
+    assert converted.decisions == [{"tool_call_id": "c2", "approve": True, "reason": None}]
+    assert [m["role"] for m in converted.messages] == ["user", "assistant"]  # run by the paused loop, not here
+
+
+def test_answers_followed_by_a_message_are_history_not_decisions() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": ""},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "so"}]},
+        {"type": "message", "role": "assistant", "content": "x it is"},
+        {"role": "developer", "content": "be brief"},
+    ))
+    assert converted.decisions == [] and not converted.approved
+    assert converted.messages == [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+        {"role": "assistant", "content": "x it is", "reasoning_content": "so"},
+        {"role": "developer", "content": "be brief"},
+    ]
