@@ -21,7 +21,8 @@ import orjson
 
 from gateway.api.errors import to_gateway_error
 from gateway.api.responses.chain import Chain
-from gateway.api.responses.render import TERMINAL, Batch, Frame, ResponseBuilder
+from gateway.api.responses.events import TERMINAL, Batch, Frame
+from gateway.api.responses.render import ResponseBuilder
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.spliced import frames_body
 from gateway.cancellation import EXITS
