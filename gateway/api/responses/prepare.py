@@ -74,7 +74,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
             raise previous_not_found(previous_id)
         if record.get("continuation_id"):
             return await _answer_paused(request, runtime, work, headless, tenant, record, converted, deadline)
-        _refuse_stray_answers(converted)
+        if converted.orphan is not None or converted.approved:
+            _refuse_stray_answers(converted)
         if record.get("transcript") is None:
             raise bad_request(f"response {quoted(previous_id)} did not complete; it cannot be continued",
                               "previous_response_id")
@@ -84,7 +85,8 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
             paused = await _paused_match(runtime, tenant, converted)
             if paused is not None:
                 return await _resume(request, runtime, work, headless, paused, converted, deadline, None)
-        _refuse_stray_answers(converted)
+        if converted.orphan is not None or converted.approved:
+            _refuse_stray_answers(converted)
     messages = _conversation(request, earlier, converted.messages)
     await work.admit(work.incoming.body_bytes, output=plan.output_reservation(request.params))
     if plan.needs_artifacts:
@@ -120,23 +122,25 @@ def _new_run(request: ResponsesRequest, runtime: Runtime, work: Work, headless: 
     """The run of a new (or continued) conversation, its loop watched by ``work``."""
     key = work.key
     assert key is not None, "authenticated by the caller"
+    iterations = plan.max_tool_iterations if request.max_tool_iterations is None and request.max_tool_calls is None \
+        else _max_iterations(plan, request)
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
-                       params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
-                       tenant=key.tenant, stream=request.stream, deadline=deadline, key_id=key.id,
-                       key_name=key.name, allowed_tools=key.tools, stream_rescue=request.stream_rescue)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _labels(runtime.tools), _NO_APPROVALS, None,
+                       params=request.params, max_iterations=iterations, headless=headless, tenant=key.tenant,
+                       stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
+                       allowed_tools=key.tools, stream_rescue=request.stream_rescue)
+    rid = response_id()
+    builder = ResponseBuilder(rid, request.model, request.echo, _labels(runtime.tools), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
     instructions_first = bool(request.instructions)
-    loop.origin = responses_origin(builder.id, request, instructions_first)
+    loop.origin = responses_origin(rid, request, instructions_first)
     work.watch(loop)
     return ResponseRun(runtime.responses, runtime.config.store.continuation_ttl_s, key.tenant, request, loop,
                        run_loop(loop, runtime.deps), builder, instructions_first, chain)
 
 
 def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
+    """The route's tool iterations, capped by the request's ``gateway.max_tool_iterations`` and ``max_tool_calls``."""
     limit = plan.max_tool_iterations
-    if request.max_tool_iterations is None and request.max_tool_calls is None:
-        return limit
     for cap in (request.max_tool_iterations, request.max_tool_calls):
         if cap is not None:
             limit = min(limit, cap)
