@@ -97,18 +97,20 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     _refuse_unsupported(body)
     model = _model(body.get("model"))
     items = _input(body.get("input"))
+    # An absent field costs no call (each costs this request about as much as its checks).
     instructions = body.get("instructions")
-    _expect(instructions, (str,), "instructions")
-    tools, tools_echo = _tools(body.get("tools"))
-    tool_choice = _tool_choice(body.get("tool_choice"))
-    stream = _flag(body, "stream", False)
-    store = _flag(body, "store", True)
-    background = _flag(body, "background", False)
+    if instructions is not None:
+        _expect(instructions, (str,), "instructions")
+    tools_given = body.get("tools")
+    tools, tools_echo = ([], []) if tools_given is None else _tools(tools_given)
+    choice = body.get("tool_choice")
+    tool_choice = None if choice is None else _tool_choice(choice)
+    stream, store, background = _modes(body)
     # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order).
     # The default values are shared, never written to (the Response object is only serialised).
     metadata: dict[str, str] = {}
     echo = {
-        "instructions": instructions, "tools": tools_echo, "tool_choice": body.get("tool_choice") or "auto",
+        "instructions": instructions, "tools": tools_echo, "tool_choice": choice or "auto",
         "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
         "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
@@ -233,13 +235,28 @@ def _headless(options: dict[str, Any]) -> bool:
     return headless
 
 
-def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if value.__class__ is not bool:
-        raise bad_request(f"'{name}' must be a boolean, not {type_name(value)}", name)
-    return value
+def _modes(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """``stream``, ``store`` and ``background``: how the response runs (absent: answered whole, stored, at once)."""
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
+    elif stream.__class__ is not bool:
+        raise _not_a_boolean("stream", stream)
+    store = body.get("store")
+    if store is None:
+        store = True
+    elif store.__class__ is not bool:
+        raise _not_a_boolean("store", store)
+    background = body.get("background")
+    if background is None:
+        background = False
+    elif background.__class__ is not bool:
+        raise _not_a_boolean("background", background)
+    return stream, store, background
+
+
+def _not_a_boolean(name: str, value: Any) -> GatewayError:
+    return bad_request(f"'{name}' must be a boolean, not {type_name(value)}", name)
 
 
 def _count(value: Any, param: str, minimum: int) -> int | None:
