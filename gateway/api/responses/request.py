@@ -5,7 +5,7 @@ chat parameter names, so everything Responses-specific is translated here, once,
 ``tools`` (flat function tools) become ``{"type": "function", "function": ...}``, ``text.format``
 becomes ``response_format``, ``reasoning.effort`` becomes ``reasoning_effort``,
 ``max_output_tokens`` becomes ``max_completion_tokens``. Input items are only checked for shape
-here; turning them into messages is ``responses_items``' job (it needs the stored state).
+here; turning them into messages is ``responses/items.py``' job (it needs the stored state).
 
 Hosted tools Loopgate cannot run and ``conversation`` are refused with a 400 naming the
 parameter, never dropped silently. Every count and size a caller controls is bounded.
@@ -37,7 +37,7 @@ HOSTED_TOOL_TYPES = frozenset({
     "file_search", "code_interpreter", "computer_use_preview", "computer", "computer_use", "image_generation",
     "mcp", "local_shell", "shell", "custom", "apply_patch",
 })
-# Input item types understood (shape-checked in responses_items).
+# Input item types understood (shape-checked in responses/items.py).
 INPUT_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "mcp_call",
                               "mcp_approval_request", "mcp_approval_response"})
 # Accepted, meaningless for a gateway that renders its own stream: never sent upstream.
@@ -156,11 +156,7 @@ def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
     params = _params(body, max_output)
     text = _text(body.get("text"), params)
     reasoning = _reasoning(body.get("reasoning"), params)
-    options = body.get("gateway")
-    _expect(options, (dict,), "gateway")
-    options = options or {}
-    request.max_tool_iterations = _count(options.get("max_tool_iterations"), "gateway.max_tool_iterations", 0)
-    request.headless = _headless(options)
+    request.max_tool_iterations, request.headless, request.stream_rescue = _gateway_options(body.get("gateway"))
     request.echo.update({
         "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
         "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0), "text": text,
@@ -171,7 +167,6 @@ def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
     request.previous_response_id = previous
     request.max_tool_calls = max_tool_calls
     request.metadata = metadata
-    request.stream_rescue = stream_rescue_option(options)
 
 
 def _previous_response_id(previous: Any) -> str | None:
@@ -228,11 +223,15 @@ def _reasoning(reasoning: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {"effort": (reasoning or {}).get("effort"), "summary": (reasoning or {}).get("summary")}
 
 
-def _headless(options: dict[str, Any]) -> bool:
+def _gateway_options(value: Any) -> tuple[int | None, bool, bool | None]:
+    """``gateway``, Loopgate's own options: ``max_tool_iterations``, ``headless``, ``stream_rescue``."""
+    _expect(value, (dict,), "gateway")
+    options = value or {}
+    max_iterations = _count(options.get("max_tool_iterations"), "gateway.max_tool_iterations", 0)
     headless = options.get("headless", False)
     if not isinstance(headless, bool):
         raise bad_request("'gateway.headless' must be a boolean", "gateway.headless")
-    return headless
+    return max_iterations, headless, stream_rescue_option(options)
 
 
 def _modes(body: dict[str, Any]) -> tuple[bool, bool, bool]:
@@ -241,22 +240,18 @@ def _modes(body: dict[str, Any]) -> tuple[bool, bool, bool]:
     if stream is None:
         stream = False
     elif stream.__class__ is not bool:
-        raise _not_a_boolean("stream", stream)
+        raise bad_request(f"'stream' must be a boolean, not {type_name(stream)}", "stream")
     store = body.get("store")
     if store is None:
         store = True
     elif store.__class__ is not bool:
-        raise _not_a_boolean("store", store)
+        raise bad_request(f"'store' must be a boolean, not {type_name(store)}", "store")
     background = body.get("background")
     if background is None:
         background = False
     elif background.__class__ is not bool:
-        raise _not_a_boolean("background", background)
+        raise bad_request(f"'background' must be a boolean, not {type_name(background)}", "background")
     return stream, store, background
-
-
-def _not_a_boolean(name: str, value: Any) -> GatewayError:
-    return bad_request(f"'{name}' must be a boolean, not {type_name(value)}", name)
 
 
 def _count(value: Any, param: str, minimum: int) -> int | None:
