@@ -49,7 +49,7 @@ async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages:
     """
     key = work.key
     assert key is not None, "authenticate first"
-    await work.admit(work.incoming.body_bytes, output=plan.output_reservation(params))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=params)
     if plan.needs_artifacts:
         await reattach(runtime.store, key.tenant, messages)
     max_iterations = plan.max_tool_iterations

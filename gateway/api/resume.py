@@ -106,8 +106,7 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     work.allow(plan, resume=decisions is not None)
     asker = work.charge_to(asker_of(stored), plan)
     params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
-    await work.admit(work.incoming.body_bytes,
-                     output=plan.output_reservation(params if isinstance(params, dict) else {}))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
     continuations = runtime.continuations
     claimed = await runtime.store.claim_continuation(stored.id, decider.tenant, continuations.lease_s)
     decided: Awaitable[None] | None = None

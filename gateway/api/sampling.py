@@ -161,7 +161,7 @@ def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup:
                 if question.stop_sequences:
                     params["stop"] = list(question.stop_sequences)[:4]
                 size = sum(len(text_of(m.get("content"))) for m in messages)
-                await work.admit(size, output=plan.output_reservation(params))
+                await work.admit(size, plan=plan, params=params)
                 record = CallRecord()
                 answer = await router.complete(preferred(plan, question.model_preferences),
                                                ModelRequest(messages=messages, params=params), record.attempts,

@@ -40,6 +40,7 @@ from gateway.loop.engine import LoopRequest, run_loop
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
+from gateway.store.responses.base import continuable
 from gateway.tools.registry import ToolRegistry
 
 _NO_APPROVALS: frozenset[str] = frozenset()
@@ -76,7 +77,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
             return await _answer_paused(request, runtime, work, headless, tenant, record, converted, deadline)
         if converted.orphan is not None or converted.approved:
             _refuse_stray_answers(converted)
-        if record.get("transcript") is None:
+        if not continuable(record):
             raise bad_request(f"response {quoted(previous_id)} did not complete; it cannot be continued",
                               "previous_response_id")
         earlier, chain = await parent_chain(runtime, tenant, previous_id, record)
@@ -88,7 +89,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
         if converted.orphan is not None or converted.approved:
             _refuse_stray_answers(converted)
     messages = _conversation(request, earlier, converted.messages)
-    await work.admit(work.incoming.body_bytes, output=plan.output_reservation(request.params))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
     return _new_run(request, runtime, work, headless, plan, messages, chain, deadline)

@@ -29,7 +29,7 @@ from gateway.cancellation import EXITS
 from gateway.canonical import Message
 from gateway.loop.engine import LoopRequest
 from gateway.loop.events import Finished, LoopEvent, Notice
-from gateway.store.responses.base import ResponseRecords
+from gateway.store.responses.base import TRANSCRIPT_HEAD, ResponseRecords
 
 _T = TypeVar("_T")
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
@@ -212,15 +212,16 @@ class ResponseRun:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
         ``{"response": the Response object, "input": the input items as sent (``input_items``
-        gives them ids on read), "transcript": the canonical messages to continue from (a
-        completed loop only, without this response's instructions) or None, "continuation_id":
-        the paused loop's continuation (a paused loop only) or None, "instructions_first":
-        whether that continuation's transcript starts with the instructions}``, and for a
-        follow-up whose parent's messages are unchanged, ``"ancestors"``: the responses it
-        continues, root first, its ``transcript`` then being only what it adds
-        (store/responses/base.py). Without ``finished`` (still running, or failed) it only describes.
+        gives them ids on read), "transcript_head": the canonical messages to continue from (a
+        completed loop only, without this response's instructions) but its final answer, whose
+        text the Response object holds (store/responses/base.py: stored once), or None,
+        "continuation_id": the paused loop's continuation (a paused loop only) or None,
+        "instructions_first": whether that continuation's transcript starts with the
+        instructions}``, and for a follow-up whose parent's messages are unchanged,
+        ``"ancestors"``: the responses it continues, root first, its ``transcript_head`` then being
+        only what it adds. Without ``finished`` (still running, or failed) it only describes.
         """
-        transcript: list[Message] | None = None
+        head: list[Message] | None = None
         continuation_id: str | None = None
         ancestors: list[str] | None = None
         if finished is not None and finished.result.status == "paused":
@@ -232,14 +233,14 @@ class ResponseRun:
                 segment = chain.segment(messages)
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
-            transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
+            head = messages
         response: Any = self.builder.response
         if finished is not None and self.builder.done and not self.builder.large:
             # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
             self._final = orjson.dumps(response)
             response = orjson.Fragment(self._final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
-        record = {"response": response, "input": self.request.input, "transcript": transcript,
+        record = {"response": response, "input": self.request.input, TRANSCRIPT_HEAD: head,
                   "continuation_id": continuation_id, "instructions_first": self._instructions_first}
         if ancestors is not None:
             record["ancestors"] = ancestors
