@@ -108,7 +108,7 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
     await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
     continuations = runtime.continuations
-    claimed = await runtime.store.claim_continuation(stored.id, decider.tenant, continuations.lease_s)
+    claimed = await continuations.claim(stored, decider.tenant)
     decided: Awaitable[None] | None = None
     if decisions is not None:
         notify_decisions(continuations.notifier, claimed, decisions, decider.name or None)
