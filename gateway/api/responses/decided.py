@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.api.lifecycle import Work
-from gateway.api.responses.origin import decision_items, responses_origin
-from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, usage_of
+from gateway.api.responses.origin import decision_items
+from gateway.api.responses.prepare import resumed_run
+from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import ResponsesRequest
-from gateway.api.responses.run import ResponseRun, label_of
 from gateway.api.resume import Resumed
 from gateway.api.runtime import Runtime
 from gateway.http.json_response import JSONResponse
@@ -45,14 +45,7 @@ async def respond_decided(runtime: Runtime, work: Work, origin: dict[str, Any], 
     """Run the claimed loop to a Response (JSON, or its event stream), recorded before its terminal event."""
     request = decided_request(origin, decisions, stream)
     request.model = request.model or resumed.plan.name
-    builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), frozenset(approved),
-                              emit=stream, frames=stream)
-    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
-    instructions_first = bool(origin.get("instructions_first"))
-    loop = resumed.loop
-    loop.origin = responses_origin(builder.id, request, instructions_first)
-    run = ResponseRun(runtime, loop.tenant, request, resumed.plan, loop, resumed.events, builder,
-                      instructions_first)
+    run = resumed_run(runtime, request, resumed, approved, bool(origin.get("instructions_first")), stream, stream)
     if not stream:
         await run.complete()
         work.done(200)

@@ -1,8 +1,8 @@
 """``/v1/responses``: create (JSON or SSE), retrieve, delete, and list a response's input items.
 
-The endpoints only authenticate, parse and render: the run itself is ``responses_run``, the
-rendering ``responses_render``. Errors are the chat completions' (``api/errors``): the same
-OpenAI shape, classes and statuses.
+The endpoints only authenticate, parse and render: what the run runs on is ``responses/prepare.py``,
+the run itself ``responses/run.py``, the rendering ``responses/render.py``. Errors are the chat
+completions' (``api/errors``): the same OpenAI shape, classes and statuses.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gateway.api.errors import error_response
 from gateway.api.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.background import check_background, start_background
 from gateway.api.responses.origin import with_continued_by
+from gateway.api.responses.prepare import prepare_response
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import (
     MAX_ID_CHARS,
@@ -26,7 +27,7 @@ from gateway.api.responses.request import (
     path_response_id,
     response_not_found,
 )
-from gateway.api.responses.run import input_items, prepare_response
+from gateway.api.responses.run import input_items
 from gateway.api.runtime import Runtime
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
@@ -57,12 +58,10 @@ class ResponsesSurface:
         plan = runtime.routes.lookup(parsed.model)
         if plan is not None:  # an unknown model is prepare_response's 404
             work.allow(plan)
-        # Resolves the request (a resume is charged to its asker) and admits it before the loop starts.
+        # Resolves the request (a resume is charged to its asker), admits it and watches its loop before it starts.
         incoming = work.incoming
         run = await prepare_response(parsed, runtime, work, key.headless or parsed.headless or incoming.headless,
                                      plan)
-        if work.state is None:  # a resume's loop is watched already (``resume_paused``): once per work
-            work.watch(run.loop_request)
         if parsed.background:  # the run goes on in a task of this process, holding its admission
             answer = await start_background(runtime, key.tenant, run, parsed.stream, work.hold())
             work.done(200)
