@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -45,7 +45,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.model import StoreSentinel, StoreTls
 from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
-from gateway.store.redis_client.connect import connect
+from gateway.store.redis_client.connect import ClusterGate, connect
 
 # Redis errors that mean "not available right now" (an outage, a failover in progress, a
 # misconfigured credential): a 503 for this request, never a 500 with a traceback.
@@ -70,6 +70,39 @@ def describe(exc: BaseException) -> str:
     if sep:
         text = f"{head} ({rest.rpartition(' - ')[2]})" if " - " in rest else head
     return text[:300]
+
+
+def unavailable(op: str, deadline: float, exc: BaseException) -> StoreUnavailable:
+    cause = describe(exc) or f"no answer within {deadline}s"  # our deadline has no message
+    return StoreUnavailable(f"redis unavailable during {op}: {cause}")
+
+
+class Guard:
+    """``RedisIO.guard`` without a Cluster gate, as a plain object rather than a generator.
+
+    Every Redis round trip of the request path enters one, so it skips what
+    ``asynccontextmanager`` adds (a generator, its wrapper, two extra frames per side).
+    """
+
+    __slots__ = ("_timeout", "deadline", "op")
+
+    def __init__(self, op: str, deadline: float) -> None:
+        self.op = op
+        self.deadline = deadline
+
+    async def __aenter__(self) -> None:
+        self._timeout = asyncio.timeout(self.deadline)
+        await self._timeout.__aenter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            # raises TimeoutError (an OSError, hence UNAVAILABLE) when the deadline cancelled the body
+            await self._timeout.__aexit__(kind, exc, tb)
+        except UNAVAILABLE as expired:
+            raise unavailable(self.op, self.deadline, expired) from expired
+        if exc is not None and isinstance(exc, UNAVAILABLE):
+            raise unavailable(self.op, self.deadline, exc) from exc
+        return False
 
 
 def evalsha(pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
@@ -112,8 +145,7 @@ class RedisIO:
         script = self.client.register_script(lua)
         return self._scripts.setdefault(script.sha, script)
 
-    @asynccontextmanager
-    async def guard(self, op: str, durable: bool = False, fail_open: bool = False) -> AsyncIterator[None]:
+    def guard(self, op: str, durable: bool = False, fail_open: bool = False) -> AbstractAsyncContextManager[None]:
         """Turn "Redis is not there" into ``StoreUnavailable``; other Redis errors are bugs and propagate.
 
         ``fail_open``: the caller lets the request through without the store, so it waits only
@@ -121,16 +153,19 @@ class RedisIO:
         for a connection permit (connect.py ``ClusterGate``).
         """
         deadline = self.fail_open_timeout if fail_open else self._durable_timeout if durable else self.op_timeout
+        if self._gate is None:
+            return Guard(op, deadline)
+        return self._gated(op, deadline, self._gate)
+
+    @staticmethod
+    @asynccontextmanager
+    async def _gated(op: str, deadline: float, gate: ClusterGate) -> AsyncIterator[None]:
         try:
             async with asyncio.timeout(deadline):
-                if self._gate is None:
+                async with gate.permit():
                     yield
-                else:
-                    async with self._gate.permit():
-                        yield
         except UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
-            cause = describe(exc) or f"no answer within {deadline}s"  # our deadline has no message
-            raise StoreUnavailable(f"redis unavailable during {op}: {cause}") from exc
+            raise unavailable(op, deadline, exc) from exc
 
     async def run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:
         """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
@@ -176,7 +211,12 @@ class RedisIO:
     async def script(self, script: Script, keys: list[str], args: list[Any], durable: bool) -> tuple[Any, int | None]:
         """One script call; waited for through ``run`` only when durability is on (else one plain EVALSHA)."""
         if not (durable and self.wait_replicas > 0):
-            return await script(keys=keys, args=args), None
+            # EVALSHA on the client itself: redis-py's Script.__call__ adds two imports and copies per call
+            try:
+                return await self.client.evalsha(script.sha, len(keys), *keys, *args), None
+            except NoScriptError:  # a flush or a failover emptied the script cache
+                await self.client.script_load(script.script)
+                return await self.client.evalsha(script.sha, len(keys), *keys, *args), None
 
         def call(pipe: Any) -> None:
             evalsha(pipe, script, keys, args)
