@@ -114,6 +114,7 @@ async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back(gr
         await _until_listed(registry, "grown1", RELISTEN_MAX_S + BOUND_S)
 
 
+@pytest.mark.slow
 async def test_a_server_away_long_enough_to_end_the_session_is_listed_again_when_it_is_back(
         growing: list[GrowingServer]) -> None:
     """A stateless session dies with a failed request (the listen stream's re-opening, a listing): its
