@@ -114,6 +114,24 @@ async def test_a_server_whose_stream_was_lost_is_listed_again_when_it_is_back(gr
         await _until_listed(registry, "grown1", RELISTEN_MAX_S + BOUND_S)
 
 
+@pytest.mark.slow
+async def test_a_server_away_long_enough_to_end_the_session_is_listed_again_when_it_is_back(
+        growing: list[GrowingServer]) -> None:
+    """A stateless session dies with a failed request (the listen stream's re-opening, a listing): its
+    stream dies with it, so the source connects again by itself, and the new stream's opening lists."""
+    async with _refreshed(McpServerConfig("web", url=growing[0].url, refresh_s=300.0)) as registry:
+        source = registry.sources[0]
+        assert "grow" in registry and source.protocol_version is not None  # type: ignore[attr-defined]
+        port = growing[0].port
+        await asyncio.to_thread(growing.pop().stop, True)
+        await registry.refresh(only={"mcp:web"})  # fails to connect: the SDK ends the session
+        async with asyncio.timeout(BOUND_S):
+            while source.protocol_version is not None:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.02)
+        growing.append(await asyncio.to_thread(GrowingServer, port, 1))  # back, with a tool added meanwhile
+        await _until_listed(registry, "grown1", RELISTEN_MAX_S + BOUND_S)
+
+
 async def test_a_stream_of_notifications_costs_one_listing_per_gap(refreshed: ToolRegistry) -> None:
     registry = refreshed
     assert await _call(registry, "listings") == str(PAGES_PER_LISTING)  # the start-up listing

@@ -4,7 +4,8 @@ The SDK's session is an async context entered and left by one task, so each sess
 task of its own, started on first use (a server that is down at start-up only costs a failed
 listing) in a clean context: no call's handlers or trace leak into the requests a server sends
 outside any call. A session that ended (a stdio process died, a transport failed) is replaced on
-the next use; a call in flight when it ended fails, it is not retried (the tool may have acted).
+the next use (or at once, backing off, when it carried a tool-list change stream: ``listening.py``);
+a call in flight when it ended fails, it is not retried (the tool may have acted).
 An HTTP session the server no longer knows (404 for its id) is replaced once and the call resent.
 
 The SDK negotiates the version: ``server/discover`` for the stateless 2026-07-28 revision, then
@@ -38,7 +39,7 @@ from gateway.config.mcp_section import DEFAULT_SAMPLING_MAX_TOKENS, ElicitationP
 from gateway.observability.tracing import OUTGOING
 from gateway.tools.base import DEFAULT_TOOL_TIMEOUTS, ToolContent, ToolFailure, ToolSpec, ToolTimeouts
 from gateway.tools.interaction import CALL_INTERACTIONS, CALL_RETRY, CallInteractions
-from gateway.tools.mcp.listening import follow_tool_changes
+from gateway.tools.mcp.listening import follow_tool_changes, reconnect
 from gateway.tools.mcp.protocol import CLIENT_INFO, CLOSE_GRACE_S, list_all, sdk_failure
 from gateway.tools.mcp.results import render_result
 from gateway.tools.mcp.server_requests import ServerRequests
@@ -112,6 +113,7 @@ class McpSource(ABC):
         # new session (a restart, an expired session) goes straight to it.
         self._mode = "auto"
         self._tools_changed: Callable[[], None] | None = None
+        self._reconnecting: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -203,6 +205,7 @@ class McpSource(ABC):
 
     async def aclose(self) -> None:
         self._closed = True
+        await stop_tasks([self._reconnecting], f"MCP {self._name} reconnection")
         async with self._lock:
             session, self._session = self._session, None
         if session is not None:
@@ -265,6 +268,7 @@ class McpSource(ABC):
 
     async def _own(self, session: _Session) -> None:
         requests = self._requests
+        followed = False
         try:
             client = Client(self._open_transport(session.stop.set), mode=self._mode, cache=None,
                             client_info=CLIENT_INFO, elicitation_callback=requests.elicit,
@@ -276,6 +280,7 @@ class McpSource(ABC):
                 if changed is None or not is_stateless(client):
                     await session.stop.wait()  # a session server's changes come to _on_message
                     return
+                followed = True
                 follow = asyncio.create_task(follow_tool_changes(client, self._name, changed),
                                              name=f"mcp-tool-changes-{self._name}")
                 try:
@@ -291,8 +296,18 @@ class McpSource(ABC):
                 session.ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
             else:
                 log.warning("MCP server %s: session ended: %r", self._name, first_leaf(exc))
+                if followed:
+                    self._reconnect()
         finally:
             session.stop.set()
+
+    def _reconnect(self) -> None:
+        """A session whose tool-list change stream was open failed: no use may come to replace it."""
+        if self._closed or (self._reconnecting is not None and not self._reconnecting.done()):
+            return
+        self._reconnecting = asyncio.get_running_loop().create_task(
+            reconnect(self._client, self._name), context=contextvars.Context(),
+            name=f"mcp-reconnect-{self._name}")
 
     async def _on_message(self, message: Any) -> None:
         """The server's notifications (and transport faults) outside any request; only a changed tool list matters."""

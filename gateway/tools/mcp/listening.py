@@ -10,13 +10,18 @@ offer the stream (an error, or an acknowledgment without tool-list changes) is n
 for this session: the periodic ``refresh_s`` listing still covers it. Re-opening after a loss
 backs off from ``RELISTEN_MIN_S`` to ``RELISTEN_MAX_S``, so a flapping server costs at most one
 request (and one listing) per backoff step.
+
+The stream lives on its session: a failed request (a listing, or the stream's own re-opening, while
+the server is away) ends a stateless session in the SDK, and the stream with it. Nothing else would
+open a new session until a call or ``refresh_s`` came, so the source connects again by itself
+(:func:`reconnect`, on the same backoff) and the new session's stream lists on opening.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from mcp.client import Client
 from mcp.client.subscriptions import ListenNotSupportedError
@@ -52,4 +57,19 @@ async def follow_tool_changes(client: Client, server: str, changed: Callable[[],
             reason = f"lost ({type(exc).__name__})"
         log.info("MCP server %s: tool-list change stream %s; opening it again in %g s", server, reason, backoff)
         await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, RELISTEN_MAX_S)
+
+
+async def reconnect(connect: Callable[[], Awaitable[object]], server: str) -> None:
+    """Open a new session (backing off while the server is away) for a stream that died with its session."""
+    backoff = RELISTEN_MIN_S
+    while True:
+        log.info("MCP server %s: session with a tool-list change stream ended; connecting again in %g s",
+                 server, backoff)
+        await asyncio.sleep(backoff)
+        try:
+            await connect()
+            return
+        except Exception as exc:  # a ToolFailure that names the cause; the next step tries again
+            log.info("MCP server %s: connecting again failed (%s)", server, exc)
         backoff = min(backoff * 2, RELISTEN_MAX_S)
