@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.api.driver import deadline_of, read_body
+from gateway.api.driver import Operation, deadline_of, read_body
 from gateway.api.embeddings.render import render_embeddings
 from gateway.api.embeddings.request import check_inputs, check_tokens, parse_embeddings_request
 from gateway.api.embeddings.tokens import count_inputs, decode_inputs
 from gateway.api.errors import error_response
 from gateway.api.lifecycle import ErrorRenderer, Work
-from gateway.api.runtime import Runtime
+from gateway.api.services import EmbeddingServices, Services
 from gateway.canonical import Usage
 from gateway.canonical_embeddings import EmbeddingRequest
 from gateway.config.models_section import EmbeddingBounds
@@ -29,7 +29,7 @@ from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import LoopState
 from gateway.observability.tracing import Span
 from gateway.routing.router import AllTargetsFailed
-from gateway.routing.routes import RoutePlan
+from gateway.routing.routes import RoutePlan, RouteTable
 from gateway.usage.pricing import usd
 
 PATH = "/v1/embeddings"
@@ -38,13 +38,13 @@ _TAKES_TOKENS = frozenset({"openai"})
 _DEFAULT_BOUNDS = EmbeddingBounds()
 
 
-def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
-    plan = runtime.routes.lookup_embeddings(model)
+def _plan(routes: RouteTable, work: Work, model: str) -> RoutePlan:
+    plan = routes.lookup_embeddings(model)
     if plan is None:
         key = work.key
         assert key is not None
         raise GatewayError(404, f"The model {quoted(model)} does not exist. Known models: "
-                           f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
+                           f"{', '.join(visible_routes(key, routes.names())) or 'none'}.",
                            "invalid_request_error", "model", "model_not_found")
     return plan
 
@@ -52,12 +52,17 @@ def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
 class EmbeddingsSurface:
     """``POST /v1/embeddings`` (and ``/embeddings``) on the driver (``api/driver.py``): OpenAI's error shape."""
 
+    operations: tuple[Operation[Any], ...] = ()
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.errors: ErrorRenderer = error_response
 
-    async def serve(self, work: Work, runtime: Runtime) -> JSONResponse:
-        answer = await embed(runtime, work)
+    def services(self, every: Services) -> EmbeddingServices:
+        return every.embeddings
+
+    async def serve(self, work: Work, services: EmbeddingServices) -> JSONResponse:
+        answer = await embed(services, work)
         work.done(200)
         return answer
 
@@ -65,10 +70,10 @@ class EmbeddingsSurface:
 EMBEDDINGS = EmbeddingsSurface(PATH)
 
 
-async def embed(runtime: Runtime, work: Work) -> JSONResponse:
+async def embed(services: EmbeddingServices, work: Work) -> JSONResponse:
     await work.authenticate()
-    parsed = parse_embeddings_request(await read_body(work, runtime))
-    plan = _plan(runtime, work, parsed.model)
+    parsed = parse_embeddings_request(await read_body(work, services.max_body_bytes))
+    plan = _plan(services.routes, work, parsed.model)
     work.allow(plan)
     bounds = plan.route.embeddings or _DEFAULT_BOUNDS
     check_inputs(parsed.inputs, bounds, parsed.model)
@@ -83,7 +88,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         texts = await decode_inputs(inputs)
     embedding_request = EmbeddingRequest(inputs, texts, parsed.dimensions, parsed.encoding_format, parsed.user,
                                          counted)
-    deadline = deadline_of(runtime)
+    deadline = deadline_of(services.request_timeout_s)
     await work.admit(work.incoming.body_bytes, counted)
     work.show_limits()
     state = LoopState()
@@ -94,8 +99,8 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
     waiting = time.perf_counter()
     try:
-        target, result = await runtime.embedder.embed(plan.targets, embedding_request, state.attempts, plan.retries,
-                                                      deadline)
+        target, result = await services.embedder.embed(plan.targets, embedding_request, state.attempts,
+                                                       plan.retries, deadline)
     except BaseException as exc:
         if call_span is not None:
             _end_span(call_span, state.attempts, _failure(exc))

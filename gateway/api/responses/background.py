@@ -23,19 +23,18 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.driver import Handler, endpoint
+from gateway.api.driver import Handler, Operation
 from gateway.api.lifecycle import Held, Work
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
-from gateway.api.runtime import Runtime
+from gateway.api.services import responses_services
 from gateway.background.followers import Following
 from gateway.background.runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
 from gateway.canonical import Usage
@@ -44,13 +43,16 @@ from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.store.background.base import BackgroundRun, RunNotFound
 
+if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
+    from gateway.api.runtime import Runtime
+
 # How long a cancel waits for the running replica to store "cancelled" before answering anyway.
 CANCEL_WAIT_S = 10.0
 LEASE_EXPIRED = ("the gateway replica running this background response stopped before it ended "
                  "(its lease expired)")
 
 #: the Responses handler for what is not a background run
-Fallback = Handler
+Fallback = Handler["Runtime"]
 ONE = "/v1/responses/{id}"
 CANCEL = ONE + "/cancel"
 
@@ -173,7 +175,7 @@ def _stream_options(request: Request) -> tuple[bool, int]:
     return stream, int(after_text)
 
 
-def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list[Route]:
+def background_operations(get_fallback: Fallback, delete_fallback: Fallback) -> tuple[Operation[Runtime], ...]:
     """``GET``/``DELETE /v1/responses/{id}`` (falling back to the Responses handlers for what is not a
     background run) and ``POST /v1/responses/{id}/cancel``. Listed before the Responses routes so they match first.
     """
@@ -228,11 +230,11 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
             return await delete_fallback(request, runtime, work)
         return JSONResponse(orjson.dumps({"id": run_id, "object": "response.deleted", "deleted": True}))
 
-    return [
-        Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
-        Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
-        Route(CANCEL, endpoint(CANCEL, cancel_response), methods=["POST"]),
-    ]
+    return (
+        Operation("GET", ONE, get_response, responses_services),
+        Operation("DELETE", ONE, delete_response, responses_services),
+        Operation("POST", CANCEL, cancel_response, responses_services),
+    )
 
 
 async def cancel(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | None:

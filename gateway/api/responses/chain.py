@@ -11,13 +11,15 @@ refused request costs no tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted
 from gateway.observability.metrics import STORE_QUOTA_REFUSALS
 from gateway.store.responses.base import MAX_CHAIN_LINKS, ChainBroken
+
+if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
+    from gateway.api.runtime import Runtime
 
 
 def previous_not_found(response_id: str, gone: str | None = None) -> GatewayError:

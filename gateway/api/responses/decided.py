@@ -13,7 +13,7 @@ stored result. A pause of the resumed loop is decided, in turn, as a response co
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.api.lifecycle import Work
 from gateway.api.responses.origin import decision_items, responses_origin
@@ -21,9 +21,11 @@ from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, resp
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun, label_of
 from gateway.api.resume import Resumed
-from gateway.api.runtime import Runtime
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
+
+if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
+    from gateway.api.runtime import Runtime
 
 
 def decided_request(origin: dict[str, Any], decisions: list[dict[str, Any]], stream: bool) -> ResponsesRequest:

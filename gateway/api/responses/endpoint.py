@@ -8,16 +8,15 @@ OpenAI shape, classes and statuses.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.driver import endpoint, read_body
+from gateway.api.driver import Operation, read_body
 from gateway.api.errors import error_response
 from gateway.api.lifecycle import ErrorRenderer, Work
-from gateway.api.responses.background import check_background, start_background
+from gateway.api.responses.background import background_operations, check_background, start_background
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import (
@@ -27,11 +26,14 @@ from gateway.api.responses.request import (
     response_not_found,
 )
 from gateway.api.responses.run import input_items, prepare_response
-from gateway.api.runtime import Runtime
+from gateway.api.services import Services, responses_services
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
+
+if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
+    from gateway.api.runtime import Runtime
 
 PATH = "/v1/responses"
 ONE = PATH + "/{id}"
@@ -44,13 +46,19 @@ class ResponsesSurface:
     """``POST /v1/responses`` on the driver (``api/driver.py``): OpenAI's error shape; foreground JSON or
     stream, or a background run that keeps its admission (``Work.hold``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, operations: tuple[Operation[Runtime], ...]) -> None:
         self.path = path
         self.errors: ErrorRenderer = error_response
+        #: retrieve, delete, list input items; a background run's get, delete and cancel
+        self.operations = operations
+
+    def services(self, every: Services) -> Runtime:
+        runtime: Runtime = responses_services(every)
+        return runtime
 
     async def serve(self, work: Work, runtime: Runtime) -> JSONResponse | SSEResponse:
         key = await work.authenticate()
-        parsed = parse_responses_request(await read_body(work, runtime))
+        parsed = parse_responses_request(await read_body(work, runtime.config.server.max_body_bytes))
         if parsed.background:
             check_background(runtime, parsed.store)
             work.background = True  # admission also takes a slot under the per-key/per-tenant run caps
@@ -81,9 +89,6 @@ class ResponsesSurface:
             work.done(200)
             await work.settle(usage_of(run.response))
         return SSEResponse(run.frames(_join, on_close), work.headers)
-
-
-RESPONSES = ResponsesSurface(PATH)
 
 
 # A ``frames`` builder's batches are SSE frames already (bytes): the body joins them.
@@ -154,9 +159,9 @@ async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JS
         "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}))
 
 
-def responses_routes() -> list[Route]:
-    return [
-        Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
-        Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
-        Route(ITEMS, endpoint(ITEMS, list_input_items), methods=["GET"]),
-    ]
+RESPONSES = ResponsesSurface(PATH, (
+    *background_operations(get_response, delete_response),  # before the stored responses': they match first
+    Operation("GET", ONE, get_response, responses_services),
+    Operation("DELETE", ONE, delete_response, responses_services),
+    Operation("GET", ITEMS, list_input_items, responses_services),
+))

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
@@ -45,7 +45,6 @@ from gateway.api.responses.render import (
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.spliced import frames_body
 from gateway.api.resume import check_pending, resume_paused
-from gateway.api.runtime import Runtime
 from gateway.cancellation import EXITS
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted
@@ -57,6 +56,9 @@ from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
 from gateway.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
+    from gateway.api.runtime import Runtime
 
 _T = TypeVar("_T")
 _NO_APPROVALS: frozenset[str] = frozenset()
@@ -346,9 +348,9 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     assert key is not None, "authenticated by the caller"
     tenant = key.tenant
     if plan is None:
-        plan = route_of(runtime, key, request.model)
+        plan = route_of(runtime.routes, key, request.model)
     if request.tools:
-        refuse_name_clashes(runtime, plan, request.tools, request.model, "function tool")
+        refuse_name_clashes(runtime.tools, plan, request.tools, request.model, "function tool")
     converted = to_messages(request.input)
     if request.store:
         await check_quota(runtime, tenant)
@@ -451,9 +453,10 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     except GatewayError as error:
         error.param = "input"
         raise
-    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
-                                  decisions=converted.decisions, stream=request.stream, headless=headless,
-                                  deadline=deadline, conflict=conflict, stream_rescue=request.stream_rescue)
+    resumed = await resume_paused(runtime.services.loop, work, stored, results=results, approved=approved,
+                                  answers=answers, decisions=converted.decisions, stream=request.stream,
+                                  headless=headless, deadline=deadline, conflict=conflict,
+                                  stream_rescue=request.stream_rescue)
     loop = resumed.loop
     first = bool(instructions_first)
     if instructions_first is not None:  # previous_response_id: this request's instructions replace the stored ones
