@@ -40,16 +40,22 @@ HTTP_LAYER = "gateway.http"
 
 #: The layers, top first. A request flows http -> api -> loop -> routing -> providers -> upstream;
 #: imports point down that flow from api on, and the HTTP layer, which api uses, imports nothing.
-#: Beside the flow sit services the layers above them use: tools, store, context, notify,
-#: governance, usage, background; at the bottom observability, which imports only config, and
+#: Beside the flow sit services the layers above them use: tools (and beside them interaction, the
+#: answers to what a tool call asks), store, context, notify, governance, usage, background; at the
+#: bottom observability, which imports only config, and
 #: config, which imports nothing. Each row names what a package MAY import (besides itself, the
 #: ``SHARED`` packages and the top-level modules such as ``gateway.errors``); ``LAYERS`` turns it
 #: into what it must not, so a new package is forbidden to every row until a row allows it.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # The composition root: everything but the command line that starts it.
     "gateway.api": ("gateway.background", "gateway.config", "gateway.context", "gateway.governance", "gateway.http",
-                    "gateway.loop", "gateway.notify", "gateway.observability", "gateway.providers",
-                    "gateway.routing", "gateway.store", "gateway.tools", "gateway.upstream", "gateway.usage"),
+                    "gateway.interaction", "gateway.loop", "gateway.notify", "gateway.observability",
+                    "gateway.providers", "gateway.routing", "gateway.store", "gateway.tools", "gateway.upstream",
+                    "gateway.usage"),
+    # What a running MCP tool call asks of the gateway (elicitation, sampling), answered beside the tools
+    # through the loop; the request lifecycle it needs is handed to it by the composition root (protocols).
+    "gateway.interaction": ("gateway.loop", "gateway.routing", "gateway.tools", "gateway.http", "gateway.config",
+                            "gateway.observability"),
     "gateway.loop": ("gateway.routing", "gateway.tools", "gateway.store", "gateway.context", "gateway.notify",
                      "gateway.config", "gateway.observability"),
     "gateway.routing": ("gateway.providers", "gateway.upstream", "gateway.context", "gateway.config",

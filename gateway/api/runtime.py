@@ -19,11 +19,9 @@ import aiohttp
 from gateway import redact
 from gateway.api.admin.auth import admin_ring
 from gateway.api.admin.tenants import Tenants
-from gateway.api.asking import asking_factory
 from gateway.api.console.feed import ConsoleFeed
 from gateway.api.lifecycle import Lifecycle
 from gateway.api.responses.decided import respond_decided
-from gateway.api.sampling import sampler_factory
 from gateway.api.services import (
     AdminServices,
     ApprovalServices,
@@ -46,6 +44,8 @@ from gateway.governance.key_ids import id_key, with_key_ids
 from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.key_sync import KeySync
 from gateway.governance.keys import KeyRing
+from gateway.interaction.asking import asking_factory
+from gateway.interaction.sampling import sampler_factory
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
@@ -193,7 +193,7 @@ class Runtime:
             undo.push_async_callback(console.stop)
         lifecycle = Lifecycle(keys, admin_keys, limits, usage, lookup)
         background = BackgroundRunner(open_background(store), config.background, config.store.continuation_ttl_s)
-        sampler = sampler_factory(lifecycle, keys, router, routes.lookup, config.routing.request_timeout_s)
+        sampler = sampler_factory(lifecycle, keys.find, router, routes.lookup, config.routing.request_timeout_s)
         deps.asking = asking_factory(config.mcp_servers, continuations, sampler)
         runtime = cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
                       store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
