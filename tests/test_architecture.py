@@ -101,6 +101,19 @@ LAYERS: dict[str, tuple[str, ...]] = {
 KNOWN_EXCEPTIONS: frozenset[tuple[str, str, str]] = frozenset()
 
 
+#: The composition root: it builds every service and cuts each surface its bundle (``api/services.py``).
+#: Only the app, which starts and stops it, may import it (``TYPE_CHECKING`` imports count: a handler
+#: typed against it still reaches through it); a handler is given what it uses, never the root.
+COMPOSITION_ROOT = "gateway.api.runtime"
+ROOT_READERS = frozenset({"gateway.api.app"})
+#: Modules that read the root until their own rework lands (the Responses surface, being split); each must
+#: still import it, so the set cannot outlive the change.
+ROOT_READERS_FOR_NOW = frozenset({
+    "gateway.api.responses.background", "gateway.api.responses.chain", "gateway.api.responses.decided",
+    "gateway.api.responses.endpoint", "gateway.api.responses.run",
+})
+
+
 @dataclass(frozen=True)
 class Edge:
     source: str
@@ -361,6 +374,11 @@ def package_cycles(edges: Iterable[Edge], exceptions: Container[tuple[str, str, 
     return problems, cycle_edges(as_edges)
 
 
+def root_readers(edges: Iterable[Edge], root: str = COMPOSITION_ROOT) -> set[str]:
+    """The modules that import the composition root, ``TYPE_CHECKING`` imports included."""
+    return {edge.source for edge in edges if edge.target == root}
+
+
 def violations(edges: list[Edge], exceptions: frozenset[tuple[str, str, str]] = KNOWN_EXCEPTIONS) -> list[str]:
     """Every broken rule not in ``exceptions``, and every exception that no longer breaks its rule."""
     problems = []
@@ -398,6 +416,16 @@ def gateway_edges() -> list[Edge]:
 def test_gateway_import_graph_keeps_its_rules(gateway_edges: list[Edge]) -> None:
     problems = violations(gateway_edges)
     assert not problems, "\n".join(problems)
+
+
+def test_only_the_app_reads_the_composition_root(gateway_edges: list[Edge]) -> None:
+    readers = root_readers(gateway_edges)
+    assert sorted(readers - ROOT_READERS - ROOT_READERS_FOR_NOW) == [], "given a bundle (api/services.py) instead"
+    assert sorted(ROOT_READERS_FOR_NOW - readers) == [], "no longer reads the root: remove it from ROOT_READERS_FOR_NOW"
+    # Nor through the app's state: only the app itself reads the runtime there (the driver reads the bundles).
+    sources = {path: path.read_text() for path in (ROOT / PACKAGE).rglob("*.py")}
+    assert [str(path.relative_to(ROOT)) for path, text in sources.items()
+            if "state.runtime" in text and path != ROOT / PACKAGE / "api" / "app.py"] == []
 
 
 def test_the_walker_sees_gateway_whole(gateway_edges: list[Edge]) -> None:
@@ -515,6 +543,15 @@ def test_the_http_layer_may_import_only_itself() -> None:
         "the HTTP layer imports the rest of gateway: gateway.http.wire -> gateway.api.exchange (line 1)"]
     assert http_violations(_graph(gateway__api__app="from gateway.api import exchange\n",
                                   gateway__api__exchange="")) == []  # no HTTP layer: nothing to check
+
+
+def test_a_handler_typed_against_the_root_reads_it() -> None:
+    edges = _graph(gateway__api__runtime="", gateway__api__app="from gateway.api.runtime import Runtime\n",
+                   gateway__api__chat__endpoint="from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                   "    from gateway.api.runtime import Runtime\n",
+                   gateway__api__services="from gateway.api import runtime as root\n",
+                   gateway__api__driver="from gateway.api.services import Services\n")
+    assert root_readers(edges) == {"gateway.api.app", "gateway.api.chat.endpoint", "gateway.api.services"}
 
 
 def test_known_exceptions_silence_their_rule_and_must_stay_true() -> None:
