@@ -6,8 +6,8 @@ A surface declares its error shape and what it serves, each with the services bu
 * a POST on a path of the surface table (``api/surfaces.py``): the hot paths (chat completions,
   Messages, Responses, embeddings), which the app's front dispatches here without Starlette, by
   one dict lookup (:class:`TableSurface`, :func:`drive`);
-* its :class:`Operation`\\ s on other methods and paths (GET, DELETE, path parameters, the admin
-  API): Starlette routes them, built from the same declarations (:func:`routes`).
+* its operations (:class:`Operation`) on other methods and paths (GET, DELETE, path parameters,
+  the admin API): Starlette routes them, built from the same declarations (:func:`routes`).
 
 Both are served the same way: the driver begins the work (recorded under the route's template,
 never caller text), hands the handler its bundle, and on any exit that is not an answer gives

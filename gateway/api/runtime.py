@@ -36,7 +36,7 @@ from gateway.api.services import (
 from gateway.background.followers import FollowerHub
 from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
-from gateway.config.model import AdminKey, Config
+from gateway.config.model import Config
 from gateway.context import ContextGuard
 from gateway.context.tokens import TokenEstimator
 from gateway.governance.admission import RateLimits
@@ -86,7 +86,6 @@ async def _run_tool(call: ToolCall, tool: RegisteredTool) -> ToolOutcome:
 @dataclass(slots=True)
 class Runtime:
     config: Config
-    keys: KeyRing
     pool: UpstreamPool
     tool_session: aiohttp.ClientSession
     store: Store
@@ -97,8 +96,6 @@ class Runtime:
     deps: LoopDeps
     mcp: McpRefresher
     responses: ResponseRecords  # stored Responses-API responses (same backend as ``store``)
-    #: ``auth.admin_keys`` by the SHA-256 of their secret (see api/admin/auth.py)
-    admin_keys: dict[bytes, AdminKey]
     key_store: KeyStore
     key_sync: KeySync
     limits: RateLimits
@@ -195,9 +192,9 @@ class Runtime:
         background = BackgroundRunner(open_background(store), config.background, config.store.continuation_ttl_s)
         sampler = sampler_factory(lifecycle, keys.find, router, routes.lookup, config.routing.request_timeout_s)
         deps.asking = asking_factory(config.mcp_servers, continuations, sampler)
-        runtime = cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
+        runtime = cls(config=config, pool=pool, tool_session=tool_session,
                       store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                      mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,
+                      mcp=mcp, responses=open_response_records(store),
                       key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
                       background=background, followers=FollowerHub(background.store, config.background, background),
                       lifecycle=lifecycle, embedder=Embedder(router, pool), console=console, started=int(time.time()))

@@ -160,8 +160,7 @@ async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JS
 
 
 RESPONSES = ResponsesSurface(PATH, (
-    *background_operations(get_response, delete_response),  # before the stored responses': they match first
-    Operation("GET", ONE, get_response, responses_services),
-    Operation("DELETE", ONE, delete_response, responses_services),
+    # GET and DELETE of one response: a background run's, else the stored response's (their fallbacks)
+    *background_operations(get_response, delete_response),
     Operation("GET", ITEMS, list_input_items, responses_services),
 ))
