@@ -150,8 +150,6 @@ def _serve(args: argparse.Namespace, config: Config, source: Path, packaged: boo
     import uvicorn
 
     from gateway.api.app import create_app
-    from gateway.api.errors import protocol_error_body
-    from gateway.http.server_protocol import ServerLimits, protocol_factory
     from gateway.observability.banner import banner
 
     log_level = _configure_logs(config, args.log_level, args.debug)
@@ -161,18 +159,7 @@ def _serve(args: argparse.Namespace, config: Config, source: Path, packaged: boo
     lines = banner(config, __version__, host, port, source, packaged, workers)
     for warning in shared_stdio_warnings(config):
         log.warning("%s", warning)
-    # httptools with a bounded head and read timeouts (gateway/http/server_protocol.py); no WebSocket
-    # endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
-    # uvicorn's own records go to the root handler above, escaped and redacted like ours.
-    server = config.server
-    limits = ServerLimits(server.max_header_bytes, server.header_timeout_s, server.body_timeout_s)
-    common: dict[str, Any] = {
-              "host": host, "port": port, "loop": "uvloop", "http": protocol_factory(limits, protocol_error_body),
-              "timeout_keep_alive": config.server.keepalive_timeout_s, "log_level": log_level,
-              "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
-              "ws": "none",
-              # No client-address rewriting or Server header: neither is used, both cost per request.
-              "proxy_headers": False, "server_header": False}
+    settings = _uvicorn_settings(config, host, port, log_level)
     if workers > 1 and config.store.kind == "memory":
         log.warning(
             "%d workers with the memory:// store: each worker keeps its own continuations and circuit "
@@ -186,40 +173,70 @@ def _serve(args: argparse.Namespace, config: Config, source: Path, packaged: boo
         return 1
     if workers > 1:
         listener.close()  # the supervisor binds it again at once, before any worker starts
-        # Worker processes re-import the app: hand them the config path through the environment.
-        os.environ["LOOPGATE_CONFIG"] = os.path.abspath(source)
-        os.environ["LOOPGATE_LOG_LEVEL"] = log_level
-        if args.debug:
-            os.environ[_DEBUG_ENV] = "1"
-        for line in lines:
-            log.info("%s", line)
-        # Each worker publishes its metrics there; any worker's scrape sums them
-        # (gateway/observability/metrics_shared.py).
-        try:
-            with tempfile.TemporaryDirectory(prefix="loopgate-metrics-") as directory:
-                os.environ[metrics_shared.ENV] = directory
-                uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **common)
-        except SystemExit as exc:
-            # The lifespan's failure is already logged in one line naming its key (api/startup_failure.py).
-            if exc.code == _UVICORN_STARTUP_FAILURE:
-                return EXIT_CONFIG
-            raise
-        return 0
+        return _serve_workers(args, source, log_level, workers, lines, settings)
 
     def announce() -> None:
         for line in lines:
             log.info("%s", line)
 
     app = create_app(config, serving=True, debug=args.debug, on_ready=announce)
-    server_ = uvicorn.Server(uvicorn.Config(app, **common))
+    server_ = uvicorn.Server(uvicorn.Config(app, **settings))
     try:
         server_.run(sockets=[listener])
     except SystemExit as exc:
-        # The lifespan's failure is already logged in one line naming its key (api/startup_failure.py).
-        if exc.code == _UVICORN_STARTUP_FAILURE:
-            return EXIT_CONFIG
-        raise
+        return _startup_failed(exc)
     return 0 if server_.started else EXIT_CONFIG
+
+
+def _uvicorn_settings(config: Config, host: str, port: int, log_level: str) -> dict[str, Any]:
+    """What one process and every worker run with.
+
+    httptools with a bounded head and read timeouts (gateway/http/server_protocol.py); no WebSocket
+    endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
+    uvicorn's own records go to the root handler, escaped and redacted like ours.
+    """
+    from gateway.api.errors import protocol_error_body
+    from gateway.http.server_protocol import ServerLimits, protocol_factory
+
+    server = config.server
+    limits = ServerLimits(server.max_header_bytes, server.header_timeout_s, server.body_timeout_s)
+    return {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(limits, protocol_error_body),
+            "timeout_keep_alive": server.keepalive_timeout_s, "log_level": log_level,
+            "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
+            "ws": "none",
+            # No client-address rewriting or Server header: neither is used, both cost per request.
+            "proxy_headers": False, "server_header": False}
+
+
+def _serve_workers(args: argparse.Namespace, source: Path, log_level: str, workers: int, lines: list[str],
+                   settings: dict[str, Any]) -> int:
+    """``--workers N``: uvicorn's supervisor, each worker building its app in ``_app_factory``."""
+    import uvicorn
+
+    # Worker processes re-import the app: hand them the config path through the environment.
+    os.environ["LOOPGATE_CONFIG"] = os.path.abspath(source)
+    os.environ["LOOPGATE_LOG_LEVEL"] = log_level
+    if args.debug:
+        os.environ[_DEBUG_ENV] = "1"
+    for line in lines:
+        log.info("%s", line)
+    # Each worker publishes its metrics there; any worker's scrape sums them
+    # (gateway/observability/metrics_shared.py).
+    try:
+        with tempfile.TemporaryDirectory(prefix="loopgate-metrics-") as directory:
+            os.environ[metrics_shared.ENV] = directory
+            uvicorn.run("gateway.cli:_app_factory", factory=True, workers=workers, **settings)
+    except SystemExit as exc:
+        return _startup_failed(exc)
+    return 0
+
+
+def _startup_failed(exc: SystemExit) -> int:
+    """uvicorn's exit when the lifespan failed: already logged in one line naming its key
+    (api/startup_failure.py), so the status is the config failure's; any other exit goes on."""
+    if exc.code == _UVICORN_STARTUP_FAILURE:
+        return EXIT_CONFIG
+    raise exc
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -18,7 +18,10 @@ Rules:
   another's types depends on it;
 * the HTTP layer (``gateway.http``, once it exists) imports nothing from ``gateway`` outside itself;
 * the layering table ``LAYERS``: a package must not import the packages listed for it; every
-  package of ``gateway`` has a row (the HTTP layer's is its own rule above).
+  package of ``gateway`` has a row (the HTTP layer's is its own rule above);
+* ``NARROW``: where a row allows a package only in part, the importer may import only the listed
+  modules of it, and those modules import nothing else of their package (so the rest never comes
+  in through them). ``TYPE_CHECKING`` imports count here too.
 
 ``KNOWN_EXCEPTIONS`` holds the edges that break a rule today and are being fixed elsewhere; each
 one must still exist and still break its rule, so the set cannot outlive the fix.
@@ -63,7 +66,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "gateway.providers": ("gateway.upstream", "gateway.config", "gateway.observability"),
     "gateway.upstream": ("gateway.config", "gateway.observability"),
     # Domain services that are not HTTP: the surfaces use them, never the reverse. Governance and
-    # usage read the loop's events (and governance the route plan); nothing below them reads them.
+    # usage read the loop's events (and governance the route plan), of the loop nothing but its
+    # events module (``NARROW``); nothing below them reads them.
     "gateway.governance": ("gateway.loop", "gateway.routing", "gateway.store", "gateway.config",
                            "gateway.observability"),
     "gateway.usage": ("gateway.loop", "gateway.store", "gateway.config", "gateway.observability"),
@@ -93,6 +97,15 @@ _EVERY_LAYER = (*(layer for layer in MAY_IMPORT if layer not in SHARED), HTTP_LA
 LAYERS: dict[str, tuple[str, ...]] = {
     layer: tuple(other for other in _EVERY_LAYER if other != layer and other not in allowed)
     for layer, allowed in MAY_IMPORT.items()
+}
+
+#: importer -> {package its row allows only in part: the only modules of it the importer may import}.
+#: Usage and governance read the loop's events and result (``loop/events.py``) and a request's work
+#: through ``canonical.WorkRecord`` (a loop's state or a loopless call's record alike): never the
+#: engine's module, which would tie metering and admission to how the loop runs.
+NARROW: dict[str, dict[str, tuple[str, ...]]] = {
+    "gateway.governance": {"gateway.loop": ("gateway.loop.events",)},
+    "gateway.usage": {"gateway.loop": ("gateway.loop.events",)},
 }
 
 #: ``(rule, importer, imported)`` edges that break a rule today, each with the reason it may for now.
@@ -329,6 +342,32 @@ def layer_violations(edges: Iterable[Edge], layers: Mapping[str, tuple[str, ...]
     return found
 
 
+def narrow_violations(edges: Iterable[Edge], narrow: Mapping[str, Mapping[str, tuple[str, ...]]] = NARROW
+                      ) -> list[tuple[str, Edge, str]]:
+    """``(rule, edge, problem)`` for every import ``narrow`` forbids: an importer's of a module of a
+    narrowed package it is not allowed (``rule``: the importer's key), and an allowed module's of
+    another module of its own package (``rule``: that module)."""
+    found = []
+    edges = list(edges)
+    checked: set[tuple[str, str]] = set()  # (allowed module, its package): checked once however many allow it
+    for layer, allowances in narrow.items():
+        for package, allowed in allowances.items():
+            only = ", ".join(allowed)
+            for edge in edges:
+                if not _within(edge.target, package) or edge.target in allowed:
+                    continue
+                if _within(edge.source, layer):
+                    found.append((layer, edge, f"{layer} may import only {only} of {package}: {edge}"))
+            for module in allowed:
+                if (module, package) in checked:
+                    continue
+                checked.add((module, package))
+                found.extend((module, edge, f"{module} ({layer} may import it) imports more of {package}: {edge}")
+                             for edge in edges if edge.source == module and _within(edge.target, package)
+                             and edge.target not in allowed)
+    return found
+
+
 def cycle_edges(edges: Iterable[Edge]) -> set[tuple[str, str]]:
     """Every executed edge that lies on some import cycle (both ends in one strongly connected component)."""
     edges = [edge for edge in edges if not edge.typing_only]
@@ -400,6 +439,10 @@ def violations(edges: list[Edge], exceptions: frozenset[tuple[str, str, str]] = 
         broken.add((rule, edge.source, edge.target))
         if (rule, edge.source, edge.target) not in exceptions:
             problems.append(f"{rule} must not import {edge.target}: {edge}")
+    for rule, edge, problem in narrow_violations(edges):
+        broken.add((rule, edge.source, edge.target))
+        if (rule, edge.source, edge.target) not in exceptions:
+            problems.append(problem)
     for exception in sorted(exceptions - broken):
         problems.append(f"KNOWN_EXCEPTIONS entry no longer breaks its rule (remove it): {exception}")
     return problems
@@ -448,8 +491,30 @@ def test_every_layer_and_exception_names_real_modules(gateway_edges: list[Edge])
     modules = set(discover(ROOT, PACKAGE))
     for layer in LAYERS:
         assert any(_within(module, layer) for module in modules), layer
+    for layer, allowances in NARROW.items():
+        for package, allowed in allowances.items():
+            assert layer in MAY_IMPORT and package in MAY_IMPORT[layer], (layer, package)  # narrows an allowance
+            assert set(allowed) <= modules and all(_within(module, package) for module in allowed), allowed
     for _, source, target in KNOWN_EXCEPTIONS:
         assert source in modules and target in modules, (source, target)
+
+
+def test_usage_and_governance_read_the_loop_only_through_its_events(gateway_edges: list[Edge]) -> None:
+    """Metering and admission see the loop's events and result, never the engine: its module (or any other of
+    the loop's) imported by either, even for types only, breaks the rule."""
+    reads = {(edge.source, edge.target) for edge in gateway_edges
+             if _within(edge.target, "gateway.loop") and unit(edge.source) in ("gateway.usage", "gateway.governance")}
+    assert reads == {("gateway.usage.meter", "gateway.loop.events"),
+                     ("gateway.governance.admission", "gateway.loop.events")}
+    assert not [edge for edge in gateway_edges if edge.source == "gateway.loop.events"
+                and _within(edge.target, "gateway.loop")]
+    meter = ROOT / "gateway" / "usage" / "meter.py"
+    again = meter.read_text() + "\nif TYPE_CHECKING:\n    from gateway.loop.engine import LoopState\n"
+    edges = [edge for edge in gateway_edges if edge.source != "gateway.usage.meter"]
+    edges += module_edges("gateway.usage.meter", False, again, set(discover(ROOT, PACKAGE)))
+    assert [problem for problem in violations(edges) if "gateway.loop.engine" in problem] == [
+        "gateway.usage may import only gateway.loop.events of gateway.loop: gateway.usage.meter -> "
+        f"gateway.loop.engine (line {len(again.splitlines())}, TYPE_CHECKING)"]
 
 
 # -- the walker on synthetic module sets --------------------------------------------------------------
@@ -568,3 +633,21 @@ def test_known_exceptions_silence_their_rule_and_must_stay_true() -> None:
         "('cycle', 'gateway.store.redis', 'gateway.store.base')",
         "KNOWN_EXCEPTIONS entry no longer breaks its rule (remove it): "
         "('gateway.store', 'gateway.store.redis', 'gateway.api.app')"]
+
+
+def test_a_narrowed_row_allows_only_its_modules_and_they_bring_in_nothing_else() -> None:
+    narrow = {"g.usage": {"g.loop": ("g.loop.events",)}}
+    fine = _graph(g__usage__meter="from g.loop.events import Finished\nfrom g.loop import events\n",
+                  g__loop__events="from g.canonical import Usage\n", g__loop__engine="from g.loop import events\n",
+                  g__canonical="")
+    assert narrow_violations(fine, narrow) == []
+    found = _graph(g__usage__meter="from g.loop.events import Finished\nfrom g.loop.engine import LoopState\n",
+                   g__usage__admission="import g.loop\n", g__usage__typed="from typing import TYPE_CHECKING\n"
+                   "if TYPE_CHECKING:\n    from g.loop import engine\n",
+                   g__loop__init="", g__loop__events="from g.loop.engine import LoopEvent\n", g__loop__engine="",
+                   g__other="from g.loop import engine\n")
+    assert [problem for _, _, problem in narrow_violations(found, narrow)] == [
+        "g.usage may import only g.loop.events of g.loop: g.usage.admission -> g.loop (line 1)",
+        "g.usage may import only g.loop.events of g.loop: g.usage.meter -> g.loop.engine (line 2)",
+        "g.usage may import only g.loop.events of g.loop: g.usage.typed -> g.loop.engine (line 3, TYPE_CHECKING)",
+        "g.loop.events (g.usage may import it) imports more of g.loop: g.loop.events -> g.loop.engine (line 1)"]

@@ -1,5 +1,6 @@
-"""The test suite and CI keep to their rules: never a developer's Redis, the README's test command is
-what CI runs, a quick subset exists, and nothing the project ships refers to a file that is not there."""
+"""The test suite and CI keep to their rules: never a developer's Redis, tests where their package is, the
+README's test command is what CI runs, a quick subset exists, and nothing the project ships refers to a file
+that is not there."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ def test_the_suites_redis_is_its_own_never_the_one_on_6379() -> None:
     offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("*.py")
                  if _DEVELOPERS_REDIS.search(path.read_text(encoding="utf-8")) and path.name != Path(__file__).name]
     assert offenders == [], f"tests that reach (or default to) a Redis on 6379: {offenders}"
+
+
+#: tests/ folders that mirror no package: end to end, and the security properties that cut across packages
+_CROSS_CUTTING = {"e2e", "security"}
+#: the top level's tests of the whole project: its import graph and sizes, docs, deployment files, first run, start-up
+_WHOLE_PROJECT = {"architecture", "layout", "docs", "docs_examples", "suite_hygiene", "compose", "helm_chart",
+                  "first_run", "startup"}
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """A test of one package is in ``tests/<package>/``; the top level holds the tests of gateway's top-level
+    modules (``tests/test_<module>.py``) and those of the whole project, so a new test's place is never a guess."""
+    tests = ROOT / "tests"
+    packages = {init.parent.name for init in (ROOT / "gateway").glob("*/__init__.py")}
+    folders = {path.relative_to(tests).parts[0] for path in tests.rglob("test_*.py")
+               if path.parent != tests and path.relative_to(tests).parts[0] != "clients"}
+    assert folders - packages - _CROSS_CUTTING == set(), "a tests/ folder that mirrors no gateway/ package"
+    modules = {module.stem for module in (ROOT / "gateway").glob("*.py")}
+    top_level = {path.stem.removeprefix("test_") for path in tests.glob("test_*.py")}
+    assert top_level - modules - _WHOLE_PROJECT == set(), "move these into tests/<the package they test>/"
 
 
 def test_ci_starts_and_flushes_no_redis_of_its_own() -> None:

@@ -1,9 +1,10 @@
 """One request from arrival to its last byte: its id, its server span, its metrics and its access record.
 
 :class:`Exchange` is the record half of the one object a request lives in: the lifecycle's
-``Work`` (``gateway/api/lifecycle.py``) is an ``Exchange``, so the key, the loop's state and the
-meter are set once, on that object, and read by :meth:`Exchange.done`, the one place a request
-is counted, its span ended and its access record written.
+``Work`` (``gateway/api/lifecycle.py``) is an ``Exchange``, so the key, the work's record (a loop's
+state or a loopless call's: ``canonical.WorkRecord``) and the meter are set once, on that object,
+and read by :meth:`Exchange.done`, the one place a request is counted, its span ended and its
+access record written.
 
 ``x-request-id`` is chosen by :mod:`gateway.http.request_id`.
 
@@ -23,8 +24,8 @@ from gateway.observability.access_log import AccessLog
 from gateway.usage.pricing import NANO
 
 if TYPE_CHECKING:  # types only: the request's parts are set by the lifecycle, read here at the end
+    from gateway.canonical import WorkRecord
     from gateway.config.model import ApiKey
-    from gateway.loop.engine import LoopState
     from gateway.usage.meter import Meter
 
 # The access record writer (``logging.access``, chosen at start-up: ``observability.startup``), kept
@@ -54,8 +55,8 @@ class Exchange:
         self.label = "unknown"
         #: the key the request is charged to (the caller's, the asker's on a resume; an admin's by name)
         self.key: ApiKey | None = None
-        #: the loop's state (or a loopless call's record), read at the end (iterations, usage, tool calls)
-        self.state: LoopState | None = None
+        #: the loop's state or a loopless call's record, read at the end (iterations, usage, tool calls)
+        self.state: WorkRecord | None = None
         self.error: GatewayError | None = None
         #: the request's usage meter (gateway/usage/meter.py), closed by ``done``
         self.meter: Meter | None = None

@@ -11,7 +11,7 @@
 4. ``await admit(body_bytes, tokens)``: the budget check, then admission (rpm, tpm, concurrency per key
    and tenant), and for a background run its slot under the per-key/per-tenant run caps;
 5. ``watch(loop_request)``: the loop's usage feeds the meter, the access record and the span (work
-   that runs no loop reports its calls with ``account(state)`` instead);
+   that runs no loop reports its calls with ``account(record)``, a ``canonical.CallRecord``, instead);
 6. the end: ``done(status)`` once the answer is complete and ``await settle(usage)`` (a JSON
    answer), ``settled_at_end(events)`` (a stream), ``hold()`` (work that outlives its request:
    a background run, settled by the run's own end), or, written once in the driver,
@@ -32,7 +32,7 @@ from gateway.api.admin.auth import require_admin
 from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.exchange import Exchange
 from gateway.cancellation import EXITS
-from gateway.canonical import Usage
+from gateway.canonical import Usage, WorkRecord
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import check_model_access
@@ -41,7 +41,7 @@ from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.keys import KeyRing, authenticate
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import request_id
-from gateway.loop.engine import LoopRequest, LoopState
+from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
 from gateway.usage.meter import Meter, Metering
@@ -209,17 +209,19 @@ class Work(Exchange):
     def watch(self, loop_request: LoopRequest) -> None:
         """The loop's state feeds the meter (usage, cost), the access record and the server span."""
         loop_request.span = self.span
-        self.state = loop_request.state
-        if self.meter is not None:
-            self.meter.watch(loop_request)
-
-    def account(self, state: LoopState) -> int | None:
-        """Work that runs no loop (an embeddings call): its answered calls (``state.calls``) feed the meter
-        (usage rows, cost), the access record and the span as a loop's would. The cost in nano-USD, or
-        None when a call has no price."""
-        self.state = state
+        state = self.state = loop_request.state
         meter = self.meter
-        return None if meter is None else meter.account(state)
+        if meter is not None:
+            meter.watch(state)
+            loop_request.on_finish = meter.finish
+
+    def account(self, record: WorkRecord) -> int | None:
+        """Work that runs no loop (an embeddings call, a sampling): its answered calls (``record.calls``) feed the
+        meter (usage rows, cost), the access record and the metrics as a loop's would. The cost in nano-USD, or
+        None when a call has no price."""
+        self.state = record
+        meter = self.meter
+        return None if meter is None else meter.account(record)
 
     def settled_at_end(self, events: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
         """A stream's events; the admission is settled with the loop's usage when they end (or close)."""

@@ -1,6 +1,7 @@
 """The canonical transcript every layer speaks, in three parts: ``types`` (messages, the model request and
 response, stream deltas, the message helpers), ``arguments`` (tool-call arguments) and ``accumulator``
-(streamed tool-call fragments into whole calls).
+(streamed tool-call fragments into whole calls); and ``records``, what a request's model calls leave
+for its metering and access record (a loop's state or a loopless call's record, read alike).
 
 Every layer imports the names from here (``from gateway.canonical import Message``), so where a name
 lives inside the package is this package's business.
@@ -20,6 +21,7 @@ from gateway.canonical.arguments import (
     load_json,
     normalize_arguments,
 )
+from gateway.canonical.records import CallRecord, WorkRecord
 from gateway.canonical.types import (
     ARTIFACT_MESSAGE_KEYS,
     MAX_TOKEN_COUNT,
@@ -50,6 +52,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_TOKEN_COUNT",
     "Answering",
+    "CallRecord",
     "FinishReason",
     "JSONTooDeep",
     "Message",
@@ -65,6 +68,7 @@ __all__ = [
     "ToolCallAccumulator",
     "ToolDef",
     "Usage",
+    "WorkRecord",
     "arguments_object",
     "arguments_too_deep",
     "history_arguments",

@@ -83,7 +83,7 @@ class EmbeddingBounds:
 
 
 def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], tools: dict[str, ToolConfig],
-           mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
+                  mcp_servers: dict[str, McpServerConfig]) -> RouteConfig:
     path = f"models.{name}"
     _embeddings_keys_on_chat(raw, path)
     section = mapping(raw, path, ROUTE_KEYS)
@@ -93,34 +93,60 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
     if not raw_targets:
         raise ConfigError(f"{path}.targets", "needs at least one target")
     first_token = _seconds(section, "first_token_timeout_s", path)
-    targets = []
-    for i, entry in enumerate(raw_targets):
-        tpath = f"{path}.targets[{i}]"
-        item = mapping(entry, tpath, TARGET_KEYS)
-        provider = get(item, "provider", tpath, str, "")
-        if provider not in providers:
-            hint = closest(provider, set(providers))
-            raise ConfigError(f"{tpath}.provider", f"unknown provider '{provider}'{hint}")
-        model = get(item, "model", tpath, str, "")
-        if not model:
-            raise ConfigError(f"{tpath}.model", "is required")
-        problem = model_problem(model)
-        if problem is not None:
-            raise ConfigError(f"{tpath}.model", f"{model!r} {problem}")
-        price = parse_price(item["price"], f"{tpath}.price") if item.get("price") is not None else None
-        own = _seconds(item, "first_token_timeout_s", tpath)
-        prefill = get(item, "prefill", tpath, (str, bool), "auto")
-        if isinstance(prefill, bool):  # YAML reads a bare off / on as a boolean
-            prefill = "native" if prefill else "off"
-        if prefill not in PREFILL_SETTINGS:
-            raise ConfigError(f"{tpath}.prefill", f"must be one of {', '.join(PREFILL_SETTINGS)}, got {prefill!r}")
-        reasoning = get(item, "reasoning", tpath, bool, None)
-        targets.append(TargetConfig(provider=provider, model=model, price=price,
-                                    first_token_timeout_s=own if own is not None else first_token, prefill=prefill,
-                                    reasoning=reasoning))
+    targets = [_target(entry, f"{path}.targets[{i}]", providers, first_token) for i, entry in enumerate(raw_targets)]
+    tool_names, mcp_names = _route_tools(get(section, "tools", path, list, []), path, tools, mcp_servers)
+    iterations = get(section, "max_tool_iterations", path, int, 25)
+    window = get(section, "context_window", path, int, None)
+    rescue = _stream_rescue(section, path)
+    context = _context(section.get("context"), f"{path}.context")
+    return RouteConfig(
+        name=name,
+        targets=tuple(targets),
+        tools=tool_names,
+        mcp_servers=mcp_names,
+        max_tool_iterations=int(positive(iterations, f"{path}.max_tool_iterations")),
+        context_window=None if window is None else int(positive(window, f"{path}.context_window")),
+        retries=int(positive(get(section, "retries", path, int, 0), f"{path}.retries", allow_zero=True)),
+        tool_concurrency=int(positive(get(section, "tool_concurrency", path, int, 8),
+                                       f"{path}.tool_concurrency")),
+        context=context,
+        stream_rescue=rescue,
+        stream_idle_timeout_s=_seconds(section, "stream_idle_timeout_s", path),
+        count_tokens=_count_tokens(section, path),
+    )
+
+
+def _target(entry: Any, path: str, providers: dict[str, ProviderConfig], first_token: float | None) -> TargetConfig:
+    """One of a chat route's targets; ``first_token`` is the route's timeout, which its own overrides."""
+    item = mapping(entry, path, TARGET_KEYS)
+    provider = get(item, "provider", path, str, "")
+    if provider not in providers:
+        hint = closest(provider, set(providers))
+        raise ConfigError(f"{path}.provider", f"unknown provider '{provider}'{hint}")
+    model = get(item, "model", path, str, "")
+    if not model:
+        raise ConfigError(f"{path}.model", "is required")
+    problem = model_problem(model)
+    if problem is not None:
+        raise ConfigError(f"{path}.model", f"{model!r} {problem}")
+    price = parse_price(item["price"], f"{path}.price") if item.get("price") is not None else None
+    own = _seconds(item, "first_token_timeout_s", path)
+    prefill = get(item, "prefill", path, (str, bool), "auto")
+    if isinstance(prefill, bool):  # YAML reads a bare off / on as a boolean
+        prefill = "native" if prefill else "off"
+    if prefill not in PREFILL_SETTINGS:
+        raise ConfigError(f"{path}.prefill", f"must be one of {', '.join(PREFILL_SETTINGS)}, got {prefill!r}")
+    return TargetConfig(provider=provider, model=model, price=price,
+                        first_token_timeout_s=own if own is not None else first_token, prefill=prefill,
+                        reasoning=get(item, "reasoning", path, bool, None))
+
+
+def _route_tools(listed: list[Any], path: str, tools: dict[str, ToolConfig],
+                 mcp_servers: dict[str, McpServerConfig]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A route's ``tools`` list as (configured tools, MCP servers named ``mcp:NAME``), each checked to exist."""
     tool_names: list[str] = []
     mcp_names: list[str] = []
-    for i, tool in enumerate(get(section, "tools", path, list, [])):
+    for i, tool in enumerate(listed):
         if isinstance(tool, str) and tool.startswith("mcp:"):
             server = tool[4:]
             if server not in mcp_servers:
@@ -131,36 +157,25 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
             raise ConfigError(f"{path}.tools[{i}]", f"unknown tool '{tool}'{closest(str(tool), set(tools))}")
         else:
             tool_names.append(tool)
-    iterations = get(section, "max_tool_iterations", path, int, 25)
-    window = get(section, "context_window", path, int, None)
+    return tuple(tool_names), tuple(mcp_names)
+
+
+def _stream_rescue(section: dict[str, Any], path: str) -> str:
     rescue = get(section, "stream_rescue", path, (str, bool), "continue")
     if isinstance(rescue, bool):  # YAML reads a bare off as false
         rescue = "continue" if rescue else "off"
     if rescue not in STREAM_RESCUE:
         raise ConfigError(f"{path}.stream_rescue", f"must be 'continue' or 'off', got {rescue!r}")
-    ctx_raw = mapping(section.get("context"), f"{path}.context", CONTEXT_KEYS)
-    threshold = get(ctx_raw, "threshold", f"{path}.context", float, 0.8)
+    return str(rescue)
+
+
+def _context(raw: Any, path: str) -> ContextConfig:
+    section = mapping(raw, path, CONTEXT_KEYS)
+    threshold = get(section, "threshold", path, float, 0.8)
     if not 0 < threshold <= 1:
-        raise ConfigError(f"{path}.context.threshold", f"must be in (0, 1], got {threshold}")
-    return RouteConfig(
-        name=name,
-        targets=tuple(targets),
-        tools=tuple(tool_names),
-        mcp_servers=tuple(mcp_names),
-        max_tool_iterations=int(positive(iterations, f"{path}.max_tool_iterations")),
-        context_window=None if window is None else int(positive(window, f"{path}.context_window")),
-        retries=int(positive(get(section, "retries", path, int, 0), f"{path}.retries", allow_zero=True)),
-        tool_concurrency=int(positive(get(section, "tool_concurrency", path, int, 8),
-                                       f"{path}.tool_concurrency")),
-        context=ContextConfig(
-            threshold=threshold,
-            compress_with=get(ctx_raw, "compress_with", f"{path}.context", str, None),
-            max_tool_result_tokens=get(ctx_raw, "max_tool_result_tokens", f"{path}.context", int, None),
-        ),
-        stream_rescue=rescue,
-        stream_idle_timeout_s=_seconds(section, "stream_idle_timeout_s", path),
-        count_tokens=_count_tokens(section, path),
-    )
+        raise ConfigError(f"{path}.threshold", f"must be in (0, 1], got {threshold}")
+    return ContextConfig(threshold=threshold, compress_with=get(section, "compress_with", path, str, None),
+                         max_tool_result_tokens=get(section, "max_tool_result_tokens", path, int, None))
 
 
 def _count_tokens(section: dict[str, Any], path: str) -> str:

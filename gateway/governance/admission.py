@@ -29,8 +29,7 @@ from typing import Any, NamedTuple
 from gateway.canonical import Usage
 from gateway.config.model import ApiKey, Config
 from gateway.errors import GatewayError
-from gateway.loop.engine import LoopEvent
-from gateway.loop.events import Finished
+from gateway.loop.events import Finished, LoopEvent
 from gateway.observability.fail_open import LIMITS
 from gateway.store.errors import StoreUnavailable
 from gateway.store.limits.base import Decision, LimitScope, RateLimiter, Settled, reset_seconds

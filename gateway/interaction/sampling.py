@@ -30,12 +30,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gateway.canonical import Message, ModelRequest, Usage, text_of
+from gateway.canonical import CallRecord, Message, ModelRequest, Usage, WorkRecord, text_of
 from gateway.config.mcp_section import McpServerConfig
 from gateway.config.model import ApiKey
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
-from gateway.loop.engine import LoopRequest, LoopState
+from gateway.loop.engine import LoopRequest
 from gateway.routing.router import Router
 from gateway.routing.routes import RoutePlan
 from gateway.tools.interaction import SamplingAnswer, SamplingHandler, SamplingRefused, SamplingRequest
@@ -59,7 +59,7 @@ class SamplingWork(Protocol):
     async def admit(self, body_bytes: int, tokens: int | None = None, output: int = 0, budget: bool = True
                     ) -> None: ...
 
-    def account(self, state: LoopState) -> int | None: ...
+    def account(self, record: WorkRecord) -> int | None: ...
 
     async def settle(self, usage: Usage | None) -> None: ...
 
@@ -188,25 +188,22 @@ def sampler_factory(lifecycle: Lifecycle, find_key: Callable[[str], ApiKey | Non
                     params["stop"] = list(question.stop_sequences)[:4]
                 size = sum(len(text_of(m.get("content"))) for m in messages)
                 await work.admit(size, output=plan.output_reservation(params))
-                state = LoopState()
+                record = CallRecord()
                 answer = await router.complete(preferred(plan, question.model_preferences),
-                                               ModelRequest(messages=messages, params=params), state.attempts,
+                                               ModelRequest(messages=messages, params=params), record.attempts,
                                                plan.retries, time.monotonic() + request_timeout_s)
                 response = answer.response
-                state.iterations = 1
-                state.model = response.model or answer.target.model
-                state.answered_by.append(answer.target.label)
-                state.add_call(answer.target.label, response.usage)
-                work.account(state)
+                record.answered(answer.target.label, response.model or answer.target.model, response.usage)
+                work.account(record)
                 loop.state.add_sampling(response.usage.prompt_tokens, response.usage.completion_tokens)
-                await work.settle(state.usage)
+                await work.settle(record.usage)
             except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)
                 error = await work.failed(exc)
                 log.info("sampling for MCP server %s refused: %s", server.name, error.message)
                 raise SamplingRefused(error.message) from None
             work.done(200)
             return SamplingAnswer(role="assistant", content={"type": "text", "text": text_of(response.message.get(
-                "content"))}, model=state.model, stop_reason=_STOP.get(str(response.finish_reason), "endTurn"))
+                "content"))}, model=record.model, stop_reason=_STOP.get(str(response.finish_reason), "endTurn"))
 
         return sample
 

@@ -8,6 +8,7 @@ Modules, one concept each:
 * ``metrics``: the process's Prometheus registry; ``metrics_shared``: one scrape over every worker;
 * ``tracing``: the facade the rest of the gateway calls (a no-op unless tracing is on);
 * ``recorder``: the in-process span recorder behind that facade when tracing is on;
+* ``span_entries``: the format a request's recorded spans are shipped in, and their rebuilding in the exporter;
 * ``shipper``: hands the recorded spans to the exporter process, never blocking a request;
 * ``exporter``: that process (``python -m gateway.observability.exporter``), over the OpenTelemetry SDK;
 * ``otlp_encoder``: the exporter's OTLP protobuf encoding.

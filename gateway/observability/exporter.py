@@ -2,7 +2,7 @@
 
 Started by ``gateway/observability/shipper.py`` as ``python -m gateway.observability.exporter``, one
 per worker process. It reads length-prefixed orjson frames on stdin: first its configuration, then lists of
-one entry per request (see ``Entry`` in ``gateway/observability/recorder.py``: values by position, which get
+one entry per request (see ``Entry`` in ``gateway/observability/span_entries.py``: values by position, which get
 their attribute names, the conventions' value rules and missing span ids here, where it costs no
 request any time). Each span becomes an
 ``opentelemetry.sdk.trace.ReadableSpan`` handed to a ``BatchSpanProcessor`` over
@@ -50,7 +50,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from gateway import redact
 from gateway.observability.logs import FORMAT, JsonFormatter, SafeFormatter
 from gateway.observability.otlp_encoder import install as install_encoder
-from gateway.observability.recorder import rebuild
+from gateway.observability.span_entries import rebuild
 from gateway.redact import Redactor, header_secrets
 
 _HEADER = struct.Struct(">I")

@@ -1,12 +1,13 @@
 """Spans following the OpenTelemetry GenAI conventions, recorded as plain Python values in the gateway process.
 
 Imported only when ``observability.otlp_endpoint`` is set (``startup.install_tracer``). Nothing here
-touches the OpenTelemetry SDK: a request's spans become one flat list (``Entry`` below), handed
-whole to the shipper (``gateway/observability/shipper.py``), which sends it to the exporter process
-(``gateway/observability/exporter.py``) where :func:`rebuild` turns it back into spans for the official
-SDK's processor and OTLP exporter (encoded by ``gateway/observability/otlp_encoder.py``). The names of
-attributes, the conventions' value rules and the ids nobody outside has seen are made there, on
-that process's CPU: the request path only copies values it already holds (bench/README.md).
+touches the OpenTelemetry SDK: a request's spans become one flat list (``Entry``, the format of
+``gateway/observability/span_entries.py``), handed whole to the shipper
+(``gateway/observability/shipper.py``), which sends it to the exporter process
+(``gateway/observability/exporter.py``) where ``span_entries.rebuild`` turns it back into spans for
+the official SDK's processor and OTLP exporter (encoded by ``gateway/observability/otlp_encoder.py``).
+The names of attributes, the conventions' value rules and the ids nobody outside has seen are made
+there, on that process's CPU: the request path only copies values it already holds (bench/README.md).
 
 Spans:
 
@@ -19,14 +20,12 @@ Spans:
   conventions; each failed attempt of its failover walk is a ``loopgate.attempt`` event;
 * ``execute_tool {name}`` (INTERNAL): one per server-side tool execution;
 * an operation's span (CLIENT) that runs no loop, named by its surface (``embeddings {model}``),
-  with the attributes its surface gives (``Span.operation``).
+  with the attributes its surface gives (``Span.operation``); its failover walk's failed attempts
+  are ``loopgate.attempt`` events, as on a model call's span (one helper: ``with_attempts``).
 
 Prompt, completion, tool-argument and tool-result text are attributes only with
 ``capture_content: true``, each cut at 64 KiB (``gateway/observability/captured.py``).
 """
-
-# Long by design: every span kind's recording and its rebuilding in the exporter are one format
-# (``Entry``); splitting them would spread that format over modules.
 
 from __future__ import annotations
 
@@ -34,19 +33,14 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.config.observability_section import ObservabilityConfig
 from gateway.observability.captured import captured, captured_json
+from gateway.observability.span_entries import CHAT, OPERATION, TOOL, Entry, new_id
 from gateway.observability.tracing import NOOP, Span, Tracer
 
-# ``gen_ai.provider.name`` values of the conventions, by provider type.
-PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini", "litellm": "litellm",
-                  "mock": "loopgate.mock"}
-# SpanKind and StatusCode values of the OpenTelemetry API (the exporter process maps them back).
-INTERNAL, SERVER, CLIENT = 0, 1, 2
-UNSET, ERROR = 0, 2
 # A traceparent is 55 characters (version 00); a later version may append fields. Longer is not parsed.
 MAX_TRACEPARENT = 512
 _TRACEPARENT = re.compile(rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?")
@@ -57,28 +51,6 @@ _now = time.time_ns
 #: the request parameters of the conventions, as the caller names them (read with one ``map``)
 _REQUESTED = ("temperature", "top_p", "max_tokens", "max_completion_tokens")
 
-#: One request's spans as shipped, a flat list:
-#: ``[trace id (32 hex digits), caller's span id (0: a root), server span id, start, end, method,
-#: path, route, request id, tenant, status, error.type, events, extra, children]``, times in ns
-#: since the epoch, ``events`` a list of ``[name, ns, attributes]``, ``extra`` None or a dict of
-#: more attributes, ``children`` the child spans (``CHAT`` and ``TOOL`` records below), every one a
-#: child of the server span. The server span is an error for a status of 500 and above (described
-#: by its ``error.type``, else the status); a child's ``failure`` is its status description ("":
-#: not an error). A child that ends after its request was shipped (a cancelled task)
-#: comes alone as ``[trace id, server span id, [child]]``.
-Entry = list[Any]
-#: ``[CHAT, span id (0: the exporter makes one), start, end, failure, events, extra, provider type,
-#: requested model, target label, response model, finish reason, input tokens, output tokens,
-#: response id, cached input tokens, temperature, top_p, max_tokens, max_completion_tokens]``:
-#: values as the gateway holds them; the exporter applies the conventions (provider type to
-#: ``gen_ai.provider.name``, the finish reason as a list, request parameters only when numbers,
-#: empty ids and zero cached tokens left out).
-CHAT = 1
-#: ``[TOOL, span id, start, end, failure, events, tool name, attributes]``
-TOOL = 2
-#: ``[OPERATION, span id, start, end, failure, events, span name, attributes]`` (a CLIENT span)
-OPERATION = 3
-_CHAT_LENGTH, _TOOL_LENGTH, _ENTRY_LENGTH, _LATE_LENGTH = 20, 8, 15, 3
 #: What the tracer hands on per request: the entry and how many spans it holds.
 Sink = Callable[[Entry, int], None]
 
@@ -94,14 +66,6 @@ def parse_traceparent(value: bytes) -> tuple[str, int, bool] | None:
     if version == b"ff" or (version == b"00" and rest is not None) or trace == _ZERO_TRACE or parent == _ZERO_SPAN:
         return None
     return trace.decode(), int(parent, 16), bool(int(flags, 16) & 1)
-
-
-def new_id(bits: int) -> int:
-    """A random id that is never 0 (0 means invalid in W3C trace context)."""
-    value = _bits(bits)
-    while not value:
-        value = _bits(bits)
-    return value
 
 
 def error_type(error: BaseException) -> str:
@@ -122,6 +86,25 @@ def _appended(events: list[list[Any]] | tuple[()], event: list[Any]) -> list[lis
         events.append(event)
         return events
     return [event]
+
+
+def with_attempts(span: Span, events: list[list[Any]] | tuple[()], attempts: list[dict[str, Any]]
+                  ) -> list[list[Any]] | tuple[()]:
+    """``events`` with a ``loopgate.attempt`` event for every attempt of a failover walk that did not answer
+    (the answering one is the span itself), and the walk's length on ``span`` when it tried more than one.
+
+    Every span of a walk (a model call's, an operation's) records its attempts here: one event shape."""
+    for entry in attempts:
+        if entry.get("error_class") is None:
+            continue
+        attributes = {"loopgate.target": entry["target"], "error.type": entry["error_class"],
+                      "loopgate.elapsed_ms": entry["elapsed_ms"]}
+        if entry.get("status") is not None:
+            attributes["http.response.status_code"] = entry["status"]
+        events = _appended(events, ["loopgate.attempt", _now(), attributes])
+    if len(attempts) > 1:
+        span.set("loopgate.attempts", len(attempts))
+    return events
 
 
 class _Recording(Span):
@@ -221,7 +204,7 @@ class ChatSpan(_Recording):
     def answered(self, target: Any, response: Any, attempts: list[dict[str, Any]]) -> None:
         events = self._events
         if len(attempts) != 1 or attempts[0].get("error_class") is not None:
-            events = self._attempts(attempts)
+            events = with_attempts(self, events, attempts)
         owner = self._owner
         if owner.tracer.capture:
             self.set("gen_ai.output.messages", captured_json([response.message]))
@@ -233,29 +216,13 @@ class ChatSpan(_Recording):
                           max_completion])
 
     def failed(self, error: BaseException, attempts: list[dict[str, Any]]) -> None:
-        events = self._attempts(attempts)
+        events = with_attempts(self, self._events, attempts)
         kind = error_type(error)
         self.set("error.type", kind)
         first = self._first
         self._owner.child_done([CHAT, self._id, self._start, _now(), kind, events, self._extra, first.provider.type,
                                 first.model, first.label, None, None, None, None, None, None,
                                 *map(self._request.params.get, _REQUESTED)])
-
-    def _attempts(self, attempts: list[dict[str, Any]]) -> list[list[Any]] | tuple[()]:
-        """The span's events with every attempt of the walk that did not answer added (the answering one
-        is the span itself)."""
-        events = self._events
-        for entry in attempts:
-            if entry.get("error_class") is None:
-                continue
-            attributes = {"loopgate.target": entry["target"], "error.type": entry["error_class"],
-                          "loopgate.elapsed_ms": entry["elapsed_ms"]}
-            if entry.get("status") is not None:
-                attributes["http.response.status_code"] = entry["status"]
-            events = _appended(events, ["loopgate.attempt", _now(), attributes])
-        if len(attempts) > 1:
-            self.set("loopgate.attempts", len(attempts))
-        return events
 
 
 class ToolSpan(Span):
@@ -321,11 +288,11 @@ class OperationSpan(Span):
     def event(self, name: str, attributes: dict[str, Any]) -> None:
         self._events = _appended(self._events, [name, _now(), attributes])
 
-    def operation_done(self, failure: str) -> None:
+    def operation_done(self, failure: str, attempts: list[dict[str, Any]]) -> None:
+        events = with_attempts(self, self._events, attempts)
         if failure:
             self._attributes["error.type"] = failure
-        self._owner.child_done([OPERATION, 0, self._start, _now(), failure, self._events, self._name,
-                                self._attributes])
+        self._owner.child_done([OPERATION, 0, self._start, _now(), failure, events, self._name, self._attributes])
 
 
 class LeanTracer(Tracer):
@@ -356,81 +323,3 @@ class LeanTracer(Tracer):
     async def shutdown(self) -> None:
         if self._close is not None:
             await asyncio.to_thread(self._close)
-
-
-#: One span rebuilt from an entry: trace id (hex), span id, parent span id (0: none), whether that
-#: parent is remote (the caller's), kind, name, start, end, attributes, events, failure ("": none).
-Rebuilt = tuple[str, int, int, bool, int, str, int, int, dict[str, Any], list[Any], str]
-
-
-def rebuild(entry: Entry) -> Iterator[Rebuilt]:
-    """The spans of one shipped entry (see ``Entry``), their attributes named as the conventions want.
-
-    Runs in the exporter process. A span id of 0 gets a random one. ValueError for an entry of
-    no known shape (a frame that is not the gateway's)."""
-    if not isinstance(entry, list):
-        raise ValueError(f"an entry of an unknown shape: {str(entry)[:100]}")
-    if len(entry) == _LATE_LENGTH:
-        trace_hex, server_id, children = entry
-    elif len(entry) == _ENTRY_LENGTH:
-        (trace_hex, parent, server_id, start, end, method, path, route, request_id, tenant, status, error, events,
-         extra, children) = entry
-        failure = (error or str(status)) if isinstance(status, int) and status >= 500 else ""
-        attributes: dict[str, Any] = {"http.request.method": method, "http.route": path}
-        for key, value in (("loopgate.route", route), ("loopgate.request_id", request_id),
-                           ("loopgate.tenant", tenant), ("http.response.status_code", status), ("error.type", error)):
-            if value is not None:
-                attributes[key] = value
-        if extra:
-            attributes.update(extra)
-        yield trace_hex, server_id, parent, True, SERVER, f"{method} {path}", start, end, attributes, events, failure
-    else:
-        raise ValueError(f"an entry of an unknown shape: {str(entry)[:100]}")
-    if not isinstance(trace_hex, str) or not isinstance(server_id, int) or not isinstance(children, list):
-        raise ValueError(f"an entry of an unknown shape: {str(entry)[:100]}")
-    for child in children:
-        kind = child[0] if isinstance(child, list) and child else None
-        if kind == CHAT and len(child) == _CHAT_LENGTH:
-            yield _chat(trace_hex, server_id, child)
-        elif kind == TOOL and len(child) == _TOOL_LENGTH:
-            _, span_id, start, end, failure, events, name, attributes = child
-            yield (trace_hex, span_id or new_id(64), server_id, False, INTERNAL, f"execute_tool {name}", start, end,
-                   attributes, events, failure)
-        elif kind == OPERATION and len(child) == _TOOL_LENGTH:
-            _, span_id, start, end, failure, events, name, attributes = child
-            provider = attributes.get("gen_ai.provider.name") if isinstance(attributes, dict) else None
-            if provider in PROVIDER_NAMES:  # the conventions' name, as on a chat span
-                attributes["gen_ai.provider.name"] = PROVIDER_NAMES[provider]
-            yield (trace_hex, span_id or new_id(64), server_id, False, CLIENT, str(name), start, end, attributes,
-                   events, failure)
-        else:
-            raise ValueError(f"a span of an unknown shape: {str(child)[:100]}")
-
-
-def _chat(trace_hex: str, parent: int, child: list[Any]) -> Rebuilt:
-    (_, span_id, start, end, failure, events, extra, provider, model, label, response_model, finish, input_tokens,
-     output_tokens, response_id, cached, temperature, top_p, max_tokens, max_completion) = child
-    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat",
-                                  "gen_ai.provider.name": PROVIDER_NAMES.get(provider, str(provider)),
-                                  "gen_ai.request.model": model, "loopgate.target": label}
-    if input_tokens is not None:  # answered: the model that answered (the requested one when it did not say)
-        attributes["gen_ai.response.model"] = response_model or model
-    if finish is not None:
-        attributes["gen_ai.response.finish_reasons"] = [str(finish)]
-    if input_tokens is not None:
-        attributes["gen_ai.usage.input_tokens"] = input_tokens
-    if output_tokens is not None:
-        attributes["gen_ai.usage.output_tokens"] = output_tokens
-    if response_id:
-        attributes["gen_ai.response.id"] = response_id
-    if cached:
-        attributes["gen_ai.usage.cache_read.input_tokens"] = cached
-    # request parameters as the caller sent them: kept only when numbers (max_completion_tokens wins)
-    for key, value in (("gen_ai.request.temperature", temperature), ("gen_ai.request.top_p", top_p),
-                       ("gen_ai.request.max_tokens", max_tokens), ("gen_ai.request.max_tokens", max_completion)):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            attributes[key] = value
-    if extra:
-        attributes.update(extra)
-    return (trace_hex, span_id or new_id(64), parent, False, CLIENT, f"chat {model}", start, end, attributes, events,
-            failure)

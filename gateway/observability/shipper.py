@@ -4,7 +4,7 @@ The exporter (``python -m gateway.observability.exporter``) is a child of each w
 its stdin with length-prefixed frames: a 4-byte big-endian length, then orjson. The first frame is
 the configuration (the collector's headers are secrets: they travel only on this pipe, never on
 the command line or in the environment); each later frame is a list of requests' entries (``Entry``
-in ``gateway/observability/recorder.py``).
+in ``gateway/observability/span_entries.py``).
 
 The event loop encodes a request's entry (one orjson call) and appends the bytes to a deque
 (``submit``): nothing of them stays for the garbage collector to walk, and the writer thread only

@@ -51,8 +51,9 @@ class Span:
         (an embeddings request), with ``attributes``; ended by ``operation_done``."""
         return self
 
-    def operation_done(self, failure: str) -> None:
-        """End an operation span; ``failure``: its error type ("" when it succeeded)."""
+    def operation_done(self, failure: str, attempts: list[dict[str, Any]]) -> None:
+        """End an operation span; ``failure``: its error type ("" when it succeeded); ``attempts``: its failover
+        walk's entries (each failed one an event, as on a model call's span)."""
 
     def event(self, name: str, attributes: dict[str, Any]) -> None:
         """A point event on this span (pause, resume, denial, context action)."""

@@ -1,8 +1,10 @@
 """Per-request usage metering: ``gateway.usage_cost``, the Prometheus counters and the daily aggregates.
 
-A ``Meter`` follows one HTTP request (chat completion, either resume): the engine calls
-``finish`` with the result just before rendering it (so the cost lands in the response, stream or
-not), and the endpoint calls ``close`` once when the request is over, however it ended. ``close``
+A ``Meter`` follows one HTTP request (chat completion, either resume): it reads the request's work
+through ``WorkRecord`` (gateway/canonical/records.py) — a loop's state it ``watch``es, whose
+engine calls ``finish`` with the result just before rendering it (so the cost lands in the
+response, stream or not), or the record of work that ran no loop, ``account``ed once its calls
+answered — and the endpoint calls ``close`` once when the request is over, however it ended. ``close``
 never waits for the store: it adds the counts in process (memory), or queues them for the Redis
 store's next flush (gateway/store/usage/redis.py), after the response is produced; a failed or
 dropped write is logged and counted (``loopgate_usage_store_failures_total``), never an error
@@ -19,8 +21,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from gateway.canonical import WorkRecord
 from gateway.config.model import ApiKey, Budget
-from gateway.loop.engine import LoopRequest, LoopState
 from gateway.loop.events import LoopResult
 from gateway.observability import metrics
 from gateway.observability.fail_open import BUDGETS, USAGE
@@ -233,7 +235,7 @@ _NO_CHECKS: list[BudgetCheck] = []  # shared by every key without a budget (neve
 
 
 class Meter:
-    __slots__ = ("_closed", "_finished", "_metering", "_state", "checks", "cost_nano", "hold", "key_id", "route",
+    __slots__ = ("_closed", "_metering", "_running", "_state", "checks", "cost_nano", "hold", "key_id", "route",
                  "tenant")
 
     def __init__(self, metering: Metering, tenant: str, key_id: str, checks: list[BudgetCheck]) -> None:
@@ -243,8 +245,9 @@ class Meter:
         #: the key's budget checks (built once per key by ``Metering``)
         self.checks = checks
         self.route = "unknown"  # the bounded metrics label of the route, once known
-        self._state: LoopState | None = None
-        self._finished = self._closed = False
+        self._state: WorkRecord | None = None
+        #: a watched loop that has not finished yet: ``close`` counts it as an error (an error frame, a disconnect)
+        self._running = self._closed = False
         #: the response's cost in nano-USD when every call of it had a price (the access record's ``cost_usd``)
         self.cost_nano: int | None = None
         #: the id of its budget reservation (given back with its usage), None without one
@@ -288,30 +291,32 @@ class Meter:
             return None
         return metering._reserve(self, checks, tokens, cost_nano)
 
-    def watch(self, request: LoopRequest) -> None:
-        self._state = request.state
-        request.on_finish = self.finish
+    def watch(self, state: WorkRecord) -> None:
+        """A loop's state, read as it runs; its engine calls ``finish`` when it ends (the caller hooks it)."""
+        self._state = state
+        self._running = True
 
     def finish(self, result: LoopResult) -> None:
         """The engine's hook: ``usage_cost`` only when every call of the response has a price."""
-        self._finished = True
+        self._running = False
         if self._state is not None and self._metering.priced:
             self.cost_nano = self._metering.pricing.cost_nano(self._state.calls)
             if self.cost_nano is not None:
                 result.gateway["usage_cost"] = usd(self.cost_nano)
 
-    def account(self, state: LoopState) -> int | None:
+    def account(self, record: WorkRecord) -> int | None:
         """Work without a loop (an embeddings call) reports its calls once they answered: recorded on ``close``
         as a finished loop's; the cost (nano-USD) when every call has a price."""
-        self._state = state
-        self._finished = True
+        self._state = record
+        self._running = False
         if self._metering.priced:
-            self.cost_nano = self._metering.pricing.cost_nano(state.calls)
+            self.cost_nano = self._metering.pricing.cost_nano(record.calls)
         return self.cost_nano
 
     def close(self, status: int) -> None:
-        """Once per request, however it ended; an unfinished loop (error, disconnect) counts as an error."""
+        """Once per request, however it ended: an error status, or a loop that never finished (an error frame,
+        a disconnect), counts as an error; work that ran no model call (a token count, a listing) as its status says."""
         if self._closed:
             return
         self._closed = True
-        self._metering.record(self, status >= 400 or not self._finished)
+        self._metering.record(self, status >= 400 or self._running)

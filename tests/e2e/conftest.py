@@ -217,6 +217,15 @@ models:
 """
 
 
+def with_keys(config: str, *keys: str, admin: str | None = None) -> str:
+    """``config`` (``gateway_config``'s text) with more caller keys (each a YAML flow mapping) and, given
+    ``admin``, an admin key named ``ops``: the keys a module's own tests sign in or decide with."""
+    assert config.count("auth:\n  keys:\n") == 1
+    admin_keys = f"  admin_keys:\n    - {{key: {admin}, name: ops}}\n" if admin else ""
+    listed = "".join(f"    - {key}\n" for key in keys)
+    return config.replace("auth:\n  keys:\n", f"auth:\n{admin_keys}  keys:\n{listed}", 1)
+
+
 PROVIDER_MODELS = {"primary": "gpt-x", "claude": "claude-sonnet-4-5", "gemini": "gemini-3-pro-preview"}
 
 
@@ -288,6 +297,18 @@ def require_redis(url: str) -> None:
         pytest.skip(f"Redis at {url} unreachable: {exc}")
 
 
+def gateway_on_redis(config: str, redis_url: str) -> Iterator[Gateway]:
+    """A gateway of ``config`` on the suite's Redis at ``redis_url`` (flushed first), stopped at the end: the body
+    of a module's gateway fixture (``yield from gateway_on_redis(...)``), as ``two_replicas`` is for two."""
+    require_redis(redis_url)
+    redis.Redis.from_url(redis_url).flushdb()
+    gateway = Gateway(config).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
 def two_replicas(config: str, redis_url: str, flush_after: bool = False) -> Iterator[tuple[Gateway, Gateway]]:
     """Two gateways of ``config`` on the suite's Redis at ``redis_url`` (flushed first), stopped at the end:
     the body of every module's two-replica fixture (``yield from two_replicas(...)``)."""
@@ -318,3 +339,10 @@ def slow_primary(fakes: dict[str, FakeUpstream]) -> Iterator[Callable[..., None]
     fakes["primary"].default = saved
     for hold in holds:  # a test that failed half-way leaves no answer held for the next one
         hold.set()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright, one per module that asks for it (each test opens its own context)."""
+    from tests.e2e.browser import chromium  # not above: without Playwright only the browser tests skip
+    yield from chromium()

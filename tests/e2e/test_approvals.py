@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,43 +18,22 @@ import orjson
 import pytest
 import redis
 
-from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, gateway_config, require_redis
+from tests.e2e.approving import (
+    APPROVER,
+    ASKER,
+    B_APPROVER,
+    LIMITED,
+    REDIS_URL,
+    approvals_config,
+    audit,
+    decide,
+    get,
+    listed,
+    pause,
+)
+from tests.e2e.conftest import HEADLESS_KEY, OTHER_KEY, Gateway, gateway_on_redis
 from tests.e2e.test_mcp import ThreadedMcp
 from tests.fakes.upstream import FakeUpstream, Reply
-
-REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
-ASKER, APPROVER, LIMITED, B_APPROVER = "asker-key", "approver-key", "limited-key", "b-approver-key"
-
-AUTH = f"""auth:
-  keys:
-    - {{key: {ASKER}, tenant: team-a, name: asker}}
-    - {{key: {APPROVER}, tenant: team-a, name: reviewer, role: approver}}
-    - {{key: {LIMITED}, tenant: team-a, name: limited, tools: [get_weather]}}
-    - {{key: {B_APPROVER}, tenant: team-b, name: b-reviewer, role: approver}}
-"""
-EXTRA_TOOLS = """  timed_delete:
-    description: Delete a record (the approval times out)
-    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
-    python: "tests.e2e.sample_tools:delete_record"
-    approval: required
-    approval_timeout_s: 1
-  auto_delete:
-    description: A tool without annotations under approval auto
-    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
-    python: "tests.e2e.sample_tools:delete_record"
-    approval: auto
-"""
-ROUTE = """  appr:
-    targets: [{provider: primary, model: m}]
-    tools: [get_weather, delete_record, timed_delete, auto_delete, 'mcp:calc']
-"""
-
-
-def config(fakes: dict[str, FakeUpstream], mcp_url: str, ttl_s: int = 600) -> str:
-    text = gateway_config(fakes, store_url=REDIS_URL, extra_models=ROUTE, ttl_s=ttl_s)
-    text = text.replace("auth:\n  keys:\n", AUTH, 1)
-    servers = f"mcp_servers:\n  calc: {{url: '{mcp_url}', timeout_s: 5, approval: auto}}\n"
-    return text.replace("models:\n", EXTRA_TOOLS + servers + "models:\n", 1)
 
 
 @pytest.fixture(scope="module")
@@ -67,45 +45,7 @@ def mcp() -> Iterator[ThreadedMcp]:
 
 @pytest.fixture(scope="module")
 def gw(fakes: dict[str, FakeUpstream], mcp: ThreadedMcp) -> Iterator[Gateway]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    gateway = Gateway(config(fakes, mcp.server.url)).start()
-    yield gateway
-    gateway.stop()
-
-
-def get(gw: Gateway, path: str, key: str, **params: Any) -> httpx.Response:
-    return httpx.get(f"{gw.url}{path}", params=params, headers={"authorization": f"Bearer {key}"}, timeout=20)
-
-
-def pause(gw: Gateway, fakes: dict[str, FakeUpstream], record: str, tool: str = "delete_record",
-          key: str = ASKER) -> tuple[str, str, Any]:
-    fakes["primary"].queue(Reply(text=f"Deleting {record}.", tool_calls=[(tool, {"id": record})]))
-    paused = gw.client(key).chat.completions.create(
-        model="appr", messages=[{"role": "user", "content": f"Delete record {record}"}])
-    extension = paused.model_extra["gateway"]
-    assert extension["status"] == "paused"
-    return extension["continuation_id"], extension["pending"][0]["tool_call_id"], paused
-
-
-def listed(gw: Gateway, key: str, limit: int = 100, **params: Any) -> list[dict[str, Any]]:
-    """Every entry, following the cursor."""
-    entries: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page = get(gw, "/v1/continuations", key, limit=limit, **({"cursor": cursor} if cursor else {}), **params)
-        assert page.status_code == 200, page.text
-        body = page.json()
-        assert body["object"] == "list" and len(body["data"]) <= limit
-        entries += body["data"]
-        if not body["has_more"]:
-            assert body["next_cursor"] is None
-            return entries
-        cursor = body["next_cursor"]
-
-
-def decide(gw: Gateway, continuation_id: str, key: str, *decisions: dict[str, Any]) -> httpx.Response:
-    return gw.post(f"/v1/continuations/{continuation_id}", {"decisions": list(decisions)}, key=key)
+    yield from gateway_on_redis(approvals_config(fakes, mcp.server.url), REDIS_URL)
 
 
 def tool_result(body: dict[str, Any]) -> str:
@@ -170,19 +110,6 @@ def test_digest_mismatch_is_409_and_changes_nothing(gw: Gateway, fakes: dict[str
     right = decide(gw, continuation_id, APPROVER, {"tool_call_id": call_id, "approve": True,
                                                     "arguments_sha256": sha(arguments).upper()})
     assert right.status_code == 200, right.text
-
-
-def audit(gw: Gateway, key: str, limit: int = 100, **params: Any) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page = get(gw, "/v1/audit", key, limit=limit, **({"cursor": cursor} if cursor else {}), **params)
-        assert page.status_code == 200, page.text
-        body = page.json()
-        entries += body["data"]
-        if not body["has_more"]:
-            return entries
-        cursor = body["next_cursor"]
 
 
 def test_audit_records_who_decided_what(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -291,7 +218,7 @@ def test_key_tool_allow_list_hides_other_tools(gw: Gateway, fakes: dict[str, Fak
 
 def test_listing_forgets_expired_continuations(fakes: dict[str, FakeUpstream], mcp: ThreadedMcp,
                                                gw: Gateway) -> None:
-    short = Gateway(config(fakes, mcp.server.url, ttl_s=2)).start()
+    short = Gateway(approvals_config(fakes, mcp.server.url, ttl_s=2)).start()
     try:
         continuation_id, _, _ = pause(short, fakes, "soon")
         assert continuation_id in {e["id"] for e in listed(short, APPROVER)}

@@ -8,125 +8,32 @@ model was told, and nothing here reloads the page: the list must update by itsel
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from tests.e2e.conftest import HEADLESS_KEY, KEY, ROOT, Gateway, gateway_config
+from tests.e2e.approving import APPROVER_A, APPROVER_B, REDIS_URL, cleanup, inbox_config, pause_for_approval
+from tests.e2e.browser import WAIT_MS, card, expect, open_inbox, screenshot
+from tests.e2e.conftest import Gateway, two_replicas
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
-expect = playwright_sync.expect
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
-REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
-APPROVER_A = "approver-a-key"
-APPROVER_B = "approver-b-key"
-ARTIFACTS = Path(os.environ.get("LOOPGATE_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
 HOSTILE = 'Delete record 42 <img src=x id="pwned"> <script>window.pwned=1</script>'
-WAIT_MS = 15_000  # well past the page's 2 s poll and 5 s display of a decided card, on a busy CI machine
-SOON_S = 2
-
-
-def chromium_path() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        message = "Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-def ui_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, store_url: str = "memory://") -> str:
-    """The shared e2e config plus one approver key per tenant."""
-    config = gateway_config(fakes, store_url=store_url, tool_server=tool_server.url)
-    anchor = f"    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}\n"
-    caller = f"    - {{key: {KEY}, tenant: team-a}}\n"
-    assert anchor in config and caller in config
-    config = config.replace(caller, f"    - {{key: {KEY}, tenant: team-a, name: billing-bot}}\n", 1)
-    config = config.replace(anchor, anchor
-                            + f"    - {{key: {APPROVER_A}, tenant: team-a, role: approver, name: alice}}\n"
-                            + f"    - {{key: {APPROVER_B}, tenant: team-b, role: approver, name: bob}}\n", 1)
-    # A tool whose approval times out quickly, on a route of its own.
-    assert config.count("\nmodels:\n") == 1
-    return config.replace("\nmodels:\n", f"""
-  delete_soon:
-    description: Delete a record (approval times out fast)
-    parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}
-    http: {{url: "{tool_server.url}/delete", timeout_s: 5}}
-    approval: required
-    approval_timeout_s: {SOON_S}
-models:
-  agent_soon: {{targets: [{{provider: primary, model: up-model}}], tools: [delete_soon]}}
-""")
 
 
 @pytest.fixture(scope="module")
 def ui_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
-    gateway = Gateway(ui_config(fakes, tool_server)).start()
+    gateway = Gateway(inbox_config(fakes, tool_server)).start()
     yield gateway
     gateway.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    # Chromium refuses its sandbox as root (CI runs as root); a container's small /dev/shm crashes tabs.
-    args = ["--disable-dev-shm-usage", *(["--no-sandbox"] if os.geteuid() == 0 else [])]
-    with playwright_sync.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=args)
-        yield launched
-        launched.close()
-
-
-def open_inbox(browser: Any, gateway: Gateway, key: str, **context_options: Any) -> Any:
-    """A fresh tab (own sessionStorage), signed in with the keyboard; collects console errors and CSP reports."""
-    context = browser.new_context(**context_options)
-    page = context.new_page()
-    page.problems = []  # type: ignore[attr-defined]
-    page.on("console", lambda msg: msg.type == "error" and page.problems.append(msg.text))  # type: ignore[attr-defined]
-    page.on("pageerror", lambda exc: page.problems.append(str(exc)))  # type: ignore[attr-defined]
-    page.goto(f"{gateway.url}/ui/approvals")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
-    expect(page.locator("#inbox")).to_be_visible(timeout=WAIT_MS)
-    return page
-
-
-def pause_for_approval(gateway: Gateway, fakes: dict[str, FakeUpstream], record: str,
-                       user: str = "Please tidy up.") -> tuple[str, str]:
-    """A client asks; the model calls ``delete_remote``, which needs approval: the SDK gets a paused answer."""
-    fakes["primary"].queue(Reply(text=f"I will delete record {record}.",
-                                 tool_calls=[("delete_remote", {"id": record})]))
-    paused = gateway.client().chat.completions.create(model="agent", messages=[{"role": "user", "content": user}])
-    extension = paused.model_extra["gateway"]
-    assert extension["status"] == "paused" and extension["pending"][0]["reason"] == "approval"
-    return extension["continuation_id"], extension["pending"][0]["tool_call_id"]
-
-
-def card(page: Any, continuation_id: str) -> Any:
-    return page.locator(f'li.card[data-id="{continuation_id}"]')
-
-
-def cleanup(gateway: Gateway, *continuation_ids: str) -> None:
-    for continuation_id in continuation_ids:
-        httpx.delete(f"{gateway.url}/v1/continuations/{continuation_id}", headers={"authorization": f"Bearer {KEY}"})
-
-
-def screenshot(page: Any, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-    return path
+@pytest.fixture
+def pair(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
+    yield from two_replicas(inbox_config(fakes, tool_server, store_url=REDIS_URL), REDIS_URL)
 
 
 def test_page_is_served_with_strict_headers(ui_gateway: Gateway) -> None:
@@ -358,21 +265,13 @@ def test_a_bad_key_is_refused_and_never_stored(ui_gateway: Gateway, browser: Any
         context.close()
 
 
-def test_a_pause_on_one_replica_is_decided_on_another(fakes: dict[str, FakeUpstream], tool_server: ToolServer,
-                                                      browser: Any) -> None:
+def test_a_pause_on_one_replica_is_decided_on_another(pair: tuple[Gateway, Gateway], fakes: dict[str, FakeUpstream],
+                                                      tool_server: ToolServer, browser: Any) -> None:
     """Two gateways sharing Redis: the page served by one lists and decides what the other paused."""
+    first, second = pair
+    before = len(tool_server.calls)
+    page = open_inbox(browser, second, APPROVER_A)
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).flushdb()
-    except redis.RedisError as exc:
-        if IN_CI:
-            pytest.fail(f"Redis at {REDIS_URL} unreachable under CI=true: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-    config = ui_config(fakes, tool_server, store_url=REDIS_URL)
-    first, second = Gateway(config).start(), Gateway(config).start()
-    page = None
-    try:
-        before = len(tool_server.calls)
-        page = open_inbox(browser, second, APPROVER_A)
         expect(page.locator("#status")).to_contain_text("Updated", timeout=WAIT_MS)
         continuation_id, _ = pause_for_approval(first, fakes, "2718")
         shown = card(page, continuation_id)
@@ -386,7 +285,4 @@ def test_a_pause_on_one_replica_is_decided_on_another(fakes: dict[str, FakeUpstr
         assert continuation_id not in [item["id"] for item in shown_on_first["data"]]
         assert page.problems == []  # type: ignore[attr-defined]
     finally:
-        if page is not None:
-            page.context.close()
-        first.stop()
-        second.stop()
+        page.context.close()

@@ -16,22 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Gateway
-from tests.e2e.test_approvals_ui import (  # noqa: F401 (fixtures)
-    browser,
-    chromium_path,
-    pause_for_approval,
-    screenshot,
-    ui_config,
-)
+from tests.e2e.approving import APPROVER_A, inbox_config, pause_for_approval
+from tests.e2e.browser import expect, screenshot, sign_in
+from tests.e2e.conftest import Gateway, with_keys
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
-expect = playwright_sync.expect
-
 ADMIN = "layout-admin-secret"
-APPROVER = "approver-a-key"  # ui_config's approver of team-a
 WAIT_MS = 20_000
 SIZES = ((390, 844), (1440, 900))
 
@@ -61,10 +52,13 @@ PAGE_SCROLLS_SIDEWAYS_JS = ("(() => { const s = document.scrollingElement; "
 def busy_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
     """A gateway with something on every page: traffic, a failover, managed keys with budgets and
     an expiry (so the Keys table has Edit and Revoke buttons), audit entries and a paused approval."""
-    config = ui_config(fakes, tool_server).replace(
-        "  keys:\n", f"  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n  keys:\n", 1)
+    config = with_keys(inbox_config(fakes, tool_server), admin=ADMIN)
     config += "observability: {rollups: {resolution_s: 1, retention_s: 600}}\n"
     gateway = Gateway(config).start()
+    # Set up before the first test's fresh fakes (tests/e2e/conftest.py): replies an earlier module's test left
+    # queued (test_sampling.py leaves refusals on ``secondary``) would answer this traffic.
+    for fake in fakes.values():
+        fake.reset()
     auth = {"authorization": f"Bearer {ADMIN}"}
     for index in range(3):
         made = httpx.post(f"{gateway.url}/admin/keys", headers=auth, timeout=10, json={
@@ -94,19 +88,18 @@ def check_layout(page: Any, where: str) -> None:
     assert page.evaluate(BROKEN_WORDS_JS) == [], f"{where}: words broken inside a table cell"
 
 
-def console_tab(browser: Any, gateway: Gateway, width: int, height: int) -> Any:  # noqa: F811
+def console_tab(browser: Any, gateway: Gateway, width: int, height: int) -> Any:
     context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     page.goto(f"{gateway.url}/ui/")
     check_layout(page, f"sign-in at {width}")
-    page.get_by_label("API key").fill(ADMIN)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, ADMIN)
     expect(page.locator("#who")).to_be_visible(timeout=WAIT_MS)
     return page
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
-def test_every_console_page_fits_without_breaking_words(busy_gateway: Gateway, browser: Any,  # noqa: F811
+def test_every_console_page_fits_without_breaking_words(busy_gateway: Gateway, browser: Any,
                                                         width: int, height: int) -> None:
     page = console_tab(browser, busy_gateway, width, height)
     try:
@@ -139,15 +132,14 @@ def test_every_console_page_fits_without_breaking_words(busy_gateway: Gateway, b
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
-def test_the_inbox_fits_without_breaking_words(busy_gateway: Gateway, browser: Any,  # noqa: F811
+def test_the_inbox_fits_without_breaking_words(busy_gateway: Gateway, browser: Any,
                                                width: int, height: int) -> None:
     context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     try:
         page.goto(f"{busy_gateway.url}/ui/approvals")
         check_layout(page, f"inbox sign-in at {width}")
-        page.get_by_label("API key").fill(APPROVER)
-        page.get_by_label("API key").press("Enter")
+        sign_in(page, APPROVER_A)
         expect(page.locator("li.card").first).to_be_visible(timeout=WAIT_MS)
         expect(page.locator("#decisions tbody tr").first).to_be_visible(timeout=WAIT_MS)
         check_layout(page, f"inbox at {width}")

@@ -16,12 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import HEADLESS_KEY, Gateway, gateway_config
-from tests.e2e.test_approvals_ui import browser, chromium_path  # noqa: F401 (fixtures)
+from tests.e2e.browser import expect, sign_in
+from tests.e2e.conftest import Gateway, gateway_config, with_keys
 from tests.fakes.upstream import FakeUpstream, Reply
-
-playwright_sync = pytest.importorskip("playwright.sync_api")
-expect = playwright_sync.expect
 
 ADMIN = "range-admin-secret"
 WAIT_MS = 20_000
@@ -30,10 +27,7 @@ UTC_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
 @pytest.fixture
 def console_gateway(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
-    config = gateway_config(fakes)
-    anchor = f"    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}\n"
-    assert anchor in config
-    config = config.replace(anchor, anchor + f"  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n", 1)
+    config = with_keys(gateway_config(fakes), admin=ADMIN)
     # Two hours kept: 5 min, 15 min and 1 h can be chosen, 6 h and more cannot.
     gw = Gateway(config + "\nobservability: {rollups: {resolution_s: 1, retention_s: 7200}}\n").start()
     yield gw
@@ -47,7 +41,7 @@ def overview(gw: Gateway, **params: str) -> dict[str, Any]:
     return response.json()
 
 
-def test_the_range_fits_the_data_and_can_be_chosen(console_gateway: Gateway, browser: Any,  # noqa: F811
+def test_the_range_fits_the_data_and_can_be_chosen(console_gateway: Gateway, browser: Any,
                                                     fakes: dict[str, FakeUpstream]) -> None:
     gw = console_gateway
     client = gw.client()
@@ -68,8 +62,7 @@ def test_the_range_fits_the_data_and_can_be_chosen(console_gateway: Gateway, bro
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     try:
         page.goto(f"{gw.url}/ui/")
-        page.get_by_label("API key").fill(ADMIN)
-        page.get_by_label("API key").press("Enter")
+        sign_in(page, ADMIN)
         expect(page.locator("#page-overview")).to_be_visible(timeout=WAIT_MS)
         # A minute of traffic: the default range fits it (5 min), not the whole hour.
         select = page.get_by_label("Range")

@@ -18,18 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway
-from tests.e2e.test_approvals_ui import (  # noqa: F401 (fixtures)
-    browser,
-    chromium_path,
-    screenshot,
-    ui_config,
-)
+from tests.e2e.approving import inbox_config, pause_for_approval
+from tests.e2e.browser import expect, new_tab, screenshot, sign_in
+from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, with_keys
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
-
-playwright_sync = pytest.importorskip("playwright.sync_api")
-expect = playwright_sync.expect
 
 ADMIN = "signin-admin-secret"
 WAIT_MS = 20_000
@@ -37,9 +30,7 @@ WAIT_MS = 20_000
 
 @pytest.fixture(scope="module")
 def admin_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
-    config = ui_config(fakes, tool_server).replace(
-        "  keys:\n", f"  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n  keys:\n", 1)
-    gateway = Gateway(config).start()
+    gateway = Gateway(with_keys(inbox_config(fakes, tool_server), admin=ADMIN)).start()
     yield gateway
     gateway.stop()
 
@@ -49,25 +40,15 @@ def as_admin(gateway: Gateway, method: str, path: str, **kwargs: Any) -> httpx.R
                          timeout=20, **kwargs)
 
 
-def pause_in_team_b(gateway: Gateway, fakes: dict[str, FakeUpstream], record: str) -> tuple[str, str]:
-    fakes["primary"].queue(Reply(text=f"I will delete record {record}.",
-                                 tool_calls=[("delete_remote", {"id": record})]))
-    paused = gateway.client(key=OTHER_KEY).chat.completions.create(
-        model="agent", messages=[{"role": "user", "content": f"Remove record {record}."}])
-    extension = paused.model_extra["gateway"]
-    assert extension["status"] == "paused" and extension["pending"][0]["reason"] == "approval"
-    return extension["continuation_id"], extension["pending"][0]["tool_call_id"]
-
-
 def asker_usage(gateway: Gateway, key_id: str) -> tuple[int, int]:
     rows = as_admin(gateway, "GET", "/admin/usage", params={"key": key_id}).json()["data"]
     return sum(r["requests"] for r in rows), sum(r["total_tokens"] for r in rows)
 
 
 def test_admin_signs_in_once_and_decides_another_tenants_approval(
-        admin_gateway: Gateway, browser: Any, fakes: dict[str, FakeUpstream],  # noqa: F811
+        admin_gateway: Gateway, browser: Any, fakes: dict[str, FakeUpstream],
         tool_server: ToolServer) -> None:
-    continuation_id, call_id = pause_in_team_b(admin_gateway, fakes, "77")
+    continuation_id, call_id = pause_for_approval(admin_gateway, fakes, "77", "Remove record 77.", OTHER_KEY)
     # The API first: an admin key lists every tenant's (each item names it), a tenant's key only its own.
     listed = as_admin(admin_gateway, "GET", "/v1/continuations", params={"status": "pending"}).json()
     assert listed["scope"] == "all_tenants"
@@ -87,15 +68,10 @@ def test_admin_signs_in_once_and_decides_another_tenants_approval(
     requests_before, tokens_before = asker_usage(admin_gateway, asker_id)
 
     before = len(tool_server.calls)
-    context = browser.new_context(viewport={"width": 1100, "height": 900})
-    page = context.new_page()
-    page.problems = []  # type: ignore[attr-defined]
-    page.on("console", lambda msg: msg.type == "error" and page.problems.append(msg.text))  # type: ignore[attr-defined]
-    page.on("pageerror", lambda exc: page.problems.append(str(exc)))  # type: ignore[attr-defined]
+    page = new_tab(browser, viewport={"width": 1100, "height": 900})
     try:
         page.goto(f"{admin_gateway.url}/ui/")
-        page.get_by_label("API key").fill(ADMIN)
-        page.get_by_label("API key").press("Enter")
+        sign_in(page, ADMIN)
         expect(page.locator("#who-text")).to_have_text("Signed in (admin)", timeout=WAIT_MS)
         page.locator("#nav").get_by_role("link", name="Approvals").click()
         # Signed in already: no second sign-in, and the admin key is accepted.
@@ -136,7 +112,7 @@ def test_admin_signs_in_once_and_decides_another_tenants_approval(
         assert page.evaluate("sessionStorage.length") == 0
         assert page.problems == []  # type: ignore[attr-defined]
     finally:
-        context.close()
+        page.context.close()
 
 
 def test_the_banner_names_the_console_and_that_it_is_on(admin_gateway: Gateway) -> None:
@@ -154,7 +130,7 @@ models:
 
 
 def test_with_auth_off_the_console_says_so_and_how_to_enable_it(fakes: dict[str, FakeUpstream],
-                                                                browser: Any) -> None:  # noqa: F811
+                                                                browser: Any) -> None:
     gateway = Gateway(AUTH_OFF_CONFIG.format(url=fakes["primary"].url)).start()
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = context.new_page()

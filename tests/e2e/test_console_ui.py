@@ -20,21 +20,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import redis
 
-from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, gateway_config, require_redis
-from tests.e2e.test_approvals_ui import (  # noqa: F401 (fixtures)
-    browser,
-    chromium_path,
-    cleanup,
-    pause_for_approval,
-    screenshot,
-)
+from tests.e2e.approving import cleanup, pause_for_approval
+from tests.e2e.browser import expect, new_tab, screenshot, sign_in
+from tests.e2e.conftest import KEY, Gateway, gateway_config, two_replicas, with_keys
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
-
-playwright_sync = pytest.importorskip("playwright.sync_api")
-expect = playwright_sync.expect
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 ADMIN = "console-admin-secret"
@@ -50,10 +41,8 @@ ROUTING = ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 2, bre
 def console_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> str:
     config = gateway_config(fakes, store_url=REDIS_URL, routing=ROUTING, tool_server=tool_server.url)
     config = config.replace("api_key: upstream-secondary, ", "api_key: upstream-secondary, " + SECONDARY_PRICES)
-    anchor = f"    - {{key: {HEADLESS_KEY}, tenant: jobs, headless: true}}\n"
-    assert anchor in config and SECONDARY_PRICES in config
-    config = config.replace(anchor, anchor + f"    - {{key: {APPROVER}, tenant: team-a, role: approver}}\n"
-                            f"  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n", 1)
+    assert SECONDARY_PRICES in config
+    config = with_keys(config, f"{{key: {APPROVER}, tenant: team-a, role: approver}}", admin=ADMIN)
     return config + """
 tenants:
   team-a: {budget: {limit: 1000000, unit: tokens, period: month}}
@@ -63,13 +52,7 @@ observability: {rollups: {resolution_s: 1, retention_s: 600}}
 
 @pytest.fixture(scope="module")
 def replicas(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    config = console_config(fakes, tool_server)
-    a, b = Gateway(config).start(), Gateway(config).start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from two_replicas(console_config(fakes, tool_server), REDIS_URL)
 
 
 def admin(gateway: Gateway, path: str, **params: str) -> Any:
@@ -79,18 +62,13 @@ def admin(gateway: Gateway, path: str, **params: str) -> Any:
     return response.json()
 
 
-def open_console(browser: Any, gateway: Gateway, key: str, **context_options: Any) -> Any:  # noqa: F811
-    """A fresh tab, signed in with the keyboard; collects console errors (a CSP refusal is one)."""
-    context = browser.new_context(**context_options)
-    page = context.new_page()
-    page.problems = []  # type: ignore[attr-defined]
-    page.on("console", lambda msg: msg.type == "error" and page.problems.append(msg.text))  # type: ignore[attr-defined]
-    page.on("pageerror", lambda exc: page.problems.append(str(exc)))  # type: ignore[attr-defined]
-    page.requested = []  # type: ignore[attr-defined]
-    page.on("request", lambda request: page.requested.append(request.url))  # type: ignore[attr-defined]
+def open_console(browser: Any, gateway: Gateway, key: str, **context_options: Any) -> Any:
+    """A new tab on the console, signed in with ``key``; it also lists every URL it fetched (``page.requested``)."""
+    page = new_tab(browser, **context_options)
+    page.requested = []
+    page.on("request", lambda request: page.requested.append(request.url))
     page.goto(f"{gateway.url}/ui/")
-    page.get_by_label("API key").fill(key)
-    page.get_by_label("API key").press("Enter")
+    sign_in(page, key)
     expect(page.locator("#who")).to_be_visible(timeout=WAIT_MS)
     return page
 
@@ -150,7 +128,7 @@ def test_console_is_served_with_strict_headers(replicas: tuple[Gateway, Gateway]
     assert admin(a, "/admin/tenants")["data"] == ["jobs", "team-a", "team-b"]
 
 
-def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gateway, Gateway], browser: Any,  # noqa: F811
+def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gateway, Gateway], browser: Any,
                                                           fakes: dict[str, FakeUpstream]) -> None:
     a, b = replicas
     traffic(b, fakes)
@@ -197,7 +175,7 @@ def test_overview_shows_traffic_failover_and_open_circuit(replicas: tuple[Gatewa
         cleanup(b, paused)
 
 
-def test_usage_page_matches_admin_usage(replicas: tuple[Gateway, Gateway], browser: Any,  # noqa: F811
+def test_usage_page_matches_admin_usage(replicas: tuple[Gateway, Gateway], browser: Any,
                                         fakes: dict[str, FakeUpstream]) -> None:
     a, b = replicas
     if not admin(a, "/admin/usage")["data"]:
@@ -273,7 +251,7 @@ def test_usage_page_matches_admin_usage(replicas: tuple[Gateway, Gateway], brows
 
 
 def test_a_key_made_in_the_console_works_at_once_and_stops_after_revoke(
-        replicas: tuple[Gateway, Gateway], browser: Any) -> None:  # noqa: F811
+        replicas: tuple[Gateway, Gateway], browser: Any) -> None:
     a, b = replicas
     page = open_console(browser, a, ADMIN, viewport={"width": 1280, "height": 1000})
     try:
@@ -340,7 +318,7 @@ def test_a_key_made_in_the_console_works_at_once_and_stops_after_revoke(
 
 
 def test_a_key_with_expiry_and_headless_made_in_the_console(
-        replicas: tuple[Gateway, Gateway], browser: Any) -> None:  # noqa: F811
+        replicas: tuple[Gateway, Gateway], browser: Any) -> None:
     """Every field the admin API takes is in the form; the API's own validation message is shown as text."""
     a, _ = replicas
     page = open_console(browser, a, ADMIN, viewport={"width": 1280, "height": 1000})
@@ -387,7 +365,7 @@ def test_a_key_with_expiry_and_headless_made_in_the_console(
         page.context.close()
 
 
-def test_an_approver_key_sees_only_the_inbox(replicas: tuple[Gateway, Gateway], browser: Any) -> None:  # noqa: F811
+def test_an_approver_key_sees_only_the_inbox(replicas: tuple[Gateway, Gateway], browser: Any) -> None:
     a, _ = replicas
     page = open_console(browser, a, APPROVER, viewport={"width": 1100, "height": 800})
     try:

@@ -11,83 +11,24 @@ drives the reference MCP server).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, gateway_config, require_redis, two_replicas
+from tests.e2e.approving import audit
+from tests.e2e.asking import APPROVER, REDIS_URL, ask, asking_config, asking_gateway, last_tool_result
+from tests.e2e.conftest import HEADLESS_KEY, KEY, Gateway, two_replicas
 from tests.e2e.test_webhooks import wait_type
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.fakes.webhook_receiver import WebhookReceiver
 
-REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
-APPROVER = "elicit-approver-key"
-SAMPLER_KEY = "sampling-key"
-ADMIN = "elicit-admin-key"
-TOOLS = """  ask_user:
-    description: Ask the user something
-    parameters: {type: object, properties: {question: {type: string}, server: {type: string}, mode: {type: string},
-                 rounds: {type: integer}, work_s: {type: number}}, required: [question]}
-    python: "tests.e2e.sample_tools:ask_user"
-    timeout_s: 1
-  ask_model:
-    description: Ask the client's model something
-    parameters: {type: object, properties: {prompt: {type: string}, server: {type: string}, hint: {type: string}},
-                 required: [prompt]}
-    python: "tests.e2e.sample_tools:ask_model"
-"""
-# The asking tool names the server whose policy applies; these servers serve nothing (port 9 refuses).
-SERVERS = """mcp_servers:
-  asker: {url: "http://127.0.0.1:9/mcp", timeout_s: 1}
-  quick: {url: "http://127.0.0.1:9/mcp", timeout_s: 1, elicitation_timeout_s: 1.5}
-  refuser: {url: "http://127.0.0.1:9/mcp", timeout_s: 1, elicitation: decline}
-  sampler: {url: "http://127.0.0.1:9/mcp", timeout_s: 1, sampling_route: sampling_target, sampling_max_tokens: 64}
-"""
-ROUTE = """  ask:
-    targets: [{provider: primary, model: m}]
-    tools: [ask_user, ask_model, delete_record]
-  sampling_target:
-    targets: [{provider: secondary, model: big-model}, {provider: secondary, model: small-cheap-model}]
-"""
-
-
-def config(fakes: dict[str, FakeUpstream], store_url: str = REDIS_URL, hooks: str = "") -> str:
-    text = gateway_config(fakes, store_url=store_url, extra_models=ROUTE) + hooks
-    text = text.replace("auth:\n  keys:\n", f"auth:\n  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n  keys:\n"
-                        f"    - {{key: {APPROVER}, tenant: team-a, name: reviewer, role: approver}}\n"
-                        f"    - {{key: {SAMPLER_KEY}, tenant: samplers, name: sampler}}\n", 1)
-    return text.replace("models:\n", TOOLS + SERVERS + "models:\n", 1)
-
 
 @pytest.fixture(scope="module")
 def gw(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    gateway = Gateway(config(fakes)).start()
-    yield gateway
-    gateway.stop()
-
-
-def ask(gw: Gateway, fakes: dict[str, FakeUpstream], key: str = KEY, then: str | None = None,
-        **arguments: Any) -> dict[str, Any]:
-    """A request whose model calls ``ask_user`` with ``arguments`` (and answers ``then`` after the tool, when it
-    does not pause); the completion's ``gateway`` object."""
-    fakes["primary"].queue(Reply(text="Let me ask.", tool_calls=[("ask_user", {"question": "Who are you?",
-                                                                               **arguments})]))
-    if then is not None:
-        fakes["primary"].queue(Reply(text=then))
-    completion = gw.client(key).chat.completions.create(model="ask", messages=[{"role": "user", "content": "hi"}])
-    extension: dict[str, Any] = completion.model_extra["gateway"]
-    if extension["status"] == "paused":
-        assert completion.choices[0].finish_reason == "tool_calls"
-        assert [c.id for c in completion.choices[0].message.tool_calls] == [p["tool_call_id"]
-                                                                            for p in extension["pending"]]
-    return extension
+    yield from asking_gateway(fakes)
 
 
 def decide(gw: Gateway, continuation_id: str, key: str = KEY, **decision: Any) -> httpx.Response:
@@ -102,18 +43,6 @@ def view(gw: Gateway, continuation_id: str) -> dict[str, Any]:
     assert shown.status_code == 200, shown.text
     body: dict[str, Any] = shown.json()
     return body
-
-
-def last_tool_result(fake: FakeUpstream) -> str:
-    return str([m for m in fake.bodies[-1]["messages"] if m["role"] == "tool"][-1]["content"])
-
-
-def audit(gw: Gateway, key: str = APPROVER) -> list[dict[str, Any]]:
-    page = httpx.get(f"{gw.url}/v1/audit", params={"limit": 100}, headers={"authorization": f"Bearer {key}"},
-                     timeout=20)
-    assert page.status_code == 200, page.text
-    entries: list[dict[str, Any]] = page.json()["data"]
-    return entries
 
 
 def test_the_pause_shows_the_question_and_an_accepted_answer_reaches_the_model(
@@ -144,9 +73,9 @@ def test_the_pause_shows_the_question_and_an_accepted_answer_reaches_the_model(
     # Answered once: a second decision is the conflict of any resumed continuation.
     again = decide(gw, paused["continuation_id"], tool_call_id=pending["tool_call_id"], action="decline")
     assert again.status_code == 409 and again.json()["error"]["code"] == "continuation_conflict"
-    entry = next(e for e in audit(gw) if e["tool_call_id"] == pending["tool_call_id"])
+    entry = next(e for e in audit(gw, APPROVER) if e["tool_call_id"] == pending["tool_call_id"])
     assert entry["event"] == "elicitation_accepted" and entry["key"]["name"] == "reviewer"
-    assert "Ada" not in json.dumps(audit(gw))  # the answer's content is never audited
+    assert "Ada" not in json.dumps(audit(gw, APPROVER))  # the answer's content is never audited
 
 
 @pytest.mark.parametrize("action", ["decline", "cancel"])
@@ -252,7 +181,7 @@ def test_a_question_times_out_declined(gw: Gateway, fakes: dict[str, FakeUpstrea
     decided = decide(gw, paused["continuation_id"], action="decline")
     assert decided.status_code == 200, decided.text
     assert last_tool_result(fakes["primary"]) == "user said: decline null"
-    entry = next(e for e in audit(gw) if e["tool_call_id"] == paused["pending"][0]["tool_call_id"])
+    entry = next(e for e in audit(gw, APPROVER) if e["tool_call_id"] == paused["pending"][0]["tool_call_id"])
     assert entry["event"] == "elicitation_timeout" and entry["key"]["id"] is None
 
 
@@ -321,7 +250,7 @@ def test_webhooks_name_the_question_never_the_answer(fakes: dict[str, FakeUpstre
     receiver.start()
     hooks = (f"notifications:\n  backoff_base_s: 0.2\n  webhooks:\n    - {{url: '{receiver.url}/ok', secret: "
              "whsec-test-0123456789, events: [paused, decided, resumed, headless_denied, expired]}\n")
-    gateway = Gateway(config(fakes, store_url="memory://", hooks=hooks)).start()
+    gateway = Gateway(asking_config(fakes, store_url="memory://", hooks=hooks)).start()
     try:
         paused = ask(gateway, fakes)
         [event] = wait_type(receiver, "/ok", "paused")
@@ -352,7 +281,7 @@ def test_webhooks_name_the_question_never_the_answer(fakes: dict[str, FakeUpstre
 @pytest.fixture(scope="module")
 def pair(fakes: dict[str, FakeUpstream], gw: Gateway) -> Iterator[tuple[Gateway, Gateway]]:
     gw.stop()  # the pair flushes the store the module's gateway uses
-    yield from two_replicas(config(fakes), REDIS_URL)
+    yield from two_replicas(asking_config(fakes), REDIS_URL)
 
 
 def test_a_decision_on_another_replica_reaches_the_held_call(pair: tuple[Gateway, Gateway],
@@ -389,7 +318,7 @@ def test_a_holder_that_shuts_down_reports_its_held_call(fakes: dict[str, FakeUps
     holder, decider = pair  # the module's pair: after the test above, its first replica is gone already
     if holder.process is not None and holder.process.poll() is None:
         holder.stop()
-    replacement = Gateway(config(fakes)).start()  # a new holder on the same store
+    replacement = Gateway(asking_config(fakes)).start()  # a new holder on the same store
     try:
         paused = ask(replacement, fakes)
         replacement.stop()  # SIGTERM: a graceful shutdown reports the held call as ended

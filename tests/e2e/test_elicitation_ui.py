@@ -12,25 +12,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
-from tests.e2e.conftest import Gateway, require_redis
-from tests.e2e.test_approvals_ui import WAIT_MS, browser, card, expect, open_inbox, screenshot
-from tests.e2e.test_elicitation import APPROVER, REDIS_URL, ask, config, last_tool_result
+from tests.e2e.asking import APPROVER, ask, asking_gateway, last_tool_result
+from tests.e2e.browser import WAIT_MS, card, expect, open_inbox, screenshot
+from tests.e2e.conftest import Gateway
 from tests.fakes.upstream import FakeUpstream, Reply
-
-__all__ = ["browser"]  # the module's Chromium, shared with the approvals page's tests
 
 HOSTILE = 'Who are you? <img src=x id="pwned"> <script>window.pwned=1</script>'
 
 
 @pytest.fixture(scope="module")
 def ui_gateway(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    gateway = Gateway(config(fakes)).start()
-    yield gateway
-    gateway.stop()
+    yield from asking_gateway(fakes)
 
 
 def test_a_form_question_is_filled_and_accepted_in_the_browser(ui_gateway: Gateway, browser: Any,

@@ -17,14 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from tests.e2e.conftest import Gateway, gateway_config, require_redis, two_replicas
-from tests.e2e.test_approvals_ui import WAIT_MS, browser, card, expect, open_inbox, screenshot
+from tests.e2e.asking import last_tool_result, usage_totals
+from tests.e2e.browser import WAIT_MS, card, expect, open_inbox, screenshot
+from tests.e2e.conftest import Gateway, gateway_config, two_replicas, with_keys
 from tests.fakes.everything import EverythingHttp, everything_command
 from tests.fakes.upstream import FakeUpstream, Reply
-
-__all__ = ["browser"]  # the module's Chromium, shared with the approvals page's tests
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 ASKER, APPROVER, ADMIN = "ev-asker-key", "ev-approver-key", "ev-admin-key"
@@ -36,10 +34,9 @@ ROUTES = """  ev_ask: {targets: [{provider: primary, model: m}], tools: ['mcp:ev
 
 
 def config(fakes: dict[str, FakeUpstream], server: str, store_url: str = "memory://") -> str:
-    text = gateway_config(fakes, store_url=store_url, extra_models=ROUTES)
-    text = text.replace("auth:\n  keys:\n", f"auth:\n  admin_keys:\n    - {{key: {ADMIN}, name: ops}}\n  keys:\n"
-                        f"    - {{key: {ASKER}, tenant: ev-team, name: ev-asker}}\n"
-                        f"    - {{key: {APPROVER}, tenant: ev-team, name: ev-reviewer, role: approver}}\n", 1)
+    text = with_keys(gateway_config(fakes, store_url=store_url, extra_models=ROUTES),
+                     f"{{key: {ASKER}, tenant: ev-team, name: ev-asker}}",
+                     f"{{key: {APPROVER}, tenant: ev-team, name: ev-reviewer, role: approver}}", admin=ADMIN)
     return text.replace("models:\n", f"mcp_servers:\n  ev: {server}\nmodels:\n", 1)
 
 
@@ -83,11 +80,6 @@ def decide(gw: Gateway, paused: dict[str, Any], **decision: Any) -> httpx.Respon
                    {"decisions": [{"tool_call_id": call_id, **decision}]}, key=APPROVER)
 
 
-def tool_result(fake: FakeUpstream) -> str:
-    content = [m for m in fake.bodies[-1]["messages"] if m["role"] == "tool"][-1]["content"]
-    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-
-
 def test_its_elicitation_pauses_and_the_accepted_form_reaches_the_model(gw: Gateway,
                                                                         fakes: dict[str, FakeUpstream]) -> None:
     paused = ask(gw, fakes)
@@ -106,7 +98,7 @@ def test_its_elicitation_pauses_and_the_accepted_form_reaches_the_model(gw: Gate
         "titledSingleSelectEnum": "hero-3"})
     assert decided.status_code == 200, decided.text
     assert decided.json()["choices"][0]["message"]["content"] == "You are signed up, Ada."
-    result = tool_result(fakes["primary"])
+    result = last_tool_result(fakes["primary"])
     assert "User provided the requested information" in result and "- Name: Ada Lovelace" in result
     assert "- Favorite Integer: 7" in result and "- Agreed to terms: true" in result
 
@@ -115,7 +107,7 @@ def test_a_declined_question(gw: Gateway, fakes: dict[str, FakeUpstream]) -> Non
     paused = ask(gw, fakes)
     fakes["primary"].queue(Reply(text="Maybe later then."))
     assert decide(gw, paused, action="decline").status_code == 200
-    assert "User declined to provide the requested information" in tool_result(fakes["primary"])
+    assert "User declined to provide the requested information" in last_tool_result(fakes["primary"])
 
 
 def test_the_url_question_shows_its_url(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -126,13 +118,13 @@ def test_the_url_question_shows_its_url(gw: Gateway, fakes: dict[str, FakeUpstre
                         "url": "https://example.com/authorize?x=1"}
     fakes["primary"].queue(Reply(text="Connected."))
     assert decide(gw, paused, action="accept").status_code == 200
-    result = tool_result(fakes["primary"])
+    result = last_tool_result(fakes["primary"])
     assert "User completed the URL elicitation flow" in result and "https://example.com/authorize?x=1" in result
 
 
 def test_its_sampling_is_answered_by_the_route_and_billed_to_the_asking_key(
         gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
-    before = usage(gw)
+    before = usage_totals(gw, ADMIN, "ev-team")
     fakes["primary"].queue(Reply(tool_calls=[("trigger-sampling-request", {"prompt": "a haiku", "maxTokens": 500})],
                                  usage=(50, 5)),
                            Reply(text="Here is your haiku.", usage=(60, 6)))
@@ -143,9 +135,9 @@ def test_its_sampling_is_answered_by_the_route_and_billed_to_the_asking_key(
     assert sampled["model"] == "sampler-model" and sampled["max_tokens"] == 50 and "tools" not in sampled
     assert sampled["messages"][0] == {"role": "system", "content": "You are a helpful test server."}
     assert "a haiku" in sampled["messages"][1]["content"]
-    result = tool_result(fakes["primary"])
+    result = last_tool_result(fakes["primary"])
     assert "LLM sampling result" in result and "Autumn moonlight" in result and "sampler-model" in result
-    after = usage(gw, before["requests"] + 2)
+    after = usage_totals(gw, ADMIN, "ev-team", before["requests"] + 2)
     assert after["requests"] - before["requests"] == 2  # the chat request and the sampling request
     assert after["prompt_tokens"] - before["prompt_tokens"] == 50 + 60 + 20
     assert after["completion_tokens"] - before["completion_tokens"] == 5 + 6 + 4
@@ -158,18 +150,7 @@ def test_a_refused_sampling_reaches_the_server_as_an_error(gw: Gateway, fakes: d
     done = gw.client(ASKER).chat.completions.create(model="ev_ask", messages=[{"role": "user", "content": "haiku"}])
     assert done.choices[0].message.content == "Sampling failed."
     assert done.model_extra["gateway"]["tool_calls"][0]["status"] == "error"
-    assert "Sampling request refused" in tool_result(fakes["primary"])
-
-
-def usage(gw: Gateway, at_least: int = 0) -> dict[str, int]:
-    deadline = time.monotonic() + 15
-    while True:
-        rows = httpx.get(f"{gw.url}/admin/usage", params={"tenant": "ev-team"},
-                         headers={"authorization": f"Bearer {ADMIN}"}, timeout=20).json()["data"]
-        totals = {f: sum(r[f] for r in rows) for f in ("requests", "prompt_tokens", "completion_tokens")}
-        if totals["requests"] >= at_least or time.monotonic() > deadline:
-            return totals
-        time.sleep(0.1)
+    assert "Sampling request refused" in last_tool_result(fakes["primary"])
 
 
 def test_the_inbox_shows_the_form_and_the_answer_reaches_the_model(gw: Gateway, browser: Any,
@@ -190,7 +171,7 @@ def test_the_inbox_shows_the_form_and_the_answer_reaches_the_model(gw: Gateway, 
         fakes["primary"].queue(Reply(text="Welcome, Grace."))
         shown.get_by_role("button", name="Accept the question of trigger-elicitation-request").click()
         expect(shown.locator(".card-note")).to_contain_text("Answered", timeout=WAIT_MS)
-        result = tool_result(fakes["primary"])
+        result = last_tool_result(fakes["primary"])
         assert "- Name: Grace Hopper" in result and "- Favorite Integer: 42" in result
         assert '"legacyTitledEnum": "pet-2"' in result
         assert page.problems == []  # type: ignore[attr-defined]
@@ -212,16 +193,14 @@ def test_a_question_unanswered_in_time_is_declined(fakes: dict[str, FakeUpstream
         assert late.status_code == 409 and late.json()["error"]["code"] == "elicitation_expired"
         fakes["primary"].queue(Reply(text="No answer came."))
         assert decide(gateway, paused, action="decline").status_code == 200
-        assert "User declined to provide the requested information" in tool_result(fakes["primary"])
+        assert "User declined to provide the requested information" in last_tool_result(fakes["primary"])
     finally:
         gateway.stop()
 
 
 @pytest.fixture
 def pair(fakes: dict[str, FakeUpstream], ev_http: EverythingHttp) -> Iterator[tuple[Gateway, Gateway]]:
-    require_redis(REDIS_URL)
     yield from two_replicas(config(fakes, http_server(ev_http.url), REDIS_URL), REDIS_URL, flush_after=True)
-    redis.Redis.from_url(REDIS_URL).flushdb()
 
 
 def test_the_pause_is_answered_from_a_second_replica(pair: tuple[Gateway, Gateway],
@@ -233,4 +212,4 @@ def test_the_pause_is_answered_from_a_second_replica(pair: tuple[Gateway, Gatewa
     decided = decide(decider, paused, action="accept", content={"name": "Ada Lovelace"})
     assert decided.status_code == 200, decided.text
     assert decided.json()["choices"][0]["message"]["content"] == "Done from the other replica."
-    assert "- Name: Ada Lovelace" in tool_result(fakes["primary"])
+    assert "- Name: Ada Lovelace" in last_tool_result(fakes["primary"])

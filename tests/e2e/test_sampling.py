@@ -8,40 +8,19 @@ whose call it is: usage rows, access records and its budget are that key's.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from tests.e2e.conftest import Gateway, require_redis
-from tests.e2e.test_elicitation import ADMIN, REDIS_URL, SAMPLER_KEY, config, last_tool_result
+from tests.e2e.asking import ADMIN, SAMPLER_KEY, asking_gateway, last_tool_result, usage_totals
+from tests.e2e.conftest import Gateway
 from tests.fakes.upstream import FakeUpstream, Reply
 
 
 @pytest.fixture(scope="module")
 def gw(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
-    require_redis(REDIS_URL)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    gateway = Gateway(config(fakes)).start()
-    yield gateway
-    gateway.stop()
-
-
-def usage_of(gw: Gateway, tenant: str, requests: int) -> dict[str, Any]:
-    """The tenant's usage totals once ``requests`` are counted (rows are written after the answers)."""
-    deadline = time.monotonic() + 15
-    while True:
-        response = httpx.get(f"{gw.url}/admin/usage", params={"tenant": tenant},
-                             headers={"authorization": f"Bearer {ADMIN}"}, timeout=20)
-        assert response.status_code == 200, response.text
-        rows = response.json()["data"]
-        totals = {f: sum(r[f] for r in rows) for f in ("requests", "prompt_tokens", "completion_tokens")}
-        if totals["requests"] >= requests or time.monotonic() > deadline:
-            return totals
-        time.sleep(0.1)
+    yield from asking_gateway(fakes)
 
 
 def test_a_tool_asks_the_model_and_the_asking_key_pays(gw: Gateway, fakes: dict[str, FakeUpstream]) -> None:
@@ -59,7 +38,7 @@ def test_a_tool_asks_the_model_and_the_asking_key_pays(gw: Gateway, fakes: dict[
                                    {"role": "user", "content": "Say hi"}]
     assert last_tool_result(fakes["primary"]) == "small-cheap-model said 'hi there' (endTurn)"
     # The chat request and the sampling request, both the asking key's (its tenant's rows), tokens included.
-    totals = usage_of(gw, "samplers", 2)
+    totals = usage_totals(gw, ADMIN, "samplers", 2)
     assert totals == {"requests": 2, "prompt_tokens": 100 + 120 + 30, "completion_tokens": 10 + 5 + 3}
     metrics = httpx.get(f"{gw.url}/metrics").text
     assert 'path="/mcp/sampling",model="sampling_target",status="200"' in metrics

@@ -273,7 +273,8 @@ def test_shared_metrics_sum_counters_and_take_the_max_circuit(tmp_path: Path) ->
 
 def test_sampling_roots_by_ratio_and_following_the_callers_flags() -> None:
     from gateway.config.observability_section import ObservabilityConfig
-    from gateway.observability.recorder import LeanTracer, rebuild
+    from gateway.observability.recorder import LeanTracer
+    from gateway.observability.span_entries import rebuild
     from gateway.observability.tracing import NOOP
 
     shipped: list[list[object]] = []
@@ -340,7 +341,8 @@ def test_captured_content_is_cut_per_attribute() -> None:
 
     from gateway.config.observability_section import ObservabilityConfig
     from gateway.observability.captured import CUT, MAX_CAPTURED_BYTES, captured
-    from gateway.observability.recorder import LeanTracer, rebuild
+    from gateway.observability.recorder import LeanTracer
+    from gateway.observability.span_entries import rebuild
 
     big = "é" + "the answer, ünïcode ✓ 🙂 " * 150_000  # ~4 MB of UTF-8
     shipped: list[list[object]] = []

@@ -33,7 +33,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from gateway.observability import otlp_encoder
 from gateway.observability.exporter import Rebuilder
 from gateway.observability.otlp_encoder import SpanEncoder, equivalent, install, sample_spans, varint
-from gateway.observability.recorder import CHAT, TOOL
+from gateway.observability.span_entries import CHAT, TOOL
 from tests.fakes.otlp_receiver import OtlpReceiver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -15,7 +15,7 @@ from tests.fakes.otlp_receiver import OtlpReceiver
 
 
 def record(trace_hex: str, span_id: int, text: str) -> list[object]:
-    """A request's entry with its server span alone (``Entry`` in gateway/observability/recorder.py)."""
+    """A request's entry with its server span alone (``Entry`` in gateway/observability/span_entries.py)."""
     now = time.time_ns()
     return [trace_hex, 0, span_id, now, now + 1000, "GET", f"/{span_id}", None, None, None, 200, None, [],
             {"loopgate.text": text}, []]
@@ -50,7 +50,7 @@ def test_batches_are_split_to_the_frame_limit_and_oversized_or_unencodable_reque
 
 
 def test_entries_are_rebuilt_with_the_conventions_names_and_only_the_values_that_are_set() -> None:
-    from gateway.observability.recorder import CHAT, CLIENT, INTERNAL, SERVER, TOOL, rebuild
+    from gateway.observability.span_entries import CHAT, CLIENT, INTERNAL, SERVER, TOOL, rebuild
 
     trace = "0af7651916cd43dd8448eb211c80319c"
     answered = [CHAT, 0, 10, 20, "", [], None, "gemini", "m1", "p:m1", "", "stop", 10, 3, "", 0, 0.5, True, 100,
@@ -116,7 +116,8 @@ def test_the_exporters_resource_hashes_once_and_equals_the_sdks() -> None:
 def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only() -> None:
     from types import SimpleNamespace
 
-    from gateway.observability.recorder import LeanTracer, rebuild
+    from gateway.observability.recorder import LeanTracer
+    from gateway.observability.span_entries import rebuild
 
     shipped: list[tuple[list[object], int]] = []
     tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),
@@ -145,3 +146,36 @@ def test_span_status_is_an_error_for_a_5xx_answer_and_a_failed_model_call_only()
     (chat,) = rebuild(entry)
     assert count == 1 and chat[0] == server[0] and chat[2] == server[1] and chat[8]["gen_ai.response.id"] == "r1"
     assert chat[8]["gen_ai.request.temperature"] == 1 and chat[8]["gen_ai.response.model"] == "m1-x"
+
+
+def test_an_operation_span_records_its_walks_failed_attempts_as_a_model_call_span_does() -> None:
+    from types import SimpleNamespace
+
+    from gateway.observability.recorder import LeanTracer
+    from gateway.observability.span_entries import rebuild
+
+    shipped: list[tuple[list[object], int]] = []
+    tracer = LeanTracer(ObservabilityConfig(otlp_endpoint="http://127.0.0.1:9"),
+                        lambda entry, count: shipped.append((entry, count)))
+    attempts = [{"target": "a:e", "error_class": "upstream_error", "status": 503, "elapsed_ms": 4.0},
+                {"target": "b:e", "error_class": "timeout", "status": None, "elapsed_ms": 7.0},
+                {"target": "c:e", "error_class": None, "status": None, "elapsed_ms": 2.0}]
+    span = tracer.server("POST", "/v1/embeddings", None)
+    span.operation("embeddings e", {"gen_ai.operation.name": "embeddings", "gen_ai.provider.name": "openai"}
+                   ).operation_done("", attempts)
+    target = SimpleNamespace(model="m", label="c:e", provider=SimpleNamespace(type="openai"))
+    span.model_call([target], SimpleNamespace(params={}, messages=[])).answered(target, SimpleNamespace(
+        usage=SimpleNamespace(prompt_tokens=1, completion_tokens=2, cached_tokens=0), model="m", finish_reason="stop",
+        id="", message={}), attempts)
+    span.operation("embeddings e", {}).operation_done("timeout", attempts[:2])
+    span.finish(200, None)
+    (entry, count) = shipped.pop()
+    _, operation, chat, failed = rebuild(entry)
+    assert count == 4 and operation[5] == "embeddings e" and operation[10] == "" and failed[10] == "timeout"
+    assert [event[2] for event in operation[9]] == [event[2] for event in chat[9]] == [
+        {"loopgate.target": "a:e", "error.type": "upstream_error", "loopgate.elapsed_ms": 4.0,
+         "http.response.status_code": 503},
+        {"loopgate.target": "b:e", "error.type": "timeout", "loopgate.elapsed_ms": 7.0}]
+    assert {event[0] for event in operation[9]} == {"loopgate.attempt"}
+    assert operation[8]["loopgate.attempts"] == chat[8]["loopgate.attempts"] == 3
+    assert operation[8]["gen_ai.provider.name"] == "openai" and failed[8]["error.type"] == "timeout"

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from gateway.canonical import ModelRequest, ModelResponse, ReasoningDelta, StreamDelta, TextDelta
 from gateway.config.model import ProviderConfig
-from gateway.providers.anthropic import AnthropicAdapter, sanitize_tool_id
+from gateway.providers.anthropic import AnthropicAdapter
+from gateway.providers.anthropic_messages import sanitize_tool_id
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.providers.streams import content, parse_in_pieces, parse_stream, sse_events

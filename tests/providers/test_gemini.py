@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from gateway.canonical import ModelRequest, ModelResponse, ReasoningDelta, StreamDelta, TextDelta, stable_tool_call_id
 from gateway.config.model import ProviderConfig
 from gateway.providers.base import ErrorClass, ProviderError, SSEEvent
-from gateway.providers.gemini import DUMMY_THOUGHT_SIGNATURE, GeminiAdapter, clean_schema
+from gateway.providers.gemini import GeminiAdapter, clean_schema
+from gateway.providers.gemini_contents import DUMMY_THOUGHT_SIGNATURE
 from gateway.providers.registry import adapter_for
 from tests.fakes.gemini_rules import gemini_request_problems
 from tests.providers.streams import content, parse_in_pieces, parse_stream, sse_events

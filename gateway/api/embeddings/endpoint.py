@@ -2,9 +2,10 @@
 
 Everything a platform controls goes through the one lifecycle (``gateway/api/lifecycle.py``):
 the key and its allow-list, budget, rpm and tpm (the input tokens counted before sending are
-the estimate), usage rows and cost (``Work.account``: the call priced at its target's
-``input_per_mtok``), the access record, metrics and the ``embeddings {model}`` span. No tool
-loop runs: the call is the router's failover walk over the route's targets
+the estimate), usage rows and cost (``Work.account`` of the call's ``canonical.CallRecord``: the
+call priced at its target's ``input_per_mtok``), the access record, metrics and the
+``embeddings {model}`` span (its failed attempts as events, as on a chat span). No tool loop
+runs: the call is the router's failover walk over the route's targets
 (``gateway/routing/embeddings.py``), whose targets all return vectors of one size.
 """
 
@@ -20,14 +21,12 @@ from gateway.api.embeddings.tokens import count_inputs, decode_inputs
 from gateway.api.errors import error_response
 from gateway.api.lifecycle import ErrorRenderer, Work
 from gateway.api.services import EmbeddingServices, Services
-from gateway.canonical import Usage
+from gateway.canonical import CallRecord, Usage
 from gateway.canonical_embeddings import EmbeddingRequest
 from gateway.config.models_section import EmbeddingBounds
 from gateway.errors import GatewayError, quoted
 from gateway.governance.access import visible_routes
 from gateway.http.json_response import JSONResponse
-from gateway.loop.engine import LoopState
-from gateway.observability.tracing import Span
 from gateway.routing.router import AllTargetsFailed
 from gateway.routing.routes import RoutePlan, RouteTable
 from gateway.usage.pricing import usd
@@ -91,7 +90,7 @@ async def embed(services: EmbeddingServices, work: Work) -> JSONResponse:
     deadline = deadline_of(services.request_timeout_s)
     await work.admit(work.incoming.body_bytes, counted)
     work.show_limits()
-    state = LoopState()
+    record = CallRecord()
     first = plan.targets[0]
     span = work.span
     call_span = span.operation(f"embeddings {first.model}", {
@@ -99,45 +98,28 @@ async def embed(services: EmbeddingServices, work: Work) -> JSONResponse:
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
     waiting = time.perf_counter()
     try:
-        target, result = await services.embedder.embed(plan.targets, embedding_request, state.attempts,
+        target, result = await services.embedder.embed(plan.targets, embedding_request, record.attempts,
                                                        plan.retries, deadline)
     except BaseException as exc:
         if call_span is not None:
-            _end_span(call_span, state.attempts, _failure(exc))
+            call_span.operation_done(_failure(exc), record.attempts)
         raise
-    state.waited_s = time.perf_counter() - waiting  # the gateway overhead is the rest (metrics.OVERHEAD)
+    record.waited_s = time.perf_counter() - waiting  # the gateway overhead is the rest (metrics.OVERHEAD)
     prompt_tokens = result.prompt_tokens or counted
-    state.iterations = 1
-    state.model = result.model or target.model
-    state.answered_by.append(target.label)
-    state.add_call(target.label, Usage(prompt_tokens=prompt_tokens))
+    record.answered(target.label, result.model or target.model, Usage(prompt_tokens=prompt_tokens))
     if call_span is not None:
         call_span.set("loopgate.target", target.label)
         call_span.set("gen_ai.provider.name", target.provider.type)
-        call_span.set("gen_ai.response.model", state.model)
+        call_span.set("gen_ai.response.model", record.model)
         call_span.set("gen_ai.usage.input_tokens", prompt_tokens)
-        _end_span(call_span, state.attempts, "")
-    cost = work.account(state)
-    gateway = {"answered_by": state.answered_by, "attempts": state.attempts}
+        call_span.operation_done("", record.attempts)
+    cost = work.account(record)
+    gateway = {"answered_by": record.answered_by, "attempts": record.attempts}
     if cost is not None:
         gateway["usage_cost"] = usd(cost)
     payload = render_embeddings(result.vectors, parsed.encoding_format, parsed.model, prompt_tokens, gateway)
-    await work.settle(state.usage)
+    await work.settle(record.usage)
     return JSONResponse(payload, raw_headers=work.headers)
-
-
-def _end_span(span: Span, attempts: list[dict[str, Any]], failure: str) -> None:
-    """Every failed attempt of the walk as a ``loopgate.attempt`` event (as on a chat span), then the end."""
-    for entry in attempts:
-        if entry["error_class"] is not None:
-            attributes = {"loopgate.target": entry["target"], "error.type": entry["error_class"],
-                          "loopgate.elapsed_ms": entry["elapsed_ms"]}
-            if entry["status"] is not None:
-                attributes["http.response.status_code"] = entry["status"]
-            span.event("loopgate.attempt", attributes)
-    if len(attempts) > 1:
-        span.set("loopgate.attempts", len(attempts))
-    span.operation_done(failure)
 
 
 def _failure(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.config import ConfigError, parse_config
 from gateway.tools.base import resolve_approval
-from tests.test_config import ENV, GOOD
+from tests.config.test_config import ENV, GOOD
 
 
 def with_tool_lines(lines: str) -> str:

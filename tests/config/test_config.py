@@ -10,7 +10,7 @@ import pytest
 
 from gateway.config import ConfigError, load_config, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = """
 server: {host: 127.0.0.1, port: 8080, max_body_bytes: 1000}

@@ -15,7 +15,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.config.validate import shared_stdio_warnings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASE = f"""
 providers: {{p: {{type: openai, base_url: "http://127.0.0.1:9/v1"}}}}
 auth:

@@ -20,7 +20,7 @@ from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopResult, ToolFinished, ToolStarted
 from gateway.loop.pairing import pairing_problem
 
-SESSION = json.loads((Path(__file__).parent / "fixtures" / "claude_code" / "session.json").read_text())
+SESSION = json.loads((Path(__file__).parents[1] / "fixtures" / "claude_code" / "session.json").read_text())
 
 
 def recorded(index: int) -> tuple[dict[str, Any], str]:

@@ -17,7 +17,7 @@ from gateway.notify import sign, verify
 from gateway.notify.events import MAX_CALLS, build
 from gateway.notify.slack import slack_payload
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = """
 server: {{port: 8080{server}}}
