@@ -25,7 +25,7 @@ Admission is held for the whole life of the work and settled exactly once with i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.api.admin.auth import require_admin
@@ -44,7 +44,7 @@ from gateway.http.request_id import request_id
 from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.routing.routes import RoutePlan
-from gateway.usage.meter import Meter, Metering
+from gateway.usage.meter import NO_PARAMS, Meter, Metering
 
 if TYPE_CHECKING:
     pass
@@ -176,20 +176,22 @@ class Work(Exchange):
         self.meter = self.lifecycle.usage.meter(key)
 
     # -- admission ------------------------------------------------------------------------------
-    async def admit(self, body_bytes: int, tokens: int | None = None, output: int = 0, budget: bool = True) -> None:
+    async def admit(self, body_bytes: int, tokens: int | None = None, plan: RoutePlan | None = None,
+                    params: Mapping[str, Any] = NO_PARAMS, budget: bool = True) -> None:
         """Budget, then rate limits (a 429 for either), then a background run's slot: all for ``key``.
 
         The fast paths (a budget judged from a fresh reading, an allowance held in process) are
         taken here, behind this one step, without a store call. ``tokens``: the input tokens the
         surface counted before sending (tpm's estimate); None: estimated from ``body_bytes``.
-        ``output``: the answer's tokens the request may take (``RoutePlan.output_reservation``), which
-        a budget reserves for a key with no history. ``budget`` False: work that spends nothing
-        (``count_tokens``) is limited by requests only.
+        ``plan`` and ``params``: the route and the request's parameters, whose answer's tokens
+        (``RoutePlan.output_reservation``) a budget reserves for a key with no history (only then
+        worked out). ``budget`` False: work that spends nothing (``count_tokens``) is limited by
+        requests only.
         """
         key, meter = self.key, self.meter
         assert key is not None and meter is not None, "authenticate first"
         lifecycle = self.lifecycle
-        pending = meter.check_budget(body_bytes, output) if budget else None
+        pending = meter.check_budget(body_bytes, plan, params) if budget else None
         if pending is not None:
             await pending
         limits = lifecycle.limits

@@ -49,7 +49,7 @@ async def start_loop(services: LoopServices, work: Work, plan: RoutePlan, *, mes
     """
     key = work.key
     assert key is not None, "authenticate first"
-    await work.admit(work.incoming.body_bytes, output=plan.output_reservation(params))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=params)
     if plan.needs_artifacts:
         await services.continuations.reattach(key.tenant, messages)
     max_iterations = plan.max_tool_iterations

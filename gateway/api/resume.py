@@ -104,8 +104,7 @@ async def resume_paused(services: LoopServices, work: Work, stored: Continuation
     work.allow(plan, resume=decisions is not None)
     asker = work.charge_to(asker_of(stored), plan)
     params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
-    await work.admit(work.incoming.body_bytes,
-                     output=plan.output_reservation(params if isinstance(params, dict) else {}))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
     continuations = services.continuations
     claimed = await continuations.claim(stored.id, decider.tenant)
     decided: Awaitable[None] | None = None

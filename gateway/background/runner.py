@@ -43,6 +43,9 @@ log = logging.getLogger("loopgate.background")
 MAX_BATCH = 512
 # Events whose item goes into the polled snapshot (added: in progress; done: finished).
 _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+# How a run ends; its stream's last event is ``response.<status>`` (stored by ``finish``, past the caps).
+_TERMINAL_STATUSES = ("completed", "incomplete", "failed")
+_TERMINAL_EVENTS = frozenset("response." + status for status in _TERMINAL_STATUSES)
 SHUTDOWN = "the gateway replica running this background response shut down before it ended"
 FAILED = "the gateway failed while running this response"
 # How long the end of a run may take to store (the last events and the final snapshot).
@@ -159,7 +162,7 @@ class BackgroundRunner:
         writer = asyncio.create_task(self._write(state), name=f"background writer {run.id}")
         response = run.response
         status = "in_progress"
-        last_seq: int | None = None
+        terminal: dict[str, Any] | None = None  # the stream's last event, stored with the run's end
         exit_: BaseException | None = None
         state.started = True
         try:
@@ -178,13 +181,13 @@ class BackgroundRunner:
                         response = {**response, "output": output}
                         state.snapshot = response
                         state.wake.set()
-                seq = event.get("sequence_number")
-                if isinstance(seq, int):
-                    last_seq = seq
-                if run.stream and not self._queue(state, event):
+                if not run.stream:
+                    continue
+                if event.get("type") in _TERMINAL_EVENTS:
+                    terminal = event
+                elif not self._queue(state, event):
                     state.limit = self._limit_text()
                     state.frames.clear()  # past the cap they would be refused anyway: only the end is stored
-                    status, response = "failed", failed_snapshot(response, "events_limit_exceeded", state.limit)
                     break
             else:
                 if status not in ("completed", "incomplete", "failed"):
@@ -198,36 +201,26 @@ class BackgroundRunner:
                 if not state.lost:
                     raise
                 return
-            if state.limit:
-                status, response = "failed", failed_snapshot(response, "events_limit_exceeded", state.limit)
-            elif state.failure:
-                status, response = "failed", failed_snapshot(response, "server_error", state.failure)
+            if state.limit or state.failure:
+                pass  # the writer stopped the run: ``_verdict`` says how it ended
             elif state.cancel_requested:
                 status, response = "cancelled", {**response, "status": "cancelled"}
             else:  # this process is shutting down: say so now rather than when the lease runs out
-                status, response = "failed", self._failed(state, response, last_seq, SHUTDOWN)
+                status, response = "failed", failed_snapshot(response, "server_error", SHUTDOWN)
         except BaseException as exc:  # an engine or renderer failure, a native library's panic too: the run fails
             log.error("background response %s failed", run.id, exc_info=exc)
-            status, response = "failed", self._failed(state, response, last_seq, FAILED)
+            status, response = "failed", failed_snapshot(response, "server_error", FAILED)
             exit_ = exc if isinstance(exc, EXITS) else None  # KeyboardInterrupt, SystemExit: ended, then passed on
         finally:
             with contextlib.suppress(Exception):
                 await close_events(events)
         response["status"] = status
-        await self._end(state, writer, status, response)
+        await self._end(state, writer, status, response, terminal)
         if exit_ is not None:
             raise exit_
 
-    def _failed(self, state: _Run, response: dict[str, Any], last_seq: int | None, message: str) -> dict[str, Any]:
-        """The failed snapshot of a run that did not end by itself; queued as ``response.failed`` for a stream."""
-        failed = failed_snapshot(response, "server_error", message)
-        if state.run.stream:
-            self._queue(state, {"type": "response.failed",
-                                "sequence_number": (last_seq + 1) if last_seq is not None else 0,
-                                "response": failed})
-        return failed
-
-    async def _end(self, state: _Run, writer: asyncio.Task[None], status: str, response: dict[str, Any]) -> None:
+    async def _end(self, state: _Run, writer: asyncio.Task[None], status: str, response: dict[str, Any],
+                   terminal: dict[str, Any] | None) -> None:
         run = state.run
         state.done = True
         state.wake.set()
@@ -235,7 +228,9 @@ class BackgroundRunner:
             async with asyncio.timeout(FINISH_TIMEOUT_S):
                 await writer  # the queued events go first: a follower sees them all before the end
                 if not state.lost:
-                    await self.store.finish(run.id, self.owner, status, response, self.ttl_s)
+                    status, response, last = self._verdict(state, status, response, terminal)
+                    await self.store.finish(run.id, self.owner, status, response, self.ttl_s, last,
+                                            state.next_seq or 0)
         except RunLost:
             pass
         except Exception as exc:  # the store is down: a reader ends the run when its lease runs out
@@ -243,6 +238,25 @@ class BackgroundRunner:
             writer.cancel()
         finally:
             self._forget(run.id)
+
+    def _verdict(self, state: _Run, status: str, response: dict[str, Any],
+                 terminal: dict[str, Any] | None) -> tuple[str, dict[str, Any], bytes | None]:
+        """How the run ends, once the writer stored all it could, and the stream's last event.
+
+        A cap or a store failure met by the writer fails the run even when the loop ended first (some of
+        its events were not stored). Every stream ends with its ``response.<status>`` event, numbered after
+        the stored ones; a cancelled run's stream just ends (the Responses API has no event for it).
+        """
+        if state.limit or state.failure:
+            code = "events_limit_exceeded" if state.limit else "server_error"
+            status, response = "failed", failed_snapshot(response, code, state.limit or state.failure or "")
+            terminal = None
+        if not state.run.stream or status not in _TERMINAL_STATUSES:
+            return status, response, None
+        kind = "response." + status
+        if terminal is None or terminal.get("type") != kind:
+            terminal = {"type": kind, "response": response}
+        return status, response, sse_frame({**terminal, "sequence_number": state.next_seq or 0})
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
@@ -268,8 +282,9 @@ class BackgroundRunner:
                         continue
                 if batch:
                     assert state.next_seq is not None
+                    # One of max_events is kept for the terminal event, which ``finish`` stores.
                     cancel = await store.append(run.id, self.owner, batch, state.next_seq, self.lease_until(),
-                                                config.max_events, config.max_event_bytes)
+                                                config.max_events - 1, config.max_event_bytes)
                     del state.frames[:len(batch)]
                     state.next_seq += len(batch)
                     self.wake_followers(run.id)

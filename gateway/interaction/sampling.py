@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gateway.canonical import CallRecord, Message, ModelRequest, Usage, WorkRecord, text_of
@@ -56,8 +56,8 @@ class SamplingWork(Protocol):
 
     def allow(self, plan: RoutePlan, resume: bool = False) -> None: ...
 
-    async def admit(self, body_bytes: int, tokens: int | None = None, output: int = 0, budget: bool = True
-                    ) -> None: ...
+    async def admit(self, body_bytes: int, tokens: int | None = None, plan: RoutePlan | None = None,
+                    params: Mapping[str, Any] = ..., budget: bool = True) -> None: ...
 
     def account(self, record: WorkRecord) -> int | None: ...
 
@@ -187,7 +187,7 @@ def sampler_factory(lifecycle: Lifecycle, find_key: Callable[[str], ApiKey | Non
                 if question.stop_sequences:
                     params["stop"] = list(question.stop_sequences)[:4]
                 size = sum(len(text_of(m.get("content"))) for m in messages)
-                await work.admit(size, output=plan.output_reservation(params))
+                await work.admit(size, plan=plan, params=params)
                 record = CallRecord()
                 answer = await router.complete(preferred(plan, question.model_preferences),
                                                ModelRequest(messages=messages, params=params), record.attempts,

@@ -18,8 +18,8 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, Protocol
 
 from gateway.canonical import WorkRecord
 from gateway.config.model import ApiKey, Budget
@@ -39,6 +39,16 @@ _TYPICAL_WEIGHT = 0.2
 BYTES_PER_TOKEN = 4
 #: keys whose budget checks are remembered (past it the memory starts over; they are rebuilt)
 MAX_CACHED_KEYS = 10_000
+
+
+#: no request parameters (the default of ``Meter.check_budget``)
+NO_PARAMS: Mapping[str, Any] = {}
+
+
+class AnswerCap(Protocol):
+    """What a request's answer may take, for a budget to reserve (``RoutePlan.output_reservation``)."""
+
+    def output_reservation(self, params: Mapping[str, Any]) -> int: ...
 
 
 class Metering:
@@ -253,11 +263,13 @@ class Meter:
         #: the id of its budget reservation (given back with its usage), None without one
         self.hold: str | None = None
 
-    def check_budget(self, body_bytes: int = 0, output: int = 0) -> Coroutine[Any, Any, None] | None:
+    def check_budget(self, body_bytes: int = 0, answer: AnswerCap | None = None,
+                     params: Mapping[str, Any] = NO_PARAMS) -> Coroutine[Any, Any, None] | None:
         """Before a request or a resume: 429 ``insufficient_quota`` when the key's or its tenant's budget is spent.
 
-        ``output``: the answer's tokens the request may take (``RoutePlan.output_reservation``),
-        reserved for a key with no history yet (``Metering.estimate``). None for a key without
+        ``answer.output_reservation(params)``: the answer's tokens the request may take, reserved for a
+        key with no history yet (``Metering.estimate``); worked out only on the paths that estimate, so
+        a key without budgets, or one with history admitted here, never pays for it. None for a key without
         budgets, and for a request admitted here far from every limit (``SpentCache.take_local``:
         fresh readings under half the limit, 2 % of it per reading). A budget this process last saw
         exhausted (a reading at most ``REFRESH_S`` old, plus what it recorded since) is refused
@@ -274,6 +286,7 @@ class Meter:
         cache = metering._spent
         verdict = cache.judge_now(checks, time.monotonic())
         if verdict is True:
+            output = answer.output_reservation(params) if answer is not None else 0
             tokens, cost_nano = metering.estimate(self.key_id, body_bytes, output, self.route)
             return metering._reserve(self, checks, tokens, cost_nano)
         if verdict is not False:
@@ -283,6 +296,7 @@ class Meter:
         prompt = body_bytes // BYTES_PER_TOKEN + 1
         typical = metering._typical.get(self.key_id)
         if typical is None:
+            output = answer.output_reservation(params) if answer is not None else 0
             tokens, cost_nano = metering.estimate(self.key_id, body_bytes, output, self.route)
         else:
             usual = typical[0]

@@ -133,3 +133,51 @@ async def test_shutdown_ends_running_runs_failed() -> None:
     assert closed == ["resp_s"]
     with pytest.raises(GatewayError):  # a closing runner takes no new run
         await runner.launch("t1", _deltas("resp_t", 0, []), stream=False)
+
+
+def _frame_events(frames: list[bytes]) -> list[dict[str, Any]]:
+    return [orjson.loads(frame.split(b"data: ", 1)[1]) for frame in frames]
+
+
+async def _long_deltas(rid: str, n: int) -> AsyncIterator[dict[str, Any]]:
+    yield _created(rid)
+    for i in range(1, n + 1):
+        await asyncio.sleep(0.005)  # the writer stores some before the cap is reached
+        yield {"type": "response.output_text.delta", "sequence_number": i, "delta": "x" * 100}
+    yield {"type": "response.completed", "sequence_number": n + 1,
+           "response": {"id": rid, "object": "response", "status": "completed", "output": []}}
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["loop running", "loop ended first"])
+async def test_the_byte_cap_fails_the_run_with_its_terminal_event_stored(wait: bool) -> None:
+    """Past ``max_event_bytes`` the stream's last stored event is ``response.failed``, numbered after the
+    stored ones, even when the loop had already ended (its last events were refused at the end)."""
+    store = MemoryBackground()
+    config = BackgroundConfig(max_concurrent=2, max_events=1000, max_event_bytes=2000, lease_s=5.0,
+                              heartbeat_s=0.05, poll_s=0.05)
+    runner = BackgroundRunner(store, config, 60)
+    source = _long_deltas("resp_b", 40) if wait else _deltas("resp_b", 40, [])
+    await runner.launch("t1", source, stream=True)
+    await _finished(runner, "resp_b")
+    stored = await store.get("resp_b", "t1")
+    assert (stored.status, stored.response["error"]["code"]) == ("failed", "events_limit_exceeded")
+    events = _frame_events(await store.events("resp_b", "t1", -1, 1000))
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"] == stored.response
+    assert sum(e["type"] == "response.output_text.delta" for e in events) < 40
+    assert not runner.is_local("resp_b") and runner.running == 0
+
+
+async def test_the_count_cap_keeps_a_place_for_the_terminal_event() -> None:
+    store = MemoryBackground()
+    runner = BackgroundRunner(store, CONFIG, 60)  # max_events=16: 15 events and the terminal one fit
+    await runner.launch("t1", _deltas("resp_16", 14, []), stream=True)
+    await runner.launch("t1", _deltas("resp_17", 15, []), stream=True)
+    await _finished(runner, "resp_16")
+    await _finished(runner, "resp_17")
+    fits = await store.get("resp_16", "t1")
+    assert (fits.status, fits.events) == ("completed", 16)
+    assert _frame_events(await store.events("resp_16", "t1", 14, 10))[-1]["type"] == "response.completed"
+    over = await store.get("resp_17", "t1")
+    assert over.status == "failed" and over.events <= CONFIG.max_events
+    assert _frame_events(await store.events("resp_17", "t1", -1, 20))[-1]["type"] == "response.failed"

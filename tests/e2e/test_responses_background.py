@@ -341,7 +341,58 @@ def test_stored_events_cap_fails_the_run(limited: Gateway, fakes: dict[str, Fake
     with client.responses.create(model="bg_agent", input="many", background=True, stream=True) as stream:
         events = list(stream)
     response_id = events[0].response.id
-    assert len(events) <= 16
+    assert len(events) <= 16  # the last one, response.failed, included
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.failed"
     final = _poll(client, response_id)
     assert final.status == "failed"
     assert final.error is not None and "background.max_events" in final.error.message
+    assert final.error.code == "events_limit_exceeded"
+    assert final.model_dump() == events[-1].response.model_dump()
+
+
+def test_stored_event_bytes_cap_ends_every_stream_with_response_failed(
+        replicas: tuple[Gateway, Gateway], fakes: dict[str, FakeUpstream], slow_tool: SlowTool) -> None:
+    """Past ``background.max_event_bytes`` the run fails, and every stream following it, on any replica,
+    ends with that ``response.failed`` event instead of just stopping; nothing of the run stays held."""
+    _, b = replicas
+    config = _config(fakes, slow_tool.url).replace("background: {", "background: {max_concurrent: 1, "
+                                                   "max_event_bytes: 8192, ")
+    capped = Gateway(config).start()
+    try:
+        fakes["primary"].queue(Reply(tool_calls=[("slow_http", {"seconds": 1.5})]),
+                               Reply(text="far too long " * 1000, pieces=20))
+        with capped.client().responses.create(model="bg_agent", input="go", background=True, stream=True) as stream:
+            events = iter(stream)
+            own = [next(events)]
+            response_id = own[0].response.id
+            _wait(lambda: len(slow_tool.started) == 1, what="the slow tool to start")
+            followers: dict[str, list[Any]] = {}
+
+            def follow(name: str, gateway: Gateway) -> None:
+                followers[name] = list(gateway.client().responses.retrieve(response_id, stream=True))
+
+            threads = [threading.Thread(target=follow, args=(name, gw)) for name, gw in
+                       (("same replica", capped), ("other replica", b))]
+            for thread in threads:
+                thread.start()
+            own.extend(events)
+        for thread in threads:
+            thread.join(30)
+        for name, seen in {"own stream": own, **followers}.items():
+            assert [e.sequence_number for e in seen] == list(range(len(seen))), name
+            assert seen[-1].type == "response.failed", name
+            assert seen[-1].response.error.code == "events_limit_exceeded", name
+        final = b.client().responses.retrieve(response_id)
+        assert final.status == "failed"
+        assert final.error is not None and final.error.code == "events_limit_exceeded"
+        assert "background.max_event_bytes (8192)" in final.error.message
+        assert final.model_dump() == own[-1].response.model_dump()
+        run = redis.Redis.from_url(REDIS_URL).hgetall(f"loopgate:{{bg:{response_id}}}:run")
+        assert (run[b"s"], run[b"lu"]) == (b"failed", b"0")  # ended: its lease is over
+        # Its slot (background.max_concurrent: 1) was given back: the next run starts and completes.
+        fakes["primary"].queue(Reply(text="room again"))
+        again = capped.client().responses.create(model="bg_agent", input="x", background=True)
+        assert _poll(capped.client(), again.id).status == "completed"
+    finally:
+        capped.stop()

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config, require_redis
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
 STEP = 10_000
@@ -73,6 +73,32 @@ def test_a_50_step_chain_stores_about_one_transcript_in_memory(fakes: dict[str, 
         items = httpx.get(f"{gateway.url}/v1/responses/{ids[20]}/input_items",
                           headers={"Authorization": f"Bearer {KEY}"}).json()["data"]
         assert len(items) == 1 and "0020" + "x" * 10 in str(items[0]["content"])  # only its own input
+    finally:
+        gateway.stop()
+
+
+def test_a_stored_response_keeps_its_answer_s_text_once(fakes: dict[str, FakeUpstream]) -> None:
+    """Regression: the record kept the answer twice (in the Response object and as the transcript's last
+    message); now once, and every read (retrieve, input items, a follow-up's transcript) is as before."""
+    gateway = Gateway(_config(fakes)).start()
+    try:
+        answer = "A long and careful answer. " * 800  # 21,600 characters
+        fakes["primary"].queue(Reply(text=answer))
+        created = gateway.post("/v1/responses", {"model": "plain", "input": "Explain it all."})
+        assert created.status_code == 200, created.text
+        response = created.json()
+        stored = _metric(gateway, "loopgate_store_memory_bytes", "responses")
+        assert len(answer) < stored < len(answer) + 4096, stored  # the record's answer, its input and its framing
+        headers = {"Authorization": f"Bearer {KEY}"}
+        assert httpx.get(f"{gateway.url}/v1/responses/{response['id']}", headers=headers).json() == response
+        items = httpx.get(f"{gateway.url}/v1/responses/{response['id']}/input_items", headers=headers).json()
+        assert [item["content"] for item in items["data"]] == [[{"type": "input_text", "text": "Explain it all."}]]
+        follow_up = gateway.post("/v1/responses", {"model": "plain", "input": "And briefly?",
+                                                   "previous_response_id": response["id"]})
+        assert follow_up.status_code == 200, follow_up.text
+        sent = fakes["primary"].requests[-1].body["messages"]
+        assert sent == [{"role": "user", "content": "Explain it all."}, {"role": "assistant", "content": answer},
+                        {"role": "user", "content": "And briefly?"}]
     finally:
         gateway.stop()
 

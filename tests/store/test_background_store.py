@@ -141,6 +141,30 @@ async def test_events_cap_by_count_and_bytes(replicas: tuple[BackgroundStore, Ba
     assert (await reader.get("resp_1", "t1")).events == 3
 
 
+async def test_the_terminal_event_is_stored_with_the_end_past_the_caps(
+        replicas: tuple[BackgroundStore, BackgroundStore]) -> None:
+    owner, reader = replicas
+    await owner.create(_run(), 60)
+    lease = time.time() + 30
+    await owner.append("resp_1", "A", [_ev(0), _ev(1)], 0, lease, 2, 10_000)
+    with pytest.raises(EventsLimit):  # both caps are full
+        await owner.append("resp_1", "A", [_ev(2)], 2, lease, 2, len(_ev(0)) + len(_ev(1)))
+    failed = {"id": "resp_1", "status": "failed", "error": {"code": "events_limit_exceeded"}}
+    last = orjson.dumps({"type": "response.failed", "sequence_number": 2, "response": failed})
+    await owner.finish("resp_1", "A", "failed", failed, 60, last, 2)
+    run = await reader.get("resp_1", "t1")
+    assert (run.status, run.response, run.events, run.next_seq) == ("failed", failed, 3, 3)
+    assert await reader.events("resp_1", "t1", 1, 10) == [last]
+    # A run that stored no event before its end starts its events at the terminal one's number.
+    await owner.create(_run("resp_2"), 60)
+    last = orjson.dumps({"type": "response.completed", "sequence_number": 7})
+    await owner.finish("resp_2", "A", "completed", {}, 60, last, 7)
+    run = await reader.get("resp_2", "t1")
+    assert (run.events, run.first_seq) == (1, 7)
+    assert await reader.events("resp_2", "t1", 6, 10) == [last]
+    assert await reader.events("resp_2", "t1", 7, 10) == []
+
+
 async def test_expired_lease_is_ended_exactly_once_and_fences_the_owner(
         replicas: tuple[BackgroundStore, BackgroundStore]) -> None:
     owner, reader = replicas
@@ -218,10 +242,12 @@ async def test_redis_keys_expire_with_the_run() -> None:
             bg = RedisBackground(store.io)
             await bg.create(_run(), 60)
             await bg.append("resp_1", "A", [_ev(0)], 0, time.time() + 30, 100, 10_000)
-            await bg.finish("resp_1", "A", "completed", {}, 120)
+            await bg.finish("resp_1", "A", "completed", {}, 120, _ev(1), 1)
             from gateway.store.background.redis import run_keys
 
-            for key in run_keys("resp_1"):
+            await bg.create(_run("resp_2"), 60)  # its only event comes with its end
+            await bg.finish("resp_2", "A", "completed", {}, 120, _ev(0), 0)
+            for key in [*run_keys("resp_1"), *run_keys("resp_2")]:
                 assert 60 < await store.io.client.ttl(key) <= 120
         finally:
             await store.aclose()

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.store.bounded import ENTRY_OVERHEAD
 from gateway.store.redis import RedisStore
-from gateway.store.responses.base import ChainBroken, ResponseRecords
+from gateway.store.responses.base import TRANSCRIPT_HEAD, ChainBroken, ResponseRecords, answer_text
 from gateway.store.responses.memory import MemoryResponseRecords
 from gateway.store.responses.redis import RedisResponseRecords
 from tests.redis_servers import PATIENT
@@ -89,6 +89,44 @@ async def test_a_50_step_chain_stores_each_step_once(records: ResponseRecords) -
     full = await records.full_transcript("t1", last)
     assert [m["content"][:4] for m in full if m["role"] == "user"] == [f"{i:04d}" for i in range(50)]
     assert await records.stored_bytes("t2") == 0
+
+
+def _answered(i: int, ancestors: list[str], output: list[dict[str, Any]]) -> dict[str, Any]:
+    """A record whose answer is left out of its transcript: its Response object's message text holds it."""
+    record: dict[str, Any] = {"response": {"id": f"r{i}", "output": output}, "input": [], "continuation_id": None,
+                              TRANSCRIPT_HEAD: [{"role": "user", "content": f"q{i}"}]}
+    if ancestors:
+        record["ancestors"] = ancestors
+    return record
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+async def test_an_answer_stored_once_is_read_back_from_the_response(records: ResponseRecords) -> None:
+    tool = {"type": "mcp_call", "name": "lookup"}
+    reasoning = {"type": "reasoning", "summary": []}
+    await records.put("t", "r0", _answered(0, [], [_message("thinking aloud"), tool, _message("a0")]), 600)
+    await records.put("t", "r1", _answered(1, ["r0"], [reasoning, _message("a1, "), reasoning, _message("in two")]),
+                      600)
+    plain = {"response": {"id": "r2", "output": [_message("a2")]}, "input": [], "continuation_id": None,
+             "transcript": [{"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}],
+             "ancestors": ["r0", "r1"]}  # an older gateway's record: its whole transcript
+    await records.put("t", "r2", plain, 600)
+    record = await records.get("t", "r2")
+    assert record is not None
+    assert await records.full_transcript("t", record) == [
+        {"role": "user", "content": "q0"}, {"role": "assistant", "content": "a0"},
+        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1, in two"},
+        {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+
+
+def test_the_answer_of_an_output_is_the_text_after_its_last_tool_item() -> None:
+    reasoning = {"type": "reasoning", "summary": []}
+    output = [_message("before"), {"type": "mcp_call"}, _message("x"), reasoning, _message("y")]
+    assert answer_text(output) == "xy"
+    assert answer_text([{"type": "mcp_call"}]) == ""
 
 
 async def test_a_deleted_ancestor_breaks_the_chain_and_gives_its_bytes_back(records: ResponseRecords) -> None:

@@ -163,3 +163,35 @@ async def test_while_a_reading_is_renewed_far_requests_use_the_last_one() -> Non
     store.gate.set()
     await renewing
     assert store.reserves == 2
+
+
+class _Route:
+    """Counts what a budget asks of the route: the answer's reservation, worked out only when needed."""
+
+    def __init__(self, output: int) -> None:
+        self.output = output
+        self.asked: list[dict[str, Any]] = []
+
+    def output_reservation(self, params: Any) -> int:
+        self.asked.append(dict(params))
+        return self.output
+
+
+async def test_the_answer_s_reservation_is_worked_out_only_for_a_budgeted_key_without_history() -> None:
+    store = CountingUsage()
+    metering = Metering(Pricing({}), store, frozenset({"t"}), {"t": Budget(limit=1000)})
+    route, params = _Route(500), {"max_tokens": 500}
+    other = ApiKey(key="other", tenant="u", id="k2", name="k2")
+    assert metering.meter(other).check_budget(BODY, route, params) is None  # no budget: nothing to reserve
+    assert route.asked == []
+    meter = metering.meter(KEY)
+    pending = meter.check_budget(BODY, route, params)
+    assert pending is not None and route.asked == [params]
+    await pending
+    assert [tokens for tokens, _ in store._reserved.values()] == [30 + 500]  # the prompt and the answer
+    meter.close(200)
+    metering._learn("k1", 40, 0)  # a key with history reserves its typical request: the route is not asked
+    pending = metering.meter(KEY).check_budget(BODY, route, params)
+    if pending is not None:
+        await pending
+    assert route.asked == [params]

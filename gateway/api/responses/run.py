@@ -55,6 +55,7 @@ from gateway.loop.events import Finished, LoopEvent, Notice
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
+from gateway.store.responses.base import TRANSCRIPT_HEAD, continuable
 from gateway.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
@@ -248,15 +249,16 @@ class ResponseRun:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
         ``{"response": the Response object, "input": the input items as sent (``input_items``
-        gives them ids on read), "transcript": the canonical messages to continue from (a
-        completed loop only, without this response's instructions) or None, "continuation_id":
-        the paused loop's continuation (a paused loop only) or None, "instructions_first":
-        whether that continuation's transcript starts with the instructions}``, and for a
-        follow-up whose parent's messages are unchanged, ``"ancestors"``: the responses it
-        continues, root first, its ``transcript`` then being only what it adds
-        (store/responses/base.py). Without ``finished`` (still running, or failed) it only describes.
+        gives them ids on read), "transcript_head": the canonical messages to continue from (a
+        completed loop only, without this response's instructions) but its final answer, whose
+        text the Response object holds (store/responses/base.py: stored once), or None,
+        "continuation_id": the paused loop's continuation (a paused loop only) or None,
+        "instructions_first": whether that continuation's transcript starts with the
+        instructions}``, and for a follow-up whose parent's messages are unchanged,
+        ``"ancestors"``: the responses it continues, root first, its ``transcript_head`` then being
+        only what it adds. Without ``finished`` (still running, or failed) it only describes.
         """
-        transcript: list[Message] | None = None
+        head: list[Message] | None = None
         continuation_id: str | None = None
         ancestors: list[str] | None = None
         if finished is not None and finished.result.status == "paused":
@@ -268,14 +270,14 @@ class ResponseRun:
                 segment = chain.segment(messages)
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
-            transcript = [*messages, {"role": "assistant", "content": "".join(self.builder.final_text)}]
+            head = messages
         response: Any = self.builder.response
         if finished is not None and self.builder.done and not self.builder.large:
             # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
             self._final = orjson.dumps(response)
             response = orjson.Fragment(self._final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
-        record = {"response": response, "input": self.request.input, "transcript": transcript,
+        record = {"response": response, "input": self.request.input, TRANSCRIPT_HEAD: head,
                   "continuation_id": continuation_id, "instructions_first": self._instructions_first}
         if ancestors is not None:
             record["ancestors"] = ancestors
@@ -389,7 +391,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
         messages.append({"role": "system", "content": request.instructions})
     chain: Chain | None = None
     if record is not None:
-        if record.get("transcript") is None:
+        if not continuable(record):
             raise bad_request(f"response {quoted(request.previous_response_id)} did not complete; it cannot be "
                               "continued", "previous_response_id")
         assert request.previous_response_id is not None
@@ -401,7 +403,7 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     problem = pairing_problem(messages)
     if problem is not None:
         raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
-    await work.admit(work.incoming.body_bytes, output=plan.output_reservation(request.params))
+    await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
     if plan.needs_artifacts:
         await reattach(runtime.store, tenant, messages)
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,

@@ -20,7 +20,8 @@ so a cancel issued on any replica reaches the one running the loop.
 Events are the Responses stream events, stored as opaque JSON blobs in order, only for runs
 created with ``stream: true``. Their ``sequence_number`` values are consecutive from the first
 stored one (``first_seq``), so "the events after N" is a range, not a scan. Their number and
-total size are capped per run (``EventsLimit``).
+total size are capped per run (``EventsLimit``); the terminal event, stored by ``finish`` with
+the run's end, is not refused by them.
 """
 
 from __future__ import annotations
@@ -115,8 +116,14 @@ class BackgroundStore(ABC):
         """
 
     @abstractmethod
-    async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int) -> None:
-        """Terminal status and final snapshot; the run (and its events) then live ``ttl_s`` more seconds."""
+    async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int,
+                     event: bytes | None = None, seq: int = 0) -> None:
+        """Terminal status and final snapshot; the run (and its events) then live ``ttl_s`` more seconds.
+
+        ``event``, when given, is stored with them as the run's last event (its ``sequence_number``
+        is ``seq``, the one after the stored events), past the count and byte caps: a follower that
+        sees the run ended finds how it ended at the end of its stream, whatever cap ended it.
+        """
 
     # -- any replica -----------------------------------------------------------------------------
     @abstractmethod

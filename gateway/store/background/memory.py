@@ -121,9 +121,21 @@ class MemoryBackground(BackgroundStore):
         self._runs.resize(run_id, entry.size, self._clock())
         return entry.run.cancel_requested
 
-    async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int) -> None:
+    async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int,
+                     event: bytes | None = None, seq: int = 0) -> None:
         entry = self._owned(run_id, owner)
+        if event is not None:
+            self._add_last(entry, event, seq)
         self._end(entry, status, response, ttl_s)
+
+    @staticmethod
+    def _add_last(entry: _Entry, event: bytes, seq: int) -> None:
+        """The terminal event, past the caps (``_end`` then accounts for its bytes)."""
+        if not entry.events:
+            entry.run.first_seq = seq
+        entry.events.append(event)
+        entry.nbytes += len(event)
+        entry.run.events = len(entry.events)
 
     def _end(self, entry: _Entry, status: str, response: dict[str, Any], ttl_s: int) -> None:
         """Terminal: the run's bytes are now evictable, and it is the newest ended run (the last to go)."""
@@ -161,11 +173,7 @@ class MemoryBackground(BackgroundStore):
         if run.status not in ACTIVE or run.lease_until >= now or run.events != seen_events:
             return False
         if event is not None:
-            if not entry.events:
-                run.first_seq = 0
-            entry.events.append(event)
-            entry.nbytes += len(event)
-            run.events = len(entry.events)
+            self._add_last(entry, event, 0)
         run.owner = ""
         self._end(entry, status, response, ttl_s)
         return True

@@ -70,9 +70,16 @@ redis.call('HSET', KEYS[1], 'n', n + k, 'b', b + tonumber(ARGV[5]), 'lu', ARGV[2
 return {'ok', cancel}
 """
 
-# KEYS run, ev; ARGV owner, status, snapshot, ttl
+# KEYS run, ev; ARGV owner, status, snapshot, ttl, last event ('' for none), its sequence number
 FINISH = _OWNED + """
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'r', ARGV[3], 'lu', '0')
+if ARGV[5] ~= '' then
+  local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+  redis.call('RPUSH', KEYS[2], ARGV[5])
+  if n == 0 then redis.call('HSET', KEYS[1], 'f', ARGV[6]) end
+  redis.call('HSET', KEYS[1], 'n', n + 1)
+  redis.call('HINCRBY', KEYS[1], 'b', string.len(ARGV[5]))
+end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
 return {'ok', cancel}
@@ -189,11 +196,12 @@ class RedisBackground(BackgroundStore):
                 owner, num(lease_until), max_events, max_bytes, size, first_seq, *events])
         return self._owned(reply, run_id)
 
-    async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int) -> None:
+    async def finish(self, run_id: str, owner: str, status: str, response: dict[str, Any], ttl_s: int,
+                     event: bytes | None = None, seq: int = 0) -> None:
         io = self._io
         async with io.guard("background_finish", durable=True):
-            reply, acked = await io.script(self._finish, run_keys(run_id),
-                                               [owner, status, orjson.dumps(response), check_ttl(ttl_s)], True)
+            reply, acked = await io.script(self._finish, run_keys(run_id), [
+                owner, status, orjson.dumps(response), check_ttl(ttl_s), event or b"", int(seq)], True)
         self._owned(reply, run_id)
         if not io.confirmed(acked):
             raise io.unconfirmed("the end of the background response", acked)

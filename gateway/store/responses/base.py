@@ -16,6 +16,15 @@ then ``previous_response_not_found`` naming the deleted one). A chain is at most
 ``MAX_CHAIN_LINKS`` records: the response past it stores its whole transcript and starts a new
 chain, which bounds every read.
 
+**The answer is stored once.** A completed response's transcript ends with the assistant's answer,
+whose text the Response object holds too: its message items after its last tool item (the
+Responses builder closes exactly those since the last tool started, gateway/api/responses/render.py).
+So a record stores its ``transcript_head``, the transcript without that last message, and reading
+the conversation puts the message back from the Response object (``answer_text``): a long
+answer's text is not stored twice. A record an older release wrote holds its whole ``transcript``
+and is read as it is; a replica of that release finds no ``transcript`` in a new record and
+refuses to continue it, rather than continuing without its answer.
+
 **Stored bytes per tenant** are counted in the store (the sum of the serialised records a tenant
 has), so ``store.tenant_max_stored_bytes`` holds across replicas; see ``stored_bytes``.
 
@@ -32,6 +41,38 @@ from gateway.store.errors import StoreError
 
 #: the longest chain of records one read joins (the root plus its descendants)
 MAX_CHAIN_LINKS = 64
+#: a record's transcript without its final answer (the text of its Response's last message items)
+TRANSCRIPT_HEAD = "transcript_head"
+
+
+def answer_text(output: list[Any]) -> str:
+    """The text of a Response's last message items (those after its last tool item): its transcript's final answer."""
+    texts: list[str] = []
+    for item in reversed(output):
+        kind = item["type"]
+        if kind == "message":
+            texts.extend(part.get("text", "") for part in reversed(item["content"]))
+        elif kind != "reasoning":
+            break
+    texts.reverse()
+    return "".join(texts)
+
+
+def continuable(record: dict[str, Any]) -> bool:
+    """Whether the response completed (a follow-up may continue from it)."""
+    return record.get("transcript") is not None or record.get(TRANSCRIPT_HEAD) is not None
+
+
+def conversation_part(record: dict[str, Any]) -> list[Any] | None:
+    """The messages ``record`` adds to its conversation (its answer included); None for a response
+    that did not complete (nothing to continue from)."""
+    transcript: list[Any] | None = record.get("transcript")
+    if transcript is not None:
+        return transcript
+    head: list[Any] | None = record.get(TRANSCRIPT_HEAD)
+    if head is None:
+        return None
+    return [*head, {"role": "assistant", "content": answer_text(record["response"]["output"])}]
 
 
 class ChainBroken(StoreError):
@@ -77,14 +118,15 @@ class ResponseRecords(ABC):
 
         ``ChainBroken`` names the first ancestor that is gone.
         """
-        own: list[Any] = record.get("transcript") or []
+        own = conversation_part(record) or []
         ancestors: list[str] = record.get("ancestors") or []
         if not ancestors:
             return list(own)
         messages: list[Any] = []
         for response_id, found in zip(ancestors, await self.get_many(tenant, ancestors), strict=True):
-            if found is None or found.get("transcript") is None:
+            part = None if found is None else conversation_part(found)
+            if part is None:
                 raise ChainBroken(response_id)
-            messages.extend(found["transcript"])
+            messages.extend(part)
         messages.extend(own)
         return messages
