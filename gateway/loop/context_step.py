@@ -9,11 +9,13 @@ from the limit (a token is at least one byte), so plain proxy traffic pays nothi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.canonical import Message, ModelRequest, ToolDef, text_of
+from gateway.config.models_section import ContextConfig
 from gateway.context import (
     ContextGuard,
     GuardOutcome,
@@ -35,49 +37,68 @@ _SLACK_TOKENS = 64
 _SUMMARY_MAX_TOKENS = 2048
 
 
-_WINDOWS: dict[str, tuple[int, bool]] = {}
+@dataclass(frozen=True, slots=True)
+class RouteWindow:
+    """What the guard needs of a route, resolved once per route plan rather than once per request."""
+
+    plan: RoutePlan
+    config: ContextConfig
+    # The smallest window among the route's targets (a fallback must fit too), and whether it is known
+    # (configured, or every target in the model table) rather than the conservative default.
+    window: int
+    known: bool
+    #: the estimate past which the guard acts: ``threshold`` of the window
+    limit: int
+    # The primary target: whose tokenizer counts, whose ratio calibrates the estimate.
+    label: str
+    model: str
+    #: the answer's room when the request names no output cap
+    default_output: int
 
 
-def _window(plan: RoutePlan) -> tuple[int, bool]:
-    """The smallest window among the route's targets (a fallback must fit too), and whether it is known
-    (configured, or every target in the model table) rather than the conservative default."""
+_WINDOWS: dict[str, RouteWindow] = {}
+
+
+def route_window(plan: RoutePlan) -> RouteWindow:
     cached = _WINDOWS.get(plan.name)
-    if cached is None:
-        route_window = plan.route.context_window
-        window = min(effective_window(route_window, t.provider.type, t.model) for t in plan.targets)
-        known = route_window is not None or all(known_window(t.provider.type, t.model) for t in plan.targets)
-        cached = (window, known)
-        if len(_WINDOWS) < 4096:  # direct "provider/model" names come from clients: stay bounded
-            _WINDOWS[plan.name] = cached
+    if cached is not None and cached.plan is plan:
+        return cached
+    route_window = plan.route.context_window
+    window = min(effective_window(route_window, t.provider.type, t.model) for t in plan.targets)
+    known = route_window is not None or all(known_window(t.provider.type, t.model) for t in plan.targets)
+    config = plan.route.context
+    primary = plan.targets[0]
+    cached = RouteWindow(plan, config, window, known, int(config.threshold * window), primary.label, primary.model,
+                         min(primary.provider.default_max_tokens, window // 4))
+    if len(_WINDOWS) < 4096 or plan.name in _WINDOWS:  # direct "provider/model" names come from clients: bounded
+        _WINDOWS[plan.name] = cached
     return cached
 
 
 class ContextStep:
+    __slots__ = ("_deadline", "_encoding", "_guard", "_router", "_span", "_summarizer", "_usage", "report", "reserve",
+                 "route")
+
     def __init__(self, guard: ContextGuard, router: Router, plan: RoutePlan, params: dict[str, Any],
                  deadline: float, lookup: Callable[[str], RoutePlan | None] | None, usage_sink: Any,
                  span: Span = NOOP) -> None:
         self._guard = guard
         self._span = span  # the request's span: a summary is a model call, with its own ``chat`` span
         self._router = router
-        self._plan = plan
         self._deadline = deadline
         self._usage = usage_sink
-        self.config = plan.route.context
-        self.window, self.window_known = _window(plan)
-        primary = plan.targets[0]
-        self._label, self._model = primary.label, primary.model
+        self.route = route = route_window(plan)
         requested = params.get("max_completion_tokens") or params.get("max_tokens")
-        default = min(primary.provider.default_max_tokens, self.window // 4)
-        self.reserve = (requested if isinstance(requested, int) else default) + _SLACK_TOKENS
-        self._limit = int(self.config.threshold * self.window)
-        self._summarizer = lookup(self.config.compress_with) if lookup and self.config.compress_with else None
+        self.reserve = (requested if isinstance(requested, int) else route.default_output) + _SLACK_TOKENS
+        compress_with = route.config.compress_with
+        self._summarizer = lookup(compress_with) if lookup and compress_with else None
         self.report = {"compressions": 0, "pruned_messages": 0, "skipped_tools": 0, "estimated_tokens": 0}
         self._encoding: Any = None
 
     def _bound(self, messages: list[Message], tools: list[ToolDef]) -> float:
         """An upper bound of the estimate without tokenizing: a token is at least one byte."""
         size = len(orjson.dumps(messages)) + (len(orjson.dumps(tools)) if tools else 0)
-        ratio = max(1.0, self._guard.estimator.ratio(self._label))
+        ratio = max(1.0, self._guard.estimator.ratio(self.route.label))
         return size * ratio + self.reserve + 4 * len(messages)
 
     async def _summarize(self, old: list[Message]) -> str:
@@ -98,11 +119,12 @@ class ContextStep:
         return text_of(answer.response.message.get("content"))
 
     async def _fit(self, messages: list[Message], tools: list[ToolDef], headroom: int = 0) -> GuardOutcome | None:
-        if self._bound(messages, tools) + headroom < self._limit:
+        if self._bound(messages, tools) + headroom < self.route.limit:
             return None
-        outcome = await self._guard.fit(messages, tools, window=self.window, threshold=self.config.threshold,
-                                        reserve_output=self.reserve, target_label=self._label,
-                                        summarize=self._summarize if self._summarizer else None, model=self._model)
+        route = self.route
+        outcome = await self._guard.fit(messages, tools, window=route.window, threshold=route.config.threshold,
+                                        reserve_output=self.reserve, target_label=route.label,
+                                        summarize=self._summarize if self._summarizer else None, model=route.model)
         self.report["estimated_tokens"] = outcome.estimated_tokens
         return outcome
 
@@ -128,7 +150,7 @@ class ContextStep:
         that alone cannot fit is sent as it is: the upstream's own limit, and failover to a larger
         target on ``context_length_exceeded``, decide. Only what the loop adds is guarded there.
         """
-        if first and not self.window_known:
+        if first and not self.route.known:
             return False, []
         outcome = await self._fit(transcript, tools)
         if outcome is None or outcome.action == "none":
@@ -191,12 +213,12 @@ class ContextStep:
         encoding and cutting them runs on a worker thread past ``OFFLOAD_BYTES``.
         """
         minimal = outcome.transcript
-        over = outcome.estimated_tokens - self._limit
+        over = outcome.estimated_tokens - self.route.limit
         tool_messages = [m for m in minimal if m.get("role") == "tool" and isinstance(m.get("content"), str)]
         if over <= 0 or not tool_messages:
             return minimal
         encoding = await self._encoding_now()
-        ratio = max(1.0, self._guard.estimator.ratio(self._label))
+        ratio = max(1.0, self._guard.estimator.ratio(self.route.label))
 
         def cut() -> list[Message]:
             sizes = [count_text(m["content"], encoding) for m in tool_messages]
@@ -208,7 +230,7 @@ class ContextStep:
     async def _encoding_now(self) -> Any:
         """The primary target's encoding (its first load on a worker thread), kept for the request."""
         if self._encoding is None:
-            self._encoding = await encoding_off_loop(self._model)
+            self._encoding = await encoding_off_loop(self.route.model)
         return self._encoding
 
     async def before_tools(self, transcript: list[Message], assistant: Message, tools: list[ToolDef],
@@ -218,13 +240,13 @@ class ContextStep:
         Each result is assumed to take up to ``max_tool_result_tokens`` (when configured), so the
         batch is cut before running rather than overflowing the next call.
         """
-        per_result = self.config.max_tool_result_tokens or 0
+        per_result = self.route.config.max_tool_result_tokens or 0
         headroom = calls * per_result
         outcome = await self._fit([*transcript, assistant], tools, headroom)
         if outcome is None:
             return calls, []
         notices: list[Notice] = []
-        if outcome.action == "skip" or self._limit - outcome.estimated_tokens < max(headroom, 1):
+        if outcome.action == "skip" or self.route.limit - outcome.estimated_tokens < max(headroom, 1):
             notices = await self._compact_turn(transcript)
             if notices:
                 outcome = await self._fit([*transcript, assistant], tools, headroom)
@@ -234,7 +256,7 @@ class ContextStep:
             return 0, notices
         if outcome.action != "none":
             notices += self._apply(outcome, transcript, 1)
-        room = self._limit - outcome.estimated_tokens
+        room = self.route.limit - outcome.estimated_tokens
         if room <= 0:
             return 0, notices
         return (min(calls, room // per_result) if per_result else calls), notices
@@ -251,7 +273,7 @@ class ContextStep:
         at all; large ones are encoded on a worker thread (tiktoken releases the GIL), so a tool that
         returns megabytes does not stall every other request on this worker.
         """
-        limit = self.config.max_tool_result_tokens
+        limit = self.route.config.max_tool_result_tokens
         if not limit:
             return messages
         size = sum(len(m["content"].encode()) for m in messages

@@ -84,12 +84,13 @@ async def record_refusal(store: Store, refused: AwaitsDecision, key_id: str, key
         log.exception("could not audit the refused result for continuation %s", c.id)
 
 
-# Long by design: one pass over the decisions, each checked against its pending call in the order a
-# reader expects the errors (shape, unknown call, duplicate, digest, then what the call takes).
 def decisions_to_results(continuation: Continuation, decisions: Any
                          ) -> tuple[dict[str, ToolResult], list[str], dict[str, dict[str, Any] | None]]:
     """Way B: check the decisions against the pending calls; returns (results, approved ids, answers to
-    held calls' questions: call id -> {"action", "content"}, None for a question that timed out)."""
+    held calls' questions: call id -> {"action", "content"}, None for a question that timed out).
+
+    One pass over the decisions, each checked in the order a reader expects the errors: its shape, an
+    unknown or twice-decided call, the arguments' digest, then what its call takes."""
     if not isinstance(decisions, list):
         raise bad_request("'decisions' must be an array", "decisions")
     pending = {p["tool_call_id"]: p for p in continuation.pending}
@@ -97,58 +98,85 @@ def decisions_to_results(continuation: Continuation, decisions: Any
     results: dict[str, ToolResult] = {}
     approved: list[str] = []
     answers: dict[str, dict[str, Any] | None] = {}
+    decided: set[str] = set()
     now = time.time()
     for index, decision in enumerate(decisions):
         param = f"decisions[{index}]"
-        if not isinstance(decision, dict):
-            raise bad_request(f"{param} must be an object", param)
-        if not isinstance(decision.get("tool_call_id"), str):
-            raise bad_request(f"{param}.tool_call_id must be a string", f"{param}.tool_call_id")
-        call_id = decision["tool_call_id"]
-        item = pending.get(call_id)
-        if item is None:
-            raise bad_request(f"{param}: {quoted(call_id)} is not a pending call of this continuation",
-                              f"{param}.tool_call_id")
-        if call_id in results or call_id in approved or call_id in answers:
-            raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
+        call_id, item = _decided_call(decision, param, pending, decided)
         check_digest(decision, item, param)
         if "output" in decision and awaits_decision(item, expired):
             raise AwaitsDecision(continuation, [item], f"{param}.output")  # 'output' is a client call's result only
         if is_elicitation(item):
             answers[call_id] = answer_of(decision, item, param, now)
-            continue
-        if call_id in expired:
-            if decision.get("approve") is True:
-                raise GatewayError(409, f"the approval of {quoted(call_id)} timed out; it counts as denied",
-                                   param=param, code="approval_expired")
-            results[call_id] = ToolResult("denied", timed_out_result())
-            continue
-        if "output" in decision:
-            output = decision["output"]
-            if not isinstance(output, str):
-                raise bad_request(f"{param}.output must be a string", f"{param}.output")
-            results[call_id] = ToolResult("client", output)
-        elif isinstance(decision.get("approve"), bool):
-            if decision["approve"]:
-                if item["reason"] != "approval":
-                    raise bad_request(f"{param}: {quoted(call_id)} is a client tool; send its 'output'", param)
+        elif call_id in expired:
+            results[call_id] = _expired_approval(decision, call_id, param)
+        else:
+            result = _result_of(decision, item, call_id, param)
+            if result is None:
                 approved.append(call_id)
             else:
-                reason = decision.get("reason")
-                if reason is not None and not isinstance(reason, str):
-                    raise bad_request(f"{param}.reason must be a string", f"{param}.reason")
-                results[call_id] = ToolResult("denied", declined(reason if isinstance(reason, str) else None))
-        else:
-            raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
+                results[call_id] = result
+    _decided_by_time(pending, expired, results, answers, now)
+    missing = [p for p in pending if p not in results and p not in approved and p not in answers]
+    if missing:
+        raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
+    return results, approved, answers
+
+
+def _decided_call(decision: Any, param: str, pending: dict[str, dict[str, Any]], decided: set[str]
+                  ) -> tuple[str, dict[str, Any]]:
+    """The pending call a decision names (its shape checked first); each call takes one decision."""
+    if not isinstance(decision, dict):
+        raise bad_request(f"{param} must be an object", param)
+    if not isinstance(decision.get("tool_call_id"), str):
+        raise bad_request(f"{param}.tool_call_id must be a string", f"{param}.tool_call_id")
+    call_id = decision["tool_call_id"]
+    item = pending.get(call_id)
+    if item is None:
+        raise bad_request(f"{param}: {quoted(call_id)} is not a pending call of this continuation",
+                          f"{param}.tool_call_id")
+    if call_id in decided:
+        raise bad_request(f"{param}: {quoted(call_id)} has more than one decision", f"{param}.tool_call_id")
+    decided.add(call_id)
+    return call_id, item
+
+
+def _expired_approval(decision: dict[str, Any], call_id: str, param: str) -> ToolResult:
+    """An approval whose time ran out counts as denied: approving it now is a 409, anything else the denial."""
+    if decision.get("approve") is True:
+        raise GatewayError(409, f"the approval of {quoted(call_id)} timed out; it counts as denied",
+                           param=param, code="approval_expired")
+    return ToolResult("denied", timed_out_result())
+
+
+def _result_of(decision: dict[str, Any], item: dict[str, Any], call_id: str, param: str) -> ToolResult | None:
+    """A client call's ``output``, or an approval's yes (None: the call runs) or no (a denial with its reason)."""
+    if "output" in decision:
+        output = decision["output"]
+        if not isinstance(output, str):
+            raise bad_request(f"{param}.output must be a string", f"{param}.output")
+        return ToolResult("client", output)
+    approve = decision.get("approve")
+    if not isinstance(approve, bool):
+        raise bad_request(f"{param} needs 'approve' (true/false) or 'output'", param)
+    if approve:
+        if item["reason"] != "approval":
+            raise bad_request(f"{param}: {quoted(call_id)} is a client tool; send its 'output'", param)
+        return None
+    reason = decision.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise bad_request(f"{param}.reason must be a string", f"{param}.reason")
+    return ToolResult("denied", declined(reason))
+
+
+def _decided_by_time(pending: dict[str, dict[str, Any]], expired: set[str], results: dict[str, ToolResult],
+                     answers: dict[str, dict[str, Any] | None], now: float) -> None:
+    """What time decided without a decision: a timed-out approval is denied, an expired question unanswered."""
     for call_id in expired:
         results.setdefault(call_id, ToolResult("denied", timed_out_result()))
     for call_id, item in pending.items():
         if is_elicitation(item) and call_id not in answers and question_expired(item, now):
             answers[call_id] = None
-    missing = [p for p in pending if p not in results and p not in approved and p not in answers]
-    if missing:
-        raise bad_request(f"no decision for pending tool call(s): {', '.join(missing)}", "decisions")
-    return results, approved, answers
 
 
 def outputs_to_results(continuation: Continuation, outputs: dict[str, str]) -> dict[str, ToolResult]:

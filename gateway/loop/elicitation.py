@@ -25,9 +25,10 @@ from jsonschema.protocols import Validator
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.json_schemas import LOCAL_ONLY
 from gateway.loop.approvals import audit_entry
-from gateway.loop.engine import LoopRequest, PendingCall, ToolRunner
 from gateway.loop.held import HeldCalls
 from gateway.loop.pairing import ToolResult
+from gateway.loop.pausing import PendingCall
+from gateway.loop.state import LoopRequest, ToolRunner
 from gateway.loop.tool_runs import record
 from gateway.store.base import Store
 from gateway.store.continuations.base import Continuation

@@ -23,7 +23,7 @@ from typing import Any
 from gateway.canonical import ToolCall
 from gateway.canonical_tool_results import bounded_parts
 from gateway.errors import quoted
-from gateway.loop.engine import ExecuteHook
+from gateway.loop.tool_runs import ExecuteHook
 from gateway.observability import metrics
 from gateway.store.base import Store
 from gateway.tools.base import ToolOutcome

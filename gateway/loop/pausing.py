@@ -3,7 +3,7 @@
 Every kind of pause goes through :func:`store_pause`: a client tool, an approval, and a running call
 asking the user for input (an MCP elicitation, ``loop/asking.py``). The continuation is stored first;
 only then are the calls waiting for an answer handed to the held-call registry, and the pause
-reported. Split from ``engine.py`` (the loop itself), which uses these.
+reported. Split from ``engine.py`` (the loop itself); ``tool_round.py`` pauses through it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gateway.loop.pairing import ToolResult
 from gateway.observability import metrics
 
 if TYPE_CHECKING:
-    from gateway.loop.engine import LoopDeps, LoopRequest, LoopState
+    from gateway.loop.state import LoopDeps, LoopRequest, LoopState
 
 
 @dataclass(slots=True)

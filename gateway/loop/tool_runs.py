@@ -115,36 +115,12 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, conc
         return
     semaphore = asyncio.Semaphore(max(1, concurrency))
     queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    async def one(call: ToolCall, tool: Any) -> tuple[ToolCall, Any, float]:
-        permit = _Permit(semaphore)
-        await permit.take()
-        try:
-            child = span.tool(call, tool)
-            if child.recording:
-                OUTGOING.set(child.traceparent())  # this task's own context: HTTP tools and MCP servers read it
-            CALL_PROGRESS.set(_progress_handler(call, child, queue))
-            if asks is not None:
-                CALL_INTERACTIONS.set(asks.interactions(call, tool, permit.give_back))
-            started = time.perf_counter()
-            try:
-                outcome = await execute(call, tool)
-            except BaseException as exc:
-                child.tool_done("cancelled", None)
-                queue.put_nowait(exc)
-                raise
-            child.tool_done(outcome.status, outcome.content)
-            item = (call, outcome, (time.perf_counter() - started) * 1000)
-            queue.put_nowait(item)
-            return item  # a held call's outcome goes to the registry, which awaits the task itself
-        finally:
-            permit.give_back()
-
     for call, _ in runnable:
         yield ToolStarted(call["id"], call["function"]["name"], call["function"]["arguments"])
     if asks is not None:
         asks.on_ask = lambda: queue.put_nowait(_ASKED)
-    tasks = {call["id"]: asyncio.ensure_future(one(call, tool)) for call, tool in runnable}
+    tasks = {call["id"]: asyncio.ensure_future(_run_call(call, tool, execute, _Permit(semaphore), queue, span, asks))
+             for call, tool in runnable}
     for task in tasks.values():  # a task's failure is raised from the queue; retrieved here so it is not logged twice
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
     remaining = set(tasks)
@@ -181,3 +157,30 @@ async def run_tools(runnable: list[tuple[ToolCall, Any]], execute: Execute, conc
         for call_id, task in tasks.items():
             if call_id not in handed:
                 task.cancel()
+
+
+async def _run_call(call: ToolCall, tool: Any, execute: Execute, permit: _Permit, queue: asyncio.Queue[Any],
+                    span: Span, asks: TurnAsks | None) -> tuple[ToolCall, Any, float]:
+    """One call's task: its slot taken, its span, progress and interaction handlers set in its own context,
+    and its outcome (or its failure) put in the turn's queue."""
+    await permit.take()
+    try:
+        child = span.tool(call, tool)
+        if child.recording:
+            OUTGOING.set(child.traceparent())  # this task's own context: HTTP tools and MCP servers read it
+        CALL_PROGRESS.set(_progress_handler(call, child, queue))
+        if asks is not None:
+            CALL_INTERACTIONS.set(asks.interactions(call, tool, permit.give_back))
+        started = time.perf_counter()
+        try:
+            outcome = await execute(call, tool)
+        except BaseException as exc:
+            child.tool_done("cancelled", None)
+            queue.put_nowait(exc)
+            raise
+        child.tool_done(outcome.status, outcome.content)
+        item = (call, outcome, (time.perf_counter() - started) * 1000)
+        queue.put_nowait(item)
+        return item  # a held call's outcome goes to the registry, which awaits the task itself
+    finally:
+        permit.give_back()
