@@ -12,7 +12,9 @@ Options: --port, --latency-ms (before each chat completion), --chunk-delay-ms (b
 --chunks N, --agent-tools N (when the request carries ``tools`` and the conversation holds fewer than
 N ``tool`` messages, answer with one ``bench_tool`` call ``{"step": k}``; otherwise answer with text),
 --fail-status N (answer every chat completion at once with HTTP N and an OpenAI error body; the failing
-target of the failover benchmark. /healthz still answers 200).
+target of the failover benchmark. /healthz still answers 200), --unique-call-ids (each tool call gets an id
+of its own, ``call_`` and 24 characters as OpenAI's, instead of ``call_bench_<step>``: pauses resumed way A
+by concurrent clients must not share ids).
 
 It does as little work as possible per request so that it is never the bottleneck of a benchmark:
 one process, one core, >15k requests/s for non-stream completions on this machine.
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import itertools
 import struct
 import time
 from dataclasses import dataclass
@@ -56,6 +59,10 @@ class Options:
     chunks: int = 8
     agent_tools: int = 0
     fail_status: int = 0
+    unique_call_ids: bool = False
+
+
+_CALL_NUMBERS = itertools.count(1)
 
 
 def _response(status: int, body: bytes, content_type: bytes = b"application/json", keep_alive: bool = True) -> bytes:
@@ -120,8 +127,9 @@ def plan_reply(req: dict[str, Any], opts: Options) -> tuple[str | None, list[dic
         done = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool")
         if done < opts.agent_tools:
             step = done + 1
+            call_id = f"call_{next(_CALL_NUMBERS):024d}" if opts.unique_call_ids else f"call_bench_{step}"
             call = {
-                "id": f"call_bench_{step}",
+                "id": call_id,
                 "type": "function",
                 "function": {"name": "bench_tool", "arguments": orjson.dumps({"step": step}).decode()},
             }
@@ -325,6 +333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunks", type=int, default=8, help="content chunks per stream")
     p.add_argument("--agent-tools", type=int, default=0, help="ask for bench_tool until N tool results exist")
     p.add_argument("--fail-status", type=int, default=0, help="answer every chat completion with this HTTP status")
+    p.add_argument("--unique-call-ids", action="store_true", help="a tool-call id of its own for every call")
     return p.parse_args(argv)
 
 
@@ -332,7 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         raise SystemExit("the fake upstream only listens on loopback")
-    opts = Options(args.latency_ms / 1000, args.chunk_delay_ms / 1000, args.chunks, args.agent_tools, args.fail_status)
+    opts = Options(args.latency_ms / 1000, args.chunk_delay_ms / 1000, args.chunks, args.agent_tools, args.fail_status,
+                   args.unique_call_ids)
     run = uvloop.run if uvloop is not None else asyncio.run
     with contextlib.suppress(KeyboardInterrupt):
         run(serve(args.host, args.port, opts))

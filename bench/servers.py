@@ -106,11 +106,12 @@ def start_fake(
     agent_tools: int = 0,
     cpus: set[int] | None = None,
     fail_status: int = 0,
+    unique_call_ids: bool = False,
 ) -> Proc:
     port = free_port()
     cmd = [sys.executable, "-m", "bench.fake_upstream", "--port", str(port), "--latency-ms", str(latency_ms)]
     cmd += ["--chunk-delay-ms", str(chunk_delay_ms), "--chunks", str(chunks), "--agent-tools", str(agent_tools)]
-    cmd += ["--fail-status", str(fail_status)]
+    cmd += ["--fail-status", str(fail_status)] + (["--unique-call-ids"] if unique_call_ids else [])
     return Proc("fake-fail" if fail_status else "fake", cmd, port, cpus=cpus)
 
 

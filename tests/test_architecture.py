@@ -119,12 +119,6 @@ KNOWN_EXCEPTIONS: frozenset[tuple[str, str, str]] = frozenset()
 #: typed against it still reaches through it); a handler is given what it uses, never the root.
 COMPOSITION_ROOT = "gateway.api.runtime"
 ROOT_READERS = frozenset({"gateway.api.app"})
-#: Modules that read the root until their own rework lands (the Responses surface, being split); each must
-#: still import it, so the set cannot outlive the change.
-ROOT_READERS_FOR_NOW = frozenset({
-    "gateway.api.responses.background", "gateway.api.responses.chain", "gateway.api.responses.decided",
-    "gateway.api.responses.endpoint", "gateway.api.responses.run",
-})
 
 
 @dataclass(frozen=True)
@@ -462,9 +456,7 @@ def test_gateway_import_graph_keeps_its_rules(gateway_edges: list[Edge]) -> None
 
 
 def test_only_the_app_reads_the_composition_root(gateway_edges: list[Edge]) -> None:
-    readers = root_readers(gateway_edges)
-    assert sorted(readers - ROOT_READERS - ROOT_READERS_FOR_NOW) == [], "given a bundle (api/services.py) instead"
-    assert sorted(ROOT_READERS_FOR_NOW - readers) == [], "no longer reads the root: remove it from ROOT_READERS_FOR_NOW"
+    assert sorted(root_readers(gateway_edges) - ROOT_READERS) == [], "given a bundle (api/services.py) instead"
     # Nor through the app's state: only the app itself reads the runtime there (the driver reads the bundles).
     sources = {path: path.read_text() for path in (ROOT / PACKAGE).rglob("*.py")}
     assert [str(path.relative_to(ROOT)) for path, text in sources.items()

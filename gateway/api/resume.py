@@ -106,7 +106,7 @@ async def resume_paused(services: LoopServices, work: Work, stored: Continuation
     params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
     await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
     continuations = services.continuations
-    claimed = await continuations.claim(stored.id, decider.tenant)
+    claimed = await continuations.claim(stored, decider.tenant)
     decided: Awaitable[None] | None = None
     if decisions is not None:
         notify_decisions(continuations.notifier, claimed, decisions, decider.name or None)

@@ -31,6 +31,7 @@ from gateway.api.services import (
     EmbeddingServices,
     LoopServices,
     ModelServices,
+    ResponsesServices,
     Services,
 )
 from gateway.background.followers import FollowerHub
@@ -228,6 +229,8 @@ def compose(runtime: Runtime) -> Services:
                         request_timeout_s)
     guard = runtime.deps.context
     tenants = Tenants(config.auth.keys, config.tenants, runtime.key_store)
+    responses = ResponsesServices(loop, runtime.responses, config.store.continuation_ttl_s,
+                                  config.store.tenant_max_stored_bytes, runtime.background, runtime.followers)
     return Services(
         lifecycle=runtime.lifecycle,
         loop=loop,
@@ -235,11 +238,11 @@ def compose(runtime: Runtime) -> Services:
                                   guard.estimator if guard is not None else TokenEstimator(), max_body_bytes,
                                   request_timeout_s),
         embeddings=EmbeddingServices(runtime.routes, runtime.embedder, max_body_bytes, request_timeout_s),
-        continuations=ContinuationServices(loop, partial(respond_decided, runtime)),
+        continuations=ContinuationServices(loop, partial(respond_decided, responses)),
         approvals=ApprovalServices(runtime.continuations, runtime.store, tenants),
         admin=AdminServices(runtime.key_store, runtime.key_sync, runtime.store, tenants, runtime.routes,
                             frozenset(config.providers), config.tenants, runtime.usage.store),
         console=ConsoleServices(runtime.console, runtime.routes, runtime.continuations, tenants),
         models=ModelServices(runtime.routes, runtime.started),
-        responses=runtime,
+        responses=responses,
     )

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.api.admin.tenants import Tenants
 from gateway.api.console.feed import ConsoleFeed
 from gateway.api.lifecycle import Lifecycle, Work
+from gateway.background.followers import FollowerHub
+from gateway.background.runner import BackgroundRunner
 from gateway.config.keys_section import TenantConfig
 from gateway.context.tokens import TokenEstimator
 from gateway.governance.key_sync import KeySync
@@ -25,6 +27,7 @@ from gateway.routing.embeddings import Embedder
 from gateway.routing.routes import RouteTable
 from gateway.store.audit.base import AuditLog
 from gateway.store.keys.base import KeyStore
+from gateway.store.responses.base import ResponseRecords
 from gateway.store.usage.base import UsageStore
 from gateway.tools.registry import ToolRegistry
 from gateway.upstream.pool import UpstreamPool
@@ -124,6 +127,21 @@ class ConsoleServices:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponsesServices:
+    """``/v1/responses``: the loop surfaces' services, the stored responses, background runs and their followers."""
+
+    loop: LoopServices
+    records: ResponseRecords
+    #: how long a stored response is kept (``store.continuation_ttl_s``)
+    record_ttl_s: int
+    #: ``store.tenant_max_stored_bytes``: a ``store: true`` request is refused past it (0: no quota)
+    quota_bytes: int
+    background: BackgroundRunner
+    #: the stream followers of background runs: one store poll per run, capped
+    followers: FollowerHub
+
+
+@dataclass(frozen=True, slots=True)
 class ModelServices:
     """``GET /v1/models``: the routes, and when this worker started (each model's ``created``)."""
 
@@ -144,9 +162,7 @@ class Services:
     admin: AdminServices
     console: ConsoleServices
     models: ModelServices
-    #: the Responses surface is still given the composition root itself (``api/runtime.py``), until its
-    #: split lands; typed loosely so that this module depends on nothing of the root
-    responses: Any
+    responses: ResponsesServices
 
 
 # -- each bundle picked out of ``Services``: what an operation declares it is given (``Operation.services``) --
@@ -182,5 +198,5 @@ def model_services(every: Services) -> ModelServices:
     return every.models
 
 
-def responses_services(every: Services) -> Any:
+def responses_services(every: Services) -> ResponsesServices:
     return every.responses

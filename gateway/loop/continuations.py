@@ -24,7 +24,6 @@ from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
-    arguments_digest,
     audit_decisions,
     audit_expired,
     decision_context,
@@ -60,13 +59,13 @@ from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Store
-from gateway.store.continuations.base import Continuation, ContinuationNotFound
+from gateway.store.continuations.base import Continuation
 
 # A claim outlives the longest possible resume (the request deadline) by this much, so a live
 # resume never loses its claim, and a replica that dies mid-resume frees it soon after.
 CLAIM_LEASE_MARGIN_S = 60.0
-# Way A looks up at most this many trailing tool-call ids in the store: a paused turn's results come
-# last, and a follow-up with thousands of tool messages must not cost thousands of store round trips.
+# Way A looks up at most this many trailing tool-call ids in the store (all in one lookup): a paused turn's
+# results come last, and a follow-up with thousands of tool messages must not send thousands of keys.
 MAX_WAY_A_LOOKUPS = 32
 
 log = logging.getLogger("loopgate.continuations")
@@ -75,6 +74,63 @@ log = logging.getLogger("loopgate.continuations")
 def may_resume_way_a(messages: list[Message]) -> bool:
     """Only trailing tool results can answer a paused turn: anything else needs no store lookup."""
     return messages[-1].get("role") == "tool"
+
+
+def trailing_outputs(messages: list[Message]) -> dict[str, str]:
+    """The trailing tool messages' outputs by call id, the last message first (a paused turn's results come last)."""
+    trailing: dict[str, str] = {}
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        content = message.get("content")
+        trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
+    return trailing
+
+
+def paused_data(request: LoopRequest, assistant: Message, results: dict[str, ToolResult]) -> dict[str, Any]:
+    """What a continuation keeps of its loop (``Continuation.data``): everything a resume needs, nothing more.
+
+    Left out, because a reader derives them or reads their absence as the default: the decision context
+    (``approvals.summary_of`` derives it from the transcript), the loop state but its tool rounds and model
+    (a resume starts its own counters), and the optional fields when unset (``native``, ``allowed_tools``,
+    ``origin``, ``stream_rescue``). The keys a resume indexes are always written, so a replica still running
+    the previous release resumes what this one paused (and this one what it paused: the fields it wrote
+    besides are simply not read).
+    """
+    data: dict[str, Any] = {
+        "transcript": request.messages,
+        "assistant": assistant,
+        "results": {k: stored_result(r) for k, r in results.items()},
+        "client_tools": request.client_tools,
+        "tool_choice": request.tool_choice,
+        "params": request.params,
+        "max_iterations": request.max_iterations,
+        "state": {"tool_rounds": request.state.tool_rounds, "model": request.state.model},  # LoopState.from_dict
+        "asker": {"id": request.key_id, "name": request.key_name},
+    }
+    if request.native is not None:
+        data["native"] = request.native.to_dict()
+    if request.allowed_tools is not None:
+        data["allowed_tools"] = sorted(request.allowed_tools)
+    if request.origin is not None:
+        data["origin"] = request.origin
+    if request.stream_rescue is not None:
+        # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
+        data["stream_rescue"] = request.stream_rescue
+    return data
+
+
+def kept_once_resumed(c: Continuation) -> Continuation:
+    """What a resumed continuation keeps until its TTL: what ``GET /v1/continuations/{id}`` shows of it (its
+    pending calls, who asked, the decision context), not the loop it held. Nothing resumes it again (its
+    status refuses a repeat before anything reads its data), and its record is most of a continuation's life."""
+    data = c.data
+    context = data.get("context")
+    if not isinstance(context, dict):
+        context = decision_context(list(data.get("transcript") or ()), data.get("assistant") or {})
+    return Continuation(id=c.id, tenant=c.tenant, model=c.model, status="resumed", created_at=c.created_at,
+                        expires_at=c.expires_at, pending=c.pending,
+                        data={"asker": data.get("asker"), "context": context})
 
 
 class Continuations:
@@ -90,24 +146,9 @@ class Continuations:
     # -- pausing -------------------------------------------------------------------------
     async def pause(self, request: LoopRequest, assistant: Message, results: dict[str, ToolResult],
                     pending: list[PendingCall]) -> str:
-        data: dict[str, Any] = {
-            "transcript": request.messages,
-            "assistant": assistant,
-            "results": {k: stored_result(r) for k, r in results.items()},
-            "client_tools": request.client_tools,
-            "tool_choice": request.tool_choice,
-            "params": request.params, "native": None if request.native is None else request.native.to_dict(),
-            "max_iterations": request.max_iterations,
-            "state": request.state.to_dict(),
-            "asker": {"id": request.key_id, "name": request.key_name},
-            "allowed_tools": None if request.allowed_tools is None else sorted(request.allowed_tools),
-            "context": decision_context(request.messages, assistant),
-            "origin": request.origin,
-            # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
-            "stream_rescue": request.stream_rescue,
-        }
         now = time.time()
         items = [self.pending_item(p, now) for p in pending]
+        data = paused_data(request, assistant, results)
         continuation = Continuation.new(request.tenant, request.plan.name, items, data, self.ttl_s, now)
         continuation.summary = summary_of(continuation)
         await self.store.save_continuation(continuation, self.ttl_s)
@@ -120,10 +161,13 @@ class Continuations:
 
     @staticmethod
     def pending_item(p: PendingCall, now: float) -> dict[str, Any]:
-        """A pending call as stored: what the model asked, its digest, and when an approval times out."""
-        arguments = p.call["function"]["arguments"]
+        """A pending call as stored: what the model asked, and when an approval times out.
+
+        Its ``arguments_sha256`` is not stored: whoever shows or checks it digests ``arguments`` (continuations
+        written before carry it, and it is the same digest).
+        """
         item = {"tool_call_id": p.call["id"], "name": p.call["function"]["name"], "reason": p.reason,
-                "arguments": arguments, "arguments_sha256": arguments_digest(arguments)}
+                "arguments": p.call["function"]["arguments"]}
         if p.reason == "approval" and p.approval_timeout_s is not None:
             item["approval_deadline"] = now + p.approval_timeout_s
         if p.ask is not None:
@@ -174,37 +218,21 @@ class Continuations:
         """
         if not may_resume_way_a(messages):
             return None
-        match = await self._match(tenant, messages)
-        if match is None:
+        outputs = trailing_outputs(messages)
+        # Expired and cancelled ones are not found; nor is one gone between the index lookup and the read.
+        stored = await self.store.find_paused(tenant, list(outputs)[:MAX_WAY_A_LOOKUPS])
+        if stored is None:
             return None
-        try:
-            stored = await self.store.get_continuation(match[0], tenant)
-        except ContinuationNotFound:
-            return None  # expired or cancelled between the index lookup and now
         problem = self.history_mismatch(stored, messages)
         if problem is not None:
             log.warning("way-A follow-up names continuation %s but does not match it (%s); answered statelessly, "
                         "the continuation stays pending", stored.id, problem)
             return None
         try:
-            return stored, outputs_to_results(stored, match[1])
+            return stored, outputs_to_results(stored, outputs)
         except AwaitsDecision as refused:
             await record_refusal(self.store, refused, key_id, key_name)
             raise
-
-    async def _match(self, tenant: str, messages: list[Message]) -> tuple[str, dict[str, str]] | None:
-        """The continuation id the trailing tool messages point at, and the outputs by call id."""
-        trailing: dict[str, str] = {}
-        for message in reversed(messages):
-            if message.get("role") != "tool":
-                break
-            content = message.get("content")
-            trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
-        for call_id in list(trailing)[:MAX_WAY_A_LOOKUPS]:
-            found = await self.store.find_continuation_by_tool_call(tenant, call_id)
-            if found is not None:
-                return found, trailing
-        return None
 
     @staticmethod
     def history_mismatch(continuation: Continuation, messages: list[Message]) -> str | None:
@@ -234,6 +262,13 @@ class Continuations:
 
     #: way A's check of the client's results (``loop/decisions.py``)
     outputs_to_results = staticmethod(outputs_to_results)
+
+    async def claim(self, stored: Continuation, tenant: str) -> Continuation:
+        """Take the right to resume ``stored`` (read just before): at most once, for this resume's lease.
+
+        The store is handed the continuation already read, so the claim does not read its body again.
+        """
+        return await self.store.claim_continuation(stored.id, tenant, self.lease_s, known=stored)
 
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,
@@ -296,7 +331,8 @@ class Continuations:
                     recorder.feed(event)
                 if isinstance(event, Finished):
                     result_id, result = result_record(recorder)
-                    await self.store.finish_continuation(continuation.id, continuation.tenant, result)
+                    await self.store.finish_continuation(continuation.id, continuation.tenant, result,
+                                                         kept_once_resumed(continuation))
                     finished = True
                     metrics.CONTINUATIONS.inc("resumed")
                     self.notifier.resumed(continuation, way, result_id, event.result.status)
@@ -306,17 +342,11 @@ class Continuations:
                 metrics.CONTINUATIONS.inc("resume_failed")
                 await self.store.release_continuation(continuation.id, continuation.tenant)
 
-
     # -- the surfaces' reads and writes (they reach the store through these, never past them) ----
     def get(self, continuation_id: str, tenant: str) -> Awaitable[Continuation]:
         """The continuation as stored, in any live status (``ContinuationNotFound`` for an unknown,
         expired, cancelled or other tenant's id)."""
         return self.store.get_continuation(continuation_id, tenant)
-
-    def claim(self, continuation_id: str, tenant: str) -> Awaitable[Continuation]:
-        """The right to resume it, at most once, for as long as a resume may run (``ContinuationConflict``
-        when it is claimed or resumed already)."""
-        return self.store.claim_continuation(continuation_id, tenant, self.lease_s)
 
     def cancel(self, continuation_id: str, tenant: str) -> Awaitable[bool]:
         """A pending continuation deleted, so nothing can resume it (``ContinuationConflict`` for a live claim)."""

@@ -193,3 +193,87 @@ def test_echo_has_every_field_in_the_response_order() -> None:
     for body in ({"model": "m", "input": "x"},
                  {"model": "m", "input": "x", "temperature": 0.5, "metadata": {"a": "b"}, "truncation": "auto"}):
         assert tuple(parse_responses_request(body).echo) == ECHO_FIELDS
+
+
+# Every top-level check in the order the parser runs them: (field, a value it refuses, the param the error names).
+CHECK_ORDER: list[tuple[str, Any, str]] = [
+    ("conversation", {"id": "c"}, "conversation"), ("prompt", {"id": "p"}, "prompt"), ("model", "", "model"),
+    ("input", 3, "input"), ("instructions", 5, "instructions"), ("tools", "all", "tools"),
+    ("tool_choice", "sometimes", "tool_choice"), ("stream", "yes", "stream"), ("store", 1, "store"),
+    ("background", "no", "background"), ("parallel_tool_calls", "yes", "parallel_tool_calls"),
+    ("previous_response_id", "", "previous_response_id"), ("max_tool_calls", -1, "max_tool_calls"),
+    ("max_output_tokens", 0, "max_output_tokens"), ("temperature", "hot", "temperature"), ("top_p", "x", "top_p"),
+    ("user", 5, "user"), ("truncation", "middle", "truncation"), ("metadata", [], "metadata"),
+    ("text", "plain", "text"), ("reasoning", "hard", "reasoning"), ("gateway", "on", "gateway"),
+]
+
+
+@pytest.mark.parametrize("first", range(len(CHECK_ORDER)), ids=[name for name, _, _ in CHECK_ORDER])
+def test_an_error_names_the_first_bad_field_in_the_documented_order(first: int) -> None:
+    body: dict[str, Any] = {"model": "m", "input": "x"}
+    body.update({name: bad for name, bad, _ in CHECK_ORDER[first:]})
+    assert param_of(body) == CHECK_ORDER[first][2]
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"text": {"format": "json", "verbosity": 1}}, "text.format"),
+    ({"text": {"verbosity": 1}}, "text.verbosity"),
+    ({"text": {"format": {"type": "json_schema", "name": "n", "schema": "s"}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "n", "schema": {}, "strict": "y"}}}, "text.format.strict"),
+    ({"reasoning": {"effort": 1, "summary": 2}}, "reasoning.effort"),
+    ({"reasoning": {"summary": 2}}, "reasoning.summary"),
+    ({"gateway": {"max_tool_iterations": -1, "headless": "x", "stream_rescue": "y"}}, "gateway.max_tool_iterations"),
+    ({"gateway": {"headless": "x", "stream_rescue": "y"}}, "gateway.headless"),
+    ({"gateway": {"stream_rescue": "y"}}, "gateway.stream_rescue"),
+    ({"tools": [{"type": "function", "name": "f"}] * 2 + ["f"]}, "tools[2]"),
+    ({"tools": [{"type": "shell_script"}]}, "tools[0].type"),
+    ({"tool_choice": {"type": "allowed_tools", "mode": "any", "tools": []}}, "tool_choice"),
+    ({"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"name": 1}]}}, "tool_choice.tools"),
+    ({"metadata": {f"k{i}": "v" for i in range(MAX_METADATA_KEYS)} | {"k0": 1}}, "metadata.k0"),
+])
+def test_nested_checks_name_the_first_bad_part(fields: dict[str, Any], param: str) -> None:
+    assert param_of({"model": "m", "input": "x", **fields}) == param
+
+
+def test_the_gateway_options_and_the_rest_reach_the_request() -> None:
+    parsed = parse_responses_request({
+        "model": "m", "input": "x", "previous_response_id": "resp_1", "max_tool_calls": 3, "truncation": "auto",
+        "text": {"format": {"type": "text"}, "verbosity": "low"}, "reasoning": {"summary": "auto"},
+        "gateway": {"stream_rescue": "off"}})
+    assert parsed.previous_response_id == "resp_1" and parsed.max_tool_calls == 3
+    assert parsed.stream_rescue is False and parsed.max_tool_iterations is None and parsed.headless is False
+    assert parsed.params == {"verbosity": "low"}
+    assert parsed.echo["truncation"] == "auto" and parsed.echo["text"] == {"format": {"type": "text"}}
+    assert parsed.echo["reasoning"] == {"effort": None, "summary": "auto"}
+    assert parsed.echo["parallel_tool_calls"] is True and parsed.echo["temperature"] == 1.0
+
+
+def test_a_trailing_approval_is_a_decision_with_no_result_yet() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "mcp_approval_request", "id": "mcpr_c2", "name": "delete", "arguments": "{}", "server_label": "l"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_c2", "approve": True},
+    ))
+    assert converted.approved and converted.orphan is None
+    assert converted.decisions == [{"tool_call_id": "c2", "approve": True, "reason": None}]
+    assert [m["role"] for m in converted.messages] == ["user", "assistant"]  # run by the paused loop, not here
+
+
+def test_answers_followed_by_a_message_are_history_not_decisions() -> None:
+    converted = to_messages(items(
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": ""},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "so"}]},
+        {"type": "message", "role": "assistant", "content": "x it is"},
+        {"role": "developer", "content": "be brief"},
+    ))
+    assert converted.decisions == [] and not converted.approved
+    assert converted.messages == [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+        {"role": "assistant", "content": "x it is", "reasoning_content": "so"},
+        {"role": "developer", "content": "be brief"},
+    ]

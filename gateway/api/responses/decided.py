@@ -13,19 +13,17 @@ stored result. A pause of the resumed loop is decided, in turn, as a response co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.api.lifecycle import Work
-from gateway.api.responses.origin import decision_items, responses_origin
-from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, usage_of
+from gateway.api.responses.origin import decision_items
+from gateway.api.responses.prepare import resumed_run
+from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import ResponsesRequest
-from gateway.api.responses.run import ResponseRun, label_of
 from gateway.api.resume import Resumed
+from gateway.api.services import ResponsesServices
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
-
-if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
-    from gateway.api.runtime import Runtime
 
 
 def decided_request(origin: dict[str, Any], decisions: list[dict[str, Any]], stream: bool) -> ResponsesRequest:
@@ -41,20 +39,13 @@ def decided_request(origin: dict[str, Any], decisions: list[dict[str, Any]], str
         headless=False, metadata=metadata if isinstance(metadata, dict) else {}, echo=echo)
 
 
-async def respond_decided(runtime: Runtime, work: Work, origin: dict[str, Any], resumed: Resumed,
+async def respond_decided(services: ResponsesServices, work: Work, origin: dict[str, Any], resumed: Resumed,
                           decisions: list[dict[str, Any]], approved: list[str],
                           stream: bool) -> JSONResponse | SSEResponse:
     """Run the claimed loop to a Response (JSON, or its event stream), recorded before its terminal event."""
     request = decided_request(origin, decisions, stream)
     request.model = request.model or resumed.plan.name
-    builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), frozenset(approved),
-                              emit=stream, frames=stream)
-    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
-    instructions_first = bool(origin.get("instructions_first"))
-    loop = resumed.loop
-    loop.origin = responses_origin(builder.id, request, instructions_first)
-    run = ResponseRun(runtime, loop.tenant, request, resumed.plan, loop, resumed.events, builder,
-                      instructions_first)
+    run = resumed_run(services, request, resumed, approved, bool(origin.get("instructions_first")), stream, stream)
     if not stream:
         await run.complete()
         work.done(200)

@@ -81,6 +81,35 @@ class _Turn:
         out.extend({"role": "tool", "tool_call_id": c["id"], "content": self.results[c["id"]]}
                    for c in self.calls if c["id"] in self.results)
 
+    def answer(self, call_id: str) -> bool:
+        """Whether the answered call is one of this turn's (else the gateway must hold it)."""
+        if not self.has(call_id):
+            return False
+        self.answered = True
+        return True
+
+    # -- the assistant side's items, each adding its part -----------------------------------------
+    def add_text(self, item: dict[str, Any], param: str) -> None:
+        """An assistant ``message``: its text."""
+        content = _parts(item.get("content"), param, "assistant")
+        self.text.append(content if isinstance(content, str) else "".join(p["text"] for p in content))
+
+    def add_reasoning(self, item: dict[str, Any], param: str) -> None:
+        """A ``reasoning`` item: its summary's text."""
+        summary = item.get("summary")
+        if summary is not None and not isinstance(summary, list):
+            raise bad_request(f"'{param}.summary' must be an array of summary_text parts, not "
+                              f"{type_name(summary)}", f"{param}.summary")
+        if summary:
+            self.reasoning.extend(s.get("text", "") for s in summary if isinstance(s, dict)
+                                  and isinstance(s.get("text"), str))
+
+    def add_mcp_call(self, call_id: str, item: dict[str, Any], param: str) -> None:
+        """An ``mcp_call``: a call of this turn (unless an approval request here named it) and its result."""
+        if not self.has(call_id):
+            self.calls.append(_call(call_id, item, param))
+        self.results[call_id] = _mcp_result(item, param)
+
 
 def _str(item: dict[str, Any], key: str, param: str, required: bool = True) -> str:
     value = item.get(key)
@@ -137,98 +166,114 @@ def _output_text(parts: list[Any], param: str) -> str:
     return "".join(texts)
 
 
-# Long by design: one pass over the input items in order, each item type translated where the order
-# of the transcript is decided.
+class _Reading:
+    """The one pass over the items: the transcript so far, the assistant turn being assembled, and the
+    answers since the last assistant item. Each item type has its translator; the pass keeps their order."""
+
+    __slots__ = ("approved", "orphan", "out", "trailing", "turn")
+
+    def __init__(self) -> None:
+        self.out: list[Message] = []
+        self.turn = _Turn()
+        self.trailing: list[dict[str, Any]] = []  # answers since the last assistant item
+        self.approved = False
+        self.orphan: str | None = None
+
+    def next_turn(self) -> _Turn:
+        self.turn.flush(self.out)
+        self.turn = _Turn()
+        return self.turn
+
+    def message(self, item: dict[str, Any], param: str) -> None:
+        """A user, system or developer ``message``: it ends the assistant turn."""
+        role = item.get("role")
+        if role not in ("user", "system", "developer"):
+            raise bad_request(f"'{param}.role' must be user, assistant, system or developer, not "
+                              f"{quoted(role)}", f"{param}.role")
+        self.next_turn()
+        self.trailing, self.approved = [], False
+        self.out.append({"role": role, "content": _parts(item.get("content"), param, role)})
+
+    def assistant_side(self, kind: str, item: dict[str, Any], param: str) -> None:
+        """An item of the assistant's turn, opening a new turn when text follows tool calls or when the
+        turn's calls got their answers (the execution of a call approved in this turn is not new)."""
+        self.trailing, self.approved = [], False
+        turn = self.turn
+        call_id = call_id_of(_str(item, "id", param), MCP_CALL_PREFIX) if kind == "mcp_call" else None
+        if call_id is not None and turn.has(call_id):
+            pass  # the execution of a call approved earlier in this turn: only its result is new
+        elif turn.answered or (kind in ("assistant_message", "reasoning") and turn.calls):
+            turn = self.next_turn()
+        if kind == "assistant_message":
+            turn.add_text(item, param)
+        elif kind == "reasoning":
+            turn.add_reasoning(item, param)
+        elif kind == "function_call":
+            turn.calls.append(_call(_str(item, "call_id", param), item, param))
+        elif kind == "mcp_approval_request":
+            turn.calls.append(_call(call_id_of(_str(item, "id", param), APPROVAL_PREFIX), item, param))
+        else:
+            assert call_id is not None, "an mcp_call"
+            turn.add_mcp_call(call_id, item, param)
+
+    def function_call_output(self, item: dict[str, Any], param: str) -> None:
+        """A client tool's output: its call's result in this turn, and a trailing answer."""
+        call_id = _str(item, "call_id", param)
+        output = item.get("output")
+        if isinstance(output, list):
+            output = _output_text(output, f"{param}.output")
+        elif not isinstance(output, str):
+            raise bad_request(f"'{param}.output' must be a string or an array of input_text parts, not "
+                              f"{type_name(output)}", f"{param}.output")
+        if self.turn.answer(call_id):
+            self.turn.results[call_id] = output
+        else:
+            self.orphan = self.orphan or param
+        self.trailing.append({"tool_call_id": call_id, "output": output})
+
+    def mcp_approval_response(self, item: dict[str, Any], param: str) -> None:
+        """A decision on an approval request: a denial is its call's result here; a trailing answer either way."""
+        call_id = call_id_of(_str(item, "approval_request_id", param), APPROVAL_PREFIX)
+        approve = item.get("approve")
+        if not isinstance(approve, bool):
+            raise bad_request(f"'{param}.approve' must be a boolean", f"{param}.approve")
+        reason = item.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise bad_request(f"'{param}.reason' must be a string", f"{param}.reason")
+        if not self.turn.answer(call_id):
+            self.orphan = self.orphan or param
+        elif not approve:
+            self.turn.results[call_id] = declined(reason)
+        self.approved = self.approved or approve
+        self.trailing.append({"tool_call_id": call_id, "approve": approve, "reason": reason})
+
+    def converted(self) -> Converted:
+        self.turn.flush(self.out)
+        return Converted(self.out, self.trailing, self.approved, self.orphan)
+
+
 def to_messages(items: list[dict[str, Any]]) -> Converted:
-    if len(items) == 1:  # the common case (``input`` a string): what the loop below makes of it, directly
+    """The transcript ``items`` stand for (see the module docstring); a 400 naming the first bad item."""
+    if len(items) == 1:  # the common case (``input`` a string): what the pass below makes of it, directly
         item = items[0]
         content = item.get("content")
         if item["type"] == "message" and item.get("role") == "user" and isinstance(content, str):
             return Converted([{"role": "user", "content": content}], [], False, None)  # positional: no default factory
-    out: list[Message] = []
-    turn = _Turn()
-    trailing: list[dict[str, Any]] = []  # answers since the last assistant item
-    approved = False
-    orphan: str | None = None
+    reading = _Reading()
     for index, item in enumerate(items):
         param = f"input[{index}]"
         kind = item["type"]
-        role = item.get("role")
-        if kind == "message" and role == "assistant":
-            kind = "assistant_message"
-        if kind in _ASSISTANT_SIDE or kind == "assistant_message":
-            trailing, approved = [], False
-            call_id = (call_id_of(_str(item, "id", param), MCP_CALL_PREFIX) if kind == "mcp_call" else None)
-            if call_id is not None and turn.has(call_id):
-                pass  # the execution of a call approved earlier in this turn: only its result is new
-            elif turn.answered or (kind in ("assistant_message", "reasoning") and turn.calls):
-                turn.flush(out)
-                turn = _Turn()
-            if kind == "assistant_message":
-                content = _parts(item.get("content"), param, "assistant")
-                turn.text.append(content if isinstance(content, str) else "".join(p["text"] for p in content))
-            elif kind == "reasoning":
-                summary = item.get("summary")
-                if summary is not None and not isinstance(summary, list):
-                    raise bad_request(f"'{param}.summary' must be an array of summary_text parts, not "
-                                      f"{type_name(summary)}", f"{param}.summary")
-                if summary:
-                    turn.reasoning.extend(s.get("text", "") for s in summary if isinstance(s, dict)
-                                          and isinstance(s.get("text"), str))
-            elif kind == "function_call":
-                turn.calls.append(_call(_str(item, "call_id", param), item, param))
-            elif kind == "mcp_approval_request":
-                turn.calls.append(_call(call_id_of(_str(item, "id", param), APPROVAL_PREFIX), item, param))
-            else:  # mcp_call
-                assert call_id is not None
-                if not turn.has(call_id):
-                    turn.calls.append(_call(call_id, item, param))
-                turn.results[call_id] = _mcp_result(item, param)
+        if kind == "message" and item.get("role") == "assistant":
+            reading.assistant_side("assistant_message", item, param)
+        elif kind in _ASSISTANT_SIDE:
+            reading.assistant_side(kind, item, param)
         elif kind == "function_call_output":
-            call_id = _str(item, "call_id", param)
-            output = item.get("output")
-            if isinstance(output, list):
-                output = _output_text(output, f"{param}.output")
-            elif not isinstance(output, str):
-                raise bad_request(f"'{param}.output' must be a string or an array of input_text parts, not "
-                                  f"{type_name(output)}", f"{param}.output")
-            if _answered(turn, call_id):
-                turn.results[call_id] = output
-            else:
-                orphan = orphan or param
-            trailing.append({"tool_call_id": call_id, "output": output})
+            reading.function_call_output(item, param)
         elif kind == "mcp_approval_response":
-            call_id = call_id_of(_str(item, "approval_request_id", param), APPROVAL_PREFIX)
-            approve = item.get("approve")
-            if not isinstance(approve, bool):
-                raise bad_request(f"'{param}.approve' must be a boolean", f"{param}.approve")
-            reason = item.get("reason")
-            if reason is not None and not isinstance(reason, str):
-                raise bad_request(f"'{param}.reason' must be a string", f"{param}.reason")
-            if not _answered(turn, call_id):
-                orphan = orphan or param
-            elif not approve:
-                turn.results[call_id] = declined(reason)
-            approved = approved or approve
-            trailing.append({"tool_call_id": call_id, "approve": approve, "reason": reason})
-        else:  # user, system or developer message
-            if role not in ("user", "system", "developer"):
-                raise bad_request(f"'{param}.role' must be user, assistant, system or developer, not "
-                                  f"{quoted(role)}", f"{param}.role")
-            turn.flush(out)
-            turn = _Turn()
-            trailing, approved = [], False
-            out.append({"role": role, "content": _parts(item.get("content"), param, role)})
-    turn.flush(out)
-    return Converted(out, trailing, approved, orphan)
-
-
-def _answered(turn: _Turn, call_id: str) -> bool:
-    """Whether the answered call is one of the current turn's (else the gateway must hold it)."""
-    if not turn.has(call_id):
-        return False
-    turn.answered = True
-    return True
+            reading.mcp_approval_response(item, param)
+        else:
+            reading.message(item, param)
+    return reading.converted()
 
 
 def _call(call_id: str, item: dict[str, Any], param: str) -> dict[str, Any]:

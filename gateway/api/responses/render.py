@@ -3,7 +3,9 @@
 One class, :class:`ResponseBuilder`, consumes the engine's ``LoopEvent`` s and produces both the
 stream events (dicts with ``type`` and ``sequence_number``) and the final Response object, so
 a streamed and a non-streamed response can never disagree: the non-stream path runs the very
-same builder and throws the events away.
+same builder and throws the events away. This module decides which items a loop event opens,
+fills and closes; how an event is written (a dict, a pre-encoded SSE frame, nothing) and the
+Response object's layout are ``responses/events.py``.
 
 Mapping: text -> ``message`` items with one ``output_text`` part (a new item after each tool
 round); reasoning text -> ``reasoning`` items with a ``summary_text`` part; each server tool
@@ -14,66 +16,34 @@ a paused turn's client calls -> ``function_call`` items, its approval-required c
 (the router's commit point guarantees nothing already sent is repeated).
 
 Item ids carry the tool call id (``mcp_<call>``, ``mcpr_<call>``, ``fc_<call>``) so items coming
-back as input map onto the transcript without any lookup (see ``responses_items``).
+back as input map onto the transcript without any lookup (see ``responses/items.py``).
 """
-
-# Long by design: the Responses API's stream events are rendered here, each pre-encoded hot-path
-# template beside the general encoder it must match, so the two are read and changed together.
 
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from gateway.api.responses.request import ECHO_FIELDS
-from gateway.api.responses.spliced import LARGE_CHARS, MARK, NUL, marked, spliced
+from gateway.api.responses.events import (
+    DELTA_HEAD,
+    DELTA_TAIL,
+    MESSAGE_CLOSED,
+    MESSAGE_OPENED,
+    SILENT,
+    STATUS,
+    TERMINAL,
+    Batch,
+    ResponseEvents,
+)
+from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
 from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
-from gateway.http.sse_response import event_frame
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
-
-_SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
-# A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
-# stored record was made of (``terminal_frame``), so the final Response is serialised once.
-TERMINAL: dict[str, Any] = {"type": "terminal"}
-# The events one step produces: dicts, or (a ``frames`` builder) their SSE frames, bytes (or, for a
-# large text, a generator of their slices: responses/spliced.py).
-Batch = list[Any]
-Frame = bytes | Iterator[bytes]
-
-# ``frames`` mode: the SSE frames of the events every text answer has, as byte templates. Each is
-# the bytes ``orjson.dumps`` makes of the event dict (same keys, same order: a unit test compares
-# them with the dict events encoded), without building that dict or calling ``_event``.
-_DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
-_DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
-_STARTED = (b'event: response.created\ndata: {"response":%b,"type":"response.created","sequence_number":%d}\n\n'
-            b'event: response.in_progress\ndata: {"response":%b,"type":"response.in_progress","sequence_number":%d}'
-            b'\n\n')
-_MESSAGE_OPENED = (
-    b'event: response.output_item.added\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
-    b'"role":"assistant","status":"in_progress","content":[]},"type":"response.output_item.added",'
-    b'"sequence_number":%d}\n\n'
-    b'event: response.content_part.added\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"type":"response.content_part.added",'
-    b'"sequence_number":%d}\n\n')
-_MESSAGE_CLOSED = (
-    b'event: response.output_text.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"text":%b,'
-    b'"logprobs":[],"type":"response.output_text.done","sequence_number":%d}\n\n'
-    b'event: response.content_part.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},"type":"response.content_part.done",'
-    b'"sequence_number":%d}\n\n'
-    b'event: response.output_item.done\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
-    b'"role":"assistant","status":%b,"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
-    b'"type":"response.output_item.done","sequence_number":%d}\n\n')
-_THRICE = (NUL, NUL, NUL)  # a large text's three places in ``_MESSAGE_CLOSED``, spliced (responses/spliced.py)
-_TERMINAL = b'event: response.%b\ndata: {"response":%b,"type":"response.%b","sequence_number":%d}\n\n'
-_STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
 
 
 def new_id(kind: str) -> str:
@@ -107,14 +77,7 @@ def server_label(source: str) -> str:
     return source[4:] if source.startswith("mcp:") else "loopgate"
 
 
-# A new Response object's keys in order, the request's echo fields in the middle: copying a dict
-# with the final key layout and overwriting its values costs half of building it key by key.
-_TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress", "error": None,
-                             "incomplete_details": None, "model": "", "output": None,
-                             **dict.fromkeys(ECHO_FIELDS), "usage": None}
-
-
-class ResponseBuilder:
+class ResponseBuilder(ResponseEvents):
     """Builds one Response from loop events; see the module docstring.
 
     ``start()`` gives ``response.created`` / ``response.in_progress``; ``feed(event)`` the events
@@ -124,43 +87,21 @@ class ResponseBuilder:
     ``approved`` the call ids a human approved (their ``mcp_call`` items name the request).
     """
 
-    __slots__ = ("_delta_head", "_items", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_seq",
-                 "_texted", "_tools", "approved", "done", "emit", "final_text", "frames", "label_of", "large",
-                 "response", "result", "route")
+    __slots__ = ("_delta_head", "_items", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_texted",
+                 "_tools", "approved", "done", "final_text", "label_of", "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
                  frames: bool = False) -> None:
+        ResponseEvents.__init__(self, rid, route, echo, created_at, emit, frames)
         self.route = route
-        # Without ``emit`` (a non-stream response) every step runs the same, only the events are
-        # not built: the returned lists hold only the marker of the terminal event (how the run sees the end).
-        self.emit = emit or frames
-        # With ``frames`` (an SSE body, nobody reads the events) every event is its SSE frame
-        # (bytes), the frequent ones filled into byte templates; the terminal one is ``TERMINAL``
-        # until the run frames it with ``terminal_frame`` (from the stored record's bytes).
-        self.frames = frames
-        # A ``frames`` builder that closed a large text: its frames that carry the text are spliced.
-        self.large = False
         self._delta_head = b""
         self.label_of = label_of
         self.approved = approved
-        if len(echo) == len(ECHO_FIELDS):  # a parsed request's echo (all of them): copy the key layout, then fill
-            response = _TEMPLATE.copy()
-            response["id"] = rid
-            response["created_at"] = created_at or int(time.time())
-            response["model"] = route
-            response["output"] = []
-            response.update(echo)
-        else:
-            response = {"id": rid, "object": "response", "created_at": created_at or int(time.time()),
-                        "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
-                        "output": [], **echo, "usage": None}
-        self.response: dict[str, Any] = response
         self.done = False
         self.result: LoopResult | None = None
         # The closed messages' text since the last tool started: the transcript's final assistant message.
         self.final_text: list[str] = []
-        self._seq = 0
         self._open: int | None = None  # output index of the open message or reasoning item
         self._open_type: str | None = None  # its type and id (read on every delta)
         self._open_id = ""
@@ -178,47 +119,7 @@ class ResponseBuilder:
         base, counter = self._items
         return kind + base + format(next(counter), "04x")
 
-    def _event(self, kind: str, fields: dict[str, Any]) -> Any:
-        """The event dict, or (``frames``) its SSE frame; numbered either way."""
-        number = self._seq
-        self._seq += 1
-        if not self.emit:
-            return _SILENT
-        fields["type"] = kind
-        fields["sequence_number"] = number
-        if self.frames:
-            return event_frame(kind, orjson.dumps(fields))
-        return fields
-
-    def _snapshot(self) -> dict[str, Any]:
-        return {**self.response, "output": list(self.response["output"])}
-
-    def start(self) -> Batch:
-        if not self.emit:
-            self._seq += 2
-            return []
-        if self.frames:  # the same object twice: serialised once
-            snapshot = orjson.dumps(self.response)
-            seq = self._seq
-            self._seq += 2
-            return [_STARTED % (snapshot, seq, snapshot, seq + 1)]
-        return [self._event("response.created", {"response": self._snapshot()}),
-                self._event("response.in_progress", {"response": self._snapshot()})]
-
     # -- items -----------------------------------------------------------------------------
-    def _add(self, item: dict[str, Any], out: Batch) -> int:
-        index = len(self.response["output"])
-        self.response["output"].append(item)
-        if self.emit:  # a copy: the item changes before the event is encoded (not so for frames)
-            out.append(self._event("response.output_item.added",
-                                   {"output_index": index, "item": item if self.frames else dict(item)}))
-        return index
-
-    def _done(self, index: int, out: Batch) -> None:
-        if self.emit:
-            out.append(self._event("response.output_item.done", {"output_index": index,
-                                                                 "item": self.response["output"][index]}))
-
     def _close(self, out: Batch, status: str = "completed") -> None:
         if self._open is None:
             return
@@ -239,8 +140,8 @@ class ResponseBuilder:
                 encoded = NUL if large else orjson.dumps(text)
                 seq = self._seq
                 self._seq += 3
-                frame = _MESSAGE_CLOSED % (item_id, index, encoded, seq, item_id, index, encoded, seq + 1, index,
-                                           item_id, _STATUS.get(status) or orjson.dumps(status), encoded, seq + 2)
+                frame = MESSAGE_CLOSED % (item_id, index, encoded, seq, item_id, index, encoded, seq + 1, index,
+                                           item_id, STATUS.get(status) or orjson.dumps(status), encoded, seq + 2)
                 out.append(spliced(frame, [text] * 3) if large else frame)
                 return
             if emit:
@@ -267,20 +168,6 @@ class ResponseBuilder:
         if emit:
             self._done(index, out)
 
-    def _close_large_reasoning(self, item: dict[str, Any], index: int, text: str, status: str, out: Batch) -> None:
-        """``_close`` of a ``frames`` builder's reasoning item whose summary is large: its three frames, spliced."""
-        self.large = True
-        mark = {"type": "summary_text", "text": MARK}
-        done = {**item, "summary": [mark], "status": status}
-        frames = [self._event("response.reasoning_summary_text.done", {"item_id": item["id"], "output_index": index,
-                                                                        "summary_index": 0, "text": MARK}),
-                  self._event("response.reasoning_summary_part.done", {"item_id": item["id"], "output_index": index,
-                                                                        "summary_index": 0, "part": mark}),
-                  self._event("response.output_item.done", {"output_index": index, "item": done})]
-        out.append(spliced(b"".join(frames), [text] * 3))
-        item["summary"] = [{"type": "summary_text", "text": text}]
-        item["status"] = status
-
     def _text(self, text: str, out: Batch) -> None:
         if self._open_type != "message":
             if text == ITERATION_SEPARATOR and self._texted:
@@ -296,10 +183,10 @@ class ResponseBuilder:
                 index = self._open = len(output)
                 output.append(item)
                 encoded = self._open_json = orjson.dumps(item_id)
-                self._delta_head = _DELTA_HEAD % (encoded, index)
+                self._delta_head = DELTA_HEAD % (encoded, index)
                 seq = self._seq
                 self._seq += 2
-                out.append(_MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
+                out.append(MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
             else:
                 self._open = self._add(item, out)
                 if self.emit:
@@ -308,7 +195,7 @@ class ResponseBuilder:
                         "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
         self._parts.append(text)
         if self.frames:
-            out.append(self._delta_head + orjson.dumps(text) + _DELTA_TAIL % self._seq)
+            out.append(self._delta_head + orjson.dumps(text) + DELTA_TAIL % self._seq)
         elif self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
             out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
                         "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
@@ -423,19 +310,7 @@ class ResponseBuilder:
             out.append(self._event(f"response.{response['status']}", {"response": response}))
         else:
             self._seq += 1
-            out.append(_SILENT)  # what ``retract_terminal`` takes back
-
-    def terminal_frame(self, final: bytes | None) -> Frame:
-        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON.
-
-        With a large text in the output (``large``) the frame is spliced and ``final`` is not used.
-        """
-        status = self.response["status"].encode()
-        if not self.large:
-            return _TERMINAL % (status, final or orjson.dumps(self.response), status, self._seq - 1)
-        texts: list[str] = []
-        response = {**self.response, "output": [marked(item, texts) for item in self.response["output"]]}
-        return spliced(_TERMINAL % (status, orjson.dumps(response), status, self._seq - 1), texts)
+            out.append(SILENT)  # what ``retract_terminal`` takes back
 
     def retract_terminal(self, events: Batch) -> None:
         """Take back the terminal event just built (not sent): recording the response failed, ``fail`` follows."""

@@ -5,7 +5,7 @@ chat parameter names, so everything Responses-specific is translated here, once,
 ``tools`` (flat function tools) become ``{"type": "function", "function": ...}``, ``text.format``
 becomes ``response_format``, ``reasoning.effort`` becomes ``reasoning_effort``,
 ``max_output_tokens`` becomes ``max_completion_tokens``. Input items are only checked for shape
-here; turning them into messages is ``responses_items``' job (it needs the stored state).
+here; turning them into messages is ``responses/items.py``' job (it needs the stored state).
 
 Hosted tools Loopgate cannot run and ``conversation`` are refused with a 400 naming the
 parameter, never dropped silently. Every count and size a caller controls is bounded.
@@ -37,7 +37,7 @@ HOSTED_TOOL_TYPES = frozenset({
     "file_search", "code_interpreter", "computer_use_preview", "computer", "computer_use", "image_generation",
     "mcp", "local_shell", "shell", "custom", "apply_patch",
 })
-# Input item types understood (shape-checked in responses_items).
+# Input item types understood (shape-checked in responses/items.py).
 INPUT_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "mcp_call",
                               "mcp_approval_request", "mcp_approval_response"})
 # Accepted, meaningless for a gateway that renders its own stream: never sent upstream.
@@ -88,9 +88,44 @@ class ResponsesRequest:
     stream_rescue: bool | None = None
 
 
-# Long by design: every field of a Responses request is checked in one place, in the order the API
-# documents them, so an error names the first bad field.
 def parse_responses_request(body: Any) -> ResponsesRequest:
+    """The request ``body`` stands for; a 400 naming the first bad field, in the order the API documents them.
+
+    Each group of fields is its own check; the fields a plain request does not send (most send
+    none of them) are read by :func:`_options` only when the body has one.
+    """
+    _refuse_unsupported(body)
+    model = _model(body.get("model"))
+    items = _input(body.get("input"))
+    # An absent field costs no call (each costs this request about as much as its checks).
+    instructions = body.get("instructions")
+    if instructions is not None:
+        _expect(instructions, (str,), "instructions")
+    tools_given = body.get("tools")
+    tools, tools_echo = ([], []) if tools_given is None else _tools(tools_given)
+    choice = body.get("tool_choice")
+    tool_choice = None if choice is None else _tool_choice(choice)
+    stream, store, background = _modes(body)
+    # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order).
+    # The default values are shared, never written to (the Response object is only serialised).
+    metadata: dict[str, str] = {}
+    echo = {
+        "instructions": instructions, "tools": tools_echo, "tool_choice": choice or "auto",
+        "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
+        "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
+        "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
+        "metadata": metadata,
+    }
+    # Positional (the field order): fifteen keywords cost this call more than all its checks.
+    request = ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
+                               None, None, False, metadata, echo)
+    if not body.keys() <= _PLAIN_FIELDS:
+        _options(body, request)
+    return request
+
+
+def _refuse_unsupported(body: Any) -> None:
+    """A body that is not an object, and the features this gateway refuses rather than drops."""
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, not {type_name(body)}")
     if body.get("conversation") is not None:
@@ -99,42 +134,50 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     if body.get("prompt") is not None:
         raise bad_request("stored prompt templates ('prompt') are not supported by this gateway; send "
                           "'instructions' and 'input'", "prompt")
-    model = body.get("model")
+
+
+def _model(model: Any) -> str:
     if model is None:
         raise bad_request("you must provide a model parameter", "model")
     if not isinstance(model, str) or not model:
         raise bad_request(f"'model' must be a non-empty string, not {type_name(model)}", "model")
-    items = _input(body.get("input"))
-    instructions = body.get("instructions")
-    _expect(instructions, (str,), "instructions")
-    tools, tools_echo = _tools(body.get("tools"))
-    tool_choice = _tool_choice(body.get("tool_choice"))
-    stream = _flag(body, "stream", False)
-    store = _flag(body, "store", True)
-    background = _flag(body, "background", False)
-    if body.keys() <= _PLAIN_FIELDS:
-        # Every other field is absent (most requests): its checks pass and its default applies, so
-        # this is what the rest of the function returns, without its forty lookups. The default
-        # echo values are shared, never written to (the Response object is only serialised).
-        metadata: dict[str, str] = {}
-        echo = {
-            "instructions": instructions, "tools": tools_echo, "tool_choice": body.get("tool_choice") or "auto",
-            "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
-            "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
-            "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
-            "metadata": metadata,
-        }
-        # Positional (the field order): fifteen keywords cost this call more than all its checks.
-        return ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
-                                None, None, False, metadata, echo)
+    return model
+
+
+def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
+    """The fields past a plain request's, checked in order, written over ``request``'s defaults."""
     parallel = body.get("parallel_tool_calls")
     _expect(parallel, (bool,), "parallel_tool_calls")
-    previous = body.get("previous_response_id")
+    previous = _previous_response_id(body.get("previous_response_id"))
+    max_tool_calls = _count(body.get("max_tool_calls"), "max_tool_calls", 0)
+    max_output = _count(body.get("max_output_tokens"), "max_output_tokens", 1)
+    user, truncation = _sampling(body)
+    metadata = _metadata(body.get("metadata"))
+    params = _params(body, max_output)
+    text = _text(body.get("text"), params)
+    reasoning = _reasoning(body.get("reasoning"), params)
+    request.max_tool_iterations, request.headless, request.stream_rescue = _gateway_options(body.get("gateway"))
+    request.echo.update({
+        "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
+        "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0), "text": text,
+        "reasoning": reasoning, "truncation": truncation or "disabled", "user": user,
+        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
+    })
+    request.params = params
+    request.previous_response_id = previous
+    request.max_tool_calls = max_tool_calls
+    request.metadata = metadata
+
+
+def _previous_response_id(previous: Any) -> str | None:
     _expect(previous, (str,), "previous_response_id")
     if isinstance(previous, str) and not 0 < len(previous) <= MAX_ID_CHARS:
         raise bad_request(f"'previous_response_id' must be 1 to {MAX_ID_CHARS} characters", "previous_response_id")
-    max_tool_calls = _count(body.get("max_tool_calls"), "max_tool_calls", 0)
-    max_output = _count(body.get("max_output_tokens"), "max_output_tokens", 1)
+    return previous
+
+
+def _sampling(body: dict[str, Any]) -> tuple[str | None, str | None]:
+    """``temperature``, ``top_p``, ``user`` and ``truncation`` checked; the last two returned (the echo's)."""
     for name in ("temperature", "top_p"):
         _expect(body.get(name), _NUMBER, name)
     user = body.get("user")
@@ -142,15 +185,23 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     truncation = body.get("truncation")
     if truncation is not None and truncation not in ("auto", "disabled"):
         raise bad_request("'truncation' must be 'auto' or 'disabled'", "truncation")
-    metadata = _metadata(body.get("metadata"))
+    return user, truncation
 
+
+def _params(body: dict[str, Any], max_output: int | None) -> dict[str, Any]:
+    """The chat parameters sent on every model call: what this module does not own, passed as it is, and
+    the sampling fields (``max_output_tokens`` as ``max_completion_tokens``)."""
     params: dict[str, Any] = {k: v for k, v in body.items() if k not in _OWN_FIELDS and v is not None}
     for name in ("temperature", "top_p", "user", "parallel_tool_calls"):
         if body.get(name) is not None:
             params[name] = body[name]
     if max_output is not None:
         params["max_completion_tokens"] = max_output
-    text = body.get("text")
+    return params
+
+
+def _text(text: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """``text``: its format as ``response_format``, its verbosity as ``verbosity`` (into ``params``); its echo."""
     _expect(text, (dict,), "text")
     response_format = _text_format((text or {}).get("format"))
     if response_format is not None:
@@ -158,47 +209,49 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     if isinstance(text, dict) and text.get("verbosity") is not None:
         _expect(text["verbosity"], (str,), "text.verbosity")
         params["verbosity"] = text["verbosity"]
-    reasoning = body.get("reasoning")
+    return {"format": (text or {}).get("format") or {"type": "text"}}
+
+
+def _reasoning(reasoning: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """``reasoning``: its effort as ``reasoning_effort`` (into ``params``); its echo."""
     _expect(reasoning, (dict,), "reasoning")
     if isinstance(reasoning, dict):
         _expect(reasoning.get("effort"), (str,), "reasoning.effort")
         _expect(reasoning.get("summary"), (str,), "reasoning.summary")
         if reasoning.get("effort") is not None:
             params["reasoning_effort"] = reasoning["effort"]
+    return {"effort": (reasoning or {}).get("effort"), "summary": (reasoning or {}).get("summary")}
 
-    options = body.get("gateway")
-    _expect(options, (dict,), "gateway")
-    options = options or {}
-    max_iterations = options.get("max_tool_iterations")
-    if max_iterations is not None:
-        max_iterations = _count(max_iterations, "gateway.max_tool_iterations", 0)
+
+def _gateway_options(value: Any) -> tuple[int | None, bool, bool | None]:
+    """``gateway``, Loopgate's own options: ``max_tool_iterations``, ``headless``, ``stream_rescue``."""
+    _expect(value, (dict,), "gateway")
+    options = value or {}
+    max_iterations = _count(options.get("max_tool_iterations"), "gateway.max_tool_iterations", 0)
     headless = options.get("headless", False)
     if not isinstance(headless, bool):
         raise bad_request("'gateway.headless' must be a boolean", "gateway.headless")
-
-    echo = {
-        "instructions": instructions, "tools": tools_echo, "tool_choice": body.get("tool_choice") or "auto",
-        "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
-        "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
-        "text": {"format": (text or {}).get("format") or {"type": "text"}},
-        "reasoning": {"effort": (reasoning or {}).get("effort"), "summary": (reasoning or {}).get("summary")},
-        "truncation": truncation or "disabled", "user": user, "store": store, "background": background,
-        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
-    }
-    return ResponsesRequest(model=model, input=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
-                            params=params, stream=stream, store=store, background=background,
-                            previous_response_id=previous, max_tool_calls=max_tool_calls,
-                            max_tool_iterations=max_iterations, headless=headless, metadata=metadata, echo=echo,
-                            stream_rescue=stream_rescue_option(options))
+    return max_iterations, headless, stream_rescue_option(options)
 
 
-def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if value.__class__ is not bool:
-        raise bad_request(f"'{name}' must be a boolean, not {type_name(value)}", name)
-    return value
+def _modes(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """``stream``, ``store`` and ``background``: how the response runs (absent: answered whole, stored, at once)."""
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
+    elif stream.__class__ is not bool:
+        raise bad_request(f"'stream' must be a boolean, not {type_name(stream)}", "stream")
+    store = body.get("store")
+    if store is None:
+        store = True
+    elif store.__class__ is not bool:
+        raise bad_request(f"'store' must be a boolean, not {type_name(store)}", "store")
+    background = body.get("background")
+    if background is None:
+        background = False
+    elif background.__class__ is not bool:
+        raise bad_request(f"'background' must be a boolean, not {type_name(background)}", "background")
+    return stream, store, background
 
 
 def _count(value: Any, param: str, minimum: int) -> int | None:

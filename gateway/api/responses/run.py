@@ -1,86 +1,54 @@
-"""One Responses-API response: from a parsed request to the loop's events, rendered and recorded.
+"""Running one Responses-API response: the loop's events, rendered and recorded.
 
-``prepare_response`` decides what the loop runs on (this is where ``previous_response_id`` and
-answers to paused calls are resolved) and returns a :class:`ResponseRun`; everything that can be
-refused is refused there, before anything is sent. ``ResponseRun.open()`` pulls the loop up to
+``prepare.prepare_response`` decides what the loop runs on (this is where ``previous_response_id``
+and answers to paused calls are resolved) and returns a :class:`ResponseRun`; everything that can
+be refused is refused there, before anything is sent. ``ResponseRun.open()`` pulls the loop up to
 its first output (so a request failing before any output gets a real HTTP status), and
 ``ResponseRun.events()`` yields the Responses stream events, storing the response record just
 before the terminal event, so a client that saw ``response.completed`` can chain from it at once.
 ``ResponseRun.response`` is the Response object (final once the events are exhausted).
 
-The loop itself is the one engine: a new conversation is a plain ``LoopRequest``; answering a
-paused ``function_call`` / ``mcp_approval_request`` goes through the continuation claim exactly
-like ``POST /v1/continuations/{id}`` (at most once, approved tools ledgered).
+A run reads nothing from the surface's services: the records store and their TTL are handed to it.
 """
-
-# Long by design: one Responses run (new, continued with previous_response_id, or resuming a pause)
-# is prepared and driven here; the states share the run's builder and transcript, which one module
-# keeps in view.
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 
 from gateway.api.errors import to_gateway_error
-from gateway.api.lifecycle import Work
-from gateway.api.planning import refuse_name_clashes, route_of
-from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
-from gateway.api.responses.items import Converted, to_messages
-from gateway.api.responses.origin import responses_origin
-from gateway.api.responses.render import (
-    TERMINAL,
-    Batch,
-    Frame,
-    ResponseBuilder,
-    ResponseRecorder,
-    response_id,
-    server_label,
-)
+from gateway.api.responses.chain import Chain
+from gateway.api.responses.events import TERMINAL, Batch, Frame
+from gateway.api.responses.render import ResponseBuilder
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.spliced import frames_body
-from gateway.api.resume import check_pending, resume_paused
 from gateway.cancellation import EXITS
 from gateway.canonical import Message
-from gateway.errors import GatewayError, bad_request, quoted
-from gateway.loop.artifacts import reattach
-from gateway.loop.continuations import Continuations
-from gateway.loop.engine import LoopRequest, run_loop
+from gateway.loop.engine import LoopRequest
 from gateway.loop.events import Finished, LoopEvent, Notice
-from gateway.loop.pairing import pairing_problem
-from gateway.routing.routes import RoutePlan
-from gateway.store.continuations.base import Continuation, ContinuationNotFound
-from gateway.store.responses.base import TRANSCRIPT_HEAD, continuable
-from gateway.tools.registry import ToolRegistry
-
-if TYPE_CHECKING:  # the Responses surface is still given the composition root (api/runtime.py)
-    from gateway.api.runtime import Runtime
+from gateway.store.responses.base import TRANSCRIPT_HEAD, ResponseRecords
 
 _T = TypeVar("_T")
-_NO_APPROVALS: frozenset[str] = frozenset()
-_ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 _ITEM_PREFIX = {"message": "msg", "function_call_output": "fco", "mcp_approval_response": "mcpa"}
 
 
 class ResponseRun:
     """A prepared response; see the module docstring. Public API used by background mode too."""
 
-    __slots__ = ("_chain", "_events", "_final", "_first", "_instructions_first", "_loop", "builder", "label", "plan",
-                 "request", "runtime", "tenant")
+    __slots__ = ("_chain", "_events", "_final", "_first", "_instructions_first", "_loop", "_records", "_ttl_s",
+                 "builder", "request", "tenant")
 
-    def __init__(self, runtime: Runtime, tenant: str, request: ResponsesRequest, plan: RoutePlan,
+    def __init__(self, records: ResponseRecords, ttl_s: float, tenant: str, request: ResponsesRequest,
                  loop: LoopRequest, events: AsyncIterator[LoopEvent], builder: ResponseBuilder,
                  instructions_first: bool, chain: Chain | None = None) -> None:
-        self.runtime = runtime
+        #: where the record is written, and for how long (``store.continuation_ttl_s``)
+        self._records = records
+        self._ttl_s = ttl_s
         self.tenant = tenant
         self.request = request
-        self.plan = plan
-        self.label = plan.metric_label
         self.builder = builder
         self._loop = loop
         self._events = events
@@ -91,11 +59,6 @@ class ResponseRun:
         # The final Response object serialised once, at the terminal save: the stored record and
         # the answer (JSON body or terminal stream event) embed these bytes instead of re-encoding.
         self._final: bytes | None = None
-
-    @property
-    def loop_request(self) -> LoopRequest:
-        """The loop this response runs (the usage meter watches it)."""
-        return self._loop
 
     @property
     def id(self) -> str:
@@ -286,9 +249,7 @@ class ResponseRun:
     async def save(self, finished: Finished | None = None) -> None:
         """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
         if self.request.store:
-            runtime = self.runtime
-            await runtime.responses.put(self.tenant, self.builder.response["id"], self.record(finished),
-                                        runtime.config.store.continuation_ttl_s)
+            await self._records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
 
 
 def _same(batch: Batch) -> Batch:
@@ -320,157 +281,3 @@ def _listed(item: dict[str, Any]) -> dict[str, Any]:
         return {**item, "status": item.get("status") or "completed",
                 "content": [{"type": "output_text", "text": content, "annotations": []}]}
     return {**item, "content": [{"type": "input_text", "text": content}]}
-
-
-@functools.lru_cache(maxsize=16)
-def _labels(tools: ToolRegistry) -> Callable[[str], str]:
-    """The server-label function of a tool registry: made once per registry, not once per request."""
-
-    def label(name: str) -> str:
-        tool = tools.get(name)
-        return server_label(tool.source.name) if tool is not None else "loopgate"
-
-    return label
-
-
-def label_of(runtime: Runtime) -> Callable[[str], str]:
-    """The server-label function of the runtime's tools (a decided pause's renderer uses it too)."""
-    return _labels(runtime.tools)
-
-
-async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Work,
-                           headless: bool, plan: RoutePlan | None = None) -> ResponseRun:
-    """Resolve the request to a loop (new, continued, or a paused one resumed); raises GatewayError.
-
-    ``work`` is admitted here, once it is known who is charged (a resume: the key that asked), and
-    before anything is claimed or run. ``plan``: the route of ``request.model`` when the caller
-    already looked it up.
-    """
-    key = work.key
-    assert key is not None, "authenticated by the caller"
-    tenant = key.tenant
-    if plan is None:
-        plan = route_of(runtime.routes, key, request.model)
-    if request.tools:
-        refuse_name_clashes(runtime.tools, plan, request.tools, request.model, "function tool")
-    converted = to_messages(request.input)
-    if request.store:
-        await check_quota(runtime, tenant)
-    deadline = time.monotonic() + runtime.config.routing.request_timeout_s
-    continuations = runtime.continuations
-    record: dict[str, Any] | None = None
-    if request.previous_response_id is not None:
-        record = await runtime.responses.get(tenant, request.previous_response_id)
-        if record is None:
-            raise previous_not_found(request.previous_response_id)
-    if record is not None and record.get("continuation_id"):
-        # Answering a paused response: only answers, and they resume its loop through the claim.
-        for index, item in enumerate(request.input):
-            if item["type"] not in _ANSWERS:
-                raise bad_request(f"response {quoted(request.previous_response_id)} waits for answers to its "
-                                  "function_call / mcp_approval_request items: send only function_call_output "
-                                  "and mcp_approval_response items", f"input[{index}]")
-        try:
-            stored = await runtime.store.get_continuation(record["continuation_id"], tenant)
-        except ContinuationNotFound:
-            raise previous_not_found(str(request.previous_response_id)) from None
-        return await _resume(request, runtime, work, headless, stored, converted, deadline,
-                             bool(record.get("instructions_first")))
-    if record is None and converted.decisions and converted.orphan is None:
-        stored_match = await _paused_match(continuations, runtime, tenant, converted)
-        if stored_match is not None:
-            return await _resume(request, runtime, work, headless, stored_match, converted, deadline, None)
-    if converted.orphan is not None:
-        raise bad_request("no function_call or mcp_approval_request in the input has this call id; to answer a "
-                          "stored response, send 'previous_response_id'", converted.orphan)
-    if converted.approved:
-        raise bad_request("this mcp_approval_response approves a call that is not pending on this gateway (unknown, "
-                          "expired or already answered)", "input")
-    messages: list[Message] = []
-    if request.instructions:
-        messages.append({"role": "system", "content": request.instructions})
-    chain: Chain | None = None
-    if record is not None:
-        if not continuable(record):
-            raise bad_request(f"response {quoted(request.previous_response_id)} did not complete; it cannot be "
-                              "continued", "previous_response_id")
-        assert request.previous_response_id is not None
-        earlier, chain = await parent_chain(runtime, tenant, request.previous_response_id, record)
-        messages.extend(earlier)
-    messages.extend(converted.messages)
-    if len(messages) == (1 if request.instructions else 0):
-        raise bad_request("'input' is required (a string or a non-empty array of items)", "input")
-    problem = pairing_problem(messages)
-    if problem is not None:
-        raise bad_request(f"the input does not form a valid conversation: {problem}", "input")
-    await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
-    if plan.needs_artifacts:
-        await reattach(runtime.store, tenant, messages)
-    loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
-                       params=request.params, max_iterations=_max_iterations(plan, request), headless=headless,
-                       tenant=tenant, stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                       allowed_tools=key.tools, stream_rescue=request.stream_rescue)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), _NO_APPROVALS, None,
-                              request.stream or request.background, request.stream and not request.background)
-    loop.origin = responses_origin(builder.id, request, bool(request.instructions))
-    return ResponseRun(runtime, tenant, request, plan, loop, run_loop(loop, runtime.deps), builder,
-                       bool(request.instructions), chain)
-
-
-def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
-    limit = plan.max_tool_iterations
-    if request.max_tool_iterations is None and request.max_tool_calls is None:
-        return limit
-    for cap in (request.max_tool_iterations, request.max_tool_calls):
-        if cap is not None:
-            limit = min(limit, cap)
-    return limit
-
-
-async def _paused_match(continuations: Continuations, runtime: Runtime, tenant: str,
-                        converted: Converted) -> Continuation | None:
-    """A resent conversation ending in answers: the paused loop they answer, if it is this conversation's."""
-    found = await runtime.store.find_continuation_by_tool_call(tenant, converted.decisions[0]["tool_call_id"])
-    if found is None:
-        return None
-    try:
-        stored = await runtime.store.get_continuation(found, tenant)
-    except ContinuationNotFound:
-        return None
-    return stored if continuations.history_mismatch(stored, converted.messages) is None else None
-
-
-async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headless: bool, stored: Continuation,
-                  converted: Converted, deadline: float, instructions_first: bool | None) -> ResponseRun:
-    """Resume a paused loop with the input's answers (way B's checks, claim, ledger, audit and notifications).
-
-    The caller decides; the key that asked is charged (``Work.charge_to``), admitted before the claim.
-    """
-    conflict = f"the pending calls of this response were already answered (continuation {stored.id})"
-    check_pending(stored, conflict)
-    try:
-        assert work.key is not None, "authenticated by the caller"
-        results, approved, answers = await runtime.continuations.checked_decisions(
-            stored, converted.decisions, work.key.id, work.key.name)
-    except GatewayError as error:
-        error.param = "input"
-        raise
-    resumed = await resume_paused(runtime.services.loop, work, stored, results=results, approved=approved,
-                                  answers=answers, decisions=converted.decisions, stream=request.stream,
-                                  headless=headless, deadline=deadline, conflict=conflict,
-                                  stream_rescue=request.stream_rescue)
-    loop = resumed.loop
-    first = bool(instructions_first)
-    if instructions_first is not None:  # previous_response_id: this request's instructions replace the stored ones
-        if instructions_first and loop.messages:
-            del loop.messages[0]
-        if request.instructions:
-            loop.messages.insert(0, {"role": "system", "content": request.instructions})
-        first = bool(request.instructions)
-    builder = ResponseBuilder(response_id(), request.model, request.echo, label_of(runtime), frozenset(approved),
-                              emit=request.stream or request.background,
-                              frames=request.stream and not request.background)
-    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
-    loop.origin = responses_origin(builder.id, request, first)  # a pause of it is decided as this response
-    assert work.key is not None
-    return ResponseRun(runtime, work.key.tenant, request, resumed.plan, loop, resumed.events, builder, first)

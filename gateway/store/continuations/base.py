@@ -101,6 +101,25 @@ class Continuation:
         return cls.from_dict(orjson.loads(raw))
 
 
+def claimable(known: Continuation | None, continuation_id: str, tenant: str) -> bool:
+    """Whether a claim can answer with ``known`` (the caller's read of the record) instead of the stored body.
+
+    A body never changes while its continuation can be claimed (its status, lease and result do; the body
+    only once it is resumed, see ``finish_continuation``), so a read of the same continuation is as good as
+    the claim's own: it saves sending and parsing the body twice.
+    """
+    return known is not None and known.id == continuation_id and known.tenant == tenant
+
+
+def claimed(c: Continuation | None, until: float) -> Continuation:
+    """``c`` as a claim leaves it: claimed until ``until`` (a copy: the caller's read stays as it was)."""
+    assert c is not None, "a claim without the body back has the caller's read"
+    # Built field by field: ``dataclasses.replace`` costs several times as much on every resume.
+    return Continuation(id=c.id, tenant=c.tenant, model=c.model, status="claimed", created_at=c.created_at,
+                        expires_at=c.expires_at, pending=c.pending, data=c.data, claimed_until=until,
+                        summary=c.summary, result=c.result)
+
+
 class ContinuationNotFound(StoreError):
     """Unknown, expired, cancelled or another tenant's continuation: the API answers 404.
 
@@ -186,10 +205,12 @@ class ContinuationStore(ABC):
         """
 
     @abstractmethod
-    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float,
+                                 known: Continuation | None = None) -> Continuation:
         """Atomically take the right to resume: pending (or claimed with an expired lease) -> claimed.
 
-        Returns the claimed continuation (``claimed_until = now + lease_s``). Raises
+        Returns the claimed continuation (``claimed_until = now + lease_s``); ``known``: the caller's
+        read of it (``get_continuation``), returned claimed instead of the body read again. Raises
         ``ContinuationConflict`` when another claim's lease is live or it was resumed already,
         ``ContinuationNotFound`` when unknown/expired/cancelled/another tenant's.
         """
@@ -202,13 +223,19 @@ class ContinuationStore(ABC):
         """
 
     @abstractmethod
-    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
+                                  kept: Continuation | None = None) -> None:
         """Claimed -> resumed; the record stays until its TTL (a repeated resume gets 409, not 404).
 
         ``result`` (JSON bytes, opaque to the store) is kept with it, in the same atomic step: a
         resumed continuation read later carries it (``Continuation.result``), so whoever asked can
         fetch the answer a decider received. The tool-call index entries are removed.
         ``ContinuationConflict`` unless it is claimed.
+
+        ``kept``: the continuation as the record is to keep it once resumed (the caller leaves out
+        what only a resume reads); its pending calls name the index entries, so a store can drop them
+        in the same step. A store that may have to undo the finish (Redis with ``wait_replicas``: an
+        unconfirmed end is reverted to resumable) keeps the whole body.
         """
 
     @abstractmethod
@@ -232,6 +259,12 @@ class ContinuationStore(ABC):
     @abstractmethod
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         """Resume way A: the id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
+
+    @abstractmethod
+    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+        """Resume way A in one step: the continuation the first of ``tool_call_ids`` (in order) is indexed to,
+        read as ``get_continuation`` reads it; None when none of them names one (an id two live continuations
+        share names none), or it is gone by the time it is read. The ids are looked up all at once."""
 
     # -- tool execution ledger -------------------------------------------------------------------
     @abstractmethod

@@ -31,6 +31,8 @@ from gateway.store.continuations.base import (
     ContinuationNotFound,
     ContinuationStatus,
     ContinuationStore,
+    claimable,
+    claimed,
     holders,
     indexed,
     with_holder,
@@ -114,14 +116,15 @@ class MemoryContinuations(ContinuationStore):
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         return self._live(continuation_id, tenant, self._clock()).load()
 
-    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float,
+                                 known: Continuation | None = None) -> Continuation:
         now = self._clock()
         rec = self._live(continuation_id, tenant, now)
         if rec.status == "resumed" or (rec.status == "claimed" and (rec.claimed_until or 0.0) > now):
             raise ContinuationConflict(continuation_id, rec.status)
         rec.status = "claimed"
         rec.claimed_until = now + lease_s
-        return rec.load()
+        return claimed(known, rec.claimed_until) if claimable(known, continuation_id, tenant) else rec.load()
 
     async def release_continuation(self, continuation_id: str, tenant: str) -> None:
         rec = self._live(continuation_id, tenant, self._clock())
@@ -130,7 +133,8 @@ class MemoryContinuations(ContinuationStore):
         rec.status = "pending"
         rec.claimed_until = None
 
-    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
+                                  kept: Continuation | None = None) -> None:
         rec = self._live(continuation_id, tenant, self._clock())
         if rec.status != "claimed":
             raise ContinuationConflict(continuation_id, rec.status, f"continuation {continuation_id!r} is "
@@ -138,6 +142,8 @@ class MemoryContinuations(ContinuationStore):
         rec.status = "resumed"
         rec.claimed_until = None
         rec.result = result
+        if kept is not None:
+            rec.body = kept.to_bytes()
         self._unindex(rec, continuation_id)
         self._listing.remove(tenant, continuation_id)
 
@@ -168,6 +174,16 @@ class MemoryContinuations(ContinuationStore):
 
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         return indexed(self._index.get((tenant, tool_call_id), self._clock()))
+
+    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+        now = self._clock()
+        found = next((cid for tc in tool_call_ids if (cid := indexed(self._index.get((tenant, tc), now)))), None)
+        if found is None:
+            return None
+        try:
+            return self._live(found, tenant, now).load()
+        except ContinuationNotFound:
+            return None
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

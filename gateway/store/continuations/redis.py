@@ -13,8 +13,11 @@ Every write sets its TTL in the same command or script, so nothing lives forever
 The continuation's state machine (claim, release, finish, cancel) runs as Lua scripts on the one
 record key: the check and the change are atomic, and the tenant comparison happens inside the
 script. The body is an opaque blob the scripts never parse (no cjson round trip can alter the
-transcript). The only write that spans two slots (a pause: its record, and its tenant's
-tool-call index) is sent as one pipeline per owning node on a Cluster.
+transcript). A pause writes its record and its tenant's keys (the tool-call index, the listing), and the end of a
+resume changes the record and drops its tenant's entries: where one server holds every key (a single
+server, Sentinel) each is one script (``PAUSE``, ``FINISH_ALL``), one round trip; on a Cluster, one
+script per slot (the pause's two as one pipeline per owning node). Reading a record back whole is the
+way-A lookup's job: a claim given the continuation already read (``known``) does not send its body again.
 
 Durability (``wait_replicas`` > 0, see ``RedisIO``): a pause, a claim and a ledger entry are
 acknowledged only when confirmed. An unconfirmed pause is deleted (best effort; its id was never
@@ -45,6 +48,8 @@ from gateway.store.continuations.base import (
     ContinuationNotFound,
     ContinuationStatus,
     ContinuationStore,
+    claimable,
+    claimed,
     indexed,
 )
 from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
@@ -52,6 +57,21 @@ from gateway.store.redis_client.keys import num, record_key, tenant_key
 from gateway.store.ttl import check_ttl
 
 log = logging.getLogger("loopgate.store")
+
+
+_RECORD_FIELDS = ["t", "s", "cu", "b", "r"]
+
+
+def _loaded(continuation_id: str, tenant: str, fields: list[bytes | None]) -> Continuation:
+    """A record's fields (``_RECORD_FIELDS``) as the continuation; not found unless live and the tenant's."""
+    t, s, cu, body, result = fields
+    if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
+        raise ContinuationNotFound(continuation_id)
+    c = Continuation.from_bytes(body)
+    c.status = cast(ContinuationStatus, s.decode())
+    c.claimed_until = float(cu) if cu else None
+    c.result = result
+    return c
 
 
 class RedisContinuations(ContinuationStore):
@@ -67,6 +87,9 @@ class RedisContinuations(ContinuationStore):
         self._cancel = io.register(scripts.CANCEL)
         self._unindex = io.register(scripts.UNINDEX)
         self._index = io.register(scripts.INDEX)
+        self._drop = io.register(scripts.DROP)
+        self._pause = io.register(scripts.PAUSE)
+        self._finish_all = io.register(scripts.FINISH_ALL)
         self._page = io.register(listing.PAGE)
         self._list_add = io.register(listing.ADD)
 
@@ -81,48 +104,32 @@ class RedisContinuations(ContinuationStore):
         raise ContinuationNotFound(continuation_id)
 
     async def _drop_index(self, tenant: str, continuation_id: str, ids_json: bytes | None) -> None:
+        """The tenant's entries of a resumed or cancelled continuation: its listing entry, its way-A index."""
         ids = orjson.loads(ids_json) if ids_json else []
-        await listing.remove(self.io, tenant, continuation_id)
-        if ids:
-            keys = [tenant_key(tenant, "tc", tc) for tc in ids]
-            await self._unindex(keys=keys, args=[continuation_id, AMBIGUOUS_TOOL_CALL])
+        keys = [*listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in ids)]
+        await self._drop(keys=keys, args=[continuation_id, AMBIGUOUS_TOOL_CALL])
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         ids = c.tool_call_ids
         ex = check_ttl(ttl_s)
-        args: list[bytes | str | int | float] = [
-            c.tenant, c.status, "" if c.claimed_until is None else num(c.claimed_until), c.to_bytes(),
-            orjson.dumps(ids), ex]
+        record = [c.tenant, c.status, "" if c.claimed_until is None else num(c.claimed_until), c.to_bytes(),
+                  orjson.dumps(ids), ex]
         rec = record_key(c.id)
         index = [tenant_key(c.tenant, "tc", tc) for tc in ids]
-
-        def write_record(pipe: Any) -> None:
-            evalsha(pipe, self._save, [rec], args)
-
-        def write_index(pipe: Any) -> None:
-            if index:  # an id another live continuation of the tenant holds becomes ambiguous (scripts.INDEX)
-                evalsha(pipe, self._index, index, [c.id, ex, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS])
-            listing.queue_add(pipe, self._list_add, c, ex)
-
-        def write_both(pipe: Any) -> None:
-            write_record(pipe)
-            write_index(pipe)
-
         async with self.io.guard("save_continuation", durable=True):
             try:
                 if self.io.cluster and (index or c.summary is not None):
-                    # Two slots (the record's, the tenant's): one pipeline (and WAIT) per owning node.
-                    # Both run to completion before any clean-up, so none lands after the clean-up.
-                    done = await asyncio.gather(self.io.run(rec, write_record, True),
-                                                self.io.run(listing.listing_keys(c.tenant)[0], write_index, True),
-                                                return_exceptions=True)
-                    failed = next((d for d in done if isinstance(d, BaseException)), None)
-                    if failed is not None:
-                        raise failed
-                    acked = [cast(tuple[list[Any], int | None], d)[1] for d in done]
+                    acked = await self._save_per_slot(c, rec, record, index, ex)
+                elif self.io.cluster:  # nothing of the tenant's to write
+                    acked = [(await self.io.script(self._save, [rec], record, True))[1]]
                 else:
-                    # One round trip: the record (atomic, with its TTL), every index entry, the WAIT.
-                    acked = [(await self.io.run(rec, write_both, True))[1]]
+                    # One script, one round trip (with the WAIT when durable): the record with its TTL, every
+                    # index entry (an id another live continuation of the tenant holds becomes ambiguous), the
+                    # listing entry.
+                    summary = b"" if c.summary is None else orjson.dumps(c.summary)
+                    keys = [rec, *listing.listing_keys(c.tenant), *index]
+                    args = [*record, c.id, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS, listing.score(c), summary]
+                    acked = [(await self.io.script(self._pause, keys, args, True))[1]]
             except UNAVAILABLE:
                 # Unreachable: a clean-up would only wait out another deadline. Whatever part landed
                 # expires with its TTL and is harmless, since the client never got its id.
@@ -133,6 +140,26 @@ class RedisContinuations(ContinuationStore):
             if not all(self.io.confirmed(a) for a in acked):
                 await self._forget(c, rec, index)
                 raise self.io.unconfirmed("the pause", min(a or 0 for a in acked))
+
+    async def _save_per_slot(self, c: Continuation, rec: str, record: list[Any], index: list[str],
+                             ex: int) -> list[int | None]:
+        """A Cluster's pause: the record on its node, the index and listing entries on the tenant's, each one
+        pipeline (and WAIT). Both run to completion before any clean-up, so none lands after the clean-up."""
+        def write_record(pipe: Any) -> None:
+            evalsha(pipe, self._save, [rec], record)
+
+        def write_index(pipe: Any) -> None:
+            if index:  # an id another live continuation of the tenant holds becomes ambiguous (scripts.INDEX)
+                evalsha(pipe, self._index, index, [c.id, ex, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS])
+            listing.queue_add(pipe, self._list_add, c, ex)
+
+        done = await asyncio.gather(self.io.run(rec, write_record, True),
+                                    self.io.run(listing.listing_keys(c.tenant)[0], write_index, True),
+                                    return_exceptions=True)
+        failed = next((d for d in done if isinstance(d, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return [cast(tuple[list[Any], int | None], d)[1] for d in done]
 
     async def _forget(self, c: Continuation, rec: str, index: list[str]) -> None:
         """Best effort: a pause that was not acknowledged must not stay resumable (the client never got its id)."""
@@ -147,50 +174,68 @@ class RedisContinuations(ContinuationStore):
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self.io.guard("get_continuation"):
             # The client is built without decode_responses: every value is bytes (or None).
-            raw = await self.io.client.hmget(record_key(continuation_id), ["t", "s", "cu", "b", "r"])
-        fields = cast(list[bytes | None], raw)
-        t, s, cu, body, result = fields
-        if t is None or s is None or body is None or t.decode() != tenant or s == b"cancelled":
-            raise ContinuationNotFound(continuation_id)
-        c = Continuation.from_bytes(body)
-        c.status = cast(ContinuationStatus, s.decode())
-        c.claimed_until = float(cu) if cu else None
-        c.result = result
-        return c
+            raw = await self.io.client.hmget(record_key(continuation_id), _RECORD_FIELDS)
+        return _loaded(continuation_id, tenant, cast(list[bytes | None], raw))
 
-    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float) -> Continuation:
+    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+        if not tool_call_ids:
+            return None
+        client = self.io.client
+        async with self.io.guard("find_paused"):
+            # The tenant's index keys share its slot: one MGET, however many ids (a Cluster included).
+            held = cast(list[bytes | None], await client.mget([tenant_key(tenant, "tc", tc) for tc in tool_call_ids]))
+            found = next((cid for value in held if (cid := indexed(None if value is None else value.decode()))),
+                         None)
+            if found is None:
+                return None
+            raw = await client.hmget(record_key(found), _RECORD_FIELDS)
+        try:
+            return _loaded(found, tenant, cast(list[bytes | None], raw))
+        except ContinuationNotFound:
+            return None  # expired or cancelled between the index lookup and the read
+
+    async def claim_continuation(self, continuation_id: str, tenant: str, lease_s: float,
+                                 known: Continuation | None = None) -> Continuation:
         now = time.time()
         until = now + lease_s
         rec = record_key(continuation_id)
-
+        args = [tenant, num(now), num(until), "" if claimable(known, continuation_id, tenant) else "1"]
         async with self.io.guard("claim_continuation", durable=True):
-            reply, acked = await self.io.script(self._claim, [rec], [tenant, num(now), num(until)], True)
+            reply, acked = await self.io.script(self._claim, [rec], args, True)
             if reply[0] == b"ok" and not self.io.confirmed(acked):
                 # Not acknowledged, so not taken: leave it resumable (a failed release expires with the lease).
                 with contextlib.suppress(Exception):
                     await self._release(keys=[rec], args=[tenant])
                 raise self.io.unconfirmed("the claim", acked)
-        c = Continuation.from_bytes(self._check(reply, continuation_id)[1])
-        c.status = "claimed"
-        c.claimed_until = until
-        return c
+        reply = self._check(reply, continuation_id)
+        return claimed(known if len(reply) < 2 else Continuation.from_bytes(reply[1]), until)
 
     async def release_continuation(self, continuation_id: str, tenant: str) -> None:
         async with self.io.guard("release_continuation"):
             reply = await self._release(keys=[record_key(continuation_id)], args=[tenant])
         self._check(reply, continuation_id)
 
-    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None) -> None:
+    async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
+                                  kept: Continuation | None = None) -> None:
         """Mark a resume done; with ``wait_replicas``, only once replicas confirm it.
 
         An unconfirmed finish could be undone by a failover (the record back at ``claimed``, and
         resumable a second time once the lease ends), so it is reverted to resumable and reported
         as unavailable: the client is told the resume failed and may retry; approved tools are in
-        the ledger, so none runs twice.
+        the ledger, so none runs twice. Hence, waited for, the record keeps its whole body.
         """
         rec = record_key(continuation_id)
+        body = b"" if kept is None or self.io.wait_replicas > 0 else kept.to_bytes()
+        if kept is not None and not self.io.cluster and self.io.wait_replicas == 0:
+            # Nothing to confirm, one server: the record and the tenant's entries in one script.
+            keys = [rec, *listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in kept.tool_call_ids)]
+            async with self.io.guard("finish_continuation"):
+                reply = await self._finish_all(keys=keys, args=[tenant, result or b"", body, continuation_id,
+                                                                AMBIGUOUS_TOOL_CALL])
+            self._check(reply, continuation_id)
+            return
         async with self.io.guard("finish_continuation", durable=True):
-            reply, acked = await self.io.script(self._finish, [rec], [tenant, result or b""], True)
+            reply, acked = await self.io.script(self._finish, [rec], [tenant, result or b"", body], True)
             if reply[0] == b"ok" and not self.io.confirmed(acked):
                 with contextlib.suppress(Exception):
                     await self._unfinish(keys=[rec], args=[tenant])

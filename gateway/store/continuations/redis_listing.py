@@ -46,15 +46,22 @@ return out
 """.replace("TRIM_BATCH", str(TRIM_BATCH))
 
 
-# KEYS: conts, contv. ARGV: member, score, summary, ttl. Adds one entry; the keys' TTL only ever
-# grows (a short-lived pause must not shorten the life of the others' entries). Any Redis version.
-ADD = """
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-local ttl = tonumber(ARGV[4])
-for _, k in ipairs(KEYS) do
-  if redis.call('TTL', k) < ttl then redis.call('EXPIRE', k, ttl) end
+# One entry of the listing (keys conts, contv): member, score, summary, ttl. The keys' TTL only ever grows
+# (a short-lived pause must not shorten the life of the others' entries). Any Redis version.
+LIST_ADD = """
+local function list_add(conts, contv, member, score, summary, ttl)
+  redis.call('ZADD', conts, score, member)
+  redis.call('HSET', contv, member, summary)
+  ttl = tonumber(ttl)
+  for _, k in ipairs({conts, contv}) do
+    if redis.call('TTL', k) < ttl then redis.call('EXPIRE', k, ttl) end
+  end
 end
+"""
+
+# KEYS: conts, contv. ARGV: member, score, summary, ttl.
+ADD = LIST_ADD + """
+list_add(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 return 1
 """
 
@@ -67,7 +74,12 @@ def queue_add(pipe: Any, script: Script, c: Continuation, ex: int) -> None:
     """Add ``c`` to its tenant's listing inside the pause's index pipeline (same slot)."""
     if c.summary is None:
         return
-    evalsha(pipe, script, list(listing_keys(c.tenant)), [c.id, repr(c.expires_at), orjson.dumps(c.summary), ex])
+    evalsha(pipe, script, list(listing_keys(c.tenant)), [c.id, score(c), orjson.dumps(c.summary), ex])
+
+
+def score(c: Continuation) -> str:
+    """A continuation's place in its tenant's listing: its expiry (one TTL for all: creation order)."""
+    return repr(c.expires_at)
 
 
 async def remove(io: RedisIO, tenant: str, continuation_id: str) -> None:

@@ -1,11 +1,16 @@
 """The Lua scripts of the Redis store: each check-and-change on one key (or one hash tag) runs atomically.
 
-Every script touches only keys that share a hash tag (see redis.py), so each runs
-unchanged on one server, behind Sentinel and on a Cluster.
+Every script touches only the keys it is given. The step scripts (``SAVE``, ``INDEX``, ``CLAIM``, ...)
+touch keys that share a hash tag (see redis.py), so each runs unchanged on one server, behind
+Sentinel and on a Cluster. ``PAUSE`` and ``FINISH_ALL`` are the same steps as one script across
+a continuation's record and its tenant's keys: one round trip where one server holds every key
+(a single server or Sentinel), never sent to a Cluster.
 """
 
 # Replies are tables {code, payload}: code 'ok' | 'nf' (404) | 'conflict' (409, payload = status).
 # Missing hash fields read as false; an unknown key, another tenant or a cancelled record is 'nf'.
+from gateway.store.continuations.redis_listing import LIST_ADD
+
 LOAD = """
 local v = redis.call('HMGET', KEYS[1], 't', 's', 'cu')
 if not v[1] or v[1] ~= ARGV[1] or v[2] == 'cancelled' then return {'nf'} end
@@ -13,18 +18,27 @@ local s = v[2]
 local cu = tonumber(v[3] or '') or 0
 """
 
-SAVE = """
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 's', ARGV[2], 'cu', ARGV[3], 'b', ARGV[4], 'ids', ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
+# The record: tenant, status, claimed until, body, tool-call ids (JSON), TTL s.
+_SAVE = """
+local function save(rec, tenant, status, cu, body, ids, ex)
+  redis.call('DEL', rec)
+  redis.call('HSET', rec, 't', tenant, 's', status, 'cu', cu, 'b', body, 'ids', ids)
+  redis.call('EXPIRE', rec, ex)
+end
+"""
+
+# KEYS: the record. ARGV: tenant, status, claimed until, body, tool-call ids (JSON), TTL s.
+SAVE = _SAVE + """
+save(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 return 1
 """
 
-# ARGV: tenant, now, claimed_until
+# ARGV: tenant, now, claimed_until, '1' to have the body back ('' when the caller has read it already)
 CLAIM = LOAD + """
 if s == 'claimed' and cu > tonumber(ARGV[2]) then return {'conflict', s} end
 if s ~= 'pending' and s ~= 'claimed' then return {'conflict', s} end
 redis.call('HSET', KEYS[1], 's', 'claimed', 'cu', ARGV[3])
+if ARGV[4] == '' then return {'ok'} end
 return {'ok', redis.call('HGET', KEYS[1], 'b')}
 """
 
@@ -35,11 +49,16 @@ redis.call('HSET', KEYS[1], 's', 'pending', 'cu', '')
 return {'ok'}
 """
 
-# ARGV: tenant, result (JSON bytes; '' for none): kept in field 'r' until the record's TTL
-FINISH = LOAD + """
+_FINISH = LOAD + """
 if s ~= 'claimed' then return {'conflict', s} end
 redis.call('HSET', KEYS[1], 's', 'resumed', 'cu', '')
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'r', ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'b', ARGV[3]) end
+"""
+
+# ARGV: tenant, result (JSON bytes; '' for none): kept in field 'r' until the record's TTL, the body the record keeps
+# once resumed ('': the one it has; never given where the finish may be undone, see UNFINISH)
+FINISH = _FINISH + """
 return {'ok', redis.call('HGET', KEYS[1], 'ids')}
 """
 
@@ -61,58 +80,100 @@ redis.call('DEL', KEYS[1])
 return {'ok', ids}
 """
 
-# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id, ARGV[2]: the ambiguous marker.
-# Deletes only entries that still point at this continuation; takes it out of an ambiguous entry's list
-# (base.without_holder: the one left holds the id alone again), keeping the entry's TTL.
-UNINDEX = """
-local n = 0
-local m = ARGV[2]
-for _, k in ipairs(KEYS) do
-  local held = redis.call('GET', k)
-  if held == ARGV[1] then
-    redis.call('DEL', k); n = n + 1
-  elseif held and m and string.sub(held, 1, #m) == m then
-    local left, was = {}, false
-    for id in string.gmatch(string.sub(held, #m + 1), '%S+') do
-      if id == ARGV[1] then was = true else left[#left + 1] = id end
-    end
-    if was then
-      n = n + 1
-      if #left == 0 then redis.call('DEL', k)
-      elseif #left == 1 and left[1] ~= '+' then redis.call('SET', k, left[1], 'KEEPTTL')
-      else redis.call('SET', k, m .. ' ' .. table.concat(left, ' '), 'KEEPTTL') end
+# The index keys KEYS[first..] (one tenant's): deletes only entries that still point at continuation ``cid``;
+# takes it out of an ambiguous entry's list (base.without_holder: the one left holds the id alone again), keeping
+# the entry's TTL. ``m``: the ambiguous marker.
+_UNINDEX = """
+local function unindex(first, cid, m)
+  local n = 0
+  for i = first, #KEYS do
+    local k = KEYS[i]
+    local held = redis.call('GET', k)
+    if held == cid then
+      redis.call('DEL', k); n = n + 1
+    elseif held and m and string.sub(held, 1, #m) == m then
+      local left, was = {}, false
+      for id in string.gmatch(string.sub(held, #m + 1), '%S+') do
+        if id == cid then was = true else left[#left + 1] = id end
+      end
+      if was then
+        n = n + 1
+        if #left == 0 then redis.call('DEL', k)
+        elseif #left == 1 and left[1] ~= '+' then redis.call('SET', k, left[1], 'KEEPTTL')
+        else redis.call('SET', k, m .. ' ' .. table.concat(left, ' '), 'KEEPTTL') end
+      end
     end
   end
+  return n
 end
-return n
 """
 
-# The way-A index of a pause's tool-call ids (KEYS, one hash tag: the tenant's). ARGV: continuation id, TTL s,
-# the ambiguous marker, the most holders kept. An id another live continuation holds becomes
-# "<marker> <id> <id>..." (base.with_holder; "+": more than were kept), which a lookup resolves to none.
-INDEX = """
-local m = ARGV[3]
-for _, k in ipairs(KEYS) do
-  local held = redis.call('GET', k)
-  local value = ARGV[1]
-  if held and held ~= ARGV[1] then
-    local ids = {}
-    if string.sub(held, 1, #m) == m then
-      for id in string.gmatch(string.sub(held, #m + 1), '%S+') do ids[#ids + 1] = id end
-    else
-      ids[1] = held
+# KEYS: index keys of one tenant (one hash tag); ARGV[1]: continuation id, ARGV[2]: the ambiguous marker.
+UNINDEX = _UNINDEX + """
+return unindex(1, ARGV[1], ARGV[2])
+"""
+
+# A resumed or cancelled continuation leaves its tenant's keys (one hash tag): KEYS: the listing's sorted set
+# and hash, then the index keys of its tool-call ids. ARGV: continuation id, the ambiguous marker.
+DROP = _UNINDEX + """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return unindex(3, ARGV[1], ARGV[2])
+"""
+
+# The way-A index of a pause's tool-call ids (KEYS[first..], one hash tag: the tenant's): continuation ``cid``
+# for ``ex`` s. An id another live continuation holds becomes "<m> <id> <id>..." (base.with_holder; "+": more
+# than ``most`` were kept), which a lookup resolves to none.
+_INDEX = """
+local function index(first, cid, ex, m, most)
+  for i = first, #KEYS do
+    local k = KEYS[i]
+    local held = redis.call('GET', k)
+    local value = cid
+    if held and held ~= cid then
+      local ids = {}
+      if string.sub(held, 1, #m) == m then
+        for id in string.gmatch(string.sub(held, #m + 1), '%S+') do ids[#ids + 1] = id end
+      else
+        ids[1] = held
+      end
+      local present, overflow = false, false
+      for _, id in ipairs(ids) do
+        if id == cid then present = true end
+        if id == '+' then overflow = true end
+      end
+      if not present then
+        if overflow or #ids >= tonumber(most) then ids = {'+'} else ids[#ids + 1] = cid end
+      end
+      value = m .. ' ' .. table.concat(ids, ' ')
     end
-    local present, overflow = false, false
-    for _, id in ipairs(ids) do
-      if id == ARGV[1] then present = true end
-      if id == '+' then overflow = true end
-    end
-    if not present then
-      if overflow or #ids >= tonumber(ARGV[4]) then ids = {'+'} else ids[#ids + 1] = ARGV[1] end
-    end
-    value = m .. ' ' .. table.concat(ids, ' ')
+    redis.call('SET', k, value, 'EX', ex)
   end
-  redis.call('SET', k, value, 'EX', ARGV[2])
 end
+"""
+
+# KEYS: the index keys. ARGV: continuation id, TTL s, the ambiguous marker, the most holders kept.
+INDEX = _INDEX + """
+index(1, ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 return #KEYS
+"""
+
+# A pause in one script (one server holds every key): KEYS: the record, the listing's sorted set and hash, then
+# the index keys of the pending tool-call ids. ARGV: tenant, status, claimed until, body, tool-call ids (JSON),
+# TTL s, continuation id, the ambiguous marker, the most holders kept, listing score, summary ('': not listed).
+PAUSE = _SAVE + _INDEX + LIST_ADD + """
+save(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+index(4, ARGV[7], ARGV[6], ARGV[8], ARGV[9])
+if ARGV[11] ~= '' then list_add(KEYS[2], KEYS[3], ARGV[7], ARGV[10], ARGV[11], ARGV[6]) end
+return 1
+"""
+
+# The end of a resume in one script (one server holds every key): FINISH, then DROP. KEYS: the record, the
+# listing's sorted set and hash, the index keys. ARGV: tenant, result ('' for none), the body kept ('' for the
+# one it has), continuation id, the ambiguous marker.
+FINISH_ALL = _UNINDEX + _FINISH + """
+redis.call('ZREM', KEYS[2], ARGV[4])
+redis.call('HDEL', KEYS[3], ARGV[4])
+unindex(4, ARGV[4], ARGV[5])
+return {'ok'}
 """

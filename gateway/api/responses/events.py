@@ -1,0 +1,168 @@
+"""One Response object and its stream events: numbered, and written as dicts, as SSE frames, or not at all.
+
+:class:`ResponseEvents` is what ``render.ResponseBuilder`` writes with: the Response object
+(laid out once from a template), the events' sequence numbers, and how an event is written in
+each of the three modes a response runs in:
+
+* **dicts** (``emit``; a background run, whose consumers read the events);
+* **SSE frames** (``frames``; a stream nobody reads but the client): every event is its frame
+  (bytes). The frames every text answer has are the byte templates below, filled in without
+  building the event's dict; ``tests/test_responses_render.py`` checks them byte for byte
+  against the dict events encoded. A frame that would carry a large text is a generator of
+  its slices (``responses/spliced.py``);
+* **none** (a JSON answer): the same steps run and only the Response object is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from gateway.api.responses.request import ECHO_FIELDS
+from gateway.api.responses.spliced import MARK, marked, spliced
+from gateway.http.sse_response import event_frame
+
+SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
+# A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
+# stored record was made of (``terminal_frame``), so the final Response is serialised once.
+TERMINAL: dict[str, Any] = {"type": "terminal"}
+# The events one step produces: dicts, or (a ``frames`` builder) their SSE frames, bytes (or, for a
+# large text, a generator of their slices: responses/spliced.py).
+Batch = list[Any]
+Frame = bytes | Iterator[bytes]
+
+# ``frames`` mode: the SSE frames of the events every text answer has, as byte templates. Each is
+# the bytes ``orjson.dumps`` makes of the event dict (same keys, same order: a unit test compares
+# them with the dict events encoded), without building that dict or calling ``_event``.
+DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
+DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
+STARTED = (b'event: response.created\ndata: {"response":%b,"type":"response.created","sequence_number":%d}\n\n'
+           b'event: response.in_progress\ndata: {"response":%b,"type":"response.in_progress","sequence_number":%d}'
+           b'\n\n')
+MESSAGE_OPENED = (
+    b'event: response.output_item.added\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
+    b'"role":"assistant","status":"in_progress","content":[]},"type":"response.output_item.added",'
+    b'"sequence_number":%d}\n\n'
+    b'event: response.content_part.added\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"type":"response.content_part.added",'
+    b'"sequence_number":%d}\n\n')
+MESSAGE_CLOSED = (
+    b'event: response.output_text.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"text":%b,'
+    b'"logprobs":[],"type":"response.output_text.done","sequence_number":%d}\n\n'
+    b'event: response.content_part.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},"type":"response.content_part.done",'
+    b'"sequence_number":%d}\n\n'
+    b'event: response.output_item.done\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
+    b'"role":"assistant","status":%b,"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
+    b'"type":"response.output_item.done","sequence_number":%d}\n\n')
+#: an item status as JSON (the frequent ones made once)
+STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
+_TERMINAL_FRAME = b'event: response.%b\ndata: {"response":%b,"type":"response.%b","sequence_number":%d}\n\n'
+
+# A new Response object's keys in order, the request's echo fields in the middle: copying a dict
+# with the final key layout and overwriting its values costs half of building it key by key.
+_TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress", "error": None,
+                             "incomplete_details": None, "model": "", "output": None,
+                             **dict.fromkeys(ECHO_FIELDS), "usage": None}
+
+
+class ResponseEvents:
+    """The Response object and the writing of its events; see the module docstring."""
+
+    __slots__ = ("_seq", "emit", "frames", "large", "response")
+
+    def __init__(self, rid: str, route: str, echo: dict[str, Any], created_at: int | None, emit: bool,
+                 frames: bool) -> None:
+        # Without ``emit`` (a non-stream response) every step runs the same, only the events are
+        # not built: the returned lists hold only the marker of the terminal event (how the run sees the end).
+        self.emit = emit or frames
+        # With ``frames`` (an SSE body, nobody reads the events) every event is its SSE frame
+        # (bytes), the frequent ones filled into byte templates; the terminal one is ``TERMINAL``
+        # until the run frames it with ``terminal_frame`` (from the stored record's bytes).
+        self.frames = frames
+        # A ``frames`` builder that closed a large text: its frames that carry the text are spliced.
+        self.large = False
+        self._seq = 0
+        if len(echo) == len(ECHO_FIELDS):  # a parsed request's echo (all of them): copy the key layout, then fill
+            response = _TEMPLATE.copy()
+            response["id"] = rid
+            response["created_at"] = created_at or int(time.time())
+            response["model"] = route
+            response["output"] = []
+            response.update(echo)
+        else:
+            response = {"id": rid, "object": "response", "created_at": created_at or int(time.time()),
+                        "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
+                        "output": [], **echo, "usage": None}
+        self.response: dict[str, Any] = response
+
+    def _event(self, kind: str, fields: dict[str, Any]) -> Any:
+        """The event dict, or (``frames``) its SSE frame; numbered either way."""
+        number = self._seq
+        self._seq += 1
+        if not self.emit:
+            return SILENT
+        fields["type"] = kind
+        fields["sequence_number"] = number
+        if self.frames:
+            return event_frame(kind, orjson.dumps(fields))
+        return fields
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {**self.response, "output": list(self.response["output"])}
+
+    def start(self) -> Batch:
+        """``response.created`` and ``response.in_progress``."""
+        if not self.emit:
+            self._seq += 2
+            return []
+        if self.frames:  # the same object twice: serialised once
+            snapshot = orjson.dumps(self.response)
+            seq = self._seq
+            self._seq += 2
+            return [STARTED % (snapshot, seq, snapshot, seq + 1)]
+        return [self._event("response.created", {"response": self._snapshot()}),
+                self._event("response.in_progress", {"response": self._snapshot()})]
+
+    def _add(self, item: dict[str, Any], out: Batch) -> int:
+        """Append ``item`` to the output (``response.output_item.added``); its output index."""
+        index = len(self.response["output"])
+        self.response["output"].append(item)
+        if self.emit:  # a copy: the item changes before the event is encoded (not so for frames)
+            out.append(self._event("response.output_item.added",
+                                   {"output_index": index, "item": item if self.frames else dict(item)}))
+        return index
+
+    def _done(self, index: int, out: Batch) -> None:
+        if self.emit:
+            out.append(self._event("response.output_item.done", {"output_index": index,
+                                                                 "item": self.response["output"][index]}))
+
+    def _close_large_reasoning(self, item: dict[str, Any], index: int, text: str, status: str, out: Batch) -> None:
+        """Close a ``frames`` builder's reasoning item whose summary is large: its three frames, spliced."""
+        self.large = True
+        mark = {"type": "summary_text", "text": MARK}
+        done = {**item, "summary": [mark], "status": status}
+        frames = [self._event("response.reasoning_summary_text.done", {"item_id": item["id"], "output_index": index,
+                                                                        "summary_index": 0, "text": MARK}),
+                  self._event("response.reasoning_summary_part.done", {"item_id": item["id"], "output_index": index,
+                                                                        "summary_index": 0, "part": mark}),
+                  self._event("response.output_item.done", {"output_index": index, "item": done})]
+        out.append(spliced(b"".join(frames), [text] * 3))
+        item["summary"] = [{"type": "summary_text", "text": text}]
+        item["status"] = status
+
+    def terminal_frame(self, final: bytes | None) -> Frame:
+        """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON.
+
+        With a large text in the output (``large``) the frame is spliced and ``final`` is not used.
+        """
+        status = self.response["status"].encode()
+        if not self.large:
+            return _TERMINAL_FRAME % (status, final or orjson.dumps(self.response), status, self._seq - 1)
+        texts: list[str] = []
+        response = {**self.response, "output": [marked(item, texts) for item in self.response["output"]]}
+        return spliced(_TERMINAL_FRAME % (status, orjson.dumps(response), status, self._seq - 1), texts)
