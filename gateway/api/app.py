@@ -20,8 +20,8 @@ from gateway.api import driver
 from gateway.api.approvals.inbox import POLLED, ui_routes
 from gateway.api.console.page import console_page_routes
 from gateway.api.driver import Mounted, TableSurface, drive
-from gateway.api.errors import error_response, to_gateway_error
 from gateway.api.openapi import openapi_endpoint
+from gateway.api.request.errors import error_response, to_gateway_error
 from gateway.api.runtime import Runtime
 from gateway.api.services import Services
 from gateway.api.startup_failure import one_line_startup_failure

@@ -15,7 +15,7 @@ back what was admitted (a ``BaseException`` included, ``Work.failed``) and rende
 the surface's shape. Nothing is routed that never runs: a table path has no Starlette route.
 
 Steps every surface shares are here once: the bounded body (:func:`read_body`) and the
-request's deadline (:func:`deadline_of`). The loop surfaces' common run is ``api/loop_surface.py``.
+request's deadline (:func:`deadline_of`). The loop surfaces' common run is ``api/loop/surface.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from starlette.requests import Request
 from starlette.routing import Route
 
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Lifecycle, Work
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Lifecycle, Work
 from gateway.api.services import Services
 from gateway.http.body import read_json
 from gateway.http.incoming import Incoming

@@ -20,7 +20,7 @@ from gateway import redact
 from gateway.api.admin.auth import admin_ring
 from gateway.api.admin.tenants import Tenants
 from gateway.api.console.feed import ConsoleFeed
-from gateway.api.lifecycle import Lifecycle
+from gateway.api.request.lifecycle import Lifecycle
 from gateway.api.responses.decided import respond_decided
 from gateway.api.services import (
     AdminServices,

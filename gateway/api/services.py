@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.api.admin.tenants import Tenants
 from gateway.api.console.feed import ConsoleFeed
-from gateway.api.lifecycle import Lifecycle, Work
+from gateway.api.request.lifecycle import Lifecycle, Work
 from gateway.background.followers import FollowerHub
 from gateway.background.runner import BackgroundRunner
 from gateway.config.keys_section import TenantConfig
@@ -33,7 +33,7 @@ from gateway.tools.registry import ToolRegistry
 from gateway.upstream.pool import UpstreamPool
 
 if TYPE_CHECKING:
-    from gateway.api.resume import Resumed
+    from gateway.api.loop.resume import Resumed
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ WINDOW_S = 60.0
 
 
 class SamplingWork(Protocol):
-    """What a sampling does with its request's work (``api/lifecycle.Work``): one model call for a key."""
+    """What a sampling does with its request's work (``api/request/lifecycle.Work``): one model call for a key."""
 
     def act_for(self, key: ApiKey) -> None: ...
 
@@ -69,7 +69,7 @@ class SamplingWork(Protocol):
 
 
 class Lifecycle(Protocol):
-    """The request lifecycle (``api/lifecycle.Lifecycle``): a sampling is a request like any other."""
+    """The request lifecycle (``api/request/lifecycle.Lifecycle``): a sampling is a request like any other."""
 
     def begin(self, method: str, path: str, incoming: Incoming) -> SamplingWork: ...
 

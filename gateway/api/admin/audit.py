@@ -15,7 +15,7 @@ from gateway.api.admin.endpoint import admin_operation
 from gateway.api.admin.usage import MAX_PARAM_CHARS
 from gateway.api.approvals.endpoint import audit_view, decode_cursor, encode_cursor, parse_limit, parse_time
 from gateway.api.driver import Operation
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import AdminServices
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse

@@ -17,7 +17,7 @@ from starlette.requests import Request
 
 from gateway.api.admin.endpoint import admin_operation
 from gateway.api.driver import Operation
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import AdminServices
 from gateway.config.keys_section import Budget
 from gateway.errors import GatewayError

@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from gateway.api.driver import Answer, Handler, Operation
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import AdminServices, admin_services
 from gateway.errors import GatewayError
 from gateway.store.errors import StoreUnavailable

@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from gateway.api.approvals.every_tenant import Row, admin_tenants, merged, presented_admin
 from gateway.api.driver import Operation, RoutedSurface
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import ApprovalServices, approval_services
 from gateway.config.model import ApiKey
 from gateway.errors import bad_request

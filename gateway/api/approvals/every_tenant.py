@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from gateway.api.admin.tenants import Tenants
 from gateway.api.admin.usage import MAX_PARAM_CHARS
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.config.keys_section import secret_digest
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import bad_request

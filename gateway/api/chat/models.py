@@ -7,9 +7,9 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.driver import Operation
-from gateway.api.lifecycle import Work
 from gateway.api.messages.headers import use_api_key
 from gateway.api.messages.models import anthropic_model_list
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import ModelServices, model_services
 from gateway.governance.access import visible_routes
 from gateway.http.json_response import JSONResponse

@@ -28,7 +28,7 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.driver import Operation
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import ConsoleServices, console_services
 from gateway.errors import GatewayError, bad_request
 from gateway.http.json_response import JSONResponse

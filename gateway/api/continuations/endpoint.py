@@ -18,11 +18,11 @@ from starlette.requests import Request
 from gateway.api.approvals.every_tenant import decider_in
 from gateway.api.chat.respond import respond
 from gateway.api.driver import Operation, RoutedSurface, deadline_of, read_body
-from gateway.api.errors import to_gateway_error
-from gateway.api.lifecycle import Work
+from gateway.api.loop.resume import check_pending, resume_paused
 from gateway.api.messages.respond import respond_message
+from gateway.api.request.errors import to_gateway_error
+from gateway.api.request.lifecycle import Work
 from gateway.api.responses.origin import began_on_responses
-from gateway.api.resume import check_pending, resume_paused
 from gateway.api.services import ContinuationServices, continuation_services
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse

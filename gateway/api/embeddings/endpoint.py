@@ -1,6 +1,6 @@
 """``POST /v1/embeddings``: parse, plan, bound, admit, walk the route's targets, account, render.
 
-Everything a platform controls goes through the one lifecycle (``gateway/api/lifecycle.py``):
+Everything a platform controls goes through the one lifecycle (``gateway/api/request/lifecycle.py``):
 the key and its allow-list, budget, rpm and tpm (the input tokens counted before sending are
 the estimate), usage rows and cost (``Work.account`` of the call's ``canonical.CallRecord``: the
 call priced at its target's ``input_per_mtok``), the access record, metrics and the
@@ -18,8 +18,8 @@ from gateway.api.driver import Operation, deadline_of, read_body
 from gateway.api.embeddings.render import render_embeddings
 from gateway.api.embeddings.request import check_inputs, check_tokens, parse_embeddings_request
 from gateway.api.embeddings.tokens import count_inputs, decode_inputs
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.services import EmbeddingServices, Services
 from gateway.canonical import CallRecord, Usage
 from gateway.canonical_embeddings import EmbeddingRequest

@@ -22,11 +22,11 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.driver import Operation, deadline_of, read_body
-from gateway.api.lifecycle import Work
+from gateway.api.loop.planning import route_of
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request
-from gateway.api.planning import route_of
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import CountingServices, counting_services
 from gateway.canonical import ModelRequest
 from gateway.config.model import ApiKey

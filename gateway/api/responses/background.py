@@ -29,7 +29,7 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.driver import Handler, Operation
-from gateway.api.lifecycle import Held, Work
+from gateway.api.request.lifecycle import Held, Work
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found

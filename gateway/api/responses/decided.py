@@ -1,7 +1,7 @@
 """A pause that began on ``/v1/responses``, decided way B: answered, stored and chained as a Response.
 
 ``POST /v1/continuations/{id}`` (an approver key, the approvals inbox, or the asker) resumes the
-loop through the same claim as every resume (``api.resume``); this renders it as the Responses
+loop through the same claim as every resume (``api.loop.resume``); this renders it as the Responses
 API would have: a ``response`` object (Responses SSE events with ``stream: true``) whose
 ``previous_response_id`` is the paused response and whose input is the decisions as
 ``function_call_output`` / ``mcp_approval_response`` items. It runs as a :class:`ResponseRun`, so
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.lifecycle import Work
+from gateway.api.loop.resume import Resumed
+from gateway.api.request.lifecycle import Work
 from gateway.api.responses.origin import decision_items
 from gateway.api.responses.prepare import resumed_run
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import ResponsesRequest
-from gateway.api.resume import Resumed
 from gateway.api.services import ResponsesServices
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse

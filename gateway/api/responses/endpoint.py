@@ -2,7 +2,7 @@
 
 The endpoints only authenticate, parse and render: what the run runs on is ``responses/prepare.py``,
 the run itself ``responses/run.py``, the rendering ``responses/render.py``. Errors are the chat
-completions' (``api/errors``): the same OpenAI shape, classes and statuses.
+completions' (``api/request/errors``): the same OpenAI shape, classes and statuses.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.driver import Operation, read_body
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.background import background_operations, check_background, start_background
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.prepare import prepare_response

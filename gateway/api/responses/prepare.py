@@ -9,7 +9,7 @@ sent, so a refused request costs no tokens and leaves a paused loop pending. The
 * **resuming a pause** (``previous_response_id`` naming a paused response, or a resent
   conversation ending in answers to calls the gateway holds): the answers go through the
   continuation claim exactly like ``POST /v1/continuations/{id}`` (at most once, approved tools
-  ledgered), charged to the key that asked (``api/resume.py``).
+  ledgered), charged to the key that asked (``api/loop/resume.py``).
 
 Each way watches its own loop (a resume in ``resume_paused``): the work is watched once. What
 the run needs after this (the records store, their TTL) is taken from the surface's services
@@ -23,15 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.api.driver import deadline_of
-from gateway.api.lifecycle import Work
-from gateway.api.planning import refuse_name_clashes, route_of
+from gateway.api.loop.planning import refuse_name_clashes, route_of
+from gateway.api.loop.resume import Resumed, check_pending, resume_paused
+from gateway.api.request.lifecycle import Work
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, server_label
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
-from gateway.api.resume import Resumed, check_pending, resume_paused
 from gateway.api.services import ResponsesServices
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted

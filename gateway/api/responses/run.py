@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from gateway.api.errors import to_gateway_error
+from gateway.api.request.errors import to_gateway_error
 from gateway.api.responses.chain import Chain
 from gateway.api.responses.events import TERMINAL, Batch, Frame
 from gateway.api.responses.render import ResponseBuilder

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import LoopServices
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.config.model import ApiKey

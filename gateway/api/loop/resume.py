@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.services import LoopServices
 from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted

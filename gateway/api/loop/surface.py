@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.api.driver import Answer, Operation, deadline_of, read_body
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work
-from gateway.api.planning import refuse_name_clashes, route_of, start_loop
-from gateway.api.resume import resume_paused
+from gateway.api.loop.planning import refuse_name_clashes, route_of, start_loop
+from gateway.api.loop.resume import resume_paused
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.services import LoopServices, Services
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.http.incoming import Incoming
