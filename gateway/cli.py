@@ -195,7 +195,7 @@ def _uvicorn_settings(config: Config, host: str, port: int, log_level: str) -> d
     endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
     uvicorn's own records go to the root handler, escaped and redacted like ours.
     """
-    from gateway.api.errors import protocol_error_body
+    from gateway.api.request.errors import protocol_error_body
     from gateway.http.server_protocol import ServerLimits, protocol_factory
 
     server = config.server

@@ -43,16 +43,22 @@ HTTP_LAYER = "gateway.http"
 
 #: The layers, top first. A request flows http -> api -> loop -> routing -> providers -> upstream;
 #: imports point down that flow from api on, and the HTTP layer, which api uses, imports nothing.
-#: Beside the flow sit services the layers above them use: tools, store, context, notify,
-#: governance, usage, background; at the bottom observability, which imports only config, and
+#: Beside the flow sit services the layers above them use: tools (and beside them interaction, the
+#: answers to what a tool call asks), store, context, notify, governance, usage, background; at the
+#: bottom observability, which imports only config, and
 #: config, which imports nothing. Each row names what a package MAY import (besides itself, the
 #: ``SHARED`` packages and the top-level modules such as ``gateway.errors``); ``LAYERS`` turns it
 #: into what it must not, so a new package is forbidden to every row until a row allows it.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # The composition root: everything but the command line that starts it.
     "gateway.api": ("gateway.background", "gateway.config", "gateway.context", "gateway.governance", "gateway.http",
-                    "gateway.loop", "gateway.notify", "gateway.observability", "gateway.providers",
-                    "gateway.routing", "gateway.store", "gateway.tools", "gateway.upstream", "gateway.usage"),
+                    "gateway.interaction", "gateway.loop", "gateway.notify", "gateway.observability",
+                    "gateway.providers", "gateway.routing", "gateway.store", "gateway.tools", "gateway.upstream",
+                    "gateway.usage"),
+    # What a running MCP tool call asks of the gateway (elicitation, sampling), answered beside the tools
+    # through the loop; the request lifecycle it needs is handed to it by the composition root (protocols).
+    "gateway.interaction": ("gateway.loop", "gateway.routing", "gateway.tools", "gateway.http", "gateway.config",
+                            "gateway.observability"),
     "gateway.loop": ("gateway.routing", "gateway.tools", "gateway.store", "gateway.context", "gateway.notify",
                      "gateway.config", "gateway.observability"),
     "gateway.routing": ("gateway.providers", "gateway.upstream", "gateway.context", "gateway.config",
@@ -106,6 +112,13 @@ NARROW: dict[str, dict[str, tuple[str, ...]]] = {
 #: ``rule`` is "cycle" (the edge closes an import cycle), "package" (the edge, between two top-level
 #: packages, closes a package cycle), "http" or the ``LAYERS`` key it breaks.
 KNOWN_EXCEPTIONS: frozenset[tuple[str, str, str]] = frozenset()
+
+
+#: The composition root: it builds every service and cuts each surface its bundle (``api/services.py``).
+#: Only the app, which starts and stops it, may import it (``TYPE_CHECKING`` imports count: a handler
+#: typed against it still reaches through it); a handler is given what it uses, never the root.
+COMPOSITION_ROOT = "gateway.api.runtime"
+ROOT_READERS = frozenset({"gateway.api.app"})
 
 
 @dataclass(frozen=True)
@@ -394,6 +407,11 @@ def package_cycles(edges: Iterable[Edge], exceptions: Container[tuple[str, str, 
     return problems, cycle_edges(as_edges)
 
 
+def root_readers(edges: Iterable[Edge], root: str = COMPOSITION_ROOT) -> set[str]:
+    """The modules that import the composition root, ``TYPE_CHECKING`` imports included."""
+    return {edge.source for edge in edges if edge.target == root}
+
+
 def violations(edges: list[Edge], exceptions: frozenset[tuple[str, str, str]] = KNOWN_EXCEPTIONS) -> list[str]:
     """Every broken rule not in ``exceptions``, and every exception that no longer breaks its rule."""
     problems = []
@@ -435,6 +453,14 @@ def gateway_edges() -> list[Edge]:
 def test_gateway_import_graph_keeps_its_rules(gateway_edges: list[Edge]) -> None:
     problems = violations(gateway_edges)
     assert not problems, "\n".join(problems)
+
+
+def test_only_the_app_reads_the_composition_root(gateway_edges: list[Edge]) -> None:
+    assert sorted(root_readers(gateway_edges) - ROOT_READERS) == [], "given a bundle (api/services.py) instead"
+    # Nor through the app's state: only the app itself reads the runtime there (the driver reads the bundles).
+    sources = {path: path.read_text() for path in (ROOT / PACKAGE).rglob("*.py")}
+    assert [str(path.relative_to(ROOT)) for path, text in sources.items()
+            if "state.runtime" in text and path != ROOT / PACKAGE / "api" / "app.py"] == []
 
 
 def test_the_walker_sees_gateway_whole(gateway_edges: list[Edge]) -> None:
@@ -574,6 +600,15 @@ def test_the_http_layer_may_import_only_itself() -> None:
         "the HTTP layer imports the rest of gateway: gateway.http.wire -> gateway.api.exchange (line 1)"]
     assert http_violations(_graph(gateway__api__app="from gateway.api import exchange\n",
                                   gateway__api__exchange="")) == []  # no HTTP layer: nothing to check
+
+
+def test_a_handler_typed_against_the_root_reads_it() -> None:
+    edges = _graph(gateway__api__runtime="", gateway__api__app="from gateway.api.runtime import Runtime\n",
+                   gateway__api__chat__endpoint="from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                   "    from gateway.api.runtime import Runtime\n",
+                   gateway__api__services="from gateway.api import runtime as root\n",
+                   gateway__api__driver="from gateway.api.services import Services\n")
+    assert root_readers(edges) == {"gateway.api.app", "gateway.api.chat.endpoint", "gateway.api.services"}
 
 
 def test_known_exceptions_silence_their_rule_and_must_stay_true() -> None:

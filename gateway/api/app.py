@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,30 +16,18 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import gc_policy
-from gateway.api.admin.audit import admin_audit_routes
-from gateway.api.admin.budgets import budget_routes
-from gateway.api.admin.keys import admin_routes
-from gateway.api.admin.usage import usage_routes
-from gateway.api.approvals.endpoint import approval_routes
+from gateway.api import driver
 from gateway.api.approvals.inbox import POLLED, ui_routes
-from gateway.api.console.overview import console_routes
 from gateway.api.console.page import console_page_routes
-from gateway.api.continuations.endpoint import continuation_routes
-from gateway.api.driver import Surface, drive, endpoint
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.lifecycle import Work
-from gateway.api.messages.headers import use_api_key
-from gateway.api.messages.models import anthropic_model_list
-from gateway.api.messages.routes import messages_routes
+from gateway.api.driver import Mounted, TableSurface, drive
 from gateway.api.openapi import openapi_endpoint
-from gateway.api.responses.background import background_routes
-from gateway.api.responses.endpoint import delete_response, get_response, responses_routes
+from gateway.api.request.errors import error_response, to_gateway_error
 from gateway.api.runtime import Runtime
+from gateway.api.services import Services
 from gateway.api.startup_failure import one_line_startup_failure
-from gateway.api.surfaces import SURFACES
+from gateway.api.surfaces import EVERY_SURFACE, SURFACES
 from gateway.config.model import Config
 from gateway.errors import GatewayError
-from gateway.governance.access import visible_routes
 from gateway.http.conditional import ConditionalGet
 from gateway.http.incoming import Incoming
 from gateway.http.json_response import JSONResponse
@@ -51,21 +38,6 @@ from gateway.observability.metrics_shared import SharedMetrics
 
 def _json(payload: object, status: int = 200) -> JSONResponse:
     return JSONResponse(orjson.dumps(payload), status)
-
-
-async def list_models(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
-    """OpenAI's list, or Anthropic's when the caller speaks it (``anthropic-version``, which its SDKs send)."""
-    incoming = work.incoming
-    anthropic = b"anthropic-version" in incoming.headers
-    if anthropic:
-        use_api_key(incoming)
-    key = await work.authenticate()
-    created = request.app.state.started
-    names = visible_routes(key, runtime.routes.names())
-    if anthropic:
-        return _json(anthropic_model_list(names, created))
-    return _json({"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                              "owned_by": "loopgate"} for name in names]})
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -129,7 +101,8 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
         except Exception as exc:
             app.state.startup_failure = exc  # the one line uvicorn logs (api/startup_failure.py)
             raise
-        app.state.started = int(time.time())
+        app.state.services = runtime.services  # what the routed operations are given (api/driver.py)
+        front.mount(runtime.services)
         if serving:
             gc_policy.settle(config.server.gc_young_threshold)
         shared = app.state.shared_metrics = SharedMetrics.from_environment(lambda: _refresh_gauges(runtime))
@@ -146,29 +119,20 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
             await tracer.shutdown()
 
     routes = [
-        Route("/v1/models", endpoint("/v1/models", list_models), methods=["GET"]),
-        *messages_routes(),
         *ui_routes(config.auth.enabled),
         *console_page_routes(config.auth.enabled),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET", "HEAD"]),
-        *continuation_routes(),
-        *background_routes(get_response, delete_response),  # before the Responses routes: they match first
-        *responses_routes(),
-        *admin_routes(),
-        *usage_routes(),
-        *budget_routes(),
-        *admin_audit_routes(),
-        *console_routes(),
-        *approval_routes(),
+        *driver.routes(EVERY_SURFACE),
     ]
     # Typed loosely: the handlers answer with our lean JSONResponse (an ASGI app, not a Starlette Response).
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                     middleware=[Middleware(ConditionalGet, paths=POLLED)])
-    return FastChatPath(app, debug)
+    front = FastChatPath(app, debug)
+    return front
 
 
 class FastChatPath:
@@ -177,14 +141,21 @@ class FastChatPath:
     Chat completions, Messages, Responses and embeddings are the hot paths, and the driver already
     turns every failure into an answer in the surface's shape, so the router, the two exception
     middlewares and the endpoint wrapper only cost time there (bench/README.md): one dict lookup
-    picks the surface. Everything else, lifespan included, goes to the Starlette app.
+    picks the surface, bound to its services once the worker started (``mount``). Everything else,
+    lifespan included, goes to the Starlette app (so do the table's paths before the start: a 404).
     """
 
-    def __init__(self, app: Starlette, debug: bool = False, surfaces: dict[str, Surface] = SURFACES) -> None:
+    def __init__(self, app: Starlette, debug: bool = False, surfaces: dict[str, TableSurface[Any]] = SURFACES
+                 ) -> None:
         self.app = app
         self.state = app.state
         self.debug = debug
-        self.surfaces = surfaces
+        self.table = surfaces
+        self.mounted: dict[str, Mounted] = {}
+
+    def mount(self, services: Services) -> None:
+        """Bind the table's surfaces to the bundles the composition root built for them."""
+        self.mounted = driver.mount(self.table, services)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -193,12 +164,13 @@ class FastChatPath:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        surface = self.surfaces.get(scope["path"])
-        if surface is not None:
+        mounted = self.mounted.get(scope["path"])
+        if mounted is not None:
             if scope["method"] == "POST":
-                response = await drive(surface, Incoming(scope, receive), self.state.runtime)
+                response = await drive(mounted, Incoming(scope, receive))
             else:  # the surface's shape, as its other errors (the method is caller text: not echoed)
-                response = surface.errors(_NOT_ALLOWED, [(REQUEST_ID_HEADER, scope_request_id(scope["headers"]))])
+                response = mounted.surface.errors(_NOT_ALLOWED, [(REQUEST_ID_HEADER,
+                                                                  scope_request_id(scope["headers"]))])
             await response(scope, receive, send)
             return
         # Every other response (404s and Starlette's own errors included) carries x-request-id too.

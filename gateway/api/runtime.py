@@ -1,30 +1,52 @@
-"""Everything a request handler needs, built once per worker inside the app's lifespan."""
+"""The composition root: every service a worker runs, started once inside the app's lifespan.
+
+``Runtime.start`` builds and starts them (and closes what it started when a step fails);
+``compose`` cuts from them the small bundles each surface is given (``api/services.py``), so no
+handler reads this object: only the app (its lifespan, ``/readyz``, ``/metrics``) does.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 import aiohttp
 
 from gateway import redact
 from gateway.api.admin.auth import admin_ring
-from gateway.api.asking import asking_factory
+from gateway.api.admin.tenants import Tenants
 from gateway.api.console.feed import ConsoleFeed
-from gateway.api.lifecycle import Lifecycle
-from gateway.api.sampling import sampler_factory
+from gateway.api.request.lifecycle import Lifecycle
+from gateway.api.responses.decided import respond_decided
+from gateway.api.services import (
+    AdminServices,
+    ApprovalServices,
+    ConsoleServices,
+    ContinuationServices,
+    CountingServices,
+    EmbeddingServices,
+    LoopServices,
+    ModelServices,
+    ResponsesServices,
+    Services,
+)
 from gateway.background.followers import FollowerHub
 from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
-from gateway.config.model import AdminKey, Config
+from gateway.config.model import Config
 from gateway.context import ContextGuard
+from gateway.context.tokens import TokenEstimator
 from gateway.governance.admission import RateLimits
 from gateway.governance.key_ids import id_key, with_key_ids
 from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.key_sync import KeySync
 from gateway.governance.keys import KeyRing
+from gateway.interaction.asking import asking_factory
+from gateway.interaction.sampling import sampler_factory
 from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopDeps
 from gateway.notify import Notifier
@@ -65,7 +87,6 @@ async def _run_tool(call: ToolCall, tool: RegisteredTool) -> ToolOutcome:
 @dataclass(slots=True)
 class Runtime:
     config: Config
-    keys: KeyRing
     pool: UpstreamPool
     tool_session: aiohttp.ClientSession
     store: Store
@@ -76,8 +97,6 @@ class Runtime:
     deps: LoopDeps
     mcp: McpRefresher
     responses: ResponseRecords  # stored Responses-API responses (same backend as ``store``)
-    #: ``auth.admin_keys`` by the SHA-256 of their secret (see api/admin/auth.py)
-    admin_keys: dict[bytes, AdminKey]
     key_store: KeyStore
     key_sync: KeySync
     limits: RateLimits
@@ -91,6 +110,10 @@ class Runtime:
     embedder: Embedder
     #: the console's rollups writer (None when ``observability.rollups.enabled`` is false)
     console: ConsoleFeed | None = None
+    #: when this worker started (epoch s: each model's ``created`` in ``/v1/models``)
+    started: int = 0
+    #: what the surfaces are given (``compose``)
+    services: Services = field(init=False)
 
     @classmethod
     async def start(cls, config: Config) -> Runtime:
@@ -168,15 +191,16 @@ class Runtime:
             undo.push_async_callback(console.stop)
         lifecycle = Lifecycle(keys, admin_keys, limits, usage, lookup)
         background = BackgroundRunner(open_background(store), config.background, config.store.continuation_ttl_s)
-        sampler = sampler_factory(lifecycle, keys, router, routes.lookup, config.routing.request_timeout_s)
+        sampler = sampler_factory(lifecycle, keys.find, router, routes.lookup, config.routing.request_timeout_s)
         deps.asking = asking_factory(config.mcp_servers, continuations, sampler)
-        return cls(config=config, keys=keys, pool=pool, tool_session=tool_session,
-                   store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
-                   mcp=mcp, responses=open_response_records(store), admin_keys=admin_keys,
-                   key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
-                   background=background, followers=FollowerHub(background.store, config.background, background),
-                   lifecycle=lifecycle,
-                   embedder=Embedder(router, pool), console=console)
+        runtime = cls(config=config, pool=pool, tool_session=tool_session,
+                      store=store, tools=tools, router=router, routes=routes, continuations=continuations, deps=deps,
+                      mcp=mcp, responses=open_response_records(store),
+                      key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
+                      background=background, followers=FollowerHub(background.store, config.background, background),
+                      lifecycle=lifecycle, embedder=Embedder(router, pool), console=console, started=int(time.time()))
+        runtime.services = compose(runtime)
+        return runtime
 
     async def stop(self) -> None:
         if self.console is not None:
@@ -194,3 +218,31 @@ class Runtime:
         await self.limits.limiter.aclose()  # leased allowance goes back before the store closes
         await self.usage.drain()
         await self.store.aclose()
+
+
+def compose(runtime: Runtime) -> Services:
+    """Each surface's bundle, cut from the started services (settings copied in as plain values)."""
+    config = runtime.config
+    max_body_bytes = config.server.max_body_bytes
+    request_timeout_s = config.routing.request_timeout_s
+    loop = LoopServices(runtime.routes, runtime.tools, runtime.continuations, runtime.deps, max_body_bytes,
+                        request_timeout_s)
+    guard = runtime.deps.context
+    tenants = Tenants(config.auth.keys, config.tenants, runtime.key_store)
+    responses = ResponsesServices(loop, runtime.responses, config.store.continuation_ttl_s,
+                                  config.store.tenant_max_stored_bytes, runtime.background, runtime.followers)
+    return Services(
+        lifecycle=runtime.lifecycle,
+        loop=loop,
+        counting=CountingServices(runtime.routes, runtime.tools, runtime.pool,
+                                  guard.estimator if guard is not None else TokenEstimator(), max_body_bytes,
+                                  request_timeout_s),
+        embeddings=EmbeddingServices(runtime.routes, runtime.embedder, max_body_bytes, request_timeout_s),
+        continuations=ContinuationServices(loop, partial(respond_decided, responses)),
+        approvals=ApprovalServices(runtime.continuations, runtime.store, tenants),
+        admin=AdminServices(runtime.key_store, runtime.key_sync, runtime.store, tenants, runtime.routes,
+                            frozenset(config.providers), config.tenants, runtime.usage.store),
+        console=ConsoleServices(runtime.console, runtime.routes, runtime.continuations, tenants),
+        models=ModelServices(runtime.routes, runtime.started),
+        responses=responses,
+    )

@@ -13,7 +13,7 @@ from gateway.http.json_depth import MAX_DEPTH, JSONTooDeep, loads
 class BodyError(Exception):
     """A request body that cannot be used: ``status`` 400 or 413, with a message for the caller.
 
-    This layer knows no API's error shape; the application maps it (``gateway.api.errors``).
+    This layer knows no API's error shape; the application maps it (``gateway.api.request.errors``).
     """
 
     def __init__(self, status: int, message: str, code: str | None = None) -> None:

@@ -24,6 +24,7 @@ from gateway.canonical import Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
+    audit_decisions,
     audit_expired,
     decision_context,
     expired_calls,
@@ -31,14 +32,14 @@ from gateway.loop.approvals import (
     summary_of,
     timed_out_result,
 )
-from gateway.loop.artifacts import artifacts_of
+from gateway.loop.artifacts import artifacts_of, reattach
 from gateway.loop.decisions import (
     AwaitsDecision,
     decisions_to_results,
     outputs_to_results,
     record_refusal,
 )
-from gateway.loop.elicitation import deliver_answers
+from gateway.loop.elicitation import audit_answers, deliver_answers
 from gateway.loop.engine import (
     ExecuteHook,
     LoopDeps,
@@ -341,3 +342,33 @@ class Continuations:
                 metrics.CONTINUATIONS.inc("resume_failed")
                 await self.store.release_continuation(continuation.id, continuation.tenant)
 
+    # -- the surfaces' reads and writes (they reach the store through these, never past them) ----
+    def get(self, continuation_id: str, tenant: str) -> Awaitable[Continuation]:
+        """The continuation as stored, in any live status (``ContinuationNotFound`` for an unknown,
+        expired, cancelled or other tenant's id)."""
+        return self.store.get_continuation(continuation_id, tenant)
+
+    def cancel(self, continuation_id: str, tenant: str) -> Awaitable[bool]:
+        """A pending continuation deleted, so nothing can resume it (``ContinuationConflict`` for a live claim)."""
+        return self.store.cancel_continuation(continuation_id, tenant)
+
+    def page(self, tenant: str, limit: int, before: tuple[float, str] | None = None
+             ) -> Awaitable[tuple[list[dict[str, Any]], bool]]:
+        """Up to ``limit`` of the tenant's live continuations (their summaries and status), newest first,
+        strictly before ``before``; and whether more follow."""
+        return self.store.list_continuations(tenant, limit, before)
+
+    def find_by_tool_call(self, tenant: str, tool_call_id: str) -> Awaitable[str | None]:
+        """The id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
+        return self.store.find_continuation_by_tool_call(tenant, tool_call_id)
+
+    def reattach(self, tenant: str, messages: list[Message]) -> Awaitable[int]:
+        """The provider artifacts a pause kept (``pause``), put back on a client's history in place."""
+        return reattach(self.store, tenant, messages)
+
+    async def audit_decided(self, continuation: Continuation, approved: list[str], denied: dict[str, str | None],
+                            answers: dict[str, dict[str, Any] | None], key_id: str, key_name: str) -> None:
+        """A decision's audit entries (the approvals and denials, then the answers to held calls' questions),
+        in the decider's name; ``run_resumed`` awaits it under the claim (its ``decided``)."""
+        await audit_decisions(self.store, continuation, approved, denied, key_id, key_name)
+        await audit_answers(self.store, continuation, answers, key_id, key_name)

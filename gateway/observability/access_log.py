@@ -1,6 +1,6 @@
 """Access records (``logging.access``): one line per request, written straight to the log handler's stream.
 
-The record's fields are chosen by the request's exchange (``gateway/api/exchange.py``); this module
+The record's fields are chosen by the request's exchange (``gateway/api/request/exchange.py``); this module
 only writes them. Which writer is in use (or none: access records off) is decided once per process
 at start-up (``startup.configure_logging`` calls :func:`install`). A module that writes records on
 its hot path keeps its own reference through :func:`subscribe` instead of looking it up here for

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from gateway.api.app import create_app
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.api.runtime import Runtime
 from gateway.background.runner import BackgroundRunner
 from gateway.config import parse_config

@@ -1,6 +1,6 @@
 """Each way a Responses request is prepared watches its loop once (gateway/api/responses/prepare.py).
 
-A resume's loop is watched where it is claimed (``api/resume.py``); the endpoint used to watch the
+A resume's loop is watched where it is claimed (``api/loop/resume.py``); the endpoint used to watch the
 prepared loop again, so a Responses resume called ``Work.watch`` twice (issue 46). Here every
 way in, JSON and stream, runs in process on the ``mock`` provider, with ``Work.watch`` recorded
 as it runs: each request's work watches exactly one loop, and it is the loop whose usage the
@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from gateway.api.app import create_app
-from gateway.api.lifecycle import Work
+from gateway.api.request.lifecycle import Work
 from gateway.config import parse_config
 from gateway.loop.engine import LoopRequest
 

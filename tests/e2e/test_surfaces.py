@@ -1,6 +1,7 @@
 """The surface table (``gateway/api/surfaces.py``): one driver serves every path in it, nothing else does.
 
-- Starlette has no route of its own for a table path (no handler that never runs);
+- Starlette has no route of its own for a table path (no handler that never runs), nor two for
+  one method and path (it takes the first: the second would never run);
 - a table path asked with another method is a 405 in the surface's own error shape, with its
   ``x-request-id``, from the real gateway;
 - the aliases without ``/v1`` are served by the same surface (recorded under its template).
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.api.app import create_app
-from gateway.api.surfaces import SURFACES
+from gateway.api.surfaces import EVERY_SURFACE, SURFACES
 from gateway.config import PACKAGED_PATH, load_config
 from tests.e2e.conftest import KEY, Gateway
 
@@ -26,6 +27,16 @@ def test_every_table_path_is_the_drivers_alone() -> None:
         assert callable(surface.errors) and callable(surface.serve)
     assert SURFACES["/chat/completions"] is SURFACES["/v1/chat/completions"]
     assert SURFACES["/embeddings"] is SURFACES["/v1/embeddings"]
+
+
+def test_no_two_routes_for_one_method_and_path() -> None:
+    app = create_app(load_config(PACKAGED_PATH, {}))
+    routed = [(method, getattr(route, "path", None)) for route in app.app.routes
+              for method in getattr(route, "methods", None) or ()]
+    assert sorted(pair for pair in set(routed) if routed.count(pair) > 1) == []
+    declared = [(operation.method, operation.path) for surface in EVERY_SURFACE for operation in surface.operations]
+    assert {("DELETE", "/v1/continuations/{id}"), ("GET", "/v1/responses/{id}"), ("POST", "/admin/keys")} <= \
+        set(declared) <= set(routed)  # every surface's operations are routed, the table's surfaces' included
 
 
 @pytest.mark.parametrize("path", sorted(SURFACES))

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from gateway import redact
-from gateway.api.exchange import Exchange
+from gateway.api.request.exchange import Exchange
 from gateway.config.checks import ConfigError
 from gateway.config.model import ApiKey
 from gateway.config.validate import build_config
@@ -220,8 +220,8 @@ def test_a_worker_whose_stderr_is_a_file_batches_its_access_lines(tmp_path: Path
     the batched path must hold there too, not only on a terminal."""
     script = """
 import asyncio, logging, sys
-from gateway.api import exchange
-from gateway.api.exchange import Exchange
+from gateway.api.request import exchange
+from gateway.api.request.exchange import Exchange
 from gateway.observability import access_log, startup
 startup.configure_logging("info", "json", access=True)
 assert not sys.stderr.line_buffering and sys.stderr.write_through

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway import redact
-from gateway.api.errors import to_gateway_error
+from gateway.api.request.errors import to_gateway_error
 from gateway.config import parse_config
 from gateway.errors import from_upstream
 from gateway.providers.anthropic import AnthropicAdapter

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 from redis.crc import key_slot
 
-from gateway.api.errors import to_gateway_error
+from gateway.api.request.errors import to_gateway_error
 from gateway.config.model import StoreSentinel, StoreTls
 from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
 from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable

@@ -10,7 +10,7 @@ import time
 import orjson
 import pytest
 
-from gateway.api.exchange import Exchange
+from gateway.api.request.exchange import Exchange
 from gateway.canonical import CallRecord, Usage, WorkRecord
 from gateway.config.model import ApiKey, Price
 from gateway.loop.engine import LoopState

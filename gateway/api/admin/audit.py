@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.admin.endpoint import admin_endpoint
-from gateway.api.admin.usage import MAX_PARAM_CHARS, known_tenants
+from gateway.api.admin.endpoint import admin_operation
+from gateway.api.admin.usage import MAX_PARAM_CHARS
 from gateway.api.approvals.endpoint import audit_view, decode_cursor, encode_cursor, parse_limit, parse_time
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.driver import Operation
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import AdminServices
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.store.audit.pages import audit_page, entry_key
 
 
-async def admin_audit(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def admin_audit(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
     query = request.query_params
     tenant = query.get("tenant") or ""
@@ -34,18 +34,17 @@ async def admin_audit(request: Request, runtime: Runtime, work: Work) -> JSONRes
     limit = parse_limit(query.get("limit"))
     before = decode_cursor(query.get("cursor"))
     since, until = parse_time(query.get("from"), "from"), parse_time(query.get("to"), "to")
-    entries, more = await audit_page(runtime.store, tenant, since, until, before, limit)
+    entries, more = await audit_page(services.audit, tenant, since, until, before, limit)
     cursor = encode_cursor(entry_key(entries[-1])) if more and entries else None
     data = [{**audit_view(entry), "tenant": tenant} for entry in entries]
     return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": more, "next_cursor": cursor}))
 
 
-async def admin_tenants(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def admin_tenants(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
-    tenants = await known_tenants(runtime)
+    tenants = await services.tenants.known()
     return JSONResponse(orjson.dumps({"object": "list", "data": tenants, "has_more": False}))
 
 
-def admin_audit_routes() -> list[Route]:
-    return [Route("/admin/audit", admin_endpoint("/admin/audit", admin_audit), methods=["GET"]),
-            Route("/admin/tenants", admin_endpoint("/admin/tenants", admin_tenants), methods=["GET"])]
+AUDIT: tuple[Operation[AdminServices], ...] = (admin_operation("GET", "/admin/audit", admin_audit),
+                                               admin_operation("GET", "/admin/tenants", admin_tenants))

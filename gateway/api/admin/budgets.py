@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.admin.endpoint import admin_endpoint
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.admin.endpoint import admin_operation
+from gateway.api.driver import Operation
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import AdminServices
 from gateway.config.keys_section import Budget
 from gateway.errors import GatewayError
 from gateway.http.json_response import JSONResponse
@@ -36,21 +36,21 @@ def _entry(scope: Scope, tenant: str, key_id: str | None, name: str | None, budg
             "remaining": max(0, round(budget.limit - used, 6)), "resets_at": reset_time(budget.period, now)}
 
 
-async def list_budgets(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def list_budgets(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
-    store = runtime.usage.store
+    store = services.usage
     if store is None:
         raise GatewayError(404, "usage is not recorded: usage.record is off", "not_found_error",
                            code="usage_disabled")
     only = request.query_params.get("tenant") or None
     now = time.time()
     data = []
-    for name, tenant in sorted(runtime.config.tenants.items()):
+    for name, tenant in sorted(services.tenant_config.items()):
         if tenant.budget is not None and only in (None, name):
             [spent] = await store.spent(name, "", [("tenant", tenant.budget.period)], now)
             data.append(_entry("tenant", name, None, None, tenant.budget, spent, now))
-    keys = list(runtime.config.auth.keys)
-    _, records = await runtime.key_store.load()
+    keys = list(services.tenants.config_keys)
+    _, records = await services.key_store.load()
     for record in records:
         try:
             keys.append(from_record(record)[1])
@@ -64,5 +64,4 @@ async def list_budgets(request: Request, runtime: Runtime, work: Work) -> JSONRe
     return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": False}))
 
 
-def budget_routes() -> list[Route]:
-    return [Route("/admin/budgets", admin_endpoint("/admin/budgets", list_budgets), methods=["GET"])]
+BUDGETS: tuple[Operation[AdminServices], ...] = (admin_operation("GET", "/admin/budgets", list_budgets),)

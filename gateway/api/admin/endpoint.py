@@ -1,4 +1,4 @@
-"""How every ``/admin/`` call is served: the lifecycle's endpoint, metered, with its own store-outage answer.
+"""How every ``/admin/`` call is served: an operation of the driver, metered, with its own store-outage answer.
 
 The request paths' 503 says "nothing was paused or resumed", which means nothing for an admin call
 and would be wrong about a write. A store that does not answer within ``store.timeout_ms`` may
@@ -10,14 +10,11 @@ changed nothing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from starlette.requests import Request
 
-from gateway.api.driver import Handler, endpoint
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.driver import Answer, Handler, Operation
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import AdminServices, admin_services
 from gateway.errors import GatewayError
 from gateway.store.errors import StoreUnavailable
 
@@ -39,14 +36,14 @@ def store_unavailable(method: str) -> GatewayError:
                         code="store_unavailable")
 
 
-def admin_endpoint(path: str, handler: Handler) -> Callable[[Request], Awaitable[Any]]:
-    """``handler`` as a metered, recorded endpoint (``path`` is its template) with the admin store 503."""
+def admin_operation(method: str, path: str, handler: Handler[AdminServices]) -> Operation[AdminServices]:
+    """``handler`` as a metered, recorded operation (``path`` is its template) with the admin store 503."""
 
-    async def serve(request: Request, runtime: Runtime, work: Work) -> Any:
+    async def serve(request: Request, services: AdminServices, work: Work) -> Answer:
         try:
-            return await handler(request, runtime, work)
+            return await handler(request, services, work)
         except StoreUnavailable as exc:
             raise store_unavailable(request.method) from exc
 
     serve.__name__ = getattr(handler, "__name__", "admin")
-    return endpoint(path, serve, metered=True)
+    return Operation(method, path, serve, admin_services, metered=True)

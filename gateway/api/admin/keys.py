@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.admin.endpoint import admin_endpoint
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.admin.endpoint import admin_operation
+from gateway.api.driver import Operation
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import AdminServices
 from gateway.config.checks import ConfigError, mapping
 from gateway.config.keys_section import check_models, key_options, label, plain_label, secret_digest
 from gateway.config.model import AdminKey, ApiKey
@@ -94,12 +94,12 @@ def stored_view(record: dict[str, Any]) -> dict[str, Any]:
                 "problem": "the stored record cannot be read or shown (revoke it to retire it)"}
 
 
-def _fields(body: Any, allowed: set[str], runtime: Runtime) -> dict[str, Any]:
+def _fields(body: Any, allowed: set[str], services: AdminServices) -> dict[str, Any]:
     """The body's key fields, validated by the config's own rules (a mistake is a 400 naming the field)."""
     try:
         item = mapping(body if body is not None else {}, "", allowed)
         options = key_options(item, "")
-        check_models(options["models"], "models", set(runtime.routes.names()), set(runtime.config.providers))
+        check_models(options["models"], "models", set(services.routes.names()), set(services.providers))
         if options["expires_at"] is not None and "expires_at" in item and options["expires_at"] <= time.time():
             raise ConfigError("expires_at", "is in the past")
         out = {name: value for name, value in options.items() if name in item}
@@ -122,18 +122,11 @@ def _not_found(key_id: str) -> GatewayError:
     return GatewayError(404, f"no API key with id {key_id!r}", "not_found_error", "id", "key_not_found")
 
 
-def _config_key(runtime: Runtime, key_id: str) -> ApiKey | None:
-    for key in runtime.config.auth.keys:
-        if key.id == key_id:
-            return key
-    return None
-
-
-async def _stored(runtime: Runtime, key_id: str) -> dict[str, Any]:
+async def _stored(services: AdminServices, key_id: str) -> dict[str, Any]:
     """The stored record of a managed key (404 when there is none; 409 for a config key)."""
-    if (config_key := _config_key(runtime, key_id)) is not None:
+    if (config_key := services.tenants.config_key(key_id)) is not None:
         raise GatewayError(409, f"key {config_key.id} comes from the config file: change it there", code="config_key")
-    record = await runtime.key_store.get(key_id)
+    record = await services.key_store.get(key_id)
     if record is None:
         raise _not_found(key_id)
     return record
@@ -143,7 +136,7 @@ def _json(payload: object, status: int = 200) -> JSONResponse:
     return JSONResponse(orjson.dumps(payload), status)
 
 
-async def _audit(runtime: Runtime, admin: AdminKey, event: str, key_id: str, tenant: str, name: str,
+async def _audit(services: AdminServices, admin: AdminKey, event: str, key_id: str, tenant: str, name: str,
                  changes: list[str]) -> None:
     """Who changed which key, in the key's tenant's audit log (field names only: never values or secrets).
 
@@ -154,7 +147,7 @@ async def _audit(runtime: Runtime, admin: AdminKey, event: str, key_id: str, ten
                     admin.name, event, key_id[:MAX_ID_CHARS])
         return
     try:
-        await runtime.store.append_audit({"id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": event,
+        await services.audit.append_audit({"id": new_audit_id(), "tenant": tenant, "ts": time.time(), "event": event,
                                           "key_id": key_id, "key_name": name, "admin": admin.name,
                                           "changes": changes})
     except StoreUnavailable as exc:
@@ -163,10 +156,10 @@ async def _audit(runtime: Runtime, admin: AdminKey, event: str, key_id: str, ten
         log.error("admin %r: %s of key %s done, but its audit entry was lost: %s", admin.name, event, key_id, exc)
 
 
-async def _after_change(runtime: Runtime) -> None:
+async def _after_change(services: AdminServices) -> None:
     """This replica's snapshot at once; if the store stops answering right after a change, the poll catches up."""
     try:
-        await runtime.key_sync.reload()
+        await services.key_sync.reload()
     except StoreUnavailable:
         log.warning("managed keys: the snapshot reload after an admin change failed; the next poll retries")
 
@@ -176,9 +169,9 @@ def _conflict(key_id: str) -> GatewayError:
                         "read it again and retry", code="key_conflict")
 
 
-async def create_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def create_key(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     admin = work.authenticate_admin()
-    fields = _fields(await read_json(work.incoming, MAX_ADMIN_BODY), _CREATE, runtime)
+    fields = _fields(await read_json(work.incoming, MAX_ADMIN_BODY), _CREATE, services)
     if "tenant" not in fields:
         raise bad_request("tenant is required", "tenant")
     secret = new_secret()
@@ -188,52 +181,52 @@ async def create_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
     key = ApiKey(key="", id=key_id, name=fields.pop("name", key_id), managed=True, created_at=now, **fields)
     shown = view(key)  # before it is stored: nothing stored that could not be shown
     try:
-        await runtime.key_store.create(to_record(key, secret_digest(secret)), now)
+        await services.key_store.create(to_record(key, secret_digest(secret)), now)
     except KeyLimitReached:
         raise GatewayError(409, f"the managed key limit ({base.MAX_MANAGED_KEYS} live keys) is reached; revoke "
                            "unused keys first", code="key_limit_reached") from None
-    await _after_change(runtime)  # this replica at once; the others look it up on first use
-    await _audit(runtime, admin, "key.created", key.id, key.tenant, key.name, changes)
+    await _after_change(services)  # this replica at once; the others look it up on first use
+    await _audit(services, admin, "key.created", key.id, key.tenant, key.name, changes)
     return _json({**shown, "key": secret}, 201)
 
 
-async def list_keys(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def list_keys(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
     tenant = request.query_params.get("tenant")
-    _, records = await runtime.key_store.load()
+    _, records = await services.key_store.load()
 
     def order(record: dict[str, Any]) -> tuple[float, str]:
         created, key_id = record.get("created_at"), record.get("id")
         return (created if isinstance(created, int | float) and not isinstance(created, bool) else 0.0,
                 key_id if isinstance(key_id, str) else "")
 
-    data = [view(key) for key in runtime.config.auth.keys if tenant is None or key.tenant == tenant]
+    data = [view(key) for key in services.tenants.config_keys if tenant is None or key.tenant == tenant]
     data += [stored_view(record) for record in sorted(records, key=order)
              if tenant is None or tenant_of(record) == tenant]
     return _json({"object": "list", "data": data})
 
 
-async def get_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def get_key(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
     key_id = _key_id(request)
-    if (config_key := _config_key(runtime, key_id)) is not None:
+    if (config_key := services.tenants.config_key(key_id)) is not None:
         return _json(view(config_key))
-    record = await runtime.key_store.get(key_id)
+    record = await services.key_store.get(key_id)
     if record is None:
         raise _not_found(key_id)
     return _json(stored_view(record))
 
 
-async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def update_key(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     """Read, change, write over the version read; a write that lost a race reads again (``CAS_ATTEMPTS``)."""
     admin = work.authenticate_admin()
     body = await read_json(work.incoming, MAX_ADMIN_BODY)
     if isinstance(body, dict) and "tenant" in body:
         raise bad_request("tenant cannot be changed: create a key for the other tenant", "tenant")
-    fields = _fields(body, _EDITABLE, runtime)
+    fields = _fields(body, _EDITABLE, services)
     key_id = _key_id(request)
     for _ in range(CAS_ATTEMPTS):
-        record = await _stored(runtime, key_id)
+        record = await _stored(services, key_id)
         try:
             digest, key = from_record(record)
             view(key)  # a stored value no view can show is edited no further
@@ -245,7 +238,7 @@ async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
         shown = view(edited)  # before it is stored: nothing stored that could not be shown
         # The fields are ApiKey's own (parsed like the config's): one encoding, to_record's.
         try:
-            await runtime.key_store.update(to_record(edited, digest), version_of(record))
+            await services.key_store.update(to_record(edited, digest), version_of(record))
         except StaleKey:
             continue  # changed since it was read: read it again
         except KeyRevoked:
@@ -254,8 +247,8 @@ async def update_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
             raise _unreadable(key_id) from None
         except KeyError:
             raise _not_found(key_id) from None
-        await _after_change(runtime)
-        await _audit(runtime, admin, "key.updated", key_id, edited.tenant, edited.name, sorted(fields))
+        await _after_change(services)
+        await _audit(services, admin, "key.updated", key_id, edited.tenant, edited.name, sorted(fields))
         return _json(shown)
     raise _conflict(key_id)
 
@@ -269,12 +262,12 @@ def _unreadable(key_id: str) -> GatewayError:
                         code="key_unreadable")
 
 
-async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def revoke_key(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     """Revoke for good (the store refuses any later write that would make it live again), over the version read."""
     admin = work.authenticate_admin()
     key_id = _key_id(request)
     for _ in range(CAS_ATTEMPTS):
-        record = await _stored(runtime, key_id)
+        record = await _stored(services, key_id)
         if record.get("revoked") is True:
             return _json({"id": key_id, "object": "api_key.deleted", "deleted": True})
         now = time.time()
@@ -287,7 +280,7 @@ async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
                        "revoked_at": now, "created_at": now}
         version = -1 if record.get("unreadable") else version_of(record)
         try:
-            await runtime.key_store.update(revoked, version)
+            await services.key_store.update(revoked, version)
         except StaleKey:
             continue
         except KeyRevoked:
@@ -296,20 +289,19 @@ async def revoke_key(request: Request, runtime: Runtime, work: Work) -> JSONResp
             continue  # it became unreadable since it was read: read it again
         except KeyError:
             raise _not_found(key_id) from None
-        await _after_change(runtime)
-        await _audit(runtime, admin, "key.revoked", key_id, str(revoked.get("tenant") or ""),
+        await _after_change(services)
+        await _audit(services, admin, "key.revoked", key_id, str(revoked.get("tenant") or ""),
                      str(revoked.get("name") or key_id), [])
         return _json({"id": key_id, "object": "api_key.deleted", "deleted": True})
     raise _conflict(key_id)
 
 
-def admin_routes() -> list[Route]:
-    """Every admin call is metered and recorded (access record, span), its changes audited."""
-    keys, one = "/admin/keys", "/admin/keys/{id}"
-    return [
-        Route(keys, admin_endpoint(keys, create_key), methods=["POST"]),
-        Route(keys, admin_endpoint(keys, list_keys), methods=["GET"]),
-        Route(one, admin_endpoint(one, get_key), methods=["GET"]),
-        Route(one, admin_endpoint(one, update_key), methods=["PATCH"]),
-        Route(one, admin_endpoint(one, revoke_key), methods=["DELETE"]),
-    ]
+_KEYS, _ONE = "/admin/keys", "/admin/keys/{id}"
+#: every admin call is metered and recorded (access record, span), its changes audited
+KEYS: tuple[Operation[AdminServices], ...] = (
+    admin_operation("POST", _KEYS, create_key),
+    admin_operation("GET", _KEYS, list_keys),
+    admin_operation("GET", _ONE, get_key),
+    admin_operation("PATCH", _ONE, update_key),
+    admin_operation("DELETE", _ONE, revoke_key),
+)

@@ -21,14 +21,13 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.admin.endpoint import admin_endpoint
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.admin.endpoint import admin_operation
+from gateway.api.driver import Operation
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import AdminServices
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.http.json_response import JSONResponse
-from gateway.store.keys.base import tenant_of
 from gateway.store.usage.base import FIELDS, Breakdown, merge
 from gateway.usage.pricing import usd
 
@@ -82,21 +81,6 @@ def day_range(start: str | None, end: str | None) -> list[str]:
     return [(first + dt.timedelta(days=i)).isoformat() for i in range(count)]
 
 
-async def known_tenants(runtime: Runtime) -> list[str]:
-    tenants = {key.tenant for key in runtime.config.auth.keys} | set(runtime.config.tenants)
-    _, records = await runtime.key_store.load()
-    tenants |= {tenant for record in records if (tenant := tenant_of(record)) is not None}
-    return sorted(tenants)
-
-
-async def _key_tenant(runtime: Runtime, key_id: str) -> str | None:
-    for key in runtime.config.auth.keys:
-        if key.id == key_id:
-            return key.tenant
-    record = await runtime.key_store.get(key_id)
-    return None if record is None else tenant_of(record)
-
-
 def group_by(value: str | None) -> tuple[bool, bool]:
     """``group_by``: whether rows are split by route, by model."""
     if value is None:
@@ -137,22 +121,22 @@ def row(day: str, tenant: str, key_id: str, values: list[int], route: str | None
             "tool_calls": counts["tc"]}
 
 
-async def get_usage(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def get_usage(request: Request, services: AdminServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
-    store = runtime.usage.store
+    store = services.usage
     if store is None:
         raise GatewayError(404, "usage is not recorded: usage.record is off", "not_found_error",
                            code="usage_disabled")
     days = day_range(_param(request, "from"), _param(request, "to"))
     tenant, key_id = _param(request, "tenant"), _param(request, "key") or ""
     if key_id and tenant is None:
-        tenant = await _key_tenant(runtime, key_id)
+        tenant = await services.tenants.of_key(key_id)
         if tenant is None:
             raise GatewayError(404, f"no API key with id {quoted(key_id)} (for a deleted key's usage, "
                                "name its tenant too)", "not_found_error", "key", "key_not_found")
     route, model = _param(request, "route"), _param(request, "model")
     by = group_by(_param(request, "group_by"))
-    tenants = [tenant] if tenant is not None else await known_tenants(runtime)
+    tenants = [tenant] if tenant is not None else await services.tenants.known()
     data = []
     for name in tenants:
         if route is None and model is None and by == (False, False):
@@ -167,5 +151,4 @@ async def get_usage(request: Request, runtime: Runtime, work: Work) -> JSONRespo
     return JSONResponse(orjson.dumps({"object": "list", "data": data, "has_more": False}))
 
 
-def usage_routes() -> list[Route]:
-    return [Route("/admin/usage", admin_endpoint("/admin/usage", get_usage), methods=["GET"])]
+USAGE: tuple[Operation[AdminServices], ...] = (admin_operation("GET", "/admin/usage", get_usage),)

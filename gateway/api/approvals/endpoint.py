@@ -16,12 +16,11 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
 from gateway.api.approvals.every_tenant import Row, admin_tenants, merged, presented_admin
-from gateway.api.driver import endpoint
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.driver import Operation, RoutedSurface
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import ApprovalServices, approval_services
 from gateway.config.model import ApiKey
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
@@ -106,7 +105,7 @@ def _list(data: list[dict[str, Any]], more: bool, last: tuple[float, str] | None
     return JSONResponse(orjson.dumps(body))
 
 
-async def _tenant_page(runtime: Runtime, tenant: str, limit: int, before: tuple[float, str] | None,
+async def _tenant_page(services: ApprovalServices, tenant: str, limit: int, before: tuple[float, str] | None,
                        wanted: tuple[str, ...]) -> tuple[list[Row], bool, tuple[float, str] | None]:
     """Up to ``limit`` of a tenant's continuations in ``wanted`` states, whether more exist, and the last
     entry read (the cursor: past the entries the filter left out too)."""
@@ -114,7 +113,7 @@ async def _tenant_page(runtime: Runtime, tenant: str, limit: int, before: tuple[
     last = before
     more = True
     for _ in range(MAX_FILTER_PAGES):
-        entries, more = await runtime.store.list_continuations(tenant, limit - len(data), last)
+        entries, more = await services.continuations.page(tenant, limit - len(data), last)
         for entry in entries:
             last = (float(entry["_score"]), str(entry["id"]))
             if entry["status"] in wanted:
@@ -124,7 +123,7 @@ async def _tenant_page(runtime: Runtime, tenant: str, limit: int, before: tuple[
     return data, more, last
 
 
-async def list_continuations(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def list_continuations(request: Request, services: ApprovalServices, work: Work) -> JSONResponse:
     """The caller's tenant's continuations; an admin key's: every tenant's (``every_tenant``)."""
     query = request.query_params
     admin = presented_admin(work)
@@ -136,13 +135,13 @@ async def list_continuations(request: Request, runtime: Runtime, work: Work) -> 
     if wanted is None:
         raise bad_request("'status' must be one of: pending (alias: paused), claimed, all", "status")
     if key is not None:
-        rows, more, last = await _tenant_page(runtime, key.tenant, limit, before, wanted)
+        rows, more, last = await _tenant_page(services, key.tenant, limit, before, wanted)
         return _list([item for _, item in rows], more, last)
     work.authenticate_admin()  # recorded as the admin key
-    tenants, left_out = await admin_tenants(request, runtime)
+    tenants, left_out = await admin_tenants(request, services.tenants)
 
     async def page(tenant: str) -> tuple[list[Row], bool]:
-        rows, more, _ = await _tenant_page(runtime, tenant, limit, before, wanted)
+        rows, more, _ = await _tenant_page(services, tenant, limit, before, wanted)
         return rows, more
 
     data, more, last = await merged(tenants, left_out, limit, page)
@@ -163,7 +162,7 @@ def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-async def list_audit(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def list_audit(request: Request, services: ApprovalServices, work: Work) -> JSONResponse:
     """The caller's tenant's audit log; an admin key's: every tenant's, merged newest first."""
     query = request.query_params
     admin = presented_admin(work)
@@ -172,22 +171,22 @@ async def list_audit(request: Request, runtime: Runtime, work: Work) -> JSONResp
     before = decode_cursor(query.get("cursor"))
     since, until = parse_time(query.get("from"), "from"), parse_time(query.get("to"), "to")
     if key is not None:
-        entries, more = await audit_page(runtime.store, key.tenant, since, until, before, limit)
+        entries, more = await audit_page(services.audit, key.tenant, since, until, before, limit)
         last = entry_key(entries[-1]) if entries else None
         return _list([audit_view(e) for e in entries], more, last)
     work.authenticate_admin()
-    tenants, left_out = await admin_tenants(request, runtime)
+    tenants, left_out = await admin_tenants(request, services.tenants)
 
     async def page(tenant: str) -> tuple[list[Row], bool]:
-        entries, more = await audit_page(runtime.store, tenant, since, until, before, limit)
+        entries, more = await audit_page(services.audit, tenant, since, until, before, limit)
         return [(entry_key(e), audit_view(e)) for e in entries], more
 
     data, more, last = await merged(tenants, left_out, limit, page)
     return _list(data, more, last, ALL_TENANTS)
 
 
-def approval_routes() -> list[Route]:
-    return [
-        Route("/v1/continuations", endpoint("/v1/continuations", list_continuations), methods=["GET"]),
-        Route("/v1/audit", endpoint("/v1/audit", list_audit), methods=["GET"]),
-    ]
+#: the inbox's listings
+APPROVALS = RoutedSurface((
+    Operation("GET", "/v1/continuations", list_continuations, approval_services),
+    Operation("GET", "/v1/audit", list_audit, approval_services),
+))

@@ -18,9 +18,9 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.api.admin.usage import MAX_PARAM_CHARS, known_tenants
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.admin.tenants import Tenants
+from gateway.api.admin.usage import MAX_PARAM_CHARS
+from gateway.api.request.lifecycle import Work
 from gateway.config.keys_section import secret_digest
 from gateway.config.model import AdminKey, ApiKey
 from gateway.errors import bad_request
@@ -78,13 +78,13 @@ async def decider_in(request: Request, work: Work, deciding: bool = False) -> Ap
     return key
 
 
-async def admin_tenants(request: Request, runtime: Runtime) -> tuple[list[str], bool]:
+async def admin_tenants(request: Request, tenants: Tenants) -> tuple[list[str], bool]:
     """The tenants an admin's listing covers: ``?tenant=``, or the known ones (and whether some were left out)."""
     one = tenant_param(request, required=False)
     if one is not None:
         return [one], False
-    tenants = await known_tenants(runtime)
-    return tenants[:MAX_TENANTS], len(tenants) > MAX_TENANTS
+    known = await tenants.known()
+    return known[:MAX_TENANTS], len(known) > MAX_TENANTS
 
 
 async def merged(tenants: list[str], left_out: bool, limit: int,

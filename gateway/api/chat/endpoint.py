@@ -8,8 +8,8 @@ from typing import Any
 from gateway.api.chat.request import ChatRequest, parse_chat_request
 from gateway.api.chat.respond import respond
 from gateway.api.driver import Answer
-from gateway.api.lifecycle import Work
-from gateway.api.loop_surface import LoopSurface
+from gateway.api.loop.surface import LoopSurface
+from gateway.api.request.lifecycle import Work
 from gateway.http.incoming import Incoming
 from gateway.loop.events import LoopEvent
 from gateway.loop.results import ResultSlot

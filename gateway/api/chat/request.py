@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api.stream_options import stream_rescue_option
+from gateway.api.loop.stream_options import stream_rescue_option
 from gateway.canonical import MAX_JSON_DEPTH, Message, ToolDef, arguments_too_deep
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem

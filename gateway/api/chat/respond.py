@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import orjson
 
 from gateway.api.chat.render import ChatCollector, ChunkEncoder, collect, completion_id, stream_frames
-from gateway.api.errors import to_gateway_error
-from gateway.api.lifecycle import Work
+from gateway.api.request.errors import to_gateway_error
+from gateway.api.request.lifecycle import Work
 from gateway.errors import GatewayError
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse

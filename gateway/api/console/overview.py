@@ -26,12 +26,10 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.admin.usage import known_tenants
-from gateway.api.driver import endpoint
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.driver import Operation
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import ConsoleServices, console_services
 from gateway.errors import GatewayError, bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.observability.rollups import overhead_bounds, quantile
@@ -179,12 +177,12 @@ def circuits(statuses: list[dict[str, Any]], configured: list[str], now: float) 
     return sorted(merged.values(), key=lambda e: (-_STATE_RANK[e["state"]], e["target"]))
 
 
-async def paused(runtime: Runtime) -> dict[str, Any]:
+async def paused(services: ConsoleServices) -> dict[str, Any]:
     counts: dict[str, int] = {}
     capped = False
-    tenants = await known_tenants(runtime)
+    tenants = await services.tenants.known()
     for tenant in tenants[:MAX_PAUSED_TENANTS]:
-        entries, more = await runtime.store.list_continuations(tenant, MAX_PAUSED_COUNT)
+        entries, more = await services.continuations.page(tenant, MAX_PAUSED_COUNT)
         waiting = sum(1 for entry in entries if entry.get("status") == "pending")
         capped = capped or more
         if waiting:
@@ -192,9 +190,9 @@ async def paused(runtime: Runtime) -> dict[str, Any]:
     return {"total": sum(counts.values()), "by_tenant": counts, "capped": capped or len(tenants) > MAX_PAUSED_TENANTS}
 
 
-async def get_overview(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def get_overview(request: Request, services: ConsoleServices, work: Work) -> JSONResponse:
     work.authenticate_admin()
-    feed = runtime.console
+    feed = services.feed
     if feed is None:
         raise GatewayError(404, "the console's rollups are off: observability.rollups.enabled is false",
                            "not_found_error", code="rollups_disabled")
@@ -207,10 +205,9 @@ async def get_overview(request: Request, runtime: Runtime, work: Work) -> JSONRe
     body = {"object": "console.overview", "now": now, "minutes": minutes, "resolution_s": config.resolution_s,
             "first_traffic_at": first_traffic(records),
             "retention_s": config.retention_s, "series": series(records, start, now, config.resolution_s),
-            "failovers": failovers(records), "circuits": circuits(statuses, runtime.routes.target_labels(), now),
-            "paused": await paused(runtime), "replicas": sorted(s["r"] for s in statuses)}
+            "failovers": failovers(records), "circuits": circuits(statuses, services.routes.target_labels(), now),
+            "paused": await paused(services), "replicas": sorted(s["r"] for s in statuses)}
     return JSONResponse(orjson.dumps(body))
 
 
-def console_routes() -> list[Route]:
-    return [Route(PATH, endpoint(PATH, get_overview, metered=True), methods=["GET"])]
+OVERVIEW = Operation("GET", PATH, get_overview, console_services, metered=True)

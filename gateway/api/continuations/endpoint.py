@@ -14,18 +14,16 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
 from gateway.api.approvals.every_tenant import decider_in
 from gateway.api.chat.respond import respond
-from gateway.api.driver import deadline_of, endpoint, read_body
-from gateway.api.errors import to_gateway_error
-from gateway.api.lifecycle import Work
+from gateway.api.driver import Operation, RoutedSurface, deadline_of, read_body
+from gateway.api.loop.resume import check_pending, resume_paused
 from gateway.api.messages.respond import respond_message
-from gateway.api.responses.decided import respond_decided
+from gateway.api.request.errors import to_gateway_error
+from gateway.api.request.lifecycle import Work
 from gateway.api.responses.origin import began_on_responses
-from gateway.api.resume import check_pending, resume_paused
-from gateway.api.runtime import Runtime
+from gateway.api.services import ContinuationServices, continuation_services
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
@@ -82,14 +80,14 @@ def result_view(continuation: Continuation) -> dict[str, Any]:
     return view
 
 
-async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def get_continuation(request: Request, services: ContinuationServices, work: Work) -> JSONResponse:
     """Any key of the tenant (the asker's included) may read it; ``?wait=N`` polls the shared store (so it
     sees a resume on any replica) until it is no longer pending or claimed, or N seconds passed."""
     key = await decider_in(request, work)
     wait = _wait_seconds(request)
     continuation_id = _continuation_id(request)
-    store = runtime.store
-    continuation = await store.get_continuation(continuation_id, key.tenant)
+    continuations = services.loop.continuations
+    continuation = await continuations.get(continuation_id, key.tenant)
     global _waiting
     if wait and continuation.status in _UNFINISHED and _waiting < MAX_WAITERS:
         _waiting += 1
@@ -99,15 +97,15 @@ async def get_continuation(request: Request, runtime: Runtime, work: Work) -> JS
             while continuation.status in _UNFINISHED and (left := deadline - time.monotonic()) > 0:
                 await asyncio.sleep(min(delay, left))
                 delay = min(delay * 2, WAIT_POLL_MAX_S)
-                continuation = await store.get_continuation(continuation_id, key.tenant)
+                continuation = await continuations.get(continuation_id, key.tenant)
         finally:
             _waiting -= 1
     return JSONResponse(orjson.dumps(result_view(continuation)))
 
 
-async def delete_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def delete_continuation(request: Request, services: ContinuationServices, work: Work) -> JSONResponse:
     key = await decider_in(request, work)
-    await runtime.store.cancel_continuation(_continuation_id(request), key.tenant)
+    await services.loop.continuations.cancel(_continuation_id(request), key.tenant)
     metrics.CONTINUATIONS.inc("cancelled")
     work.span.event("loopgate.cancel", {"loopgate.continuation_id": request.path_params["id"][:100]})
     return JSONResponse(orjson.dumps({"id": request.path_params["id"], "object": "continuation.deleted",
@@ -129,12 +127,13 @@ def _stream_options(body: Any) -> tuple[bool, bool]:
     return stream, bool((options or {}).get("include_usage"))
 
 
-async def resume_continuation(request: Request, runtime: Runtime, work: Work) -> JSONResponse | SSEResponse:
+async def resume_continuation(request: Request, services: ContinuationServices,
+                              work: Work) -> JSONResponse | SSEResponse:
     """Way B: the caller decides (any key of the tenant, approvers included, or an admin key naming the
     tenant); the asker is charged. Its answer (a renderer of the resumed loop) ends the work."""
     try:
-        return await _resume(request, runtime, work)
-    except Exception as exc:  # counted, then answered by the driver (``endpoint``) like any failure
+        return await _resume(request, services, work)
+    except Exception as exc:  # counted, then answered by the driver like any failure
         error = to_gateway_error(exc)
         if error.status == 409:
             metrics.CONTINUATIONS.inc("conflict")
@@ -143,14 +142,15 @@ async def resume_continuation(request: Request, runtime: Runtime, work: Work) ->
         raise
 
 
-async def _resume(request: Request, runtime: Runtime, work: Work) -> JSONResponse | SSEResponse:
+async def _resume(request: Request, services: ContinuationServices, work: Work) -> JSONResponse | SSEResponse:
     decider = await decider_in(request, work, deciding=True)
-    body = await read_body(work, runtime)
+    loop = services.loop
+    body = await read_body(work, loop.max_body_bytes)
     stream, include_usage = _stream_options(body)
-    stored = await runtime.store.get_continuation(_continuation_id(request), decider.tenant)
+    stored = await loop.continuations.get(_continuation_id(request), decider.tenant)
     conflict = f"continuation {stored.id} was already resumed"
     check_pending(stored, conflict)
-    results, approved, answers = await runtime.continuations.checked_decisions(
+    results, approved, answers = await loop.continuations.checked_decisions(
         stored, body.get("decisions"), decider.id, decider.name)
     span = work.span
     if span.recording:
@@ -158,14 +158,14 @@ async def _resume(request: Request, runtime: Runtime, work: Work) -> JSONRespons
             if result.status == "denied":
                 span.event("loopgate.denial", {"loopgate.continuation_id": stored.id,
                                                "gen_ai.tool.call.id": call_id})
-    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
+    resumed = await resume_paused(loop, work, stored, results=results, approved=approved, answers=answers,
                                   decisions=body["decisions"], stream=stream, headless=work.incoming.headless,
-                                  deadline=deadline_of(runtime), conflict=conflict)
+                                  deadline=deadline_of(loop.request_timeout_s), conflict=conflict)
     events = resumed.events
     work.show_limits()
     origin = began_on_responses(stored.data)
     if origin is not None:  # a Response continuing the paused one, stored and chained like one
-        return await respond_decided(runtime, work, origin, resumed, body["decisions"], approved, stream)
+        return await services.decided_response(work, origin, resumed, body["decisions"], approved, stream)
     if _began_on_messages(stored.data):  # answered in the shape the pause was asked in
         return await respond_message(work.settled_at_end(events), stream, stored.model, False, work, resumed.slot)
     return await respond(work.settled_at_end(events), stream, include_usage, stored.model, work, resumed.slot)
@@ -177,9 +177,9 @@ def _began_on_messages(data: dict[str, Any]) -> bool:
     return isinstance(native, dict) and native.get("wire_format") == "anthropic"
 
 
-def continuation_routes() -> list[Route]:
-    return [
-        Route(ONE, endpoint(PATH, get_continuation), methods=["GET"]),
-        Route(ONE, endpoint(PATH, resume_continuation, metered=True, ends_work=True), methods=["POST"]),
-        Route(ONE, endpoint(PATH, delete_continuation), methods=["DELETE"]),
-    ]
+#: one continuation: read, resume with decisions, cancel (recorded under ``/v1/continuations``, never an id)
+CONTINUATIONS = RoutedSurface((
+    Operation("GET", ONE, get_continuation, continuation_services, record_as=PATH),
+    Operation("POST", ONE, resume_continuation, continuation_services, metered=True, ends_work=True, record_as=PATH),
+    Operation("DELETE", ONE, delete_continuation, continuation_services, record_as=PATH),
+))

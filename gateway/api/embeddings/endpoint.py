@@ -1,6 +1,6 @@
 """``POST /v1/embeddings``: parse, plan, bound, admit, walk the route's targets, account, render.
 
-Everything a platform controls goes through the one lifecycle (``gateway/api/lifecycle.py``):
+Everything a platform controls goes through the one lifecycle (``gateway/api/request/lifecycle.py``):
 the key and its allow-list, budget, rpm and tpm (the input tokens counted before sending are
 the estimate), usage rows and cost (``Work.account`` of the call's ``canonical.CallRecord``: the
 call priced at its target's ``input_per_mtok``), the access record, metrics and the
@@ -12,14 +12,15 @@ runs: the call is the router's failover walk over the route's targets
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from gateway.api.driver import deadline_of, read_body
+from gateway.api.driver import Operation, deadline_of, read_body
 from gateway.api.embeddings.render import render_embeddings
 from gateway.api.embeddings.request import check_inputs, check_tokens, parse_embeddings_request
 from gateway.api.embeddings.tokens import count_inputs, decode_inputs
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work
-from gateway.api.runtime import Runtime
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Work
+from gateway.api.services import EmbeddingServices, Services
 from gateway.canonical import CallRecord, Usage
 from gateway.canonical_embeddings import EmbeddingRequest
 from gateway.config.models_section import EmbeddingBounds
@@ -27,7 +28,7 @@ from gateway.errors import GatewayError, quoted
 from gateway.governance.access import visible_routes
 from gateway.http.json_response import JSONResponse
 from gateway.routing.router import AllTargetsFailed
-from gateway.routing.routes import RoutePlan
+from gateway.routing.routes import RoutePlan, RouteTable
 from gateway.usage.pricing import usd
 
 PATH = "/v1/embeddings"
@@ -36,13 +37,13 @@ _TAKES_TOKENS = frozenset({"openai"})
 _DEFAULT_BOUNDS = EmbeddingBounds()
 
 
-def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
-    plan = runtime.routes.lookup_embeddings(model)
+def _plan(routes: RouteTable, work: Work, model: str) -> RoutePlan:
+    plan = routes.lookup_embeddings(model)
     if plan is None:
         key = work.key
         assert key is not None
         raise GatewayError(404, f"The model {quoted(model)} does not exist. Known models: "
-                           f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
+                           f"{', '.join(visible_routes(key, routes.names())) or 'none'}.",
                            "invalid_request_error", "model", "model_not_found")
     return plan
 
@@ -50,12 +51,17 @@ def _plan(runtime: Runtime, work: Work, model: str) -> RoutePlan:
 class EmbeddingsSurface:
     """``POST /v1/embeddings`` (and ``/embeddings``) on the driver (``api/driver.py``): OpenAI's error shape."""
 
+    operations: tuple[Operation[Any], ...] = ()
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.errors: ErrorRenderer = error_response
 
-    async def serve(self, work: Work, runtime: Runtime) -> JSONResponse:
-        answer = await embed(runtime, work)
+    def services(self, every: Services) -> EmbeddingServices:
+        return every.embeddings
+
+    async def serve(self, work: Work, services: EmbeddingServices) -> JSONResponse:
+        answer = await embed(services, work)
         work.done(200)
         return answer
 
@@ -63,10 +69,10 @@ class EmbeddingsSurface:
 EMBEDDINGS = EmbeddingsSurface(PATH)
 
 
-async def embed(runtime: Runtime, work: Work) -> JSONResponse:
+async def embed(services: EmbeddingServices, work: Work) -> JSONResponse:
     await work.authenticate()
-    parsed = parse_embeddings_request(await read_body(work, runtime))
-    plan = _plan(runtime, work, parsed.model)
+    parsed = parse_embeddings_request(await read_body(work, services.max_body_bytes))
+    plan = _plan(services.routes, work, parsed.model)
     work.allow(plan)
     bounds = plan.route.embeddings or _DEFAULT_BOUNDS
     check_inputs(parsed.inputs, bounds, parsed.model)
@@ -81,7 +87,7 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         texts = await decode_inputs(inputs)
     embedding_request = EmbeddingRequest(inputs, texts, parsed.dimensions, parsed.encoding_format, parsed.user,
                                          counted)
-    deadline = deadline_of(runtime)
+    deadline = deadline_of(services.request_timeout_s)
     await work.admit(work.incoming.body_bytes, counted)
     work.show_limits()
     record = CallRecord()
@@ -92,8 +98,8 @@ async def embed(runtime: Runtime, work: Work) -> JSONResponse:
         "gen_ai.provider.name": first.provider.type, "loopgate.target": first.label}) if span.recording else None
     waiting = time.perf_counter()
     try:
-        target, result = await runtime.embedder.embed(plan.targets, embedding_request, record.attempts,
-                                                      plan.retries, deadline)
+        target, result = await services.embedder.embed(plan.targets, embedding_request, record.attempts,
+                                                       plan.retries, deadline)
     except BaseException as exc:
         if call_span is not None:
             call_span.operation_done(_failure(exc), record.attempts)

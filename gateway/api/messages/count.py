@@ -21,17 +21,16 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from gateway.api.driver import deadline_of, read_body
-from gateway.api.lifecycle import Work
+from gateway.api.driver import Operation, deadline_of, read_body
+from gateway.api.loop.planning import route_of
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request
-from gateway.api.planning import route_of
-from gateway.api.runtime import Runtime
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import CountingServices, counting_services
 from gateway.canonical import ModelRequest
 from gateway.config.model import ApiKey
 from gateway.context.offload import encoding_off_loop, raw_prompt_tokens
-from gateway.context.tokens import TokenEstimator
 from gateway.errors import GatewayError, upstream_message
 from gateway.http.json_response import JSONResponse
 from gateway.loop.engine import server_tool_names
@@ -44,53 +43,55 @@ PATH = "/v1/messages/count_tokens"
 _STAND_IN_MAX_TOKENS = 1
 
 
-async def count_tokens(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def count_tokens(request: Request, services: CountingServices, work: Work) -> JSONResponse:
     use_api_key(work.incoming)
     key = await work.authenticate()
-    body = await read_body(work, runtime)
+    body = await read_body(work, services.max_body_bytes)
     without_max = isinstance(body, dict) and "max_tokens" not in body
     if without_max:
         body = {**body, "max_tokens": _STAND_IN_MAX_TOKENS}
     parsed = parse_messages_request(body, betas_of(work.incoming))
     if without_max:
         del parsed.native.fields["max_tokens"]
-    plan = route_of(runtime, key, parsed.model)
+    plan = route_of(services.routes, key, parsed.model)
     work.allow(plan)
     await work.admit(0, tokens=0, budget=False)  # rpm and max_concurrent; no tokens, no budget (see above)
-    counted = await _count(runtime, key, parsed, plan)
+    counted = await _count(services, key, parsed, plan)
     await work.settle(None)  # frees the concurrency slot; nothing was used
     work.show_limits()
     return JSONResponse(orjson.dumps(counted), raw_headers=with_anthropic_headers(work.headers))
 
 
-async def _count(runtime: Runtime, key: ApiKey, parsed: MessagesRequest, plan: RoutePlan) -> dict[str, Any]:
+async def _count(services: CountingServices, key: ApiKey, parsed: MessagesRequest, plan: RoutePlan
+                 ) -> dict[str, Any]:
     """The answer's body: the count, and how and for which target it was made."""
-    names = server_tool_names(plan, runtime.tools)
+    names = server_tool_names(plan, services.tools)
     if key.tools is not None:
         names = tuple(name for name in names if name in key.tools)
-    tools = runtime.tools.definitions(names) + parsed.tools
+    tools = services.tools.definitions(names) + parsed.tools
     model_request = ModelRequest(messages=parsed.messages, tools=tools,
                                  tool_choice=parsed.tool_choice if tools else None, params=parsed.params,
                                  native=parsed.native)
-    deadline = deadline_of(runtime)
+    deadline = deadline_of(services.request_timeout_s)
     first = plan.targets[0]
     if first.provider.type == "anthropic" and plan.route.count_tokens == "upstream":
         for target in plan.targets:
             if target.provider.type != "anthropic":
                 continue
-            counted = await _exact(runtime, target, model_request, deadline)
+            counted = await _exact(services, target, model_request, deadline)
             if counted is not None:
                 return _answer(counted, "exact", target.label)
     raw = await raw_prompt_tokens(model_request.messages, model_request.tools, await encoding_off_loop(first.model))
-    return _answer(_estimator(runtime).calibrated(first.label, raw), "estimate", first.label)
+    return _answer(services.estimator.calibrated(first.label, raw), "estimate", first.label)
 
 
-async def _exact(runtime: Runtime, target: ResolvedTarget, request: ModelRequest, deadline: float) -> int | None:
+async def _exact(services: CountingServices, target: ResolvedTarget, request: ModelRequest,
+                 deadline: float) -> int | None:
     """Anthropic's own count; None when this target could not count (the next one, or the estimate, answers)."""
     adapter: Any = target.adapter
     try:
         native = adapter.build_count_tokens(request, target.provider, target.model)
-        reply = await runtime.pool.post(target.provider.name, native, deadline)
+        reply = await services.pool.post(target.provider.name, native, deadline)
         if reply.status >= 400:
             error = adapter.parse_error(reply.status, reply.headers, reply.body)
             if error.status == 400:  # the caller's request is wrong: Anthropic's word is the answer
@@ -102,10 +103,9 @@ async def _exact(runtime: Runtime, target: ResolvedTarget, request: ModelRequest
         return None
 
 
-def _estimator(runtime: Runtime) -> TokenEstimator:
-    guard = runtime.deps.context
-    return guard.estimator if guard is not None else TokenEstimator()
-
-
 def _answer(tokens: int, method: str, target: str) -> dict[str, Any]:
     return {"input_tokens": tokens, "gateway": {"method": method, "target": target}}
+
+
+#: the Messages surface's operation Starlette routes (``POST /v1/messages`` is on the surface table)
+COUNT_TOKENS = Operation("POST", PATH, count_tokens, counting_services, metered=True)

@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from gateway.api.driver import Answer
-from gateway.api.lifecycle import Work
-from gateway.api.loop_surface import LoopSurface
+from gateway.api.loop.surface import LoopSurface
+from gateway.api.messages.count import COUNT_TOKENS
 from gateway.api.messages.errors import anthropic_error
 from gateway.api.messages.headers import betas_of, use_api_key
 from gateway.api.messages.request import MessagesRequest, parse_messages_request
 from gateway.api.messages.respond import respond_message
+from gateway.api.request.lifecycle import Work
 from gateway.canonical import Message, ToolDef
 from gateway.http.incoming import Incoming
 from gateway.loop.events import LoopEvent
@@ -67,4 +68,5 @@ class MessagesSurface(LoopSurface[MessagesRequest]):
         return respond_message(events, call.stream, call.model, call.show_server_tools, work, slot)
 
 
-MESSAGES = MessagesSurface(PATH, anthropic_error, identify=use_api_key, follow_up=_split_follow_up)
+MESSAGES = MessagesSurface(PATH, anthropic_error, identify=use_api_key, follow_up=_split_follow_up,
+                           operations=(COUNT_TOKENS,))

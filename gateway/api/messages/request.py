@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.api.loop.stream_options import stream_rescue_option
 from gateway.api.messages.blocks import canonical_messages, kind_of, system_message
-from gateway.api.stream_options import stream_rescue_option
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from gateway.api.errors import to_gateway_error
-from gateway.api.lifecycle import Work
 from gateway.api.messages.errors import with_anthropic_headers
 from gateway.api.messages.render import MessageBuilder, error_frame, message_id
+from gateway.api.request.errors import to_gateway_error
+from gateway.api.request.lifecycle import Work
 from gateway.cancellation import EXITS
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse

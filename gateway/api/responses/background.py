@@ -27,17 +27,16 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.driver import Handler, endpoint
-from gateway.api.lifecycle import Held, Work
+from gateway.api.driver import Handler, Operation
+from gateway.api.request.lifecycle import Held, Work
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
-from gateway.api.runtime import Runtime
+from gateway.api.services import ResponsesServices, responses_services
 from gateway.background.followers import Following
-from gateway.background.runner import BackgroundRunner, close_events, failed_snapshot, sse_frame
+from gateway.background.runner import close_events, failed_snapshot, sse_frame
 from gateway.canonical import Usage
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
@@ -50,20 +49,16 @@ LEASE_EXPIRED = ("the gateway replica running this background response stopped b
                  "(its lease expired)")
 
 #: the Responses handler for what is not a background run
-Fallback = Handler
+Fallback = Handler[ResponsesServices]
 ONE = "/v1/responses/{id}"
 CANCEL = ONE + "/cancel"
 
 
-def _runner(runtime: Runtime) -> BackgroundRunner:
-    return runtime.background
-
-
-def check_background(runtime: Runtime, store: bool) -> None:
+def check_background(services: ResponsesServices, store: bool) -> None:
     """What refuses a background request before anything runs: ``store: false``, a full process."""
     if not store:
         raise bad_request("background responses are stored ('background': true needs 'store': true)", "background")
-    _runner(runtime).check_capacity()
+    services.background.check_capacity()
 
 
 _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
@@ -91,7 +86,7 @@ async def _held(events: AsyncIterator[dict[str, Any]], held: Held) -> AsyncItera
             await held.end(status, usage)
 
 
-async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stream: bool,
+async def start_background(services: ResponsesServices, tenant: str, run: ResponseRun, stream: bool,
                            held: Held) -> JSONResponse | SSEResponse:
     """Hand a prepared response to the runner; answer with the stored snapshot or the live stream.
 
@@ -104,24 +99,24 @@ async def start_background(runtime: Runtime, tenant: str, run: ResponseRun, stre
     try:
         await run.save()
         saved = True
-        stored = await _runner(runtime).launch(tenant, _held(run.events(), held), stream)
+        stored = await services.background.launch(tenant, _held(run.events(), held), stream)
     except BaseException:
         await run.aclose()  # a claimed continuation goes back to resumable
         if saved:  # nothing runs: no record may say "in_progress"
             with contextlib.suppress(Exception):
-                await runtime.responses.delete(tenant, run.id)
+                await services.records.delete(tenant, run.id)
         raise
     if not stream:
         return JSONResponse(orjson.dumps(stored.response))
-    return SSEResponse(follow(runtime, stored.id, tenant, -1, counted=False))
+    return SSEResponse(follow(services, stored.id, tenant, -1, counted=False))
 
 
-async def settle(runtime: Runtime, run: BackgroundRun, status: str = "failed") -> BackgroundRun:
+async def settle(services: ResponsesServices, run: BackgroundRun, status: str = "failed") -> BackgroundRun:
     """``run`` as it stands, after ending it when its lease ran out (at most once across replicas)."""
     now = time.time()
     if not run.lease_expired(now):
         return run
-    runner = _runner(runtime)
+    runner = services.background
     if status == "failed":
         response = failed_snapshot(run.response, "server_error", LEASE_EXPIRED)
     else:
@@ -133,28 +128,28 @@ async def settle(runtime: Runtime, run: BackgroundRun, status: str = "failed") -
     return await runner.store.get(run.id, run.tenant)
 
 
-async def lookup(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | None:
+async def lookup(services: ResponsesServices, run_id: str, tenant: str) -> BackgroundRun | None:
     """The background run ``run_id`` of ``tenant`` (settled), or None when it is not one."""
     try:
-        run = await _runner(runtime).store.get(run_id, tenant)
+        run = await services.background.store.get(run_id, tenant)
     except RunNotFound:
         return None
-    return await settle(runtime, run)
+    return await settle(services, run)
 
 
-async def _read(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun:
+async def _read(services: ResponsesServices, run_id: str, tenant: str) -> BackgroundRun:
     """The run as a follower sees it: settled (ended when its lease ran out). ``RunNotFound`` when gone."""
-    return await settle(runtime, await _runner(runtime).store.get(run_id, tenant))
+    return await settle(services, await services.background.store.get(run_id, tenant))
 
 
-def follow(runtime: Runtime, run_id: str, tenant: str, after: int, counted: bool = True) -> Following:
+def follow(services: ResponsesServices, run_id: str, tenant: str, after: int, counted: bool = True) -> Following:
     """The stored events after sequence number ``after``, then the live ones until the run ends.
 
     The followers of one run in this process share one store poll (gateway/background/followers.py);
     ``counted``: under ``background.max_followers_per_run`` and ``max_followers`` (429 past them). The
     stream a run's own request answers with is not: the runs bound it.
     """
-    return runtime.followers.follow(tenant, run_id, after, partial(_read, runtime), counted)
+    return services.followers.follow(tenant, run_id, after, partial(_read, services), counted)
 
 
 def _stream_options(request: Request) -> tuple[bool, int]:
@@ -173,27 +168,28 @@ def _stream_options(request: Request) -> tuple[bool, int]:
     return stream, int(after_text)
 
 
-def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list[Route]:
+def background_operations(get_fallback: Fallback, delete_fallback: Fallback
+                          ) -> tuple[Operation[ResponsesServices], ...]:
     """``GET``/``DELETE /v1/responses/{id}`` (falling back to the Responses handlers for what is not a
     background run) and ``POST /v1/responses/{id}/cancel``. Listed before the Responses routes so they match first.
     """
 
-    async def get_response(request: Request, runtime: Runtime, work: Work) -> Any:
+    async def get_response(request: Request, services: ResponsesServices, work: Work) -> Any:
         key = await work.authenticate()
         run_id = path_response_id(request.path_params)
         stream, after = _stream_options(request)
-        run = await lookup(runtime, run_id, key.tenant)
+        run = await lookup(services, run_id, key.tenant)
         if run is None:
             if stream:
                 raise bad_request("stream=true is only supported for responses created with background=true "
                                   "and stream=true", "stream")
-            return await get_fallback(request, runtime, work)
+            return await get_fallback(request, services, work)
         if not stream:
             # A run that paused names what continued it, like a stored paused response (``endpoint.get_response``).
             extension = run.response.get("gateway")
             continuation_id = extension.get("continuation_id") if isinstance(extension, dict) else None
-            return JSONResponse(orjson.dumps(await with_continued_by(runtime.store, key.tenant, run.response,
-                                                                     continuation_id)))
+            shown = await with_continued_by(services.loop.continuations, key.tenant, run.response, continuation_id)
+            return JSONResponse(orjson.dumps(shown))
         if not run.stream:
             raise bad_request("this response was not created with stream=true, so it cannot be streamed; "
                               "poll it without stream=true", "stream")
@@ -201,50 +197,50 @@ def background_routes(get_fallback: Fallback, delete_fallback: Fallback) -> list
         # and its tenant until it leaves (however it leaves: ``Following.aclose`` gives it back). It spends
         # nothing, so no budget: a key past its budget may still watch the run it already paid for.
         await work.admit(0, 0, budget=False)
-        following = follow(runtime, run_id, key.tenant, after)  # a 429 past a cap gives the admission back
+        following = follow(services, run_id, key.tenant, after)  # a 429 past a cap gives the admission back
         following.on_close = partial(work.settle, None)
         return SSEResponse(following)
 
-    async def cancel_response(request: Request, runtime: Runtime, work: Work) -> Any:
+    async def cancel_response(request: Request, services: ResponsesServices, work: Work) -> Any:
         key = await work.authenticate()
         run_id = path_response_id(request.path_params)
-        run = await cancel(runtime, run_id, key.tenant)
+        run = await cancel(services, run_id, key.tenant)
         if run is None:
-            if await runtime.responses.get(key.tenant, run_id) is not None:
+            if await services.records.get(key.tenant, run_id) is not None:
                 raise bad_request("Only responses created with background=true can be cancelled.",
                                   code="response_not_cancellable")
             raise response_not_found(run_id)
         return JSONResponse(orjson.dumps(run.response))
 
-    async def delete_response(request: Request, runtime: Runtime, work: Work) -> Any:
+    async def delete_response(request: Request, services: ResponsesServices, work: Work) -> Any:
         key = await work.authenticate()
         run_id = path_response_id(request.path_params)
-        runner = _runner(runtime)
+        runner = services.background
         # A run still going stops at its next write (its record is gone: the fence says so).
         if not await runner.store.delete(run_id, key.tenant):
-            return await delete_fallback(request, runtime, work)
+            return await delete_fallback(request, services, work)
         runner.cancel_local(run_id)
-        if await runtime.responses.get(key.tenant, run_id) is not None:
-            return await delete_fallback(request, runtime, work)
+        if await services.records.get(key.tenant, run_id) is not None:
+            return await delete_fallback(request, services, work)
         return JSONResponse(orjson.dumps({"id": run_id, "object": "response.deleted", "deleted": True}))
 
-    return [
-        Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
-        Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
-        Route(CANCEL, endpoint(CANCEL, cancel_response), methods=["POST"]),
-    ]
+    return (
+        Operation("GET", ONE, get_response, responses_services),
+        Operation("DELETE", ONE, delete_response, responses_services),
+        Operation("POST", CANCEL, cancel_response, responses_services),
+    )
 
 
-async def cancel(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | None:
+async def cancel(services: ResponsesServices, run_id: str, tenant: str) -> BackgroundRun | None:
     """Cancel a background run and wait (bounded) for it to end; None when ``run_id`` is not one."""
-    runner = _runner(runtime)
+    runner = services.background
     store = runner.store
     try:
         run = await store.get(run_id, tenant)
     except RunNotFound:
         return None
     if run.lease_expired(time.time()):  # its replica died: nobody else will end it
-        return await settle(runtime, run, "cancelled")
+        return await settle(services, run, "cancelled")
     if not run.active:
         if run.status == "cancelled":
             return run  # cancelling twice is idempotent
@@ -254,7 +250,7 @@ async def cancel(runtime: Runtime, run_id: str, tenant: str) -> BackgroundRun | 
         await runner.wait_local(run_id, CANCEL_WAIT_S)
     deadline = time.monotonic() + CANCEL_WAIT_S
     while True:
-        run = await settle(runtime, await store.get(run_id, tenant), "cancelled")
+        run = await settle(services, await store.get(run_id, tenant), "cancelled")
         if not run.active or time.monotonic() >= deadline:
             return run
         await asyncio.sleep(runner.config.poll_s)

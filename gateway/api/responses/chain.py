@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api.runtime import Runtime
 from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted
 from gateway.observability.metrics import STORE_QUOTA_REFUSALS
-from gateway.store.responses.base import MAX_CHAIN_LINKS, ChainBroken
+from gateway.store.responses.base import MAX_CHAIN_LINKS, ChainBroken, ResponseRecords
 
 
 def previous_not_found(response_id: str, gone: str | None = None) -> GatewayError:
@@ -32,16 +31,15 @@ def previous_not_found(response_id: str, gone: str | None = None) -> GatewayErro
     return GatewayError(400, message, "invalid_request_error", "previous_response_id", "previous_response_not_found")
 
 
-async def check_quota(runtime: Runtime, tenant: str) -> None:
+async def check_quota(records: ResponseRecords, quota: int, tenant: str) -> None:
     """Refuse a ``store: true`` request when the tenant's stored responses reached their quota (429).
 
     Checked once, before the run: requests admitted while under the quota may each still store
     their own record, so the quota is passed by at most the records of the requests in flight.
     """
-    quota = runtime.config.store.tenant_max_stored_bytes
     if not quota:
         return
-    stored = await runtime.responses.stored_bytes(tenant)
+    stored = await records.stored_bytes(tenant)
     if stored >= quota:
         STORE_QUOTA_REFUSALS.inc()
         raise GatewayError(429, f"This tenant's stored responses use {stored} bytes, at or over its quota of {quota} "
@@ -68,7 +66,7 @@ class Chain:
         return messages[len(prefix):]
 
 
-async def parent_chain(runtime: Runtime, tenant: str, previous_id: str,
+async def parent_chain(records: ResponseRecords, tenant: str, previous_id: str,
                        record: dict[str, Any]) -> tuple[list[Message], Chain]:
     """The whole transcript ``record`` (the response named by ``previous_id``) ends, and the follow-up's chain.
 
@@ -76,7 +74,7 @@ async def parent_chain(runtime: Runtime, tenant: str, previous_id: str,
     ``MAX_CHAIN_LINKS`` starts over: the follow-up then names no ancestors and stores everything.
     """
     try:
-        messages = await runtime.responses.full_transcript(tenant, record)
+        messages = await records.full_transcript(tenant, record)
     except ChainBroken as broken:
         raise previous_not_found(previous_id, broken.response_id) from None
     ancestors = [*(record.get("ancestors") or ()), previous_id]

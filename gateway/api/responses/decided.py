@@ -1,7 +1,7 @@
 """A pause that began on ``/v1/responses``, decided way B: answered, stored and chained as a Response.
 
 ``POST /v1/continuations/{id}`` (an approver key, the approvals inbox, or the asker) resumes the
-loop through the same claim as every resume (``api.resume``); this renders it as the Responses
+loop through the same claim as every resume (``api.loop.resume``); this renders it as the Responses
 API would have: a ``response`` object (Responses SSE events with ``stream: true``) whose
 ``previous_response_id`` is the paused response and whose input is the decisions as
 ``function_call_output`` / ``mcp_approval_response`` items. It runs as a :class:`ResponseRun`, so
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.lifecycle import Work
+from gateway.api.loop.resume import Resumed
+from gateway.api.request.lifecycle import Work
 from gateway.api.responses.origin import decision_items
 from gateway.api.responses.prepare import resumed_run
 from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import ResponsesRequest
-from gateway.api.resume import Resumed
-from gateway.api.runtime import Runtime
+from gateway.api.services import ResponsesServices
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
 
@@ -39,13 +39,13 @@ def decided_request(origin: dict[str, Any], decisions: list[dict[str, Any]], str
         headless=False, metadata=metadata if isinstance(metadata, dict) else {}, echo=echo)
 
 
-async def respond_decided(runtime: Runtime, work: Work, origin: dict[str, Any], resumed: Resumed,
+async def respond_decided(services: ResponsesServices, work: Work, origin: dict[str, Any], resumed: Resumed,
                           decisions: list[dict[str, Any]], approved: list[str],
                           stream: bool) -> JSONResponse | SSEResponse:
     """Run the claimed loop to a Response (JSON, or its event stream), recorded before its terminal event."""
     request = decided_request(origin, decisions, stream)
     request.model = request.model or resumed.plan.name
-    run = resumed_run(runtime, request, resumed, approved, bool(origin.get("instructions_first")), stream, stream)
+    run = resumed_run(services, request, resumed, approved, bool(origin.get("instructions_first")), stream, stream)
     if not stream:
         await run.complete()
         work.done(200)

@@ -2,7 +2,7 @@
 
 The endpoints only authenticate, parse and render: what the run runs on is ``responses/prepare.py``,
 the run itself ``responses/run.py``, the rendering ``responses/render.py``. Errors are the chat
-completions' (``api/errors``): the same OpenAI shape, classes and statuses.
+completions' (``api/request/errors``): the same OpenAI shape, classes and statuses.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
-from gateway.api.driver import endpoint, read_body
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work
-from gateway.api.responses.background import check_background, start_background
+from gateway.api.driver import Operation, read_body
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Work
+from gateway.api.responses.background import background_operations, check_background, start_background
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.prepare import prepare_response
 from gateway.api.responses.render import usage_of
@@ -28,7 +27,7 @@ from gateway.api.responses.request import (
     response_not_found,
 )
 from gateway.api.responses.run import input_items
-from gateway.api.runtime import Runtime
+from gateway.api.services import ResponsesServices, Services, responses_services
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
@@ -45,25 +44,30 @@ class ResponsesSurface:
     """``POST /v1/responses`` on the driver (``api/driver.py``): OpenAI's error shape; foreground JSON or
     stream, or a background run that keeps its admission (``Work.hold``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, operations: tuple[Operation[ResponsesServices], ...]) -> None:
         self.path = path
         self.errors: ErrorRenderer = error_response
+        #: one response's GET and DELETE (a background run's, else the stored response's), its input items, cancel
+        self.operations = operations
 
-    async def serve(self, work: Work, runtime: Runtime) -> JSONResponse | SSEResponse:
+    def services(self, every: Services) -> ResponsesServices:
+        return every.responses
+
+    async def serve(self, work: Work, services: ResponsesServices) -> JSONResponse | SSEResponse:
         key = await work.authenticate()
-        parsed = parse_responses_request(await read_body(work, runtime))
+        parsed = parse_responses_request(await read_body(work, services.loop.max_body_bytes))
         if parsed.background:
-            check_background(runtime, parsed.store)
+            check_background(services, parsed.store)
             work.background = True  # admission also takes a slot under the per-key/per-tenant run caps
-        plan = runtime.routes.lookup(parsed.model)
+        plan = services.loop.routes.lookup(parsed.model)
         if plan is not None:  # an unknown model is prepare_response's 404
             work.allow(plan)
         # Resolves the request (a resume is charged to its asker), admits it and watches its loop before it starts.
         incoming = work.incoming
-        run = await prepare_response(parsed, runtime, work, key.headless or parsed.headless or incoming.headless,
+        run = await prepare_response(parsed, services, work, key.headless or parsed.headless or incoming.headless,
                                      plan)
         if parsed.background:  # the run goes on in a task of this process, holding its admission
-            answer = await start_background(runtime, key.tenant, run, parsed.stream, work.hold())
+            answer = await start_background(services, key.tenant, run, parsed.stream, work.hold())
             work.done(200)
             return answer
         if not parsed.stream:
@@ -82,45 +86,43 @@ class ResponsesSurface:
         return SSEResponse(run.frames(_join, on_close), work.headers)
 
 
-RESPONSES = ResponsesSurface(PATH)
-
-
 # A ``frames`` builder's batches are SSE frames already (bytes): the body joins them.
 _join = b"".join
 
 
-async def _record(request: Request, runtime: Runtime, work: Work) -> tuple[str, str, dict[str, Any]]:
+async def _record(request: Request, services: ResponsesServices, work: Work) -> tuple[str, str, dict[str, Any]]:
     key = await work.authenticate()
     response_id = path_response_id(request.path_params)
-    record = await runtime.responses.get(key.tenant, response_id)
+    record = await services.records.get(key.tenant, response_id)
     if record is None:
         raise response_not_found(response_id)
     return key.tenant, response_id, record
 
 
-async def get_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def get_response(request: Request, services: ResponsesServices, work: Work) -> JSONResponse:
     """The stored Response; a paused one whose loop was resumed since names, in ``gateway.continued_by``,
     the answer that continued it (``{id, object}``: the response that answered it, through this API or
     decided way B (``responses.decided``); a chat completion only when a chat follow-up resumed it, or
     for a continuation paused before pauses recorded their origin; its body at
     ``GET /v1/continuations/{continuation_id}``)."""
-    tenant, _, record = await _record(request, runtime, work)
-    response = await with_continued_by(runtime.store, tenant, record["response"], record.get("continuation_id"))
+    tenant, _, record = await _record(request, services, work)
+    response = await with_continued_by(services.loop.continuations, tenant, record["response"],
+                                       record.get("continuation_id"))
     return JSONResponse(orjson.dumps(response))
 
 
-async def delete_response(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def delete_response(request: Request, services: ResponsesServices, work: Work) -> JSONResponse:
     """Delete the record; a paused response's continuation is cancelled with it (nothing can answer it any more)."""
-    tenant, response_id, record = await _record(request, runtime, work)
+    tenant, response_id, record = await _record(request, services, work)
     if record.get("continuation_id"):
         # Already resumed, expired or being resumed: the record goes regardless.
         with contextlib.suppress(ContinuationNotFound, ContinuationConflict):
-            await runtime.store.cancel_continuation(record["continuation_id"], tenant)
-    await runtime.responses.delete(tenant, response_id)
+            await services.loop.continuations.cancel(record["continuation_id"], tenant)
+    await services.records.delete(tenant, response_id)
     return JSONResponse(orjson.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
 
 
-async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JSONResponse:
+async def list_input_items(request: Request, services: ResponsesServices, work: Work) -> JSONResponse:
     """OpenAI's list object over the response's input items: ``limit``, ``order``, ``after``, ``before``."""
     query = request.query_params
     limit_text = query.get("limit")
@@ -133,7 +135,7 @@ async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JS
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise bad_request("'order' must be 'asc' or 'desc'", "order")
-    _, response_id, record = await _record(request, runtime, work)
+    _, response_id, record = await _record(request, services, work)
     items = input_items(response_id, record["input"])
     if order == "desc":
         items = items[::-1]
@@ -153,9 +155,8 @@ async def list_input_items(request: Request, runtime: Runtime, work: Work) -> JS
         "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}))
 
 
-def responses_routes() -> list[Route]:
-    return [
-        Route(ONE, endpoint(ONE, get_response), methods=["GET"]),
-        Route(ONE, endpoint(ONE, delete_response), methods=["DELETE"]),
-        Route(ITEMS, endpoint(ITEMS, list_input_items), methods=["GET"]),
-    ]
+RESPONSES = ResponsesSurface(PATH, (
+    # GET and DELETE of one response: a background run's, else the stored response's (their fallbacks)
+    *background_operations(get_response, delete_response),
+    Operation("GET", ITEMS, list_input_items, responses_services),
+))

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.api.responses.request import ResponsesRequest
-from gateway.store.base import Store
+from gateway.loop.continuations import Continuations
 from gateway.store.continuations.base import ContinuationNotFound
 
 SURFACE = "responses"
@@ -61,7 +61,7 @@ def decision_items(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-async def with_continued_by(store: Store, tenant: str, response: Any, continuation_id: Any) -> Any:
+async def with_continued_by(continuations: Continuations, tenant: str, response: Any, continuation_id: Any) -> Any:
     """``response`` (a stored or background paused Response) with ``gateway.continued_by: {id, object}``
     once its continuation was resumed: the answer that continued it, whose body is the continuation's
     ``result``. Unchanged when it is not paused, or nothing continued it (expired or cancelled included)."""
@@ -69,7 +69,7 @@ async def with_continued_by(store: Store, tenant: str, response: Any, continuati
             and isinstance(response.get("gateway"), dict)):
         return response
     try:
-        continuation = await store.get_continuation(continuation_id, tenant)
+        continuation = await continuations.get(continuation_id, tenant)
     except ContinuationNotFound:
         return response
     if continuation.result is None:

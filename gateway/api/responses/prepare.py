@@ -9,11 +9,11 @@ sent, so a refused request costs no tokens and leaves a paused loop pending. The
 * **resuming a pause** (``previous_response_id`` naming a paused response, or a resent
   conversation ending in answers to calls the gateway holds): the answers go through the
   continuation claim exactly like ``POST /v1/continuations/{id}`` (at most once, approved tools
-  ledgered), charged to the key that asked (``api/resume.py``).
+  ledgered), charged to the key that asked (``api/loop/resume.py``).
 
 Each way watches its own loop (a resume in ``resume_paused``): the work is watched once. What
-the run needs after this (the records store, their TTL) is taken from the runtime here, so
-running it (``run.ResponseRun``) reads nothing more from it.
+the run needs after this (the records store, their TTL) is taken from the surface's services
+here, so running it (``run.ResponseRun``) reads nothing more from them.
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.api.driver import deadline_of
-from gateway.api.lifecycle import Work
-from gateway.api.planning import refuse_name_clashes, route_of
+from gateway.api.loop.planning import refuse_name_clashes, route_of
+from gateway.api.loop.resume import Resumed, check_pending, resume_paused
+from gateway.api.request.lifecycle import Work
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, server_label
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
-from gateway.api.resume import Resumed, check_pending, resume_paused
-from gateway.api.runtime import Runtime
+from gateway.api.services import ResponsesServices
 from gateway.canonical import Message
 from gateway.errors import GatewayError, bad_request, quoted
-from gateway.loop.artifacts import reattach
+from gateway.loop.continuations import Continuations
 from gateway.loop.engine import LoopRequest, run_loop
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
@@ -47,7 +47,7 @@ _NO_APPROVALS: frozenset[str] = frozenset()
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
 
 
-async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Work,
+async def prepare_response(request: ResponsesRequest, services: ResponsesServices, work: Work,
                            headless: bool, plan: RoutePlan | None = None) -> ResponseRun:
     """Resolve the request to a watched loop (new, continued, or a paused one resumed); raises GatewayError.
 
@@ -58,41 +58,42 @@ async def prepare_response(request: ResponsesRequest, runtime: Runtime, work: Wo
     key = work.key
     assert key is not None, "authenticated by the caller"
     tenant = key.tenant
+    shared = services.loop  # the loop surfaces' services
     if plan is None:
-        plan = route_of(runtime, key, request.model)
+        plan = route_of(shared.routes, key, request.model)
     if request.tools:
-        refuse_name_clashes(runtime, plan, request.tools, request.model, "function tool")
+        refuse_name_clashes(shared.tools, plan, request.tools, request.model, "function tool")
     converted = to_messages(request.input)
     if request.store:
-        await check_quota(runtime, tenant)
-    deadline = deadline_of(runtime)
+        await check_quota(services.records, services.quota_bytes, tenant)
+    deadline = deadline_of(shared.request_timeout_s)
     earlier: list[Message] = []
     chain: Chain | None = None
     previous_id = request.previous_response_id
     if previous_id is not None:
-        record = await runtime.responses.get(tenant, previous_id)
+        record = await services.records.get(tenant, previous_id)
         if record is None:
             raise previous_not_found(previous_id)
         if record.get("continuation_id"):
-            return await _answer_paused(request, runtime, work, headless, tenant, record, converted, deadline)
+            return await _answer_paused(request, services, work, headless, tenant, record, converted, deadline)
         if converted.orphan is not None or converted.approved:
             _refuse_stray_answers(converted)
         if not continuable(record):
             raise bad_request(f"response {quoted(previous_id)} did not complete; it cannot be continued",
                               "previous_response_id")
-        earlier, chain = await parent_chain(runtime, tenant, previous_id, record)
+        earlier, chain = await parent_chain(services.records, tenant, previous_id, record)
     else:
         if converted.decisions and converted.orphan is None:
-            paused = await _paused_match(runtime, tenant, converted)
+            paused = await _paused_match(shared.continuations, tenant, converted)
             if paused is not None:
-                return await _resume(request, runtime, work, headless, paused, converted, deadline, None)
+                return await _resume(request, services, work, headless, paused, converted, deadline, None)
         if converted.orphan is not None or converted.approved:
             _refuse_stray_answers(converted)
     messages = _conversation(request, earlier, converted.messages)
     await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
     if plan.needs_artifacts:
-        await reattach(runtime.store, tenant, messages)
-    return _new_run(request, runtime, work, headless, plan, messages, chain, deadline)
+        await shared.continuations.reattach(tenant, messages)
+    return _new_run(request, services, work, headless, plan, messages, chain, deadline)
 
 
 def _refuse_stray_answers(converted: Converted) -> None:
@@ -118,7 +119,7 @@ def _conversation(request: ResponsesRequest, earlier: list[Message], given: list
     return messages
 
 
-def _new_run(request: ResponsesRequest, runtime: Runtime, work: Work, headless: bool, plan: RoutePlan,
+def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work, headless: bool, plan: RoutePlan,
              messages: list[Message], chain: Chain | None, deadline: float) -> ResponseRun:
     """The run of a new (or continued) conversation, its loop watched by ``work``."""
     key = work.key
@@ -130,13 +131,13 @@ def _new_run(request: ResponsesRequest, runtime: Runtime, work: Work, headless: 
                        stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
                        allowed_tools=key.tools, stream_rescue=request.stream_rescue)
     rid = response_id()
-    builder = ResponseBuilder(rid, request.model, request.echo, _labels(runtime.tools), _NO_APPROVALS, None,
+    builder = ResponseBuilder(rid, request.model, request.echo, _labels(services.loop.tools), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
     instructions_first = bool(request.instructions)
     loop.origin = responses_origin(rid, request, instructions_first)
     work.watch(loop)
-    return ResponseRun(runtime.responses, runtime.config.store.continuation_ttl_s, key.tenant, request, loop,
-                       run_loop(loop, runtime.deps), builder, instructions_first, chain)
+    return ResponseRun(services.records, services.record_ttl_s, key.tenant, request, loop,
+                       run_loop(loop, services.loop.deps), builder, instructions_first, chain)
 
 
 def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
@@ -148,7 +149,8 @@ def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
     return limit
 
 
-async def _answer_paused(request: ResponsesRequest, runtime: Runtime, work: Work, headless: bool, tenant: str,
+async def _answer_paused(request: ResponsesRequest, services: ResponsesServices, work: Work, headless: bool,
+                         tenant: str,
                          record: dict[str, Any], converted: Converted, deadline: float) -> ResponseRun:
     """``previous_response_id`` names a paused response: only answers, and they resume its loop through the claim."""
     previous_id = str(request.previous_response_id)
@@ -158,26 +160,27 @@ async def _answer_paused(request: ResponsesRequest, runtime: Runtime, work: Work
                               "mcp_approval_request items: send only function_call_output and "
                               "mcp_approval_response items", f"input[{index}]")
     try:
-        stored = await runtime.store.get_continuation(record["continuation_id"], tenant)
+        stored = await services.loop.continuations.get(record["continuation_id"], tenant)
     except ContinuationNotFound:
         raise previous_not_found(previous_id) from None
-    return await _resume(request, runtime, work, headless, stored, converted, deadline,
+    return await _resume(request, services, work, headless, stored, converted, deadline,
                          bool(record.get("instructions_first")))
 
 
-async def _paused_match(runtime: Runtime, tenant: str, converted: Converted) -> Continuation | None:
+async def _paused_match(continuations: Continuations, tenant: str, converted: Converted) -> Continuation | None:
     """A resent conversation ending in answers: the paused loop they answer, if it is this conversation's."""
-    found = await runtime.store.find_continuation_by_tool_call(tenant, converted.decisions[0]["tool_call_id"])
+    found = await continuations.find_by_tool_call(tenant, converted.decisions[0]["tool_call_id"])
     if found is None:
         return None
     try:
-        stored = await runtime.store.get_continuation(found, tenant)
+        stored = await continuations.get(found, tenant)
     except ContinuationNotFound:
         return None
-    return stored if runtime.continuations.history_mismatch(stored, converted.messages) is None else None
+    return stored if continuations.history_mismatch(stored, converted.messages) is None else None
 
 
-async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headless: bool, stored: Continuation,
+async def _resume(request: ResponsesRequest, services: ResponsesServices, work: Work, headless: bool,
+                  stored: Continuation,
                   converted: Converted, deadline: float, instructions_first: bool | None) -> ResponseRun:
     """Resume a paused loop with the input's answers (way B's checks, claim, ledger, audit and notifications).
 
@@ -191,12 +194,12 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
     key = work.key
     assert key is not None, "authenticated by the caller"
     try:
-        results, approved, answers = await runtime.continuations.checked_decisions(
+        results, approved, answers = await services.loop.continuations.checked_decisions(
             stored, converted.decisions, key.id, key.name)
     except GatewayError as error:
         error.param = "input"
         raise
-    resumed = await resume_paused(runtime, work, stored, results=results, approved=approved, answers=answers,
+    resumed = await resume_paused(services.loop, work, stored, results=results, approved=approved, answers=answers,
                                   decisions=converted.decisions, stream=request.stream, headless=headless,
                                   deadline=deadline, conflict=conflict, stream_rescue=request.stream_rescue)
     first = bool(instructions_first)
@@ -207,24 +210,24 @@ async def _resume(request: ResponsesRequest, runtime: Runtime, work: Work, headl
         if request.instructions:
             messages.insert(0, {"role": "system", "content": request.instructions})
         first = bool(request.instructions)
-    return resumed_run(runtime, request, resumed, approved, first, request.stream or request.background,
+    return resumed_run(services, request, resumed, approved, first, request.stream or request.background,
                        request.stream and not request.background)
 
 
-def resumed_run(runtime: Runtime, request: ResponsesRequest, resumed: Resumed, approved: list[str],
+def resumed_run(services: ResponsesServices, request: ResponsesRequest, resumed: Resumed, approved: list[str],
                 instructions_first: bool, emit: bool, frames: bool) -> ResponseRun:
     """A claimed loop run as the response ``request`` describes (answers here, or a pause decided way B).
 
     Its stored result is this response (``ResponseRecorder``), and a pause of it is decided as a
     response continuing this one (``loop.origin``).
     """
-    builder = ResponseBuilder(response_id(), request.model, request.echo, _labels(runtime.tools), frozenset(approved),
-                              emit=emit, frames=frames)
+    builder = ResponseBuilder(response_id(), request.model, request.echo, _labels(services.loop.tools),
+                              frozenset(approved), emit=emit, frames=frames)
     resumed.slot.recorder = ResponseRecorder(builder, request.echo)
     loop = resumed.loop
     loop.origin = responses_origin(builder.id, request, instructions_first)
-    return ResponseRun(runtime.responses, runtime.config.store.continuation_ttl_s, loop.tenant, request, loop,
-                       resumed.events, builder, instructions_first)
+    return ResponseRun(services.records, services.record_ttl_s, loop.tenant, request, loop, resumed.events, builder,
+                       instructions_first)
 
 
 @functools.lru_cache(maxsize=16)

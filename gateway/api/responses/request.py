@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.chat.request import _expect, _function, type_name
-from gateway.api.stream_options import stream_rescue_option
+from gateway.api.loop.stream_options import stream_rescue_option
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
 

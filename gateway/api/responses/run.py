@@ -8,7 +8,7 @@ its first output (so a request failing before any output gets a real HTTP status
 before the terminal event, so a client that saw ``response.completed`` can chain from it at once.
 ``ResponseRun.response`` is the Response object (final once the events are exhausted).
 
-A run reads nothing from the runtime: the records store and their TTL are handed to it.
+A run reads nothing from the surface's services: the records store and their TTL are handed to it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from gateway.api.errors import to_gateway_error
+from gateway.api.request.errors import to_gateway_error
 from gateway.api.responses.chain import Chain
 from gateway.api.responses.events import TERMINAL, Batch, Frame
 from gateway.api.responses.render import ResponseBuilder

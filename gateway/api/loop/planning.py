@@ -5,40 +5,40 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import LoopServices
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.config.model import ApiKey
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.governance.access import visible_routes
-from gateway.loop.artifacts import reattach
 from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
 from gateway.loop.events import LoopEvent
-from gateway.routing.routes import RoutePlan
+from gateway.routing.routes import RoutePlan, RouteTable
+from gateway.tools.registry import ToolRegistry
 
 
-def route_of(runtime: Runtime, key: ApiKey, model: str) -> RoutePlan:
+def route_of(routes: RouteTable, key: ApiKey, model: str) -> RoutePlan:
     """The plan of ``model``; 404 naming the models this key may see when there is none."""
-    plan = runtime.routes.lookup(model)
+    plan = routes.lookup(model)
     if plan is None:
         raise GatewayError(404, f"The model {quoted(model)} does not exist. Known models: "
-                           f"{', '.join(visible_routes(key, runtime.routes.names())) or 'none'}.",
+                           f"{', '.join(visible_routes(key, routes.names())) or 'none'}.",
                            "invalid_request_error", "model", "model_not_found")
     return plan
 
 
-def refuse_name_clashes(runtime: Runtime, plan: RoutePlan, tools: list[dict[str, Any]], model: str,
+def refuse_name_clashes(tools: ToolRegistry, plan: RoutePlan, client_tools: list[dict[str, Any]], model: str,
                         kind: str) -> None:
     """400 when a client tool (``kind``: how the surface calls it) has the name of one of the route's
     server tools: the model could not tell which one it calls, and a result could reach the wrong one."""
-    server = set(server_tool_names(plan, runtime.tools))
-    for index, tool in enumerate(tools):
+    server = set(server_tool_names(plan, tools))
+    for index, tool in enumerate(client_tools):
         if tool["function"]["name"] in server:
             raise bad_request(f"{kind} {quoted(tool['function']['name'])} has the name of a server "
                               f"tool of model {quoted(model)}; rename it", f"tools[{index}]")
 
 
-async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages: list[Message],
+async def start_loop(services: LoopServices, work: Work, plan: RoutePlan, *, messages: list[Message],
                      client_tools: list[ToolDef], tool_choice: Any, params: dict[str, Any],
                      max_tool_iterations: int | None, headless: bool, stream: bool, deadline: float,
                      native: NativeRequest | None = None, stream_rescue: bool | None = None,
@@ -51,7 +51,7 @@ async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages:
     assert key is not None, "authenticate first"
     await work.admit(work.incoming.body_bytes, plan=plan, params=params)
     if plan.needs_artifacts:
-        await reattach(runtime.store, key.tenant, messages)
+        await services.continuations.reattach(key.tenant, messages)
     max_iterations = plan.max_tool_iterations
     if max_tool_iterations is not None:
         max_iterations = min(max_iterations, max_tool_iterations)
@@ -60,4 +60,4 @@ async def start_loop(runtime: Runtime, work: Work, plan: RoutePlan, *, messages:
         max_iterations=max_iterations, headless=headless, tenant=key.tenant, stream=stream, deadline=deadline,
         key_id=key.id, key_name=key.name, allowed_tools=key.tools, native=native, stream_rescue=stream_rescue)
     work.watch(loop_request)
-    return run_loop(loop_request, runtime.deps)
+    return run_loop(loop_request, services.deps)

@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from gateway.api.lifecycle import Lifecycle
-from gateway.canonical import CallRecord, Message, ModelRequest, text_of
+from gateway.canonical import CallRecord, Message, ModelRequest, Usage, WorkRecord, text_of
 from gateway.config.mcp_section import McpServerConfig
-from gateway.governance.keys import KeyRing
+from gateway.config.model import ApiKey
+from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
 from gateway.loop.engine import LoopRequest
 from gateway.routing.router import Router
@@ -47,6 +47,31 @@ PATH = "/mcp/sampling"
 MAX_MESSAGES = 100
 _STOP = {"stop": "endTurn", "length": "maxTokens", "tool_calls": "endTurn", "content_filter": "endTurn"}
 WINDOW_S = 60.0
+
+
+class SamplingWork(Protocol):
+    """What a sampling does with its request's work (``api/request/lifecycle.Work``): one model call for a key."""
+
+    def act_for(self, key: ApiKey) -> None: ...
+
+    def allow(self, plan: RoutePlan, resume: bool = False) -> None: ...
+
+    async def admit(self, body_bytes: int, tokens: int | None = None, plan: RoutePlan | None = None,
+                    params: Mapping[str, Any] = ..., budget: bool = True) -> None: ...
+
+    def account(self, record: WorkRecord) -> int | None: ...
+
+    async def settle(self, usage: Usage | None) -> None: ...
+
+    async def failed(self, exc: BaseException) -> GatewayError: ...
+
+    def done(self, status: int, error: GatewayError | None = None) -> None: ...
+
+
+class Lifecycle(Protocol):
+    """The request lifecycle (``api/request/lifecycle.Lifecycle``): a sampling is a request like any other."""
+
+    def begin(self, method: str, path: str, incoming: Incoming) -> SamplingWork: ...
 
 
 class SamplingWindow:
@@ -123,10 +148,11 @@ def preferred(plan: RoutePlan, preferences: dict[str, Any] | None) -> list[Any]:
     return targets
 
 
-def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup: Callable[[str], RoutePlan | None],
-                    request_timeout_s: float) -> Callable[[LoopRequest, McpServerConfig], SamplingHandler]:
+def sampler_factory(lifecycle: Lifecycle, find_key: Callable[[str], ApiKey | None], router: Router,
+                    lookup: Callable[[str], RoutePlan | None], request_timeout_s: float
+                    ) -> Callable[[LoopRequest, McpServerConfig], SamplingHandler]:
     """``asking_factory``'s sampler: the handler for one tool call of a loop to one server (made per call, so
-    it counts that call's samplings)."""
+    it counts that call's samplings). ``find_key``: a live key by id (the key ring's), None once revoked."""
     window = SamplingWindow()
 
     def for_loop(loop: LoopRequest, server: McpServerConfig) -> SamplingHandler:
@@ -145,7 +171,7 @@ def sampler_factory(lifecycle: Lifecycle, keys: KeyRing, router: Router, lookup:
             plan = lookup(route) if route else None
             if plan is None:
                 raise SamplingRefused(f"sampling route {route!r} is not configured")
-            key = keys.find(loop.key_id) if loop.key_id else None
+            key = find_key(loop.key_id) if loop.key_id else None
             if key is None:
                 raise SamplingRefused("the key whose tool call asked is revoked or expired")
             parent = loop.span.traceparent() if loop.span.recording else None

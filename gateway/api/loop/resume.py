@@ -14,18 +14,16 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api.lifecycle import Work
-from gateway.api.runtime import Runtime
+from gateway.api.request.lifecycle import Work
+from gateway.api.services import LoopServices
 from gateway.canonical import Message
 from gateway.errors import GatewayError, quoted
-from gateway.loop.approvals import audit_decisions
-from gateway.loop.elicitation import audit_answers
 from gateway.loop.engine import LoopRequest
 from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
 from gateway.loop.results import ResultSlot
 from gateway.notify import Notifier
-from gateway.routing.routes import RoutePlan
+from gateway.routing.routes import RoutePlan, RouteTable
 from gateway.store.continuations.base import Continuation
 
 
@@ -40,13 +38,13 @@ class Resumed:
     slot: ResultSlot
 
 
-def resume_plan(runtime: Runtime, stored: Continuation) -> RoutePlan:
+def resume_plan(routes: RouteTable, stored: Continuation) -> RoutePlan:
     """The route a continuation resumes on: the one it paused on, by name (every way alike).
 
     Never the route of the follow-up request: the stored transcript belongs to its own route's
     tools and targets.
     """
-    plan = runtime.routes.lookup(stored.model)
+    plan = routes.lookup(stored.model)
     if plan is None:
         raise GatewayError(404, f"the model {quoted(stored.model)} of continuation {stored.id} is no longer "
                            "configured", param="model", code="model_not_found")
@@ -84,7 +82,7 @@ def check_pending(stored: Continuation, conflict: str) -> None:
         raise GatewayError(409, conflict, code="continuation_conflict")
 
 
-async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, results: dict[str, ToolResult],
+async def resume_paused(services: LoopServices, work: Work, stored: Continuation, *, results: dict[str, ToolResult],
                         approved: list[str], decisions: list[dict[str, Any]] | None, stream: bool,
                         headless: bool, deadline: float, conflict: str,
                         follow_up: list[Message] | None = None, stream_rescue: bool | None = None,
@@ -101,32 +99,25 @@ async def resume_paused(runtime: Runtime, work: Work, stored: Continuation, *, r
     check_pending(stored, conflict)
     decider = work.key
     assert decider is not None, "authenticated by the surface"
-    plan = resume_plan(runtime, stored)
+    plan = resume_plan(services.routes, stored)
     # Way A is the caller going on with its own conversation; deciding a pause is what approvers may do.
     work.allow(plan, resume=decisions is not None)
     asker = work.charge_to(asker_of(stored), plan)
     params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
     await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
-    continuations = runtime.continuations
+    continuations = services.continuations
     claimed = await continuations.claim(stored, decider.tenant)
     decided: Awaitable[None] | None = None
     if decisions is not None:
         notify_decisions(continuations.notifier, claimed, decisions, decider.name or None)
         # The decider's identity goes to the audit log only: the work stays the asker's.
-        decided = _audited(audit_decisions(runtime.store, claimed, approved, denied_reasons(decisions), decider.id,
-                                           decider.name),
-                           audit_answers(runtime.store, claimed, answers or {}, decider.id, decider.name))
+        decided = continuations.audit_decided(claimed, approved, denied_reasons(decisions), answers or {},
+                                              decider.id, decider.name)
     loop = continuations.resumed_request(claimed, plan, results, approved, stream, deadline, decider.tenant,
                                          headless or asker.headless, follow_up, answers)
     if stream_rescue is not None:
         loop.stream_rescue = stream_rescue
     work.watch(loop)
     slot = ResultSlot()
-    events = continuations.run_resumed(claimed, loop, runtime.deps, decided, slot, "a" if decisions is None else "b")
+    events = continuations.run_resumed(claimed, loop, services.deps, decided, slot, "a" if decisions is None else "b")
     return Resumed(plan, loop, events, slot)
-
-
-async def _audited(*steps: Awaitable[None]) -> None:
-    """The decision's audit entries, one kind after the other (approvals, then answers to questions)."""
-    for step in steps:
-        await step

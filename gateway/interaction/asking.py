@@ -2,7 +2,7 @@
 
 Built once per worker from ``mcp_servers``: each server's elicitation policy (``elicitation``,
 ``elicitation_timeout_s``) and, when it names a ``sampling_route``, a sampling handler that runs
-on that route charged to the key whose loop made the call (``api/sampling.py``). A tool whose
+on that route charged to the key whose loop made the call (``interaction/sampling.py``). A tool whose
 source is no MCP server (a Python tool using ``gateway.tools.interaction``) gets the policy of the
 server its request names, else the defaults (pause, 600 s), and sampling in the name of a server
 its request names (refused unless that server has a ``sampling_route``).

@@ -13,12 +13,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.api.driver import Answer, deadline_of, read_body
-from gateway.api.errors import error_response
-from gateway.api.lifecycle import ErrorRenderer, Work
-from gateway.api.planning import refuse_name_clashes, route_of, start_loop
-from gateway.api.resume import resume_paused
-from gateway.api.runtime import Runtime
+from gateway.api.driver import Answer, Operation, deadline_of, read_body
+from gateway.api.loop.planning import refuse_name_clashes, route_of, start_loop
+from gateway.api.loop.resume import resume_paused
+from gateway.api.request.errors import error_response
+from gateway.api.request.lifecycle import ErrorRenderer, Work
+from gateway.api.services import LoopServices, Services
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.http.incoming import Incoming
 from gateway.loop.continuations import may_resume_way_a
@@ -62,9 +62,12 @@ class LoopSurface(ABC, Generic[Call]):
 
     def __init__(self, path: str, errors: ErrorRenderer = error_response, *,
                  identify: Callable[[Incoming], None] | None = None,
-                 follow_up: Callable[[list[Message]], tuple[list[Message], list[Message]]] | None = None) -> None:
+                 follow_up: Callable[[list[Message]], tuple[list[Message], list[Message]]] | None = None,
+                 operations: tuple[Operation[Any], ...] = ()) -> None:
         self.path = path
         self.errors = errors
+        #: the surface's other methods and paths, which Starlette routes (``count_tokens``)
+        self.operations = operations
         #: reads the caller's key from the surface's own header before authenticating (else ``Authorization``)
         self.identify = identify
         #: (the conversation way A matches, the messages sent after the results: placed after the turn)
@@ -90,36 +93,39 @@ class LoopSurface(ABC, Generic[Call]):
         return results
 
     # -- the run --------------------------------------------------------------------------------
-    async def serve(self, work: Work, runtime: Runtime) -> Answer:
+    def services(self, every: Services) -> LoopServices:
+        return every.loop
+
+    async def serve(self, work: Work, services: LoopServices) -> Answer:
         incoming = work.incoming
         identify = self.identify
         if identify is not None:
             identify(incoming)
         key = await work.authenticate()
-        call = self.parse(await read_body(work, runtime), incoming)
-        plan = route_of(runtime, key, call.model)
+        call = self.parse(await read_body(work, services.max_body_bytes), incoming)
+        plan = route_of(services.routes, key, call.model)
         work.allow(plan)
         tools = self.caller_tools(call)
         if tools:
-            refuse_name_clashes(runtime, plan, tools, call.model, self.tool_kind)
+            refuse_name_clashes(services.tools, plan, tools, call.model, self.tool_kind)
         headless = key.headless or call.headless or incoming.headless
-        deadline = deadline_of(runtime)
+        deadline = deadline_of(services.request_timeout_s)
         split = self.follow_up
         head, follow_up = (call.messages, None) if split is None else split(call.messages)
-        way_a = (await runtime.continuations.way_a(key.tenant, head, key.id, key.name)
+        way_a = (await services.continuations.way_a(key.tenant, head, key.id, key.name)
                  if may_resume_way_a(head) else None)  # no coroutine for a plain request
         slot: ResultSlot | None = None
         if way_a is not None:
             # Resume way A: continue from the stored transcript (with its hidden server-side exchanges).
             stored, results = way_a
-            resumed = await resume_paused(runtime, work, stored, results=self.own_results(results, head),
+            resumed = await resume_paused(services, work, stored, results=self.own_results(results, head),
                                           approved=[], decisions=None, stream=call.stream, headless=headless,
                                           deadline=deadline, conflict=f"continuation {stored.id} was already resumed",
                                           follow_up=follow_up, stream_rescue=call.stream_rescue)
             events = resumed.events
             slot = resumed.slot
         else:
-            events = await start_loop(runtime, work, plan, messages=call.messages, client_tools=call.tools,
+            events = await start_loop(services, work, plan, messages=call.messages, client_tools=call.tools,
                                       tool_choice=call.tool_choice, params=call.params,
                                       max_tool_iterations=call.max_tool_iterations, headless=headless,
                                       stream=call.stream, deadline=deadline, native=call.native,

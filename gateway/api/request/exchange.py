@@ -1,7 +1,7 @@
 """One request from arrival to its last byte: its id, its server span, its metrics and its access record.
 
 :class:`Exchange` is the record half of the one object a request lives in: the lifecycle's
-``Work`` (``gateway/api/lifecycle.py``) is an ``Exchange``, so the key, the work's record (a loop's
+``Work`` (``gateway/api/request/lifecycle.py``) is an ``Exchange``, so the key, the work's record (a loop's
 state or a loopless call's: ``canonical.WorkRecord``) and the meter are set once, on that object,
 and read by :meth:`Exchange.done`, the one place a request is counted, its span ended and its
 access record written.

@@ -1,7 +1,7 @@
 """The one request lifecycle: :class:`Work`, the one object a request lives in, and its steps.
 
 ``Lifecycle.begin`` opens the :class:`Work` of one HTTP request (it *is* the request's
-:class:`~gateway.api.exchange.Exchange`: id, span, headers, key, loop state, meter). The driver
+:class:`~gateway.api.request.exchange.Exchange`: id, span, headers, key, loop state, meter). The driver
 (``api/driver.py``) and the surface it drives call, in order, what applies:
 
 1. ``authenticate`` (caller keys) or ``authenticate_admin`` (``/admin/``);
@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.api.admin.auth import require_admin
-from gateway.api.errors import error_response, to_gateway_error
-from gateway.api.exchange import Exchange
+from gateway.api.request.errors import error_response, to_gateway_error
+from gateway.api.request.exchange import Exchange
 from gateway.cancellation import EXITS
 from gateway.canonical import Usage, WorkRecord
 from gateway.config.model import AdminKey, ApiKey
