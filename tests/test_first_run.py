@@ -94,7 +94,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, i
     project = tmp_path_factory.mktemp("first-run") / "loopgate"
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info",
-        "build", "dist", ".ci-pytest.log", "site"))
+        "build", "dist", ".ci-pytest.log", ".ci-logs", "site"))
     config = project / "config" / "gateway.yaml"
     text = config.read_text()
     assert text.count("port: 8080") == 1, "config/gateway.yaml should listen on port 8080 as the README says"
