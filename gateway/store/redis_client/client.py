@@ -46,6 +46,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.config.model import StoreSentinel, StoreTls
 from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
 from gateway.store.redis_client.connect import ClusterGate, connect
+from gateway.store.redis_client.lean_pool import LeanPool
 
 # Redis errors that mean "not available right now" (an outage, a failover in progress, a
 # misconfigured credential): a 503 for this request, never a 500 with a traceback.
@@ -136,6 +137,9 @@ class RedisIO:
         self.fail_open_timeout = min(fail_open_timeout, op_timeout)
         self._durable_timeout = op_timeout + wait_s
         self._gate = self._conn.gate
+        #: the lean command path (lean_pool.py) where one server holds every key (one server, Sentinel); None on a
+        #: Cluster, whose client follows slot moves itself
+        self.lean = self._conn.lean
         self.wait_replicas = max(0, int(wait_replicas))
         self.wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._scripts: dict[str, Script] = {}
@@ -208,8 +212,19 @@ class RedisIO:
                 return list(replies[:-1]), int(replies[-1])
             return list(replies), None
 
+    async def command(self, *args: Any) -> Any:
+        """One command's raw reply (bytes, ints, lists; redis-py's reply callbacks are not applied), on the lean
+        path where there is one. Under a ``guard``, as every operation."""
+        lean = self.lean
+        if lean is not None:
+            return await lean.execute(*args)
+        return await self.client.execute_command(*args)
+
     async def script(self, script: Script, keys: list[str], args: list[Any], durable: bool) -> tuple[Any, int | None]:
         """One script call; waited for through ``run`` only when durability is on (else one plain EVALSHA)."""
+        lean = self.lean
+        if lean is not None:
+            return await self._lean_script(lean, script, keys, args, durable and self.wait_replicas > 0)
         if not (durable and self.wait_replicas > 0):
             # EVALSHA on the client itself: redis-py's Script.__call__ adds two imports and copies per call
             try:
@@ -223,6 +238,30 @@ class RedisIO:
 
         replies, acked = await self.run(keys[0], call, True)
         return replies[0], acked
+
+    async def _lean_script(self, lean: LeanPool, script: Script, keys: list[str], args: list[Any],
+                           wait: bool) -> tuple[Any, int | None]:
+        """``script`` as one EVALSHA on the lean path, followed by ``WAIT`` on the same connection when ``wait``;
+        on NOSCRIPT (a flush or a failover emptied the script cache) every registered script is loaded and the
+        call sent again (it did not run)."""
+        call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        for loaded in (False, True):
+            try:
+                if not wait:
+                    return await lean.execute(*call), None
+                reply, acked = await lean.pipeline([call, ("WAIT", self.wait_replicas, self.wait_timeout_ms)])
+                for error in (reply, acked):
+                    if isinstance(error, Exception):
+                        raise error
+                return reply, int(acked)
+            except NoScriptError:
+                if loaded:
+                    raise
+                loads = [("SCRIPT", "LOAD", known.script) for known in self._scripts.values()]
+                failed = next((r for r in await lean.pipeline(loads) if isinstance(r, Exception)), None)
+                if failed is not None:
+                    raise failed from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def confirmed(self, acked: int | None) -> bool:
         """The write was confirmed by enough replicas (None: durability is off, nothing to confirm)."""
