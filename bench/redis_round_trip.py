@@ -70,6 +70,14 @@ async def _kinds(url: str, host: str, port: int) -> dict[str, Callable[[], Await
 
     async def guarded_script() -> Any:
         async with io.guard("script"):
+            return await io.client.evalsha(script.sha, 1, "k", "acme", "1")
+
+    async def lean_get() -> Any:
+        async with io.guard("get"):
+            return await io.command("GET", "k")
+
+    async def lean_script() -> Any:
+        async with io.guard("script"):
             return (await io.script(script, ["k"], ["acme", "1"], False))[0]
 
     async def direct_connection() -> Any:
@@ -86,8 +94,10 @@ async def _kinds(url: str, host: str, port: int) -> dict[str, Callable[[], Await
         writer.write(evalsha)
         return await reply(reader)
 
-    return {"RedisIO: GET (guard, client.get)": guarded_get,
-            "RedisIO: EVALSHA (guard, io.script)": guarded_script,
+    return {"redis-py client: GET (guard, client.get)": guarded_get,
+            "redis-py client: EVALSHA (guard, client.evalsha)": guarded_script,
+            "RedisIO lean path: GET (guard, io.command)": lean_get,
+            "RedisIO lean path: EVALSHA (guard, io.script)": lean_script,
             "redis-py connection, no pool (guard, packed here)": direct_connection,
             "asyncio stream (guard, packed and parsed here)": bare_stream,
             "asyncio stream, no deadline": bare_stream_no_deadline}
