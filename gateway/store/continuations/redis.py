@@ -16,8 +16,10 @@ script. The body is an opaque blob the scripts never parse (no cjson round trip 
 transcript). A pause writes its record and its tenant's keys (the tool-call index, the listing), and the end of a
 resume changes the record and drops its tenant's entries: where one server holds every key (a single
 server, Sentinel) each is one script (``PAUSE``, ``FINISH_ALL``), one round trip; on a Cluster, one
-script per slot (the pause's two as one pipeline per owning node). Reading a record back whole is the
-way-A lookup's job: a claim given the continuation already read (``known``) does not send its body again.
+script per slot (the pause's two as one pipeline per owning node). Way A's lookup, its read of the record and
+its claim are one script there too (``FIND_CLAIM``: the claim is released by one more round trip only when the
+resume is then refused); on a Cluster the lookup and the read are two commands and the claim a third, given the
+continuation already read (``known``), so it does not send its body again.
 
 Durability (``wait_replicas`` > 0, see ``RedisIO``): a pause, a claim and a ledger entry are
 acknowledged only when confirmed. An unconfirmed pause is deleted (best effort; its id was never
@@ -51,9 +53,10 @@ from gateway.store.continuations.base import (
     claimable,
     claimed,
     indexed,
+    warn_ambiguous,
 )
 from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
-from gateway.store.redis_client.keys import num, record_key, tenant_key
+from gateway.store.redis_client.keys import RECORD_HEAD, RECORD_TAIL, num, record_key, tenant_key
 from gateway.store.ttl import check_ttl
 
 log = logging.getLogger("loopgate.store")
@@ -92,6 +95,7 @@ class RedisContinuations(ContinuationStore):
         self._finish_all = io.register(scripts.FINISH_ALL)
         self._page = io.register(listing.PAGE)
         self._list_add = io.register(listing.ADD)
+        self._find_claim = io.register(scripts.FIND_CLAIM)
 
     # -- continuations ---------------------------------------------------------------------------
     @staticmethod
@@ -177,13 +181,37 @@ class RedisContinuations(ContinuationStore):
             raw = await self.io.command("HMGET", record_key(continuation_id), *_RECORD_FIELDS)
         return _loaded(continuation_id, tenant, cast(list[bytes | None], raw))
 
-    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+    async def find_paused(self, tenant: str, tool_call_ids: list[str],
+                          lease_s: float | None = None) -> Continuation | None:
         if not tool_call_ids:
             return None
+        # The tenant's index keys share its slot: one lookup, however many ids (a Cluster included).
+        keys = [tenant_key(tenant, "tc", tc) for tc in tool_call_ids]
+        if self.io.cluster:
+            return await self._find_in_two_steps(tenant, keys)
+        # One server holds every key: the index, the record and (without WAIT to confirm it) the claim in one
+        # script, one round trip (redis_scripts.FIND_CLAIM).
+        now = time.time()
+        until = now + lease_s if lease_s is not None and self.io.wait_replicas == 0 else None
+        args = [tenant, AMBIGUOUS_TOOL_CALL, RECORD_HEAD, RECORD_TAIL, num(now), "" if until is None else num(until)]
+        async with self.io.guard("find_paused"):
+            reply, _ = await self.io.script(self._find_claim, keys, args, False)
+        for _ in range(reply[1]):
+            warn_ambiguous()
+        if len(reply) < 8:
+            return None  # no id names one, or it is gone (expired, cancelled) between the pause and now
+        try:
+            c = _loaded(reply[0].decode(), tenant, reply[2:7])
+        except ContinuationNotFound:
+            return None
+        if reply[7] == 1:
+            c.held_until = until
+        return c
+
+    async def _find_in_two_steps(self, tenant: str, keys: list[str]) -> Continuation | None:
+        """A Cluster's way-A lookup: the index (the tenant's slot), then the record (its own slot)."""
         command = self.io.command
         async with self.io.guard("find_paused"):
-            # The tenant's index keys share its slot: one MGET, however many ids (a Cluster included).
-            keys = [tenant_key(tenant, "tc", tc) for tc in tool_call_ids]
             held = cast(list[bytes | None], await command("MGET", *keys))
             found = next((cid for value in held if (cid := indexed(None if value is None else value.decode()))),
                          None)

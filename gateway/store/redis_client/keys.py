@@ -15,9 +15,13 @@ def esc(value: str) -> str:
     return value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
+#: a continuation's record key around its escaped id (a script that finds the id in an index builds the key)
+RECORD_HEAD, RECORD_TAIL = f"{PREFIX}{{", "}:rec"
+
+
 def record_key(continuation_id: str) -> str:
     """``loopgate:{<continuation id>}:rec``: a continuation's record (its own slot)."""
-    return f"{PREFIX}{{{esc(continuation_id)}}}:rec"
+    return f"{RECORD_HEAD}{esc(continuation_id)}{RECORD_TAIL}"
 
 
 def tenant_key(tenant: str, kind: str, sub: str | None = None) -> str:
