@@ -106,7 +106,7 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
         "tool_choice": request.tool_choice,
         "params": request.params,
         "max_iterations": request.max_iterations,
-        "state": {"tool_rounds": request.state.tool_rounds, "model": request.state.model},  # LoopState.from_dict
+        "state": {"tool_rounds": request.state.tool_rounds, "model": request.state.model},  # resumed_request
         "asker": {"id": request.key_id, "name": request.key_name},
     }
     if request.native is not None:
@@ -297,9 +297,9 @@ class Continuations:
                         headless: bool = False, follow_up: list[Message] | None = None,
                         answers: dict[str, dict[str, Any] | None] | None = None) -> LoopRequest:
         data = continuation.data
-        stored = LoopState.from_dict(data["state"])
+        stored = data["state"]  # of the paused loop, only what a resume carries on (paused_data)
         # Counters describe this response; the tool-round budget spans the whole loop.
-        state = LoopState(tool_rounds=stored.tool_rounds, model=stored.model)
+        state = LoopState(tool_rounds=stored.get("tool_rounds", 0), model=stored.get("model", ""))
         results = {k: result_of(k, v) for k, v in data["results"].items()}
         # Fail-closed: a deadline that passed after the decision was checked still denies the call.
         timed_out = sorted(expired_calls(continuation))
