@@ -78,12 +78,13 @@ class LeanPool:
     # -- commands ---------------------------------------------------------------------------------
     async def execute(self, *args: Any) -> Any:
         """One command's reply; an error reply raised as redis-py's exception for it."""
+        packed = pack_command(args)  # an argument of no RESP type fails here, before a connection is taken
         idle = self._idle
         conn = idle.pop() if idle else None
         if conn is None or conn.lost is not None:
             conn = await self._acquire(conn)
         try:
-            reply = await conn.send(pack_command(args))
+            reply = await conn.send(packed)
         except BaseException:
             self._discard(conn)
             raise
