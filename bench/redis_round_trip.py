@@ -80,6 +80,9 @@ async def _kinds(url: str, host: str, port: int) -> dict[str, Callable[[], Await
         async with io.guard("script"):
             return (await io.script(script, ["k"], ["acme", "1"], False))[0]
 
+    async def lean_get_no_deadline() -> Any:
+        return await io.command("GET", "k")
+
     async def direct_connection() -> Any:
         async with io.guard("script"):
             await connection.send_packed_command(evalsha, check_health=False)
@@ -98,6 +101,7 @@ async def _kinds(url: str, host: str, port: int) -> dict[str, Callable[[], Await
             "redis-py client: EVALSHA (guard, client.evalsha)": guarded_script,
             "RedisIO lean path: GET (guard, io.command)": lean_get,
             "RedisIO lean path: EVALSHA (guard, io.script)": lean_script,
+            "RedisIO lean path: GET, no deadline (io.command)": lean_get_no_deadline,
             "redis-py connection, no pool (guard, packed here)": direct_connection,
             "asyncio stream (guard, packed and parsed here)": bare_stream,
             "asyncio stream, no deadline": bare_stream_no_deadline}

@@ -256,7 +256,7 @@ class RedisUsage(UsageStore):
         keys = [usage_key(tenant, key_id if scope == "key" else "", period_name(period, now))
                 for scope, period in wants]
         async with self._io.guard("usage_spent", fail_open=True):  # a budget check fails open
-            reply = await self._spent(keys=keys)
+            reply, _ = await self._io.script(self._spent, keys, [], False)
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         found = []
         for item in text.split(","):
