@@ -46,6 +46,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.config.model import StoreSentinel, StoreTls
 from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
 from gateway.store.redis_client.connect import ClusterGate, connect
+from gateway.store.redis_client.deadlines import DONE, EXPIRED, DeadlineQueue, Deadlines
 from gateway.store.redis_client.lean_pool import LeanPool
 
 # Redis errors that mean "not available right now" (an outage, a failover in progress, a
@@ -82,25 +83,33 @@ class Guard:
     """``RedisIO.guard`` without a Cluster gate, as a plain object rather than a generator.
 
     Every Redis round trip of the request path enters one, so it skips what
-    ``asynccontextmanager`` adds (a generator, its wrapper, two extra frames per side).
+    ``asynccontextmanager`` adds (a generator, its wrapper, two extra frames per side), and its
+    deadline is an entry in a queue of deadlines of the same length with one timer for all of them
+    (deadlines.py) rather than a timer of its own (``asyncio.timeout``), with the same cancellation rules.
     """
 
-    __slots__ = ("_timeout", "deadline", "op")
+    __slots__ = ("_cancelling", "_entry", "_queue", "deadline", "op")
 
-    def __init__(self, op: str, deadline: float) -> None:
+    def __init__(self, op: str, deadline: float, queue: DeadlineQueue) -> None:
         self.op = op
         self.deadline = deadline
+        self._queue = queue
 
     async def __aenter__(self) -> None:
-        self._timeout = asyncio.timeout(self.deadline)
-        await self._timeout.__aenter__()
+        task = asyncio.current_task()
+        assert task is not None, "a store operation runs in a task"
+        self._cancelling = task.cancelling()
+        self._entry = self._queue.start(task)
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        try:
-            # raises TimeoutError (an OSError, hence UNAVAILABLE) when the deadline cancelled the body
-            await self._timeout.__aexit__(kind, exc, tb)
-        except UNAVAILABLE as expired:
-            raise unavailable(self.op, self.deadline, expired) from expired
+        entry = self._entry
+        if entry[2] == EXPIRED:
+            # The deadline cancelled the task: a timeout, unless someone else asked for a cancellation too
+            # (then it propagates as one), as asyncio.timeout decides.
+            if entry[1].uncancel() <= self._cancelling and kind is asyncio.CancelledError:
+                raise unavailable(self.op, self.deadline, TimeoutError()) from exc
+        else:
+            entry[2] = DONE
         if exc is not None and isinstance(exc, UNAVAILABLE):
             raise unavailable(self.op, self.deadline, exc) from exc
         return False
@@ -143,6 +152,7 @@ class RedisIO:
         self.wait_replicas = max(0, int(wait_replicas))
         self.wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._scripts: dict[str, Script] = {}
+        self._deadlines = Deadlines()
 
     def register(self, lua: str) -> Script:
         """``lua`` as a script called by its SHA (each call is an EVALSHA, with a SCRIPT LOAD after a flush)."""
@@ -158,7 +168,7 @@ class RedisIO:
         """
         deadline = self.fail_open_timeout if fail_open else self._durable_timeout if durable else self.op_timeout
         if self._gate is None:
-            return Guard(op, deadline)
+            return Guard(op, deadline, self._deadlines.queue(deadline))
         return self._gated(op, deadline, self._gate)
 
     @staticmethod
