@@ -78,6 +78,6 @@ async def test_a_cancellation_from_outside_stays_a_cancellation(io: RedisIO) -> 
 
 
 async def test_a_store_error_inside_is_translated(io: RedisIO) -> None:
-    with pytest.raises(StoreUnavailable, match="Error 111 connecting|Connect call failed|refused"):
+    with pytest.raises(StoreUnavailable, match=r"Error 111 connecting|Connect call failed|refused"):
         async with io.guard("refused"):
             await io.command("PING")
