@@ -173,6 +173,7 @@ class LeanPool:
             if address != self._address:
                 self._address = address
                 self._drop_idle()  # a failover: what is idle is connected to the old master
+            address = self._address  # the same object for every connection to it (``_give`` compares identity)
         if callable(self._ssl):  # built at the first connection: a missing file is an unavailable store, not a crash
             self._ssl = self._ssl()
         loop = asyncio.get_running_loop()
@@ -210,7 +211,7 @@ class LeanPool:
 
     def _give(self, conn: LeanConnection) -> None:
         """Back after a whole reply: to the first waiter, else idle (closed instead if it is unusable or stale)."""
-        if conn.lost is not None or self._closed or conn.address != self._address:
+        if conn.lost is not None or self._closed or conn.address is not self._address:
             self._discard(conn)
             return
         waiters = self._waiters
