@@ -6,9 +6,11 @@ them, and below it, down to a raw connection (callgrind, in one process, on a Re
 
 What a pause and its resume cost beyond a plain loop is mostly their Redis round trips (``bench/pauses.py``);
 this says what one costs, and how much of that is the client rather than the network and the event loop:
-``RedisIO`` (its deadline, redis-py's pool, command packing and RESP parsing), a redis-py connection used
-directly (no pool, the command packed here), and a bare asyncio stream with the command packed and the
-reply parsed here. Each reply is what a continuation's claim or lookup gets back (a bulk string of 900 bytes).
+through redis-py's client (``guard`` and redis-py's pool, packing and parsing), through ``RedisIO``'s lean
+command path (``io.command``, ``io.script``: lean_pool.py), the lean path without its deadline, a redis-py
+connection used directly (no pool, the command packed here), and a bare asyncio stream with the command packed
+and the reply parsed here. Each reply is what a continuation's claim or lookup gets back (a bulk string of 900
+bytes).
 """
 
 from __future__ import annotations

@@ -3,8 +3,12 @@
 It owns the connection (one server, Sentinel or Cluster: connect.py) and offers, as public methods,
 what each domain needs beyond plain commands:
 
-* ``guard(op)``: outages fail fast. Bounded connect/read timeouts, a single retry (for a pooled
-  connection the server dropped) and a deadline over each whole operation (``store.timeout_ms``;
+* ``command(*args)`` / ``script(...)``: on one server and behind Sentinel these go through the lean command
+  path (``lean``: lean_pool.py, about a fifth of redis-py's cost per round trip); on a Cluster through
+  redis-py's cluster client. ``client`` is redis-py's client, for what needs its reply callbacks.
+* ``guard(op)``: outages fail fast. Bounded connect/read timeouts, a single retry in redis-py (for a
+  pooled connection the server dropped; the lean path writes a command once and never reuses a connection
+  that broke) and a deadline over each whole operation (deadlines.py; ``store.timeout_ms``;
   ``guard(op, fail_open=True)``: ``store.fail_open_ms``, for what fails open: limits, budgets,
   usage), so a hung server (connections open, no answers) costs a bounded wait; every connection,
   timeout, failover (CLUSTERDOWN, TRYAGAIN, READONLY, MASTERDOWN), authentication or permission
