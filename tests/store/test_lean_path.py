@@ -77,6 +77,18 @@ async def test_replies_of_every_kind_come_back_as_redis_sends_them(io: RedisIO) 
         assert (await io.script(script, ["loopgate:k"], [], False))[0] == [b"ok", b"v" * 10]
 
 
+async def test_pipelines_of_one_and_of_many_commands_answer_in_order(io: RedisIO) -> None:
+    async with io.guard("test"):
+        assert await io.pipeline("loopgate:p", [("SET", "loopgate:p", "1")]) == [b"OK"]
+        assert await io.pipeline("loopgate:p", [("INCR", "loopgate:p"), ("GET", "loopgate:p"), ("PING",)]) == [
+            2, b"2", b"PONG"]
+        replies = await _lean(io).pipeline([("INCR", "loopgate:p"), ("HGET", "loopgate:p", "f"), ("GET", "loopgate:p")])
+    assert replies[0] == 3 and replies[2] == b"3" and "WRONGTYPE" in str(replies[1])  # an error in place
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        async with io.guard("test"):
+            await io.pipeline("loopgate:p", [("HGET", "loopgate:p", "f")])
+
+
 async def test_a_reply_larger_than_a_socket_read_is_reassembled(io: RedisIO) -> None:
     big = bytes(range(256)) * 8192  # 2 MiB: many reads of the socket
     async with io.guard("test"):
@@ -202,15 +214,19 @@ async def test_the_deadline_closes_the_connection_of_a_command_that_outlives_it(
         await io.aclose()
 
 
-async def test_a_flushed_script_cache_is_loaded_again(io: RedisIO, server: RedisProcess) -> None:
+async def test_a_flushed_script_cache_is_loaded_again(server: RedisProcess) -> None:
+    io = RedisIO(f"redis://{server.address}/0", **PATIENT)  # one registered script: SCRIPT LOAD a pipeline of one
     script = io.register(LUA)
     async with io.guard("test"):
         await io.command("SET", "loopgate:k", "v")
         assert (await io.script(script, ["loopgate:k"], [], False))[0] == [b"ok", b"v"]
     with server.client() as admin:
         admin.script_flush()
-    async with io.guard("test"):
-        assert (await io.script(script, ["loopgate:k"], [], False))[0] == [b"ok", b"v"]
+    try:
+        async with io.guard("test"):
+            assert (await io.script(script, ["loopgate:k"], [], False))[0] == [b"ok", b"v"]
+    finally:
+        await io.aclose()
 
 
 async def test_a_flushed_script_cache_is_loaded_again_before_a_wait(server: RedisProcess) -> None:

@@ -185,6 +185,22 @@ class RedisIO:
         except UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
             raise unavailable(op, deadline, exc) from exc
 
+    async def pipeline(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """``commands`` (raw, as for ``command``) as one pipeline on the node owning ``key``: on the lean path
+        where there is one, else through ``run``. Every command runs; the first error reply is then raised."""
+        lean = self.lean
+        if lean is None:
+            def build(pipe: Any) -> None:
+                for command in commands:
+                    pipe.execute_command(*command)
+
+            return (await self.run(key, build, False))[0]
+        replies = await lean.pipeline(commands)
+        failed = next((r for r in replies if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise failed
+        return replies
+
     async def run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:
         """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
 

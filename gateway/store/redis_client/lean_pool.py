@@ -102,11 +102,12 @@ class LeanPool:
         if conn is None or conn.lost is not None:
             conn = await self._acquire(conn)
         try:
-            replies: list[Any] = await conn.send(packed, len(commands))
+            reply = await conn.send(packed, len(commands))
         except BaseException:
             self._discard(conn)
             raise
         self._give(conn)
+        replies: list[Any] = reply if len(commands) != 1 else [reply]  # one command: its reply, not a list
         errors = [i for i, r in enumerate(replies) if type(r) is ReplyError]
         for i in errors:
             replies[i] = self._error(replies[i])
