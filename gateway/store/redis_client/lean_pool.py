@@ -196,7 +196,10 @@ class LeanPool:
             raise
         except OSError as exc:
             where = self._path if self._path is not None else f"{address[0]}:{address[1]}"
-            raise RedisConnectionError(f"Error {exc.errno} connecting to {where}. {exc.strerror or exc}.") from exc
+            # worded as redis-py words it (what the 503's message and the logs have always said)
+            text = f"Error {exc.errno} connecting to {where}. {exc.strerror}." if exc.errno is not None and \
+                exc.strerror else f"Error connecting to {where}. {exc}."
+            raise RedisConnectionError(text) from exc
         if self._hello_count:
             try:
                 replies = await conn.send(self._hello, self._hello_count)
