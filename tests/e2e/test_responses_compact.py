@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from gateway.context.summary import SUMMARY_PREFIX
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway
+from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config, with_keys
+from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply, count_of, gemini_count_of
 
 CONVERSATION: list[dict[str, Any]] = [
@@ -213,3 +214,43 @@ def test_unknown_routes_and_bad_bodies_in_openais_shape(gateway: Gateway) -> Non
         assert gateway.post(path, {"model": "plain"}).json()["error"]["param"] == "input"
         assert gateway.post(path, {"model": "plain", "input": "x"}, key="wrong").status_code == 401
 
+
+
+OLD_KEY, NEW_KEY = "old-sealing-key-0123456789abcdef0123", "new-sealing-key-fedcba9876543210fedc"
+BUDGETED, ADMIN = "cmp-budget-key", "cmp-admin-key"
+
+
+def keyed_config(fakes: dict[str, FakeUpstream], tool_server: ToolServer, keys: list[str]) -> str:
+    config = with_keys(gateway_config(fakes, tool_server=tool_server.url),
+                       f"{{key: {BUDGETED}, tenant: cmp-team, budget: {{limit: 1000, unit: tokens, period: day}}}}",
+                       admin=ADMIN)
+    return config + f"responses: {{sealing_keys: {orjson.dumps(keys).decode()}, compact_max_output_tokens: 512}}\n"
+
+
+def test_sealing_keys_outlive_a_restart_and_compaction_is_metered_and_budgeted(
+        gateway: Gateway, fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+    first = Gateway(keyed_config(fakes, tool_server, [OLD_KEY])).start()
+    try:
+        fakes["primary"].queue(Reply(text="Kept across restarts."), Reply(text="Budgeted summary.", usage=(990, 20)))
+        item = first.client().responses.compact(model="plain", input="remember this").output[-1].model_dump(
+            warnings=False)
+        assert fakes["primary"].requests[-1].body["max_tokens"] == 512  # responses.compact_max_output_tokens
+        first.client(BUDGETED).responses.compact(model="plain", input="spend")
+        rows = httpx.get(f"{first.url}/admin/usage", params={"tenant": "cmp-team"}, timeout=10,
+                         headers={"authorization": f"Bearer {ADMIN}"}).json()["data"]
+        assert [(r["requests"], r["total_tokens"]) for r in rows] == [(1, 1010)]
+        served = len(fakes["primary"].requests)
+        with pytest.raises(openai.RateLimitError) as caught:
+            first.client(BUDGETED).responses.compact(model="plain", input="spend again")
+        assert caught.value.code == "insufficient_quota" and len(fakes["primary"].requests) == served
+    finally:
+        first.stop()
+    rotated = Gateway(keyed_config(fakes, tool_server, [NEW_KEY, OLD_KEY])).start()
+    try:
+        fakes["primary"].queue(Reply(text="ok"))
+        rotated.client().responses.create(model="plain", input=[item, {"role": "user", "content": "next"}])
+        assert "Kept across restarts." in sent_text(fakes["primary"].requests[-1].body)
+    finally:
+        rotated.stop()
+    error = refused(gateway, fakes, item)  # another deployment (other keys): its items do not open here
+    assert error.code == "invalid_encrypted_content"
