@@ -38,8 +38,11 @@ def test_without_keys_the_same_key_id_key_gives_the_same_sealer(caplog: pytest.L
 
 
 def test_a_key_of_this_process_only_is_said(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, "loopgate.sealing"):
-        deployment_sealer(build_config({}), ID_KEY, shared_store=False)
+    keyed = build_config({"auth": {"keys": [{"key": "k" * 20, "tenant": "t"}]}})
+    with caplog.at_level(logging.INFO, "loopgate.sealing"):
+        deployment_sealer(keyed, ID_KEY, shared_store=False)
+        deployment_sealer(build_config({}), ID_KEY, shared_store=False)  # auth off: development, only a note
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
     assert "responses.sealing_keys" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, "loopgate.sealing"):
