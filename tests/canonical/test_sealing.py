@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.canonical.sealing import PREFIX, Sealer, SealBroken
+from gateway.canonical.sealing import PREFIX, SealBroken, Sealer
 
 SECRET, OTHER = b"s" * 32, b"o" * 32
 PAYLOAD = {"summary": "The user wants a Lisbon offsite; budget 9000 EUR.", "n": [1, 2, 3]}

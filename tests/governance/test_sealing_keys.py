@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.canonical.sealing import Sealer, SealBroken
+from gateway.canonical.sealing import SealBroken, Sealer
 from gateway.config.validate import build_config
 from gateway.governance.sealing_keys import deployment_sealer
 

@@ -45,7 +45,7 @@ class _CompactionEvents(ResponseEvents):
         out: Batch = []
         self._done(self._add(item, out), out)
         response = self.response
-        response.update(status="completed", model=model, usage=usage, gateway=gateway)
+        response.update(status="completed", model=model, usage=usage, gateway=gateway, store=False)  # not kept
         if self.emit:
             out.append(self._event("response.completed", {"response": response}))
         return out
