@@ -16,6 +16,7 @@ from gateway.api.responses.compact import summary_tokens
 from gateway.api.responses.compaction import (
     KIND,
     MAX_ENCRYPTED_CHARS,
+    MAX_SUMMARY_CHARS,
     compaction_item,
     expand_compaction,
     stated_conversation,
@@ -141,3 +142,10 @@ def test_what_a_request_stands_for_without_running_it() -> None:
         assert empty.value.param == "input"
 
     asyncio.run(scenario())
+
+
+def test_a_summary_past_its_bound_is_cut_before_it_is_sealed() -> None:
+    made = compaction_item(SEALER, "team-a", "z" * (MAX_SUMMARY_CHARS + 5000), "primary:gpt-x")
+    assert len(made["encrypted_content"]) < MAX_ENCRYPTED_CHARS
+    opened = expand(made, "input[0]")
+    assert str(opened["content"]) == SUMMARY_PREFIX + "z" * MAX_SUMMARY_CHARS
