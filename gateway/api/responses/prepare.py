@@ -3,7 +3,8 @@
 Everything that can refuse the request is refused here, before anything is claimed, run or
 sent, so a refused request costs no tokens and leaves a paused loop pending. The three ways in:
 
-* **new**: the instructions, then the input's messages; a plain ``LoopRequest``;
+* **new**: the instructions, then the input's messages (a compaction item opened into the summary it
+  seals: ``compaction.py``); a plain ``LoopRequest``;
 * **continued** (``previous_response_id`` naming a completed response): the stored transcript
   (``chain.parent_chain``) before the input's messages, stored later as what this response adds;
 * **resuming a pause** (``previous_response_id`` naming a paused response, or a resent
