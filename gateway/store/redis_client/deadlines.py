@@ -30,7 +30,7 @@ class DeadlineQueue:
 
     __slots__ = ("_handle", "_queue", "length", "loop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, length: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, length: float) -> None:
         self.loop = loop
         self.length = length
         self._queue: deque[list[Any]] = deque()
@@ -38,16 +38,21 @@ class DeadlineQueue:
 
     def start(self, task: asyncio.Task[Any]) -> list[Any]:
         """A deadline ``length`` seconds from now for ``task``; its entry (set its state to DONE when it ends)."""
-        when = self.loop.time() + self.length
+        loop = task.get_loop()
+        if loop is not self.loop:  # another event loop (tests run one per test): start afresh there
+            self.loop, self._queue, self._handle = loop, deque(), None
+        when = loop.time() + self.length
         entry = [when, task, RUNNING]
         self._queue.append(entry)
         if self._handle is None:
-            self._handle = self.loop.call_at(when, self._fire)
+            self._handle = loop.call_at(when, self._fire)
         return entry
 
     def _fire(self) -> None:
         self._handle = None
-        due = self.loop.time() + _SLACK_S
+        loop = self.loop
+        assert loop is not None, "armed by start"
+        due = loop.time() + _SLACK_S
         queue = self._queue
         while queue:
             entry = queue[0]
@@ -58,7 +63,7 @@ class DeadlineQueue:
                 entry[2] = EXPIRED
                 entry[1].cancel()
             else:
-                self._handle = self.loop.call_at(entry[0], self._fire)
+                self._handle = loop.call_at(entry[0], self._fire)
                 return
 
     def __len__(self) -> int:
@@ -66,7 +71,7 @@ class DeadlineQueue:
 
 
 class Deadlines:
-    """The queues of one ``RedisIO``, by length, for the running event loop (a new loop gets new queues)."""
+    """The queues of one ``RedisIO``, by length (each follows the event loop of the tasks it is given)."""
 
     __slots__ = ("_queues",)
 
@@ -74,8 +79,7 @@ class Deadlines:
         self._queues: dict[float, DeadlineQueue] = {}
 
     def queue(self, length: float) -> DeadlineQueue:
-        loop = asyncio.get_running_loop()
         found = self._queues.get(length)
-        if found is None or found.loop is not loop:
-            found = self._queues[length] = DeadlineQueue(loop, length)
+        if found is None:
+            found = self._queues[length] = DeadlineQueue(None, length)
         return found
