@@ -33,6 +33,7 @@ from gateway.config.server_section import ServerConfig
 from gateway.config.store_section import REDIS_SCHEMES, StoreConfig, StoreSentinel, StoreTls
 from gateway.config.tools_section import HttpToolConfig, ToolConfig
 from gateway.config.usage_section import UsageConfig
+from gateway.config.websocket_section import WebSocketConfig
 
 __all__ = [
     "PROVIDER_TYPES", "REDIS_SCHEMES", "WEBHOOK_EVENTS", "AdminKey", "ApiKey", "ApprovalMode", "AuthConfig",
@@ -40,7 +41,7 @@ __all__ = [
     "KeyRole", "Limits", "LoggingConfig", "McpServerConfig", "NotificationsConfig", "ObservabilityConfig", "Price",
     "ProviderConfig", "ProviderType", "ReasoningPassback", "RouteConfig", "RoutingConfig", "ServerConfig",
     "StoreConfig", "StoreSentinel", "StoreTls", "TargetConfig", "TenantConfig", "ToolConfig", "UsageConfig",
-    "WebhookConfig",
+    "WebSocketConfig", "WebhookConfig",
 ]
 
 
@@ -60,3 +61,4 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    websocket: WebSocketConfig = field(default_factory=WebSocketConfig)

@@ -247,9 +247,13 @@ class ResponseRun:
         return record
 
     async def save(self, finished: Finished | None = None) -> None:
-        """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
+        """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``: then only
+        a records view that keeps such responses (a WebSocket connection's memory) is handed it."""
+        records = self._records
         if self.request.store:
-            await self._records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
+            await records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
+        elif records.keeps_unstored:
+            await records.keep(self.tenant, self.builder.response["id"], self.record(finished))
 
 
 def _same(batch: Batch) -> Batch:
