@@ -20,6 +20,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --messages      # the same requests through POST /v1/messages (Anthropic)
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
+    python -m bench.instructions --websocket     # the Responses requests as turns over WebSocket connections
     python -m bench.instructions --embeddings    # POST /v1/embeddings, one input, floats (route bench-embed)
     python -m bench.instructions --embeddings --base64   # the same as base64 (the openai SDK's default)
 
@@ -40,9 +41,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -184,6 +186,8 @@ def main() -> None:
     parser.add_argument("--embeddings", action="store_true", help="POST /v1/embeddings on route bench-embed")
     parser.add_argument("--base64", action="store_true", help="with --embeddings: encoding_format base64")
     parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
+    parser.add_argument("--websocket", action="store_true",
+                        help="the Responses requests as response.create turns over WebSocket connections")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
     parser.add_argument("--limits", default="rpm,tpm,max_concurrent", help="with --limited: which limits the key has")
     parser.add_argument("--store", default=None, help="store.url (default memory://)")
@@ -200,6 +204,8 @@ def main() -> None:
     parser.add_argument("--rollups", choices=["on", "off"], default="on",
                         help="the console's rollups (observability.rollups.enabled; on is the gateway's default)")
     args = parser.parse_args()
+    if args.websocket:  # a turn is a Responses stream sent over a socket (bench/ws_turns.py)
+        args.responses = args.stream = True
     embeddings = ("base64" if args.base64 else "float") if args.embeddings else None
     body = _body(args.stream, args.responses, args.agent, args.keep, args.messages, embeddings)
 
@@ -255,7 +261,13 @@ def main() -> None:
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
             if args.config_key or args.budget:
                 key = CONFIG_KEY
-            asyncio.run(_send(url, args.warmup, args.concurrency, body, check, key))
+            send = _send
+            if args.websocket:
+                from bench.ws_turns import send_turns, turn_message
+
+                def send(_url: str, count: int, concurrency: int, *_: object) -> Coroutine[Any, Any, int]:
+                    return send_turns(gateway.base, count, concurrency, turn_message(body), key)
+            asyncio.run(send(url, args.warmup, args.concurrency, body, check, key))
             exporter = _exporter(gateway.pid) if exporting else None
             if exporter:
                 # Its first post imports what the exporter imports lazily (requests, urllib3, ...): one-time
@@ -267,7 +279,7 @@ def main() -> None:
             _control(gateway.pid, "-i", "on")
             if exporter:
                 _control(exporter, "-i", "on")
-            ok = asyncio.run(_send(url, args.requests, args.concurrency, body, check, key))
+            ok = asyncio.run(send(url, args.requests, args.concurrency, body, check, key))
             _control(gateway.pid, "-d")
             _control(gateway.pid, "-i", "off")
             if exporter:
@@ -282,6 +294,7 @@ def main() -> None:
     if embeddings is not None:
         kind = f"embeddings {embeddings}"
     kind += " agent turn" if args.agent else " request"
+    kind += " over WebSocket" if args.websocket else ""
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")

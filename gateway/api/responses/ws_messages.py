@@ -108,16 +108,19 @@ class SSEEvents:
     def __init__(self) -> None:
         self._pending: list[bytes] = []
 
+    def __bool__(self) -> bool:
+        """Whether part of an event is waiting for its end."""
+        return bool(self._pending)
+
     def feed(self, chunk: bytes) -> list[bytes]:
-        frames = chunk.split(b"\n\n")
-        if len(frames) == 1:
-            if chunk:
-                self._pending.append(chunk)
-            return []
         pending = self._pending
         if pending:
-            frames[0] = b"".join(pending) + frames[0]
+            if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and pending[-1][-1:] == b"\n"):
+                pending.append(chunk)  # a slice within a frame: joined once, when the frame ends
+                return []
+            chunk = b"".join(pending) + chunk
             pending.clear()
+        frames = chunk.split(b"\n\n")
         rest = frames.pop()
         if rest:
             pending.append(rest)
