@@ -31,6 +31,7 @@ from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
 from gateway.http.request_id import REQUEST_ID_HEADER, request_id
+from gateway.observability.metrics import WEBSOCKET_CONNECTIONS
 
 PATH = "/v1/responses"
 
@@ -62,11 +63,13 @@ class ResponsesSockets:
         work.done(101)
         await send({"type": "websocket.accept", "headers": headers})
         self.open += 1
+        WEBSOCKET_CONNECTIONS.set(self.open)
         self.per_key[key_id] = self.per_key.get(key_id, 0) + 1
         try:
             await Connection(self.mounted, self.settings, incoming, receive, send).run()
         finally:
             self.open -= 1
+            WEBSOCKET_CONNECTIONS.set(self.open)
             left = self.per_key.pop(key_id) - 1
             if left:
                 self.per_key[key_id] = left

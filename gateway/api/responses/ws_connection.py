@@ -45,12 +45,15 @@ from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
 from gateway.http.websocket_frames import FrameWriter, frame_writer
+from gateway.observability.metrics import WEBSOCKET_CLOSES
 
 #: close codes (RFC 6455): the end of an idle or spent connection, a message too large, a key refused
 NORMAL, TOO_BIG, POLICY = 1000, 1009, 1008
 #: what the access record and the span name a turn's method as
 TURN = "WS"
 LIMIT_CODE = "websocket_connection_limit_reached"
+#: a turn still without an answer this long starts watching the socket, so a client leaving cancels it
+WATCH_AFTER_S = 0.2
 _HTTP: dict[str, Any] = {"type": "http"}
 _DISCONNECT: Message = {"type": "http.disconnect"}
 Turn = tuple[dict[str, Any], int]
@@ -81,6 +84,10 @@ class Connection:
         self.ending = False  # a bound was reached: the accepted turns run, nothing more is taken
         self._timer: asyncio.TimerHandle | None = None
         self._expiry: asyncio.Task[None] | None = None
+        self._early: asyncio.Task[None] | None = None  # a turn's watcher before its answer (``_watch_early``)
+        self.dropped = False  # the client left while a turn had no answer yet: that turn was cancelled
+        #: why the connection ended (``loopgate_websocket_closes_total{reason}``)
+        self.why = "client"
 
     async def run(self) -> None:
         self._arm(min(self.settings.idle_timeout_s, self.settings.max_connection_s))
@@ -93,7 +100,7 @@ class Connection:
                     break
                 message = await self._receive()
                 if message["type"] == "websocket.disconnect":
-                    self.left = True
+                    self._left(message)
                 elif message["type"] == "websocket.receive":
                     turn = await self._take(message)
                     if turn is not None:
@@ -103,7 +110,14 @@ class Connection:
                 self._timer.cancel()
             if self._expiry is not None:
                 await asyncio.wait([self._expiry])
-            await self.close(NORMAL, "connection limit reached" if self.ending else "")
+            await self.close(NORMAL, "connection limit reached" if self.ending else "", self.why)
+            WEBSOCKET_CLOSES.inc(self.why)
+
+    def _left(self, message: Message) -> None:
+        """The client closed the connection or went away (or the server is shutting down: 1012)."""
+        self.left = True
+        if not self.closed:
+            self.why = "shutdown" if message.get("code") == 1012 else "client"
 
     # -- turns -----------------------------------------------------------------------------------
     async def _turn(self, body: dict[str, Any], size: int) -> None:
@@ -112,20 +126,45 @@ class Connection:
             return
         if time.monotonic() >= self.end:
             await self._limit_reached(f"this connection reached its lifetime of {self.settings.max_connection_s:g} "
-                                      "s (websocket.max_connection_s); the turn was not run")
+                                      "s (websocket.max_connection_s); the turn was not run", "lifetime")
             return
         self.running = True
         player = Player(self)
+        task = asyncio.current_task()
+        assert task is not None
+        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_early, task)
         try:
-            answer = await drive(self.mounted, self.incoming.for_message(body, size), TURN)
+            try:
+                answer = await drive(self.mounted, self.incoming.for_message(body, size), TURN)
+            finally:
+                timer.cancel()
+                if self._early is not None:
+                    self._early.cancel()
+                    self._early = None
             await answer(_HTTP, self._turn_receive, player.send)
+        except asyncio.CancelledError:
+            if not self.dropped:
+                raise  # the connection is being stopped
+            task.uncancel()  # the client left before the answer began: the driver gave back what the turn held
         except OSError:  # the socket went away under the answer (the SSE body gave back what the turn held)
-            self.left = not self.closed
+            if not self.closed:
+                self.left = True
         finally:
             self.running = False
             self.last = time.monotonic()
         if player.status == 401:  # the key was revoked or expired since the upgrade: nothing more can run
-            await self.close(POLICY, "the key was refused")
+            await self.close(POLICY, "the key was refused", "key_refused")
+
+    def _watch_early(self, task: asyncio.Task[Any]) -> None:
+        """A turn still without an answer (a model slow to its first token, a long tool): read the socket
+        meanwhile, so a client that leaves cancels it, and what it holds is given back, at once."""
+        self._early = asyncio.ensure_future(self._early_watch(task))
+
+    async def _early_watch(self, task: asyncio.Task[Any]) -> None:
+        await self._turn_receive()
+        if self.left or self.closed:
+            self.dropped = True
+            task.cancel()
 
     async def _turn_receive(self) -> Message:
         """The socket, read by a stream's disconnect watcher while the stream plays: every message taken, and
@@ -133,7 +172,7 @@ class Connection:
         while not (self.left or self.closed):
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
-                self.left = True
+                self._left(message)
             elif message["type"] == "websocket.receive":
                 turn = await self._take(message)
                 if turn is not None:
@@ -148,14 +187,14 @@ class Connection:
         self.messages += 1
         if self.messages > settings.max_messages:
             await self._limit_reached(f"this connection sent {settings.max_messages} messages, its limit "
-                                      "(websocket.max_messages)")
+                                      "(websocket.max_messages)", "messages")
             return None
         text = message.get("text")
         if text is None:
             await self.send_text(gateway_error_event(binary_refused()))
             return None
         if len(text) > settings.max_message_bytes:
-            await self.close(TOO_BIG, "message too big (websocket.max_message_bytes)")
+            await self.close(TOO_BIG, "message too big (websocket.max_message_bytes)", "too_big")
             return None
         try:
             parsed = parse_message(text)
@@ -194,15 +233,16 @@ class Connection:
     async def _expire(self, lifetime: bool) -> None:
         if lifetime:
             await self._limit_reached(f"this connection reached its lifetime of {self.settings.max_connection_s:g} "
-                                      "s (websocket.max_connection_s)")
-            await self.close(NORMAL, "connection limit reached")
+                                      "s (websocket.max_connection_s)", "lifetime")
+            await self.close(NORMAL, "connection limit reached", "lifetime")
         else:
-            await self.close(NORMAL, "idle timeout (websocket.idle_timeout_s)")
+            await self.close(NORMAL, "idle timeout (websocket.idle_timeout_s)", "idle")
 
-    async def _limit_reached(self, message: str) -> None:
+    async def _limit_reached(self, message: str, why: str) -> None:
         """OpenAI's end of a spent connection: ``websocket_connection_limit_reached``; the turns it accepted
         run, then it closes normally. Clients such as Codex open a new connection and go on."""
         self.ending = True
+        self.why = why
         error = GatewayError(400, message + "; open a new connection to continue", "invalid_request_error", None,
                              LIMIT_CODE)
         await self.send_text(gateway_error_event(error))
@@ -212,11 +252,13 @@ class Connection:
         if not (self.closed or self.left):
             await self._send({"type": "websocket.send", "text": text})
 
-    async def close(self, code: int, reason: str) -> None:
+    async def close(self, code: int, reason: str, why: str = "") -> None:
         """Send the close frame, once; a stream playing then ends (its watcher reports a disconnect)."""
         if self.closed:
             return
         self.closed = True
+        if why:
+            self.why = why
         if not self.left:
             with contextlib.suppress(OSError, RuntimeError):  # gone meanwhile
                 await self._send({"type": "websocket.close", "code": code, "reason": reason})
