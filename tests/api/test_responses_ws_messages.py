@@ -33,11 +33,14 @@ def test_bad_messages_are_400s_with_a_code(text: str, code: str) -> None:
 
 def test_a_create_message_is_the_post_body_streamed() -> None:
     body = create_body(parse_message('{"type": "response.create", "model": "m", "input": "hi", "stream": false}'))
-    assert body == {"model": "m", "input": "hi", "stream": True}
-    assert create_body({"type": "response.create", "background": False, "stream_id": None}) == {"stream": True}
+    assert body == ({"model": "m", "input": "hi", "stream": True}, True)
+    assert create_body({"type": "response.create", "background": False, "stream_id": None, "generate": True}) == (
+        {"stream": True}, True)
+    assert create_body({"type": "response.create", "model": "m", "generate": False}) == (
+        {"model": "m", "stream": True}, False)
 
 
-@pytest.mark.parametrize(("field", "value"), [("background", True), ("stream_id", "lane-2")])
+@pytest.mark.parametrize(("field", "value"), [("background", True), ("stream_id", "lane-2"), ("generate", "no")])
 def test_background_and_lanes_are_refused_by_name(field: str, value: object) -> None:
     with pytest.raises(GatewayError) as info:
         create_body({"type": "response.create", "model": "m", field: value})

@@ -140,6 +140,30 @@ def test_a_resent_conversation_resumes_its_pause_over_the_socket(gateway: Gatewa
     assert any(call["function"]["name"] == "get_weather" for m in sent for call in m.get("tool_calls") or ())
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["unstored", "stored"])
+def test_a_prepared_response_is_continued_without_having_generated(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                                   store: bool) -> None:
+    """``generate: false`` (Codex's warm-up): the request prepared and recorded, no model call; the next turn
+    continues from it with only its new input (none here), as Codex sends it."""
+    fakes["primary"].queue(Reply(text="Warm and ready."))
+    with open_socket(gateway) as socket:
+        events = turn(socket, model="agent", instructions="Be brief.", input="Hello", tools=LOOKUP, store=store,
+                      generate=False)
+        assert [event["type"] for event in events] == ["response.created", "response.in_progress",
+                                                       "response.completed"]
+        prepared = final(events)
+        assert prepared["output"] == [] and prepared["usage"]["total_tokens"] == 0
+        assert not fakes["primary"].requests
+        answered = final(turn(socket, model="agent", instructions="Be brief.", input=[], tools=LOOKUP, store=store,
+                              previous_response_id=prepared["id"]))
+        assert answered["output"][0]["content"][0]["text"] == "Warm and ready."
+        refused = turn(socket, model="agent", input=[{"type": "function_call_output", "call_id": "call_1",
+                                                      "output": "x"}], generate=False)[-1]
+        assert refused["type"] == "error" and refused["error"]["param"] == "input[0]"
+    assert fakes["primary"].requests[0].body["messages"] == [{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": "Hello"}]
+
+
 def test_failover_runs_unchanged_over_the_socket(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(status=500), Reply(status=500))
     fakes["secondary"].queue(Reply(text="From the second target."))

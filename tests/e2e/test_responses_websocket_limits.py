@@ -158,7 +158,8 @@ def test_a_client_leaving_before_the_answer_gives_the_turns_slot_back(limited: G
         time.sleep(0.02)
 
 
-def test_a_client_leaving_mid_stream_gives_the_turns_slot_back(limited: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+def test_a_client_leaving_mid_stream_gives_the_turns_slot_back(limited: Gateway,
+                                                               fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(text="The first words and then nothing.", pieces=4, fault="stall"))
     socket = open_socket(limited, ONE_SLOT_KEY)
     send(socket, model="plain", input="Start talking.")

@@ -26,9 +26,10 @@ from gateway.api.responses.render import ResponseBuilder
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.spliced import frames_body
 from gateway.cancellation import EXITS
-from gateway.canonical import Message
+from gateway.canonical import Message, Usage
 from gateway.loop.engine import LoopRequest
-from gateway.loop.events import Finished, LoopEvent, Notice
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
+from gateway.loop.pausing import gateway_extension
 from gateway.store.responses.base import TRANSCRIPT_HEAD, ResponseRecords
 
 _T = TypeVar("_T")
@@ -207,6 +208,15 @@ class ResponseRun:
                 if out and out[-1] is TERMINAL:
                     out[-1] = self.builder.terminal_frame(self._final)
         return out
+
+    def unrun(self) -> Finished:
+        """The end of a response whose loop is not run (``generate: false``, the WebSocket mode's warm-up:
+        ``responses/ws_prepared.py``): completed, no output, no usage; the loop's meter is told it finished."""
+        loop = self._loop
+        result = LoopResult("completed", "stop", Usage(), gateway_extension(loop.state, "completed"))
+        if loop.on_finish is not None:
+            loop.on_finish(result)
+        return Finished(result)
 
     def record(self, finished: Finished | None = None) -> dict[str, Any]:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).

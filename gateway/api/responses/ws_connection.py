@@ -40,6 +40,7 @@ from gateway.api.responses.ws_messages import (
     parse_message,
     unknown_type,
 )
+from gateway.api.responses.ws_prepared import PreparedSurface
 from gateway.api.responses.ws_records import ConnectionRecords
 from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
@@ -56,7 +57,8 @@ LIMIT_CODE = "websocket_connection_limit_reached"
 WATCH_AFTER_S = 0.2
 _HTTP: dict[str, Any] = {"type": "http"}
 _DISCONNECT: Message = {"type": "http.disconnect"}
-Turn = tuple[dict[str, Any], int]
+#: a turn to run: its body, its size, the surface that runs it (the Responses surface, or ``generate: false``'s)
+Turn = tuple[dict[str, Any], int, Mounted]
 
 
 class Connection:
@@ -67,8 +69,9 @@ class Connection:
         self.settings = settings
         records = ConnectionRecords(mounted.services.records, settings.kept_responses, settings.kept_bytes)
         #: the Responses surface as this connection's turns run it: reading the connection's own responses too
-        self.mounted = Mounted(mounted.surface, dataclasses.replace(mounted.services, records=records),
-                               mounted.lifecycle)
+        services = dataclasses.replace(mounted.services, records=records)
+        self.mounted = Mounted(mounted.surface, services, mounted.lifecycle)
+        self.prepared = Mounted(PreparedSurface(mounted.surface.path), services, mounted.lifecycle)
         self.incoming = incoming
         self._receive = receive
         self._send = send
@@ -120,7 +123,7 @@ class Connection:
             self.why = "shutdown" if message.get("code") == 1012 else "client"
 
     # -- turns -----------------------------------------------------------------------------------
-    async def _turn(self, body: dict[str, Any], size: int) -> None:
+    async def _turn(self, body: dict[str, Any], size: int, mounted: Mounted) -> None:
         """One turn through the driver, its answer played onto the socket."""
         if self.closed or self.left:
             return
@@ -135,7 +138,7 @@ class Connection:
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_early, task)
         try:
             try:
-                answer = await drive(self.mounted, self.incoming.for_message(body, size), TURN)
+                answer = await drive(mounted, self.incoming.for_message(body, size), TURN)
             finally:
                 timer.cancel()
                 if self._early is not None:
@@ -203,7 +206,7 @@ class Connection:
                 return None
             if kind != CREATE:
                 raise unknown_type(kind)
-            body = create_body(parsed)
+            body, generate = create_body(parsed)
             if self.running and len(self.waiting) >= settings.max_queued_turns:
                 raise GatewayError(409, f"a response is running on this connection and {len(self.waiting)} wait "
                                    "behind it, the limit (websocket.max_queued_turns): wait for a terminal event, "
@@ -212,7 +215,7 @@ class Connection:
         except GatewayError as error:
             await self.send_text(gateway_error_event(error))
             return None
-        return body, len(text)
+        return body, len(text), self.mounted if generate else self.prepared
 
     # -- bounds ----------------------------------------------------------------------------------
     def _arm(self, delay: float) -> None:

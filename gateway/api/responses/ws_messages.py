@@ -5,8 +5,9 @@ A client sends JSON text messages, each with a ``type``:
 * ``response.create``: the body of ``POST /v1/responses`` with ``"type"`` beside it (OpenAI's
   envelope). ``stream`` is implicit (every event is sent); ``background`` is refused (as OpenAI
   does over a socket); ``stream_id`` (OpenAI's multiplexed lanes) is refused: one connection is one
-  lane here, open another for a parallel conversation. :func:`create_body` gives the body the
-  Responses surface parses, as an HTTP POST's.
+  lane here, open another for a parallel conversation. ``generate: false`` prepares the response
+  without generating (``ws_prepared.py``). :func:`create_body` gives the body the Responses
+  surface parses, as an HTTP POST's.
 * ``response.processed``: an acknowledgement Codex sends after each response; nothing to do.
 
 Anything else (not JSON, nested too deep, not an object, another ``type``, a binary message) is
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from gateway.api.chat.request import type_name
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.http.json_depth import MAX_DEPTH, JSONTooDeep, loads
 
@@ -58,8 +60,9 @@ def binary_refused() -> GatewayError:
     return bad_request("binary messages are not supported: send each message as JSON text", code="binary_message")
 
 
-def create_body(message: dict[str, Any]) -> dict[str, Any]:
-    """The ``POST /v1/responses`` body a ``response.create`` message stands for (``message`` is reused)."""
+def create_body(message: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The ``POST /v1/responses`` body a ``response.create`` message stands for (``message`` is reused), and
+    whether it generates (``generate: false`` prepares the response only: ``ws_prepared.py``)."""
     del message["type"]
     if message.pop("background", None):
         raise bad_request("'background' is not supported over WebSocket; create background responses with "
@@ -67,8 +70,11 @@ def create_body(message: dict[str, Any]) -> dict[str, Any]:
     if message.pop("stream_id", None) is not None:
         raise bad_request("'stream_id' (multiplexed lanes) is not supported by this gateway: open one connection "
                           "per parallel conversation", "stream_id")
+    generate = message.pop("generate", None)
+    if generate is not None and generate.__class__ is not bool:
+        raise bad_request(f"'generate' must be a boolean, not {type_name(generate)}", "generate")
     message["stream"] = True
-    return message
+    return message, generate is not False
 
 
 def error_event(status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> str:
