@@ -21,6 +21,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
     python -m bench.instructions --websocket     # the Responses requests as turns over WebSocket connections
+    python -m bench.instructions --conversation 10 [--websocket]   # 10-turn store: false conversations (ws_turns)
     python -m bench.instructions --embeddings    # POST /v1/embeddings, one input, floats (route bench-embed)
     python -m bench.instructions --embeddings --base64   # the same as base64 (the openai SDK's default)
 
@@ -188,6 +189,9 @@ def main() -> None:
     parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
     parser.add_argument("--websocket", action="store_true",
                         help="the Responses requests as response.create turns over WebSocket connections")
+    parser.add_argument("--conversation", type=int, default=0, metavar="N",
+                        help="store: false conversations of N turns: over HTTP each turn resends the conversation, "
+                             "with --websocket it sends its new message and previous_response_id")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
     parser.add_argument("--limits", default="rpm,tpm,max_concurrent", help="with --limited: which limits the key has")
     parser.add_argument("--store", default=None, help="store.url (default memory://)")
@@ -204,7 +208,7 @@ def main() -> None:
     parser.add_argument("--rollups", choices=["on", "off"], default="on",
                         help="the console's rollups (observability.rollups.enabled; on is the gateway's default)")
     args = parser.parse_args()
-    if args.websocket:  # a turn is a Responses stream sent over a socket (bench/ws_turns.py)
+    if args.websocket or args.conversation:  # a turn is a Responses stream (bench/ws_turns.py)
         args.responses = args.stream = True
     embeddings = ("base64" if args.base64 else "float") if args.embeddings else None
     body = _body(args.stream, args.responses, args.agent, args.keep, args.messages, embeddings)
@@ -262,11 +266,15 @@ def main() -> None:
             if args.config_key or args.budget:
                 key = CONFIG_KEY
             send = _send
-            if args.websocket:
-                from bench.ws_turns import send_turns, turn_message
+            if args.websocket or args.conversation:
+                from bench import ws_turns
 
                 def send(_url: str, count: int, concurrency: int, *_: object) -> Coroutine[Any, Any, int]:
-                    return send_turns(gateway.base, count, concurrency, turn_message(body), key)
+                    if args.conversation:
+                        converse = ws_turns.send_socket_conversations if args.websocket else \
+                            ws_turns.send_conversations
+                        return converse(gateway.base, count, concurrency, "bench", args.conversation, key)
+                    return ws_turns.send_turns(gateway.base, count, concurrency, ws_turns.turn_message(body), key)
             asyncio.run(send(url, args.warmup, args.concurrency, body, check, key))
             exporter = _exporter(gateway.pid) if exporting else None
             if exporter:
@@ -294,6 +302,7 @@ def main() -> None:
     if embeddings is not None:
         kind = f"embeddings {embeddings}"
     kind += " agent turn" if args.agent else " request"
+    kind += f" in {args.conversation}-turn conversations (store: false)" if args.conversation else ""
     kind += " over WebSocket" if args.websocket else ""
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
