@@ -164,6 +164,19 @@ def test_a_prepared_response_is_continued_without_having_generated(gateway: Gate
                                                              {"role": "user", "content": "Hello"}]
 
 
+def test_a_long_answer_arrives_whole_and_the_socket_goes_on(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    """Past 256 Ki characters the closing events are written in slices (responses/spliced.py): each still
+    arrives as one message."""
+    text = "a long answer " * 25_000  # 350,000 characters
+    fakes["primary"].queue(Reply(text=text, pieces=5), Reply(text="After."))
+    with open_socket(gateway) as socket:
+        events = turn(socket, model="plain", input="Talk a lot.", store=False)
+        assert "".join(event["delta"] for event in events if event["type"] == "response.output_text.delta") == text
+        assert next(event for event in events if event["type"] == "response.output_text.done")["text"] == text
+        assert final(events)["output"][0]["content"][0]["text"] == text
+        assert final(turn(socket, model="plain", input="And?"))["output"][0]["content"][0]["text"] == "After."
+
+
 def test_failover_runs_unchanged_over_the_socket(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(status=500), Reply(status=500))
     fakes["secondary"].queue(Reply(text="From the second target."))

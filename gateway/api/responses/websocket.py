@@ -60,12 +60,12 @@ class ResponsesSockets:
         except BaseException as exc:  # given back (nothing is held yet); an exit is raised again
             await refuse(scope, send, await work.failed(exc), headers)
             return
-        work.done(101)
-        await send({"type": "websocket.accept", "headers": headers})
-        self.open += 1
+        self.open += 1  # counted before anything is awaited: the caps hold for upgrades arriving together
         WEBSOCKET_CONNECTIONS.set(self.open)
         self.per_key[key_id] = self.per_key.get(key_id, 0) + 1
         try:
+            work.done(101)
+            await send({"type": "websocket.accept", "headers": headers})
             await Connection(self.mounted, self.settings, incoming, receive, send).run()
         finally:
             self.open -= 1
