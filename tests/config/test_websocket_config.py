@@ -50,5 +50,5 @@ def test_uvicorn_runs_the_websocket_protocol_with_the_bounds_or_none_when_off() 
     on = _uvicorn_settings(build_config({"websocket": {"max_message_bytes": 8192, "ping_interval_s": 0}}),
                            "127.0.0.1", 1, "info")
     assert (on["ws"], on["ws_max_size"], on["ws_ping_interval"], on["ws_per_message_deflate"]) == (
-        "websockets-sansio", 8192, None, False)
+        "gateway.http.websocket_server:WebSocketServerProtocol", 8192, None, False)
     assert _uvicorn_settings(build_config({"websocket": {"enabled": False}}), "127.0.0.1", 1, "info")["ws"] == "none"

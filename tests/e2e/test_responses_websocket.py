@@ -15,6 +15,8 @@ from tests.e2e.conftest import KEY, OTHER_KEY, Gateway
 from tests.e2e.websocket_client import (
     events_until_end,
     final,
+    next_error,
+    next_event,
     open_socket,
     refused_status,
     send,
@@ -206,18 +208,22 @@ def test_a_turn_sent_while_one_runs_waits_behind_it(gateway: Gateway, fakes: dic
                                                     hold: Any) -> None:
     """In order, one at a time; past ``websocket.max_queued_turns`` (4 by default) a turn is refused at once."""
     released = hold()
-    fakes["primary"].queue(Reply(text="Turn 0.", hold=released), *[Reply(text=f"Turn {n}.") for n in range(1, 5)])
+    fakes["primary"].queue(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(text="Turn 0.", hold=released),
+                           *[Reply(text=f"Turn {n}.") for n in range(1, 5)])
     with open_socket(gateway) as socket:
-        for n in range(6):
+        send(socket, model="agent", input="turn 0")
+        while next_event(socket)["type"] != "response.mcp_call.completed":  # answering, its model call held
+            pass
+        for n in range(1, 6):
             send(socket, model="plain", input=f"turn {n}")
-        refused = events_until_end(socket)[-1]  # the sixth, answered while the first still runs
+        refused = next_error(socket)  # the sixth, answered while the first still runs
         assert refused["type"] == "error" and refused["status"] == 409
         assert refused["error"]["code"] == "response_already_in_progress"
         released.set()
-        texts = [final(events_until_end(socket))["output"][0]["content"][0]["text"] for _ in range(5)]
+        texts = [final(events_until_end(socket))["output"][-1]["content"][0]["text"] for _ in range(5)]
     assert texts == [f"Turn {n}." for n in range(5)]
-    assert [request.body["messages"][-1]["content"] for request in fakes["primary"].requests] == [
-        f"turn {n}" for n in range(5)]
+    assert [request.body["messages"][-1]["content"] for request in fakes["primary"].requests[2:]] == [
+        f"turn {n}" for n in range(1, 5)]
 
 
 def test_a_plain_get_is_told_to_upgrade_and_other_socket_paths_are_404(gateway: Gateway) -> None:

@@ -18,6 +18,7 @@ from tests.e2e.websocket_client import (
     closed_with,
     events_until_end,
     final,
+    next_error,
     next_event,
     open_socket,
     refused_status,
@@ -247,13 +248,15 @@ def test_a_connection_ends_at_its_lifetime(fakes: dict[str, FakeUpstream], tool_
         gateway.stop()
 
 
-def test_a_second_response_create_is_answered_while_the_first_holds(limited: Gateway, fakes: dict[str, FakeUpstream],
-                                                                   released: threading.Event) -> None:
-    """Messages are read while a turn runs: a refused one is answered at once, not after the turn."""
-    fakes["primary"].queue(Reply(text="Done.", hold=released))
+def test_messages_are_answered_while_a_turn_runs(limited: Gateway, fakes: dict[str, FakeUpstream],
+                                                 released: threading.Event) -> None:
+    """The socket is read while a turn answers: a refused message is answered at once, not after the turn."""
+    fakes["primary"].queue(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(text="Done.", hold=released))
     with open_socket(limited) as socket:
-        send(socket, model="plain", input="Slow one.")
+        send(socket, model="agent", input="Add, then think.")
+        while next_event(socket)["type"] != "response.mcp_call.completed":  # its second model call is held
+            pass
         socket.send("garbage")
-        assert next_event(socket)["error"]["code"] == "invalid_json"
+        assert next_error(socket)["error"]["code"] == "invalid_json"
         released.set()
-        assert final(events_until_end(socket))["output"][0]["content"][0]["text"] == "Done."
+        assert final(events_until_end(socket))["output"][-1]["content"][0]["text"] == "Done."

@@ -67,6 +67,15 @@ def next_event(socket: ClientConnection, timeout_s: float = 20.0) -> dict[str, A
     return event
 
 
+def next_error(socket: ClientConnection, timeout_s: float = 20.0) -> dict[str, Any]:
+    """The next ``error`` event, skipping a running turn's events (none of them may end it first)."""
+    while True:
+        event = next_event(socket, timeout_s)
+        if event["type"] == "error":
+            return event
+        assert event["type"] not in TERMINAL, f"the turn ended before the error came: {event['type']}"
+
+
 def closed_with(socket: ClientConnection, timeout_s: float = 20.0) -> tuple[int, str]:
     """Wait for the server to close the connection: its close code and reason (messages before it are skipped)."""
     deadline = time.monotonic() + timeout_s

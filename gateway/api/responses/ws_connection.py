@@ -7,8 +7,10 @@ own disconnect watcher (the SSE body's, as for an HTTP client): its ``receive`` 
 (``_turn_receive``) takes the messages that arrive meanwhile — another ``response.create`` waits
 behind the running turn (at most ``websocket.max_queued_turns``), anything else is answered at
 once — and reports the client leaving, which ends the stream and gives back what the turn holds,
-exactly as an SSE client's disconnect does. One task and one timer per connection, no task or
-queue per turn: a turn over a socket costs less than the same response over HTTP (bench/README.md).
+exactly as an SSE client's disconnect does. Before its answer begins (a model slow to its first
+token, a long server tool) nothing reads the socket: the server protocol says when the connection
+is lost (``http/websocket_server.WebSocketServerProtocol``), and the turn is cancelled then
+(``_lost``). One task and one timer per connection, no task, queue or timer per turn.
 
 Bounds: ``max_messages`` (then ``websocket_connection_limit_reached``; the turns already accepted
 run, then the connection closes), ``max_message_bytes`` (the protocol's own check closes with 1009
@@ -45,7 +47,7 @@ from gateway.api.responses.ws_records import ConnectionRecords
 from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
-from gateway.http.websocket_frames import FrameWriter, frame_writer
+from gateway.http.websocket_server import FrameWriter, frame_writer
 from gateway.observability.metrics import WEBSOCKET_CLOSES
 
 #: close codes (RFC 6455): the end of an idle or spent connection, a message too large, a key refused
@@ -53,8 +55,6 @@ NORMAL, TOO_BIG, POLICY = 1000, 1009, 1008
 #: what the access record and the span name a turn's method as
 TURN = "WS"
 LIMIT_CODE = "websocket_connection_limit_reached"
-#: a turn still without an answer this long starts watching the socket, so a client leaving cancels it
-WATCH_AFTER_S = 0.2
 _HTTP: dict[str, Any] = {"type": "http"}
 _DISCONNECT: Message = {"type": "http.disconnect"}
 #: a turn to run: its body, its size, the surface that runs it (the Responses surface, or ``generate: false``'s)
@@ -82,17 +82,21 @@ class Connection:
         self.started = self.last = time.monotonic()  # ``last``: when the last turn ended (idle since)
         self.end = self.started + settings.max_connection_s
         self.running = False
+        self.streaming = False  # a turn's answer is being played (its stream's watcher then sees the client leave)
         self.left = False  # the client left: nothing more can be sent
         self.closed = False  # the close frame was sent
         self.ending = False  # a bound was reached: the accepted turns run, nothing more is taken
         self._timer: asyncio.TimerHandle | None = None
         self._expiry: asyncio.Task[None] | None = None
-        self._early: asyncio.Task[None] | None = None  # a turn's watcher before its answer (``_watch_early``)
+        self.task: asyncio.Task[Any] | None = None  # the connection's own task: its turns run in it
         self.dropped = False  # the client left while a turn had no answer yet: that turn was cancelled
         #: why the connection ended (``loopgate_websocket_closes_total{reason}``)
         self.why = "client"
 
     async def run(self) -> None:
+        self.task = asyncio.current_task()
+        if self.writer is not None:
+            self.writer.when_lost(self._lost)
         self._arm(min(self.settings.idle_timeout_s, self.settings.max_connection_s))
         try:
             while not (self.left or self.closed):
@@ -133,41 +137,33 @@ class Connection:
             return
         self.running = True
         player = Player(self)
-        task = asyncio.current_task()
-        assert task is not None
-        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_early, task)
         try:
-            try:
-                answer = await drive(mounted, self.incoming.for_message(body, size), TURN)
-            finally:
-                timer.cancel()
-                if self._early is not None:
-                    self._early.cancel()
-                    self._early = None
+            answer = await drive(mounted, self.incoming.for_message(body, size), TURN)
+            self.streaming = True
             await answer(_HTTP, self._turn_receive, player.send)
         except asyncio.CancelledError:
-            if not self.dropped:
+            task = self.task
+            if not self.dropped or task is None:
                 raise  # the connection is being stopped
             task.uncancel()  # the client left before the answer began: the driver gave back what the turn held
         except OSError:  # the socket went away under the answer (the SSE body gave back what the turn held)
             if not self.closed:
                 self.left = True
         finally:
-            self.running = False
+            self.running = self.streaming = False
             self.last = time.monotonic()
         if player.status == 401:  # the key was revoked or expired since the upgrade: nothing more can run
             await self.close(POLICY, "the key was refused", "key_refused")
 
-    def _watch_early(self, task: asyncio.Task[Any]) -> None:
-        """A turn still without an answer (a model slow to its first token, a long tool): read the socket
-        meanwhile, so a client that leaves cancels it, and what it holds is given back, at once."""
-        self._early = asyncio.ensure_future(self._early_watch(task))
-
-    async def _early_watch(self, task: asyncio.Task[Any]) -> None:
-        await self._turn_receive()
-        if self.left or self.closed:
+    def _lost(self) -> None:
+        """The server saw the connection go (``WebSocketServerProtocol``): a turn that has no answer yet is cancelled
+        at once (the driver gives back what it holds); one answering is ended by its stream's watcher."""
+        if self.closed:
+            return
+        self.left = True
+        if self.running and not self.streaming and self.task is not None:
             self.dropped = True
-            task.cancel()
+            self.task.cancel()
 
     async def _turn_receive(self) -> Message:
         """The socket, read by a stream's disconnect watcher while the stream plays: every message taken, and

@@ -1,18 +1,25 @@
-"""Text messages written straight to a WebSocket connection of uvicorn's sans-I/O protocol, several per write.
+"""The WebSocket side of the server: uvicorn's sans-I/O protocol, told when a connection is lost, and its frames
+written straight to the connection, several per write.
 
-Why: a Responses turn sends some thirty events, and each ASGI ``websocket.send`` costs uvicorn's
-``send`` coroutine, an encode of the text, the ``websockets`` library's frame object and its
-serialisation and a write system call: about 8k instructions per event, which made a turn over
-a socket dearer than the same response over HTTP (bench/README.md). The events of one upstream
-read are written here in one write instead, each as the unmasked, unfragmented text frame the
-library would have made (RFC 6455 section 5.2; a server never masks), from bytes that are UTF-8
-already (the gateway's own JSON).
+:class:`WebSocketServerProtocol` is what ``loopgate serve`` runs WebSocket connections on (uvicorn's
+``ws`` setting, gateway/cli.py): uvicorn's ``websockets-sansio`` protocol, which also calls
+``on_lost`` the moment its connection is lost, so the application can stop work done for a client
+that is gone without a task reading the socket for it (a Responses turn waiting for its first
+output: gateway/api/responses/ws_connection.py).
 
-Only where that is exactly what the library would send: uvicorn's ``websockets-sansio`` protocol,
-its connection open, and no extension negotiated (permessage-deflate must compress every frame:
-``websocket.compression`` then leaves the writing to ASGI). Frames are written in the order they
-are made, as the library's own writes are (one thread, each written at once), and the writer
-waits while the transport's buffer is full, as uvicorn's ``send`` does.
+:class:`FrameWriter`, why: a Responses turn sends some thirty events, and each ASGI
+``websocket.send`` costs uvicorn's ``send`` coroutine, an encode of the text, the ``websockets``
+library's frame object and its serialisation and a write system call: about 8k instructions per
+event, which made a turn over a socket dearer than the same response over HTTP (bench/README.md).
+The events of one upstream read are written here in one write instead, each as the unmasked,
+unfragmented text frame the library would have made (RFC 6455 section 5.2; a server never masks),
+from bytes that are UTF-8 already (the gateway's own JSON).
+
+Only where that is exactly what the library would send: this protocol, its connection open, and
+no extension negotiated (permessage-deflate must compress every frame: ``websocket.compression``
+then leaves the writing to ASGI). Frames are written in the order they are made, as the library's
+own writes are (one thread, each written at once), and the writer waits while the transport's
+buffer is full, as uvicorn's ``send`` does.
 """
 
 from __future__ import annotations
@@ -20,11 +27,26 @@ from __future__ import annotations
 import itertools
 import operator
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import OPEN
+
+
+class WebSocketServerProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol that also calls ``on_lost`` once its connection is lost."""
+
+    #: set by the application for the connection it serves (``FrameWriter.when_lost``)
+    on_lost: Callable[[], None] | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
+
 
 #: the head of a final text frame of each payload length below 126 (the length in the second byte)
 _SHORT = [bytes((0x81, length)) for length in range(126)]
@@ -64,8 +86,12 @@ class FrameWriter:
 
     __slots__ = ("_protocol",)
 
-    def __init__(self, protocol: WebSocketsSansIOProtocol) -> None:
+    def __init__(self, protocol: WebSocketServerProtocol) -> None:
         self._protocol = protocol
+
+    def when_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the event loop, at once) when the connection is lost."""
+        self._protocol.on_lost = callback
 
     async def write(self, payloads: list[bytes]) -> None:
         """Each payload (UTF-8 text) as one message, all in one write; ``ClientDisconnected`` when the
@@ -105,6 +131,6 @@ def _framed(payloads: list[bytes]) -> bytes:
 def frame_writer(send: Any) -> FrameWriter | None:
     """A writer for the connection ``send`` is the ASGI ``send`` of, when it may be written to directly."""
     protocol = getattr(send, "__self__", None)
-    if type(protocol) is not WebSocketsSansIOProtocol or protocol.conn.extensions:
+    if not isinstance(protocol, WebSocketServerProtocol) or protocol.conn.extensions:
         return None
     return FrameWriter(protocol)
