@@ -35,15 +35,22 @@ def test_kept_responses_are_whole_and_only_this_connections() -> None:
     async def scenario() -> None:
         shared = MemoryResponseRecords()
         mine, other = ConnectionRecords(shared, 4, 1 << 20), ConnectionRecords(shared, 4, 1 << 20)
-        await mine.keep("t", "r1", record("A1", [user("q1")]))
-        await mine.keep("t", "r2", record("A2", [user("q2")], ancestors=["r1"]))  # a follow-up: only what it adds
+        await mine.keep("t", "r1", record("A1", [user("q1")]), "A1")
+        # a follow-up is handed over whole (``ResponseRun.record(chained=False)``): the loop's transcript
+        await mine.keep("t", "r2", record("A2", [user("q1"), assistant("A1"), user("q2")]), "A2")
         second = await mine.get("t", "r2")
-        assert second is not None and "ancestors" not in second
-        assert second[TRANSCRIPT_HEAD] == [user("q1"), assistant("A1"), user("q2")]
-        assert await mine.full_transcript("t", second) == [user("q1"), assistant("A1"), user("q2"), assistant("A2")]
+        assert second == {"transcript": [user("q1"), assistant("A1"), user("q2"), assistant("A2")],
+                          "continuation_id": None, "instructions_first": False}
+        assert await mine.full_transcript("t", second) == second["transcript"]
         assert await other.get("t", "r2") is None and await shared.get("t", "r2") is None
         assert await mine.get("other-tenant", "r2") is None
         assert await shared.stored_bytes("t") == 0  # nothing reached the store
+        await mine.keep("t", "prepared", record("", [user("q")]), None)  # generate: false: no answer to add
+        assert (await mine.get("t", "prepared") or {})["transcript"] == [user("q")]
+        paused = {**record("", [user("q")]), TRANSCRIPT_HEAD: None, "continuation_id": "c1"}
+        await mine.keep("t", "paused", paused, "")
+        assert await mine.get("t", "paused") == {"transcript": None, "continuation_id": "c1",
+                                                 "instructions_first": False}
 
     asyncio.run(scenario())
 
@@ -52,7 +59,7 @@ def test_a_stored_response_continuing_a_kept_one_is_stored_whole() -> None:
     async def scenario() -> None:
         shared = MemoryResponseRecords()
         mine = ConnectionRecords(shared, 4, 1 << 20)
-        await mine.keep("t", "r1", record("A1", [user("q1")]))
+        await mine.keep("t", "r1", record("A1", [user("q1")]), "A1")
         await mine.put("t", "r2", record("A2", [user("q2")], ancestors=["r1"]), 60)
         stored = await shared.get("t", "r2")
         assert stored is not None and "ancestors" not in stored
@@ -70,23 +77,24 @@ def test_the_newest_are_kept_within_the_count_and_the_bytes() -> None:
     async def scenario() -> None:
         mine = ConnectionRecords(MemoryResponseRecords(), 2, 4000)
         for index in range(5):
-            await mine.keep("t", f"r{index}", record(f"A{index}", [user("q")]))
+            await mine.keep("t", f"r{index}", record(f"A{index}", [user("q")]), f"A{index}")
         assert len(mine) == 2 and await mine.get("t", "r2") is None and await mine.get("t", "r4") is not None
-        await mine.keep("t", "huge", record("x" * 5000, [user("q")]))  # larger than the bound alone: not kept
+        await mine.keep("t", "huge", record("", [user("q")]), "x" * 5000)  # larger than the bound alone: not kept
         assert await mine.get("t", "huge") is None and len(mine) == 2
-        await mine.keep("t", "big", record("y" * 3700, [user("q")]))  # fits alone: the older ones make room
+        await mine.keep("t", "big", record("", [user("q")]), "y" * 3800)  # fits alone: the older ones make room
         assert await mine.get("t", "big") is not None and len(mine) == 1 and mine.kept_bytes <= 4000
         off = ConnectionRecords(MemoryResponseRecords(), 0, 4000)
-        await off.keep("t", "r", record("A", [user("q")]))
+        await off.keep("t", "r", record("A", [user("q")]), "A")
         assert len(off) == 0
 
     asyncio.run(scenario())
 
 
-def test_a_response_whose_conversation_is_gone_is_not_kept_and_nothing_fails() -> None:
+def test_past_the_count_the_newest_is_kept() -> None:
     async def scenario() -> None:
-        mine = ConnectionRecords(MemoryResponseRecords(), 4, 1 << 20)
-        await mine.keep("t", "r2", record("A2", [user("q2")], ancestors=["gone"]))
-        assert await mine.get("t", "r2") is None
+        mine = ConnectionRecords(MemoryResponseRecords(), 1, 1 << 20)
+        await mine.keep("t", "r1", record("A1", [user("q1")]), "A1")
+        await mine.keep("t", "other", record("B", [user("p")]), "B")  # pushes r1 out (one kept at most)
+        assert await mine.get("t", "r1") is None
 
     asyncio.run(scenario())

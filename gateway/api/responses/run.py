@@ -218,7 +218,7 @@ class ResponseRun:
             loop.on_finish(result)
         return Finished(result)
 
-    def record(self, finished: Finished | None = None) -> dict[str, Any]:
+    def record(self, finished: Finished | None = None, chained: bool = True) -> dict[str, Any]:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
         ``{"response": the Response object, "input": the input items as sent (``input_items``
@@ -229,7 +229,8 @@ class ResponseRun:
         "instructions_first": whether that continuation's transcript starts with the
         instructions}``, and for a follow-up whose parent's messages are unchanged,
         ``"ancestors"``: the responses it continues, root first, its ``transcript_head`` then being
-        only what it adds. Without ``finished`` (still running, or failed) it only describes.
+        only what it adds (not when ``chained`` is False: the whole conversation then). Without
+        ``finished`` (still running, or failed) it only describes.
         """
         head: list[Message] | None = None
         continuation_id: str | None = None
@@ -239,7 +240,7 @@ class ResponseRun:
         elif finished is not None:
             messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
             chain = self._chain
-            if chain is not None and chain.ancestors:
+            if chain is not None and chain.ancestors and chained:
                 segment = chain.segment(messages)
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
@@ -262,8 +263,9 @@ class ResponseRun:
         records = self._records
         if self.request.store:
             await records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
-        elif records.keeps_unstored:
-            await records.keep(self.tenant, self.builder.response["id"], self.record(finished))
+        elif records.keeps_unstored:  # the whole conversation, and the answer's text
+            await records.keep(self.tenant, self.builder.response["id"], self.record(finished, chained=False),
+                               "".join(self.builder.final_text))
 
 
 def _same(batch: Batch) -> Batch:

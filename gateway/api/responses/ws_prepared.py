@@ -86,14 +86,14 @@ async def prepared_frames(run: ResponseRun, services: ResponsesServices,
         yield b"".join(builder.start())
         finished = run.unrun()
         batch = builder.feed(finished)
-        record = run.record(finished)
-        # The conversation as it stands: nothing was generated, so there is no answer to put back on reading.
-        record["transcript"] = record.pop(TRANSCRIPT_HEAD)
         try:
             if run.request.store:
+                record = run.record(finished)
+                # The conversation as it stands: nothing was generated, no answer to put back on reading.
+                record["transcript"] = record.pop(TRANSCRIPT_HEAD)
                 await services.records.put(run.tenant, run.id, record, services.record_ttl_s)
             else:
-                await services.records.keep(run.tenant, run.id, record)
+                await services.records.keep(run.tenant, run.id, run.record(finished, chained=False), None)
         except Exception as exc:  # not recorded: the client must not see "completed" for what it cannot continue
             builder.retract_terminal(batch)
             batch.extend(builder.fail(to_gateway_error(exc)))

@@ -7,11 +7,14 @@ connection that made it (and nowhere else): the state lives in the connection's 
 goes through it, so a turn of a connection resolves its own unstored responses exactly as the HTTP
 surface resolves stored ones, and nothing else changes:
 
-* ``keep`` (what ``ResponseRun.save`` hands a ``store: false`` response to): its record, made
-  whole (the conversation it continues joined in, no ``ancestors``: it never depends on a record
-  that could be dropped before it), serialised, kept among the newest ``websocket.kept_responses``
-  within ``websocket.kept_bytes``. The oldest go first; a record larger than the bound alone is not
-  kept (continuing it is then ``previous_response_not_found``, as for an expired one).
+* ``keep`` (what ``ResponseRun.save`` hands a ``store: false`` response to): the whole conversation
+  it ends (never ``ancestors``: it never depends on a record that could be dropped before it) with
+  its answer, serialised once, among the newest ``websocket.kept_responses`` within
+  ``websocket.kept_bytes``; not its Response object or input items (nothing reads them back). The
+  oldest go first; a record larger than the bound alone is not kept (continuing it is then
+  ``previous_response_not_found``, as for an expired one). A turn thus costs one encode of the
+  conversation and the next one decode, where an HTTP client without a store sends, and the
+  gateway parses, the whole conversation every turn.
 * ``get``/``get_many``: the connection's records first, then the store.
 * ``put`` (a ``store: true`` response): to the store; one continuing a kept response is made whole
   first, so the stored chain never names a response only this connection had.
@@ -53,18 +56,22 @@ class ConnectionRecords(ResponseRecords):
     def __len__(self) -> int:
         return len(self._kept)
 
-    async def keep(self, tenant: str, response_id: str, record: dict[str, Any]) -> None:
-        """Keep a ``store: false`` response of this connection (never raises: the response is answered anyway)."""
+    async def keep(self, tenant: str, response_id: str, record: dict[str, Any], answer: str | None) -> None:
+        """Keep a ``store: false`` response of this connection: only what continuing it reads (its conversation,
+        the answer included, as one ``transcript``; a pause's continuation), not its Response object or input.
+        ``answer``: its final text (None: it generated nothing, ``generate: false``)."""
         if not self._max_kept:
             return
-        try:
-            raw = orjson.dumps(await self._whole(tenant, record))
-        except Exception as exc:  # an ancestor gone or a store failing: continuing it will say it is not found
-            log.info("a WebSocket connection's response %s is not kept: %s", response_id, exc)
-            return
+        head = record.get(TRANSCRIPT_HEAD)
+        if head is not None and answer is not None:
+            head = [*head, {"role": "assistant", "content": answer}]
+        raw = orjson.dumps({"transcript": head, "continuation_id": record.get("continuation_id"),
+                            "instructions_first": record.get("instructions_first")})
         key = (tenant, response_id)
         self._drop(key)
         if len(raw) > self._max_bytes:
+            log.info("a WebSocket connection's response %s is not kept: %d bytes, over websocket.kept_bytes",
+                     response_id, len(raw))
             return
         kept = self._kept
         while kept and (len(kept) >= self._max_kept or self._bytes + len(raw) > self._max_bytes):

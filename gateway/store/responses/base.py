@@ -93,8 +93,9 @@ class ResponseRecords(ABC):
     #: it reads them (``keep``): a WebSocket connection's memory (gateway/api/responses/ws_records.py)
     keeps_unstored = False
 
-    async def keep(self, tenant: str, response_id: str, record: dict[str, Any]) -> None:
-        """A ``store: false`` response's record, for a view that ``keeps_unstored``; a store keeps nothing."""
+    async def keep(self, tenant: str, response_id: str, record: dict[str, Any], answer: str | None) -> None:
+        """A ``store: false`` response's record (its whole conversation, no ``ancestors``) and its answer's text
+        (None: it generated none), for a view that ``keeps_unstored``; a store keeps nothing."""
         return None
 
     @abstractmethod
