@@ -33,7 +33,7 @@ from gateway.http.incoming import Incoming
 from gateway.http.request_id import REQUEST_ID_HEADER, request_id
 from gateway.observability.metrics import WEBSOCKET_CONNECTIONS
 
-PATH = "/v1/responses"
+PATH = "/v1/responses"  # the Responses surface's path (the upgrade is recorded under it)
 
 
 class ResponsesSockets:
