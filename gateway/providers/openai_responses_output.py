@@ -135,6 +135,8 @@ def _checked(payload: Any) -> list[Any]:
     """The output items of a finished response; its failure, or what is wrong with it, raised."""
     if not isinstance(payload, dict):
         raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream returned an unexpected JSON document")
+    if payload.get("type") == "error":  # an error event as the whole body
+        raise failure(payload["error"] if isinstance(payload.get("error"), dict) else payload)
     status = payload.get("status")
     if status == "failed" or (payload.get("error") and status not in ("completed", "incomplete")):
         raise failure(payload.get("error"))
