@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 from tests.fakes.openai_responses_rules import responses_request_problems
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -51,6 +52,22 @@ class FakeResponsesUpstream(FakeUpstream):
         #: the account this fake is: only its own encrypted reasoning can be read back
         self.issuer = f"acct{next(_ISSUERS)}"
         self.rules = self._problems
+        #: each request's query string, in order (Azure's ``api-version``)
+        self.queries: list[str] = []
+
+    def build(self) -> web.Application:
+        @web.middleware
+        async def record_query(request: web.Request, handler: Any) -> web.StreamResponse:
+            self.queries.append(request.query_string)
+            return await handler(request)
+
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[record_query])
+        app.router.add_route("POST", "/{tail:.*}", self._handle)
+        return app
+
+    def reset(self) -> None:
+        super().reset()
+        self.queries.clear()
 
     def _problems(self, body: dict[str, Any], model: str) -> list[str]:
         return responses_request_problems(body, model, self.issuer)
