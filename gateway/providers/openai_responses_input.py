@@ -14,7 +14,8 @@ iterations and the prompt cache sees the history it produced. Only while they st
 message (the same function-call ids, the same text) and only to the provider that issued them: the
 items of another provider, of another OpenAI account or of no known origin are dropped, never sent
 (the turn is translated from its canonical fields). A reasoning item without ``encrypted_content``
-is dropped too: with ``store: false`` the API cannot look it up.
+is dropped too (with ``store: false`` the API cannot look it up), and so is one that ends the turn
+(an answer cut after its reasoning: the API wants the item a reasoning item led to after it).
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def own_output(message: Message, provider: str) -> list[dict[str, Any]] | None:
         kept.append(item)
     if calls != _call_ids(message) or answer_text(items) != _message_text(message):
         return None  # the message was changed since (a rescue's text, a pruned turn): its items no longer fit
+    while kept and kept[-1].get("type") == "reasoning":
+        kept.pop()  # the API refuses a reasoning item without the item it led to (an answer cut after it)
     return kept
 
 

@@ -113,6 +113,16 @@ def _top_level(body: dict[str, Any], model: str, problems: list[str]) -> None:
     _tools(body.get("tools"), problems)
 
 
+def _output_item(item: Any) -> bool:
+    """An item a model produces (what a reasoning item must lead to): not reasoning, not the caller's."""
+    if not isinstance(item, dict):
+        return False
+    kind = item.get("type", "message")
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return kind not in ("reasoning", "function_call_output", "custom_tool_call_output")
+
+
 def _items(items: list[Any], store: bool, issuer: str, problems: list[str]) -> None:
     """Item by item: shapes, call pairing, reasoning under ``store: false``."""
     calls: dict[str, bool] = {}  # call_id -> answered
@@ -143,7 +153,7 @@ def _items(items: list[Any], store: bool, issuer: str, problems: list[str]) -> N
             elif encrypted and not str(encrypted).startswith(f"enc:{issuer}:"):
                 problems.append(f"The encrypted content for item {item.get('id')} could not be verified.")
             following = items[index + 1] if index + 1 < len(items) else None
-            if not isinstance(following, dict) or following.get("type") == "reasoning":
+            if not _output_item(following):
                 problems.append(f"Item '{item.get('id')}' of type 'reasoning' was provided without its required "
                                 "following item.")
         elif kind not in ("web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",

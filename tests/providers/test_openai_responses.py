@@ -172,6 +172,12 @@ def test_reasoning_without_encrypted_content_is_left_out_of_the_items() -> None:
     assert body["input"][1:3] == [hosted, CALL_ITEM]
 
 
+def test_a_turn_that_ended_in_its_reasoning_sends_the_reasoning_no_more() -> None:
+    cut = {"role": "assistant", "content": None, "openai_output": {"provider": "oai", "items": [REASONING_ITEM]}}
+    body = build(ModelRequest(messages=[USER, cut, {"role": "user", "content": "Go on."}]))
+    assert [item["type"] for item in body["input"]] == ["message", "message"]
+
+
 def test_mark_origin_tags_only_untagged_output_and_strip_artifacts_removes_it() -> None:
     message = answered_turn("first")
     mark_origin(message, "second")
