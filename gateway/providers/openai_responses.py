@@ -17,6 +17,7 @@ The answer side (a whole response, the stream parser, failures) is ``openai_resp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +43,11 @@ from gateway.providers.openai_responses_stream import OpenAIResponsesStreamParse
 #: what the gateway asks back with every answer of a model that reasons: its reasoning, encrypted
 ENCRYPTED_REASONING = ("reasoning.encrypted_content",)
 _CHAT = OpenAIAdapter()  # the error bodies are the same as chat completions'
+
+
+@functools.lru_cache(maxsize=4096)  # model names: a route's few, and direct ones (bounded, as urls.py's)
+def _include(model: str) -> tuple[str, ...]:
+    return ENCRYPTED_REASONING if reasoning_model(model) else ()
 
 
 def request_headers(provider: ProviderConfig) -> dict[str, str]:
@@ -76,8 +82,9 @@ def request_body(request: ModelRequest, provider: ProviderConfig, model: str, wi
             body["parallel_tool_calls"] = parallel
     translate_params(request.params, body)
     body["store"] = False
-    if reasoning_model(model):
-        body["include"] = list(ENCRYPTED_REASONING)
+    include = _include(model)
+    if include:
+        body["include"] = list(include)
     return body
 
 

@@ -107,9 +107,22 @@ def answer_text(items: list[Any]) -> str:
     texts: list[str] = []
     refusals: list[str] = []
     for item in items:
-        if isinstance(item, dict) and item.get("type") == "message":
-            texts += _part_texts(item.get("content"), ("output_text",), "text")
-            refusals += _part_texts(item.get("content"), ("refusal",), "refusal")
+        if item.__class__ is not dict or item.get("type") != "message":
+            continue
+        parts = item.get("content")
+        if parts.__class__ is not list:
+            if parts is None:
+                continue
+            raise TypeError("content parts")
+        for part in parts:
+            if part.__class__ is not dict:
+                raise TypeError("content part")
+            kind = part.get("type")
+            if kind == "output_text" or kind == "refusal":
+                text = part.get("text" if kind == "output_text" else "refusal")
+                if text.__class__ is not str:
+                    raise TypeError(kind)
+                (texts if kind == "output_text" else refusals).append(text)
     return "".join(texts) or "".join(refusals)
 
 
@@ -155,7 +168,7 @@ def _checked(payload: Any) -> list[Any]:
 
 def _response(payload: Any) -> ModelResponse:
     output = _checked(payload)
-    calls = ToolCallAccumulator()
+    calls: ToolCallAccumulator | None = None  # made for the first function call
     reasoning: list[str] = []
     native_only = False  # an item only this provider can be told (reasoning, a hosted tool call)
     position = 0
@@ -168,6 +181,8 @@ def _response(payload: Any) -> ModelResponse:
             if (not isinstance(call_id, STR_OR_NONE) or not isinstance(name, STR_OR_NONE)
                     or not isinstance(arguments, _ARGUMENTS)):
                 raise TypeError("function_call")
+            if calls is None:
+                calls = ToolCallAccumulator()
             calls.add(position, call_id, name, arguments)
             position += 1
         elif kind == "reasoning":
@@ -178,7 +193,7 @@ def _response(payload: Any) -> ModelResponse:
     text = answer_text(output)
     response_id = payload.get("id") if isinstance(payload.get("id"), str) else ""
     message: Message = {"role": "assistant", "content": text or None}
-    tool_calls = calls.result(response_id or text)
+    tool_calls = calls.result(response_id or text) if calls is not None else []
     if tool_calls:
         message["tool_calls"] = tool_calls
     if reasoning:

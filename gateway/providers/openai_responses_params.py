@@ -26,8 +26,8 @@ from gateway.canonical import ToolDef
 from gateway.providers.base import ErrorClass, ProviderError
 
 #: chat parameters the Responses API takes under the same name and meaning
-PASSED = ("temperature", "top_p", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
-          "service_tier", "metadata", "truncation", "top_logprobs")
+PASSED = frozenset({"temperature", "top_p", "user", "safety_identifier", "prompt_cache_key",
+                    "prompt_cache_retention", "service_tier", "metadata", "truncation", "top_logprobs"})
 MIN_OUTPUT_TOKENS = 16
 
 
@@ -113,12 +113,13 @@ def output_limit(params: Mapping[str, Any]) -> int | None:
 
 def translate_params(params: Mapping[str, Any], body: dict[str, Any]) -> None:
     """The chat parameters, as Responses fields, into ``body`` (see the module docstring)."""
+    if not params:  # the common request: nothing to translate
+        return
     n = params.get("n")
     if isinstance(n, int) and not isinstance(n, bool) and n > 1:
         raise bad_request("n > 1 is not supported by the OpenAI Responses API (one answer per request)")
-    for name in PASSED:
-        value = params.get(name)
-        if value is not None:
+    for name, value in params.items():
+        if name in PASSED and value is not None:
             body[name] = value
     limit = output_limit(params)
     if limit is not None:

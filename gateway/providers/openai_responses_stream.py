@@ -9,7 +9,7 @@ never came is rebuilt from its deltas. ``response.completed`` / ``response.incom
 answer (status, usage, incomplete details), and the rebuilt response goes through ``response_from``
 as a JSON answer does. ``response.failed`` and ``error`` raise the error they carry (failover
 decides on its class); any other event type (hosted tool progress, ``content_part``, the ``*.done``
-texts) adds nothing.
+texts) adds nothing, and those whose SSE ``event:`` name says so (``_NOTHING_NEW``) are not even parsed.
 
 Bounded: more than ``MAX_OUTPUT_ITEMS`` output items, or more than ``MAX_PARTS`` streamed parts, is an
 invalid response; one event is bounded by the SSE decoder, the stream by ``max_response_bytes``.
@@ -53,6 +53,13 @@ _TEXT_EVENTS = {"response.output_text.delta": "text", "response.refusal.delta": 
 _REASONING_EVENTS = {"response.reasoning_summary_text.delta": "summary",
                      "response.reasoning_text.delta": "reasoning"}
 _ENDED = ("response.completed", "response.incomplete")
+#: events that add nothing to what the parser collects, known by their SSE ``event:`` name alone: not even read
+_NOTHING_NEW = frozenset({
+    "response.in_progress", "response.queued", "response.content_part.added", "response.content_part.done",
+    "response.output_text.done", "response.output_text.annotation.added", "response.refusal.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+    "response.reasoning_summary_text.done", "response.reasoning_text.done",
+})
 _STARTED = ("response.created", "response.in_progress")
 
 
@@ -110,6 +117,8 @@ class OpenAIResponsesStreamParser:
 
     def _event(self, event: SSEEvent) -> list[StreamDelta]:
         # Each branch type-checks what it reads before it changes the answer being rebuilt.
+        if event.event in _NOTHING_NEW:
+            return []
         data = load_json(event.data)
         if not isinstance(data, dict):
             raise TypeError("event")
@@ -117,9 +126,16 @@ class OpenAIResponsesStreamParser:
         if kind.__class__ is not str:
             raise TypeError("type")
         part = _TEXT_EVENTS.get(kind)
-        if part is not None:
-            text = _delta(data)
-            self._add((_index(data.get("output_index")), part, _sub_index(data, "content_index")), text, "message")
+        if part is not None:  # the most frequent event: its checks and the common case inline
+            text, index, sub = data.get("delta"), data.get("output_index"), data.get("content_index", 0)
+            if (text.__class__ is not str or index.__class__ is not int or sub.__class__ is not int or index < 0
+                    or sub < 0):
+                raise TypeError("delta")
+            pieces = self._pieces.get((index, part, sub))
+            if pieces is None:
+                self._add((index, part, sub), text, "message")
+            else:
+                pieces.append(text)
             return [TextDelta(text)] if text else []
         if kind == "response.function_call_arguments.delta":
             self._add((_index(data.get("output_index")), "arguments", 0), _delta(data), "function_call")
