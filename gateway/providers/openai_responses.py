@@ -11,6 +11,9 @@ Azure (``azure: true``, the default for an Azure OpenAI host or with ``api_versi
 at ``{resource}/openai/v1/responses``, the deployment named as the body's ``model``, the key sent as
 ``api-key``; elsewhere the key is a bearer token.
 
+``POST /responses/input_tokens`` counts a request exactly (``build_count_tokens``), for the gateway's
+own ``/v1/messages/count_tokens`` and ``/v1/responses/input_tokens``.
+
 The answer side (a whole response, the stream parser, failures) is ``openai_responses_output`` and
 ``openai_responses_stream``; HTTP errors have the Chat Completions body, read as ``openai.py`` does.
 """
@@ -23,11 +26,12 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import ModelRequest, ModelResponse
+from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse
 from gateway.canonical_tool_results import takes_tool_result_images, tool_messages_for
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
 from gateway.providers.base import (
+    ErrorClass,
     ProviderError,
     UpstreamRequest,
     forced_choice_problem,
@@ -42,6 +46,9 @@ from gateway.providers.openai_responses_stream import OpenAIResponsesStreamParse
 
 #: what the gateway asks back with every answer of a model that reasons: its reasoning, encrypted
 ENCRYPTED_REASONING = ("reasoning.encrypted_content",)
+#: the body fields ``POST /responses/input_tokens`` takes (it refuses the others)
+COUNTED = frozenset({"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
+                     "text", "truncation"})
 _CHAT = OpenAIAdapter()  # the error bodies are the same as chat completions'
 
 
@@ -66,6 +73,12 @@ def request_url(provider: ProviderConfig) -> str:
     if provider.azure:
         return urls.azure_responses(provider.base_url, provider.api_version)
     return urls.openai_responses(provider.base_url)
+
+
+def count_url(provider: ProviderConfig) -> str:
+    if provider.azure:
+        return urls.azure_responses(provider.base_url, provider.api_version, "/input_tokens")
+    return urls.openai_input_tokens(provider.base_url)
 
 
 def request_body(request: ModelRequest, provider: ProviderConfig, model: str, wire_format: str) -> dict[str, Any]:
@@ -100,6 +113,20 @@ class OpenAIResponsesAdapter:
         if stream:
             body["stream"] = True
         return UpstreamRequest(url=request_url(provider), headers=request_headers(provider), body=orjson.dumps(body))
+
+    def build_count_tokens(self, request: ModelRequest, provider: ProviderConfig, model: str) -> UpstreamRequest:
+        """``POST /responses/input_tokens`` for the body ``build_request`` would send (the fields it takes)."""
+        body = request_body(request, provider, model, self.wire_format)
+        counted = {key: value for key, value in body.items() if key in COUNTED}
+        return UpstreamRequest(url=count_url(provider), headers=request_headers(provider), body=orjson.dumps(counted))
+
+    def parse_count_tokens(self, body: bytes) -> int:
+        """``{"object": "response.input_tokens", "input_tokens": N}``; anything else is the upstream's fault."""
+        payload = load_body(body)
+        count = payload.get("input_tokens") if isinstance(payload, dict) else None
+        if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream input_tokens answer has no input_tokens count")
+        return count
 
     def parse_response(self, body: bytes) -> ModelResponse:
         return response_from(load_body(body))

@@ -17,7 +17,7 @@ import pytest
 from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway
 from tests.e2e.test_providers import run
 from tests.fakes.anthropic_rules import anthropic_request_problems
-from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply, encrypted
+from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply, encrypted, input_count_of
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.upstream import FakeUpstream, Reply
 
@@ -223,3 +223,19 @@ def test_a_failed_stream_before_any_output_fails_over(gateway: Gateway, fakes: d
     seen = run(gateway, True, model="resp_then_chat", messages=[{"role": "user", "content": "hi"}])
     assert seen["text"] == "From chat."
     assert [a["error_class"] for a in seen["gateway"]["attempts"]] == ["server_error", None]
+
+
+def test_input_tokens_are_counted_exactly_by_the_responses_target(gateway: Gateway, fakes: dict[str, Any]) -> None:
+    resp, azure = fakes["resp"], fakes["azure"]
+    client = gateway.client()
+    counted = client.responses.input_tokens.count(model="agent", input=WEATHER, instructions="Be brief.")
+    (sent,) = resp.requests
+    assert sent.path == "/responses/input_tokens" and sent.headers["authorization"] == "Bearer key-resp"
+    assert counted.input_tokens == input_count_of(sent.body) and counted.model_extra["gateway"]["method"] == "exact"
+    assert [tool["name"] for tool in sent.body["tools"]] == ["get_weather", "add"]  # the route's server tools count
+    on_azure = client.responses.input_tokens.count(model="on_azure", input="Oslo?")
+    assert azure.requests[0].path == "/openai/v1/responses/input_tokens" and azure.queries == ["api-version=preview"]
+    assert on_azure.input_tokens == input_count_of(azure.requests[0].body)
+    resp.queue(Reply(status=503))  # the target cannot count: the gateway's estimate answers
+    estimated = client.responses.input_tokens.count(model="agent", input=WEATHER)
+    assert estimated.model_extra["gateway"]["method"] == "estimate" and estimated.input_tokens > 0

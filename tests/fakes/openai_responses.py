@@ -13,7 +13,8 @@ has: hosted tool items (``hosted``: output items such as a ``web_search_call``, 
 message), a failure (``failed``: the ``response.error`` code). ``Reply.reasoning`` becomes a
 reasoning item (its summary) with ``encrypted_content`` (``enc:<issuer>:<n>``; the real API now
 returns it by default); ``Reply.finish`` ``max_output_tokens`` or ``content_filter`` makes the answer
-``incomplete`` for that reason.
+``incomplete`` for that reason. ``POST .../responses/input_tokens`` answers ``input_count_of`` the body
+(recorded as a request too), after ``input_tokens_problems``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.openai_responses_rules import responses_request_problems
-from tests.fakes.upstream import FakeUpstream, Reply
+from tests.fakes.openai_responses_rules import input_tokens_problems, responses_request_problems
+from tests.fakes.upstream import FakeUpstream, Recorded, Reply
 
 WIRE = "openai_responses"
 _ISSUERS = itertools.count(1)
@@ -46,6 +47,11 @@ def encrypted(issuer: str, n: int) -> str:
     return f"enc:{issuer}:{n}"
 
 
+def input_count_of(body: dict[str, Any]) -> int:
+    """The fake's count of an input_tokens body (a test computes the same)."""
+    return 11 + len(orjson.dumps({k: body.get(k) for k in ("input", "instructions", "tools")})) // 4
+
+
 class FakeResponsesUpstream(FakeUpstream):
     def __init__(self) -> None:
         super().__init__(WIRE)
@@ -62,8 +68,20 @@ class FakeResponsesUpstream(FakeUpstream):
             return await handler(request)
 
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[record_query])
+        app.router.add_route("POST", "/{head:.*}responses/input_tokens", self._input_tokens)
         app.router.add_route("POST", "/{tail:.*}", self._handle)
         return app
+
+    async def _input_tokens(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        problems = input_tokens_problems(body, self.issuer)
+        self.requests.append(Recorded(request.path, body, problems, {n.lower(): v for n, v in request.headers.items()}))
+        reply = self.script.popleft() if self.script else None
+        if problems or (reply is not None and reply.status != 200):
+            status = 400 if problems else reply.status  # type: ignore[union-attr]
+            message = "; ".join(problems) or "boom"
+            return web.json_response(self._error_payload(status, message), status=status)
+        return web.json_response({"object": "response.input_tokens", "input_tokens": input_count_of(body)})
 
     def reset(self) -> None:
         super().reset()

@@ -164,6 +164,21 @@ def _items(items: list[Any], store: bool, issuer: str, problems: list[str]) -> N
             problems.append(f"No tool output found for function call {call_id}.")
 
 
+#: what ``POST /v1/responses/input_tokens`` takes
+INPUT_TOKENS_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
+                       "text", "truncation", "conversation", "previous_response_id", "personality"}
+
+
+def input_tokens_problems(body: dict[str, Any], issuer: str = "") -> list[str]:
+    """A count request: only the fields the endpoint takes, and an input a create request could have."""
+    problems = [f"Unknown parameter: '{key}'." for key in body if key not in INPUT_TOKENS_FIELDS]
+    items = body.get("input")
+    if isinstance(items, list):
+        _foreign(items, "input", problems)
+        _items(items, False, issuer, problems)
+    return problems
+
+
 def responses_request_problems(body: dict[str, Any], model: str = "", issuer: str = "") -> list[str]:
     """What a strict Responses server refuses in ``body``; ``issuer``: the account whose encrypted reasoning it is."""
     problems: list[str] = []

@@ -22,7 +22,7 @@ from gateway.providers.openai import OpenAIAdapter
 from gateway.providers.openai_responses import OpenAIResponsesAdapter
 from gateway.providers.registry import adapter_for
 from gateway.routing.reasoning import ReasoningSupport, takes_reasoning
-from tests.fakes.openai_responses_rules import responses_request_problems
+from tests.fakes.openai_responses_rules import input_tokens_problems, responses_request_problems
 
 ADAPTER = OpenAIResponsesAdapter()
 ISSUER = "acct-test"
@@ -355,3 +355,36 @@ def test_config_mistakes_name_the_key(section: str, named: str) -> None:
 def test_registered_under_its_type() -> None:
     assert isinstance(adapter_for("openai_responses"), OpenAIResponsesAdapter)
     assert ADAPTER.wire_format == "openai_responses"
+
+
+# --- counting input tokens --------------------------------------------------------------------------
+
+
+def test_count_tokens_sends_the_request_it_would_send_minus_what_the_endpoint_refuses() -> None:
+    request = ModelRequest(messages=[USER, answered_turn(), RESULT], tools=[WEATHER], tool_choice="auto",
+                           params={"reasoning_effort": "low", "max_tokens": 100, "temperature": 0.5, "user": "u"})
+    native = ADAPTER.build_count_tokens(request, PROVIDER, MODEL)
+    body = orjson.loads(native.body)
+    assert native.url == "https://api.openai.com/v1/responses/input_tokens"
+    assert native.headers["authorization"] == "Bearer sk-test"
+    assert set(body) == {"model", "input", "tools", "tool_choice", "reasoning"}
+    assert body["input"] == build(request)["input"] and not input_tokens_problems(body, ISSUER)
+    azure = provider_of("{type: openai_responses, base_url: 'https://res.openai.azure.com', api_key: k, "
+                        "api_version: preview}")
+    assert ADAPTER.build_count_tokens(request, azure, "dep").url == \
+        "https://res.openai.azure.com/openai/v1/responses/input_tokens?api-version=preview"
+
+
+@pytest.mark.parametrize(("body", "count"), [
+    (b'{"object": "response.input_tokens", "input_tokens": 1234}', 1234),
+    (b'{"input_tokens": 0}', 0),
+    (b'{"input_tokens": -1}', None), (b'{"input_tokens": "many"}', None), (b'{"input_tokens": 1e300}', None),
+    (b"[]", None), (b"<html>", None), (b'{"input_tokens": true}', None),
+])
+def test_parse_count_tokens(body: bytes, count: int | None) -> None:
+    if count is not None:
+        assert ADAPTER.parse_count_tokens(body) == count
+        return
+    with pytest.raises(ProviderError) as info:
+        ADAPTER.parse_count_tokens(body)
+    assert info.value.error_class is ErrorClass.INVALID_RESPONSE
