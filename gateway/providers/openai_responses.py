@@ -5,7 +5,10 @@ The request side and the adapter. A chat-shaped request is translated: the trans
 (``openai_responses_params``). The gateway keeps the conversation, so every request is stateless:
 ``store: false``, and (for models that reason) ``include: ["reasoning.encrypted_content"]``, so the
 reasoning of one loop iteration goes back, encrypted, with the next one (``openai_output``,
-gateway/canonical/types.py) and the model does not think the same thoughts again.
+gateway/canonical/types.py) and the model does not think the same thoughts again. A model that does
+not reason refuses ``include``: it is sent to the reasoning families by name (o-series, ``gpt-5``,
+``gpt-oss``, ``codex``), and to a name that says neither (an Azure deployment's) when the request asks
+for a ``reasoning_effort`` (a refusal is learned, and the target is then asked for neither).
 
 Azure (``azure: true``, the default for an Azure OpenAI host or with ``api_version``): the v1 API
 at ``{resource}/openai/v1/responses``, the deployment named as the body's ``model``, the key sent as
@@ -21,6 +24,7 @@ The answer side (a whole response, the stream parser, failures) is ``openai_resp
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,9 +56,27 @@ COUNTED = frozenset({"model", "input", "instructions", "tools", "tool_choice", "
 _CHAT = OpenAIAdapter()  # the error bodies are the same as chat completions'
 
 
+# Names of OpenAI models that reason (``vendor/`` prefixes allowed): they are always asked for their reasoning.
+_REASONS = re.compile(r"(?:^|/)(?:o\d|gpt-5|gpt-oss|codex)", re.IGNORECASE)
+
+
 @functools.lru_cache(maxsize=4096)  # model names: a route's few, and direct ones (bounded, as urls.py's)
-def _include(model: str) -> tuple[str, ...]:
-    return ENCRYPTED_REASONING if reasoning_model(model) else ()
+def _reasons(model: str) -> bool | None:
+    """True: a model that reasons; False: one that does not (it refuses ``include``); None: a name that says
+    neither (an Azure deployment's)."""
+    if not reasoning_model(model):
+        return False
+    return True if _REASONS.search(model) else None
+
+
+def _include(model: str, params: Mapping[str, Any]) -> bool:
+    """Whether to ask for the encrypted reasoning: for a model that reasons, or that is asked to (``reasoning_effort``:
+    a target that refuses it is learned, ``routing/reasoning.py``, and then sent neither)."""
+    reasons = _reasons(model)
+    if reasons is None:
+        effort = params.get("reasoning_effort")
+        return effort is not None and effort != "none"
+    return reasons
 
 
 def request_headers(provider: ProviderConfig) -> dict[str, str]:
@@ -95,9 +117,8 @@ def request_body(request: ModelRequest, provider: ProviderConfig, model: str, wi
             body["parallel_tool_calls"] = parallel
     translate_params(request.params, body)
     body["store"] = False
-    include = _include(model)
-    if include:
-        body["include"] = list(include)
+    if _include(model, request.params):
+        body["include"] = list(ENCRYPTED_REASONING)
     return body
 
 

@@ -239,3 +239,39 @@ def test_input_tokens_are_counted_exactly_by_the_responses_target(gateway: Gatew
     resp.queue(Reply(status=503))  # the target cannot count: the gateway's estimate answers
     estimated = client.responses.input_tokens.count(model="agent", input=WEATHER)
     assert estimated.model_extra["gateway"]["method"] == "estimate" and estimated.input_tokens > 0
+
+
+def test_a_deployment_that_does_not_reason_is_learned_once(gateway: Gateway, fakes: dict[str, Any]) -> None:
+    azure = fakes["azure"]
+    azure.plain_models.add("my-gpt5-deployment")  # in truth a gpt-4o deployment: it refuses reasoning fields
+    azure.queue(Reply(text="(refused)"), Reply(text="First."), Reply(text="Second."))  # a refused request takes one
+    client = gateway.client()
+    for expected in ("First.", "Second."):
+        reply = client.chat.completions.create(model="on_azure", messages=[{"role": "user", "content": "Hi"}],
+                                               reasoning_effort="low")
+        assert reply.choices[0].message.content == expected
+    refused, answered, later = azure.requests
+    assert refused.problems and "include" in refused.body and "reasoning" in refused.body
+    refused.problems = []  # the refusal this test asked for
+    assert "include" not in answered.body and "reasoning" not in answered.body
+    assert "include" not in later.body, "the refusal is remembered: one 400, not one per request"
+
+
+def test_reasoning_another_key_cannot_read_is_dropped_and_the_call_sent_again(
+        gateway: Gateway, fakes: dict[str, Any]) -> None:
+    resp = fakes["resp"]
+    resp.queue(ResponsesReply(reasoning="Ask the client.", tool_calls=[("lookup", {"q": "x"})]),
+               Reply(text="(refused)"), Reply(text="Done."))  # a refused request takes a reply too
+    client = gateway.client()
+    messages: list[Any] = [{"role": "user", "content": "Look up x."}]
+    paused = client.chat.completions.create(model="agent", messages=messages, tools=LOOKUP)
+    call = paused.choices[0].message.tool_calls[0]
+    resp.issuer = "rotated-key"  # the provider's key now belongs to another account: the stored items are unreadable
+    messages += [paused.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "x facts"}]
+    assert client.chat.completions.create(model="agent", messages=messages, tools=LOOKUP).choices[0].message.content \
+        == "Done."
+    _, refused, resent = resp.requests
+    assert any("could not be verified" in problem for problem in refused.problems)
+    refused.problems = []  # the refusal this test caused
+    assert input_types(resent.body) == ["message", "function_call", "function_call_output"]

@@ -60,6 +60,8 @@ class FakeResponsesUpstream(FakeUpstream):
         self.rules = self._problems
         #: each request's query string, in order (Azure's ``api-version``)
         self.queries: list[str] = []
+        #: model (deployment) names that do not reason: they refuse ``reasoning`` and ``include`` as gpt-4o does
+        self.plain_models: set[str] = set()
 
     def build(self) -> web.Application:
         @web.middleware
@@ -86,9 +88,10 @@ class FakeResponsesUpstream(FakeUpstream):
     def reset(self) -> None:
         super().reset()
         self.queries.clear()
+        self.plain_models.clear()
 
     def _problems(self, body: dict[str, Any], model: str) -> list[str]:
-        return responses_request_problems(body, model, self.issuer)
+        return responses_request_problems(body, model, self.issuer, model in self.plain_models)
 
     @staticmethod
     def received_reasoning(body: dict[str, Any]) -> list[dict[str, Any]]:

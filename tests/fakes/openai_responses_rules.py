@@ -94,7 +94,7 @@ def _tools(tools: Any, problems: list[str]) -> None:
             problems.append(f"Invalid value: '{kind}'. ({f'tools[{index}].type'})")
 
 
-def _top_level(body: dict[str, Any], model: str, problems: list[str]) -> None:
+def _top_level(body: dict[str, Any], model: str, plain: bool, problems: list[str]) -> None:
     for key in body:
         if key not in TOP_LEVEL:
             problems.append(f"Unknown parameter: '{key}'.")
@@ -105,7 +105,7 @@ def _top_level(body: dict[str, Any], model: str, problems: list[str]) -> None:
     for value in body.get("include") or ():
         if value not in INCLUDABLE:
             problems.append(f"Invalid value: '{value}'. (include)")
-    if _NOT_REASONING.search(model):
+    if plain or _NOT_REASONING.search(model):
         if body.get("reasoning"):
             problems.append("Unsupported parameter: 'reasoning.effort' is not supported with this model.")
         if "reasoning.encrypted_content" in (body.get("include") or ()):
@@ -179,10 +179,12 @@ def input_tokens_problems(body: dict[str, Any], issuer: str = "") -> list[str]:
     return problems
 
 
-def responses_request_problems(body: dict[str, Any], model: str = "", issuer: str = "") -> list[str]:
-    """What a strict Responses server refuses in ``body``; ``issuer``: the account whose encrypted reasoning it is."""
+def responses_request_problems(body: dict[str, Any], model: str = "", issuer: str = "",
+                               plain: bool = False) -> list[str]:
+    """What a strict Responses server refuses in ``body``; ``issuer``: the account whose encrypted reasoning it is;
+    ``plain``: the model does not reason (as ``gpt-4*`` do by name)."""
     problems: list[str] = []
-    _top_level(body, model or str(body.get("model") or ""), problems)
+    _top_level(body, model or str(body.get("model") or ""), plain, problems)
     items = body.get("input")
     if isinstance(items, str):
         return problems

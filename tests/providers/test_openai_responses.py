@@ -388,3 +388,37 @@ def test_parse_count_tokens(body: bytes, count: int | None) -> None:
     with pytest.raises(ProviderError) as info:
         ADAPTER.parse_count_tokens(body)
     assert info.value.error_class is ErrorClass.INVALID_RESPONSE
+
+
+@pytest.mark.parametrize(("model", "effort", "included"), [
+    ("gpt-5.2", None, True), ("o3", None, True), ("openai/o4-mini", None, True), ("gpt-oss-120b", None, True),
+    ("codex-mini-latest", None, True), ("gpt-5-chat-latest", None, False), ("gpt-4.1", None, False),
+    ("my-deployment", None, False), ("my-deployment", "low", True), ("my-deployment", "none", False),
+])
+def test_who_is_asked_for_encrypted_reasoning(model: str, effort: str | None, included: bool) -> None:
+    params = {"reasoning_effort": effort} if effort else {}
+    body = orjson.loads(ADAPTER.build_request(ModelRequest(messages=[USER], params=params), PROVIDER, model,
+                                              False).body)
+    assert ("include" in body) is included
+
+
+def test_a_deployment_that_refuses_encrypted_reasoning_is_learned() -> None:
+    support = ReasoningSupport()
+    sent = ModelRequest(messages=[USER], params={"reasoning_effort": "low"})
+    refusal = ProviderError(ErrorClass.BAD_REQUEST, "Encrypted content is not supported with this model.", status=400)
+    assert support.refused("azure", "gpt4o-prod", sent, refusal)
+    again = support.shaped(True, "azure", "gpt4o-prod", sent)
+    assert "include" not in build(again, model="gpt4o-prod") and "reasoning" not in build(again, model="gpt4o-prod")
+
+
+def test_reasoning_the_target_cannot_read_is_sent_again_without_it() -> None:
+    support = ReasoningSupport()
+    sent = ModelRequest(messages=[USER, answered_turn(), RESULT])
+    unreadable = ProviderError(ErrorClass.BAD_REQUEST, "The encrypted content gAAAA could not be verified. Reason: "
+                               "Encrypted content could not be decrypted or parsed.", status=400)
+    assert not support.refused("oai", MODEL, ModelRequest(messages=[USER]), unreadable)  # nothing of ours in it
+    assert support.refused("oai", MODEL, sent, unreadable)
+    again = support.shaped(True, "oai", MODEL, sent)
+    assert "openai_output" not in again.messages[1] and "openai_output" in sent.messages[1]
+    assert [item["type"] for item in build(again)["input"]] == ["message", "function_call", "function_call_output"]
+    assert support.shaped(True, "other", MODEL, sent) is sent
