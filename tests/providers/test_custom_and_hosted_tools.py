@@ -36,8 +36,9 @@ from tests.providers.streams import parse_stream, sse_events
 GRAMMAR = {"syntax": "lark", "definition": 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch"'}
 PATCH = custom_tool_def("apply_patch", "Edit files.", GRAMMAR)
 FREE = custom_tool_def("note", None, None)
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 USER = {"role": "user", "content": "Patch the file."}
 PATCH_CALL = {"id": "call_1", "type": "custom",
               "function": {"name": "apply_patch", "arguments": custom_arguments("*** Begin Patch\n*** End Patch")}}
@@ -84,7 +85,8 @@ def test_custom_tool_input_round_trips_through_its_function_form() -> None:
     assert custom_input("raw text") == "raw text"
     assert custom_input('{"input": 3, "other": 4}') == '{"input": 3, "other": 4}'
     assert custom_input(None) == ""
-    assert "lark grammar" in PATCH["function"]["description"] and GRAMMAR["definition"] in PATCH["function"]["description"]
+    said = PATCH["function"]["description"]
+    assert "lark grammar" in said and GRAMMAR["definition"] in said
     assert PATCH["function"]["parameters"]["required"] == ["input"]
 
 
@@ -135,15 +137,17 @@ def test_openai_native_custom_call_parses_whole_and_streamed_alike() -> None:
               {"tool_calls": [{"index": 0, "type": "custom", "custom": {"input": "Patch {x}"}}]}]
     raw = b"".join(b"data: " + orjson.dumps({"id": "chatcmpl-9", "model": "gpt-5.1", "choices": [
         {"index": 0, "delta": delta, "finish_reason": None}]}) + b"\n\n" for delta in chunks)
-    raw += b'data: {"id":"chatcmpl-9","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\ndata: [DONE]\n\n'
+    raw += (b'data: {"id":"chatcmpl-9","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\n'
+            b"data: [DONE]\n\n")
     streamed, _ = parse_stream(adapter, sse_events(raw))
     for response in (whole, streamed):
         (call,) = response.tool_calls
         assert call["type"] == "custom" and call["id"] == "call_p"
         assert call["function"] == {"name": "apply_patch", "arguments": custom_arguments("*** Begin Patch {x}")}
     # An empty ``custom`` beside a function fragment (some relays echo one) is a function call still.
+    relayed = {"id": "c", "type": "function", "custom": {}, "function": {"name": "f", "arguments": "{}"}}
     echoed = adapter.parse_response(orjson.dumps({"choices": [{"index": 0, "message": {"role": "assistant",
-        "tool_calls": [{"id": "c", "type": "function", "custom": {}, "function": {"name": "f", "arguments": "{}"}}]}}]}))
+                                                                                       "tool_calls": [relayed]}}]}))
     assert echoed.tool_calls[0]["type"] == "function"
 
 
@@ -204,12 +208,13 @@ def test_anthropic_reports_the_search_whole_and_streamed() -> None:
     expected = HostedToolCall("web_search", "srvtoolu_1", {"type": "search", "query": "python 3.14", "sources": [
         {"type": "url", "url": "https://docs.python.org/3.14/", "title": "Python 3.14"}]})
     assert whole.hosted_calls == [expected]
-    assert whole.message["content"] == "Python 3.14 is out." and whole.message["anthropic_content"] == ANTHROPIC_SEARCHED
+    assert whole.message["content"] == "Python 3.14 is out."
+    assert whole.message["anthropic_content"] == ANTHROPIC_SEARCHED
 
     def event(name: str, **payload: Any) -> bytes:
         return f"event: {name}\ndata: ".encode() + orjson.dumps({"type": name, **payload}) + b"\n\n"
 
-    use, result, text = ANTHROPIC_SEARCHED
+    use, result, _text = ANTHROPIC_SEARCHED
     raw = (event("message_start", message={"id": "msg_1", "type": "message", "role": "assistant", "content": []})
            + event("content_block_start", index=0, content_block={**use, "input": {}})
            + event("content_block_delta", index=0, delta={"type": "input_json_delta",
@@ -248,7 +253,8 @@ def test_gemini_maps_web_search_to_google_search() -> None:
     combined = gemini_body(ModelRequest(messages=[USER], tools=[WEATHER], tool_choice="auto",
                                         hosted=HostedTools([SEARCH])))
     assert combined["tools"][1] == {"googleSearch": {}}
-    assert combined["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"}, "includeServerSideToolInvocations": True}
+    assert combined["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"},
+                                      "includeServerSideToolInvocations": True}
     older = gemini_body(ModelRequest(messages=[USER], tools=[WEATHER], hosted=HostedTools([SEARCH])), "gemini-2.5-pro")
     assert older["tools"] == [{"functionDeclarations": older["tools"][0]["functionDeclarations"]}]
     unmapped = gemini_body(ModelRequest(messages=[USER], hosted=HostedTools([SEARCH], mapped=False)))
