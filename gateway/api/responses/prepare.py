@@ -66,7 +66,7 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     server = server_tool_names(plan, shared.tools) if request.tools or request.hosted else ()
     if request.tools:
         _refuse_clashes(request, server)
-    hosted, drops = plan_hosted(request, plan, bool(request.tools or server))
+    hosted, drops = plan_hosted(request, plan, bool(request.tools or server)) if request.hosted else (None, None)
     converted = to_messages(request.input, request.names)
     if request.store:
         await check_quota(services.records, services.quota_bytes, tenant)
@@ -98,7 +98,8 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     if plan.needs_artifacts:
         await shared.continuations.reattach(tenant, messages)
     run = _new_run(request, services, work, headless, plan, messages, chain, deadline, hosted)
-    _describe(run.builder, request, drops)
+    if request.names is not None or drops or request.include:  # a plain request: nothing to describe
+        _describe(run.builder, request, drops or {})
     return run
 
 
@@ -118,8 +119,9 @@ def _refuse_clashes(request: ResponsesRequest, server: tuple[str, ...]) -> None:
 def _describe(builder: ResponseBuilder, request: ResponsesRequest, drops: dict[str, tuple[str, ...]]) -> None:
     """What the builder renders besides the loop's events: the caller's tool names, the hosted tools the targets
     drop, whether a web search's sources are asked for."""
-    builder.names = request.names if request.names is not None or not request.echo.get("tools") else \
-        names_of(request.echo["tools"])
+    # A decided pause's request (``decided.py``) has no tools of its own: the paused request's are in its echo.
+    builder.names = names_of(request.echo.get("tools")) if request.names is None and not request.tools else \
+        request.names
     builder.hosted_drops = drops
     builder.sources = SOURCES in request.include
 
