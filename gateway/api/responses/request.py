@@ -13,9 +13,11 @@ The fields of late 2026 are accepted: those with a Chat Completions counterpart
 ``parallel_tool_calls``) go on as chat parameters (adapters of other formats drop what they do not
 know); ``include`` is read by the renderer (``web_search_call.action.sources``); ``top_logprobs``,
 ``truncation``, ``reasoning.summary``, ``client_metadata``, ``context_management`` and
-``stream_options`` are accepted and not sent; the Response object repeats those the
-specification says it carries (``ECHO_FIELDS``). ``conversation`` and stored ``prompt`` templates
-are refused with a 400 naming the parameter. Every count and size a caller controls is bounded.
+``stream_options`` are accepted and not sent; a request that sends one the Response object
+carries (``top_logprobs``, ``prompt_cache_key``, ``prompt_cache_retention``, ``safety_identifier``,
+``service_tier``) has it in its ``echo`` (a plain request's echo is ``ECHO_FIELDS`` only).
+``conversation`` and stored ``prompt`` templates are refused with a 400 naming the parameter.
+Every count and size a caller controls is bounded.
 """
 
 from __future__ import annotations
@@ -67,11 +69,11 @@ _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choi
 # The request fields a Response object repeats, in its order (``ResponsesRequest.echo`` has all of them).
 ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
                "top_p", "text", "reasoning", "truncation", "user", "store", "background", "previous_response_id",
-               "max_tool_calls", "metadata", "top_logprobs", "prompt_cache_key", "prompt_cache_retention",
-               "safety_identifier", "service_tier")
+               "max_tool_calls", "metadata")
 _TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
 _REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 _NO_HOSTED: list[dict[str, Any]] = []  # shared, never written to
+_NO_PARAMS: list[str] = []
 
 
 @dataclass(slots=True)
@@ -136,15 +138,16 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0,
         "top_p": 1.0, "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
-        "metadata": metadata, "top_logprobs": 0, "prompt_cache_key": None, "prompt_cache_retention": None,
-        "safety_identifier": None, "service_tier": "auto",
+        "metadata": metadata,
     }
     # Positional (the field order): fifteen keywords cost this call more than all its checks.
-    request = ResponsesRequest(model, items, instructions, parsed.tools if parsed is not None else [], chosen, {},
-                               stream, store, background, None, None, None, False, metadata, echo, None,
-                               parsed.names if parsed is not None else None,
-                               parsed.hosted if parsed is not None else _NO_HOSTED,
-                               parsed.params if parsed is not None else [])
+    if parsed is None:
+        request = ResponsesRequest(model, items, instructions, [], chosen, {}, stream, store, background, None, None,
+                                   None, False, metadata, echo, None, None, _NO_HOSTED, _NO_PARAMS)
+    else:
+        request = ResponsesRequest(model, items, instructions, parsed.tools, chosen, {}, stream, store, background,
+                                   None, None, None, False, metadata, echo, None, parsed.names, parsed.hosted,
+                                   parsed.params)
     if not body.keys() <= _PLAIN_FIELDS:
         _options(body, request)
     return request
