@@ -19,6 +19,7 @@ from gateway.errors import GatewayError
 
 #: the ``include`` value that asks for a web search's sources
 SOURCES = "web_search_call.action.sources"
+NO_DROPS: dict[str, tuple[str, ...]] = {}  # shared, never written to
 
 
 def client_call(call: ToolCall, names: CallerTools | None) -> tuple[dict[str, Any], str, str]:
@@ -84,13 +85,9 @@ class CallItems(ResponseEvents):
     """
 
     __slots__ = ("hosted_drops", "names", "sources")
-
-    def __init__(self, rid: str, route: str, echo: dict[str, Any], created_at: int | None, emit: bool,
-                 frames: bool) -> None:
-        ResponseEvents.__init__(self, rid, route, echo, created_at, emit, frames)
-        self.names: CallerTools | None = None
-        self.hosted_drops: dict[str, tuple[str, ...]] = {}
-        self.sources = False
+    names: CallerTools | None
+    hosted_drops: dict[str, tuple[str, ...]]
+    sources: bool
 
     def _client_call(self, call: ToolCall, out: Batch) -> int:
         """A paused call for the client: its ``function_call`` or ``custom_tool_call`` item, its text's events."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.responses.calls import CallItems
+from gateway.api.responses.calls import NO_DROPS, CallItems
 from gateway.api.responses.events import (
     DELTA_HEAD,
     DELTA_TAIL,
@@ -39,6 +39,7 @@ from gateway.api.responses.events import (
     STATUS,
     TERMINAL,
     Batch,
+    ResponseEvents,
 )
 from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
 from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta, Usage
@@ -95,7 +96,10 @@ class ResponseBuilder(CallItems):
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
                  frames: bool = False) -> None:
-        CallItems.__init__(self, rid, route, echo, created_at, emit, frames)
+        ResponseEvents.__init__(self, rid, route, echo, created_at, emit, frames)
+        self.names = None  # what ``CallItems`` renders by: set by the run when the request has any
+        self.hosted_drops = NO_DROPS
+        self.sources = False
         self.route = route
         self._delta_head = b""
         self.label_of = label_of
