@@ -157,6 +157,15 @@ def test_custom_tool_on_the_chat_surface(gateway: Gateway, fakes: dict[str, Fake
     assert history[1]["tool_calls"][0]["function"] == {"name": "apply_patch",
                                                        "arguments": orjson.dumps({"input": PATCH_TEXT}).decode()}
 
+    # Streamed, the paused call is a ``custom`` tool-call fragment.
+    fakes["primary"].queue(Reply(tool_calls=[("apply_patch", {"input": PATCH_TEXT})]))
+    streamed = gateway.post("/v1/chat/completions", {"model": "tools_openai", "messages": [user], "tools": [tool],
+                                                     "stream": True})
+    chunks = [orjson.loads(line[6:]) for line in streamed.text.splitlines()
+              if line.startswith("data: {") and '"choices":[{' in line]
+    fragments = [call for chunk in chunks for call in chunk["choices"][0]["delta"].get("tool_calls") or ()]
+    assert [(f["type"], f["custom"]) for f in fragments] == [("custom", {"name": "apply_patch", "input": PATCH_TEXT})]
+
 
 # --- hosted tools ------------------------------------------------------------------------------------------
 
