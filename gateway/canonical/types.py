@@ -28,6 +28,7 @@ an adapter that does not own a key strips it before sending.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -154,7 +155,7 @@ class ModelResponse:
     #: ``stop_sequence``); None when it did not, or cannot say (OpenAI and Gemini only say "stop")
     stop_sequence: str | None = None
     #: hosted tools the target ran within this answer (a mapped web search), for renderers that show them
-    hosted_calls: list[HostedToolCall] = field(default_factory=list)
+    hosted_calls: Sequence[HostedToolCall] = ()
 
     @property
     def tool_calls(self) -> list[ToolCall]:

@@ -188,7 +188,7 @@ def _response(native: Any) -> ModelResponse:
         id=response_id,
         unfinished=stop_reason == "pause_turn" and not tool_calls,
         stop_sequence=matched if stop_reason == "stop_sequence" and isinstance(matched, str) else None,
-        hosted_calls=hosted,
+        hosted_calls=hosted or (),
     )
 
 

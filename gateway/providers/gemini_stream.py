@@ -335,7 +335,7 @@ class GeminiTurn:
             usage=self._usage,
             model=self._model,
             id=self._id,
-            hosted_calls=[search] if search is not None else [],
+            hosted_calls=(search,) if search is not None else (),
         )
 
 

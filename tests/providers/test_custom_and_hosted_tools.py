@@ -207,7 +207,7 @@ def test_anthropic_reports_the_search_whole_and_streamed() -> None:
                                                  "content": ANTHROPIC_SEARCHED, "stop_reason": "end_turn"}))
     expected = HostedToolCall("web_search", "srvtoolu_1", {"type": "search", "query": "python 3.14", "sources": [
         {"type": "url", "url": "https://docs.python.org/3.14/", "title": "Python 3.14"}]})
-    assert whole.hosted_calls == [expected]
+    assert list(whole.hosted_calls) == [expected]
     assert whole.message["content"] == "Python 3.14 is out."
     assert whole.message["anthropic_content"] == ANTHROPIC_SEARCHED
 
@@ -227,7 +227,7 @@ def test_anthropic_reports_the_search_whole_and_streamed() -> None:
            + event("message_stop"))
     streamed, deltas = parse_stream(adapter, sse_events(raw))
     assert [type(delta).__name__ for delta in deltas] == ["HostedToolCall", "TextDelta"]
-    assert deltas[0] == expected and streamed.hosted_calls == [expected]
+    assert deltas[0] == expected and list(streamed.hosted_calls) == [expected]
     # An error result is a failed search; a result whose use is missing is no search at all.
     failed = adapter.parse_response(orjson.dumps({"type": "message", "role": "assistant", "content": [
         use, {**result, "content": {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}},
@@ -275,7 +275,7 @@ def test_gemini_reports_the_grounding_and_circulates_the_search_parts() -> None:
     expected = HostedToolCall("web_search", "ws_r1", {
         "type": "search", "query": "paris weather", "queries": ["paris weather", "paris forecast"],
         "sources": [{"type": "url", "url": "https://meteo.example/paris", "title": "Meteo"}]})
-    assert whole.hosted_calls == [expected]
+    assert list(whole.hosted_calls) == [expected]
     chunks = [{"responseId": "r1", "candidates": [{"index": 0, "content": {"role": "model", "parts": [part]}}]}
               for part in parts]
     chunks.append({"responseId": "r1", "candidates": [{"index": 0, "content": {"role": "model", "parts": [
@@ -283,7 +283,7 @@ def test_gemini_reports_the_grounding_and_circulates_the_search_parts() -> None:
     raw = b"".join(b"data: " + orjson.dumps(chunk) + b"\r\n\r\n" for chunk in chunks)
     streamed, deltas = parse_stream(adapter, sse_events(raw))
     assert [delta for delta in deltas if isinstance(delta, HostedToolCall)] == [expected]
-    assert streamed.hosted_calls == [expected] and streamed.message == whole.message
+    assert list(streamed.hosted_calls) == [expected] and streamed.message == whole.message
     # The next call of the loop sends the search's parts back first, then the call and its answer.
     history = [USER, whole.message, {"role": "tool", "tool_call_id": whole.tool_calls[0]["id"], "content": "18C"}]
     body = gemini_body(ModelRequest(messages=history, tools=[WEATHER], hosted=HostedTools([SEARCH])))
