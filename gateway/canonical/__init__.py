@@ -5,7 +5,8 @@ response, stream deltas, the message helpers), ``arguments`` (tool-call argument
 loopless call's record, read alike).
 
 Every layer imports the names from here (``from gateway.canonical import Message``), so where a name
-lives inside the package is this package's business.
+lives inside the package is this package's business. One exception: ``sealing`` (what a stateless
+caller carries back, sealed) is imported by its module's name, so only who seals loads ``cryptography``.
 """
 
 from gateway.canonical.accumulator import (
@@ -49,6 +50,7 @@ from gateway.canonical.types import (
     ToolCall,
     ToolDef,
     Usage,
+    mark_origin,
     normalize_finish_reason,
     reasoning_deltas,
     rewritten,
@@ -91,6 +93,7 @@ __all__ = [
     "history_arguments",
     "history_arguments_text",
     "load_json",
+    "mark_origin",
     "normalize_arguments",
     "normalize_finish_reason",
     "reasoning_deltas",

@@ -60,7 +60,8 @@ def custom_tool_def(name: str, description: str | None, grammar: dict[str, Any] 
 
 def custom_names(tools: list[ToolDef]) -> frozenset[str]:
     """The names of the custom tools among ``tools``."""
-    return frozenset(tool["function"]["name"] for tool in tools if CUSTOM_KEY in tool)
+    return frozenset(tool["function"]["name"] for tool in tools if CUSTOM_KEY in tool
+                     and tool.get("type") == "function" and isinstance(tool.get("function"), dict))
 
 
 def custom_arguments(text: str) -> str:

@@ -61,6 +61,11 @@ def mapped_web_search(hosted: HostedTools | None) -> dict[str, Any] | None:
     return hosted.first(WEB_SEARCH)
 
 
+def runs_natively(kind: str, model: str, functions: bool) -> str | None:
+    """An OpenAI Responses upstream's: it runs every hosted tool itself."""
+    return NATIVE
+
+
 def anthropic_supports(kind: str, model: str, functions: bool) -> str | None:
     return MAPPED if is_web_search(kind) else None
 
@@ -151,3 +156,17 @@ def gemini_search(grounding: dict[str, Any], response_id: str) -> HostedToolCall
     call_id = f"ws_{response_id}" if response_id else "ws_" + hashlib.blake2b(
         orjson.dumps([queries[:MAX_SOURCES], sources]), digest_size=8).hexdigest()
     return search_call(call_id, queries, sources)
+
+
+def web_search_of(item: dict[str, Any]) -> HostedToolCall | None:
+    """An OpenAI Responses ``web_search_call`` output item as the search it reports (its search action's query and
+    sources); None for another action (opening a page, finding in it) or an item of the wrong shape."""
+    action = item.get("action")
+    if not isinstance(action, dict) or action.get("type", "search") != "search":
+        return None
+    queries = action.get("queries")
+    queries = queries if isinstance(queries, list) else [action.get("query")]
+    sources = action.get("sources")
+    sources = sources[:MAX_SOURCES] if isinstance(sources, list) else []
+    listed = [(source.get("url"), source.get("title")) for source in sources if isinstance(source, dict)]
+    return search_call(_cut(item.get("id")) or "ws", queries, listed, failed=item.get("status") == "failed")

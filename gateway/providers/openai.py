@@ -66,10 +66,15 @@ _GPT_VERSION = re.compile(r"(?:^|[/-])gpt-(\d+)")
 
 
 @functools.lru_cache(maxsize=256)  # a direct route's model names are the caller's: bounded
+def takes_custom_model(model: str) -> bool:
+    """Whether OpenAI's ``model`` takes custom (freeform) tools: the GPT-5 family and later."""
+    version = _GPT_VERSION.search(model)
+    return version is not None and int(version.group(1)) >= 5
+
+
 def takes_custom_tools(base_url: str, model: str) -> bool:
     """Whether this target takes ``type: "custom"`` tools natively (else they go as functions)."""
-    version = _GPT_VERSION.search(model)
-    return version is not None and int(version.group(1)) >= 5 and any(host in base_url for host in _CUSTOM_TOOL_HOSTS)
+    return takes_custom_model(model) and any(host in base_url for host in _CUSTOM_TOOL_HOSTS)
 
 
 def _tools_for(tools: list[ToolDef], native: bool) -> list[ToolDef]:
@@ -77,7 +82,7 @@ def _tools_for(tools: list[ToolDef], native: bool) -> list[ToolDef]:
     when it has none)."""
     out = tools
     for index, tool in enumerate(tools):
-        if CUSTOM_KEY in tool:
+        if CUSTOM_KEY in tool and tool.get("type") == "function":  # a canonical custom tool (canonical/tools.py)
             if out is tools:
                 out = list(tools)
             out[index] = {"type": "custom", "custom": tool[CUSTOM_KEY]} if native else \

@@ -28,8 +28,10 @@ from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.litellm import LiteLLMAdapter
 from gateway.providers.mock import MockAdapter
 from gateway.providers.openai import OpenAIAdapter, takes_custom_tools
+from gateway.providers.openai_responses import OpenAIResponsesAdapter
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.gemini_rules import gemini_request_problems
+from tests.fakes.openai_responses_rules import responses_request_problems
 from tests.fakes.openai_rules import openai_request_problems
 from tests.providers.streams import parse_stream, sse_events
 
@@ -283,6 +285,7 @@ def test_gemini_reports_the_grounding_and_circulates_the_search_parts() -> None:
     raw = b"".join(b"data: " + orjson.dumps(chunk) + b"\r\n\r\n" for chunk in chunks)
     streamed, deltas = parse_stream(adapter, sse_events(raw))
     assert [delta for delta in deltas if isinstance(delta, HostedToolCall)] == [expected]
+    assert list(streamed.hosted_calls) == [expected]
     assert list(streamed.hosted_calls) == [expected] and streamed.message == whole.message
     # The next call of the loop sends the search's parts back first, then the call and its answer.
     history = [USER, whole.message, {"role": "tool", "tool_call_id": whole.tool_calls[0]["id"], "content": "18C"}]
@@ -290,3 +293,60 @@ def test_gemini_reports_the_grounding_and_circulates_the_search_parts() -> None:
     model_parts = body["contents"][1]["parts"]
     assert model_parts[:2] == parts[:2] and model_parts[2]["functionCall"]["name"] == "get_weather"
     assert "server_parts" not in orjson.dumps(body).decode()
+
+
+# --- the OpenAI Responses upstream: it runs hosted tools, and takes custom tools natively ---------------------
+
+
+RESPONSES = provider("openai_responses", "https://api.openai.com/v1")
+
+
+def responses_body(request: ModelRequest, model: str = "gpt-5.1") -> dict[str, Any]:
+    body: dict[str, Any] = orjson.loads(OpenAIResponsesAdapter().build_request(request, RESPONSES, model, False).body)
+    assert not responses_request_problems(body, model), responses_request_problems(body, model)
+    return body
+
+
+def test_a_responses_upstream_runs_every_hosted_tool_and_takes_custom_tools() -> None:
+    assert hosted.support(OpenAIResponsesAdapter(), "file_search", "gpt-4.1", True) == hosted.NATIVE
+    body = responses_body(ModelRequest(messages=HISTORY, tools=[WEATHER, PATCH], tool_choice={
+        "type": "function", "function": {"name": "apply_patch"}}, hosted=HostedTools([SEARCH], mapped=False)))
+    assert body["tools"][1:] == [{"type": "custom", "name": "apply_patch", "description": "Edit files.",
+                                  "format": {"type": "grammar", **GRAMMAR}}, SEARCH]
+    assert body["tool_choice"] == {"type": "custom", "name": "apply_patch"}
+    assert body["input"][1:] == [
+        {"type": "custom_tool_call", "call_id": "call_1", "name": "apply_patch",
+         "input": "*** Begin Patch\n*** End Patch"},
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "Done"}]
+    alone = responses_body(ModelRequest(messages=[USER], hosted=HostedTools([{"type": "file_search"}])))
+    assert alone["tools"] == [{"type": "file_search"}]
+    older = responses_body(ModelRequest(messages=HISTORY, tools=[PATCH]), "gpt-4.1")
+    assert older["tools"][0]["type"] == "function" and older["input"][1]["type"] == "function_call"
+
+
+def test_a_responses_upstream_reports_custom_calls_and_searches() -> None:
+    adapter = OpenAIResponsesAdapter()
+    search_item = {"type": "web_search_call", "id": "ws_9", "status": "completed", "action": {
+        "type": "search", "query": "pytest", "sources": [{"type": "url", "url": "https://docs.pytest.org"}]}}
+    payload = {"id": "resp_9", "status": "completed", "model": "gpt-5.1", "output": [
+        search_item, {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_9", "name": "apply_patch",
+                      "input": "*** Begin Patch"}]}
+    response = adapter.parse_response(orjson.dumps(payload))
+    (call,) = response.tool_calls
+    assert call["type"] == "custom" and call["function"] == {"name": "apply_patch",
+                                                             "arguments": custom_arguments("*** Begin Patch")}
+    expected = HostedToolCall("web_search", "ws_9", {"type": "search", "query": "pytest", "sources": [
+        {"type": "url", "url": "https://docs.pytest.org"}]})
+    assert list(response.hosted_calls) == [expected]
+    assert response.message["openai_output"]["items"] == payload["output"]  # replayed verbatim to its issuer
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return f"event: {kind}\ndata: ".encode() + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+
+    raw = (event("response.created", response={"id": "resp_9", "model": "gpt-5.1"})
+           + event("response.output_item.added", output_index=0, item={**search_item, "status": "in_progress"})
+           + event("response.output_item.done", output_index=0, item=search_item)
+           + event("response.completed", response={**payload, "output": [search_item]}))
+    streamed, deltas = parse_stream(adapter, sse_events(raw))
+    assert [delta for delta in deltas if isinstance(delta, HostedToolCall)] == [expected]
+    assert list(streamed.hosted_calls) == [expected]

@@ -3,7 +3,8 @@
 Everything that can refuse the request is refused here, before anything is claimed, run or
 sent, so a refused request costs no tokens and leaves a paused loop pending. The three ways in:
 
-* **new**: the instructions, then the input's messages; a plain ``LoopRequest``;
+* **new**: the instructions, then the input's messages (a compaction item opened into the summary it
+  seals: ``compaction.py``); a plain ``LoopRequest``;
 * **continued** (``previous_response_id`` naming a completed response): the stored transcript
   (``chain.parent_chain``) before the input's messages, stored later as what this response adds;
 * **resuming a pause** (``previous_response_id`` naming a paused response, or a resent
@@ -28,6 +29,7 @@ from gateway.api.loop.resume import Resumed, check_pending, resume_paused
 from gateway.api.request.lifecycle import Work
 from gateway.api.responses.calls import SOURCES, names_of
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
+from gateway.api.responses.compaction import expander
 from gateway.api.responses.hosted import plan_hosted
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
@@ -67,7 +69,7 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     if request.tools:
         _refuse_clashes(request, server)
     hosted, drops = plan_hosted(request, plan, bool(request.tools or server)) if request.hosted else (None, None)
-    converted = to_messages(request.input, request.names)
+    converted = to_messages(request.input, expander(services, tenant), request.names)
     if request.store:
         await check_quota(services.records, services.quota_bytes, tenant)
     deadline = deadline_of(shared.request_timeout_s)

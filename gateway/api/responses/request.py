@@ -46,9 +46,9 @@ MAX_TOP_LOGPROBS = 20
 # Input item types understood (shape-checked in responses/items.py); the hosted tools' calls are read and left
 # out of the transcript (``items.HOSTED_ITEM_TYPES``).
 INPUT_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "mcp_call",
-                              "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
-                              "custom_tool_call_output", "web_search_call", "file_search_call",
-                              "image_generation_call", "code_interpreter_call", "computer_call",
+                              "mcp_approval_request", "mcp_approval_response", "compaction", "compaction_summary",
+                              "compaction_trigger", "custom_tool_call", "custom_tool_call_output", "web_search_call",
+                              "file_search_call", "image_generation_call", "code_interpreter_call", "computer_call",
                               "computer_call_output", "local_shell_call", "local_shell_call_output", "shell_call",
                               "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
                               "tool_search_call", "tool_search_output"})
