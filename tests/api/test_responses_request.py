@@ -11,9 +11,9 @@ from gateway.api.responses.request import (
     ECHO_FIELDS,
     MAX_INPUT_ITEMS,
     MAX_METADATA_KEYS,
-    MAX_TOOLS,
     parse_responses_request,
 )
+from gateway.api.responses.tools import MAX_TOOLS
 from gateway.errors import GatewayError
 
 
@@ -74,10 +74,12 @@ def test_json_schema_format() -> None:
     ({"model": "m", "input": "x", "previous_response_id": "r" * 101}, "previous_response_id"),
     ({"model": "m", "input": "x", "conversation": {"id": "c"}}, "conversation"),
     ({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt"),
-    ({"model": "m", "input": "x", "tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
-    ({"model": "m", "input": "x", "tools": [{"type": "mcp", "server_label": "s"}]}, "tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [
+        {"type": "namespace", "name": "inner", "tools": []}]}]}, "tools[0].tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "custom", "name": "c", "format": {
+        "type": "grammar", "syntax": "ebnf", "definition": "x"}}]}, "tools[0].format.syntax"),
     ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
-    ({"model": "m", "input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice"),
+    ({"model": "m", "input": "x", "tool_choice": {"type": "custom"}}, "tool_choice"),
     ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
     ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
     ({"model": "m", "input": "x", "metadata": {"k" * 65: "v"}}, "metadata"),
