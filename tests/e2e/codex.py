@@ -221,5 +221,6 @@ def run_codex(base_url: str, prompt: str, *, api_key: str, cwd: Path, model: str
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
-            pytest.fail(f"codex did not finish within {timeout} s\nstdout:\n{stdout[-6000:]}\nstderr:\n{stderr[-6000:]}")
+            run = CodexRun(process.returncode, stdout, stderr)
+            pytest.fail(f"codex did not finish within {timeout} s\n{run.explain()}")
     return CodexRun(process.returncode, stdout, stderr, parse_events(stdout))

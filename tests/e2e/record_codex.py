@@ -29,8 +29,16 @@ from typing import Any
 
 from tests.e2e.codex import ROOT, Settings, codex_command, codex_config, run_codex, to_toml
 from tests.fakes.anthropic_scripted import Recorded
-from tests.fakes.responses_scripted import (CallReply, CompactionReply, Reply, ScriptedResponses, TextReply,
-                                            asks_compaction, has_call_output, input_items)
+from tests.fakes.responses_scripted import (
+    CallReply,
+    CompactionReply,
+    Reply,
+    ScriptedResponses,
+    TextReply,
+    asks_compaction,
+    has_call_output,
+    input_items,
+)
 
 FIXTURES = ROOT / "tests" / "fixtures" / "codex"
 PROMPT = "run echo loopgate-ok"
@@ -55,7 +63,7 @@ def exec_then_done(seen: Recorded) -> Reply:
         return CompactionReply()
     items = input_items(seen.body)
     compacted = any(item.get("type") == "compaction" for item in items) or SUMMARY in json.dumps(items)
-    if has_call_output(seen.body, "loopgate-ok") and not asks_summary(items) or compacted:
+    if (has_call_output(seen.body, "loopgate-ok") and not asks_summary(items)) or compacted:
         return TextReply(DONE)
     if asks_summary(items):
         return TextReply(SUMMARY)

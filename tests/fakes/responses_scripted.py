@@ -113,10 +113,12 @@ def output_item(reply: TextReply | CallReply | CompactionReply, number: int) -> 
     return item
 
 
-def response_json(reply: TextReply | CallReply | CompactionReply, model: str, number: int, status: str = "completed") -> dict[str, Any]:
+def response_json(reply: TextReply | CallReply | CompactionReply, model: str, number: int,
+                  status: str = "completed") -> dict[str, Any]:
+    done = status == "completed"
     return {"id": f"resp_scripted{number:04d}", "object": "response", "created_at": 1_700_000_000 + number,
-            "status": status, "model": model, "output": [output_item(reply, number)] if status == "completed" else [],
-            "usage": _usage(reply.input_tokens) if status == "completed" else None, "error": None, "incomplete_details": None}
+            "status": status, "model": model, "output": [output_item(reply, number)] if done else [],
+            "usage": _usage(reply.input_tokens) if done else None, "error": None, "incomplete_details": None}
 
 
 def _event(payload: dict[str, Any]) -> bytes:
