@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from gateway.api.responses.echo import ECHO_FIELDS
 from gateway.api.responses.items import to_messages
 from gateway.api.responses.request import (
-    ECHO_FIELDS,
     MAX_INPUT_ITEMS,
     MAX_METADATA_KEYS,
     MAX_TOOLS,

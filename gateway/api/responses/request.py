@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, _function, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
+from gateway.api.responses.echo import ECHO_DEFAULTS, sampling_echo, tool_echo
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
 
@@ -51,10 +52,6 @@ _OWN_FIELDS = frozenset({
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
-# The request fields a Response object repeats, in its order (``ResponsesRequest.echo`` has all of them).
-ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
-               "top_p", "text", "reasoning", "truncation", "user", "store", "background", "previous_response_id",
-               "max_tool_calls", "metadata")
 _TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
 _REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 
@@ -114,7 +111,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
         "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
-        "metadata": metadata,
+        "metadata": metadata, **ECHO_DEFAULTS,
     }
     # Positional (the field order): fifteen keywords cost this call more than all its checks.
     request = ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
@@ -162,6 +159,7 @@ def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
         "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0), "text": text,
         "reasoning": reasoning, "truncation": truncation or "disabled", "user": user,
         "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
+        **sampling_echo(body),
     })
     request.params = params
     request.previous_response_id = previous
@@ -309,7 +307,8 @@ def _tools(value: Any) -> tuple[list[ToolDef], list[dict[str, Any]]]:
                               f"{param}.type")
         function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         tools.append({"type": "function", "function": _function(function, param)})
-    return tools, value
+    return tools, [tool_echo(tool) for tool in value]
+
 
 
 def _tool_choice(choice: Any) -> Any:

@@ -1,0 +1,41 @@
+"""The Open Responses compliance checks against Loopgate routes (``tests/e2e/open_responses.py``).
+
+Each route has one target, a fake model of one format (OpenAI Chat Completions, Anthropic, Gemini)
+answering as a real one would (text, or the tool call the tool-calling check asks for), and no
+server tools: every output item is then one the specification defines (a server tool's ``mcp_call``
+item is an OpenAI extension it does not list), and the checks are about the surface's contract, the
+Response object and its stream events against the specification's schemas, on every target format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import KEY, PROVIDER_MODELS, Gateway, gateway_config
+from tests.e2e.open_responses import CHECKS, run_check
+from tests.fakes.upstream import FakeUpstream, Reply
+
+TARGETS = ["primary", "claude", "gemini"]
+ROUTES = "\n".join(f"  compliance_{name}: {{targets: [{{provider: {name}, model: {PROVIDER_MODELS[name]}}}], "
+                   "context_window: 200000}" for name in TARGETS)
+
+
+@pytest.fixture(scope="module")
+def compliance_gateway(fakes: dict[str, FakeUpstream]) -> Iterator[Gateway]:
+    gateway = Gateway(gateway_config(fakes, extra_models=ROUTES)).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.parametrize("provider", TARGETS)
+@pytest.mark.parametrize("check", CHECKS)
+def test_open_responses_compliance(compliance_gateway: Gateway, fakes: dict[str, FakeUpstream], check: str,
+                                   provider: str) -> None:
+    if check == "tool-calling":  # the model asks for the weather, as the check's prompt invites
+        fakes[provider].queue(Reply(tool_calls=[("get_weather", {"location": "San Francisco, CA"})]))
+    errors = run_check(check, f"{compliance_gateway.url}/v1", KEY, f"compliance_{provider}")
+    assert errors == [], "\n".join(errors)
