@@ -41,7 +41,7 @@ def test_a_request_that_leaves_the_fields_out_shows_their_defaults(body: dict[st
     """Both parse paths (a plain request's and one with options) give every field, valid per the specification."""
     response = answered(body).response
     assert {name: response[name] for name in ECHO_DEFAULTS} == ECHO_DEFAULTS
-    assert list(parse_responses_request(body).echo) == list(ECHO_FIELDS)
+    assert set(response) >= set(ECHO_FIELDS)
     spec.ResponseResource.model_validate_json(orjson.dumps(response), strict=True)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, _function, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
-from gateway.api.responses.echo import ECHO_DEFAULTS, sampling_echo, tool_echo
+from gateway.api.responses.echo import sampling_echo, tool_echo
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
 
@@ -103,7 +103,8 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     choice = body.get("tool_choice")
     tool_choice = None if choice is None else _tool_choice(choice)
     stream, store, background = _modes(body)
-    # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order).
+    # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
+    # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
     # The default values are shared, never written to (the Response object is only serialised).
     metadata: dict[str, str] = {}
     echo = {
@@ -111,7 +112,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
         "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
-        "metadata": metadata, **ECHO_DEFAULTS,
+        "metadata": metadata,
     }
     # Positional (the field order): fifteen keywords cost this call more than all its checks.
     request = ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
