@@ -4,7 +4,8 @@ response, stream deltas, the message helpers), ``arguments`` (tool-call argument
 for its metering and access record (a loop's state or a loopless call's record, read alike).
 
 Every layer imports the names from here (``from gateway.canonical import Message``), so where a name
-lives inside the package is this package's business.
+lives inside the package is this package's business. One exception: ``sealing`` (what a stateless
+caller carries back, sealed) is imported by its module's name, so only who seals loads ``cryptography``.
 """
 
 from gateway.canonical.accumulator import (

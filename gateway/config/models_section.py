@@ -16,7 +16,8 @@ ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window
               "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s", "count_tokens"}
 TARGET_KEYS = {"provider", "model", "price", "first_token_timeout_s", "prefill", "reasoning"}
 STREAM_RESCUE = ("continue", "off")
-#: how ``/v1/messages/count_tokens`` counts for a route whose first target is Anthropic's: ask it, or estimate here
+#: how token counts (``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``) are made for a route whose first
+#: target counts (Anthropic, Gemini): ask it, or estimate here
 COUNT_TOKENS = ("upstream", "local")
 #: a target's ``prefill``: ``auto`` (by provider type and model family), ``off``, or how it continues
 PREFILL_SETTINGS = ("auto", "off", "native", "prefix", "continue_final_message")
@@ -69,7 +70,7 @@ class RouteConfig:
     stream_rescue: str = "continue"
     #: the longest silence inside a stream after its first content; None: each provider's ``timeout_s``
     stream_idle_timeout_s: float | None = None
-    #: ``count_tokens`` on an Anthropic first target: "upstream" (Anthropic counts, exact) or "local" (estimated)
+    #: counts on an Anthropic or Gemini first target: "upstream" (the provider counts, exact) or "local" (estimated)
     count_tokens: str = "upstream"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import ModelRequest, ModelResponse
+from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse
 from gateway.canonical_tool_results import takes_tool_result_images, tool_messages_for
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
@@ -198,7 +198,27 @@ class GeminiAdapter:
         if problem is not None:
             raise problem
         url = urls.gemini_generate(provider.base_url, model, stream)
-        model = model.removeprefix("models/")
+        return UpstreamRequest(url=url, headers=_headers(provider),
+                               body=orjson.dumps(self._body(request, model.removeprefix("models/"))))
+
+    def build_count_tokens(self, request: ModelRequest, provider: ProviderConfig, model: str) -> UpstreamRequest:
+        """``:countTokens`` of the ``generateContent`` body ``build_request`` would send (same translation; its
+        ``generationConfig`` left out: it changes no input token)."""
+        body = self._body(request, model.removeprefix("models/"))
+        body.pop("generationConfig", None)
+        body["model"] = urls.gemini_resource(model)
+        return UpstreamRequest(url=urls.gemini_count_tokens(provider.base_url, model), headers=_headers(provider),
+                               body=orjson.dumps({"generateContentRequest": body}))
+
+    def parse_count_tokens(self, body: bytes) -> int:
+        """``{"totalTokens": N}``; any other 2xx document is the upstream's fault (INVALID_RESPONSE)."""
+        payload = load_payload(body, "a body")
+        count = payload.get("totalTokens") if isinstance(payload, dict) else None
+        if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream countTokens answer has no totalTokens count")
+        return count
+
+    def _body(self, request: ModelRequest, model: str) -> dict[str, Any]:
         images = takes_tool_result_images(self.wire_format, model)
         system, contents = build_contents(tool_messages_for(request.messages, images))
         body: dict[str, Any] = {}
@@ -218,12 +238,7 @@ class GeminiAdapter:
             generation["topK"] = top_k
         if generation:
             body["generationConfig"] = generation
-        headers = {"content-type": "application/json"}
-        if provider.api_key:
-            headers["x-goog-api-key"] = provider.api_key
-        headers.update(provider.headers)
-        return UpstreamRequest(url=url, headers=headers,
-                               body=orjson.dumps(body))
+        return body
 
     def parse_response(self, body: bytes) -> ModelResponse:
         payload = load_payload(body, "a body")
@@ -259,6 +274,14 @@ class GeminiAdapter:
         if result.retry_after is None:
             result.retry_after = _retry_delay(details)
         return result
+
+
+def _headers(provider: ProviderConfig) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if provider.api_key:
+        headers["x-goog-api-key"] = provider.api_key
+    headers.update(provider.headers)
+    return headers
 
 
 def _list(value: Any) -> list[Any]:

@@ -65,6 +65,11 @@ def gemini_generate(base_url: str, model: str, stream: bool) -> str:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
+def gemini_count_tokens(base_url: str, model: str) -> str:
+    return _gemini_method(base_url, model, "countTokens")
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
 def openai_embeddings(base_url: str) -> str:
     return f"{base_url}/embeddings"
 

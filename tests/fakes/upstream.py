@@ -85,6 +85,12 @@ def count_of(body: dict[str, Any]) -> int:
     return 7 + len(orjson.dumps({k: body.get(k) for k in ("system", "messages", "tools")})) // 4
 
 
+def gemini_count_of(body: dict[str, Any]) -> int:
+    """The fake Gemini token count of a countTokens body (a test computes the same)."""
+    request = body.get("generateContentRequest") or {}
+    return 5 + len(orjson.dumps({k: request.get(k) for k in ("systemInstruction", "contents", "tools")})) // 4
+
+
 @dataclass
 class Recorded:
     path: str
@@ -137,6 +143,9 @@ class FakeUpstream(ThreadedApp):
         if path.endswith("/messages/count_tokens"):  # Anthropic's counter: a number from the body's size
             self.requests.append(Recorded(path, body, [], {n.lower(): v for n, v in request.headers.items()}))
             return web.json_response({"input_tokens": count_of(body)})
+        if path.endswith(":countTokens"):  # Gemini's counter: the same, from the request it would generate for
+            self.requests.append(Recorded(path, body, [], {n.lower(): v for n, v in request.headers.items()}))
+            return web.json_response({"totalTokens": gemini_count_of(body)})
         if is_embeddings(path):
             return await self._embeddings(request, body, path)
         model = body.get("model") or path.split("/models/")[-1].split(":")[0]

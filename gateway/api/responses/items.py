@@ -18,6 +18,7 @@ to map them back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from gateway.loop.decisions import declined
 MCP_CALL_PREFIX = "mcp_"
 APPROVAL_PREFIX = "mcpr_"
 _ASSISTANT_SIDE = frozenset({"reasoning", "function_call", "mcp_call", "mcp_approval_request"})
+_COMPACTION = frozenset({"compaction", "compaction_summary", "compaction_trigger"})
 
 
 def call_id_of(item_id: str, prefix: str) -> str:
@@ -194,6 +196,12 @@ class _Reading:
         self.trailing, self.approved = [], False
         self.out.append({"role": role, "content": _parts(item.get("content"), param, role)})
 
+    def expanded(self, message: Message) -> None:
+        """An item the gateway stands a message for (a compaction item's summary): it ends the assistant turn."""
+        self.next_turn()
+        self.trailing, self.approved = [], False
+        self.out.append(message)
+
     def assistant_side(self, kind: str, item: dict[str, Any], param: str) -> None:
         """An item of the assistant's turn, opening a new turn when text follows tool calls or when the
         turn's calls got their answers (the execution of a call approved in this turn is not new)."""
@@ -252,8 +260,12 @@ class _Reading:
         return Converted(self.out, self.trailing, self.approved, self.orphan)
 
 
-def to_messages(items: list[dict[str, Any]]) -> Converted:
-    """The transcript ``items`` stand for (see the module docstring); a 400 naming the first bad item."""
+def to_messages(items: list[dict[str, Any]],
+                expand: Callable[[dict[str, Any], str], Message] | None = None) -> Converted:
+    """The transcript ``items`` stand for (see the module docstring); a 400 naming the first bad item.
+
+    ``expand`` opens a compaction item into the message it stands for (``responses/compaction.py``).
+    """
     if len(items) == 1:  # the common case (``input`` a string): what the pass below makes of it, directly
         item = items[0]
         content = item.get("content")
@@ -271,9 +283,20 @@ def to_messages(items: list[dict[str, Any]]) -> Converted:
             reading.function_call_output(item, param)
         elif kind == "mcp_approval_response":
             reading.mcp_approval_response(item, param)
+        elif kind in _COMPACTION:
+            reading.expanded(_compaction(item, param, expand))
         else:
             reading.message(item, param)
     return reading.converted()
+
+
+def _compaction(item: dict[str, Any], param: str, expand: Callable[[dict[str, Any], str], Message] | None
+                ) -> Message:
+    if item["type"] == "compaction_trigger":  # read before the items, as the last one (responses/compaction_turn.py)
+        raise bad_request("a compaction_trigger item can only be the last item of 'input'", f"{param}.type")
+    if expand is None:
+        raise bad_request(f"a {item['type']} item is not accepted here", f"{param}.type")
+    return expand(item, param)
 
 
 def _call(call_id: str, item: dict[str, Any], param: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Everything that can refuse the request is refused here, before anything is claimed, run or
 sent, so a refused request costs no tokens and leaves a paused loop pending. The three ways in:
 
-* **new**: the instructions, then the input's messages; a plain ``LoopRequest``;
+* **new**: the instructions, then the input's messages (a compaction item opened into the summary it
+  seals: ``compaction.py``); a plain ``LoopRequest``;
 * **continued** (``previous_response_id`` naming a completed response): the stored transcript
   (``chain.parent_chain``) before the input's messages, stored later as what this response adds;
 * **resuming a pause** (``previous_response_id`` naming a paused response, or a resent
@@ -27,6 +28,7 @@ from gateway.api.loop.planning import refuse_name_clashes, route_of
 from gateway.api.loop.resume import Resumed, check_pending, resume_paused
 from gateway.api.request.lifecycle import Work
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
+from gateway.api.responses.compaction import expander
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, server_label
@@ -63,7 +65,7 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
         plan = route_of(shared.routes, key, request.model)
     if request.tools:
         refuse_name_clashes(shared.tools, plan, request.tools, request.model, "function tool")
-    converted = to_messages(request.input)
+    converted = to_messages(request.input, expander(services, tenant))
     if request.store:
         await check_quota(services.records, services.quota_bytes, tenant)
     deadline = deadline_of(shared.request_timeout_s)

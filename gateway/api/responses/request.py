@@ -40,7 +40,8 @@ HOSTED_TOOL_TYPES = frozenset({
 })
 # Input item types understood (shape-checked in responses/items.py).
 INPUT_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "mcp_call",
-                              "mcp_approval_request", "mcp_approval_response"})
+                              "mcp_approval_request", "mcp_approval_response", "compaction", "compaction_summary",
+                              "compaction_trigger"})
 # Accepted, meaningless for a gateway that renders its own stream: never sent upstream.
 _IGNORED_FIELDS = frozenset({"include", "stream_options"})
 # Fields this module owns; everything else is passed upstream as a chat parameter.
