@@ -8,8 +8,7 @@ same schemas, taken from ``openresponses-types`` (pydantic models generated from
 document, version ``SPEC_VERSION``; a pinned test dependency). Each check returns its errors, an
 empty list when it passes, worded like the suite's so a failure reads the same in both.
 
-Its seven WebSocket checks (``CLI WebSocket ...``) need the WebSocket mode of ``/v1/responses``; they
-are listed in ``WEBSOCKET_CHECKS`` and not re-created here.
+Its WebSocket checks (``CLI WebSocket ...``, run from its CLI only) are ``open_responses_ws.py``.
 """
 
 from __future__ import annotations
@@ -32,10 +31,6 @@ SPEC_VERSION = spec.__spec_version__
 CHECKS = ("basic-response", "assistant-message-phase", "response-output-phase-schema", "streaming-response",
           "system-prompt", "tool-calling", "image-input", "multi-turn", "compaction-endpoint",
           "compaction-missing-model")
-#: the suite's CLI-only checks (seven; the names of six as its page lists them): the WebSocket mode
-WEBSOCKET_CHECKS = ("CLI WebSocket Response", "CLI WebSocket Sequential Responses", "CLI WebSocket Continuation",
-                    "CLI WebSocket Store False Reconnect Recovery", "CLI WebSocket Missing Previous Response",
-                    "CLI WebSocket Failed Continuation Evicts Cache")
 
 # The schema of each stream event type: every model of the specification named ``...StreamingEvent``.
 _EVENT_MODELS: dict[str, type[BaseModel]] = {}

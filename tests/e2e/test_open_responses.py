@@ -1,5 +1,6 @@
 """The Open Responses compliance checks against Loopgate routes (``tests/e2e/open_responses.py``).
 
+The HTTP checks and the WebSocket ones (the WebSocket mode of ``/v1/responses``) run on each route.
 Each route has one target, a fake model of one format (OpenAI Chat Completions, Anthropic, Gemini)
 answering as a real one would (text, or the tool call the tool-calling check asks for), and no
 server tools: every output item is then one the specification defines (a server tool's ``mcp_call``
@@ -15,6 +16,7 @@ import pytest
 
 from tests.e2e.conftest import KEY, PROVIDER_MODELS, Gateway, gateway_config
 from tests.e2e.open_responses import CHECKS, run_check
+from tests.e2e.open_responses_ws import WEBSOCKET_CHECKS, run_websocket_check
 from tests.fakes.upstream import FakeUpstream, Reply
 
 TARGETS = ["primary", "claude", "gemini"]
@@ -38,4 +40,11 @@ def test_open_responses_compliance(compliance_gateway: Gateway, fakes: dict[str,
     if check == "tool-calling":  # the model asks for the weather, as the check's prompt invites
         fakes[provider].queue(Reply(tool_calls=[("get_weather", {"location": "San Francisco, CA"})]))
     errors = run_check(check, f"{compliance_gateway.url}/v1", KEY, f"compliance_{provider}")
+    assert errors == [], "\n".join(errors)
+
+
+@pytest.mark.parametrize("provider", TARGETS)
+@pytest.mark.parametrize("check", WEBSOCKET_CHECKS)
+def test_open_responses_websocket_compliance(compliance_gateway: Gateway, check: str, provider: str) -> None:
+    errors = run_websocket_check(check, f"{compliance_gateway.url}/v1", KEY, f"compliance_{provider}")
     assert errors == [], "\n".join(errors)
