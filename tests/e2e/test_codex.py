@@ -142,3 +142,38 @@ def test_codex_long_session_compacts_locally(gateway: Gateway, fakes: dict[str, 
     assert len(fake.requests) == 3
     assert "CONTEXT CHECKPOINT COMPACTION" in orjson.dumps(fake.requests[1].body).decode()
     assert SUMMARY in orjson.dumps(fake.requests[2].body).decode()
+
+
+#: Codex's WebSocket mode (``supports_websockets`` on its provider): every turn a ``response.create`` message on
+#: one connection to ``/v1/responses``, continuing the previous response with only the new items.
+WEBSOCKET: Settings = {"model_providers": {"loopgate": {"supports_websockets": True}}}
+
+
+@pytest.mark.parametrize("provider", TARGETS)
+def test_codex_over_websocket_mixes_a_server_tool_with_its_own_exec(
+        gateway: Gateway, fakes: dict[str, FakeUpstream], provider: str, tmp_path: Path) -> None:
+    fake = fakes[provider]
+    fake.queue(Reply(text="Checking both.", tool_calls=[("get_weather", {"city": "Paris"}), EXEC], usage=SMALL),
+               Reply(text="Paris: 18C. " + DONE, usage=SMALL))
+    run = codex(gateway, f"cc_{provider}", tmp_path, prompt="weather in Paris, then run echo loopgate-ok",
+                overrides=WEBSOCKET)
+    assert finished(run).endswith(DONE)
+    ran_exec(run)
+    assert len(fake.requests) == 2
+    assert "Paris: 18C, sunny" in orjson.dumps(fake.requests[1].body).decode()
+    assert carries_exec_output(fake.requests[1].body)
+
+
+def test_codex_over_websocket_compacts_through_the_gateway(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                           tmp_path: Path) -> None:
+    """Over the socket Codex's ``compaction_trigger`` request continues the paused tool-call response
+    (``previous_response_id``) with only the command's output and the trigger."""
+    fake = fakes["primary"]
+    compacting_session(fake)
+    overrides: Settings = {**COMPACT_AT, "model_providers": {"loopgate": {
+        "supports_websockets": True, "capabilities": {"remote_compaction": "v2"}}}}
+    run = codex(gateway, "cc_primary", tmp_path, overrides=overrides)
+    assert finished(run) == DONE
+    ran_exec(run)
+    assert len(fake.requests) == 3
+    assert SUMMARY in orjson.dumps(fake.requests[2].body).decode()
