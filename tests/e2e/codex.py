@@ -205,15 +205,20 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
 
 
 def run_codex(base_url: str, prompt: str, *, api_key: str, cwd: Path, model: str,
-              overrides: Settings | None = None, timeout: float = 120) -> CodexRun:
-    """Run one headless prompt to completion in ``cwd`` (where its shell tool runs) with ``model`` at ``base_url``."""
+              overrides: Settings | None = None, extra_env: dict[str, str] | None = None,
+              timeout: float = 120) -> CodexRun:
+    """Run one headless prompt to completion in ``cwd`` (where its shell tool runs) with ``model`` at ``base_url``.
+
+    ``extra_env`` goes over the isolated environment (the harness test points the proxy variables at a
+    listener of its own, to see that nothing tries to leave loopback).
+    """
     command = codex_command(codex_binary(), prompt, cwd)
     with tempfile.TemporaryDirectory(prefix="loopgate-codex-home-", ignore_cleanup_errors=True) as temp:
         home = Path(temp)
         for sub in (".codex", ".config", ".cache", "tmp"):
             (home / sub).mkdir()
         (home / ".codex" / "config.toml").write_text(to_toml(codex_config(base_url, model, overrides)))
-        process = subprocess.Popen(command, cwd=cwd, env=codex_env(home, api_key),
+        process = subprocess.Popen(command, cwd=cwd, env={**codex_env(home, api_key), **(extra_env or {})},
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, start_new_session=True)
         try:
