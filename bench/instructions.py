@@ -22,6 +22,7 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
     python -m bench.instructions --embeddings    # POST /v1/embeddings, one input, floats (route bench-embed)
     python -m bench.instructions --embeddings --base64   # the same as base64 (the openai SDK's default)
+    python -m bench.instructions --upstream responses    # the routes' target speaks the OpenAI Responses API
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -197,6 +198,9 @@ def main() -> None:
     parser.add_argument("--controls", nargs="?", const="all", default=None, metavar="LIST",
                         help="every control of the bench scenario 'controls' (needs --store redis://...), or "
                              "the ones named (limits,budget,price,redis,tracing,logs; a managed key always)")
+    parser.add_argument("--upstream", choices=["chat", "responses"], default="chat",
+                        help="the wire format of the routes' target: chat completions (type openai) or the "
+                             "Responses API (type openai_responses)")
     parser.add_argument("--rollups", choices=["on", "off"], default="on",
                         help="the console's rollups (observability.rollups.enabled; on is the gateway's default)")
     args = parser.parse_args()
@@ -240,6 +244,10 @@ def main() -> None:
             if "limits" not in on:
                 args.limits = ""
         config.setdefault("observability", {})["rollups"] = {"enabled": args.rollups == "on"}
+        if args.upstream == "responses":  # the chat routes' target (embeddings stay on the chat provider)
+            config["providers"]["fake_responses"] = {**config["providers"]["fake"], "type": "openai_responses"}
+            for route in ("bench", "bench-agent"):
+                config["models"][route]["targets"] = [{"provider": "fake_responses", "model": "fake-model"}]
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         # Traced, each worker has an exporter process (gateway/observability/exporter.py): callgrind follows
         # it too, so its instructions are counted apart from the gateway's.
@@ -286,6 +294,7 @@ def main() -> None:
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
     kind += " rollups off" if args.rollups == "off" else ""
+    kind += " to a Responses upstream" if args.upstream == "responses" else ""
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dumps in {out_dir})")
     if exporter_total is not None:

@@ -40,6 +40,7 @@ from gateway.canonical import (
     StreamDelta,
     TextDelta,
     ToolCall,
+    mark_origin,
     reasoning_deltas,
     text_of,
 )
@@ -272,8 +273,7 @@ class LoopRun:
                                     {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
         state.add_call(answer.target.label, response.usage)
         state.answered_by.append(answer.target.label)
-        if "reasoning_content" in message:  # provenance for reasoning_passback: auto
-            message.setdefault("reasoning_origin", answer.target.provider.name)
+        mark_origin(message, answer.target.provider.name)  # reasoning_passback: auto; whose openai_output
         state.model = response.model or answer.target.model
         if stream and state.model != self.announced:
             self.announced = state.model  # a call that streamed nothing (tool calls only) still names its model

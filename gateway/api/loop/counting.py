@@ -5,13 +5,14 @@ covers what the first call of the loop would send: the system prompt, the messag
 tools **and the route's server tools** (the model sees both; a key's tool allow-list applies).
 
 When the route's first target is of a provider that counts (Anthropic's
-``/v1/messages/count_tokens``, Gemini's ``:countTokens``) and the route's ``count_tokens`` is
-``upstream`` (the default), that provider counts the request the gateway would send it, byte for
-byte: ``exact``. The route's other targets of the same provider are asked in turn when one cannot
-count (an outage); a 400 from one is the caller's request being wrong, and is the answer. Otherwise,
-or when none could count, it is the gateway's ``estimate`` for the first target (its tokenizer,
-corrected by what that target reported on earlier calls: the context guard's estimator), encoded
-off the event loop when large (``context/offload.py``).
+``/v1/messages/count_tokens``, Gemini's ``:countTokens``, the OpenAI Responses API's
+``/responses/input_tokens``) and the route's ``count_tokens`` is ``upstream`` (the default), that
+provider counts the request the gateway would send it, byte for byte: ``exact``. The route's other
+targets of the same provider are asked in turn when one cannot count (an outage); a 400 from one
+is the caller's request being wrong, and is the answer. Otherwise, or when none could count, it is
+the gateway's ``estimate`` for the first target (its tokenizer, corrected by what that target
+reported on earlier calls: the context guard's estimator), encoded off the event loop when large
+(``context/offload.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from gateway.routing.routes import RoutePlan
 from gateway.upstream.errors import ProviderError
 
 #: provider types whose adapter counts a request upstream (``build_count_tokens`` / ``parse_count_tokens``)
-COUNTING_PROVIDERS = frozenset({"anthropic", "gemini"})
+COUNTING_PROVIDERS = frozenset({"anthropic", "gemini", "openai_responses"})
 
 
 @dataclass(frozen=True, slots=True)
