@@ -11,13 +11,15 @@ reach an OpenAI Chat Completions, Anthropic or Gemini model as a valid request. 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.e2e.codex import CodexRun, Settings, run_codex
-from tests.e2e.conftest import KEY, Gateway
+from tests.e2e.conftest import KEY, Gateway, gateway_config
+from tests.fakes.openai_responses import FakeResponsesUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 
 EXEC = ("exec_command", {"cmd": "echo loopgate-ok"})
@@ -177,3 +179,70 @@ def test_codex_over_websocket_compacts_through_the_gateway(gateway: Gateway, fak
     ran_exec(run)
     assert len(fake.requests) == 3
     assert SUMMARY in orjson.dumps(fake.requests[2].body).decode()
+
+
+# An OpenAI Responses target (``type: openai_responses``): a gateway of its own with the session's fakes and one
+# Responses fake (strict: it refuses encrypted reasoning another account issued, an unanswered call, ...).
+RESPONSES_ROUTES = """
+  cc_oresp: {targets: [{provider: oresp, model: gpt-5.5}], tools: [get_weather, add], context_window: 400000}
+  cc_failover_oresp: {targets: [{provider: claude, model: claude-sonnet-4-5}, {provider: oresp, model: gpt-5.5}],
+                      tools: [get_weather, add], context_window: 400000}
+"""
+
+
+@pytest.fixture(scope="module")
+def oresp_gateway(fakes: dict[str, FakeUpstream]) -> Iterator[tuple[Gateway, FakeUpstream]]:
+    oresp = FakeResponsesUpstream().start()
+    gateway = Gateway(gateway_config({**fakes, "oresp": oresp}, extra_models=RESPONSES_ROUTES)).start()
+    try:
+        yield gateway, oresp
+    finally:
+        gateway.stop()
+        oresp.stop()
+
+
+@pytest.fixture
+def oresp(oresp_gateway: tuple[Gateway, FakeUpstream]) -> Iterator[FakeUpstream]:
+    fake = oresp_gateway[1]
+    fake.reset()
+    yield fake
+    for recorded in fake.requests:
+        assert not recorded.problems, f"the Responses target received an invalid request: {recorded.problems}"
+
+
+def test_codex_on_an_openai_responses_target(oresp_gateway: tuple[Gateway, FakeUpstream], oresp: FakeUpstream,
+                                             tmp_path: Path) -> None:
+    """A plain turn, then one mixing a server tool with Codex's exec_command, on a Responses target."""
+    gateway = oresp_gateway[0]
+    oresp.queue(Reply(text=DONE, usage=SMALL))
+    assert finished(codex(gateway, "cc_oresp", tmp_path, prompt="say the marker")) == DONE
+    oresp.queue(Reply(text="Checking both.", tool_calls=[("get_weather", {"city": "Paris"}), EXEC], usage=SMALL),
+                Reply(text="Paris: 18C. " + DONE, usage=SMALL))
+    run = codex(gateway, "cc_oresp", tmp_path, prompt="weather in Paris, then run echo loopgate-ok")
+    assert finished(run).endswith(DONE)
+    ran_exec(run)
+    assert len(oresp.requests) == 3
+    assert "Paris: 18C, sunny" in orjson.dumps(oresp.requests[2].body).decode()
+    assert carries_exec_output(oresp.requests[2].body)
+
+
+def test_overloaded_anthropic_target_fails_over_to_an_openai_responses_one(
+        oresp_gateway: tuple[Gateway, FakeUpstream], oresp: FakeUpstream, fakes: dict[str, FakeUpstream],
+        tmp_path: Path) -> None:
+    fakes["claude"].queue(Reply(tool_calls=[EXEC], usage=SMALL), Reply(status=529))
+    oresp.queue(Reply(text=DONE, usage=SMALL))
+    run = codex(oresp_gateway[0], "cc_failover_oresp", tmp_path)
+    assert finished(run) == DONE
+    ran_exec(run)
+    assert len(oresp.requests) == 1 and carries_exec_output(oresp.requests[0].body)
+
+
+def test_codex_long_session_compacts_on_an_openai_responses_target(oresp_gateway: tuple[Gateway, FakeUpstream],
+                                                                   oresp: FakeUpstream, tmp_path: Path) -> None:
+    compacting_session(oresp)
+    overrides: Settings = {**COMPACT_AT, "model_providers": {"loopgate": {"capabilities": {"remote_compaction": "v2"}}}}
+    run = codex(oresp_gateway[0], "cc_oresp", tmp_path, overrides=overrides)
+    assert finished(run) == DONE
+    ran_exec(run)
+    assert len(oresp.requests) == 3
+    assert SUMMARY in orjson.dumps(oresp.requests[2].body).decode()
