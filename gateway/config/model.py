@@ -34,6 +34,7 @@ from gateway.config.server_section import ServerConfig
 from gateway.config.store_section import REDIS_SCHEMES, StoreConfig, StoreSentinel, StoreTls
 from gateway.config.tools_section import HttpToolConfig, ToolConfig
 from gateway.config.usage_section import UsageConfig
+from gateway.config.websocket_section import WebSocketConfig
 
 __all__ = [
     "PROVIDER_TYPES", "REDIS_SCHEMES", "WEBHOOK_EVENTS", "AdminKey", "ApiKey", "ApprovalMode", "AuthConfig",
@@ -41,7 +42,7 @@ __all__ = [
     "KeyRole", "Limits", "LoggingConfig", "McpServerConfig", "NotificationsConfig", "ObservabilityConfig", "Price",
     "ProviderConfig", "ProviderType", "ReasoningPassback", "ResponsesConfig", "RouteConfig", "RoutingConfig",
     "ServerConfig", "StoreConfig", "StoreSentinel", "StoreTls", "TargetConfig", "TenantConfig", "ToolConfig",
-    "UsageConfig", "WebhookConfig",
+    "UsageConfig", "WebSocketConfig", "WebhookConfig",
 ]
 
 
@@ -62,3 +63,4 @@ class Config:
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     responses: ResponsesConfig = field(default_factory=ResponsesConfig)
+    websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
