@@ -107,12 +107,18 @@ def test_user_items_keep_the_users_messages_in_input_shape() -> None:
                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA",
                                                                          "detail": "low"}}]},
     ]
-    assert user_items(messages) == [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "first"}]},
-        {"type": "message", "role": "user", "content": [
+    kept = user_items(messages)
+    assert [{k: v for k, v in item.items() if k != "id"} for item in kept] == [
+        {"type": "message", "role": "user", "status": "completed", "content": [{"type": "input_text",
+                                                                                "text": "first"}]},
+        {"type": "message", "role": "user", "status": "completed", "content": [
             {"type": "input_text", "text": "look"},
             {"type": "input_image", "image_url": "data:image/png;base64,AA", "detail": "low"}]},
     ]
+    assert all(item["id"].startswith("msg_") for item in kept) and kept[0]["id"] != kept[1]["id"]
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}
+    assert user_items([image])[0]["content"] == [{"type": "input_image", "image_url": "https://x/y.png",
+                                                  "detail": "auto"}], "the specification requires a detail"
 
 
 def test_the_summary_bound_is_the_configured_one_or_the_requests_lower_one() -> None:

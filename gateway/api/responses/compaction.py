@@ -113,13 +113,15 @@ async def stated_conversation(services: ResponsesServices, tenant: str, instruct
 
 
 def user_items(messages: list[Message]) -> list[dict[str, Any]]:
-    """The user messages of ``messages`` as Responses input items (what ``/compact`` keeps beside its item);
-    the gateway's own summaries are left out: the new compaction covers them."""
+    """The user messages of ``messages`` as Responses items (what ``/compact`` keeps beside its item), each with
+    the ``id`` and ``status`` the Open Responses specification requires of an output message; the gateway's
+    own summaries are left out: the new compaction covers them."""
     items = []
     for message in messages:
         if message.get("role") != "user" or is_summary(message):
             continue
-        items.append({"type": "message", "role": "user", "content": _input_parts(message.get("content"))})
+        items.append({"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
+                      "content": _input_parts(message.get("content"))})
     return items
 
 
@@ -132,9 +134,7 @@ def _input_parts(content: Any) -> list[dict[str, Any]]:
         if kind == "text":
             parts.append({"type": "input_text", "text": part.get("text") or ""})
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            image = {"type": "input_image", "image_url": part["image_url"].get("url")}
-            if part["image_url"].get("detail") is not None:
-                image["detail"] = part["image_url"]["detail"]
-            parts.append(image)
+            parts.append({"type": "input_image", "image_url": part["image_url"].get("url"),
+                          "detail": part["image_url"].get("detail") or "auto"})
     return parts
 

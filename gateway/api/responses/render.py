@@ -24,6 +24,7 @@ back as input map onto the transcript without any lookup (see ``responses/items.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -300,6 +301,7 @@ class ResponseBuilder(CallItems):
             response["incomplete_details"] = {"reason": "max_output_tokens"}
         else:
             response["status"] = "completed"
+            response["completed_at"] = int(time.time())
         response["usage"] = usage_object(result.usage)
         response["gateway"] = {"route": self.route, **result.gateway}
         if self.hosted_drops:
@@ -321,6 +323,7 @@ class ResponseBuilder(CallItems):
             self._seq -= 1
             self.done = False
             self.response["incomplete_details"] = None
+            self.response["completed_at"] = None
 
     def fail(self, error: GatewayError) -> Batch:
         """After a failure once the response started: close what is open, end with ``response.failed``."""

@@ -28,6 +28,7 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
+from gateway.api.responses.echo import sampling_echo
 from gateway.api.responses.tools import CallerTools, parse_tools, tool_choice
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
@@ -66,10 +67,6 @@ _OWN_FIELDS = frozenset({
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
-# The request fields a Response object repeats, in its order (``ResponsesRequest.echo`` has all of them).
-ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
-               "top_p", "text", "reasoning", "truncation", "user", "store", "background", "previous_response_id",
-               "max_tool_calls", "metadata")
 _TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
 _REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 _NO_HOSTED: list[dict[str, Any]] = []  # shared, never written to
@@ -130,11 +127,12 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     choice = body.get("tool_choice")
     chosen = None if choice is None else tool_choice(choice, parsed.names if parsed is not None else None)
     stream, store, background = _modes(body)
-    # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order).
+    # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
+    # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
     # The default values are shared, never written to (the Response object is only serialised).
     metadata: dict[str, str] = {}
     echo = {
-        "instructions": instructions, "tools": tools_given if parsed is not None else [],
+        "instructions": instructions, "tools": parsed.echo if parsed is not None else [],
         "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0,
         "top_p": 1.0, "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
@@ -192,7 +190,8 @@ def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
         "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
         "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0), "text": text,
         "reasoning": reasoning, "truncation": truncation or "disabled", "user": user,
-        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata, **late,
+        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
+        **sampling_echo(body), **late,
     })
     request.params = params
     request.previous_response_id = previous
