@@ -3,6 +3,8 @@
 Serves, on 127.0.0.1 only:
   POST /chat/completions (and /v1/chat/completions): JSON, or an SSE stream when ``"stream": true``
        (one role chunk, N content chunks, a finish chunk, a usage chunk, ``data: [DONE]``).
+  POST /responses (and /v1/responses): the same answers in the OpenAI Responses API's format
+       (bench/fake_responses.py), for a provider of ``type: openai_responses``.
   GET  /models (and /v1/models), GET /healthz.
   POST /tool: a tiny HTTP tool endpoint (the body is the tool's arguments; answers a short JSON result).
   POST /embeddings (and /v1/embeddings): one vector of ``dimensions`` (default 1536, text-embedding-3-small's)
@@ -34,6 +36,8 @@ from typing import Any
 
 import httptools
 import orjson
+
+from bench import fake_responses
 
 try:  # uvloop comes with uvicorn[standard]
     import uvloop
@@ -254,6 +258,15 @@ class FakeProtocol(asyncio.Protocol):
             if opts.latency_s > 0 or self._tail is not None:
                 self._later(self._delayed(out, keep_alive, opts.latency_s))
                 return
+        elif method == b"POST" and path.endswith(b"/responses"):
+            req = orjson.loads(body)
+            prompt_tokens = len(body) // 4
+            if req.get("stream"):
+                self._later(self._stream(fake_responses.stream_events(req, opts.agent_tools, prompt_tokens,
+                                                                      opts.chunks), keep_alive))
+                return
+            out = _response(200, fake_responses.response_body(req, opts.agent_tools, prompt_tokens, opts.chunks),
+                            keep_alive=keep_alive)
         elif method == b"POST" and path.endswith(b"/embeddings"):
             out = _response(200, embeddings_body(orjson.loads(body)), keep_alive=keep_alive)
         elif method == b"GET" and path in (b"/models", b"/v1/models"):

@@ -20,8 +20,11 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --messages      # the same requests through POST /v1/messages (Anthropic)
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
+    python -m bench.instructions --websocket     # the Responses requests as turns over WebSocket connections
+    python -m bench.instructions --conversation 10 [--websocket]   # 10-turn store: false conversations (ws_turns)
     python -m bench.instructions --embeddings    # POST /v1/embeddings, one input, floats (route bench-embed)
     python -m bench.instructions --embeddings --base64   # the same as base64 (the openai SDK's default)
+    python -m bench.instructions --upstream responses    # the routes' target speaks the OpenAI Responses API
 
 It starts the fake upstream and Loopgate (under ``valgrind --tool=callgrind``, counting off), sends
 warm-up requests, counts only the measured requests, and prints instructions per request for the
@@ -40,9 +43,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -184,6 +188,11 @@ def main() -> None:
     parser.add_argument("--embeddings", action="store_true", help="POST /v1/embeddings on route bench-embed")
     parser.add_argument("--base64", action="store_true", help="with --embeddings: encoding_format base64")
     parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
+    parser.add_argument("--websocket", action="store_true",
+                        help="the Responses requests as response.create turns over WebSocket connections")
+    parser.add_argument("--conversation", type=int, default=0, metavar="N",
+                        help="store: false conversations of N turns: over HTTP each turn resends the conversation, "
+                             "with --websocket it sends its new message and previous_response_id")
     parser.add_argument("--limited", action="store_true", help="call as a managed key with rpm, tpm and max_concurrent")
     parser.add_argument("--limits", default="rpm,tpm,max_concurrent", help="with --limited: which limits the key has")
     parser.add_argument("--store", default=None, help="store.url (default memory://)")
@@ -197,9 +206,14 @@ def main() -> None:
     parser.add_argument("--controls", nargs="?", const="all", default=None, metavar="LIST",
                         help="every control of the bench scenario 'controls' (needs --store redis://...), or "
                              "the ones named (limits,budget,price,redis,tracing,logs; a managed key always)")
+    parser.add_argument("--upstream", choices=["chat", "responses"], default="chat",
+                        help="the wire format of the routes' target: chat completions (type openai) or the "
+                             "Responses API (type openai_responses)")
     parser.add_argument("--rollups", choices=["on", "off"], default="on",
                         help="the console's rollups (observability.rollups.enabled; on is the gateway's default)")
     args = parser.parse_args()
+    if args.websocket or args.conversation:  # a turn is a Responses stream (bench/ws_turns.py)
+        args.responses = args.stream = True
     embeddings = ("base64" if args.base64 else "float") if args.embeddings else None
     body = _body(args.stream, args.responses, args.agent, args.keep, args.messages, embeddings)
 
@@ -240,6 +254,10 @@ def main() -> None:
             if "limits" not in on:
                 args.limits = ""
         config.setdefault("observability", {})["rollups"] = {"enabled": args.rollups == "on"}
+        if args.upstream == "responses":  # the chat routes' target (embeddings stay on the chat provider)
+            config["providers"]["fake_responses"] = {**config["providers"]["fake"], "type": "openai_responses"}
+            for route in ("bench", "bench-agent"):
+                config["models"][route]["targets"] = [{"provider": "fake_responses", "model": "fake-model"}]
         cfg.write_text(yaml.safe_dump(config, sort_keys=False))
         # Traced, each worker has an exporter process (gateway/observability/exporter.py): callgrind follows
         # it too, so its instructions are counted apart from the gateway's.
@@ -255,7 +273,17 @@ def main() -> None:
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
             if args.config_key or args.budget:
                 key = CONFIG_KEY
-            asyncio.run(_send(url, args.warmup, args.concurrency, body, check, key))
+            send = _send
+            if args.websocket or args.conversation:
+                from bench import ws_turns
+
+                def send(_url: str, count: int, concurrency: int, *_: object) -> Coroutine[Any, Any, int]:
+                    if args.conversation:
+                        converse = ws_turns.send_socket_conversations if args.websocket else \
+                            ws_turns.send_conversations
+                        return converse(gateway.base, count, concurrency, "bench", args.conversation, key)
+                    return ws_turns.send_turns(gateway.base, count, concurrency, ws_turns.turn_message(body), key)
+            asyncio.run(send(url, args.warmup, args.concurrency, body, check, key))
             exporter = _exporter(gateway.pid) if exporting else None
             if exporter:
                 # Its first post imports what the exporter imports lazily (requests, urllib3, ...): one-time
@@ -267,7 +295,7 @@ def main() -> None:
             _control(gateway.pid, "-i", "on")
             if exporter:
                 _control(exporter, "-i", "on")
-            ok = asyncio.run(_send(url, args.requests, args.concurrency, body, check, key))
+            ok = asyncio.run(send(url, args.requests, args.concurrency, body, check, key))
             _control(gateway.pid, "-d")
             _control(gateway.pid, "-i", "off")
             if exporter:
@@ -282,10 +310,13 @@ def main() -> None:
     if embeddings is not None:
         kind = f"embeddings {embeddings}"
     kind += " agent turn" if args.agent else " request"
+    kind += f" in {args.conversation}-turn conversations (store: false)" if args.conversation else ""
+    kind += " over WebSocket" if args.websocket else ""
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")
     kind += " rollups off" if args.rollups == "off" else ""
+    kind += " to a Responses upstream" if args.upstream == "responses" else ""
     print(f"{total / args.requests / 1000:.0f}k instructions per {kind} "
           f"({total:,} over {args.requests} requests; dumps in {out_dir})")
     if exporter_total is not None:

@@ -6,9 +6,11 @@ them, and below it, down to a raw connection (callgrind, in one process, on a Re
 
 What a pause and its resume cost beyond a plain loop is mostly their Redis round trips (``bench/pauses.py``);
 this says what one costs, and how much of that is the client rather than the network and the event loop:
-``RedisIO`` (its deadline, redis-py's pool, command packing and RESP parsing), a redis-py connection used
-directly (no pool, the command packed here), and a bare asyncio stream with the command packed and the
-reply parsed here. Each reply is what a continuation's claim or lookup gets back (a bulk string of 900 bytes).
+through redis-py's client (``guard`` and redis-py's pool, packing and parsing), through ``RedisIO``'s lean
+command path (``io.command``, ``io.script``: lean_pool.py), the lean path without its deadline, a redis-py
+connection used directly (no pool, the command packed here), and a bare asyncio stream with the command packed
+and the reply parsed here. Each reply is what a continuation's claim or lookup gets back (a bulk string of 900
+bytes).
 """
 
 from __future__ import annotations
@@ -70,7 +72,18 @@ async def _kinds(url: str, host: str, port: int) -> dict[str, Callable[[], Await
 
     async def guarded_script() -> Any:
         async with io.guard("script"):
+            return await io.client.evalsha(script.sha, 1, "k", "acme", "1")
+
+    async def lean_get() -> Any:
+        async with io.guard("get"):
+            return await io.command("GET", "k")
+
+    async def lean_script() -> Any:
+        async with io.guard("script"):
             return (await io.script(script, ["k"], ["acme", "1"], False))[0]
+
+    async def lean_get_no_deadline() -> Any:
+        return await io.command("GET", "k")
 
     async def direct_connection() -> Any:
         async with io.guard("script"):
@@ -86,8 +99,11 @@ async def _kinds(url: str, host: str, port: int) -> dict[str, Callable[[], Await
         writer.write(evalsha)
         return await reply(reader)
 
-    return {"RedisIO: GET (guard, client.get)": guarded_get,
-            "RedisIO: EVALSHA (guard, io.script)": guarded_script,
+    return {"redis-py client: GET (guard, client.get)": guarded_get,
+            "redis-py client: EVALSHA (guard, client.evalsha)": guarded_script,
+            "RedisIO lean path: GET (guard, io.command)": lean_get,
+            "RedisIO lean path: EVALSHA (guard, io.script)": lean_script,
+            "RedisIO lean path: GET, no deadline (io.command)": lean_get_no_deadline,
             "redis-py connection, no pool (guard, packed here)": direct_connection,
             "asyncio stream (guard, packed and parsed here)": bare_stream,
             "asyncio stream, no deadline": bare_stream_no_deadline}

@@ -81,8 +81,10 @@ def tool_result_text(content: Any) -> str:
 #: which targets take images inside a tool result: wire format -> the model-name prefixes that do
 #: ("" is every model). Anthropic's ``tool_result`` holds image blocks; Gemini 3 models take
 #: ``inlineData`` parts in a ``functionResponse`` (multimodal function responses, not Gemini 2.x);
-#: OpenAI-format ``tool`` messages hold text only.
-TOOL_RESULT_IMAGES: dict[str, tuple[str, ...]] = {"anthropic": ("",), "gemini": ("gemini-3",)}
+#: the Responses API's ``function_call_output`` holds ``input_image`` parts; OpenAI-format (chat) ``tool``
+#: messages hold text only.
+TOOL_RESULT_IMAGES: dict[str, tuple[str, ...]] = {"anthropic": ("",), "gemini": ("gemini-3",),
+                                                  "openai_responses": ("",)}
 
 
 def takes_tool_result_images(wire_format: str, model: str) -> bool:

@@ -188,22 +188,32 @@ def _serve(args: argparse.Namespace, config: Config, source: Path, packaged: boo
     return 0 if server_.started else EXIT_CONFIG
 
 
+#: the WebSocket protocol class, by name (``--workers N`` hands the settings to new processes)
+_WS_PROTOCOL = "gateway.http.websocket_server:WebSocketServerProtocol"
+
+
 def _uvicorn_settings(config: Config, host: str, port: int, log_level: str) -> dict[str, Any]:
     """What one process and every worker run with.
 
-    httptools with a bounded head and read timeouts (gateway/http/server_protocol.py); no WebSocket
-    endpoint exists, so upgrade requests are never handed to a WebSocket protocol. log_config None:
-    uvicorn's own records go to the root handler, escaped and redacted like ours.
+    httptools with a bounded head and read timeouts (gateway/http/server_protocol.py). The WebSocket
+    mode of ``/v1/responses`` (``websocket.enabled``) runs on uvicorn's sans-I/O ``websockets``
+    protocol (gateway/http/websocket_server.py, named so that it pickles into workers), which refuses
+    a message past ``websocket.max_message_bytes`` from its frame header (close code 1009, nothing
+    buffered; a compressed one by its inflated size); off, upgrade requests are never handed to a
+    WebSocket protocol. log_config None: uvicorn's own records go to the root handler, escaped and
+    redacted like ours.
     """
     from gateway.api.request.errors import protocol_error_body
     from gateway.http.server_protocol import ServerLimits, protocol_factory
 
-    server = config.server
+    server, sockets = config.server, config.websocket
     limits = ServerLimits(server.max_header_bytes, server.header_timeout_s, server.body_timeout_s)
     return {"host": host, "port": port, "loop": "uvloop", "http": protocol_factory(limits, protocol_error_body),
             "timeout_keep_alive": server.keepalive_timeout_s, "log_level": log_level,
             "log_config": None, "access_log": False, "lifespan": "on", "timeout_graceful_shutdown": 30,
-            "ws": "none",
+            "ws": _WS_PROTOCOL if sockets.enabled else "none", "ws_max_size": sockets.max_message_bytes,
+            "ws_ping_interval": sockets.ping_interval_s or None, "ws_ping_timeout": sockets.ping_timeout_s,
+            "ws_per_message_deflate": sockets.compression,
             # No client-address rewriting or Server header: neither is used, both cost per request.
             "proxy_headers": False, "server_header": False}
 

@@ -47,8 +47,8 @@ class Redactor:
 
 def _config_secrets(config: Config) -> Iterator[str]:
     """Provider keys and header values, HTTP tool headers, MCP server headers and environment values,
-    the store's passwords (Redis: in the URL, ``store.password``, ``store.sentinel.password``), and
-    webhook URLs and signing secrets (``notifications.webhooks``)."""
+    the store's passwords (Redis: in the URL, ``store.password``, ``store.sentinel.password``),
+    webhook URLs and signing secrets (``notifications.webhooks``), and the sealing keys."""
     store = config.store
     in_url = urlsplit(store.url).password or ""
     for secret in (store.password, store.sentinel.password if store.sentinel else None, in_url, unquote(in_url)):
@@ -67,6 +67,7 @@ def _config_secrets(config: Config) -> Iterator[str]:
     for hook in config.notifications.webhooks:
         yield hook.secret
         yield from url_secrets(hook.url)
+    yield from config.responses.sealing_keys
 
 
 def url_secrets(url: str) -> Iterator[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -22,11 +22,12 @@ from gateway.api.console.page import console_page_routes
 from gateway.api.driver import Mounted, TableSurface, drive
 from gateway.api.openapi import openapi_endpoint
 from gateway.api.request.errors import error_response, to_gateway_error
+from gateway.api.responses.websocket import refuse
 from gateway.api.runtime import Runtime
 from gateway.api.services import Services
 from gateway.api.startup_failure import one_line_startup_failure
-from gateway.api.surfaces import EVERY_SURFACE, SURFACES
-from gateway.config.model import Config
+from gateway.api.surfaces import EVERY_SURFACE, SOCKETS, SURFACES
+from gateway.config.model import Config, WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.conditional import ConditionalGet
 from gateway.http.incoming import Incoming
@@ -131,7 +132,7 @@ def create_app(config: Config, serving: bool = False, debug: bool = False,
     handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: _unexpected}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                     middleware=[Middleware(ConditionalGet, paths=POLLED)])
-    front = FastChatPath(app, debug)
+    front = FastChatPath(app, debug, websocket=config.websocket)
     return front
 
 
@@ -145,32 +146,38 @@ class FastChatPath:
     lifespan included, goes to the Starlette app (so do the table's paths before the start: a 404).
     """
 
-    def __init__(self, app: Starlette, debug: bool = False, surfaces: dict[str, TableSurface[Any]] = SURFACES
-                 ) -> None:
+    def __init__(self, app: Starlette, debug: bool = False, surfaces: dict[str, TableSurface[Any]] = SURFACES,
+                 websocket: WebSocketConfig | None = None) -> None:
         self.app = app
         self.state = app.state
         self.debug = debug
         self.table = surfaces
         self.mounted: dict[str, Mounted] = {}
+        #: the WebSocket mode (``websocket``); its connections per path once mounted (``surfaces.SOCKETS``)
+        self.websocket = websocket or WebSocketConfig()
+        self.sockets: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] = {}
 
     def mount(self, services: Services) -> None:
         """Bind the table's surfaces to the bundles the composition root built for them."""
         self.mounted = driver.mount(self.table, services)
+        if self.websocket.enabled:
+            self.sockets = {path: serve(self.mounted[path], self.websocket) for path, serve in SOCKETS.items()
+                            if path in self.mounted}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, one_line_startup_failure(send, self.state, self.debug))
             return
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self._socket(scope, receive, send)
             return
         mounted = self.mounted.get(scope["path"])
         if mounted is not None:
             if scope["method"] == "POST":
                 response = await drive(mounted, Incoming(scope, receive))
             else:  # the surface's shape, as its other errors (the method is caller text: not echoed)
-                response = mounted.surface.errors(_NOT_ALLOWED, [(REQUEST_ID_HEADER,
-                                                                  scope_request_id(scope["headers"]))])
+                error = _UPGRADE if scope["method"] == "GET" and scope["path"] in self.sockets else _NOT_ALLOWED
+                response = mounted.surface.errors(error, [(REQUEST_ID_HEADER, scope_request_id(scope["headers"]))])
             await response(scope, receive, send)
             return
         # Every other response (404s and Starlette's own errors included) carries x-request-id too.
@@ -184,4 +191,22 @@ class FastChatPath:
         await self.app(scope, receive, send_with_id)
 
 
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket handshake: to its path's connections (``surfaces.SOCKETS``), else refused with a 404."""
+        serve = self.sockets.get(scope["path"]) if scope["type"] == "websocket" else None
+        if serve is not None:
+            await serve(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await refuse(scope, send, _NO_SOCKET, [(REQUEST_ID_HEADER, scope_request_id(scope["headers"]))])
+        else:
+            await self.app(scope, receive, send)
+
+
 _NOT_ALLOWED = GatewayError(405, "Method Not Allowed: use POST", "invalid_request_error")
+#: a plain GET of a path with a WebSocket mode: the answer a client that cannot open a WebSocket falls back on
+_UPGRADE = GatewayError(426, "Upgrade Required: GET opens this path's WebSocket mode (send the 'Upgrade: websocket' "
+                        "handshake); to create a response over HTTP, use POST", "invalid_request_error", None,
+                        "upgrade_required", {"Upgrade": "websocket", "Connection": "Upgrade"})
+_NO_SOCKET = GatewayError(404, "no WebSocket endpoint at this path (the Responses API's WebSocket mode is "
+                          "GET /v1/responses)", "not_found_error", None, "not_found")

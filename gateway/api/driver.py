@@ -113,11 +113,14 @@ def mount(table: dict[str, TableSurface[Any]], every: Services) -> dict[str, Mou
     return {path: Mounted(surface, surface.services(every), every.lifecycle) for path, surface in table.items()}
 
 
-async def drive(mounted: Mounted, incoming: Incoming) -> Answer:
+async def drive(mounted: Mounted, incoming: Incoming, method: str = "POST") -> Answer:
     """Serve one POST of a table surface: every failure (any ``BaseException``) gives back what was admitted
-    and answers in the surface's shape; an exit (a cancellation) is raised again once given back."""
+    and answers in the surface's shape; an exit (a cancellation) is raised again once given back.
+
+    ``method``: what the work is recorded as; ``WS`` for a turn of a WebSocket connection, served as a POST
+    (``responses/websocket.py``)."""
     surface = mounted.surface
-    work = mounted.lifecycle.begin("POST", surface.path, incoming, errors=surface.errors)
+    work = mounted.lifecycle.begin(method, surface.path, incoming, errors=surface.errors)
     try:
         return await surface.serve(work, mounted.services)
     except BaseException as exc:  # given back whatever it is (``failed`` raises an exit again)

@@ -283,8 +283,9 @@ _PATHS: dict[str, Any] = {
 _DESCRIPTION = """What Loopgate adds to the OpenAI and Anthropic APIs it serves.
 
 The model surfaces follow their providers' own API descriptions and are not repeated here:
-`POST /v1/chat/completions` and `/v1/responses` (OpenAI; answers carry a `gateway` object with the
-loop's iterations, tool calls and failover attempts) and `POST /v1/messages` (Anthropic). A loop
+`POST /v1/chat/completions` and `/v1/responses` with `/v1/responses/compact` and `/input_tokens` (OpenAI;
+answers carry a `gateway` object with the loop's iterations, tool calls and failover attempts) and
+`POST /v1/messages` (Anthropic). A loop
 that pauses answers with a continuation id; the endpoints below inspect, resume and cancel it.
 
 Authentication: `Authorization: Bearer <key>` (or `x-api-key`). With no keys configured, auth is

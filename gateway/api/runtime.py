@@ -37,6 +37,7 @@ from gateway.api.services import (
 from gateway.background.followers import FollowerHub
 from gateway.background.runner import BackgroundRunner
 from gateway.canonical import ToolCall
+from gateway.canonical.sealing import Sealer
 from gateway.config.model import Config
 from gateway.context import ContextGuard
 from gateway.context.tokens import TokenEstimator
@@ -45,6 +46,7 @@ from gateway.governance.key_ids import id_key, with_key_ids
 from gateway.governance.key_lookup import KeyLookup
 from gateway.governance.key_sync import KeySync
 from gateway.governance.keys import KeyRing
+from gateway.governance.sealing_keys import deployment_sealer
 from gateway.interaction.asking import asking_factory
 from gateway.interaction.sampling import sampler_factory
 from gateway.loop.continuations import Continuations
@@ -108,6 +110,8 @@ class Runtime:
     lifecycle: Lifecycle
     #: embeddings calls, walked over a route's targets by ``router``'s failover rules
     embedder: Embedder
+    #: seals what callers carry for the gateway (governance/sealing_keys.py)
+    sealer: Sealer
     #: the console's rollups writer (None when ``observability.rollups.enabled`` is false)
     console: ConsoleFeed | None = None
     #: when this worker started (epoch s: each model's ``created`` in ``/v1/models``)
@@ -143,7 +147,9 @@ class Runtime:
                         "until it is)", store.kind, problem, store_address(config))
         key_store = open_key_store(store, config.auth.key_retention_s)
         # Config key ids are keyed by the deployment's id key (a salt in a shared store, or configured).
-        config = with_key_ids(config, await id_key(config.auth, key_store, shared=store.kind == "redis"))
+        ids = await id_key(config.auth, key_store, shared=store.kind == "redis")
+        config = with_key_ids(config, ids)
+        sealer = deployment_sealer(config, ids, shared_store=store.kind == "redis")
         pool = upstream_pool(config.providers)
         undo.push_async_callback(pool.aclose)
         if any(provider.type == "litellm" for provider in config.providers.values()):
@@ -198,7 +204,8 @@ class Runtime:
                       mcp=mcp, responses=open_response_records(store),
                       key_store=key_store, key_sync=key_sync, limits=limits, usage=usage,
                       background=background, followers=FollowerHub(background.store, config.background, background),
-                      lifecycle=lifecycle, embedder=Embedder(router, pool), console=console, started=int(time.time()))
+                      lifecycle=lifecycle, embedder=Embedder(router, pool), sealer=sealer, console=console,
+                      started=int(time.time()))
         runtime.services = compose(runtime)
         return runtime
 
@@ -230,7 +237,8 @@ def compose(runtime: Runtime) -> Services:
     guard = runtime.deps.context
     tenants = Tenants(config.auth.keys, config.tenants, runtime.key_store)
     responses = ResponsesServices(loop, runtime.responses, config.store.continuation_ttl_s,
-                                  config.store.tenant_max_stored_bytes, runtime.background, runtime.followers)
+                                  config.store.tenant_max_stored_bytes, runtime.background, runtime.followers,
+                                  runtime.sealer, config.responses.compact_max_output_tokens)
     return Services(
         lifecycle=runtime.lifecycle,
         loop=loop,

@@ -18,6 +18,7 @@ from gateway.api.console.feed import ConsoleFeed
 from gateway.api.request.lifecycle import Lifecycle, Work
 from gateway.background.followers import FollowerHub
 from gateway.background.runner import BackgroundRunner
+from gateway.canonical.sealing import Sealer
 from gateway.config.keys_section import TenantConfig
 from gateway.context.tokens import TokenEstimator
 from gateway.governance.key_sync import KeySync
@@ -139,6 +140,10 @@ class ResponsesServices:
     background: BackgroundRunner
     #: the stream followers of background runs: one store poll per run, capped
     followers: FollowerHub
+    #: seals and opens what callers carry for the gateway (compaction items: ``responses/compaction.py``)
+    sealer: Sealer
+    #: ``responses.compact_max_output_tokens``: the most tokens a compaction's summary takes
+    compact_max_output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

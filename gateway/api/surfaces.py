@@ -24,7 +24,10 @@ from gateway.api.continuations.endpoint import CONTINUATIONS
 from gateway.api.driver import RoutedSurface, Surface, TableSurface
 from gateway.api.embeddings.endpoint import EMBEDDINGS
 from gateway.api.messages.endpoint import MESSAGES
+from gateway.api.responses.compact import COMPACT
 from gateway.api.responses.endpoint import RESPONSES
+from gateway.api.responses.input_tokens import INPUT_TOKENS
+from gateway.api.responses.websocket import ResponsesSockets
 
 #: ``POST {path}`` -> its surface (``/chat/completions`` and ``/embeddings``: what SDKs send without ``/v1``)
 SURFACES: dict[str, TableSurface[Any]] = {
@@ -34,7 +37,15 @@ SURFACES: dict[str, TableSurface[Any]] = {
     "/v1/embeddings": EMBEDDINGS,
     "/embeddings": EMBEDDINGS,
     "/v1/responses": RESPONSES,
+    # Before Starlette's ``/v1/responses/{id}`` (the front looks the table up first): no id is ever one of these.
+    "/v1/responses/compact": COMPACT,
+    "/v1/responses/input_tokens": INPUT_TOKENS,
 }
+
+#: the WebSocket mode of a table path (``GET {path}`` with ``Upgrade: websocket``, while ``websocket.enabled``):
+#: what serves its connections, built per worker over the path's mounted surface (api/app.py). A plain GET of
+#: such a path is a 426, so a client that cannot open a WebSocket falls back to POST at once.
+SOCKETS: dict[str, type[ResponsesSockets]] = {"/v1/responses": ResponsesSockets}
 
 #: the admin API (``auth.admin_keys`` only): keys, usage, budgets, any tenant's audit log, the console's overview
 ADMIN = RoutedSurface((*KEYS, *USAGE, *BUDGETS, *AUDIT, OVERVIEW))

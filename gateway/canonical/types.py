@@ -18,6 +18,16 @@ OpenAI-compatible endpoint and LiteLLM-style gateways already use:
   (thinking signatures, ``cache_control``, citations: the prompt cache keeps hitting). It is valid
   exactly as long as the message is unchanged: whoever rewrites a message's content builds the new
   dict with ``rewritten`` (which drops it).
+* ``message["openai_output"]``: an OpenAI Responses answer's ``output`` items, verbatim and in order
+  (``{"provider": NAME, "items": [...]}``), kept when they hold what the other keys cannot say:
+  reasoning items (their summary and ``encrypted_content``) and the calls of OpenAI's hosted tools.
+  ``provider`` is the configured provider that issued them (set by the loop with ``mark_origin``, as
+  ``reasoning_origin``): encrypted reasoning is bound to the account that produced it, so only that
+  provider is sent the items back, and only while the message still says what they say (the same
+  text, the same tool-call ids; ``providers/openai_responses_input.py``). Every other target drops them.
+
+A call of a caller's custom (freeform) tool is a function call with ``{"input": text}`` arguments and,
+once the loop knows it is one, ``type: "custom"`` (``canonical/tools.py``).
 
 Each key is produced by exactly one wire format, so its origin is implied by its name and
 an adapter that does not own a key strips it before sending.
@@ -25,8 +35,11 @@ an adapter that does not own a key strips it before sending.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from gateway.canonical.tools import HostedToolCall, HostedTools
 
 Message = dict[str, Any]
 ToolCall = dict[str, Any]
@@ -35,7 +48,7 @@ ToolDef = dict[str, Any]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content",
-                         "anthropic_content")
+                         "anthropic_content", "openai_output")
 
 
 # The largest token count believed from an upstream; anything else reported is treated as absent.
@@ -120,7 +133,9 @@ class ModelRequest:
     ``params`` holds every other OpenAI body field (temperature, max_tokens, stop, seed,
     response_format, parallel_tool_calls, user, and unknown fields an OpenAI-compatible
     upstream may understand); adapters translate what their format knows. ``native``: the
-    caller's own request, for a target of its wire format (``NativeRequest``).
+    caller's own request, for a target of its wire format (``NativeRequest``). ``hosted``: the
+    hosted tools the caller asked for (``canonical.tools.HostedTools``), for a target that runs or
+    maps them.
     """
 
     messages: list[Message]
@@ -128,6 +143,7 @@ class ModelRequest:
     tool_choice: Any = None
     params: dict[str, Any] = field(default_factory=dict)
     native: NativeRequest | None = None
+    hosted: HostedTools | None = None
 
 
 @dataclass(slots=True)
@@ -145,6 +161,8 @@ class ModelResponse:
     #: the caller's stop sequence the answer ended on, when the provider says which (Anthropic's
     #: ``stop_sequence``); None when it did not, or cannot say (OpenAI and Gemini only say "stop")
     stop_sequence: str | None = None
+    #: hosted tools the target ran within this answer (a mapped web search), for renderers that show them
+    hosted_calls: Sequence[HostedToolCall] = ()
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -192,7 +210,7 @@ class Answering:
     model: str
 
 
-StreamDelta = TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering
+StreamDelta = TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | HostedToolCall
 
 
 # --- helpers every adapter shares -----------------------------------------------------
@@ -221,11 +239,26 @@ def rewritten(message: Message, **changes: Any) -> Message:
     return copy
 
 
+def mark_origin(message: Message, provider: str) -> None:
+    """Name ``provider`` (the configured provider that answered) as the origin of the turn's artifacts, in place.
+
+    The adapters parse bytes without knowing which provider sent them; the loop knows, and says it
+    here once per answer: ``reasoning_origin`` for ``reasoning_content`` (``reasoning_passback: auto``)
+    and the ``provider`` of ``openai_output``. An origin already set (a parser's own marker) stays.
+    """
+    if "reasoning_content" in message:
+        message.setdefault("reasoning_origin", provider)
+    output = message.get("openai_output")
+    if output.__class__ is dict:
+        output.setdefault("provider", provider)
+
+
 def strip_artifacts(message: Message) -> Message:
     """A copy of ``message`` without provider artifacts, for strict upstreams and clients."""
     # Plain membership tests, no generators: this runs for every message of every upstream request.
     if ("reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message
-            and "reasoning_origin" not in message and "anthropic_content" not in message):
+            and "reasoning_origin" not in message and "anthropic_content" not in message
+            and "openai_output" not in message):
         calls = message.get("tool_calls")
         if not calls:
             return message

@@ -28,19 +28,21 @@ from gateway.config.notifications_section import WEBHOOK_EVENTS, NotificationsCo
 from gateway.config.observability_section import LoggingConfig, ObservabilityConfig
 from gateway.config.prices_section import Price
 from gateway.config.providers_section import PROVIDER_TYPES, ProviderConfig, ProviderType, ReasoningPassback
+from gateway.config.responses_section import ResponsesConfig
 from gateway.config.routing_section import RoutingConfig
 from gateway.config.server_section import ServerConfig
 from gateway.config.store_section import REDIS_SCHEMES, StoreConfig, StoreSentinel, StoreTls
 from gateway.config.tools_section import HttpToolConfig, ToolConfig
 from gateway.config.usage_section import UsageConfig
+from gateway.config.websocket_section import WebSocketConfig
 
 __all__ = [
     "PROVIDER_TYPES", "REDIS_SCHEMES", "WEBHOOK_EVENTS", "AdminKey", "ApiKey", "ApprovalMode", "AuthConfig",
     "BackgroundConfig", "Budget", "BudgetPeriod", "BudgetUnit", "Config", "ContextConfig", "HttpToolConfig",
     "KeyRole", "Limits", "LoggingConfig", "McpServerConfig", "NotificationsConfig", "ObservabilityConfig", "Price",
-    "ProviderConfig", "ProviderType", "ReasoningPassback", "RouteConfig", "RoutingConfig", "ServerConfig",
-    "StoreConfig", "StoreSentinel", "StoreTls", "TargetConfig", "TenantConfig", "ToolConfig", "UsageConfig",
-    "WebhookConfig",
+    "ProviderConfig", "ProviderType", "ReasoningPassback", "ResponsesConfig", "RouteConfig", "RoutingConfig",
+    "ServerConfig", "StoreConfig", "StoreSentinel", "StoreTls", "TargetConfig", "TenantConfig", "ToolConfig",
+    "UsageConfig", "WebSocketConfig", "WebhookConfig",
 ]
 
 
@@ -60,3 +62,5 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    responses: ResponsesConfig = field(default_factory=ResponsesConfig)
+    websocket: WebSocketConfig = field(default_factory=WebSocketConfig)

@@ -14,10 +14,10 @@ from gateway.config.transport import DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PoolLimit
 PROVIDER_KEYS = {"type", "base_url", "api_key", "timeout_s", "connect_timeout_s", "headers",
                   "max_connections", "default_max_tokens", "api_version", "reasoning_passback", "direct",
                   "write_timeout_s", "pool_timeout_s", "idle_timeout_s", "max_response_bytes", "latency_ms",
-                  "tokens_per_s", "prices"}
+                  "tokens_per_s", "prices", "azure"}
 
-ProviderType = Literal["openai", "anthropic", "gemini", "litellm", "mock"]
-PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "gemini", "litellm", "mock")
+ProviderType = Literal["openai", "openai_responses", "anthropic", "gemini", "litellm", "mock"]
+PROVIDER_TYPES: tuple[str, ...] = ("openai", "openai_responses", "anthropic", "gemini", "litellm", "mock")
 ReasoningPassback = bool | Literal["auto"]
 
 
@@ -35,8 +35,12 @@ class ProviderConfig:
     headers: dict[str, str] = field(default_factory=dict)
     # Anthropic requires max_tokens; used when the client sent none.
     default_max_tokens: int = 4096
-    # Azure OpenAI: deployment-style URL and the api-key header.
+    # Azure OpenAI: deployment-style URL and the api-key header (``openai``); ``openai_responses``: the
+    # ``api-version`` query parameter of Azure's v1 API (optional there).
     api_version: str | None = None
+    # ``openai_responses`` only: Azure OpenAI's v1 API (``{base_url}/openai/v1/responses``, the key as ``api-key``);
+    # the default is true for an Azure OpenAI host or with ``api_version`` set (``_azure``).
+    azure: bool = False
     # Whether assistant turns go back to this OpenAI-format server with their ``reasoning_content``:
     # "auto" (only to the target that produced it; see providers/openai.py), True (always), False (never).
     reasoning_passback: ReasoningPassback = "auto"
@@ -57,6 +61,7 @@ _MAX_MOCK_TOKENS_PER_S = 1_000_000.0
 
 _DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
+    "openai_responses": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com",
     "litellm": "",
@@ -97,6 +102,7 @@ def provider_section(name: str, raw: Any) -> ProviderConfig:
                               f"{path}.max_response_bytes"))
     headers = header_map(section.get("headers"), f"{path}.headers")
     connections = int(positive(get(section, "max_connections", path, int, 1000), f"{path}.max_connections"))
+    api_version = get(section, "api_version", path, str, None)
     return ProviderConfig(
         name=name,
         type=kind,
@@ -107,13 +113,29 @@ def provider_section(name: str, raw: Any) -> ProviderConfig:
         headers=headers,
         default_max_tokens=int(positive(get(section, "default_max_tokens", path, int, 4096),
                                          f"{path}.default_max_tokens")),
-        api_version=get(section, "api_version", path, str, None),
+        api_version=api_version,
+        azure=_azure(section, path, kind, base_url, api_version),
         reasoning_passback=_passback(section.get("reasoning_passback", "auto"), f"{path}.reasoning_passback"),
         direct=get(section, "direct", path, bool, True),
         latency_ms=latency_ms,
         tokens_per_s=tokens_per_s,
         prices=parse_prices(section.get("prices"), f"{path}.prices"),
     )
+
+
+# Hosts of Azure OpenAI resources (classic and Foundry): an ``openai_responses`` provider there is Azure's v1 API.
+_AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def _azure(section: dict[str, Any], path: str, kind: str, base_url: str, api_version: str | None) -> bool:
+    """``azure`` (``openai_responses`` only): as configured, else: the host is Azure's or ``api_version`` is set."""
+    if kind != "openai_responses":
+        if "azure" in section:
+            raise ConfigError(f"{path}.azure", "is only for providers of type openai_responses (an Azure "
+                              "deployment of type openai is told by its api_version)")
+        return False
+    host = (urlparse(base_url).hostname or "").lower()
+    return bool(get(section, "azure", path, bool, api_version is not None or host.endswith(_AZURE_HOSTS)))
 
 
 def _mock_pace(section: dict[str, Any], path: str) -> tuple[float, float]:

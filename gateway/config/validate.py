@@ -36,16 +36,18 @@ from gateway.config.notifications_section import NOTIFICATIONS_KEYS, WEBHOOK_KEY
 from gateway.config.observability_section import ROLLUP_KEYS, logging_section, observability_section
 from gateway.config.prices_section import PRICE_KEYS, check_target_prices
 from gateway.config.providers_section import PROVIDER_KEYS, provider_section
+from gateway.config.responses_section import RESPONSES_KEYS, responses_section
 from gateway.config.routing_section import ROUTING_KEYS, routing_section
 from gateway.config.server_section import SERVER_KEYS, server_section
 from gateway.config.store_section import SENTINEL_KEYS, STORE_KEYS, STORE_TLS_KEYS, store_section
 from gateway.config.tools_section import HTTP_TOOL_KEYS, TOOL_KEYS, tool_section
 from gateway.config.usage_section import USAGE_KEYS, usage_section
+from gateway.config.websocket_section import WEBSOCKET_KEYS, websocket_section
 
 __all__ = ["ConfigError", "build_config", "deadline_warnings", "shared_stdio_warnings"]
 
 TOP_KEYS = {"server", "auth", "store", "providers", "tools", "mcp_servers", "models", "routing", "tenants",
-            "usage", "background", "logging", "observability", "notifications"}
+            "usage", "background", "logging", "observability", "notifications", "responses", "websocket"}
 # The keys of every section, named by a path template (NAME: an entry's name, N: a list index). One
 # table, so a key that is unknown where it was written but valid elsewhere can name where it belongs
 # (``checks.elsewhere``; on a tie the earlier entry wins).
@@ -59,7 +61,8 @@ SECTIONS: tuple[tuple[str, set[str]], ...] = (
     ("auth.admin_keys[N]", ADMIN_KEY_KEYS), ("tenants.NAME", TENANT_KEYS), ("auth.keys[N].budget", BUDGET_KEYS),
     ("background", BACKGROUND_KEYS),
     ("notifications", NOTIFICATIONS_KEYS), ("notifications.webhooks[N]", WEBHOOK_KEYS),
-    ("observability.rollups", ROLLUP_KEYS),
+    ("observability.rollups", ROLLUP_KEYS), ("responses", RESPONSES_KEYS),
+    ("websocket", WEBSOCKET_KEYS),
 )
 register_sections(SECTIONS)
 
@@ -101,6 +104,8 @@ def build_config(raw: dict[str, Any]) -> Config:
         logging=logging_section(raw.get("logging")),
         observability=observability_section(raw.get("observability")),
         notifications=notifications_section(raw.get("notifications"), server.public_url),
+        responses=responses_section(raw.get("responses")),
+        websocket=websocket_section(raw.get("websocket")),
     )
 
 

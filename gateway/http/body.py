@@ -28,6 +28,10 @@ def _bad(message: str) -> BodyError:
 
 
 async def read_json(request: Incoming, limit: int) -> Any:
+    if request.parsed is not None:  # a WebSocket message, parsed as it arrived (Incoming.for_message)
+        if request.body_bytes > limit:
+            raise _too_large(limit)
+        return request.parsed
     declared = request.content_length
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)

@@ -8,14 +8,16 @@ ASGI servers lower-case header names, so the bytes keys below match as they are.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.types import Receive, Scope
 
 _TRUE = frozenset({b"1", b"true", b"yes", b"on"})
 
 
 class Incoming:
-    __slots__ = ("authorization", "body_bytes", "content_length", "headers", "headless", "raw_headers", "receive",
-                 "request_id", "traceparent")
+    __slots__ = ("authorization", "body_bytes", "content_length", "headers", "headless", "parsed", "raw_headers",
+                 "receive", "request_id", "traceparent")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         raw: list[tuple[bytes, bytes]] = scope["headers"]
@@ -37,3 +39,22 @@ class Incoming:
         #: the caller's ``x-request-id`` (checked by ``request_id.request_id``) and W3C ``traceparent``, raw
         self.request_id: bytes | None = headers.get(b"x-request-id")
         self.traceparent: bytes | None = headers.get(b"traceparent")
+        #: the body, already parsed (a WebSocket message's: ``for_message``); None: read from ``receive``
+        self.parsed: Any = None
+
+    def for_message(self, body: Any, size: int) -> Incoming:
+        """One message of the WebSocket connection this is the upgrade request of, as a request of its own: the
+        connection's headers (its key, ``x-gateway-headless``, ``traceparent``), ``body`` (parsed, ``size``
+        bytes) as the body, and an id of its own (the upgrade's ``x-request-id`` names the connection)."""
+        turn = Incoming.__new__(Incoming)
+        turn.headers = self.headers
+        turn.raw_headers = self.raw_headers
+        turn.receive = self.receive
+        turn.authorization = self.authorization
+        turn.content_length = None
+        turn.headless = self.headless
+        turn.request_id = None
+        turn.traceparent = self.traceparent
+        turn.parsed = body
+        turn.body_bytes = size
+        return turn

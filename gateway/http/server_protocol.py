@@ -136,8 +136,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._head_bytes = 0
                 self.handle_websocket_upgrade()
                 return
-            # No WebSocket endpoint (uvicorn's ws is off): the request was served as plain HTTP.
-            # uvicorn's own warning here would tell operators to install a WebSocket library.
+            # Not a WebSocket handshake, or the WebSocket mode is off (websocket.enabled: uvicorn's ws is
+            # "none"): the request was served as plain HTTP. uvicorn's own warning here would tell operators
+            # to install a WebSocket library.
         if self._timer is None and (self._phase or self._head_bytes) and not self.transport.is_closing():
             self._arm()
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-from gateway.canonical import Message, NativeRequest, ToolCall, text_of
+from gateway.canonical import HostedTools, Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
@@ -59,7 +59,8 @@ from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Store
-from gateway.store.continuations.base import Continuation
+from gateway.store.continuations.base import Continuation, claimed
+from gateway.store.errors import StoreError
 
 # A claim outlives the longest possible resume (the request deadline) by this much, so a live
 # resume never loses its claim, and a replica that dies mid-resume frees it soon after.
@@ -93,8 +94,8 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
     Left out, because a reader derives them or reads their absence as the default: the decision context
     (``approvals.summary_of`` derives it from the transcript), the loop state but its tool rounds and model
     (a resume starts its own counters), and the optional fields when unset (``native``, ``allowed_tools``,
-    ``origin``, ``stream_rescue``). The keys a resume indexes are always written, so a replica still running
-    the previous release resumes what this one paused (and this one what it paused: the fields it wrote
+    ``origin``, ``stream_rescue``, ``hosted``). The keys a resume indexes are always written, so a replica still
+    running the previous release resumes what this one paused (and this one what it paused: the fields it wrote
     besides are simply not read).
     """
     data: dict[str, Any] = {
@@ -105,7 +106,7 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
         "tool_choice": request.tool_choice,
         "params": request.params,
         "max_iterations": request.max_iterations,
-        "state": {"tool_rounds": request.state.tool_rounds, "model": request.state.model},  # LoopState.from_dict
+        "state": {"tool_rounds": request.state.tool_rounds, "model": request.state.model},  # resumed_request
         "asker": {"id": request.key_id, "name": request.key_name},
     }
     if request.native is not None:
@@ -117,6 +118,8 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
     if request.stream_rescue is not None:
         # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
         data["stream_rescue"] = request.stream_rescue
+    if request.hosted is not None:
+        data["hosted"] = request.hosted.to_dict()
     return data
 
 
@@ -219,18 +222,22 @@ class Continuations:
         if not may_resume_way_a(messages):
             return None
         outputs = trailing_outputs(messages)
-        # Expired and cancelled ones are not found; nor is one gone between the index lookup and the read.
-        stored = await self.store.find_paused(tenant, list(outputs)[:MAX_WAY_A_LOOKUPS])
+        # Expired and cancelled ones are not found; nor is one gone between the index lookup and the read. Where
+        # the store can, the claim is taken in the same step (``held_until``): given back below, or by the resume
+        # (``forgo``) if it is refused, so a refused resume leaves the continuation pending.
+        stored = await self.store.find_paused(tenant, list(outputs)[:MAX_WAY_A_LOOKUPS], self.lease_s)
         if stored is None:
             return None
         problem = self.history_mismatch(stored, messages)
         if problem is not None:
             log.warning("way-A follow-up names continuation %s but does not match it (%s); answered statelessly, "
                         "the continuation stays pending", stored.id, problem)
+            await self.forgo(stored)
             return None
         try:
             return stored, outputs_to_results(stored, outputs)
         except AwaitsDecision as refused:
+            await self.forgo(stored)
             await record_refusal(self.store, refused, key_id, key_name)
             raise
 
@@ -266,18 +273,35 @@ class Continuations:
     async def claim(self, stored: Continuation, tenant: str) -> Continuation:
         """Take the right to resume ``stored`` (read just before): at most once, for this resume's lease.
 
-        The store is handed the continuation already read, so the claim does not read its body again.
+        A claim way A's lookup took already (``held_until``) is this one: no round trip. Otherwise the store is
+        handed the continuation already read, so the claim does not read its body again.
         """
+        if stored.held_until is not None:
+            return claimed(stored, stored.held_until)
         return await self.store.claim_continuation(stored.id, tenant, self.lease_s, known=stored)
+
+    async def forgo(self, stored: Continuation) -> None:
+        """Give back the claim way A's lookup took (``held_until``) for a resume that is then refused (a history
+        that does not match, a result for a call awaiting a decision, a refusal of the route, the key or the
+        limits), so the continuation is pending again as if never claimed. Nothing to do otherwise. A store that
+        fails now leaves the claim to its lease (logged), and the refusal is answered as it would have been."""
+        if stored.held_until is None:
+            return
+        stored.held_until = None
+        try:
+            await self.store.release_continuation(stored.id, stored.tenant)
+        except StoreError as exc:
+            log.warning("could not release continuation %s after a refused resume (%s); it is resumable again "
+                        "once its claim's lease ends", stored.id, exc)
 
     def resumed_request(self, continuation: Continuation, plan: RoutePlan, given: dict[str, ToolResult],
                         approved: list[str], stream: bool, deadline: float, tenant: str,
                         headless: bool = False, follow_up: list[Message] | None = None,
                         answers: dict[str, dict[str, Any] | None] | None = None) -> LoopRequest:
         data = continuation.data
-        stored = LoopState.from_dict(data["state"])
+        stored = data["state"]  # of the paused loop, only what a resume carries on (paused_data)
         # Counters describe this response; the tool-round budget spans the whole loop.
-        state = LoopState(tool_rounds=stored.tool_rounds, model=stored.model)
+        state = LoopState(tool_rounds=stored.get("tool_rounds", 0), model=stored.get("model", ""))
         results = {k: result_of(k, v) for k, v in data["results"].items()}
         # Fail-closed: a deadline that passed after the decision was checked still denies the call.
         timed_out = sorted(expired_calls(continuation))
@@ -304,6 +328,7 @@ class Continuations:
             allowed_tools=None if allowed is None else frozenset(allowed),
             native=NativeRequest.from_dict(data.get("native")),
             stream_rescue=rescue if isinstance(rescue := data.get("stream_rescue"), bool) else None,
+            hosted=HostedTools.from_dict(data.get("hosted")),
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,

@@ -40,6 +40,7 @@ from gateway.canonical import (
     StreamDelta,
     TextDelta,
     ToolCall,
+    mark_origin,
     reasoning_deltas,
     text_of,
 )
@@ -226,7 +227,7 @@ class LoopRun:
         tools = self.tool_defs
         return ModelRequest(messages=messages, tools=tools,
                             tool_choice=choice if tools or request.native is not None else None,
-                            params=request.params, native=request.native)
+                            params=request.params, native=request.native, hosted=request.hosted)
 
     def open_call_span(self, model_request: ModelRequest) -> Span:
         """The call's span (traced requests only), its trace context sent upstream when propagation is on."""
@@ -258,6 +259,8 @@ class LoopRun:
             reasoning = reasoning_deltas(message)  # per block, signatures included
             if reasoning:
                 events.append(reasoning)
+            if response.hosted_calls:  # hosted tools the target ran (a mapped web search): before their answer
+                events.append(list(response.hosted_calls))
             text = text_of(message.get("content"))
             if text:
                 if state.text_emitted:
@@ -272,8 +275,7 @@ class LoopRun:
                                     {f"loopgate.{k}": v for k, v in (answer.rescued or {}).items()})
         state.add_call(answer.target.label, response.usage)
         state.answered_by.append(answer.target.label)
-        if "reasoning_content" in message:  # provenance for reasoning_passback: auto
-            message.setdefault("reasoning_origin", answer.target.provider.name)
+        mark_origin(message, answer.target.provider.name)  # reasoning_passback: auto; whose openai_output
         state.model = response.model or answer.target.model
         if stream and state.model != self.announced:
             self.announced = state.model  # a call that streamed nothing (tool calls only) still names its model

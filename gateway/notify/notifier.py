@@ -118,7 +118,8 @@ class Notifier:
         self._flush_wake.set()
 
     def paused(self, continuation: Continuation) -> None:
-        self.emit("paused", continuation.tenant, **_about(continuation), expires_at=int(continuation.expires_at))
+        if self.wants("paused"):  # the event's fields are built only for a subscriber (every pause passes here)
+            self.emit("paused", continuation.tenant, **_about(continuation), expires_at=int(continuation.expires_at))
         if self.wants("expired"):
             due, reason = continuation.expires_at - EXPIRY_LEAD_S, TTL_REASON
             deadlines = [(float(p[field]), why) for p in continuation.pending
@@ -141,8 +142,9 @@ class Notifier:
                 result_status: str | None = None) -> None:
         """Emitted once the resumed loop ended and its result is stored: ``result_id`` is the answer's id
         (``GET /v1/continuations/{id}`` returns it), ``result_status`` ``completed`` or ``paused`` (again)."""
-        self.emit("resumed", continuation.tenant, **_about(continuation), way=way, result_id=result_id,
-                  result_status=result_status)
+        if self.wants("resumed"):
+            self.emit("resumed", continuation.tenant, **_about(continuation), way=way, result_id=result_id,
+                      result_status=result_status)
 
     def decided(self, continuation: Continuation, decisions: Iterable[dict[str, Any]], decided_by: str | None) -> None:
         """An approval decision (way B): ``decisions`` are ``{tool_call_id, approved, reason?}``."""

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from gateway.config.model import Config
 
 #: provider types that call a remote API with a key (``mock`` needs none)
-KEYED_TYPES = frozenset({"openai", "anthropic", "gemini", "litellm"})
+KEYED_TYPES = frozenset({"openai", "openai_responses", "anthropic", "gemini", "litellm"})
 #: addresses that mean "every interface": the banner shows a URL one can open instead
 _ANY = {"0.0.0.0", "::", ""}
 

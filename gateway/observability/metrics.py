@@ -148,12 +148,19 @@ KEY_LOOKUPS = Counter("loopgate_key_lookups_total", "Store look-ups of secrets t
                       "outcome (found, unknown, miss_cached: a recent miss answered it, shed: too many at once, "
                       "store_error)", ("outcome",))
 
+WEBSOCKET_CONNECTIONS = Gauge("loopgate_websocket_connections", "Open WebSocket connections of the Responses API's "
+                              "WebSocket mode", ())
+WEBSOCKET_CLOSES = Counter("loopgate_websocket_closes_total", "WebSocket connections ended, by why: client (it "
+                           "closed or went away), idle, lifetime, messages (websocket.max_messages), too_big, "
+                           "key_refused, shutdown", ("reason",))
+
 ALL = (REQUESTS, LATENCY, OVERHEAD, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, FAILOVERS, CIRCUIT_STATE, CIRCUIT_HALF_OPEN,
        UPSTREAM_CONNECTIONS,
        STREAM_ABORTS, STREAM_RESCUES, UPSTREAM_MALFORMED_EVENTS, TOOL_CALLS,
        LOOP_ITERATIONS, CONTINUATIONS, CONTEXT_ACTIONS,
        TOKENS, COST, USAGE_STORE_FAILURES, WEBHOOK_EVENTS, WEBHOOK_DELIVERIES, TRACE_SPANS_DROPPED,
-       KEY_LOOKUPS, STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS, STORE_FAIL_OPEN)
+       KEY_LOOKUPS, STORE_MEMORY_BYTES, STORE_EVICTIONS, STORE_QUOTA_REFUSALS, STORE_FAIL_OPEN,
+       WEBSOCKET_CONNECTIONS, WEBSOCKET_CLOSES)
 
 
 def render_all() -> str:

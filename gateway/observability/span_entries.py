@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 # ``gen_ai.provider.name`` values of the conventions, by provider type.
-PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini", "litellm": "litellm",
-                  "mock": "loopgate.mock"}
+PROVIDER_NAMES = {"openai": "openai", "openai_responses": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini",
+                  "litellm": "litellm", "mock": "loopgate.mock"}
 # SpanKind values of the OpenTelemetry API (the exporter process maps them back).
 INTERNAL, SERVER, CLIENT = 0, 1, 2
 _bits = random.getrandbits

@@ -41,6 +41,8 @@ DICT_OR_NONE = (dict, type(None))
 # Retry-After beyond this is "not within any retry window" all the same; a larger value is capped to it.
 MAX_RETRY_AFTER_S = 86_400.0
 MAX_MODEL_NAME = 256
+# An optional ``vendor/`` prefix (OpenRouter and other aggregators), then an OpenAI family that does not reason.
+_NOT_REASONING = re.compile(r"(?:^|/)(?:gpt-4|gpt-3\.5|chatgpt-4o|gpt-5(?:\.\d+)?-chat)", re.IGNORECASE)
 
 
 class StreamParser(Protocol):
@@ -154,6 +156,12 @@ def invalid_response(exc: BaseException) -> ProviderError:
     """A document of the wrong shape; the message names the kind of fault, never upstream text."""
     return ProviderError(ErrorClass.INVALID_RESPONSE,
                          f"upstream returned a response of an unexpected shape ({type(exc).__name__})")
+
+
+def reasoning_model(model: str) -> bool:
+    """Whether an OpenAI model name may reason: every name but the families known not to (``gpt-4*``,
+    ``gpt-3.5``, ``chatgpt-4o``, ``gpt-5*-chat``), which answer 400 to reasoning fields."""
+    return not _NOT_REASONING.search(model)
 
 
 def reported_model(value: Any) -> str:

@@ -11,6 +11,10 @@ upstream's 400. Older or unrecognised names get ``thinkingBudget`` with the budg
 OpenAI-compatible endpoint uses (none 0, minimal/low 1024, medium 8192, high 24576): a budget is
 what 2.5 understands and Gemini 3 still accepts. Thought summaries (``includeThoughts``) are
 requested only when the client asks with ``include_reasoning: true``, the common gateway flag.
+
+A Responses caller's hosted ``web_search`` becomes Google Search grounding (``googleSearch``) when
+the route allows it and the model can pair it with the request's functions (``providers/hosted.py``);
+what it searched comes back from ``groundingMetadata`` as ``ModelResponse.hosted_calls``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import ModelRequest, ModelResponse
+from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse
 from gateway.canonical_tool_results import takes_tool_result_images, tool_messages_for
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
@@ -45,6 +49,7 @@ from gateway.providers.gemini_stream import (
     error_details,
     load_payload,
 )
+from gateway.providers.hosted import gemini_supports, mapped_web_search
 
 _BUDGETS = {"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576, "xhigh": 24576}
 _LEVELS = {"none": "minimal", "minimal": "minimal", "low": "low", "medium": "medium", "high": "high",
@@ -189,8 +194,32 @@ def _native_top_k(request: ModelRequest) -> int | None:
     return value if type(value) is int else None
 
 
+def _add_tools(body: dict[str, Any], request: ModelRequest, model: str) -> None:
+    """``tools`` and ``toolConfig``: the function declarations, and Google Search for a mapped ``web_search``."""
+    tools: list[dict[str, Any]] = []
+    config: dict[str, Any] = {}
+    if request.tools:
+        calling, allowed = _tool_config(request.tool_choice)
+        declarations = _declarations(request.tools, allowed)
+        if declarations:
+            tools.append({"functionDeclarations": declarations})
+            if calling is not None:
+                config["functionCallingConfig"] = calling
+    search = mapped_web_search(request.hosted)
+    if search is not None and gemini_supports(str(search.get("type")), model, bool(tools)) is not None:
+        tools.append({"googleSearch": {}})
+        if len(tools) > 1:  # beside functions (Gemini 3+): the search's own parts come back, to be circulated
+            config["includeServerSideToolInvocations"] = True
+    if tools:
+        body["tools"] = tools
+    if config:
+        body["toolConfig"] = config
+
+
 class GeminiAdapter:
     wire_format = "gemini"
+    #: hosted tools it maps (``web_search`` -> Google Search grounding): providers/hosted.py
+    hosted_support = staticmethod(gemini_supports)
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
@@ -198,32 +227,41 @@ class GeminiAdapter:
         if problem is not None:
             raise problem
         url = urls.gemini_generate(provider.base_url, model, stream)
-        model = model.removeprefix("models/")
+        return UpstreamRequest(url=url, headers=_headers(provider),
+                               body=orjson.dumps(self._body(request, model.removeprefix("models/"))))
+
+    def build_count_tokens(self, request: ModelRequest, provider: ProviderConfig, model: str) -> UpstreamRequest:
+        """``:countTokens`` of the ``generateContent`` body ``build_request`` would send (same translation; its
+        ``generationConfig`` left out: it changes no input token)."""
+        body = self._body(request, model.removeprefix("models/"))
+        body.pop("generationConfig", None)
+        body["model"] = urls.gemini_resource(model)
+        return UpstreamRequest(url=urls.gemini_count_tokens(provider.base_url, model), headers=_headers(provider),
+                               body=orjson.dumps({"generateContentRequest": body}))
+
+    def parse_count_tokens(self, body: bytes) -> int:
+        """``{"totalTokens": N}``; any other 2xx document is the upstream's fault (INVALID_RESPONSE)."""
+        payload = load_payload(body, "a body")
+        count = payload.get("totalTokens") if isinstance(payload, dict) else None
+        if type(count) is not int or not 0 <= count <= MAX_TOKEN_COUNT:
+            raise ProviderError(ErrorClass.INVALID_RESPONSE, "upstream countTokens answer has no totalTokens count")
+        return count
+
+    def _body(self, request: ModelRequest, model: str) -> dict[str, Any]:
         images = takes_tool_result_images(self.wire_format, model)
         system, contents = build_contents(tool_messages_for(request.messages, images))
         body: dict[str, Any] = {}
         if system:
             body["systemInstruction"] = {"parts": system}
         body["contents"] = contents
-        if request.tools:
-            calling, allowed = _tool_config(request.tool_choice)
-            declarations = _declarations(request.tools, allowed)
-            if declarations:
-                body["tools"] = [{"functionDeclarations": declarations}]
-                if calling is not None:
-                    body["toolConfig"] = {"functionCallingConfig": calling}
+        _add_tools(body, request, model)
         generation = _generation_config(request.params, model)
         top_k = _native_top_k(request)
         if top_k is not None and "topK" not in generation:
             generation["topK"] = top_k
         if generation:
             body["generationConfig"] = generation
-        headers = {"content-type": "application/json"}
-        if provider.api_key:
-            headers["x-goog-api-key"] = provider.api_key
-        headers.update(provider.headers)
-        return UpstreamRequest(url=url, headers=headers,
-                               body=orjson.dumps(body))
+        return body
 
     def parse_response(self, body: bytes) -> ModelResponse:
         payload = load_payload(body, "a body")
@@ -259,6 +297,14 @@ class GeminiAdapter:
         if result.retry_after is None:
             result.retry_after = _retry_delay(details)
         return result
+
+
+def _headers(provider: ProviderConfig) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if provider.api_key:
+        headers["x-goog-api-key"] = provider.api_key
+    headers.update(provider.headers)
+    return headers
 
 
 def _list(value: Any) -> list[Any]:

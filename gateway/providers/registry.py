@@ -16,9 +16,11 @@ from gateway.providers.litellm import LiteLLMAdapter, LiteLLMEmbeddings
 from gateway.providers.mock import MockAdapter
 from gateway.providers.openai import OpenAIAdapter
 from gateway.providers.openai_embeddings import OpenAIEmbeddings
+from gateway.providers.openai_responses import OpenAIResponsesAdapter
 
 ADAPTERS: dict[str, Any] = {
     "openai": OpenAIAdapter(),
+    "openai_responses": OpenAIResponsesAdapter(),
     "anthropic": AnthropicAdapter(),
     "gemini": GeminiAdapter(),
     "litellm": LiteLLMAdapter(),

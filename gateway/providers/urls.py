@@ -38,6 +38,26 @@ def azure_chat(base_url: str, deployment: str, api_version: str) -> str:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
+def openai_responses(base_url: str) -> str:
+    return f"{base_url}/responses"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def azure_responses(base_url: str, api_version: str | None, action: str = "") -> str:
+    """Azure OpenAI's v1 API: ``{resource}/openai/v1/responses`` (a base URL may already end in ``/openai/v1``);
+    the model is the deployment, named in the body. ``api-version`` only when configured (v1 needs none).
+    ``action``: a sub-resource (``/input_tokens``)."""
+    base = base_url if base_url.endswith("/openai/v1") else f"{base_url}/openai/v1"
+    query = f"?api-version={_segment(api_version)}" if api_version else ""
+    return f"{base}/responses{action}{query}"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def openai_input_tokens(base_url: str) -> str:
+    return f"{base_url}/responses/input_tokens"
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
 def anthropic_messages(base_url: str) -> str:
     base = base_url.rstrip("/")
     return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
@@ -62,6 +82,11 @@ def _gemini_method(base_url: str, model: str, action: str) -> str:
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def gemini_generate(base_url: str, model: str, stream: bool) -> str:
     return _gemini_method(base_url, model, "streamGenerateContent?alt=sse" if stream else "generateContent")
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def gemini_count_tokens(base_url: str, model: str) -> str:
+    return _gemini_method(base_url, model, "countTokens")
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -64,8 +64,12 @@ class RoutePlan:
 
 
 def _needs_artifacts(targets: tuple[ResolvedTarget, ...]) -> bool:
-    return any(t.provider.type in ("anthropic", "gemini") or t.provider.reasoning_passback is not False
-               for t in targets)
+    return any(t.provider.type in _KEEPS_ARTIFACTS or t.provider.reasoning_passback is not False for t in targets)
+
+
+#: provider types whose answers carry artifacts only they take back (thinking blocks, thought signatures,
+#: encrypted reasoning): a client's history gets a paused turn's artifacts put back for them
+_KEEPS_ARTIFACTS = ("anthropic", "gemini", "openai_responses")
 
 
 #: what a direct embeddings route (``PROVIDER/UPSTREAM_MODEL`` on ``/v1/embeddings``) may ask for

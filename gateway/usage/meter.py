@@ -305,6 +305,15 @@ class Meter:
             return None
         return metering._reserve(self, checks, tokens, cost_nano)
 
+    def check_spent(self) -> None:
+        """429 ``insufficient_quota`` when this process last saw a budget of the key spent: no store call,
+        nothing reserved (a WebSocket upgrade, refused early; each of its turns still runs ``check_budget``)."""
+        checks = self.checks
+        if checks:
+            verdict = self._metering._spent.judge_now(checks, time.monotonic())
+            if verdict is not True and verdict is not False:
+                raise refusal(verdict[0], verdict[1], time.time())
+
     def watch(self, state: WorkRecord) -> None:
         """A loop's state, read as it runs; its engine calls ``finish`` when it ends (the caller hooks it)."""
         self._state = state

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from gateway.api.responses.decided import decided_request
+from gateway.api.responses.echo import ECHO_FIELDS
 from gateway.api.responses.origin import began_on_responses, decision_items, responses_origin
-from gateway.api.responses.request import ECHO_FIELDS, parse_responses_request
+from gateway.api.responses.request import parse_responses_request
 
 
 def test_decisions_become_the_items_the_responses_api_would_have_sent() -> None:

@@ -387,3 +387,39 @@ def test_way_b_resume_streams(gateway: Gateway, fakes: dict[str, FakeUpstream], 
     summary = next(c["gateway"] for c in chunks if "gateway" in c and "event" not in c["gateway"])
     assert summary["status"] == "completed" and summary["tool_calls"][0]["status"] == "ok"
     assert any(c.get("usage") for c in chunks)
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_way_a_lookup_claims_a_refused_follow_up_gives_it_back_and_duplicates_get_409(
+        store: str, request: pytest.FixtureRequest, fakes: dict[str, FakeUpstream]) -> None:
+    # Way A's lookup takes the claim with its read (one step): a follow-up then refused must give it back, and of
+    # simultaneous identical follow-ups exactly one resumes (the others: 409, the contract's answer).
+    gw: Gateway = request.getfixturevalue("gateway") if store == "memory" else request.getfixturevalue(
+        "redis_gateways")[0]
+    paused = pause_on_client_tool(gw, fakes)
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    mismatched = follow_up(paused, "ok")
+    mismatched[-2]["tool_calls"][0]["function"]["arguments"] = '{"q": "another record"}'
+    fakes["primary"].queue(Reply(text="answered statelessly"))
+    assert gw.client().chat.completions.create(model="agent", messages=mismatched, tools=LOOKUP
+                                               ).choices[0].message.content == "answered statelessly"
+    view = httpx.get(f"{gw.url}/v1/continuations/{continuation_id}", headers={"authorization": "Bearer test-key"})
+    assert view.json()["status"] == "pending", "a refused way-A follow-up leaves the continuation pending"
+    fakes["primary"].default = Reply(text="resumed once", delay_s=0.3)
+    statuses: list[int] = []
+
+    def resume() -> None:
+        statuses.append(gw.post("/v1/chat/completions", {"model": "agent", "messages": follow_up(paused, "ok"),
+                                                         "tools": LOOKUP}).status_code)
+
+    try:
+        threads = [threading.Thread(target=resume) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        fakes["primary"].default = Reply(text="ok")
+    assert sorted(statuses) == [200, 409, 409, 409]
+    view = httpx.get(f"{gw.url}/v1/continuations/{continuation_id}", headers={"authorization": "Bearer test-key"})
+    assert view.json()["status"] == "resumed"

@@ -41,7 +41,8 @@ def test_no_two_routes_for_one_method_and_path() -> None:
 
 @pytest.mark.parametrize("path", sorted(SURFACES))
 def test_another_method_is_a_405_in_the_surfaces_shape(gateway: Gateway, path: str) -> None:
-    answer = httpx.get(f"{gateway.url}{path}", headers={"authorization": f"Bearer {KEY}", "x-request-id": "rid-405"},
+    # PUT: a GET of /v1/responses opens its WebSocket mode (426 without the handshake: test_responses_websocket.py)
+    answer = httpx.put(f"{gateway.url}{path}", headers={"authorization": f"Bearer {KEY}", "x-request-id": "rid-405"},
                        timeout=20)
     assert answer.status_code == 405, answer.text
     assert answer.headers["x-request-id"] == "rid-405"
@@ -50,4 +51,4 @@ def test_another_method_is_a_405_in_the_surfaces_shape(gateway: Gateway, path: s
         assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
     else:
         assert body["error"]["type"] == "invalid_request_error", body
-    assert "GET" not in answer.text  # the method is caller text: not echoed
+    assert "PUT" not in answer.text  # the method is caller text: not echoed

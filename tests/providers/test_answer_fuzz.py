@@ -18,8 +18,10 @@ from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.base import MAX_RETRY_AFTER_S, ProviderError, SSEEvent
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.openai_responses import OpenAIResponsesAdapter
 
-ADAPTERS = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter(), "gemini": GeminiAdapter()}
+ADAPTERS = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter(), "gemini": GeminiAdapter(),
+            "openai_responses": OpenAIResponsesAdapter()}
 
 INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 scalars = st.one_of(st.none(), st.booleans(), INTS,
@@ -71,7 +73,32 @@ gemini_doc = shaped({"candidates": st.lists(shaped({"index": st.integers(0, 1), 
                      "promptFeedback": shaped({"blockReason": st.text(max_size=4)}),
                      "error": shaped({"code": INTS, "message": st.text(max_size=4),
                                       "status": st.text(max_size=6), "details": st.lists(anything, max_size=2)})})
-DOCS = {"openai": openai_doc, "anthropic": anthropic_doc, "gemini": gemini_doc}
+summary = st.lists(shaped({"type": st.sampled_from(["summary_text", "reasoning_text", "x"]),
+                           "text": st.text(max_size=4)}), max_size=2)
+item = shaped({"type": st.sampled_from(["message", "function_call", "reasoning", "web_search_call", "x"]),
+               "id": st.text(max_size=3), "call_id": st.text(max_size=3), "name": st.text(max_size=4),
+               "arguments": st.text(max_size=6), "encrypted_content": st.text(max_size=4), "summary": summary,
+               "content": st.lists(shaped({"type": st.sampled_from(["output_text", "refusal", "reasoning_text"]),
+                                           "text": st.text(max_size=4), "refusal": st.text(max_size=4)}),
+                                   max_size=2)})
+responses_usage = shaped({"input_tokens": INTS, "output_tokens": INTS,
+                          "input_tokens_details": shaped({"cached_tokens": INTS}),
+                          "output_tokens_details": shaped({"reasoning_tokens": INTS})})
+responses_object = shaped({"id": st.text(max_size=4), "model": st.text(max_size=6), "usage": responses_usage,
+                           "status": st.sampled_from(["completed", "incomplete", "failed", "cancelled", "queued"]),
+                           "output": st.lists(item, max_size=3),
+                           "incomplete_details": shaped({"reason": st.text(max_size=6)}),
+                           "error": shaped({"code": st.text(max_size=6), "message": st.text(max_size=6)})})
+responses_doc = st.one_of(responses_object, shaped({
+    "type": st.sampled_from(["response.created", "response.output_item.added", "response.output_item.done",
+                             "response.output_text.delta", "response.refusal.delta",
+                             "response.reasoning_summary_text.delta", "response.reasoning_text.delta",
+                             "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                             "response.completed", "response.incomplete", "response.failed", "error"]),
+    "output_index": st.integers(-1, 3), "content_index": st.integers(0, 2), "summary_index": st.integers(0, 2),
+    "delta": st.text(max_size=4), "arguments": st.text(max_size=4), "item": item, "response": responses_object,
+    "code": st.text(max_size=6), "message": st.text(max_size=6)}))
+DOCS = {"openai": openai_doc, "anthropic": anthropic_doc, "gemini": gemini_doc, "openai_responses": responses_doc}
 
 
 def assert_well_typed(response: ModelResponse) -> None:

@@ -105,3 +105,28 @@ async def test_find_paused_reads_the_continuation_the_first_indexed_id_names(sto
     await store.finish_continuation(first.id, TENANT, RESULT, first)
     await store.cancel_continuation(second.id, TENANT)
     assert await store.find_paused(TENANT, ["call_a", "call_b", "call_shared"]) is None
+
+
+async def test_find_paused_with_a_lease_claims_what_a_claim_would_take(store: Store) -> None:
+    # One step where the store can (memory, one Redis server): the claim is taken with the read. A Cluster reads in
+    # two steps and claims nothing (held_until None): the resume claims as before.
+    takes = not getattr(getattr(store, "io", None), "cluster", False)
+    c = await saved(store, ids=("call_a",))
+    found = await store.find_paused(TENANT, ["call_a"], 30)
+    assert found is not None and found.status == "pending" and found.data == c.data  # as read, before the claim
+    assert (found.held_until is not None) is takes
+    assert (await store.get_continuation(c.id, TENANT)).status == ("claimed" if takes else "pending")
+    if takes:
+        again = await store.find_paused(TENANT, ["call_a"], 30)  # a live claim: read, not taken
+        assert again is not None and again.status == "claimed" and again.held_until is None
+        await store.release_continuation(c.id, TENANT)
+    assert await store.find_paused(OTHER, ["call_a"], 30) is None
+    assert (await store.get_continuation(c.id, TENANT)).status == "pending"
+    await store.claim_continuation(c.id, TENANT, -1)  # a lease already over: the next lookup takes it over
+    over = await store.find_paused(TENANT, ["call_a"], 30)
+    assert over is not None and over.status == "claimed" and (over.held_until is not None) is takes
+    if not takes:
+        await store.claim_continuation(c.id, TENANT, 30, known=over)
+    await store.finish_continuation(c.id, TENANT, RESULT, c)
+    done = await store.find_paused(TENANT, ["call_a"], 30)
+    assert done is None or (done.status == "resumed" and done.held_until is None)

@@ -15,16 +15,17 @@ from tests.redis_servers import PATIENT
 
 
 def _count_pipelines(store: RedisStore) -> list[int]:
-    """Counts the pipelines the store's client opens (instrumentation only: the real pipeline runs)."""
+    """Counts the pipelines the store sends (instrumentation only: the real pipeline runs), on its lean command
+    path where it has one (one server, as here), else on redis-py's client."""
     opened: list[int] = []
-    client: Any = store.io.client
-    original = client.pipeline
+    sender: Any = store.io.lean if store.io.lean is not None else store.io.client
+    original = sender.pipeline
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         opened.append(1)
         return original(*args, **kwargs)
 
-    client.pipeline = counting
+    sender.pipeline = counting
     return opened
 
 

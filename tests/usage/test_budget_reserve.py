@@ -85,14 +85,16 @@ async def test_a_release_whose_write_failed_goes_again_and_the_budget_opens() ->
     try:
         now = time.time()
         assert (await usage.reserve("t", "k", WANTS, 4096, 0, "new-key-1", 3600, now))[0] == -1
-        await client.acl_setuser(user, commands=["-eval", "-evalsha"])
+        # enabled=True: redis-py's default (False) would also disable the user, so that only connections opened
+        # before could still work, and which ones those are is the client's business, not this test's.
+        await client.acl_setuser(user, enabled=True, commands=["-eval", "-evalsha"])
         assert usage.add_now("t", "k", UsageDelta(requests=1, prompt_tokens=20, completion_tokens=5).values(),
                              now, "new-key-1")
         deadline = time.monotonic() + 10
         while not failures:
             assert time.monotonic() < deadline, "the write never failed"
             await asyncio.sleep(0.01)
-        await client.acl_setuser(user, commands=["+eval", "+evalsha"])
+        await client.acl_setuser(user, enabled=True, commands=["+eval", "+evalsha"])
         held = [-1]
         while held != [0, 0]:  # the key's day row and the tenant's month row
             assert time.monotonic() < deadline + 10, f"the reservation was never given back: {held}"

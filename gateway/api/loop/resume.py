@@ -5,7 +5,8 @@ decisions) and the Responses API's answers to a paused response all go through
 :func:`resume_paused`: the route it paused on, the decider's right to decide, the charge to the
 key that **asked** (its allow-list, budget, limits and usage), admission, then the claim (at
 most once), the notifications, the audit of the decisions and the resumed loop. Everything that
-can refuse runs before the claim, so a refused resume leaves the continuation pending.
+can refuse runs before the claim, so a refused resume leaves the continuation pending (where way A's lookup took
+the claim already, a refusal gives it back: ``Continuations.forgo``).
 """
 
 from __future__ import annotations
@@ -96,16 +97,20 @@ async def resume_paused(services: LoopServices, work: Work, stored: Continuation
     resuming request's own ``gateway.stream_rescue`` (way A), which overrides the paused one's.
     ``answers``: the decisions' answers to held calls' questions (MCP elicitation), delivered under the claim.
     """
-    check_pending(stored, conflict)
-    decider = work.key
-    assert decider is not None, "authenticated by the surface"
-    plan = resume_plan(services.routes, stored)
-    # Way A is the caller going on with its own conversation; deciding a pause is what approvers may do.
-    work.allow(plan, resume=decisions is not None)
-    asker = work.charge_to(asker_of(stored), plan)
-    params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
-    await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
     continuations = services.continuations
+    try:
+        check_pending(stored, conflict)
+        decider = work.key
+        assert decider is not None, "authenticated by the surface"
+        plan = resume_plan(services.routes, stored)
+        # Way A is the caller going on with its own conversation; deciding a pause is what approvers may do.
+        work.allow(plan, resume=decisions is not None)
+        asker = work.charge_to(asker_of(stored), plan)
+        params = stored.data.get("params")  # the paused request's: its output cap holds for the rest of the loop
+        await work.admit(work.incoming.body_bytes, plan=plan, params=params if isinstance(params, dict) else {})
+    except BaseException:
+        await continuations.forgo(stored)  # a claim way A's lookup took: a refused resume leaves it pending
+        raise
     claimed = await continuations.claim(stored, decider.tenant)
     decided: Awaitable[None] | None = None
     if decisions is not None:

@@ -14,9 +14,12 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.driver import Operation, read_body
+from gateway.api.loop.planning import route_of
 from gateway.api.request.errors import error_response
 from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.background import background_operations, check_background, start_background
+from gateway.api.responses.compaction import TRIGGER
+from gateway.api.responses.compaction_turn import compaction_turn
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.prepare import prepare_response
 from gateway.api.responses.render import usage_of
@@ -56,6 +59,10 @@ class ResponsesSurface:
     async def serve(self, work: Work, services: ResponsesServices) -> JSONResponse | SSEResponse:
         key = await work.authenticate()
         parsed = parse_responses_request(await read_body(work, services.loop.max_body_bytes))
+        if parsed.input and parsed.input[-1]["type"] == TRIGGER:  # Codex's remote compaction (compaction_turn.py)
+            compacting = route_of(services.loop.routes, key, parsed.model)
+            work.allow(compacting)
+            return await compaction_turn(parsed, services, work, compacting)
         if parsed.background:
             check_background(services, parsed.store)
             work.background = True  # admission also takes a slot under the per-key/per-tenant run caps

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.responses.request import ECHO_FIELDS
+from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS
 from gateway.api.responses.spliced import MARK, marked, spliced
 from gateway.http.sse_response import event_frame
 
@@ -64,9 +64,11 @@ _TERMINAL_FRAME = b'event: response.%b\ndata: {"response":%b,"type":"response.%b
 
 # A new Response object's keys in order, the request's echo fields in the middle: copying a dict
 # with the final key layout and overwriting its values costs half of building it key by key.
-_TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress", "error": None,
-                             "incomplete_details": None, "model": "", "output": None,
-                             **dict.fromkeys(ECHO_FIELDS), "usage": None}
+# ``completed_at`` is set when the response completes (``render.py``); an echo that lacks fields (a record stored by
+# an earlier version) shows the defaults of those it lacks.
+_TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress",
+                             "completed_at": None, "error": None, "incomplete_details": None, "model": "",
+                             "output": None, **dict.fromkeys(ECHO_FIELDS), **ECHO_DEFAULTS, "usage": None}
 
 
 class ResponseEvents:
@@ -86,17 +88,12 @@ class ResponseEvents:
         # A ``frames`` builder that closed a large text: its frames that carry the text are spliced.
         self.large = False
         self._seq = 0
-        if len(echo) == len(ECHO_FIELDS):  # a parsed request's echo (all of them): copy the key layout, then fill
-            response = _TEMPLATE.copy()
-            response["id"] = rid
-            response["created_at"] = created_at or int(time.time())
-            response["model"] = route
-            response["output"] = []
-            response.update(echo)
-        else:
-            response = {"id": rid, "object": "response", "created_at": created_at or int(time.time()),
-                        "status": "in_progress", "error": None, "incomplete_details": None, "model": route,
-                        "output": [], **echo, "usage": None}
+        response = _TEMPLATE.copy()  # the key layout, then the values
+        response["id"] = rid
+        response["created_at"] = created_at or int(time.time())
+        response["model"] = route
+        response["output"] = []
+        response.update(echo)
         self.response: dict[str, Any] = response
 
     def _event(self, kind: str, fields: dict[str, Any]) -> Any:

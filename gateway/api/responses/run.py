@@ -26,9 +26,10 @@ from gateway.api.responses.render import ResponseBuilder
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.spliced import frames_body
 from gateway.cancellation import EXITS
-from gateway.canonical import Message
+from gateway.canonical import Message, Usage
 from gateway.loop.engine import LoopRequest
-from gateway.loop.events import Finished, LoopEvent, Notice
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
+from gateway.loop.pausing import gateway_extension
 from gateway.store.responses.base import TRANSCRIPT_HEAD, ResponseRecords
 
 _T = TypeVar("_T")
@@ -208,7 +209,16 @@ class ResponseRun:
                     out[-1] = self.builder.terminal_frame(self._final)
         return out
 
-    def record(self, finished: Finished | None = None) -> dict[str, Any]:
+    def unrun(self) -> Finished:
+        """The end of a response whose loop is not run (``generate: false``, the WebSocket mode's warm-up:
+        ``responses/ws_prepared.py``): completed, no output, no usage; the loop's meter is told it finished."""
+        loop = self._loop
+        result = LoopResult("completed", "stop", Usage(), gateway_extension(loop.state, "completed"))
+        if loop.on_finish is not None:
+            loop.on_finish(result)
+        return Finished(result)
+
+    def record(self, finished: Finished | None = None, chained: bool = True) -> dict[str, Any]:
         """The stored record of this response as it stands (what ``GET`` and ``previous_response_id`` read).
 
         ``{"response": the Response object, "input": the input items as sent (``input_items``
@@ -219,7 +229,8 @@ class ResponseRun:
         "instructions_first": whether that continuation's transcript starts with the
         instructions}``, and for a follow-up whose parent's messages are unchanged,
         ``"ancestors"``: the responses it continues, root first, its ``transcript_head`` then being
-        only what it adds. Without ``finished`` (still running, or failed) it only describes.
+        only what it adds (not when ``chained`` is False: the whole conversation then). Without
+        ``finished`` (still running, or failed) it only describes.
         """
         head: list[Message] | None = None
         continuation_id: str | None = None
@@ -229,7 +240,7 @@ class ResponseRun:
         elif finished is not None:
             messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
             chain = self._chain
-            if chain is not None and chain.ancestors:
+            if chain is not None and chain.ancestors and chained:
                 segment = chain.segment(messages)
                 if segment is not None:
                     messages, ancestors = segment, chain.ancestors
@@ -247,9 +258,14 @@ class ResponseRun:
         return record
 
     async def save(self, finished: Finished | None = None) -> None:
-        """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``."""
+        """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``: then only
+        a records view that keeps such responses (a WebSocket connection's memory) is handed it."""
+        records = self._records
         if self.request.store:
-            await self._records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
+            await records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
+        elif records.keeps_unstored:  # the whole conversation, and the answer's text
+            await records.keep(self.tenant, self.builder.response["id"], self.record(finished, chained=False),
+                               "".join(self.builder.final_text))
 
 
 def _same(batch: Batch) -> Batch:

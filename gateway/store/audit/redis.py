@@ -30,11 +30,11 @@ class RedisAudit(AuditLog):
         raw = orjson.dumps(entry)
         key = tenant_key(tenant, "audit")
         async with self.io.guard("append_audit"):
-            await self._audit_script(keys=[key], args=[raw, self._audit_max])
+            await self.io.script(self._audit_script, [key], [raw, self._audit_max], False)
 
     async def audit_tail(self, tenant: str, skip: int, count: int) -> list[dict[str, Any]]:
         async with self.io.guard("audit_tail"):
-            raws = await self.io.client.lrange(tenant_key(tenant, "audit"), -(skip + count), -(skip + 1))
+            raws = await self.io.command("LRANGE", tenant_key(tenant, "audit"), -(skip + count), -(skip + 1))
         return [orjson.loads(raw) for raw in raws]
 
     async def read_audit(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:

@@ -62,6 +62,9 @@ class Continuation:
     summary: dict[str, Any] | None = None
     # Once resumed: what the resume answered, ``{"id", "object", "body"}`` as JSON bytes (set by ``finish``).
     result: bytes | None = None
+    # Never stored: the lease of the claim the way-A lookup took for this request (``find_paused`` with a lease),
+    # so the resume's claim is already taken; None when it did not take one (the resume claims as usual).
+    held_until: float | None = None
 
     @classmethod
     def new(cls, tenant: str, model: str, pending: list[dict[str, Any]], data: dict[str, Any],
@@ -179,10 +182,15 @@ def without_holder(held: str, continuation_id: str) -> str | None:
 def indexed(found: str | None) -> str | None:
     """The continuation the index names for a tool-call id; None when none does or several do."""
     if found is not None and found.startswith(AMBIGUOUS_TOOL_CALL):
-        log.warning("a way-A follow-up answers a tool-call id that several paused continuations of its tenant "
-                    "share (an upstream repeating its ids): answered statelessly, each stays pending for way B")
+        warn_ambiguous()
         return None
     return found
+
+
+def warn_ambiguous() -> None:
+    """A way-A lookup met an index entry several live continuations share (``AMBIGUOUS_TOOL_CALL``)."""
+    log.warning("a way-A follow-up answers a tool-call id that several paused continuations of its tenant "
+                "share (an upstream repeating its ids): answered statelessly, each stays pending for way B")
 
 
 class ContinuationStore(ABC):
@@ -261,10 +269,16 @@ class ContinuationStore(ABC):
         """Resume way A: the id of the tenant's live continuation waiting for ``tool_call_id``, if any."""
 
     @abstractmethod
-    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+    async def find_paused(self, tenant: str, tool_call_ids: list[str],
+                          lease_s: float | None = None) -> Continuation | None:
         """Resume way A in one step: the continuation the first of ``tool_call_ids`` (in order) is indexed to,
         read as ``get_continuation`` reads it; None when none of them names one (an id two live continuations
-        share names none), or it is gone by the time it is read. The ids are looked up all at once."""
+        share names none), or it is gone by the time it is read. The ids are looked up all at once.
+
+        ``lease_s``: where the store can, the claim is taken in the same step when ``claim_continuation`` would
+        take it (the continuation is pending, or its lease is over): the result (as read, before the claim) then
+        has ``held_until`` set, and its resume must either use that claim or release it. Otherwise (a live claim,
+        resumed, or a store that does it in two steps) ``held_until`` is None and the resume claims as usual."""
 
     # -- tool execution ledger -------------------------------------------------------------------
     @abstractmethod

@@ -175,15 +175,22 @@ class MemoryContinuations(ContinuationStore):
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         return indexed(self._index.get((tenant, tool_call_id), self._clock()))
 
-    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+    async def find_paused(self, tenant: str, tool_call_ids: list[str],
+                          lease_s: float | None = None) -> Continuation | None:
         now = self._clock()
         found = next((cid for tc in tool_call_ids if (cid := indexed(self._index.get((tenant, tc), now)))), None)
         if found is None:
             return None
         try:
-            return self._live(found, tenant, now).load()
+            rec = self._live(found, tenant, now)
         except ContinuationNotFound:
             return None
+        c = rec.load()
+        if lease_s is not None and (rec.status == "pending" or (rec.status == "claimed"
+                                                               and (rec.claimed_until or 0.0) <= now)):
+            rec.status = "claimed"  # as claim_continuation takes it
+            rec.claimed_until = c.held_until = now + lease_s
+        return c
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:

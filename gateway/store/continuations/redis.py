@@ -16,8 +16,10 @@ script. The body is an opaque blob the scripts never parse (no cjson round trip 
 transcript). A pause writes its record and its tenant's keys (the tool-call index, the listing), and the end of a
 resume changes the record and drops its tenant's entries: where one server holds every key (a single
 server, Sentinel) each is one script (``PAUSE``, ``FINISH_ALL``), one round trip; on a Cluster, one
-script per slot (the pause's two as one pipeline per owning node). Reading a record back whole is the
-way-A lookup's job: a claim given the continuation already read (``known``) does not send its body again.
+script per slot (the pause's two as one pipeline per owning node). Way A's lookup, its read of the record and
+its claim are one script there too (``FIND_CLAIM``: the claim is released by one more round trip only when the
+resume is then refused); on a Cluster the lookup and the read are two commands and the claim a third, given the
+continuation already read (``known``), so it does not send its body again.
 
 Durability (``wait_replicas`` > 0, see ``RedisIO``): a pause, a claim and a ledger entry are
 acknowledged only when confirmed. An unconfirmed pause is deleted (best effort; its id was never
@@ -51,9 +53,10 @@ from gateway.store.continuations.base import (
     claimable,
     claimed,
     indexed,
+    warn_ambiguous,
 )
 from gateway.store.redis_client.client import UNAVAILABLE, RedisIO, evalsha
-from gateway.store.redis_client.keys import num, record_key, tenant_key
+from gateway.store.redis_client.keys import RECORD_HEAD, RECORD_TAIL, num, record_key, tenant_key
 from gateway.store.ttl import check_ttl
 
 log = logging.getLogger("loopgate.store")
@@ -92,6 +95,7 @@ class RedisContinuations(ContinuationStore):
         self._finish_all = io.register(scripts.FINISH_ALL)
         self._page = io.register(listing.PAGE)
         self._list_add = io.register(listing.ADD)
+        self._find_claim = io.register(scripts.FIND_CLAIM)
 
     # -- continuations ---------------------------------------------------------------------------
     @staticmethod
@@ -107,7 +111,7 @@ class RedisContinuations(ContinuationStore):
         """The tenant's entries of a resumed or cancelled continuation: its listing entry, its way-A index."""
         ids = orjson.loads(ids_json) if ids_json else []
         keys = [*listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in ids)]
-        await self._drop(keys=keys, args=[continuation_id, AMBIGUOUS_TOOL_CALL])
+        await self.io.script(self._drop, keys, [continuation_id, AMBIGUOUS_TOOL_CALL], False)
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         ids = c.tool_call_ids
@@ -165,30 +169,55 @@ class RedisContinuations(ContinuationStore):
         """Best effort: a pause that was not acknowledged must not stay resumable (the client never got its id)."""
         try:
             async with asyncio.timeout(self.io.op_timeout):
-                await self.io.client.delete(rec)
+                await self.io.command("DEL", rec)
                 if index:
-                    await self._unindex(keys=index, args=[c.id, AMBIGUOUS_TOOL_CALL])
+                    await self.io.script(self._unindex, index, [c.id, AMBIGUOUS_TOOL_CALL], False)
         except Exception as exc:  # the store is failing already: the record expires with its TTL
             log.debug("could not delete unacknowledged continuation %s: %s", c.id, exc)
 
     async def get_continuation(self, continuation_id: str, tenant: str) -> Continuation:
         async with self.io.guard("get_continuation"):
             # The client is built without decode_responses: every value is bytes (or None).
-            raw = await self.io.client.hmget(record_key(continuation_id), _RECORD_FIELDS)
+            raw = await self.io.command("HMGET", record_key(continuation_id), *_RECORD_FIELDS)
         return _loaded(continuation_id, tenant, cast(list[bytes | None], raw))
 
-    async def find_paused(self, tenant: str, tool_call_ids: list[str]) -> Continuation | None:
+    async def find_paused(self, tenant: str, tool_call_ids: list[str],
+                          lease_s: float | None = None) -> Continuation | None:
         if not tool_call_ids:
             return None
-        client = self.io.client
+        # The tenant's index keys share its slot: one lookup, however many ids (a Cluster included).
+        keys = [tenant_key(tenant, "tc", tc) for tc in tool_call_ids]
+        if self.io.cluster:
+            return await self._find_in_two_steps(tenant, keys)
+        # One server holds every key: the index, the record and (without WAIT to confirm it) the claim in one
+        # script, one round trip (redis_scripts.FIND_CLAIM).
+        now = time.time()
+        until = now + lease_s if lease_s is not None and self.io.wait_replicas == 0 else None
+        args = [tenant, AMBIGUOUS_TOOL_CALL, RECORD_HEAD, RECORD_TAIL, num(now), "" if until is None else num(until)]
         async with self.io.guard("find_paused"):
-            # The tenant's index keys share its slot: one MGET, however many ids (a Cluster included).
-            held = cast(list[bytes | None], await client.mget([tenant_key(tenant, "tc", tc) for tc in tool_call_ids]))
+            reply, _ = await self.io.script(self._find_claim, keys, args, False)
+        for _ in range(reply[1]):
+            warn_ambiguous()
+        if len(reply) < 8:
+            return None  # no id names one, or it is gone (expired, cancelled) between the pause and now
+        try:
+            c = _loaded(reply[0].decode(), tenant, reply[2:7])
+        except ContinuationNotFound:
+            return None
+        if reply[7] == 1:
+            c.held_until = until
+        return c
+
+    async def _find_in_two_steps(self, tenant: str, keys: list[str]) -> Continuation | None:
+        """A Cluster's way-A lookup: the index (the tenant's slot), then the record (its own slot)."""
+        command = self.io.command
+        async with self.io.guard("find_paused"):
+            held = cast(list[bytes | None], await command("MGET", *keys))
             found = next((cid for value in held if (cid := indexed(None if value is None else value.decode()))),
                          None)
             if found is None:
                 return None
-            raw = await client.hmget(record_key(found), _RECORD_FIELDS)
+            raw = await command("HMGET", record_key(found), *_RECORD_FIELDS)
         try:
             return _loaded(found, tenant, cast(list[bytes | None], raw))
         except ContinuationNotFound:
@@ -205,14 +234,14 @@ class RedisContinuations(ContinuationStore):
             if reply[0] == b"ok" and not self.io.confirmed(acked):
                 # Not acknowledged, so not taken: leave it resumable (a failed release expires with the lease).
                 with contextlib.suppress(Exception):
-                    await self._release(keys=[rec], args=[tenant])
+                    await self.io.script(self._release, [rec], [tenant], False)
                 raise self.io.unconfirmed("the claim", acked)
         reply = self._check(reply, continuation_id)
         return claimed(known if len(reply) < 2 else Continuation.from_bytes(reply[1]), until)
 
     async def release_continuation(self, continuation_id: str, tenant: str) -> None:
         async with self.io.guard("release_continuation"):
-            reply = await self._release(keys=[record_key(continuation_id)], args=[tenant])
+            reply, _ = await self.io.script(self._release, [record_key(continuation_id)], [tenant], False)
         self._check(reply, continuation_id)
 
     async def finish_continuation(self, continuation_id: str, tenant: str, result: bytes | None = None,
@@ -230,22 +259,23 @@ class RedisContinuations(ContinuationStore):
             # Nothing to confirm, one server: the record and the tenant's entries in one script.
             keys = [rec, *listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in kept.tool_call_ids)]
             async with self.io.guard("finish_continuation"):
-                reply = await self._finish_all(keys=keys, args=[tenant, result or b"", body, continuation_id,
-                                                                AMBIGUOUS_TOOL_CALL])
+                reply, _ = await self.io.script(self._finish_all, keys, [tenant, result or b"", body, continuation_id,
+                                                                        AMBIGUOUS_TOOL_CALL], False)
             self._check(reply, continuation_id)
             return
         async with self.io.guard("finish_continuation", durable=True):
             reply, acked = await self.io.script(self._finish, [rec], [tenant, result or b"", body], True)
             if reply[0] == b"ok" and not self.io.confirmed(acked):
                 with contextlib.suppress(Exception):
-                    await self._unfinish(keys=[rec], args=[tenant])
+                    await self.io.script(self._unfinish, [rec], [tenant], False)
                 raise self.io.unconfirmed("the end of the resume", acked)
             ids_json = self._check(reply, continuation_id)[1]
             await self._drop_index(tenant, continuation_id, ids_json)
 
     async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
         async with self.io.guard("cancel_continuation"):
-            reply = await self._cancel(keys=[record_key(continuation_id)], args=[tenant, num(time.time())])
+            reply, _ = await self.io.script(self._cancel, [record_key(continuation_id)], [tenant, num(time.time())],
+                                            False)
             ids_json = self._check(reply, continuation_id)[1]
             await self._drop_index(tenant, continuation_id, ids_json)
         return True
@@ -257,13 +287,13 @@ class RedisContinuations(ContinuationStore):
 
     async def find_continuation_by_tool_call(self, tenant: str, tool_call_id: str) -> str | None:
         async with self.io.guard("find_continuation_by_tool_call"):
-            raw = cast(bytes | None, await self.io.client.get(tenant_key(tenant, "tc", tool_call_id)))
+            raw = cast(bytes | None, await self.io.command("GET", tenant_key(tenant, "tc", tool_call_id)))
         return indexed(None if raw is None else raw.decode())
 
     # -- ledger ----------------------------------------------------------------------------------
     async def ledger_get(self, tenant: str, tool_call_id: str) -> dict[str, Any] | None:
         async with self.io.guard("ledger_get"):
-            raw = await self.io.client.get(tenant_key(tenant, "ledger", tool_call_id))
+            raw = await self.io.command("GET", tenant_key(tenant, "ledger", tool_call_id))
         return None if raw is None else orjson.loads(raw)
 
     async def ledger_put(self, tenant: str, tool_call_id: str, record: dict[str, Any], ttl_s: int) -> None:
@@ -274,7 +304,7 @@ class RedisContinuations(ContinuationStore):
             if self.io.wait_replicas > 0:
                 _, acked = await self.io.run(key, lambda pipe: pipe.set(key, raw, ex=ex), True)
             else:
-                await self.io.client.set(key, raw, ex=ex)
+                await self.io.command("SET", key, raw, "EX", ex)
                 acked = None
         if not self.io.confirmed(acked):
             # Kept: the tool did run, and the entry can only stop a second run.
@@ -289,17 +319,17 @@ class RedisContinuations(ContinuationStore):
                 replies, acked = await self.io.run(name, lambda pipe: pipe.set(name, raw, ex=ex, nx=True), True)
                 written = bool(replies[0])
             else:
-                written = bool(await self.io.client.set(name, raw, ex=ex, nx=True))
+                written = await self.io.command("SET", name, raw, "EX", ex, "NX") is not None
                 acked = None
             if not written:
-                there = await self.io.client.get(name)
+                there = await self.io.command("GET", name)
                 # The same record is this claim (a pipeline resent after a failover finds its own write).
                 if there != raw:
                     claimed: dict[str, Any] = orjson.loads(there) if there is not None else {}
                     return claimed
             if not self.io.confirmed(acked) and undo_unconfirmed:
                 with contextlib.suppress(Exception):
-                    await self.io.client.delete(name)
+                    await self.io.command("DEL", name)
         if not self.io.confirmed(acked):
             # A claim a failover may undo is not acted on: the caller fails (a resume is released and retried).
             raise self.io.unconfirmed("the tool ledger claim", acked)
@@ -324,5 +354,5 @@ class RedisContinuations(ContinuationStore):
             return {}
         async with self.io.guard("get_artifacts"):
             # One MGET: all of a tenant's artifact keys share its hash tag (cluster-safe).
-            raws = await self.io.client.mget([tenant_key(tenant, "art", tc) for tc in ids])
+            raws = await self.io.command("MGET", *(tenant_key(tenant, "art", tc) for tc in ids))
         return {tc: orjson.loads(raw) for tc, raw in zip(ids, raws, strict=True) if raw is not None}

@@ -98,7 +98,8 @@ async def page(io: RedisIO, script: Script, tenant: str, now: float, limit: int,
     """One page of the listing, newest first, each summary with the record's live ``status``."""
     conts, contv = listing_keys(tenant)
     top = "+inf" if before is None else repr(float(before[0]))
-    raw = cast(list[bytes], await script(keys=[conts, contv], args=[repr(now), top, limit + 1 + TIE_SLACK]))
+    reply, _ = await io.script(script, [conts, contv], [repr(now), top, limit + 1 + TIE_SLACK], False)
+    raw = cast(list[bytes], reply)
     rows: list[tuple[str, float, bytes]] = []
     for i in range(0, len(raw), 3):
         cid, score = raw[i].decode(), float(raw[i + 1])

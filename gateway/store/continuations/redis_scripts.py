@@ -2,9 +2,10 @@
 
 Every script touches only the keys it is given. The step scripts (``SAVE``, ``INDEX``, ``CLAIM``, ...)
 touch keys that share a hash tag (see redis.py), so each runs unchanged on one server, behind
-Sentinel and on a Cluster. ``PAUSE`` and ``FINISH_ALL`` are the same steps as one script across
+Sentinel and on a Cluster. ``PAUSE``, ``FIND_CLAIM`` and ``FINISH_ALL`` are the same steps as one script across
 a continuation's record and its tenant's keys: one round trip where one server holds every key
-(a single server or Sentinel), never sent to a Cluster.
+(a single server or Sentinel), never sent to a Cluster (``FIND_CLAIM`` even reads a record key it was not
+given: it learns the continuation's id from the index).
 """
 
 # Replies are tables {code, payload}: code 'ok' | 'nf' (404) | 'conflict' (409, payload = status).
@@ -176,4 +177,31 @@ redis.call('ZREM', KEYS[2], ARGV[4])
 redis.call('HDEL', KEYS[3], ARGV[4])
 unindex(4, ARGV[4], ARGV[5])
 return {'ok'}
+"""
+
+# Way A in one step (one server holds every key): the index, the record, and the claim when it can be taken.
+# KEYS: the tenant's index keys of the trailing tool-call ids, in order. ARGV: tenant, the ambiguous marker, the
+# record key's head and tail (keys.RECORD_HEAD/TAIL), now, claimed until ('': read only, no claim). The first id
+# indexed to one continuation is read (an ambiguous entry names none: counted, and the next id tried) and, when
+# CLAIM would take it (pending, or its lease over), claimed. Reply: {id or false, ambiguous entries seen} when no id
+# names one or its record is not the tenant's; else {id, ambiguous, t, s, cu, b, r, 1 if claimed else 0}.
+FIND_CLAIM = """
+local m = ARGV[2]
+local found, ambiguous = false, 0
+for i = 1, #KEYS do
+  local held = redis.call('GET', KEYS[i])
+  if held then
+    if string.sub(held, 1, #m) == m then ambiguous = ambiguous + 1 else found = held; break end
+  end
+end
+if not found then return {false, ambiguous} end
+local rec = ARGV[3] .. (string.gsub(found, '[%%{}]', {['%'] = '%25', ['{'] = '%7B', ['}'] = '%7D'})) .. ARGV[4]
+local v = redis.call('HMGET', rec, 't', 's', 'cu', 'b', 'r')
+if v[1] ~= ARGV[1] or not v[4] then return {found, ambiguous} end
+local taken, lease = 0, tonumber(v[3] or '') or 0
+if ARGV[6] ~= '' and (v[2] == 'pending' or (v[2] == 'claimed' and lease <= tonumber(ARGV[5]))) then
+  redis.call('HSET', rec, 's', 'claimed', 'cu', ARGV[6])
+  taken = 1
+end
+return {found, ambiguous, v[1], v[2], v[3], v[4], v[5], taken}
 """

@@ -41,19 +41,17 @@ class RedisHealth(HealthStore):
         fails, open_ = health_keys(target)
         async with self.io.guard("health_report"):
             if not failed:
-                await self.io.client.delete(fails, open_)  # one command, one slot
+                await self.io.command("DEL", fails, open_)  # one command, one slot
                 return None
             until = time.time() + cooldown_s
-            raw = await self._health_fail(
-                keys=[fails, open_],
-                args=[int(threshold), max(1, int(failure_window(cooldown_s) * 1000)), num(until),
-                      max(1, int(cooldown_s * 1000))],
-            )
+            raw, _ = await self.io.script(self._health_fail, [fails, open_],
+                                          [int(threshold), max(1, int(failure_window(cooldown_s) * 1000)), num(until),
+                                           max(1, int(cooldown_s * 1000))], False)
         return None if raw is None else float(raw)
 
     async def health_open_until(self, target: str) -> float | None:
         async with self.io.guard("health_open_until"):
-            raw = await self.io.client.get(health_keys(target)[1])
+            raw = await self.io.command("GET", health_keys(target)[1])  # every target, every second: the lean path
         if raw is None:
             return None
         until = float(raw)

@@ -160,9 +160,9 @@ class RedisKeyStore(KeyStore):
     async def create(self, record: dict[str, Any], now: float) -> int:
         stored = {**record, "version": 1}
         async with self._io.guard("create_key"):
-            reply = int(await self._create(keys=_KEYS, args=[
+            reply = int((await self._io.script(self._create, _KEYS, [
                 str(record["id"]), orjson.dumps(stored), _score(end_of(stored)), str(record.get("hash", "")),
-                num(now), num(now - self.retention_s), base.MAX_MANAGED_KEYS, base.PURGE_BATCH]))
+                num(now), num(now - self.retention_s), base.MAX_MANAGED_KEYS, base.PURGE_BATCH], False))[0])
         if reply == -2:
             raise KeyLimitReached
         if reply == -3:
@@ -172,9 +172,9 @@ class RedisKeyStore(KeyStore):
     async def update(self, record: dict[str, Any], version: int) -> int:
         stored = {**record, "version": max(version, 0) + 1}
         async with self._io.guard("update_key"):
-            reply = int(await self._update(keys=_KEYS, args=[
+            reply = int((await self._io.script(self._update, _KEYS, [
                 str(record["id"]), orjson.dumps(stored), _score(end_of(stored)), version,
-                "1" if record.get("revoked") else "0", num(time.time())]))
+                "1" if record.get("revoked") else "0", num(time.time())], False))[0])
         if reply == -1:
             raise KeyError(record["id"])
         if reply == -3:
@@ -187,12 +187,12 @@ class RedisKeyStore(KeyStore):
 
     async def get(self, key_id: str) -> dict[str, Any] | None:
         async with self._io.guard("get_key"):
-            raw = await self._io.client.hget(ALL, key_id)
+            raw = await self._io.command("HGET", ALL, key_id)
         return None if raw is None else _decoded(key_id, cast(bytes, raw))
 
     async def find(self, digest: bytes) -> tuple[int, dict[str, Any] | None]:
         async with self._io.guard("find_key"):
-            raw_gen, raw = await self._find(keys=_KEYS, args=[digest.hex()])
+            (raw_gen, raw), _ = await self._io.script(self._find, _KEYS, [digest.hex()], False)
         if raw is None:
             return int(raw_gen or 0), None
         record = _decoded("", cast(bytes, raw))
@@ -200,16 +200,18 @@ class RedisKeyStore(KeyStore):
 
     async def purge(self, now: float) -> int:
         async with self._io.guard("purge_keys"):
-            return int(await self._purge(keys=_KEYS, args=[num(now), num(now - self.retention_s), base.PURGE_BATCH]))
+            args = [num(now), num(now - self.retention_s), base.PURGE_BATCH]
+            reply, _ = await self._io.script(self._purge, _KEYS, args, False)
+            return int(reply)
 
     async def generation(self) -> int:
         async with self._io.guard("key_generation"):
-            raw = await self._io.client.get(GENERATION)
+            raw = await self._io.command("GET", GENERATION)  # every key sync (4 a second): the lean path
         return int(raw or 0)
 
     async def load(self) -> tuple[int, list[dict[str, Any]]]:
         async with self._io.guard("load_keys"):
-            raw_gen, flat = await self._load(keys=_KEYS)
+            (raw_gen, flat), _ = await self._io.script(self._load, _KEYS, [], False)
         pairs = cast(list[bytes], flat)
         return int(raw_gen or 0), [_decoded(pairs[i].decode("utf-8", "replace"), pairs[i + 1])
                                    for i in range(0, len(pairs), 2)]

@@ -91,26 +91,26 @@ class RedisOutbox(Outbox):
         for job_id, due, body in jobs:
             args.extend((job_id, due, body))
         async with self._io.guard("outbox push"):
-            return int(await self._push(keys=self._keys, args=args))
+            return int((await self._io.script(self._push, self._keys, args, False))[0])
 
     async def claim(self, lease_ms: int, limit: int) -> list[Claimed]:
         async with self._io.guard("outbox claim"):
-            reply = await self._claim(keys=self._keys, args=[now_ms(), lease_ms, limit])
+            reply, _ = await self._io.script(self._claim, self._keys, [now_ms(), lease_ms, limit], False)
         token = int(reply[0])
         pairs = reply[1:]
         return [Claimed(_text(pairs[i]), bytes(pairs[i + 1]), token) for i in range(0, len(pairs), 2)]
 
     async def done(self, job_id: str, token: int) -> bool:
         async with self._io.guard("outbox done"):
-            return bool(await self._done(keys=self._keys, args=[job_id, token]))
+            return bool((await self._io.script(self._done, self._keys, [job_id, token], False))[0])
 
     async def retry(self, job_id: str, token: int, due_ms: int, body: bytes) -> bool:
         async with self._io.guard("outbox retry"):
-            return bool(await self._retry(keys=self._keys, args=[job_id, token, due_ms, body]))
+            return bool((await self._io.script(self._retry, self._keys, [job_id, token, due_ms, body], False))[0])
 
     async def size(self) -> int:
         async with self._io.guard("outbox size"):
-            return int(await self._io.client.zcard(self._keys[0]))
+            return int(await self._io.command("ZCARD", self._keys[0]))
 
 
 def _text(value: bytes | str) -> str:

@@ -7,9 +7,10 @@ here, they share one pipeline and one round trip. Nothing waits for company: the
 turn schedules the send for the next turn, so a lone call goes out at once, as a plain EVALSHA.
 
 Semantics are those of separate calls: each script runs atomically, in call order, and each
-caller gets its own reply (or the batch's error, e.g. ``StoreUnavailable``). On a Cluster nothing
-is batched: redis-py's cluster client
-follows slot moves per command, and a pipeline across a failover would need its own retry rules.
+caller gets its own reply (or the batch's error, e.g. ``StoreUnavailable``). On one server and behind
+Sentinel the batch goes through ``RedisIO``'s lean command path. On a Cluster nothing is batched:
+redis-py's cluster client follows slot moves per command, and a pipeline across a failover would need
+its own retry rules.
 """
 
 from __future__ import annotations
@@ -79,23 +80,27 @@ class ScriptBatcher:
                 future.set_result(reply)
 
     async def _execute(self, batch: list[_Item]) -> list[Any]:
+        io = self._io
         if len(batch) == 1:
             script, keys, args, _ = batch[0]
-            return [await script(keys=keys, args=args)]  # redis-py loads it on NOSCRIPT
-        client = self._io.client
+            return [(await io.script(script, keys, args, False))[0]]  # loaded on NOSCRIPT
+        if io.lean is not None:
+            replies = await io.lean.pipeline([("EVALSHA", s.sha, len(k), *k, *a) for s, k, a, _ in batch])
+            return await self._checked(batch, replies)
+        client = io.client
         async with client.pipeline(transaction=False) as pipe:
             for script, keys, args, _ in batch:
                 evalsha(pipe, script, keys, args)
             replies = list(await pipe.execute(raise_on_error=False))
-        # A script the server lacks (a restart, a failover) did not run, the others did: load it and
-        # send only those again, so nothing runs twice.
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            for script in {id(batch[i][0]): batch[i][0] for i in missing}.values():
-                await client.script_load(script.script)
-            for i in missing:
+        return await self._checked(batch, replies)
+
+    async def _checked(self, batch: list[_Item], replies: list[Any]) -> list[Any]:
+        """``replies`` with every NOSCRIPT one run again: a script the server lacks (a restart, a failover) did
+        not run, the others did, so only those go again (``io.script`` loads it), and nothing runs twice."""
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
                 script, keys, args, _ = batch[i]
-                replies[i] = await script(keys=keys, args=args)
+                replies[i] = (await self._io.script(script, keys, args, False))[0]
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply  # a script error is a bug: every caller of the batch hears of it

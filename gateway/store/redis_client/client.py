@@ -3,8 +3,12 @@
 It owns the connection (one server, Sentinel or Cluster: connect.py) and offers, as public methods,
 what each domain needs beyond plain commands:
 
-* ``guard(op)``: outages fail fast. Bounded connect/read timeouts, a single retry (for a pooled
-  connection the server dropped) and a deadline over each whole operation (``store.timeout_ms``;
+* ``command(*args)`` / ``script(...)``: on one server and behind Sentinel these go through the lean command
+  path (``lean``: lean_pool.py, about a fifth of redis-py's cost per round trip); on a Cluster through
+  redis-py's cluster client. ``client`` is redis-py's client, for what needs its reply callbacks.
+* ``guard(op)``: outages fail fast. Bounded connect/read timeouts, a single retry in redis-py (for a
+  pooled connection the server dropped; the lean path writes a command once and never reuses a connection
+  that broke) and a deadline over each whole operation (deadlines.py; ``store.timeout_ms``;
   ``guard(op, fail_open=True)``: ``store.fail_open_ms``, for what fails open: limits, budgets,
   usage), so a hung server (connections open, no answers) costs a bounded wait; every connection,
   timeout, failover (CLUSTERDOWN, TRYAGAIN, READONLY, MASTERDOWN), authentication or permission
@@ -46,6 +50,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.config.model import StoreSentinel, StoreTls
 from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
 from gateway.store.redis_client.connect import ClusterGate, connect
+from gateway.store.redis_client.deadlines import DONE, EXPIRED, DeadlineQueue, Deadlines
+from gateway.store.redis_client.lean_pool import LeanPool
 
 # Redis errors that mean "not available right now" (an outage, a failover in progress, a
 # misconfigured credential): a 503 for this request, never a 500 with a traceback.
@@ -81,25 +87,33 @@ class Guard:
     """``RedisIO.guard`` without a Cluster gate, as a plain object rather than a generator.
 
     Every Redis round trip of the request path enters one, so it skips what
-    ``asynccontextmanager`` adds (a generator, its wrapper, two extra frames per side).
+    ``asynccontextmanager`` adds (a generator, its wrapper, two extra frames per side), and its
+    deadline is an entry in a queue of deadlines of the same length with one timer for all of them
+    (deadlines.py) rather than a timer of its own (``asyncio.timeout``), with the same cancellation rules.
     """
 
-    __slots__ = ("_timeout", "deadline", "op")
+    __slots__ = ("_cancelling", "_entry", "_queue", "deadline", "op")
 
-    def __init__(self, op: str, deadline: float) -> None:
+    def __init__(self, op: str, deadline: float, queue: DeadlineQueue) -> None:
         self.op = op
         self.deadline = deadline
+        self._queue = queue
 
     async def __aenter__(self) -> None:
-        self._timeout = asyncio.timeout(self.deadline)
-        await self._timeout.__aenter__()
+        task = asyncio.current_task()
+        assert task is not None, "a store operation runs in a task"
+        self._cancelling = task.cancelling()
+        self._entry = self._queue.start(task)
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        try:
-            # raises TimeoutError (an OSError, hence UNAVAILABLE) when the deadline cancelled the body
-            await self._timeout.__aexit__(kind, exc, tb)
-        except UNAVAILABLE as expired:
-            raise unavailable(self.op, self.deadline, expired) from expired
+        entry = self._entry
+        if entry[2] == EXPIRED:
+            # The deadline cancelled the task: a timeout, unless someone else asked for a cancellation too
+            # (then it propagates as one), as asyncio.timeout decides.
+            if entry[1].uncancel() <= self._cancelling and kind is asyncio.CancelledError:
+                raise unavailable(self.op, self.deadline, TimeoutError()) from exc
+        else:
+            entry[2] = DONE
         if exc is not None and isinstance(exc, UNAVAILABLE):
             raise unavailable(self.op, self.deadline, exc) from exc
         return False
@@ -136,9 +150,13 @@ class RedisIO:
         self.fail_open_timeout = min(fail_open_timeout, op_timeout)
         self._durable_timeout = op_timeout + wait_s
         self._gate = self._conn.gate
+        #: the lean command path (lean_pool.py) where one server holds every key (one server, Sentinel); None on a
+        #: Cluster, whose client follows slot moves itself
+        self.lean = self._conn.lean
         self.wait_replicas = max(0, int(wait_replicas))
         self.wait_timeout_ms = max(1, int(wait_timeout_ms))
         self._scripts: dict[str, Script] = {}
+        self._deadlines = Deadlines()
 
     def register(self, lua: str) -> Script:
         """``lua`` as a script called by its SHA (each call is an EVALSHA, with a SCRIPT LOAD after a flush)."""
@@ -154,7 +172,7 @@ class RedisIO:
         """
         deadline = self.fail_open_timeout if fail_open else self._durable_timeout if durable else self.op_timeout
         if self._gate is None:
-            return Guard(op, deadline)
+            return Guard(op, deadline, self._deadlines.queue(deadline))
         return self._gated(op, deadline, self._gate)
 
     @staticmethod
@@ -166,6 +184,22 @@ class RedisIO:
                     yield
         except UNAVAILABLE as exc:  # builtin TimeoutError is an OSError
             raise unavailable(op, deadline, exc) from exc
+
+    async def pipeline(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """``commands`` (raw, as for ``command``) as one pipeline on the node owning ``key``: on the lean path
+        where there is one, else through ``run``. Every command runs; the first error reply is then raised."""
+        lean = self.lean
+        if lean is None:
+            def build(pipe: Any) -> None:
+                for command in commands:
+                    pipe.execute_command(*command)
+
+            return (await self.run(key, build, False))[0]
+        replies = await lean.pipeline(commands)
+        failed = next((r for r in replies if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise failed
+        return replies
 
     async def run(self, key: str, build: Build, durable: bool) -> tuple[list[Any], int | None]:
         """Run ``build``'s commands as one pipeline on the node owning ``key``; with durability, then ``WAIT``.
@@ -208,8 +242,19 @@ class RedisIO:
                 return list(replies[:-1]), int(replies[-1])
             return list(replies), None
 
+    async def command(self, *args: Any) -> Any:
+        """One command's raw reply (bytes, ints, lists; redis-py's reply callbacks are not applied), on the lean
+        path where there is one. Under a ``guard``, as every operation."""
+        lean = self.lean
+        if lean is not None:
+            return await lean.execute(*args)
+        return await self.client.execute_command(*args)
+
     async def script(self, script: Script, keys: list[str], args: list[Any], durable: bool) -> tuple[Any, int | None]:
         """One script call; waited for through ``run`` only when durability is on (else one plain EVALSHA)."""
+        lean = self.lean
+        if lean is not None:
+            return await self._lean_script(lean, script, keys, args, durable and self.wait_replicas > 0)
         if not (durable and self.wait_replicas > 0):
             # EVALSHA on the client itself: redis-py's Script.__call__ adds two imports and copies per call
             try:
@@ -223,6 +268,30 @@ class RedisIO:
 
         replies, acked = await self.run(keys[0], call, True)
         return replies[0], acked
+
+    async def _lean_script(self, lean: LeanPool, script: Script, keys: list[str], args: list[Any],
+                           wait: bool) -> tuple[Any, int | None]:
+        """``script`` as one EVALSHA on the lean path, followed by ``WAIT`` on the same connection when ``wait``;
+        on NOSCRIPT (a flush or a failover emptied the script cache) every registered script is loaded and the
+        call sent again (it did not run)."""
+        call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        for loaded in (False, True):
+            try:
+                if not wait:
+                    return await lean.execute(*call), None
+                reply, acked = await lean.pipeline([call, ("WAIT", self.wait_replicas, self.wait_timeout_ms)])
+                for error in (reply, acked):
+                    if isinstance(error, Exception):
+                        raise error
+                return reply, int(acked)
+            except NoScriptError:
+                if loaded:
+                    raise
+                loads = [("SCRIPT", "LOAD", known.script) for known in self._scripts.values()]
+                failed = next((r for r in await lean.pipeline(loads) if isinstance(r, Exception)), None)
+                if failed is not None:
+                    raise failed from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def confirmed(self, acked: int | None) -> bool:
         """The write was confirmed by enough replicas (None: durability is off, nothing to confirm)."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -26,6 +28,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 
 from gateway.config.model import StoreSentinel, StoreTls
+from gateway.store.redis_client.lean_pool import LeanPool, tls_context
 
 DEFAULT_PORT = 6379
 
@@ -36,8 +39,11 @@ try:
     from redis.driver_info import DriverInfo
 except ImportError:  # redis-py < 7
     _DRIVER_KWARGS: dict[str, Any] = {}
+    from redis import __version__ as _redis_version
+    _LIB = ("redis-py", _redis_version)
 else:
     _DRIVER_KWARGS = {"driver_info": DriverInfo()}
+    _LIB = (_DRIVER_KWARGS["driver_info"].formatted_name, _DRIVER_KWARGS["driver_info"].lib_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,8 @@ class RedisClients:
     node_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
     #: Cluster only: the bounded wait for a connection (redis-py's cluster pools do not block)
     gate: ClusterGate | None = None
+    #: one server or Sentinel: the lean command path of the hot operations (lean_pool.py); None on a Cluster
+    lean: LeanPool | None = None
     _nodes: dict[tuple[str, int], aioredis.Redis] = field(default_factory=dict, repr=False)
 
     async def owner(self, key: str) -> aioredis.Redis:
@@ -180,6 +188,8 @@ class RedisClients:
             await cluster.nodes_manager.initialize()
 
     async def aclose(self) -> None:
+        if self.lean is not None:
+            await self.lean.aclose()
         for node in self._nodes.values():
             await node.aclose()
         self._nodes.clear()
@@ -223,7 +233,11 @@ def connect(url: str, *, username: str | None = None, password: str | None = Non
         manager = Sentinel(list(sentinel.nodes), sentinel_kwargs=sentinel_kwargs, **master_kwargs)
         client = manager.master_for(sentinel.master, connection_pool_class=BlockingSentinelPool, timeout=pool_timeout)
         nodes = ", ".join(f"{h}:{p}" for h, p in sentinel.nodes)
-        return RedisClients(client=client, cluster=False,
+        lean = LeanPool(resolve=partial(manager.discover_master, sentinel.master), username=user, password=secret,
+                        db=parsed.db, ssl_context=_tls_context(tls) if parsed.tls else None,
+                        connect_timeout=socket_connect_timeout, max_connections=max_connections,
+                        pool_timeout=pool_timeout, lib=_LIB)
+        return RedisClients(client=client, cluster=False, lean=lean,
                             description=f"sentinel master {sentinel.master!r} via {nodes}")
 
     if cluster or parsed.cluster:
@@ -251,4 +265,26 @@ def connect(url: str, *, username: str | None = None, password: str | None = Non
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=pool_timeout,
                                                     retry=retry, **extra)
     where = "unix socket" if parsed.scheme == "unix" else f"{parsed.scheme}://{parsed.host}:{parsed.port}/{parsed.db}"
-    return RedisClients(client=aioredis.Redis.from_pool(pool), cluster=False, description=where)
+    return RedisClients(client=aioredis.Redis.from_pool(pool), cluster=False, description=where,
+                        lean=_lean_pool(url, parsed, user, secret, tls, socket_connect_timeout, max_connections,
+                                        pool_timeout))
+
+
+def _tls_context(tls: StoreTls | None) -> Callable[[], ssl.SSLContext]:
+    """The lean pool's TLS context, built at its first connection (a missing file fails it, as in redis-py)."""
+    files = tls or StoreTls()
+    return partial(tls_context, ca_file=files.ca_file, cert_file=files.cert_file, key_file=files.key_file,
+                   check_hostname=files.check_hostname)
+
+
+def _lean_pool(url: str, parsed: RedisUrl, username: str | None, password: str | None, tls: StoreTls | None,
+               connect_timeout: float, max_connections: int, pool_timeout: float) -> LeanPool | None:
+    """The lean path's pool for one server, set up as redis-py sets up its connections for ``url``; None when the
+    URL carries options in its query string (redis-py reads them; the hot operations then go through redis-py)."""
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        return None
+    return LeanPool(host=parsed.host, port=parsed.port, path=parts.path if parsed.scheme == "unix" else None,
+                    username=username, password=password, db=parsed.db,
+                    ssl_context=_tls_context(tls) if parsed.tls else None, connect_timeout=connect_timeout,
+                    max_connections=max_connections, pool_timeout=pool_timeout, lib=_LIB)

@@ -89,6 +89,15 @@ class ResponseRecords(ABC):
     Another tenant's id behaves exactly like an unknown one (None / False): ids never leak.
     """
 
+    #: a view of the store that also keeps the responses it must not store (``store: false``) where only
+    #: it reads them (``keep``): a WebSocket connection's memory (gateway/api/responses/ws_records.py)
+    keeps_unstored = False
+
+    async def keep(self, tenant: str, response_id: str, record: dict[str, Any], answer: str | None) -> None:
+        """A ``store: false`` response's record (its whole conversation, no ``ancestors``) and its answer's text
+        (None: it generated none), for a view that ``keeps_unstored``; a store keeps nothing."""
+        return None
+
     @abstractmethod
     async def put(self, tenant: str, response_id: str, record: dict[str, Any], ttl_s: float) -> None:
         """Write (or overwrite) the record for ``ttl_s`` seconds.

@@ -229,15 +229,12 @@ class RedisUsage(UsageStore):
     async def _send(self, calls: list[tuple[list[str], list[Any]]]) -> None:
         stamp = num(time.time())
 
-        def build(pipe: Any) -> None:
-            for keys, args in calls:
-                if args and args[0] is _RELEASE_MARK:
-                    pipe.eval(_RELEASE, len(keys), *keys, *args[1:], stamp)
-                else:
-                    pipe.eval(_ADD, len(keys), *keys, *args)
-
+        # EVAL with the scripts' text (never NOSCRIPT), on the lean path where there is one: a release must not
+        # wait for a connection of its own while the next request's reservation goes ahead on a warm one.
+        commands = [("EVAL", _RELEASE, len(keys), *keys, *args[1:], stamp) if args and args[0] is _RELEASE_MARK
+                    else ("EVAL", _ADD, len(keys), *keys, *args) for keys, args in calls]
         async with self._io.guard("usage_add"):
-            await self._io.run(calls[0][0][0], build, False)
+            await self._io.pipeline(calls[0][0][0], commands)
 
     async def drain(self, timeout_s: float) -> None:
         if self._flushing:
@@ -256,7 +253,7 @@ class RedisUsage(UsageStore):
         keys = [usage_key(tenant, key_id if scope == "key" else "", period_name(period, now))
                 for scope, period in wants]
         async with self._io.guard("usage_spent", fail_open=True):  # a budget check fails open
-            reply = await self._spent(keys=keys)
+            reply, _ = await self._io.script(self._spent, keys, [], False)
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         found = []
         for item in text.split(","):
