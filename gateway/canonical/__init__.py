@@ -1,7 +1,8 @@
-"""The canonical transcript every layer speaks, in three parts: ``types`` (messages, the model request and
-response, stream deltas, the message helpers), ``arguments`` (tool-call arguments) and ``accumulator``
-(streamed tool-call fragments into whole calls); and ``records``, what a request's model calls leave
-for its metering and access record (a loop's state or a loopless call's record, read alike).
+"""The canonical transcript every layer speaks, in four parts: ``types`` (messages, the model request and
+response, stream deltas, the message helpers), ``arguments`` (tool-call arguments), ``accumulator``
+(streamed tool-call fragments into whole calls) and ``tools`` (custom and hosted tools); and
+``records``, what a request's model calls leave for its metering and access record (a loop's state or a
+loopless call's record, read alike).
 
 Every layer imports the names from here (``from gateway.canonical import Message``), so where a name
 lives inside the package is this package's business. One exception: ``sealing`` (what a stateless
@@ -23,6 +24,15 @@ from gateway.canonical.arguments import (
     normalize_arguments,
 )
 from gateway.canonical.records import CallRecord, WorkRecord
+from gateway.canonical.tools import (
+    CUSTOM_KEY,
+    HostedToolCall,
+    HostedTools,
+    custom_arguments,
+    custom_input,
+    custom_names,
+    custom_tool_def,
+)
 from gateway.canonical.types import (
     ARTIFACT_MESSAGE_KEYS,
     MAX_TOKEN_COUNT,
@@ -51,11 +61,14 @@ from gateway.canonical.types import (
 
 __all__ = [
     "ARTIFACT_MESSAGE_KEYS",
+    "CUSTOM_KEY",
     "MAX_JSON_DEPTH",
     "MAX_TOKEN_COUNT",
     "Answering",
     "CallRecord",
     "FinishReason",
+    "HostedToolCall",
+    "HostedTools",
     "JSONTooDeep",
     "Message",
     "ModelRequest",
@@ -73,6 +86,10 @@ __all__ = [
     "WorkRecord",
     "arguments_object",
     "arguments_too_deep",
+    "custom_arguments",
+    "custom_input",
+    "custom_names",
+    "custom_tool_def",
     "history_arguments",
     "history_arguments_text",
     "load_json",

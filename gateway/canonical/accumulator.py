@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 from gateway.canonical.arguments import normalize_arguments
+from gateway.canonical.tools import custom_arguments
 from gateway.canonical.types import ToolCall
 
 
@@ -28,7 +29,9 @@ class ToolCallAccumulator:
     Fragments are keyed by index; where a provider omits or repeats the index, the id decides
     (a fragment carrying a new id opens a new call). The first id and name win; argument
     fragments concatenate in arrival order (kept as pieces and joined when read: adding each to the
-    call's string would copy all of it per fragment, quadratic in long arguments).
+    call's string would copy all of it per fragment, quadratic in long arguments). A fragment of a
+    custom (freeform) tool's call (``custom``) makes the call ``type: "custom"``: its fragments are
+    the input text, wrapped as ``{"input": text}`` when the call is whole.
     """
 
     __slots__ = ("_by_id", "_by_index", "_calls", "_last", "_pieces")
@@ -47,6 +50,7 @@ class ToolCallAccumulator:
         name: str | None = None,
         arguments: Any = None,
         extra_content: dict[str, Any] | None = None,
+        custom: bool = False,
     ) -> None:
         call: ToolCall | None = None
         if id and id in self._by_id:
@@ -79,6 +83,8 @@ class ToolCallAccumulator:
             pieces.append(piece)
         if extra_content:
             call.setdefault("extra_content", {}).update(extra_content)
+        if custom:
+            call["type"] = "custom"
         self._last = call
 
     def __bool__(self) -> bool:
@@ -102,5 +108,7 @@ class ToolCallAccumulator:
         for position, call in enumerate(self._calls):
             if not call["id"]:
                 call["id"] = stable_tool_call_id(id_seed, position)
-            call["function"]["arguments"] = normalize_arguments(call["function"]["arguments"])
+            arguments = call["function"]["arguments"]
+            call["function"]["arguments"] = custom_arguments(arguments) if call["type"] == "custom" else \
+                normalize_arguments(arguments)
         return self._calls

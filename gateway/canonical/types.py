@@ -26,14 +26,20 @@ OpenAI-compatible endpoint and LiteLLM-style gateways already use:
   provider is sent the items back, and only while the message still says what they say (the same
   text, the same tool-call ids; ``providers/openai_responses_input.py``). Every other target drops them.
 
+A call of a caller's custom (freeform) tool is a function call with ``{"input": text}`` arguments and,
+once the loop knows it is one, ``type: "custom"`` (``canonical/tools.py``).
+
 Each key is produced by exactly one wire format, so its origin is implied by its name and
 an adapter that does not own a key strips it before sending.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from gateway.canonical.tools import HostedToolCall, HostedTools
 
 Message = dict[str, Any]
 ToolCall = dict[str, Any]
@@ -127,7 +133,9 @@ class ModelRequest:
     ``params`` holds every other OpenAI body field (temperature, max_tokens, stop, seed,
     response_format, parallel_tool_calls, user, and unknown fields an OpenAI-compatible
     upstream may understand); adapters translate what their format knows. ``native``: the
-    caller's own request, for a target of its wire format (``NativeRequest``).
+    caller's own request, for a target of its wire format (``NativeRequest``). ``hosted``: the
+    hosted tools the caller asked for (``canonical.tools.HostedTools``), for a target that runs or
+    maps them.
     """
 
     messages: list[Message]
@@ -135,6 +143,7 @@ class ModelRequest:
     tool_choice: Any = None
     params: dict[str, Any] = field(default_factory=dict)
     native: NativeRequest | None = None
+    hosted: HostedTools | None = None
 
 
 @dataclass(slots=True)
@@ -152,6 +161,8 @@ class ModelResponse:
     #: the caller's stop sequence the answer ended on, when the provider says which (Anthropic's
     #: ``stop_sequence``); None when it did not, or cannot say (OpenAI and Gemini only say "stop")
     stop_sequence: str | None = None
+    #: hosted tools the target ran within this answer (a mapped web search), for renderers that show them
+    hosted_calls: Sequence[HostedToolCall] = ()
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -199,7 +210,7 @@ class Answering:
     model: str
 
 
-StreamDelta = TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering
+StreamDelta = TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | HostedToolCall
 
 
 # --- helpers every adapter shares -----------------------------------------------------

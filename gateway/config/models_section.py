@@ -13,12 +13,17 @@ from gateway.config.providers_section import ProviderConfig
 from gateway.config.tools_section import ToolConfig
 
 ROUTE_KEYS = {"kind", "targets", "tools", "max_tool_iterations", "context_window", "retries", "tool_concurrency",
-              "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s", "count_tokens"}
+              "context", "stream_rescue", "first_token_timeout_s", "stream_idle_timeout_s", "count_tokens",
+              "hosted_tools"}
 TARGET_KEYS = {"provider", "model", "price", "first_token_timeout_s", "prefill", "reasoning"}
 STREAM_RESCUE = ("continue", "off")
 #: how token counts (``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``) are made for a route whose first
 #: target counts (Anthropic, Gemini): ask it, or estimate here
 COUNT_TOKENS = ("upstream", "local")
+#: a caller's hosted tools (Responses ``web_search``, ...) on a target that does not run them itself:
+#: ``map`` to the target's own counterpart where it has one, else drop with a warning; ``drop`` always;
+#: ``refuse`` a request with one some target of the route would drop (docs/configuration.md)
+HOSTED_TOOLS = ("map", "drop", "refuse")
 #: a target's ``prefill``: ``auto`` (by provider type and model family), ``off``, or how it continues
 PREFILL_SETTINGS = ("auto", "off", "native", "prefix", "continue_final_message")
 CONTEXT_KEYS = {"threshold", "compress_with", "max_tool_result_tokens"}
@@ -72,6 +77,8 @@ class RouteConfig:
     stream_idle_timeout_s: float | None = None
     #: counts on an Anthropic or Gemini first target: "upstream" (the provider counts, exact) or "local" (estimated)
     count_tokens: str = "upstream"
+    #: a caller's hosted tools where a target does not run them: "map", "drop" or "refuse" (``HOSTED_TOOLS``)
+    hosted_tools: str = "map"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,7 @@ def route_section(name: str, raw: Any, providers: dict[str, ProviderConfig], too
         stream_rescue=rescue,
         stream_idle_timeout_s=_seconds(section, "stream_idle_timeout_s", path),
         count_tokens=_count_tokens(section, path),
+        hosted_tools=_choice(section, "hosted_tools", path, HOSTED_TOOLS),
     )
 
 
@@ -183,6 +191,14 @@ def _count_tokens(section: dict[str, Any], path: str) -> str:
     value = get(section, "count_tokens", path, str, "upstream")
     if value not in COUNT_TOKENS:
         raise ConfigError(f"{path}.count_tokens", f"must be 'upstream' or 'local', got {value!r}")
+    return str(value)
+
+
+def _choice(section: dict[str, Any], key: str, path: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first when absent)."""
+    value = get(section, key, path, str, choices[0])
+    if value not in choices:
+        raise ConfigError(f"{path}.{key}", f"must be one of {', '.join(choices)}, got {value!r}")
     return str(value)
 
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-from gateway.canonical import Message, NativeRequest, ToolCall, text_of
+from gateway.canonical import HostedTools, Message, NativeRequest, ToolCall, text_of
 from gateway.config.notifications_section import NotificationsConfig
 from gateway.errors import quoted
 from gateway.loop.approvals import (
@@ -94,8 +94,8 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
     Left out, because a reader derives them or reads their absence as the default: the decision context
     (``approvals.summary_of`` derives it from the transcript), the loop state but its tool rounds and model
     (a resume starts its own counters), and the optional fields when unset (``native``, ``allowed_tools``,
-    ``origin``, ``stream_rescue``). The keys a resume indexes are always written, so a replica still running
-    the previous release resumes what this one paused (and this one what it paused: the fields it wrote
+    ``origin``, ``stream_rescue``, ``hosted``). The keys a resume indexes are always written, so a replica still
+    running the previous release resumes what this one paused (and this one what it paused: the fields it wrote
     besides are simply not read).
     """
     data: dict[str, Any] = {
@@ -118,6 +118,8 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
     if request.stream_rescue is not None:
         # The request's own ``gateway.stream_rescue`` holds for the rest of its loop, whoever resumes it.
         data["stream_rescue"] = request.stream_rescue
+    if request.hosted is not None:
+        data["hosted"] = request.hosted.to_dict()
     return data
 
 
@@ -326,6 +328,7 @@ class Continuations:
             allowed_tools=None if allowed is None else frozenset(allowed),
             native=NativeRequest.from_dict(data.get("native")),
             stream_rescue=rescue if isinstance(rescue := data.get("stream_rescue"), bool) else None,
+            hosted=HostedTools.from_dict(data.get("hosted")),
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,

@@ -227,7 +227,7 @@ class LoopRun:
         tools = self.tool_defs
         return ModelRequest(messages=messages, tools=tools,
                             tool_choice=choice if tools or request.native is not None else None,
-                            params=request.params, native=request.native)
+                            params=request.params, native=request.native, hosted=request.hosted)
 
     def open_call_span(self, model_request: ModelRequest) -> Span:
         """The call's span (traced requests only), its trace context sent upstream when propagation is on."""
@@ -259,6 +259,8 @@ class LoopRun:
             reasoning = reasoning_deltas(message)  # per block, signatures included
             if reasoning:
                 events.append(reasoning)
+            if response.hosted_calls:  # hosted tools the target ran (a mapped web search): before their answer
+                events.append(list(response.hosted_calls))
             text = text_of(message.get("content"))
             if text:
                 if state.text_emitted:

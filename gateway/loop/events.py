@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from gateway.canonical import (
     Answering,
+    HostedToolCall,
     ReasoningDelta,
     ReasoningSignature,
     RedactedReasoning,
@@ -85,8 +86,8 @@ class Finished:
 
 # A list is a batch of deltas that arrived together (one upstream read): rendered as one write.
 # ``Answering`` (alone, or first in a batch) names the model producing what follows, in streams.
-LoopEvent = (TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | list[StreamDelta]
-             | ToolStarted | ToolProgress | ToolFinished | Notice | Finished)
+LoopEvent = (TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | HostedToolCall
+             | list[StreamDelta] | ToolStarted | ToolProgress | ToolFinished | Notice | Finished)
 
 
 def answering_model(event: LoopEvent) -> str | None:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.canonical import Message, NativeRequest, ToolCall, ToolDef, Usage
+from gateway.canonical import HostedTools, Message, NativeRequest, ToolCall, ToolDef, Usage
 from gateway.context import ContextGuard
 from gateway.loop.asking import TurnAsks
 from gateway.loop.events import LoopResult
@@ -146,6 +146,8 @@ class LoopRequest:
     origin: dict[str, Any] | None = None
     # ``gateway.stream_rescue`` of the request: True / False override the route's ``stream_rescue``.
     stream_rescue: bool | None = None
+    # The hosted tools the caller asked for (a Responses caller's ``web_search``, ...), for every model call.
+    hosted: HostedTools | None = None
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.canonical import Message, ToolCall
+from gateway.canonical import Message, ToolCall, custom_names
 from gateway.loop.pairing import ToolResult
 from gateway.loop.pausing import PendingCall
 from gateway.loop.tool_runs import ExecuteHook, record
@@ -69,6 +69,7 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
     tools = run.deps.tools
     server_names = run.route_tools
     client_names: set[str] | None = None  # looked up only for a call that is not a server tool's
+    customs: frozenset[str] | None = None  # the caller's custom tools: looked up only for a client call
     for call in calls:
         name = call["function"]["name"]
         tool = tools.get(name) if name in server_names else None
@@ -78,6 +79,10 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
         if tool is None and client_names is None:
             client_names = client_tool_names(request)
         reason = "approval" if tool is not None else "client" if client_names and name in client_names else None
+        if reason == "client":
+            customs = custom_names(request.client_tools) if customs is None else customs
+            if name in customs:
+                call["type"] = "custom"  # a freeform tool's: answered in the caller's custom form (canonical/tools.py)
         if reason is None:
             available = ", ".join(sorted({*server_names, *(client_names or ())})) or "none"
             results[call["id"]] = ToolResult("error", f"Unknown tool '{name}'. Available tools: {available}.")

@@ -23,6 +23,10 @@ without ``thinking`` (the documented fallback for foreign history; omitted rathe
 checked. A native request also loses its ``clear_thinking_*`` edits then (rejected without
 thinking).
 
+A Responses caller's hosted ``web_search`` becomes Anthropic's server web search tool when the
+route allows it (``providers/hosted.py``); its ``server_tool_use`` and ``web_search_tool_result``
+blocks come back verbatim in ``anthropic_content`` and as ``ModelResponse.hosted_calls``.
+
 The answer side (a whole message, the stream parser, in-body errors) is ``anthropic_stream``.
 """
 
@@ -36,6 +40,7 @@ import orjson
 from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse, NativeRequest
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
+from gateway.providers.anthropic_errors import error_from_body, is_context_overflow, no_retry_for
 from gateway.providers.anthropic_messages import (
     bad_request,
     current_turn_lacks_thinking,
@@ -49,13 +54,7 @@ from gateway.providers.anthropic_params import (
     translate_tool_choice,
     translate_tools,
 )
-from gateway.providers.anthropic_stream import (
-    AnthropicStreamParser,
-    error_from_body,
-    is_context_overflow,
-    no_retry_for,
-    response_from_message,
-)
+from gateway.providers.anthropic_stream import AnthropicStreamParser, response_from_message
 from gateway.providers.base import (
     ErrorClass,
     ProviderError,
@@ -65,6 +64,7 @@ from gateway.providers.base import (
     load_error_body,
     unreadable_error,
 )
+from gateway.providers.hosted import WEB_SEARCH, anthropic_supports, anthropic_web_search, mapped_web_search
 
 API_VERSION = "2023-06-01"
 
@@ -169,8 +169,12 @@ def translated_body(request: ModelRequest, provider: ProviderConfig, model: str)
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if system:
         body["system"] = system
-    tools, tool_choice = translate_tool_choice(request.tool_choice, translate_tools(request.tools),
-                                               params.get("parallel_tool_calls"), thinking is not None)
+    tools = translate_tools(request.tools)
+    search = mapped_web_search(request.hosted)  # a Responses caller's web_search, Anthropic's own (hosted.py)
+    if search is not None and all(tool["name"] != WEB_SEARCH for tool in tools):
+        tools.append(anthropic_web_search(search))
+    tools, tool_choice = translate_tool_choice(request.tool_choice, tools, params.get("parallel_tool_calls"),
+                                               thinking is not None)
     if tools:
         body["tools"] = tools
         if tool_choice:
@@ -199,6 +203,8 @@ def _native(request: ModelRequest) -> NativeRequest | None:
 
 class AnthropicAdapter:
     wire_format = "anthropic"
+    #: hosted tools it maps (``web_search`` -> its server web search tool): providers/hosted.py
+    hosted_support = staticmethod(anthropic_supports)
 
     def _body(self, request: ModelRequest, provider: ProviderConfig, model: str) -> dict[str, Any]:
         native = _native(request)

@@ -6,6 +6,11 @@ turn fetched whole produce equal ``ModelResponse`` objects (same text, same call
 blocks with their full signatures, same ``anthropic_content``) by construction rather than by two
 parallel code paths.
 
+A web search Anthropic ran (a Responses caller's ``web_search``, mapped: ``providers/hosted.py``)
+is reported as a ``HostedToolCall`` (``ModelResponse.hosted_calls``; a stream says it when its
+``web_search_tool_result`` block starts), so a renderer can show the search; the answer's text is
+the text blocks as always.
+
 The canonical turn keeps the ``content`` array as received under ``anthropic_content``, so the
 turn goes back to Anthropic verbatim (citations, server tool blocks, signatures: the prompt cache
 keeps hitting). Not when a tool input is not a JSON object (a streamed input cut off at
@@ -15,7 +20,6 @@ canonical calls is sent instead; nor when the array is empty (nothing to send ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -23,6 +27,7 @@ import orjson
 from gateway.canonical import (
     Answering,
     FinishReason,
+    HostedToolCall,
     Message,
     ModelResponse,
     ReasoningDelta,
@@ -36,6 +41,7 @@ from gateway.canonical import (
     normalize_finish_reason,
     token_count,
 )
+from gateway.providers.anthropic_errors import error_from_body
 from gateway.providers.base import (
     MALFORMED,
     STR_OR_NONE,
@@ -44,9 +50,9 @@ from gateway.providers.base import (
     ProviderError,
     SSEEvent,
     invalid_response,
-    looks_like_context_overflow,
     reported_model,
 )
+from gateway.providers.hosted import MAX_HOSTED_CALLS, anthropic_search, anthropic_search_uses
 
 # Unknown values (Anthropic adds them) fall back to "stop"; tool_use blocks override it anyway.
 STOP_REASONS: dict[str, FinishReason] = {
@@ -59,52 +65,12 @@ STOP_REASONS: dict[str, FinishReason] = {
     "refusal": "content_filter",
 }
 
-ERROR_TYPES: dict[str, ErrorClass] = {
-    "invalid_request_error": ErrorClass.BAD_REQUEST,
-    "request_too_large": ErrorClass.BAD_REQUEST,
-    "authentication_error": ErrorClass.AUTH,
-    "permission_error": ErrorClass.AUTH,
-    "not_found_error": ErrorClass.NOT_FOUND,
-    "rate_limit_error": ErrorClass.RATE_LIMITED,
-    # Out of credit: like the spend cap, another target may serve it but a retry here won't.
-    "billing_error": ErrorClass.RATE_LIMITED,
-    "api_error": ErrorClass.SERVER_ERROR,
-    "timeout_error": ErrorClass.TIMEOUT,
-    "overloaded_error": ErrorClass.OVERLOADED,
-}
-
 THINKING_TYPES = ("thinking", "redacted_thinking")
 # Blocks whose ``input`` is a tool call's input (always an object when whole).
 TOOL_INPUT_TYPES = ("tool_use", "server_tool_use")
 # The string field each delta type carries (checked before the block being rebuilt changes).
 _DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature",
                  "input_json_delta": "partial_json"}
-SPEND_LIMIT = "enforced_spend_limit_reached"
-
-
-def is_context_overflow(message: str) -> bool:
-    # "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000" is not in the shared list.
-    return looks_like_context_overflow(message) or "context limit" in message.lower()
-
-
-def no_retry_for(error: Mapping[str, Any]) -> bool:
-    """Errors that look retryable by class but are not: the monthly spend cap and billing."""
-    details = error.get("details")
-    code = details.get("error_code") if isinstance(details, dict) else None
-    return code == SPEND_LIMIT or error.get("type") == "billing_error"
-
-
-def error_from_body(error: Any) -> ProviderError:
-    """The ``error`` object of a ``{"type": "error"}`` body or stream event, classified by its type."""
-    if not isinstance(error, dict):
-        return ProviderError(ErrorClass.SERVER_ERROR, str(error or "upstream error"))
-    message = str(error.get("message") or error.get("type") or "upstream error")
-    error_class = ERROR_TYPES.get(str(error.get("type")), ErrorClass.SERVER_ERROR)
-    if error_class is ErrorClass.BAD_REQUEST and is_context_overflow(message):
-        error_class = ErrorClass.CONTEXT_LENGTH
-    return ProviderError(error_class, message, no_retry=no_retry_for(error))
-
-
 def parse_usage(raw: Any) -> Usage:
     """Counts that are not plausible token counts (``token_count``) are treated as not reported."""
     if not isinstance(raw, dict):
@@ -179,6 +145,8 @@ def _response(native: Any) -> ModelResponse:
     calls = ToolCallAccumulator()
     tool_index = 0  # the OpenAI tool-call index counts tool_use blocks only, not content positions
     verbatim = bool(content)
+    hosted: list[HostedToolCall] = []
+    uses: dict[str, Any] | None = None
     for block in content:
         kind = check_block(block).get("type")
         if verbatim and ("input" in block or kind in TOOL_INPUT_TYPES) and not isinstance(block.get("input"), dict):
@@ -192,7 +160,12 @@ def _response(native: Any) -> ModelResponse:
             thinking_blocks.append(block)  # verbatim: the signature is replayed byte for byte
             if kind == "thinking" and block.get("thinking"):
                 reasoning.append(str(block["thinking"]))
-        # server_tool_use, web_search_tool_result, ...: results of server tools, nothing to hand on
+        elif kind == "web_search_tool_result" and len(hosted) < MAX_HOSTED_CALLS:
+            uses = anthropic_search_uses(content) if uses is None else uses
+            searched = anthropic_search(block, uses)
+            if searched is not None:
+                hosted.append(searched)
+        # server_tool_use and other server tools' blocks: kept verbatim in anthropic_content, nothing to hand on
     response_id = _string(native.get("id"))
     message: Message = {"role": "assistant", "content": "".join(texts) or None}
     tool_calls = calls.result(response_id or "".join(texts))
@@ -215,6 +188,7 @@ def _response(native: Any) -> ModelResponse:
         id=response_id,
         unfinished=stop_reason == "pause_turn" and not tool_calls,
         stop_sequence=matched if stop_reason == "stop_sequence" and isinstance(matched, str) else None,
+        hosted_calls=hosted or (),
     )
 
 
@@ -296,6 +270,9 @@ class AnthropicStreamParser:
             return [self._reasoning(index, str(block["thinking"]))]
         if block.get("type") == "redacted_thinking":  # arrives complete here, with no deltas
             return [RedactedReasoning(str(block.get("data") or ""))]
+        if block.get("type") == "web_search_tool_result":  # complete here too: the search it reports, now
+            searched = anthropic_search(block, anthropic_search_uses(list(self._blocks.values())))
+            return [searched] if searched is not None else []
         return []
 
     def _delta(self, index: Any, delta: Any) -> list[StreamDelta]:

@@ -11,6 +11,10 @@ upstream's 400. Older or unrecognised names get ``thinkingBudget`` with the budg
 OpenAI-compatible endpoint uses (none 0, minimal/low 1024, medium 8192, high 24576): a budget is
 what 2.5 understands and Gemini 3 still accepts. Thought summaries (``includeThoughts``) are
 requested only when the client asks with ``include_reasoning: true``, the common gateway flag.
+
+A Responses caller's hosted ``web_search`` becomes Google Search grounding (``googleSearch``) when
+the route allows it and the model can pair it with the request's functions (``providers/hosted.py``);
+what it searched comes back from ``groundingMetadata`` as ``ModelResponse.hosted_calls``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from gateway.providers.gemini_stream import (
     error_details,
     load_payload,
 )
+from gateway.providers.hosted import gemini_supports, mapped_web_search
 
 _BUDGETS = {"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576, "xhigh": 24576}
 _LEVELS = {"none": "minimal", "minimal": "minimal", "low": "low", "medium": "medium", "high": "high",
@@ -189,8 +194,32 @@ def _native_top_k(request: ModelRequest) -> int | None:
     return value if type(value) is int else None
 
 
+def _add_tools(body: dict[str, Any], request: ModelRequest, model: str) -> None:
+    """``tools`` and ``toolConfig``: the function declarations, and Google Search for a mapped ``web_search``."""
+    tools: list[dict[str, Any]] = []
+    config: dict[str, Any] = {}
+    if request.tools:
+        calling, allowed = _tool_config(request.tool_choice)
+        declarations = _declarations(request.tools, allowed)
+        if declarations:
+            tools.append({"functionDeclarations": declarations})
+            if calling is not None:
+                config["functionCallingConfig"] = calling
+    search = mapped_web_search(request.hosted)
+    if search is not None and gemini_supports(str(search.get("type")), model, bool(tools)) is not None:
+        tools.append({"googleSearch": {}})
+        if len(tools) > 1:  # beside functions (Gemini 3+): the search's own parts come back, to be circulated
+            config["includeServerSideToolInvocations"] = True
+    if tools:
+        body["tools"] = tools
+    if config:
+        body["toolConfig"] = config
+
+
 class GeminiAdapter:
     wire_format = "gemini"
+    #: hosted tools it maps (``web_search`` -> Google Search grounding): providers/hosted.py
+    hosted_support = staticmethod(gemini_supports)
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:
@@ -225,13 +254,7 @@ class GeminiAdapter:
         if system:
             body["systemInstruction"] = {"parts": system}
         body["contents"] = contents
-        if request.tools:
-            calling, allowed = _tool_config(request.tool_choice)
-            declarations = _declarations(request.tools, allowed)
-            if declarations:
-                body["tools"] = [{"functionDeclarations": declarations}]
-                if calling is not None:
-                    body["toolConfig"] = {"functionCallingConfig": calling}
+        _add_tools(body, request, model)
         generation = _generation_config(request.params, model)
         top_k = _native_top_k(request)
         if top_k is not None and "topK" not in generation:

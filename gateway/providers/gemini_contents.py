@@ -8,6 +8,8 @@ state Gemini needs back rides on the canonical transcript (see ``gemini_stream``
   no signature of Gemini's own (history from another provider, hand-built, compacted) gets the
   documented dummy value, because Gemini 3 rejects an unsigned function-call step with 400;
 * a ``functionCall.id`` is echoed only when Gemini minted it (the ``function_call_id`` marker);
+* a built-in tool's ``toolCall`` / ``toolResponse`` parts (Google Search beside functions) go back
+  verbatim at the head of their model turn;
 * ``reasoning_content`` and ``thinking_blocks`` are never sent: Gemini cannot read another
   provider's reasoning and its own thought summaries carry no state (the signature does).
 """
@@ -94,7 +96,9 @@ def _call_part(call: ToolCall) -> dict[str, Any]:
 
 
 def _model_parts(message: Message) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
+    server = _google(message).get("server_parts")  # a built-in tool's calls and responses: first, verbatim
+    parts: list[dict[str, Any]] = [part for part in server if isinstance(part, dict)] if isinstance(server, list) \
+        else []
     text = text_of(message.get("content"))
     if text:
         part: dict[str, Any] = {"text": text}

@@ -14,7 +14,13 @@ Artifacts kept on the canonical message (see ``gateway.canonical``):
   the gateway generated (or other providers produced) are never sent;
 * a signature on any other part (text, thought, or the empty trailing text part a stream may
   end with) -> ``message.extra_content.google.thought_signature``. Gemini recommends but does not
-  require returning it, so only the last one is kept and it goes back on the text part.
+  require returning it, so only the last one is kept and it goes back on the text part;
+* a built-in tool's ``toolCall`` / ``toolResponse`` parts (Google Search beside functions, Gemini 3)
+  -> ``message.extra_content.google.server_parts``, verbatim, circulated back before the turn's
+  text and calls as the tool-combination docs require.
+
+A Google Search the answer grounded on (``groundingMetadata``: its queries and sources) is reported
+as a ``HostedToolCall`` (``ModelResponse.hosted_calls``; a stream says it with the turn's end).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import orjson
 from gateway.canonical import (
     Answering,
     FinishReason,
+    HostedToolCall,
     Message,
     ModelResponse,
     ReasoningDelta,
@@ -50,6 +57,10 @@ from gateway.providers.base import (
     looks_like_context_overflow,
     reported_model,
 )
+from gateway.providers.hosted import gemini_search
+
+#: a turn's built-in tool parts kept to circulate back (Google Search beside functions: a few per turn)
+MAX_SERVER_PARTS = 64
 
 # Gemini has no "tool_calls" reason: calls are inferred from the parts (normalize_finish_reason).
 # MALFORMED_FUNCTION_CALL / UNEXPECTED_TOOL_CALL / TOO_MANY_TOOL_CALLS end a turn without a usable
@@ -176,8 +187,8 @@ def _parts(candidate: dict[str, Any]) -> list[dict[str, Any]]:
 class GeminiTurn:
     """Accumulates one model turn from whole or partial ``GenerateContentResponse`` documents."""
 
-    __slots__ = ("_blocked", "_calls", "_finish", "_id", "_model", "_read", "_reasoning", "_signature", "_text",
-                 "_usage")
+    __slots__ = ("_blocked", "_calls", "_finish", "_grounding", "_id", "_model", "_read", "_reasoning", "_search_call",
+                 "_searched", "_server_parts", "_signature", "_text", "_usage")
 
     def __init__(self) -> None:
         self._text: list[str] = []
@@ -190,6 +201,10 @@ class GeminiTurn:
         self._id = ""
         self._model = ""
         self._read = False  # a candidate (or a blocked prompt) was read: the document was an answer
+        self._grounding: dict[str, Any] | None = None  # the candidate's groundingMetadata (a Google Search ran)
+        self._searched = False  # the search was said (a stream says it once, with the turn's end)
+        self._search_call: HostedToolCall | None = None
+        self._server_parts: list[dict[str, Any]] = []  # toolCall / toolResponse parts, circulated back verbatim
 
     @property
     def finished(self) -> bool:
@@ -227,9 +242,24 @@ class GeminiTurn:
         if candidate is None:
             return []
         self._read = True
+        grounding = candidate.get("groundingMetadata")
+        if isinstance(grounding, dict):
+            self._grounding = grounding
+        deltas = self._add_parts(parts)
         if candidate.get("finishReason"):
             self._finish = candidate["finishReason"]
-        return self._add_parts(parts)
+            search = self._search()
+            if search is not None:
+                deltas.append(search)
+        return deltas
+
+    def _search(self) -> HostedToolCall | None:
+        """The Google Search the grounding metadata reports, once (None when there is none, or it was said)."""
+        if self._grounding is None or self._searched:
+            return None
+        self._searched = True
+        self._search_call = gemini_search(self._grounding, self._id)
+        return self._search_call
 
     def _add_parts(self, parts: list[dict[str, Any]]) -> list[StreamDelta]:
         deltas: list[StreamDelta] = []
@@ -238,6 +268,10 @@ class GeminiTurn:
             call = part.get("functionCall")
             if isinstance(call, dict):
                 self._add_call(call, signature)
+                continue
+            if "toolCall" in part or "toolResponse" in part:  # a built-in tool's (Google Search beside functions)
+                if len(self._server_parts) < MAX_SERVER_PARTS:
+                    self._server_parts.append(part)
                 continue
             # Checked before the text: a signature may ride on an empty text part (stream tail).
             if signature:
@@ -283,8 +317,14 @@ class GeminiTurn:
             message["tool_calls"] = self._calls
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
+        google: dict[str, Any] = {}
         if self._signature:
-            message["extra_content"] = {"google": {"thought_signature": self._signature}}
+            google["thought_signature"] = self._signature
+        if self._server_parts:
+            google["server_parts"] = self._server_parts
+        if google:
+            message["extra_content"] = {"google": google}
+        search = self._search() or self._search_call
         # A blocked prompt has no candidate: an empty, filtered answer rather than an error, since
         # neither a retry nor another target of the same model would answer it differently.
         native: FinishReason = "content_filter" if self._blocked and self._finish is None else \
@@ -295,6 +335,7 @@ class GeminiTurn:
             usage=self._usage,
             model=self._model,
             id=self._id,
+            hosted_calls=(search,) if search is not None else (),
         )
 
 

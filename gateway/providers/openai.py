@@ -5,6 +5,10 @@ owned by other wire formats are stripped, and ``reasoning_content`` goes back pe
 by default (``auto``) only to the provider that produced it, for the current request's tool-call turns
 (DeepSeek answers 400 without it there; strict servers such as Groq answer 400 to the field).
 
+Custom (freeform) tools go natively (``type: "custom"``, their calls too) to OpenAI's own GPT-5 family
+and later (``takes_custom_tools``), as their function form of one string argument elsewhere. Hosted
+tools (a Responses caller's ``web_search``, ...) are not sent: Chat Completions runs none.
+
 This module is the request side and the adapter; the response side (a whole answer, the stream
 parser, in-body errors) is ``openai_stream.py``.
 """
@@ -12,15 +16,20 @@ parser, in-body errors) is ``openai_stream.py``.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gateway.canonical import (
+    CUSTOM_KEY,
     Message,
     ModelRequest,
     ModelResponse,
+    ToolDef,
+    custom_input,
+    custom_names,
     history_arguments_text,
     strip_artifacts,
 )
@@ -50,11 +59,57 @@ def _keeps_call_extra(base_url: str) -> bool:
     return any(host in base_url for host in _SIGNATURE_PASSBACK_HOSTS)
 
 
-def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Message]:
+# OpenAI's own API (and Azure OpenAI) takes custom (freeform) tools on Chat Completions, for the GPT-5
+# family and later; every other OpenAI-format server gets them as functions of one string argument.
+_CUSTOM_TOOL_HOSTS = ("api.openai.com", ".openai.azure.com", ".cognitiveservices.azure.com")
+_GPT_VERSION = re.compile(r"(?:^|[/-])gpt-(\d+)")
+
+
+@functools.lru_cache(maxsize=256)  # a direct route's model names are the caller's: bounded
+def takes_custom_model(model: str) -> bool:
+    """Whether OpenAI's ``model`` takes custom (freeform) tools: the GPT-5 family and later."""
+    version = _GPT_VERSION.search(model)
+    return version is not None and int(version.group(1)) >= 5
+
+
+def takes_custom_tools(base_url: str, model: str) -> bool:
+    """Whether this target takes ``type: "custom"`` tools natively (else they go as functions)."""
+    return takes_custom_model(model) and any(host in base_url for host in _CUSTOM_TOOL_HOSTS)
+
+
+def _tools_for(tools: list[ToolDef], native: bool) -> list[ToolDef]:
+    """The request's tools for this server: a custom tool natively or as its function form (the list as it is
+    when it has none)."""
+    out = tools
+    for index, tool in enumerate(tools):
+        if CUSTOM_KEY in tool and tool.get("type") == "function":  # a canonical custom tool (canonical/tools.py)
+            if out is tools:
+                out = list(tools)
+            out[index] = {"type": "custom", "custom": tool[CUSTOM_KEY]} if native else \
+                {"type": "function", "function": tool["function"]}
+    return out
+
+
+def _choice_for(choice: Any, custom: frozenset[str]) -> Any:
+    """A tool choice naming a custom tool, in the custom form (a server taking custom tools natively)."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") == "function" and (choice.get("function") or {}).get("name") in custom:
+        return {"type": "custom", "custom": {"name": choice["function"]["name"]}}
+    allowed = choice.get("allowed_tools")
+    if choice.get("type") == "allowed_tools" and isinstance(allowed, dict) and isinstance(allowed.get("tools"), list):
+        tools = [_choice_for(tool, custom) for tool in allowed["tools"]]
+        return {**choice, "allowed_tools": {**allowed, "tools": tools}}
+    return choice
+
+
+def _messages_for(provider: ProviderConfig, messages: list[Message], custom: frozenset[str] = frozenset(),
+                  native: bool = False) -> list[Message]:
     """The transcript as this server takes it: foreign artifacts stripped, reasoning per ``reasoning_passback``.
 
     History tool calls whose arguments are not a JSON object go as ``{}`` (``history_arguments``):
-    OpenAI-compatible servers answer 400 to invalid JSON there.
+    OpenAI-compatible servers answer 400 to invalid JSON there. A call of a custom tool (``custom``:
+    their names) goes in the custom form to a server that takes them (``native``), else as a function call.
     """
     keep_call_extra = _keeps_call_extra(provider.base_url)
     passback = provider.reasoning_passback
@@ -69,7 +124,7 @@ def _messages_for(provider: ProviderConfig, messages: list[Message]) -> list[Mes
         if calls:
             if keep_call_extra and clean is not message:
                 clean = {**clean, "tool_calls": calls}
-            clean = _valid_arguments(clean)
+            clean = _valid_arguments(clean, custom if native else frozenset())
         if not passback:
             out.append(clean)
             continue
@@ -105,8 +160,10 @@ def _current_turn_start(provider_name: str, messages: list[Message]) -> int | No
     return -1 if found else None
 
 
-def _valid_arguments(message: Message) -> Message:
-    """``message`` with every tool call's arguments a JSON object string (a copy only when one was not)."""
+def _valid_arguments(message: Message, custom: frozenset[str]) -> Message:
+    """``message`` with every tool call's arguments a JSON object string (a copy only when one was not), a
+    custom tool's call (``custom``: the names a server takes natively) in the custom form, and no other
+    call typed anything but ``function``."""
     calls = message["tool_calls"]
     fixed = None
     for index, call in enumerate(calls):
@@ -114,11 +171,17 @@ def _valid_arguments(message: Message) -> Message:
         if not isinstance(function, dict):
             continue
         arguments = function.get("arguments")
-        text = history_arguments_text(arguments)
-        if text is not arguments:
+        if custom and function.get("name") in custom:
             if fixed is None:
                 fixed = list(calls)
-            fixed[index] = {**call, "function": {**function, "arguments": text}}
+            fixed[index] = {"id": call.get("id"), "type": "custom",
+                            "custom": {"name": function["name"], "input": custom_input(arguments)}}
+            continue
+        text = history_arguments_text(arguments)
+        if text is not arguments or call.get("type", "function") != "function":
+            if fixed is None:
+                fixed = list(calls)
+            fixed[index] = {**call, "type": "function", "function": {**function, "arguments": text}}
     return message if fixed is None else {**message, "tool_calls": fixed}
 
 
@@ -146,11 +209,14 @@ class OpenAIAdapter:
         body["model"] = model
         # Tool results with images: as text here (capability data, ``canonical_tool_results``).
         messages = tool_messages_for(request.messages, takes_tool_result_images(self.wire_format, model))
-        body["messages"] = _messages_for(provider, messages)
-        if request.tools:
-            body["tools"] = request.tools
+        tools = request.tools
+        custom = custom_names(tools) if tools else frozenset()
+        native = bool(custom) and takes_custom_tools(provider.base_url, model)
+        body["messages"] = _messages_for(provider, messages, custom, native)
+        if tools:
+            body["tools"] = _tools_for(tools, native) if custom else tools
             if request.tool_choice is not None:
-                body["tool_choice"] = request.tool_choice
+                body["tool_choice"] = _choice_for(request.tool_choice, custom) if native else request.tool_choice
         else:
             body.pop("parallel_tool_calls", None)
         if stream:

@@ -14,6 +14,10 @@ Azure (``azure: true``, the default for an Azure OpenAI host or with ``api_versi
 at ``{resource}/openai/v1/responses``, the deployment named as the body's ``model``, the key sent as
 ``api-key``; elsewhere the key is a bearer token.
 
+A Responses caller's hosted tools (``canonical.HostedTools``) go on verbatim: this API runs them; its
+custom (freeform) tools go natively to the GPT-5 family and later (their calls and outputs as
+``custom_tool_call`` items), as their function form elsewhere.
+
 ``POST /responses/input_tokens`` counts a request exactly (``build_count_tokens``), for the gateway's
 own ``/v1/messages/count_tokens`` and ``/v1/responses/input_tokens``.
 
@@ -30,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse
+from gateway.canonical import MAX_TOKEN_COUNT, ModelRequest, ModelResponse, custom_names
 from gateway.canonical_tool_results import takes_tool_result_images, tool_messages_for
 from gateway.config.providers_section import ProviderConfig
 from gateway.providers import urls
@@ -42,7 +46,8 @@ from gateway.providers.base import (
     load_body,
     reasoning_model,
 )
-from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.hosted import runs_natively
+from gateway.providers.openai import OpenAIAdapter, takes_custom_model
 from gateway.providers.openai_responses_input import translate_input
 from gateway.providers.openai_responses_output import response_from
 from gateway.providers.openai_responses_params import translate_params, translate_tool_choice, translate_tools
@@ -106,10 +111,15 @@ def count_url(provider: ProviderConfig) -> str:
 def request_body(request: ModelRequest, provider: ProviderConfig, model: str, wire_format: str) -> dict[str, Any]:
     """The Responses body for ``request`` (see the module docstring and ``openai_responses_params``)."""
     messages = tool_messages_for(request.messages, takes_tool_result_images(wire_format, model))
-    body: dict[str, Any] = {"model": model, "input": translate_input(messages, provider.name)}
-    if request.tools:
-        body["tools"] = translate_tools(request.tools)
-        choice = translate_tool_choice(request.tool_choice)
+    tools, hosted = request.tools, request.hosted
+    custom = custom_names(tools) if tools else frozenset()
+    native = bool(custom) and takes_custom_model(model)
+    body: dict[str, Any] = {"model": model, "input": translate_input(messages, provider.name, native)}
+    if tools or (hosted is not None and hosted.tools):
+        body["tools"] = translate_tools(tools, native)
+        if hosted is not None:  # the caller's hosted tools, which this API runs itself: verbatim
+            body["tools"] += hosted.tools
+        choice = translate_tool_choice(request.tool_choice, custom if native else frozenset())
         if choice is not None:
             body["tool_choice"] = choice
         parallel = request.params.get("parallel_tool_calls")
@@ -124,6 +134,8 @@ def request_body(request: ModelRequest, provider: ProviderConfig, model: str, wi
 
 class OpenAIResponsesAdapter:
     wire_format = "openai_responses"
+    #: a caller's hosted tools (``web_search``, ``file_search``, ...): this API runs every one (providers/hosted.py)
+    hosted_support = staticmethod(runs_natively)
 
     def build_request(self, request: ModelRequest, provider: ProviderConfig, model: str,
                       stream: bool) -> UpstreamRequest:

@@ -4,7 +4,9 @@
   become ``input_text``, ``image_url`` parts ``input_image``, ``file`` parts ``input_file``;
 * an assistant turn -> its text as an assistant ``message`` (``output_text``), then one
   ``function_call`` per tool call (``call_id``, arguments as JSON object text);
-* a ``tool`` message -> a ``function_call_output`` (text, or ``input_text`` / ``input_image`` parts).
+* a ``tool`` message -> a ``function_call_output`` (text, or ``input_text`` / ``input_image`` parts);
+* with custom tools sent natively, a custom tool's call (``type: "custom"``) and its output are
+  ``custom_tool_call`` / ``custom_tool_call_output`` items.
 
 An assistant turn this provider answered earlier carries its ``output`` items (``openai_output``,
 gateway/canonical/types.py): they go back verbatim and in order (reasoning with its
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.canonical import Message, history_arguments_text, text_of
+from gateway.canonical import Message, custom_input, history_arguments_text, text_of
 from gateway.providers.openai_responses_output import answer_text
 from gateway.providers.openai_responses_params import bad_request
 
@@ -104,7 +106,7 @@ def own_output(message: Message, provider: str) -> list[dict[str, Any]] | None:
         if not isinstance(item, dict):
             return None
         kind = item.get("type")
-        if kind == "function_call":
+        if kind == "function_call" or kind == "custom_tool_call":
             calls.append(item.get("call_id"))
         elif kind == "reasoning" and not item.get("encrypted_content"):
             continue  # with store: false the API could only look it up by id: it cannot
@@ -116,7 +118,7 @@ def own_output(message: Message, provider: str) -> list[dict[str, Any]] | None:
     return kept
 
 
-def _assistant(message: Message, provider: str, where: str) -> list[dict[str, Any]]:
+def _assistant(message: Message, provider: str, where: str, custom: bool) -> list[dict[str, Any]]:
     own = own_output(message, provider)
     if own is not None:
         return own
@@ -128,28 +130,38 @@ def _assistant(message: Message, provider: str, where: str) -> list[dict[str, An
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
             raise bad_request(f"{where}.tool_calls[{index}]: a tool call needs an id and a function name")
+        if custom and call.get("type") == "custom":
+            items.append({"type": "custom_tool_call", "call_id": str(call["id"]), "name": function["name"],
+                          "input": custom_input(function.get("arguments"))})
+            continue
         items.append({"type": "function_call", "call_id": str(call["id"]), "name": function["name"],
                       "arguments": history_arguments_text(function.get("arguments"))})
     return items
 
 
-def _tool_output(message: Message, where: str) -> dict[str, Any]:
+def _tool_output(message: Message, where: str, custom: set[str]) -> dict[str, Any]:
     call_id = message.get("tool_call_id")
     if not call_id:
         raise bad_request(f"{where}: tool message without tool_call_id")
-    return {"type": "function_call_output", "call_id": str(call_id), "output": _parts(message.get("content"), where)}
+    kind = "custom_tool_call_output" if str(call_id) in custom else "function_call_output"
+    return {"type": kind, "call_id": str(call_id), "output": _parts(message.get("content"), where)}
 
 
-def translate_input(messages: Sequence[Message], provider: str) -> list[dict[str, Any]]:
-    """The canonical transcript as ``input`` items for ``provider`` (its name: whose ``openai_output`` goes back)."""
+def translate_input(messages: Sequence[Message], provider: str, custom: bool = False) -> list[dict[str, Any]]:
+    """The canonical transcript as ``input`` items for ``provider`` (its name: whose ``openai_output`` goes back);
+    ``custom``: custom tools are sent natively, so their calls (``type: "custom"``) and outputs are custom items."""
     items: list[dict[str, Any]] = []
+    custom_calls: set[str] = set()
     for position, message in enumerate(messages):
         role = message.get("role")
         where = f"messages[{position}]"
         if role == "assistant":
-            items.extend(_assistant(message, provider, where))
+            items.extend(_assistant(message, provider, where, custom))
+            if custom:
+                custom_calls.update(str(call.get("id")) for call in message.get("tool_calls") or ()
+                                    if isinstance(call, dict) and call.get("type") == "custom")
         elif role == "tool":
-            items.append(_tool_output(message, where))
+            items.append(_tool_output(message, where, custom_calls))
         elif role in ("user", "system", "developer"):
             items.append({"type": "message", "role": role, "content": _parts(message.get("content"), where)})
         else:

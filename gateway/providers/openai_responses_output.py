@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.canonical import (
     FinishReason,
+    HostedToolCall,
     Message,
     ModelResponse,
     ToolCallAccumulator,
@@ -38,6 +39,7 @@ from gateway.providers.base import (
     invalid_response,
     reported_model,
 )
+from gateway.providers.hosted import MAX_HOSTED_CALLS, web_search_of
 from gateway.providers.openai_stream import in_body_error
 
 #: the most output items one answer may have (a real one has a handful: reasoning, a message, the calls)
@@ -171,6 +173,7 @@ def _response(payload: Any) -> ModelResponse:
     calls: ToolCallAccumulator | None = None  # made for the first function call
     reasoning: list[str] = []
     native_only = False  # an item only this provider can be told (reasoning, a hosted tool call)
+    hosted: list[HostedToolCall] = []
     position = 0
     for item in output:
         if not isinstance(item, dict):
@@ -185,6 +188,19 @@ def _response(payload: Any) -> ModelResponse:
                 calls = ToolCallAccumulator()
             calls.add(position, call_id, name, arguments)
             position += 1
+        elif kind == "custom_tool_call":  # a custom tool's: its input as ``{"input": ...}``, ``type: "custom"``
+            call_id, name, text = item.get("call_id"), item.get("name"), item.get("input")
+            if not isinstance(call_id, STR_OR_NONE) or not isinstance(name, STR_OR_NONE) or not isinstance(text, str):
+                raise TypeError("custom_tool_call")
+            if calls is None:
+                calls = ToolCallAccumulator()
+            calls.add(position, call_id, name, text, custom=True)
+            position += 1
+        elif kind == "web_search_call":  # run by the API: replayed verbatim, and reported
+            searched = web_search_of(item)
+            if searched is not None and len(hosted) < MAX_HOSTED_CALLS:
+                hosted.append(searched)
+            native_only = True
         elif kind == "reasoning":
             reasoning += reasoning_texts(item)
             native_only = True
@@ -211,4 +227,5 @@ def _response(payload: Any) -> ModelResponse:
         usage=parse_usage(payload.get("usage")),
         model=reported_model(payload.get("model")),
         id=response_id,
+        hosted_calls=hosted or (),
     )

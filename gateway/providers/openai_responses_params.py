@@ -3,6 +3,7 @@
 The canonical request is chat-shaped (``ModelRequest.params`` holds every other chat body field);
 this says it in the Responses API's fields. Policies the reference leaves to the gateway:
 
+* custom (freeform) tools go natively to the GPT-5 family and later, as their function form elsewhere;
 * function tools are flat (``{"type": "function", "name", ...}``) and sent with ``strict: false``
   unless the caller said otherwise: the Responses API makes a function strict when ``strict`` is
   absent, which refuses the schemas a chat caller wrote for chat completions (not strict by default);
@@ -22,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import ToolDef
+from gateway.canonical import CUSTOM_KEY, ToolDef
 from gateway.providers.base import ErrorClass, ProviderError
 
 #: chat parameters the Responses API takes under the same name and meaning
@@ -35,10 +36,25 @@ def bad_request(message: str) -> ProviderError:
     return ProviderError(ErrorClass.BAD_REQUEST, message, status=400)
 
 
-def translate_tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
-    """Chat function tools -> Responses function tools (flat, ``strict: false`` unless the caller set it)."""
+def _custom(tool: ToolDef) -> dict[str, Any]:
+    """A custom (freeform) tool in the Responses API's own form (its grammar one level up)."""
+    chat = tool[CUSTOM_KEY]
+    native: dict[str, Any] = {"type": "custom", "name": chat["name"]}
+    if chat.get("description"):
+        native["description"] = chat["description"]
+    grammar = (chat.get("format") or {}).get("grammar")
+    native["format"] = {"type": "grammar", **grammar} if isinstance(grammar, dict) else {"type": "text"}
+    return native
+
+
+def translate_tools(tools: Sequence[ToolDef], custom: bool = False) -> list[dict[str, Any]]:
+    """Chat function tools -> Responses function tools (flat, ``strict: false`` unless the caller set it); a custom
+    tool natively where the model takes one (``custom``), else as its function form."""
     native: list[dict[str, Any]] = []
     for index, tool in enumerate(tools):
+        if custom and isinstance(tool, dict) and CUSTOM_KEY in tool and tool.get("type") == "function":
+            native.append(_custom(tool))
+            continue
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or tool.get("type", "function") != "function":
             raise bad_request(f"tools[{index}]: only function tools can be sent to the OpenAI Responses API")
@@ -63,12 +79,14 @@ def _function_name(entry: Any) -> Any:
     return function.get("name") if isinstance(function, dict) else entry.get("name")
 
 
-def translate_tool_choice(choice: Any) -> Any:
-    """Chat ``tool_choice`` -> the Responses one (the named function and ``allowed_tools`` lose a level)."""
+def translate_tool_choice(choice: Any, custom: frozenset[str] = frozenset()) -> Any:
+    """Chat ``tool_choice`` -> the Responses one (the named function and ``allowed_tools`` lose a level); a custom
+    tool sent natively (``custom``: their names) is chosen as one."""
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and _function_name(choice):
-        return {"type": "function", "name": _function_name(choice)}
+        name = _function_name(choice)
+        return {"type": "custom" if name in custom else "function", "name": name}
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         spec = choice["allowed_tools"] if isinstance(choice.get("allowed_tools"), dict) else choice
         names = [_function_name(entry) for entry in spec.get("tools") or ()]

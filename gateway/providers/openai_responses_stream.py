@@ -36,6 +36,7 @@ from gateway.providers.base import (
     SSEEvent,
     reported_model,
 )
+from gateway.providers.hosted import web_search_of
 from gateway.providers.openai_responses_output import (
     MAX_OUTPUT_ITEMS,
     answer_text,
@@ -197,7 +198,10 @@ class OpenAIResponsesStreamParser:
                 self._open(index, item)
             return []
         unsaid: list[StreamDelta] = []
-        if index not in self._streamed:  # a server that sent the item only whole
+        if item["type"] == "web_search_call" and index not in self._finished:  # a search the API ran: said once
+            searched = web_search_of(item)
+            unsaid = [searched] if searched is not None else []
+        elif index not in self._streamed:  # a server that sent the item only whole
             if item["type"] == "message":
                 text = answer_text([item])
                 unsaid = [TextDelta(text)] if text else []

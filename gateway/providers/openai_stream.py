@@ -77,25 +77,37 @@ def _text(value: Any) -> str | None:
     raise TypeError("content")
 
 
-Fragment = tuple[Any, Any, Any, Any, Any]
+Fragment = tuple[Any, Any, Any, Any, Any, bool]
 _ARGUMENTS = (str, dict, type(None))
 
 
 def _fragment(call: Any, position: int | None) -> Fragment:
-    """(index, id, name, arguments, extra_content) of one tool call or stream fragment, type-checked.
+    """(index, id, name, arguments, extra_content, custom) of one tool call or stream fragment, type-checked.
 
     ``arguments`` may be an object instead of a JSON string (Ollama and other compatible servers
-    send that): it is accepted and serialised. Any other type is a malformed answer.
+    send that): it is accepted and serialised. Any other type is a malformed answer. A custom
+    (freeform) tool's call (``type: "custom"``, ``custom: {name, input}``) carries its input text as
+    the arguments; a ``custom`` object beside a ``function`` one (some relays echo an empty one on
+    every fragment) is not one.
     """
-    function = call.get("function") or {}
-    name, arguments = function.get("name"), function.get("arguments")
+    function = call.get("function")
+    custom = call.get("type") == "custom" or (function is None and call.get("custom") is not None)
+    if custom:
+        function = call.get("custom")
+        if not isinstance(function, DICT_OR_NONE):
+            raise TypeError("custom tool call")
+        function = function or {}
+        name, arguments = function.get("name"), function.get("input")
+    else:
+        function = function or {}
+        name, arguments = function.get("name"), function.get("arguments")
     call_id, extra = call.get("id"), call.get("extra_content")
     index = call.get("index") if position is None else position
     if (not isinstance(name, STR_OR_NONE) or not isinstance(call_id, STR_OR_NONE)
             or not isinstance(arguments, _ARGUMENTS) or not isinstance(extra, DICT_OR_NONE)
-            or not (index is None or type(index) is int)):
+            or not (index is None or type(index) is int) or (custom and isinstance(arguments, dict))):
         raise TypeError("tool call")
-    return index, call_id, name, arguments, extra
+    return index, call_id, name, arguments, extra, custom
 
 
 def in_body_error(error: Any) -> ProviderError:

@@ -162,7 +162,7 @@ class Rescue:
         elif kind == "continue_final_message":
             params = {**params, "continue_final_message": True, "add_generation_prompt": False}
         return ModelRequest(messages=[*request.messages, turn], tools=request.tools, tool_choice=request.tool_choice,
-                            params=params, native=request.native)
+                            params=params, native=request.native, hosted=request.hosted)
 
     def pass_on(self, deltas: list[StreamDelta]) -> list[StreamDelta]:
         """What of an attempt's batch the caller gets; raises ``Diverged``."""

@@ -11,9 +11,9 @@ from gateway.api.responses.items import to_messages
 from gateway.api.responses.request import (
     MAX_INPUT_ITEMS,
     MAX_METADATA_KEYS,
-    MAX_TOOLS,
     parse_responses_request,
 )
+from gateway.api.responses.tools import MAX_TOOLS
 from gateway.errors import GatewayError
 
 
@@ -74,10 +74,12 @@ def test_json_schema_format() -> None:
     ({"model": "m", "input": "x", "previous_response_id": "r" * 101}, "previous_response_id"),
     ({"model": "m", "input": "x", "conversation": {"id": "c"}}, "conversation"),
     ({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt"),
-    ({"model": "m", "input": "x", "tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
-    ({"model": "m", "input": "x", "tools": [{"type": "mcp", "server_label": "s"}]}, "tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [
+        {"type": "namespace", "name": "inner", "tools": []}]}]}, "tools[0].tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "custom", "name": "c", "format": {
+        "type": "grammar", "syntax": "ebnf", "definition": "x"}}]}, "tools[0].format.syntax"),
     ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
-    ({"model": "m", "input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice"),
+    ({"model": "m", "input": "x", "tool_choice": {"type": "custom"}}, "tool_choice"),
     ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
     ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
     ({"model": "m", "input": "x", "metadata": {"k" * 65: "v"}}, "metadata"),
@@ -189,12 +191,13 @@ def test_bad_items_name_the_parameter(item: dict[str, Any], param: str) -> None:
 
 
 def test_echo_has_every_field_in_the_response_order() -> None:
-    """The builder copies a Response layout keyed by ``ECHO_FIELDS``: a request with options fills all, in order; a
-    plain one all but ``ECHO_DEFAULTS``' (which the layout holds already: fewer keys to copy on the common path)."""
+    """The builder copies a Response layout keyed by ``ECHO_FIELDS`` holding ``ECHO_DEFAULTS``: a plain request's echo
+    is the other fields, in order (fewer keys to copy on the common path); one with options adds the penalties
+    and the late fields it sent."""
     plain = parse_responses_request({"model": "m", "input": "x"}).echo
     assert tuple(plain) == tuple(name for name in ECHO_FIELDS if name not in ECHO_DEFAULTS)
     body = {"model": "m", "input": "x", "temperature": 0.5, "metadata": {"a": "b"}, "truncation": "auto"}
-    assert tuple(parse_responses_request(body).echo) == ECHO_FIELDS
+    assert set(parse_responses_request(body).echo) | set(ECHO_DEFAULTS) == set(ECHO_FIELDS)
 
 
 # Every top-level check in the order the parser runs them: (field, a value it refuses, the param the error names).

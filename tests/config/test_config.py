@@ -261,3 +261,12 @@ def test_a_routes_count_tokens_is_upstream_by_default_and_local_or_nothing_else(
     assert parse_config(local, ENV).models["smart"].count_tokens == "local"
     problem = mistake(GOOD.replace("    retries: 2\n", "    retries: 2\n    count_tokens: exact\n"))
     assert "models.smart.count_tokens" in problem and "'upstream' or 'local'" in problem
+
+
+@pytest.mark.parametrize("value", ["map", "drop", "refuse"])
+def test_a_routes_hosted_tools_is_map_drop_or_refuse(value: str) -> None:
+    assert parse_config(GOOD, ENV).models["smart"].hosted_tools == "map"
+    chosen = GOOD.replace("    retries: 2\n", f"    retries: 2\n    hosted_tools: {value}\n")
+    assert parse_config(chosen, ENV).models["smart"].hosted_tools == value
+    problem = mistake(GOOD.replace("    retries: 2\n", "    retries: 2\n    hosted_tools: pass\n"))
+    assert "models.smart.hosted_tools" in problem and "map, drop, refuse" in problem

@@ -236,12 +236,17 @@ def test_max_output_tokens_is_incomplete(gateway: Gateway, fakes: dict[str, Fake
 
 @pytest.mark.parametrize("tool", ["web_search", "web_search_preview", "file_search", "code_interpreter",
                                   "computer_use_preview", "computer", "image_generation", "mcp"])
-def test_hosted_tools_are_refused_naming_the_param(gateway: Gateway, tool: str) -> None:
+def test_hosted_tools_a_target_cannot_run_are_dropped_with_a_warning(gateway: Gateway, fakes: dict[str, FakeUpstream],
+                                                                     tool: str) -> None:
+    """Never a 400 for a tool a client always sends: a Chat Completions target runs none
+    (tests/e2e/test_responses_tools.py has the mapped ones and the route option that refuses instead)."""
+    fakes["primary"].queue(Reply(text="Without it."))
     response = gateway.post("/v1/responses", {"model": "plain", "input": "hi", "tools": [
         {"type": "function", "name": "f"}, {"type": tool, "server_label": "x", "server_url": "http://x"}]})
-    assert response.status_code == 400
-    error = response.json()["error"]
-    assert error["param"] == "tools[1].type" and tool in error["message"]
+    assert response.status_code == 200
+    (warning,) = response.json()["gateway"]["warnings"]
+    assert warning["tools"] == [tool] and warning["target"] == "primary:up-model"
+    assert [t["function"]["name"] for t in fakes["primary"].requests[-1].body["tools"]] == ["f"]
 
 
 def test_conversation_is_refused(gateway: Gateway) -> None:

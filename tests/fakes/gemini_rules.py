@@ -16,9 +16,15 @@ _TOP_LEVEL = {"contents", "systemInstruction", "tools", "toolConfig", "generatio
               "cachedContent", "labels"}
 _CONTENT = {"role", "parts"}
 _PART = {"text", "thought", "thoughtSignature", "inlineData", "fileData", "functionCall", "functionResponse",
-         "executableCode", "codeExecutionResult", "videoMetadata", "partMetadata", "mediaResolution"}
+         "executableCode", "codeExecutionResult", "videoMetadata", "partMetadata", "mediaResolution", "toolCall",
+         "toolResponse"}
 _PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
-              "codeExecutionResult")
+              "codeExecutionResult", "toolCall", "toolResponse")
+# A ``tools`` entry: one kind of tool each (function declarations, or one built-in tool).
+_TOOL = {"functionDeclarations", "googleSearch", "google_search", "googleSearchRetrieval", "codeExecution",
+         "urlContext", "fileSearch", "googleMaps"}
+_TOOL_CONFIG = {"functionCallingConfig", "retrievalConfig", "includeServerSideToolInvocations"}
+_MAJOR = re.compile(r"gemini-(\d+)")
 _FUNCTION_CALL = {"id", "name", "args"}
 _FUNCTION_RESPONSE = {"id", "name", "response", "parts", "willContinue", "scheduling"}
 _GENERATION = {"maxOutputTokens", "temperature", "topP", "topK", "candidateCount", "stopSequences", "seed",
@@ -151,12 +157,16 @@ def _check_config(body: dict[str, Any], problems: list[str]) -> None:
             problems.append("generationConfig.responseJsonSchema requires responseMimeType application/json")
     tool_config = body.get("toolConfig")
     if isinstance(tool_config, dict):
-        calling = tool_config.get("functionCallingConfig") or {}
-        if calling.get("mode") not in _MODES:
+        _unknown(tool_config, _TOOL_CONFIG, "toolConfig", problems)
+        calling = tool_config.get("functionCallingConfig")
+        if calling is not None and calling.get("mode") not in _MODES:
             problems.append(f"toolConfig.functionCallingConfig.mode: invalid value {calling.get('mode')!r}")
-        if calling.get("allowedFunctionNames") and calling.get("mode") != "ANY":
+        if (calling or {}).get("allowedFunctionNames") and calling.get("mode") != "ANY":
             problems.append("toolConfig.functionCallingConfig.allowedFunctionNames requires mode ANY")
     for t_index, tool in enumerate(body.get("tools") or ()):
+        _unknown(tool or {}, _TOOL, f"tools[{t_index}]", problems)
+        if len(tool or {}) != 1:
+            problems.append(f"tools[{t_index}]: one kind of tool per entry")
         for d_index, declaration in enumerate((tool or {}).get("functionDeclarations") or ()):
             path = f"tools[{t_index}].functionDeclarations[{d_index}]"
             if not _NAME.match(str(declaration.get("name") or "")):
@@ -169,11 +179,25 @@ def _check_config(body: dict[str, Any], problems: list[str]) -> None:
                 problems.append(f"{path}.parametersJsonSchema: $schema is not supported")
 
 
+def _check_combination(body: dict[str, Any], model: str, problems: list[str]) -> None:
+    """Built-in tools beside function declarations: Gemini 3 and later only, with the server-side tool
+    invocations included (tool combination); earlier models refuse the pair."""
+    kinds = {key for tool in body.get("tools") or () if isinstance(tool, dict) for key in tool}
+    if "functionDeclarations" not in kinds or not kinds - {"functionDeclarations"}:
+        return
+    major = _MAJOR.search(model)
+    if major is None or int(major.group(1)) < 3:
+        problems.append("Tool use with function calling is unsupported")
+    elif not (body.get("toolConfig") or {}).get("includeServerSideToolInvocations"):
+        problems.append("built-in tools with function declarations need toolConfig.includeServerSideToolInvocations")
+
+
 def gemini_request_problems(body: dict[str, Any], model: str) -> list[str]:
     """Every reason a strict Gemini server would reject ``body`` for ``model``; empty when it is valid."""
     problems: list[str] = []
     if not isinstance(body, dict):
         return ["request body must be a JSON object"]
+    _check_combination(body, model, problems)
     _unknown(body, _TOP_LEVEL, "request", problems)
     _foreign_keys(body, "request", problems)
     contents = body.get("contents")

@@ -44,6 +44,14 @@ def openai_request_problems(body: dict[str, Any], model: str = "") -> list[str]:
             waiting = set()
         if role == "assistant":
             for call in message.get("tool_calls") or ():
+                if call.get("type") == "custom":  # a custom (freeform) tool's call: its input is free text
+                    custom = call.get("custom")
+                    if "function" in call or not isinstance(custom, dict) or not isinstance(custom.get("input"), str):
+                        problems.append(f"messages[{index}]: a custom tool call needs custom.name and custom.input")
+                    waiting.add(call.get("id"))
+                    continue
+                if call.get("type", "function") != "function":
+                    problems.append(f"messages[{index}]: tool call type {call.get('type')!r} is not supported")
                 arguments = call.get("function", {}).get("arguments")
                 if not isinstance(arguments, str):
                     problems.append(f"messages[{index}]: tool call arguments must be a string")
@@ -53,4 +61,13 @@ def openai_request_problems(body: dict[str, Any], model: str = "") -> list[str]:
                 waiting.add(call.get("id"))
     if waiting:
         problems.append(f"tool_call_ids without response messages: {', '.join(sorted(waiting))}")
+    _check_tools(body, problems)
     return problems
+
+
+def _check_tools(body: dict[str, Any], problems: list[str]) -> None:
+    """Tools are function tools, or (OpenAI's own GPT-5 family) custom ones; never a gateway's marker key."""
+    for index, tool in enumerate(body.get("tools") or ()):
+        kind = tool.get("type")
+        if kind not in ("function", "custom") or set(tool) != {"type", kind}:
+            problems.append(f"tools[{index}]: a tool is {{type: 'function', function}} or {{type: 'custom', custom}}")

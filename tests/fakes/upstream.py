@@ -66,6 +66,9 @@ class Reply:
     # The answer waits until the test sets this (at most HOLD_MAX_S): "still running" as a condition the
     # test ends, where a delay_s is a window a busy machine can outrun.
     hold: threading.Event | None = None
+    # Web searches the provider ran itself before its text (Anthropic: server_tool_use and web_search_tool_result
+    # blocks; Gemini: groundingMetadata, with toolCall / toolResponse parts): (query, [url, ...]) each.
+    web_search: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 HOLD_MAX_S = 60.0
@@ -304,6 +307,7 @@ class FakeUpstream(ThreadedApp):
             content: list[dict[str, Any]] = []
             if reply.reasoning:
                 content.append({"type": "thinking", "thinking": reply.reasoning, "signature": f"sig-{n}"})
+            content += self._anthropic_searches(reply, n)
             if reply.text:
                 content.append({"type": "text", "text": reply.text})
             for i, (name, args) in enumerate(reply.tool_calls):
@@ -317,6 +321,7 @@ class FakeUpstream(ThreadedApp):
             parts: list[dict[str, Any]] = []
             if reply.reasoning:
                 parts.append({"text": reply.reasoning, "thought": True})
+            parts += self._gemini_search_parts(reply, n)
             if reply.text:
                 parts.append({"text": reply.text})
             for i, (name, args) in enumerate(reply.tool_calls):
@@ -325,7 +330,8 @@ class FakeUpstream(ThreadedApp):
                     part["thoughtSignature"] = f"gsig-{n}"
                 parts.append(part)
             return {"candidates": [{"content": {"role": "model", "parts": parts},
-                                    "finishReason": reply.finish or "STOP", "index": 0}],
+                                    "finishReason": reply.finish or "STOP", "index": 0,
+                                    **self._grounding(reply)}],
                     "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": completion,
                                       "totalTokenCount": prompt + completion},
                     "modelVersion": model, "responseId": f"resp-{self._epoch}-{n}"}
@@ -342,6 +348,35 @@ class FakeUpstream(ThreadedApp):
                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                           "total_tokens": prompt + completion,
                           "prompt_tokens_details": {"cached_tokens": reply.cached}}}
+
+    def _anthropic_searches(self, reply: Reply, n: int) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        for i, (query, urls) in enumerate(reply.web_search):
+            use_id = f"srvtoolu_{self._epoch}_{n}_{i}"
+            blocks.append({"type": "server_tool_use", "id": use_id, "name": "web_search", "input": {"query": query}})
+            blocks.append({"type": "web_search_tool_result", "tool_use_id": use_id, "content": [
+                {"type": "web_search_result", "url": url, "title": f"Page {j}", "encrypted_content": f"enc-{j}",
+                 "page_age": None} for j, url in enumerate(urls)]})
+        return blocks
+
+    @staticmethod
+    def _gemini_search_parts(reply: Reply, n: int) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        for i, (query, _urls) in enumerate(reply.web_search):
+            parts.append({"toolCall": {"id": f"tc-{n}-{i}", "toolType": "GOOGLE_SEARCH_WEB",
+                                       "args": {"queries": [query]}}, "thoughtSignature": f"tsig-{n}-{i}"})
+            parts.append({"toolResponse": {"id": f"tc-{n}-{i}", "toolType": "GOOGLE_SEARCH_WEB",
+                                           "response": {"search_suggestions": "..."}}})
+        return parts
+
+    @staticmethod
+    def _grounding(reply: Reply) -> dict[str, Any]:
+        if not reply.web_search:
+            return {}
+        return {"groundingMetadata": {
+            "webSearchQueries": [query for query, _urls in reply.web_search],
+            "groundingChunks": [{"web": {"uri": url, "title": f"Page {j}"}}
+                                for _query, urls in reply.web_search for j, url in enumerate(urls)]}}
 
     def _frames(self, reply: Reply, model: str, n: int) -> list[bytes]:
         if self.wire == "anthropic":
@@ -396,6 +431,15 @@ class FakeUpstream(ThreadedApp):
                                                       "model": model, "content": [], "stop_reason": None,
                                                       "usage": {"input_tokens": prompt, "output_tokens": 1}}})]
         index = 0
+        for block in self._anthropic_searches(reply, n):  # a search's use streams its input, its result is whole
+            use = block["type"] == "server_tool_use"
+            frames.append(event("content_block_start", {"index": index, "content_block": {**block, "input": {}}
+                                                        if use else block}))
+            if use:
+                frames.append(event("content_block_delta", {"index": index, "delta": {
+                    "type": "input_json_delta", "partial_json": orjson.dumps(block["input"]).decode()}}))
+            frames.append(event("content_block_stop", {"index": index}))
+            index += 1
         if reply.reasoning:
             frames.append(event("content_block_start", {"index": index, "content_block": {
                 "type": "thinking", "thinking": "", "signature": ""}}))
@@ -433,11 +477,13 @@ class FakeUpstream(ThreadedApp):
             if final:
                 prompt, completion = reply.usage
                 payload["candidates"][0]["finishReason"] = reply.finish or "STOP"
+                payload["candidates"][0].update(self._grounding(reply))
                 payload["usageMetadata"] = {"promptTokenCount": prompt, "candidatesTokenCount": completion,
                                             "totalTokenCount": prompt + completion}
             return b"data: " + orjson.dumps(payload) + b"\r\n\r\n"
 
         frames = [chunk([{"text": piece, "thought": True}]) for piece in self._halves(reply.reasoning)]
+        frames += [chunk([part]) for part in self._gemini_search_parts(reply, n)]
         frames += [chunk([{"text": piece}]) for piece in self._split(reply.text, reply.pieces)]
         for i, (name, args) in enumerate(reply.tool_calls):
             part: dict[str, Any] = {"functionCall": {"name": name, "args": self._args(args)[1]}}

@@ -20,12 +20,22 @@ from typing import Any
 import orjson
 
 from gateway.cancellation import EXITS
-from gateway.canonical import Answering, ReasoningDelta, TextDelta
+from gateway.canonical import Answering, ReasoningDelta, TextDelta, custom_input
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
 
 log = logging.getLogger("loopgate.render")
+
+
+def chat_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A paused call as Chat Completions says it: a custom (freeform) tool's as ``{type: "custom", custom: {name,
+    input}}`` (canonical/tools.py), any other as it is."""
+    if call.get("type") != "custom":
+        return call
+    function = call["function"]
+    return {"id": call["id"], "type": "custom",
+            "custom": {"name": function["name"], "input": custom_input(function.get("arguments"))}}
 
 
 def completion_id() -> str:
@@ -64,7 +74,7 @@ class ChatCollector:
         assert result is not None, "the loop ended without a result"
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
         if result.tool_calls:
-            message["tool_calls"] = result.tool_calls
+            message["tool_calls"] = [chat_call(call) for call in result.tool_calls]
         elif message["content"] is None:
             message["content"] = ""
         if self._reasoning:
@@ -192,8 +202,9 @@ def _frames(event: LoopEvent, encoder: ChunkEncoder, include_usage: bool) -> lis
             encoder.set_model(result.model)
         frames = []
         for index, call in enumerate(result.tool_calls):
-            frames.append(encoder.delta({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                                         "function": call["function"]}]}))
+            kind = "custom" if call.get("type") == "custom" else "function"
+            frames.append(encoder.delta({"tool_calls": [{"index": index, "id": call["id"], "type": kind,
+                                                         kind: chat_call(call)[kind]}]}))
         frames.append(encoder.delta({}, result.finish_reason))
         frames.append(encoder.extra(gateway={"route": encoder.route, **result.gateway}))
         if include_usage:

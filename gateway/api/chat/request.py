@@ -5,7 +5,9 @@ plus the gateway's own rules (client tools may not shadow server tools). Every f
 gateway or an adapter reads is type-checked here, so a wrong type is a 400 naming the
 parameter (``messages[0].role``), never an exception deep in a translator. Everything not
 listed is passed through untouched, so OpenAI-compatible servers keep their extensions.
-Caller values quoted in a message are cut (``quoted``).
+Caller values quoted in a message are cut (``quoted``). Custom (freeform) tools are taken in their
+canonical function form (``canonical/tools.py``), their calls in the history too; a paused call of one
+comes back as a ``custom`` tool call (``chat/render.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.api.loop.stream_options import stream_rescue_option
-from gateway.canonical import MAX_JSON_DEPTH, Message, ToolDef, arguments_too_deep
+from gateway.canonical import (
+    MAX_JSON_DEPTH,
+    Message,
+    ToolDef,
+    arguments_too_deep,
+    custom_arguments,
+    custom_tool_def,
+)
 from gateway.errors import bad_request, quoted
 from gateway.loop.pairing import pairing_problem
 
@@ -92,11 +101,15 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise bad_request("'messages' is a required property", "messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request(f"'messages' must be a non-empty array, not {type_name(messages)}", "messages")
+    custom_calls = False
     for index, message in enumerate(messages):
-        _check_message(index, message)
+        if _check_message(index, message):
+            custom_calls = True
     problem = pairing_problem(messages)
     if problem is not None:
         raise bad_request(str(problem), f"messages[{problem.index}]")
+    if custom_calls:
+        messages = [_canonical_calls(message) for message in messages]
 
     tools = _tools(body.get("tools"))
     if body.get("functions") is not None:
@@ -104,6 +117,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
                          for i, f in enumerate(_list(body["functions"], "functions"))]
     tool_choice = body.get("tool_choice", body.get("function_call"))
     _check_tool_choice(tool_choice, "tool_choice" if "tool_choice" in body else "function_call")
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "custom":  # a custom tool's, in function form
+        tool_choice = {"type": "function", "function": {"name": (tool_choice.get("custom") or {}).get("name")}}
     stream = body.get("stream")
     if stream is None:
         stream = False
@@ -178,18 +193,58 @@ def _function(function: Any, param: str) -> dict[str, Any]:
 
 
 def _tools(value: Any) -> list[ToolDef]:
+    """Function tools as they are; a custom (freeform) tool in its canonical function form (``canonical/tools.py``)."""
     if value is None:
         return []
     tools = _list(value, "tools")
+    out = tools
     for index, tool in enumerate(tools):
         param = f"tools[{index}]"
         if not isinstance(tool, dict):
             raise bad_request(f"'{param}' must be an object, not {type_name(tool)}", param)
         kind = tool.get("type", "function")
+        if kind == "custom":
+            if out is tools:
+                out = list(tools)
+            out[index] = _custom_tool(tool.get("custom"), f"{param}.custom")
+            continue
         if kind != "function":
-            raise bad_request(f"only function tools are supported, not type {quoted(kind)}", f"{param}.type")
+            raise bad_request(f"only function and custom tools are supported, not type {quoted(kind)}",
+                              f"{param}.type")
         _function(tool.get("function"), f"{param}.function")
-    return tools
+    return out
+
+
+def _custom_tool(custom: Any, param: str) -> ToolDef:
+    """A Chat Completions custom tool (``{name, description, format}``) in canonical form."""
+    if not isinstance(custom, dict):
+        raise bad_request(f"'{param}' must be an object, not {type_name(custom)}", param)
+    name = custom.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad_request(f"a custom tool needs a non-empty string 'name' ({param}.name)", f"{param}.name")
+    _expect(custom.get("description"), (str,), f"{param}.description")
+    fmt = custom.get("format")
+    grammar = fmt.get("grammar") if isinstance(fmt, dict) and fmt.get("type") == "grammar" else None
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in ("text", "grammar")):
+        raise bad_request(f"'{param}.format' must be {{type: 'text'}} or {{type: 'grammar', grammar}}",
+                          f"{param}.format")
+    if fmt is not None and fmt.get("type") == "grammar" and not (
+            isinstance(grammar, dict) and grammar.get("syntax") in ("lark", "regex")
+            and isinstance(grammar.get("definition"), str)):
+        raise bad_request(f"'{param}.format.grammar' needs a syntax ('lark' or 'regex') and a string definition",
+                          f"{param}.format.grammar")
+    return custom_tool_def(name, custom.get("description"), grammar)
+
+
+def _canonical_calls(message: Message) -> Message:
+    """A message with its custom tool calls (``{type: "custom", custom: {name, input}}``) in canonical form."""
+    calls = message.get("tool_calls")
+    if not calls or not any(call.get("type") == "custom" for call in calls):
+        return message
+    return {**message, "tool_calls": [
+        {"id": call.get("id"), "type": "custom", "function": {
+            "name": call["custom"]["name"], "arguments": custom_arguments(call["custom"]["input"])}}
+        if call.get("type") == "custom" else call for call in calls]}
 
 
 def _check_tool_choice(choice: Any, param: str) -> None:
@@ -210,13 +265,14 @@ def _check_tool_choice(choice: Any, param: str) -> None:
         _expect(allowed.get("tools"), (list,), f"{param}.allowed_tools.tools")
 
 
-def _check_message(index: int, message: Any) -> None:
+def _check_message(index: int, message: Any) -> bool:
+    """A message's checks; whether it has custom tool calls (a caller's freeform tool's)."""
     if type(message) is dict:
         role = message.get("role")
         # The common case, valid by the checks below: no error text built for it.
         if type(role) is str and type(message.get("content")) is str and role in _PLAIN_ROLES and (
                 len(message) == 2 or (len(message) == 3 and "tool_call_id" in message)):
-            return
+            return False
     param = f"messages[{index}]"
     if not isinstance(message, dict):
         raise bad_request(f"{param} must be an object, not {type_name(message)}", param)
@@ -243,11 +299,13 @@ def _check_message(index: int, message: Any) -> None:
             raise bad_request(f"{param}.thinking_blocks[{position}] must be an object with a string 'type'",
                               f"{param}.thinking_blocks[{position}]")
     calls = message.get("tool_calls")
+    custom = False
     if calls is not None:
         if role != "assistant" or not isinstance(calls, list):
             raise bad_request(f"{param}.tool_calls must be an array on an assistant message", f"{param}.tool_calls")
         for position, call in enumerate(calls):
-            _check_call(call, f"{param}.tool_calls[{position}]")
+            custom = _check_call(call, f"{param}.tool_calls[{position}]") or custom
+    return custom
 
 
 def _check_part(part: Any, param: str) -> None:
@@ -271,9 +329,17 @@ def _check_part(part: Any, param: str) -> None:
     _expect(part.get("cache_control"), (dict,), f"{param}.cache_control")
 
 
-def _check_call(call: Any, param: str) -> None:
+def _check_call(call: Any, param: str) -> bool:
+    """A tool call's checks; whether it is a custom tool's."""
     if not isinstance(call, dict):
         raise bad_request(f"{param} must be an object, not {type_name(call)}", param)
+    if call.get("type") == "custom":
+        custom = call.get("custom")
+        if not isinstance(custom, dict) or not isinstance(custom.get("name"), str) or not custom["name"] \
+                or not isinstance(custom.get("input"), str):
+            raise bad_request(f"{param} needs custom.name and a string custom.input", f"{param}.custom")
+        _expect(call.get("id"), (str,), f"{param}.id")
+        return True
     function = call.get("function")
     if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
         raise bad_request(f"{param} needs function.name", f"{param}.function.name")
@@ -285,3 +351,4 @@ def _check_call(call: Any, param: str) -> None:
                           f"{param}.function.arguments")
     _expect(call.get("type"), (str,), f"{param}.type")
     _expect(call.get("extra_content"), (dict,), f"{param}.extra_content")
+    return False

@@ -124,7 +124,7 @@ class CompactSurface:
         parsed = parse_responses_request(await read_body(work, services.loop.max_body_bytes))
         plan = route_of(services.loop.routes, key, parsed.model)
         work.allow(plan)
-        given = to_messages(parsed.input, expander(services, key.tenant)).messages
+        given = to_messages(parsed.input, expander(services, key.tenant), parsed.names).messages
         conversation = await stated_conversation(services, key.tenant, parsed.instructions,
                                                  parsed.previous_response_id, given)
         summary = await summarise(services, work, plan, conversation, summary_tokens(services, parsed))

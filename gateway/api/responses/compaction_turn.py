@@ -59,7 +59,7 @@ async def compaction_turn(request: ResponsesRequest, services: ResponsesServices
     if request.background:
         raise bad_request("a compaction (an input ending with compaction_trigger) runs in the foreground; send "
                           "'background': false", "background")
-    given = to_messages(request.input[:-1], expander(services, key.tenant)).messages
+    given = to_messages(request.input[:-1], expander(services, key.tenant), request.names).messages
     conversation = await stated_conversation(services, key.tenant, request.instructions,
                                              request.previous_response_id, given)
     summary = await summarise(services, work, plan, conversation, summary_tokens(services, request))

@@ -61,7 +61,7 @@ class InputTokensSurface:
         parsed = parse_responses_request(await read_body(work, counting.max_body_bytes))
         plan = route_of(counting.routes, key, parsed.model)
         work.allow(plan)
-        given = to_messages(parsed.input, expander(responses, key.tenant)).messages
+        given = to_messages(parsed.input, expander(responses, key.tenant), parsed.names).messages
         messages = await stated_conversation(responses, key.tenant, parsed.instructions,
                                              parsed.previous_response_id, given)
         await work.admit(0, tokens=0, budget=False)  # rpm and max_concurrent; no tokens, no budget (see above)

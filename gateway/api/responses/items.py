@@ -8,7 +8,13 @@ output item the gateway emitted, so each maps onto the transcript it came from:
   -> parts of one assistant turn (text, reasoning, tool calls), a new turn starting when text
   follows tool calls or when the previous turn's calls got their answers;
 * ``mcp_call`` -> a tool call of that turn *and* its result (the server exchange it records);
-* ``function_call_output`` -> a tool message; ``mcp_approval_response`` -> the decision on its request.
+* ``function_call_output`` -> a tool message; ``mcp_approval_response`` -> the decision on its request;
+* ``function_call`` of a ``namespace`` -> the call of the name the model sees for it, and a
+  ``custom_tool_call`` the call of its custom tool (``{"input": ...}``, ``type: "custom"``)
+  (``responses/tools.py``: ``CallerTools``); ``custom_tool_call_output`` -> a tool message;
+* a hosted tool's items (``web_search_call``, ``local_shell_call`` and its output, ...) -> nothing:
+  what the provider did there reached the transcript as the answer's text, or never reached a target
+  that can read it again.
 
 Answers at the very end (``function_call_output``/``mcp_approval_response`` after the last
 assistant item) may resume a paused loop: they are also returned as way-B decisions.
@@ -23,14 +29,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.chat.request import type_name
-from gateway.canonical import MAX_JSON_DEPTH, Message, arguments_too_deep
+from gateway.api.responses.tools import CallerTools
+from gateway.canonical import MAX_JSON_DEPTH, Message, arguments_too_deep, custom_arguments
 from gateway.errors import bad_request, quoted
 from gateway.loop.decisions import declined
 
 MCP_CALL_PREFIX = "mcp_"
 APPROVAL_PREFIX = "mcpr_"
-_ASSISTANT_SIDE = frozenset({"reasoning", "function_call", "mcp_call", "mcp_approval_request"})
+_ASSISTANT_SIDE = frozenset({"reasoning", "function_call", "custom_tool_call", "mcp_call", "mcp_approval_request"})
+_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _COMPACTION = frozenset({"compaction", "compaction_summary", "compaction_trigger"})
+# A hosted tool's calls and outputs: read, and left out of the transcript (see the module docstring).
+HOSTED_ITEM_TYPES = frozenset({"web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
+                               "computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
+                               "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+                               "mcp_list_tools", "tool_search_call", "tool_search_output"})
+_NO_NAMES = CallerTools()
 
 
 def call_id_of(item_id: str, prefix: str) -> str:
@@ -172,9 +186,10 @@ class _Reading:
     """The one pass over the items: the transcript so far, the assistant turn being assembled, and the
     answers since the last assistant item. Each item type has its translator; the pass keeps their order."""
 
-    __slots__ = ("approved", "orphan", "out", "trailing", "turn")
+    __slots__ = ("approved", "names", "orphan", "out", "trailing", "turn")
 
-    def __init__(self) -> None:
+    def __init__(self, names: CallerTools) -> None:
+        self.names = names
         self.out: list[Message] = []
         self.turn = _Turn()
         self.trailing: list[dict[str, Any]] = []  # answers since the last assistant item
@@ -217,15 +232,26 @@ class _Reading:
         elif kind == "reasoning":
             turn.add_reasoning(item, param)
         elif kind == "function_call":
-            turn.calls.append(_call(_str(item, "call_id", param), item, param))
+            turn.calls.append(_call(_str(item, "call_id", param), item, param, self._wire_name(item, param)))
+        elif kind == "custom_tool_call":
+            turn.calls.append(_custom_call(item, param, self._wire_name(item, param)))
         elif kind == "mcp_approval_request":
             turn.calls.append(_call(call_id_of(_str(item, "id", param), APPROVAL_PREFIX), item, param))
         else:
             assert call_id is not None, "an mcp_call"
             turn.add_mcp_call(call_id, item, param)
 
+    def _wire_name(self, item: dict[str, Any], param: str) -> str:
+        """The name the model sees for the tool a call item names (with its ``namespace``, if any)."""
+        name = _str(item, "name", param)
+        namespace = item.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise bad_request(f"'{param}.namespace' must be a string", f"{param}.namespace")
+        return self.names.wire_name(namespace or None, name)
+
     def function_call_output(self, item: dict[str, Any], param: str) -> None:
-        """A client tool's output: its call's result in this turn, and a trailing answer."""
+        """A client tool's output (a function's or a custom tool's): its call's result in this turn, and a trailing
+        answer."""
         call_id = _str(item, "call_id", param)
         output = item.get("output")
         if isinstance(output, list):
@@ -260,18 +286,19 @@ class _Reading:
         return Converted(self.out, self.trailing, self.approved, self.orphan)
 
 
-def to_messages(items: list[dict[str, Any]],
-                expand: Callable[[dict[str, Any], str], Message] | None = None) -> Converted:
+def to_messages(items: list[dict[str, Any]], expand: Callable[[dict[str, Any], str], Message] | None = None,
+                names: CallerTools | None = None) -> Converted:
     """The transcript ``items`` stand for (see the module docstring); a 400 naming the first bad item.
 
-    ``expand`` opens a compaction item into the message it stands for (``responses/compaction.py``).
+    ``expand`` opens a compaction item into the message it stands for (``responses/compaction.py``);
+    ``names``: the request's namespaced and custom tools (a call item of one is named as the model saw it).
     """
     if len(items) == 1:  # the common case (``input`` a string): what the pass below makes of it, directly
         item = items[0]
         content = item.get("content")
         if item["type"] == "message" and item.get("role") == "user" and isinstance(content, str):
             return Converted([{"role": "user", "content": content}], [], False, None)  # positional: no default factory
-    reading = _Reading()
+    reading = _Reading(names or _NO_NAMES)
     for index, item in enumerate(items):
         param = f"input[{index}]"
         kind = item["type"]
@@ -279,13 +306,13 @@ def to_messages(items: list[dict[str, Any]],
             reading.assistant_side("assistant_message", item, param)
         elif kind in _ASSISTANT_SIDE:
             reading.assistant_side(kind, item, param)
-        elif kind == "function_call_output":
+        elif kind in _OUTPUTS:
             reading.function_call_output(item, param)
         elif kind == "mcp_approval_response":
             reading.mcp_approval_response(item, param)
         elif kind in _COMPACTION:
             reading.expanded(_compaction(item, param, expand))
-        else:
+        elif kind not in HOSTED_ITEM_TYPES:
             reading.message(item, param)
     return reading.converted()
 
@@ -299,8 +326,17 @@ def _compaction(item: dict[str, Any], param: str, expand: Callable[[dict[str, An
     return expand(item, param)
 
 
-def _call(call_id: str, item: dict[str, Any], param: str) -> dict[str, Any]:
-    name = _str(item, "name", param)
+def _custom_call(item: dict[str, Any], param: str, name: str) -> dict[str, Any]:
+    """A ``custom_tool_call`` as the canonical call of its custom tool."""
+    text = item.get("input")
+    if not isinstance(text, str):
+        raise bad_request(f"'{param}.input' must be a string, not {type_name(text)}", f"{param}.input")
+    return {"id": _str(item, "call_id", param), "type": "custom",
+            "function": {"name": name, "arguments": custom_arguments(text)}}
+
+
+def _call(call_id: str, item: dict[str, Any], param: str, name: str | None = None) -> dict[str, Any]:
+    name = _str(item, "name", param) if name is None else name
     arguments = item.get("arguments", "{}")
     if not isinstance(arguments, str):
         raise bad_request(f"'{param}.arguments' must be a JSON string", f"{param}.arguments")

@@ -24,21 +24,23 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.api.driver import deadline_of
-from gateway.api.loop.planning import refuse_name_clashes, route_of
+from gateway.api.loop.planning import route_of
 from gateway.api.loop.resume import Resumed, check_pending, resume_paused
 from gateway.api.request.lifecycle import Work
+from gateway.api.responses.calls import SOURCES, names_of
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
 from gateway.api.responses.compaction import expander
+from gateway.api.responses.hosted import plan_hosted
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, server_label
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
 from gateway.api.services import ResponsesServices
-from gateway.canonical import Message
+from gateway.canonical import HostedTools, Message
 from gateway.errors import GatewayError, bad_request, quoted
 from gateway.loop.continuations import Continuations
-from gateway.loop.engine import LoopRequest, run_loop
+from gateway.loop.engine import LoopRequest, run_loop, server_tool_names
 from gateway.loop.pairing import pairing_problem
 from gateway.routing.routes import RoutePlan
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
@@ -46,7 +48,7 @@ from gateway.store.responses.base import continuable
 from gateway.tools.registry import ToolRegistry
 
 _NO_APPROVALS: frozenset[str] = frozenset()
-_ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
+_ANSWERS = frozenset({"function_call_output", "custom_tool_call_output", "mcp_approval_response"})
 
 
 async def prepare_response(request: ResponsesRequest, services: ResponsesServices, work: Work,
@@ -63,9 +65,11 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     shared = services.loop  # the loop surfaces' services
     if plan is None:
         plan = route_of(shared.routes, key, request.model)
+    server = server_tool_names(plan, shared.tools) if request.tools or request.hosted else ()
     if request.tools:
-        refuse_name_clashes(shared.tools, plan, request.tools, request.model, "function tool")
-    converted = to_messages(request.input, expander(services, tenant))
+        _refuse_clashes(request, server)
+    hosted, drops = plan_hosted(request, plan, bool(request.tools or server)) if request.hosted else (None, None)
+    converted = to_messages(request.input, expander(services, tenant), request.names)
     if request.store:
         await check_quota(services.records, services.quota_bytes, tenant)
     deadline = deadline_of(shared.request_timeout_s)
@@ -95,7 +99,33 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
     if plan.needs_artifacts:
         await shared.continuations.reattach(tenant, messages)
-    return _new_run(request, services, work, headless, plan, messages, chain, deadline)
+    run = _new_run(request, services, work, headless, plan, messages, chain, deadline, hosted)
+    if request.names is not None or drops or request.include:  # a plain request: nothing to describe
+        _describe(run.builder, request, drops or {})
+    return run
+
+
+def _refuse_clashes(request: ResponsesRequest, server: tuple[str, ...]) -> None:
+    """400 when a caller's tool (a namespace's included, by the name the model sees) has a server tool's name: the
+    model could not tell which one it calls, and a result could reach the wrong one."""
+    if not server:
+        return
+    names = set(server)
+    for tool, param in zip(request.tools, request.tool_params, strict=False):
+        name = tool["function"]["name"]
+        if name in names:
+            raise bad_request(f"tool {quoted(name)} has the name of a server tool of model {quoted(request.model)}; "
+                              "rename it", param)
+
+
+def _describe(builder: ResponseBuilder, request: ResponsesRequest, drops: dict[str, tuple[str, ...]]) -> None:
+    """What the builder renders besides the loop's events: the caller's tool names, the hosted tools the targets
+    drop, whether a web search's sources are asked for."""
+    # A decided pause's request (``decided.py``) has no tools of its own: the paused request's are in its echo.
+    builder.names = names_of(request.echo.get("tools")) if request.names is None and not request.tools else \
+        request.names
+    builder.hosted_drops = drops
+    builder.sources = SOURCES in request.include
 
 
 def _refuse_stray_answers(converted: Converted) -> None:
@@ -122,7 +152,7 @@ def _conversation(request: ResponsesRequest, earlier: list[Message], given: list
 
 
 def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work, headless: bool, plan: RoutePlan,
-             messages: list[Message], chain: Chain | None, deadline: float) -> ResponseRun:
+             messages: list[Message], chain: Chain | None, deadline: float, hosted: HostedTools | None) -> ResponseRun:
     """The run of a new (or continued) conversation, its loop watched by ``work``."""
     key = work.key
     assert key is not None, "authenticated by the caller"
@@ -131,7 +161,7 @@ def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work,
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
                        params=request.params, max_iterations=iterations, headless=headless, tenant=key.tenant,
                        stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                       allowed_tools=key.tools, stream_rescue=request.stream_rescue)
+                       allowed_tools=key.tools, stream_rescue=request.stream_rescue, hosted=hosted)
     rid = response_id()
     builder = ResponseBuilder(rid, request.model, request.echo, _labels(services.loop.tools), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
@@ -159,8 +189,8 @@ async def _answer_paused(request: ResponsesRequest, services: ResponsesServices,
     for index, item in enumerate(request.input):
         if item["type"] not in _ANSWERS:
             raise bad_request(f"response {quoted(previous_id)} waits for answers to its function_call / "
-                              "mcp_approval_request items: send only function_call_output and "
-                              "mcp_approval_response items", f"input[{index}]")
+                              "custom_tool_call / mcp_approval_request items: send only function_call_output, "
+                              "custom_tool_call_output and mcp_approval_response items", f"input[{index}]")
     try:
         stored = await services.loop.continuations.get(record["continuation_id"], tenant)
     except ContinuationNotFound:
@@ -225,6 +255,7 @@ def resumed_run(services: ResponsesServices, request: ResponsesRequest, resumed:
     """
     builder = ResponseBuilder(response_id(), request.model, request.echo, _labels(services.loop.tools),
                               frozenset(approved), emit=emit, frames=frames)
+    _describe(builder, request, plan_hosted(request, resumed.plan, True, refuse=False)[1] if request.hosted else {})
     resumed.slot.recorder = ResponseRecorder(builder, request.echo)
     loop = resumed.loop
     loop.origin = responses_origin(builder.id, request, instructions_first)

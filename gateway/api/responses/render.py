@@ -10,12 +10,14 @@ Response object's layout are ``responses/events.py``.
 Mapping: text -> ``message`` items with one ``output_text`` part (a new item after each tool
 round); reasoning text -> ``reasoning`` items with a ``summary_text`` part; each server tool
 execution -> an ``mcp_call`` item (``server_label`` = its MCP server's name or ``loopgate``);
-a paused turn's client calls -> ``function_call`` items, its approval-required calls ->
-``mcp_approval_request`` items (the response is ``completed`` there, as OpenAI's are). A
+a paused turn's client calls -> ``function_call`` items (with their ``namespace``) or
+``custom_tool_call`` items (``responses/calls.py``), its approval-required calls ->
+``mcp_approval_request`` items (the response is ``completed`` there, as OpenAI's are); a hosted
+tool a target ran (a mapped web search) -> a ``web_search_call`` item. A
 ``max_output_tokens`` cut-off is ``incomplete``; a failure after the start is ``failed``
 (the router's commit point guarantees nothing already sent is repeated).
 
-Item ids carry the tool call id (``mcp_<call>``, ``mcpr_<call>``, ``fc_<call>``) so items coming
+Item ids carry the tool call id (``mcp_<call>``, ``mcpr_<call>``, ``fc_<call>``, ``ctc_<call>``) so items coming
 back as input map onto the transcript without any lookup (see ``responses/items.py``).
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from gateway.api.responses.calls import NO_DROPS, CallItems
 from gateway.api.responses.events import (
     DELTA_HEAD,
     DELTA_TAIL,
@@ -40,7 +43,7 @@ from gateway.api.responses.events import (
     ResponseEvents,
 )
 from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
-from gateway.canonical import Answering, ReasoningDelta, TextDelta, Usage
+from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolProgress, ToolStarted
@@ -78,7 +81,7 @@ def server_label(source: str) -> str:
     return source[4:] if source.startswith("mcp:") else "loopgate"
 
 
-class ResponseBuilder(ResponseEvents):
+class ResponseBuilder(CallItems):
     """Builds one Response from loop events; see the module docstring.
 
     ``start()`` gives ``response.created`` / ``response.in_progress``; ``feed(event)`` the events
@@ -95,6 +98,9 @@ class ResponseBuilder(ResponseEvents):
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
                  frames: bool = False) -> None:
         ResponseEvents.__init__(self, rid, route, echo, created_at, emit, frames)
+        self.names = None  # what ``CallItems`` renders by: set by the run when the request has any
+        self.hosted_drops = NO_DROPS
+        self.sources = False
         self.route = route
         self._delta_head = b""
         self.label_of = label_of
@@ -231,6 +237,9 @@ class ResponseBuilder(ResponseEvents):
                 self.response["model"] = item.model
             elif cls is ReasoningDelta:
                 self._reasoning(item.text, out)
+            elif cls is HostedToolCall:
+                self._close(out)
+                self._hosted(item, out)
             elif cls is ToolStarted:
                 self._close(out)
                 self.final_text = []
@@ -283,16 +292,7 @@ class ResponseBuilder(ResponseEvents):
                                        "server_label": self.label_of(function["name"]), "name": function["name"],
                                        "arguments": function["arguments"]}, out)
                 else:
-                    item = {"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
-                            "name": function["name"], "arguments": "", "status": "in_progress"}
-                    index = self._add(item, out)
-                    if self.emit:
-                        out.append(self._event("response.function_call_arguments.delta", {
-                            "item_id": item["id"], "output_index": index, "delta": function["arguments"]}))
-                        out.append(self._event("response.function_call_arguments.done", {
-                            "item_id": item["id"], "output_index": index, "name": function["name"],
-                            "arguments": function["arguments"]}))
-                    item.update(arguments=function["arguments"], status="completed")
+                    index = self._client_call(call, out)
                 self._done(index, out)
         if result.model:
             response["model"] = result.model
@@ -304,6 +304,8 @@ class ResponseBuilder(ResponseEvents):
             response["completed_at"] = int(time.time())
         response["usage"] = usage_object(result.usage)
         response["gateway"] = {"route": self.route, **result.gateway}
+        if self.hosted_drops:
+            self.warn(response["gateway"])
         self.done = True
         if self.frames:  # framed by the run once the record is written (``terminal_frame``)
             self._seq += 1
@@ -368,6 +370,8 @@ class ResponseRecorder:
                                        created_at=response["created_at"], emit=False)
         # The answering builder's item-id base, counted from 0 again: the same events name the same items.
         self.builder._items = (answering._items[0], itertools.count())
+        self.builder.names, self.builder.hosted_drops = answering.names, answering.hosted_drops
+        self.builder.sources = answering.sources
         self.builder.start()
 
     def feed(self, event: LoopEvent) -> None:

@@ -2,13 +2,23 @@
 
 The engine only knows the canonical (chat-shaped) transcript, chat-shaped tool definitions and
 chat parameter names, so everything Responses-specific is translated here, once, at the edge:
-``tools`` (flat function tools) become ``{"type": "function", "function": ...}``, ``text.format``
-becomes ``response_format``, ``reasoning.effort`` becomes ``reasoning_effort``,
-``max_output_tokens`` becomes ``max_completion_tokens``. Input items are only checked for shape
-here; turning them into messages is ``responses/items.py``' job (it needs the stored state).
+``tools`` become chat-shaped function tools (``responses/tools.py``: function, namespace, custom
+and hosted tools), ``text.format`` becomes ``response_format``, ``reasoning.effort`` becomes
+``reasoning_effort``, ``max_output_tokens`` becomes ``max_completion_tokens``. Input items are
+only checked for shape here; turning them into messages is ``responses/items.py``' job (it needs
+the stored state).
 
-Hosted tools Loopgate cannot run and ``conversation`` are refused with a 400 naming the
-parameter, never dropped silently. Every count and size a caller controls is bounded.
+The fields of late 2026 are accepted: those with a Chat Completions counterpart
+(``prompt_cache_key``, ``safety_identifier``, ``service_tier``, ``prompt_cache_retention``,
+``parallel_tool_calls``) go on as chat parameters (adapters of other formats drop what they do not
+know); ``include`` is read by the renderer (``web_search_call.action.sources``); ``top_logprobs``,
+``truncation``, ``reasoning.summary``, ``client_metadata``, ``context_management`` and
+``stream_options`` are accepted and not sent; a request that sends one the Response object
+carries (``top_logprobs``, ``prompt_cache_key``, ``prompt_cache_retention``, ``safety_identifier``,
+``service_tier``) has it in its ``echo``; the Response object shows the defaults of those it did not send
+(``responses/echo.py``).
+``conversation`` and stored ``prompt`` templates are refused with a 400 naming the parameter.
+Every count and size a caller controls is bounded.
 """
 
 from __future__ import annotations
@@ -17,44 +27,51 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.chat.request import _expect, _function, type_name
+from gateway.api.chat.request import _expect, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
-from gateway.api.responses.echo import sampling_echo, tool_echo
+from gateway.api.responses.echo import penalties_echo, tools_echo
+from gateway.api.responses.tools import CallerTools, parse_tools, tool_choice
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
 
 # Bounds on caller-controlled counts (the body itself is bounded by server.max_body_bytes).
 MAX_INPUT_ITEMS = 4096
-MAX_TOOLS = 256
 MAX_METADATA_KEYS = 16  # OpenAI's limits: 16 pairs, keys up to 64 chars, values up to 512
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 MAX_ID_CHARS = 100  # ids the gateway issues are far shorter
 MAX_TOKENS_VALUE = 2**31
+MAX_INCLUDE = 32  # ``include`` entries (OpenAI documents fewer than ten)
+MAX_KEY_CHARS = 1024  # ``prompt_cache_key``, ``safety_identifier``, ``service_tier``, ``prompt_cache_retention``
+MAX_TOP_LOGPROBS = 20
 
-# Tool types OpenAI runs on its own servers; Loopgate runs the route's configured tools instead.
-HOSTED_TOOL_TYPES = frozenset({
-    "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
-    "file_search", "code_interpreter", "computer_use_preview", "computer", "computer_use", "image_generation",
-    "mcp", "local_shell", "shell", "custom", "apply_patch",
-})
-# Input item types understood (shape-checked in responses/items.py).
+# Input item types understood (shape-checked in responses/items.py); the hosted tools' calls are read and left
+# out of the transcript (``items.HOSTED_ITEM_TYPES``).
 INPUT_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "mcp_call",
                               "mcp_approval_request", "mcp_approval_response", "compaction", "compaction_summary",
-                              "compaction_trigger"})
-# Accepted, meaningless for a gateway that renders its own stream: never sent upstream.
-_IGNORED_FIELDS = frozenset({"include", "stream_options"})
+                              "compaction_trigger", "custom_tool_call", "custom_tool_call_output", "web_search_call",
+                              "file_search_call", "image_generation_call", "code_interpreter_call", "computer_call",
+                              "computer_call_output", "local_shell_call", "local_shell_call_output", "shell_call",
+                              "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
+                              "tool_search_call", "tool_search_output"})
+# Accepted and never sent upstream: meaningless for a gateway that renders its own stream and keeps its own
+# state, or with no Chat Completions counterpart (read here, repeated by the Response where it carries them).
+_IGNORED_FIELDS = frozenset({"include", "stream_options", "client_metadata", "context_management", "top_logprobs"})
+# Read here and passed on as chat parameters when set (strings; OpenAI's Chat Completions takes each).
+_CHAT_STRINGS = ("prompt_cache_key", "safety_identifier", "service_tier", "prompt_cache_retention")
 # Fields this module owns; everything else is passed upstream as a chat parameter.
 _OWN_FIELDS = frozenset({
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
     "temperature", "top_p", "text", "reasoning", "metadata", "store", "previous_response_id", "max_tool_calls",
-    "stream", "background", "truncation", "user", "gateway", "conversation", "prompt",
+    "stream", "background", "truncation", "user", "gateway", "conversation", "prompt", *_CHAT_STRINGS,
 }) | _IGNORED_FIELDS
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
 _TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
 _REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
+_NO_HOSTED: list[dict[str, Any]] = []  # shared, never written to
+_NO_PARAMS: list[str] = []
 
 
 @dataclass(slots=True)
@@ -64,7 +81,9 @@ class ResponsesRequest:
     ``input`` keeps the caller's items (a string input is one user message item); ``tools`` and
     ``tool_choice`` are already chat-shaped for the engine, ``params`` are the chat parameters
     sent on every model call; ``echo`` holds the request fields a Response object repeats.
-    ``background`` is parsed and carried, not acted upon here.
+    ``background`` is parsed and carried, not acted upon here. ``names``: the caller's namespaced
+    and custom tools by the name the model sees (None: plain functions only); ``hosted``: its
+    hosted tools, verbatim; ``include``: what it asked the output to include.
     """
 
     model: str
@@ -84,6 +103,11 @@ class ResponsesRequest:
     echo: dict[str, Any] = field(default_factory=dict)
     #: ``gateway.stream_rescue``: overrides the route's ``stream_rescue`` (None: the route's)
     stream_rescue: bool | None = None
+    names: CallerTools | None = None
+    hosted: list[dict[str, Any]] = field(default_factory=list)
+    #: the caller's path of each of ``tools`` (``tools[2].tools[0]``), for a 400 naming one
+    tool_params: list[str] = field(default_factory=list)
+    include: tuple[str, ...] = ()
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
@@ -100,24 +124,29 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     if instructions is not None:
         _expect(instructions, (str,), "instructions")
     tools_given = body.get("tools")
-    tools, tools_echo = ([], []) if tools_given is None else _tools(tools_given)
+    parsed = None if tools_given is None else parse_tools(tools_given)
     choice = body.get("tool_choice")
-    tool_choice = None if choice is None else _tool_choice(choice)
+    chosen = None if choice is None else tool_choice(choice, parsed.names if parsed is not None else None)
     stream, store, background = _modes(body)
     # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
-    # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
+    # the late ones sent (a Response object starts from a template holding their defaults: responses/echo.py).
     # The default values are shared, never written to (the Response object is only serialised).
     metadata: dict[str, str] = {}
     echo = {
-        "instructions": instructions, "tools": tools_echo, "tool_choice": choice or "auto",
-        "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0,
-        "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
+        "instructions": instructions, "tools": tools_echo(tools_given) if parsed is not None else [],
+        "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0,
+        "top_p": 1.0, "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
         "metadata": metadata,
     }
     # Positional (the field order): fifteen keywords cost this call more than all its checks.
-    request = ResponsesRequest(model, items, instructions, tools, tool_choice, {}, stream, store, background, None,
-                               None, None, False, metadata, echo)
+    if parsed is None:
+        request = ResponsesRequest(model, items, instructions, [], chosen, {}, stream, store, background, None, None,
+                                   None, False, metadata, echo, None, None, _NO_HOSTED, _NO_PARAMS)
+    else:
+        request = ResponsesRequest(model, items, instructions, parsed.tools, chosen, {}, stream, store, background,
+                                   None, None, None, False, metadata, echo, None, parsed.names, parsed.hosted,
+                                   parsed.params)
     if not body.keys() <= _PLAIN_FIELDS:
         _options(body, request)
     return request
@@ -156,12 +185,14 @@ def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
     text = _text(body.get("text"), params)
     reasoning = _reasoning(body.get("reasoning"), params)
     request.max_tool_iterations, request.headless, request.stream_rescue = _gateway_options(body.get("gateway"))
+    request.include = _include(body.get("include"))
+    late = _late_fields(body, params)
     request.echo.update({
         "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
         "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0), "text": text,
         "reasoning": reasoning, "truncation": truncation or "disabled", "user": user,
-        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
-        **sampling_echo(body),
+        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata, **late,
+        **penalties_echo(body),
     })
     request.params = params
     request.previous_response_id = previous
@@ -186,6 +217,33 @@ def _sampling(body: dict[str, Any]) -> tuple[str | None, str | None]:
     if truncation is not None and truncation not in ("auto", "disabled"):
         raise bad_request("'truncation' must be 'auto' or 'disabled'", "truncation")
     return user, truncation
+
+
+def _include(value: Any) -> tuple[str, ...]:
+    """``include``: strings (what they name is the renderer's to honour; an unknown one asks for nothing)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_INCLUDE or not all(isinstance(v, str) for v in value):
+        raise bad_request(f"'include' must be an array of at most {MAX_INCLUDE} strings", "include")
+    return tuple(value)
+
+
+def _late_fields(body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The fields of late 2026 checked; those with a chat counterpart into ``params``; their echo."""
+    echo: dict[str, Any] = {}
+    for name in _CHAT_STRINGS:
+        value = body.get(name)
+        if value is not None:
+            if not isinstance(value, str) or len(value) > MAX_KEY_CHARS:
+                raise bad_request(f"'{name}' must be a string of at most {MAX_KEY_CHARS} characters", name)
+            params[name] = echo[name] = value
+    top = body.get("top_logprobs")
+    if top is not None:
+        if top.__class__ is not int or not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise bad_request(f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}", "top_logprobs")
+        echo["top_logprobs"] = top
+    _expect(body.get("client_metadata"), (dict,), "client_metadata")
+    return echo
 
 
 def _params(body: dict[str, Any], max_output: int | None) -> dict[str, Any]:
@@ -284,61 +342,6 @@ def _input(value: Any) -> list[dict[str, Any]]:
                               f"{', '.join(sorted(INPUT_ITEM_TYPES))}", f"{param}.type")
         items.append(item)
     return items
-
-
-def _tools(value: Any) -> tuple[list[ToolDef], list[dict[str, Any]]]:
-    if value is None:
-        return [], []
-    if not isinstance(value, list):
-        raise bad_request(f"'tools' must be an array, not {type_name(value)}", "tools")
-    if len(value) > MAX_TOOLS:
-        raise bad_request(f"'tools' has {len(value)} entries; at most {MAX_TOOLS} are allowed", "tools")
-    tools: list[ToolDef] = []
-    for index, tool in enumerate(value):
-        param = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            raise bad_request(f"'{param}' must be an object, not {type_name(tool)}", param)
-        kind = tool.get("type")
-        if kind in HOSTED_TOOL_TYPES:
-            hint = ("configure the MCP server on the gateway (mcp_servers) and add it to the route"
-                    if kind == "mcp" else "the gateway runs the route's configured server tools instead")
-            raise bad_request(f"hosted tool type {quoted(kind)} is not supported by this gateway ({hint}); "
-                              "only 'function' tools may be sent", f"{param}.type")
-        if kind != "function":
-            raise bad_request(f"tool type {quoted(kind)} is not supported; only 'function' tools may be sent",
-                              f"{param}.type")
-        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-        tools.append({"type": "function", "function": _function(function, param)})
-    return tools, [tool_echo(tool) for tool in value]
-
-
-
-def _tool_choice(choice: Any) -> Any:
-    """The Responses ``tool_choice`` in chat shape."""
-    if choice is None or choice in ("none", "auto", "required"):
-        return choice
-    if not isinstance(choice, dict):
-        raise bad_request(f"'tool_choice' must be 'none', 'auto', 'required' or an object, not {quoted(choice)}",
-                          "tool_choice")
-    kind = choice.get("type")
-    if kind in ("function", "mcp") and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    if kind == "allowed_tools":
-        mode = choice.get("mode")
-        tools = choice.get("tools")
-        if mode not in ("auto", "required") or not isinstance(tools, list) or len(tools) > MAX_TOOLS:
-            raise bad_request("'tool_choice' allowed_tools needs mode 'auto' or 'required' and an array 'tools'",
-                              "tool_choice")
-        names = [t.get("name") for t in tools if isinstance(t, dict)]
-        if not all(isinstance(n, str) for n in names) or len(names) != len(tools):
-            raise bad_request("'tool_choice.tools' entries must be objects with a string 'name'", "tool_choice.tools")
-        return {"type": "allowed_tools", "allowed_tools": {
-            "mode": mode, "tools": [{"type": "function", "function": {"name": n}} for n in names]}}
-    if kind in HOSTED_TOOL_TYPES or (isinstance(kind, str) and kind.startswith("web_search")):
-        raise bad_request(f"'tool_choice' names hosted tool type {quoted(kind)}, which this gateway does not run",
-                          "tool_choice")
-    raise bad_request("'tool_choice' must be 'none', 'auto', 'required', {type: 'function', name} or "
-                      "{type: 'allowed_tools', ...}", "tool_choice")
 
 
 def _text_format(fmt: Any) -> dict[str, Any] | None:
