@@ -28,13 +28,16 @@ context asked for with anything but the defaults is built as before.
 from __future__ import annotations
 
 import atexit
+import compileall
 import os
 import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit, urlunsplit
 
@@ -44,6 +47,7 @@ import pytest
 
 from tests.ports import free_port
 
+ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LOOPGATE_TRACE_EXPORTER_NICE", "10")
 
 
@@ -152,20 +156,65 @@ def _xdist_controller(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _xdist_controller(config):
         use_test_redis(start=True)
+        warm_bytecode_share(config)
         cache_children_bytecode()
 
 
 def cache_children_bytecode() -> None:
     """Let the Python processes a test starts keep their compiled modules, in a folder of the suite's.
 
-    Where ``PYTHONDONTWRITEBYTECODE`` is set (as on the CI machine) nothing writes the project's
-    ``__pycache__``, and each of the ~200 gateways the suite starts compiled all of ``gateway/`` again:
-    0.9 s of CPU a start, 0.5 s with its bytecode kept. The tree stays as clean as the variable asks;
-    the test processes themselves (started before this runs) keep to it.
+    Where ``PYTHONDONTWRITEBYTECODE`` is set nothing writes the project's ``__pycache__``, and each of
+    the ~200 gateways the suite starts compiled all of ``gateway/`` again: 0.9 s of CPU a start, 0.5 s
+    with its bytecode kept. The tree stays as clean as the variable asks; the test processes
+    themselves (started before this runs) keep to it: a folder of their own would be one for all
+    their imports, so a cold one meant compiling every installed package they import, not only
+    ``gateway/`` and ``tests/`` (CI, in a clone of its own, unsets the variable instead: .ci/run).
     """
     if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) and not os.environ.get("PYTHONPYCACHEPREFIX"):
         os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(),
                                                          f"loopgate-tests-bytecode-{os.getuid()}")
+
+
+def warm_bytecode_share(config: pytest.Config) -> None:
+    """Compile this xdist worker's share of the project's modules before it collects them.
+
+    Every worker imports every test module, so on a cold cache each one assertion-rewrote and compiled
+    all of them and ``gateway/`` (the same work N times over, in parallel: a third of a worker's
+    collection CPU). Here worker K of N compiles every Nth file from the Kth, as pytest's import hook
+    would (test modules and conftests rewritten), then collects: the others are cached by then,
+    compiled by the other workers. Only where bytecode is written (not under
+    ``PYTHONDONTWRITEBYTECODE``). It saves time only: a file compiled twice in a race, or a pytest
+    whose private rewriting API moved (the warm-up is then skipped), costs time, not correctness.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    if sys.dont_write_bytecode or not worker.startswith("gw") or count < 2:
+        return
+    files = sorted(path for folder in ("gateway", "tests") for path in (ROOT / folder).rglob("*.py"))
+    share = files[int(worker.removeprefix("gw")) % count::count]
+    rewrite_asserts = config.getoption("assertmode", "rewrite") == "rewrite"
+    try:
+        for path in share:
+            if rewrite_asserts and path.is_relative_to(ROOT / "tests") and (
+                    path.name.startswith("test_") or path.name == "conftest.py"):
+                _rewrite_into_cache(config, path)
+            else:
+                compileall.compile_file(path, quiet=2)  # skips a file whose bytecode is up to date
+    except (AttributeError, ImportError, TypeError, OSError, SyntaxError):
+        return  # pytest's internals moved, a read-only cache, a broken file: collection reports its own errors
+
+
+def _rewrite_into_cache(config: pytest.Config, path: Path) -> None:
+    """What pytest's assertion-rewriting import hook writes for a test module it imports."""
+    from _pytest.assertion import rewrite  # private: warm_bytecode_share skips the warm-up if it moves
+
+    state = config.stash[rewrite.assertstate_key]
+    cache_dir = rewrite.get_cache_dir(path)
+    pyc = cache_dir / (path.name[:-3] + rewrite.PYC_TAIL)
+    if rewrite._read_pyc(path, pyc, state.trace) is None:
+        source_key, code = rewrite._rewrite_test(path, config)
+        if rewrite.try_makedirs(cache_dir):
+            rewrite._write_pyc(state, code, source_key, pyc)
 
 
 def _share_sizes(count: int, workers: int) -> list[int]:

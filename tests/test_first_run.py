@@ -92,9 +92,11 @@ def with_port(text: str, port: int) -> str:
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path]]:
     """The project copied, installed and served as the README's first command says; yields (url, port, copy)."""
     project = tmp_path_factory.mktemp("first-run") / "loopgate"
+    # What a fresh clone has: no venv, caches or build output, and no tests/clients/node_modules (416 MB of
+    # Node.js clients the first run never uses).
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info",
-        "build", "dist", ".ci-pytest.log", "site"))
+        ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis",
+        "*.egg-info", "build", "dist", ".ci-pytest.log", ".ci-logs", "site", "node_modules"))
     config = project / "config" / "gateway.yaml"
     text = config.read_text()
     assert text.count("port: 8080") == 1, "config/gateway.yaml should listen on port 8080 as the README says"

@@ -13,9 +13,9 @@ import openresponses_types as spec
 import orjson
 import pytest
 
-from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS
+from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS, MAX_TOP_LOGPROBS
 from gateway.api.responses.render import ResponseBuilder
-from gateway.api.responses.request import MAX_TOP_LOGPROBS, parse_responses_request
+from gateway.api.responses.request import parse_responses_request
 from gateway.canonical import TextDelta, Usage
 from gateway.errors import GatewayError
 from gateway.loop.events import Finished, LoopResult
@@ -50,8 +50,9 @@ def test_the_fields_a_request_sends_are_echoed() -> None:
             "safety_identifier": "user-7f3a", "prompt_cache_key": "thread-01a2"}
     request = parse_responses_request({"model": "m", "input": "x", **sent})
     assert {name: request.echo[name] for name in sent} == sent
-    passed = {name: value for name, value in sent.items() if name != "top_logprobs"}  # no chat counterpart
+    passed = {name: value for name, value in sent.items() if name != "top_logprobs"}
     assert {name: request.params[name] for name in passed} == passed, "they still reach the model"
+    assert "top_logprobs" not in request.params, "chat takes it only with logprobs: true, which Responses never sends"
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -71,8 +72,6 @@ def test_function_tools_show_description_parameters_and_strict() -> None:
     assert tools[0] == {**WEATHER, "description": None, "strict": None}
     assert tools[1] is given[1], "a complete tool is echoed as sent, not copied"
     assert given[0] == WEATHER, "the caller's tool is not changed"
-    complete = [given[1]]
-    assert parse_responses_request({"model": "m", "input": "x", "tools": complete}).echo["tools"] is complete
 
 
 def test_completed_at_is_set_when_the_response_completes() -> None:

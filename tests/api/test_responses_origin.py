@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.api.responses.decided import decided_request
-from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS
+from gateway.api.responses.echo import ECHO_FIELDS
 from gateway.api.responses.origin import began_on_responses, decision_items, responses_origin
 from gateway.api.responses.request import parse_responses_request
 
@@ -43,6 +43,6 @@ def test_the_decided_request_continues_the_paused_response_with_its_fields() -> 
     assert decided.store is False and decided.stream is True and decided.background is False
     assert decided.echo["background"] is False and decided.echo["store"] is False
     assert decided.echo["instructions"] == "Be brief." and decided.metadata == {"t": "1"}
-    assert set(decided.echo) | set(ECHO_DEFAULTS) == set(ECHO_FIELDS)  # every field a Response repeats
+    assert list(decided.echo) == list(ECHO_FIELDS)  # every field a Response repeats, in its order
     assert decided.input == [{"type": "mcp_approval_response", "approval_request_id": "mcpr_c1", "approve": True}]
     assert request.echo["previous_response_id"] is None  # the paused request's echo is not changed

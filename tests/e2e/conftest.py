@@ -287,6 +287,28 @@ def gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator
     gw.stop()
 
 
+#: the routes of ``litellm_gateway``: a chat route with a server tool and an embeddings route, both on ``tail``
+LITELLM_ROUTES = """  tail:
+    targets: [{provider: tail, model: openai/tail-model}]
+    tools: [get_weather]
+  tail_embed:
+    kind: embeddings
+    targets: [{provider: tail, model: openai/emb-small, dimensions: 8}]
+"""
+
+
+@pytest.fixture(scope="session")
+def litellm_gateway(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> Iterator[Gateway]:
+    """One gateway with a ``type: litellm`` provider (``tail``, LiteLLM's OpenAI route to the secondary fake) for
+    every LiteLLM test of a worker: importing LiteLLM costs a gateway about 7 s of CPU at start-up."""
+    require_litellm()
+    config = gateway_config(fakes, tool_server=tool_server.url, extra_models=LITELLM_ROUTES)
+    tail = f"  tail: {{type: litellm, base_url: '{fakes['secondary'].url}', api_key: tail-key}}\n"
+    gw = Gateway(config.replace("providers:\n", "providers:\n" + tail, 1)).start()
+    yield gw
+    gw.stop()
+
+
 def require_redis(url: str) -> None:
     """Skip when Redis at ``url`` is unreachable; under ``CI=true`` fail instead (a Redis test never skips there)."""
     try:

@@ -8,37 +8,43 @@ no network besides the gateway.
 
 from __future__ import annotations
 
+import importlib.util
+from typing import Any
+
 import pytest
 
-agents = pytest.importorskip("agents")
+from tests.e2e.conftest import Gateway
+from tests.fakes.upstream import FakeUpstream, Reply
+from tests.lazy import lazy_import
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled  # noqa: E402
-
-from tests.e2e.conftest import Gateway  # noqa: E402
-from tests.fakes.upstream import FakeUpstream, Reply  # noqa: E402
-
-set_tracing_disabled(True)
+if importlib.util.find_spec("agents") is None:
+    pytest.skip("the OpenAI Agents SDK is not installed (pip install -e '.[test]')", allow_module_level=True)
+agents = lazy_import("agents")  # imported by the worker that runs these tests (tests/lazy.py)
 CALLS: list[str] = []
 
 
-@function_tool
+@pytest.fixture(scope="module", autouse=True)
+def _no_tracing_export() -> None:
+    agents.set_tracing_disabled(True)
+
+
 def local_time(city: str) -> str:
     """The local time in a city."""
     CALLS.append(city)
     return f"12:00 in {city}"
 
 
-def _model(gateway: Gateway, route: str) -> OpenAIResponsesModel:
-    return OpenAIResponsesModel(model=route, openai_client=gateway.async_client())
+def _model(gateway: Gateway, route: str) -> Any:
+    return agents.OpenAIResponsesModel(model=route, openai_client=gateway.async_client())
 
 
 async def test_agent_with_a_function_tool_runs_to_completion(gateway: Gateway,
                                                              fakes: dict[str, FakeUpstream]) -> None:
     CALLS.clear()
     fakes["primary"].queue(Reply(tool_calls=[("local_time", {"city": "Paris"})]), Reply(text="It is noon in Paris."))
-    agent = Agent(name="clock", instructions="Answer with the local time.", tools=[local_time],
-                  model=_model(gateway, "plain"))
-    result = await Runner.run(agent, "What time is it in Paris?")
+    agent = agents.Agent(name="clock", instructions="Answer with the local time.",
+                         tools=[agents.function_tool(local_time)], model=_model(gateway, "plain"))
+    result = await agents.Runner.run(agent, "What time is it in Paris?")
     assert result.final_output == "It is noon in Paris."
     assert CALLS == ["Paris"]  # the SDK ran its own tool, once
     # The second model call saw the tool call and its result, paired, after the system instructions.
@@ -52,8 +58,8 @@ async def test_agent_with_a_function_tool_runs_to_completion(gateway: Gateway,
 async def test_agent_on_a_route_with_a_server_tool_runs_to_completion(gateway: Gateway,
                                                                       fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(tool_calls=[("get_weather", {"city": "Oslo"})]), Reply(text="Oslo is sunny."))
-    agent = Agent(name="weather", instructions="Use your tools.", model=_model(gateway, "agent"))
-    result = await Runner.run(agent, "Weather in Oslo?")
+    agent = agents.Agent(name="weather", instructions="Use your tools.", model=_model(gateway, "agent"))
+    result = await agents.Runner.run(agent, "Weather in Oslo?")
     assert result.final_output == "Oslo is sunny."
     # The gateway ran the tool itself: the second upstream call carries its result.
     second = fakes["primary"].bodies[1]["messages"]
@@ -66,9 +72,9 @@ async def test_agent_on_a_route_with_a_server_tool_runs_to_completion(gateway: G
 async def test_agent_multi_turn_resends_everything(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(tool_calls=[("get_weather", {"city": "Rome"})]), Reply(text="Rome: sunny."),
                            Reply(text="Yes, take sunglasses."))
-    agent = Agent(name="weather", instructions="Use your tools.", model=_model(gateway, "agent"))
-    first = await Runner.run(agent, "Weather in Rome?")
-    follow_up = await Runner.run(agent, [*first.to_input_list(), {"role": "user", "content": "Sunglasses?"}])
+    agent = agents.Agent(name="weather", instructions="Use your tools.", model=_model(gateway, "agent"))
+    first = await agents.Runner.run(agent, "Weather in Rome?")
+    follow_up = await agents.Runner.run(agent, [*first.to_input_list(), {"role": "user", "content": "Sunglasses?"}])
     assert follow_up.final_output == "Yes, take sunglasses."
     # The mcp_call item came back as input: the model sees the earlier exchange, paired.
     third = fakes["primary"].bodies[2]["messages"]

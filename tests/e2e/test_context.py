@@ -14,7 +14,11 @@ from tests.e2e.conftest import ROOT, Gateway
 from tests.fakes.upstream import FakeUpstream, Reply
 
 LIMIT = int(0.8 * 4000)
-ENCODING = get_encoding("o200k_base")
+
+
+def o200k() -> Any:
+    """The encoding the routes count with, loaded at first use (not at collection: a second of CPU in each worker)."""
+    return get_encoding("o200k_base")
 
 
 def filler(tag: str, words: int = 330) -> str:
@@ -31,7 +35,7 @@ def long_history() -> list[dict[str, Any]]:
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
-    return count_messages(body["messages"], ENCODING)
+    return count_messages(body["messages"], o200k())
 
 
 def run(gateway: Gateway, stream: bool, **kwargs: Any) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
@@ -54,7 +58,7 @@ def run(gateway: Gateway, stream: bool, **kwargs: Any) -> tuple[str, dict[str, A
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
 def test_compression_summarises_the_old_part(gateway: Gateway, fakes: dict[str, FakeUpstream], stream: bool) -> None:
     history = long_history()
-    assert count_messages(history, ENCODING) > LIMIT - 300
+    assert count_messages(history, o200k()) > LIMIT - 300
     fakes["secondary"].queue(Reply(text="User asked four old questions; all answered."))
     fakes["primary"].queue(Reply(text="Here is what now."))
     text, extension, events = run(gateway, stream, model="ctx_compress", messages=history, max_tokens=300)
@@ -91,7 +95,7 @@ def test_tool_results_are_capped_in_the_middle(gateway: Gateway, fakes: dict[str
     result = next(m for m in fakes["primary"].bodies[1]["messages"] if m["role"] == "tool")["content"]
     assert "tokens truncated by the gateway" in result
     assert result.startswith("row 0:") and "value=" in result.splitlines()[-1]
-    assert len(ENCODING.encode_ordinary(result)) <= 500
+    assert len(o200k().encode_ordinary(result)) <= 500
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
@@ -140,13 +144,13 @@ def test_a_smaller_fallback_window_triggers_the_guard(gateway: Gateway, fakes: d
     history = [{"role": "user", "content": f"q{n} " + filler(f"x{n}", 900)} for n in range(5)]
     for n in range(4):
         history.insert(2 * n + 1, {"role": "assistant", "content": f"a{n}"})
-    assert count_messages(history, ENCODING) > 8192 * 0.8  # fine for gpt-4.1 (1M), too big for gpt-4 (8K)
+    assert count_messages(history, o200k()) > 8192 * 0.8  # fine for gpt-4.1 (1M), too big for gpt-4 (8K)
     fakes["primary"].queue(Reply(status=503))
     fakes["secondary"].queue(Reply(text="fits the small one"))
     text, extension, _ = run(gateway, False, model="ctx_small_fallback", messages=history, max_tokens=100)
     assert text == "fits the small one"
     assert extension["context"]["pruned_messages"] > 0
-    assert count_messages(fakes["secondary"].bodies[0]["messages"], ENCODING) + 100 <= 8192 * 0.8
+    assert count_messages(fakes["secondary"].bodies[0]["messages"], o200k()) + 100 <= 8192 * 0.8
 
 
 def test_token_counting_works_without_network() -> None:
@@ -171,7 +175,7 @@ def test_unknown_window_leaves_the_clients_own_request_alone(gateway: Gateway, f
     history = [{"role": "user", "content": f"q{n} " + filler(f"x{n}", 900)} for n in range(5)]
     for n in range(4):
         history.insert(2 * n + 1, {"role": "assistant", "content": f"a{n}"})
-    assert count_messages(history, ENCODING) > 8192  # beyond the conservative default window
+    assert count_messages(history, o200k()) > 8192  # beyond the conservative default window
     fakes["primary"].queue(Reply(text="long context ok"))
     text, extension, _ = run(gateway, False, model="plain", messages=history)
     assert text == "long context ok"

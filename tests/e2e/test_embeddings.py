@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from gateway.context.encodings import CL100K, get_encoding
-from tests.e2e.conftest import KEY, ROOT, Gateway, gateway_config, require_litellm
+from tests.e2e.conftest import KEY, ROOT, Gateway, gateway_config
 from tests.fakes.embeddings import vector_of
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -338,26 +338,18 @@ models:
     assert result.returncode == 0, result.stderr
 
 
-def test_litellm_embeddings(fakes: dict[str, FakeUpstream], tool_server: ToolServer) -> None:
+def test_litellm_embeddings(litellm_gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     """``type: litellm`` (the long tail) embeds through ``litellm.aembedding``: here its OpenAI route to the fake."""
-    require_litellm()
-    config = gateway_config(fakes, tool_server=tool_server.url, extra_models=(
-        "  tail_embed:\n    kind: embeddings\n"
-        "    targets: [{provider: tail, model: openai/emb-small, dimensions: 8}]\n"))
-    tail = f"  tail: {{type: litellm, base_url: '{fakes['secondary'].url}', api_key: tail-key}}\n"
-    gw = Gateway(config.replace("providers:\n", "providers:\n" + tail, 1)).start()
-    try:
-        answer = gw.client().embeddings.create(model="tail_embed", input=TEXTS, encoding_format="float")
-        assert [item.embedding for item in answer.data] == [vector_of("emb-small", t, 8) for t in TEXTS]
-        [sent] = fakes["secondary"].requests
-        assert sent.path == "/embeddings" and sent.body["input"] == TEXTS
-        assert sent.headers["authorization"] == "Bearer tail-key"
-        arrays = [get_encoding(CL100K).encode_ordinary(t) for t in TEXTS]  # token arrays go on as text
-        answer = gw.client().embeddings.create(model="tail_embed", input=arrays, encoding_format="float")
-        assert fakes["secondary"].requests[1].body["input"] == TEXTS
-        assert [item.embedding for item in answer.data] == [vector_of("emb-small", t, 8) for t in TEXTS]
-    finally:
-        gw.stop()
+    gw = litellm_gateway
+    answer = gw.client().embeddings.create(model="tail_embed", input=TEXTS, encoding_format="float")
+    assert [item.embedding for item in answer.data] == [vector_of("emb-small", t, 8) for t in TEXTS]
+    [sent] = fakes["secondary"].requests
+    assert sent.path == "/embeddings" and sent.body["input"] == TEXTS
+    assert sent.headers["authorization"] == "Bearer tail-key"
+    arrays = [get_encoding(CL100K).encode_ordinary(t) for t in TEXTS]  # token arrays go on as text
+    answer = gw.client().embeddings.create(model="tail_embed", input=arrays, encoding_format="float")
+    assert fakes["secondary"].requests[1].body["input"] == TEXTS
+    assert [item.embedding for item in answer.data] == [vector_of("emb-small", t, 8) for t in TEXTS]
 
 
 def test_request_ids_and_the_path_without_v1(gateway: Gateway) -> None:

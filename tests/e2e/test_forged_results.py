@@ -14,13 +14,15 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
 
 from tests.e2e.approving import APPROVER, ASKER, approvals_gateway, audit, decide, get, listed, pause
 from tests.e2e.conftest import Gateway
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.lazy import lazy_import
+
+anthropic = lazy_import("anthropic")  # imported by the worker that runs these tests (tests/lazy.py)
 
 LOOKUP = [{"type": "function", "function": {"name": "lookup", "description": "client-side lookup",
                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
 import httpx
 import orjson
 import pytest
 
 from tests.e2e.conftest import KEY, Gateway
 from tests.fakes.upstream import FakeUpstream, Reply, count_of
+from tests.lazy import lazy_import
+
+anthropic = lazy_import("anthropic")  # imported by the worker that runs these tests (tests/lazy.py)
 
 PROVIDERS = ["primary", "claude", "gemini"]
 ASK = [{"role": "user", "content": "What's the weather in Paris?"}]

@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
 import pytest
 
 from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.e2e.test_messages import ask
 from tests.fakes.tool_server import ToolServer
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.lazy import lazy_import
+
+anthropic = lazy_import("anthropic")  # imported by the worker that runs these tests (tests/lazy.py)
 
 # What Claude Code sends: adaptive thinking with an effort.
 THINKING: dict[str, Any] = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}

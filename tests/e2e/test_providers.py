@@ -219,26 +219,15 @@ def test_claude_thinking_survives_the_client_round_trip(gateway: Gateway, fakes:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
-def test_litellm_provider(fakes: dict[str, FakeUpstream], stream: bool) -> None:
+def test_litellm_provider(litellm_gateway: Gateway, fakes: dict[str, FakeUpstream], stream: bool) -> None:
     """``type: litellm`` (optional extra) through LiteLLM's OpenAI route to the fake, tool loop included."""
-    require_litellm()
-    from tests.e2e.conftest import gateway_config
-
-    config = gateway_config(fakes).replace("models:\n", "models:\n  tail:\n    targets: [{provider: tail, model: "
-                                           "openai/tail-model}]\n    tools: [get_weather]\n", 1)
-    tail = f"  tail: {{type: litellm, base_url: '{fakes['secondary'].url}', api_key: tail-key}}\n"
-    config = config.replace("providers:\n", "providers:\n" + tail, 1)
-    gw = Gateway(config).start()
-    try:
-        fakes["secondary"].queue(Reply(tool_calls=[("get_weather", {"city": "Oslo"})]), Reply(text="Cold in Oslo."))
-        seen = run(gw, stream, model="tail", messages=USER)
-        assert seen["text"] == "Cold in Oslo."
-        assert seen["gateway"]["answered_by"] == ["tail:openai/tail-model", "tail:openai/tail-model"]
-        second = fakes["secondary"].bodies[1]
-        assert second["model"] == "tail-model"
-        assert [m["content"] for m in second["messages"] if m["role"] == "tool"] == ["Oslo: 18C, sunny"]
-    finally:
-        gw.stop()
+    fakes["secondary"].queue(Reply(tool_calls=[("get_weather", {"city": "Oslo"})]), Reply(text="Cold in Oslo."))
+    seen = run(litellm_gateway, stream, model="tail", messages=USER)
+    assert seen["text"] == "Cold in Oslo."
+    assert seen["gateway"]["answered_by"] == ["tail:openai/tail-model", "tail:openai/tail-model"]
+    second = fakes["secondary"].bodies[1]
+    assert second["model"] == "tail-model"
+    assert [m["content"] for m in second["messages"] if m["role"] == "tool"] == ["Oslo: 18C, sunny"]
 
 
 # A start-up in a fresh interpreter: is LiteLLM imported once the runtime has started?

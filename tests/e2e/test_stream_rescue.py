@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
 import httpx
 import orjson
 import pytest
@@ -16,6 +15,9 @@ import pytest
 from gateway.context.encodings import get_encoding
 from tests.e2e.conftest import KEY, Gateway, gateway_config
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.lazy import lazy_import
+
+anthropic = lazy_import("anthropic")  # imported by the worker that runs these tests (tests/lazy.py)
 
 FULL = "The quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 PIECES = 8

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.api.chat.request import _expect
+from gateway.errors import bad_request
 
 # The request fields a Response object repeats, in its order (``ResponsesRequest.echo`` has all of them).
 ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature",
@@ -20,32 +21,30 @@ ECHO_FIELDS = ("instructions", "tools", "tool_choice", "parallel_tool_calls", "m
                "max_tool_calls", "metadata", "presence_penalty", "frequency_penalty", "top_logprobs", "service_tier",
                "safety_identifier", "prompt_cache_key")
 # The echo fields a request rarely sends (read only when it sends fields past a plain request's), with the
-# value a Response shows when it did not (a request's echo has them only when it sent them).
+# value a Response shows when it did not.
 ECHO_DEFAULTS: dict[str, Any] = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0,
                                  "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None}
+_TYPES: dict[str, tuple[type, ...]] = {
+    "presence_penalty": (int, float), "frequency_penalty": (int, float), "top_logprobs": (int,),
+    "service_tier": (str,), "safety_identifier": (str,), "prompt_cache_key": (str,)}
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound
 # A function tool's fields a Response shows even when the request left them out.
 _FUNCTION_ECHO = ("description", "parameters", "strict")
 
 
-def penalties_echo(body: dict[str, Any]) -> dict[str, Any]:
-    """``presence_penalty`` and ``frequency_penalty`` as a Response shows them: the request's (numbers, checked here:
-    a wrong type is the caller's 400, not the model's; they still reach the model as chat parameters), else 0.
-    The other late fields are checked and echoed when sent by ``request._late_fields``."""
+def sampling_echo(body: dict[str, Any]) -> dict[str, Any]:
+    """The penalties, ``top_logprobs``, ``service_tier``, ``safety_identifier`` and ``prompt_cache_key`` a Response
+    shows: the request's (type-checked here: a wrong type is the caller's 400, not the model's; they still reach
+    the model as chat parameters), else the defaults."""
     echo = {}
-    for name in ("presence_penalty", "frequency_penalty"):
+    for name, default in ECHO_DEFAULTS.items():
         value = body.get(name)
-        _expect(value, (int, float), name)
-        echo[name] = 0.0 if value is None else value
+        _expect(value, _TYPES[name], name)
+        echo[name] = default if value is None else value
+    top = echo["top_logprobs"]
+    if isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad_request(f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}", "top_logprobs")
     return echo
-
-
-def tools_echo(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's ``tools`` as a Response shows them: the very list when every tool is complete (Codex's are:
-    nothing copied), else a list with the incomplete function tools filled in (``tool_echo``)."""
-    for tool in tools:
-        if tool.get("type") == "function" and not all(name in tool for name in _FUNCTION_ECHO):
-            return [tool_echo(tool) for tool in tools]
-    return tools
 
 
 def tool_echo(tool: dict[str, Any]) -> dict[str, Any]:

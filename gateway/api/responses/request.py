@@ -15,8 +15,7 @@ know); ``include`` is read by the renderer (``web_search_call.action.sources``);
 ``truncation``, ``reasoning.summary``, ``client_metadata``, ``context_management`` and
 ``stream_options`` are accepted and not sent; a request that sends one the Response object
 carries (``top_logprobs``, ``prompt_cache_key``, ``prompt_cache_retention``, ``safety_identifier``,
-``service_tier``) has it in its ``echo``; the Response object shows the defaults of those it did not send
-(``responses/echo.py``).
+``service_tier``) has it in its ``echo`` (a plain request's echo is ``ECHO_FIELDS`` only).
 ``conversation`` and stored ``prompt`` templates are refused with a 400 naming the parameter.
 Every count and size a caller controls is bounded.
 """
@@ -29,7 +28,7 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
-from gateway.api.responses.echo import penalties_echo, tools_echo
+from gateway.api.responses.echo import sampling_echo
 from gateway.api.responses.tools import CallerTools, parse_tools, tool_choice
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
@@ -129,11 +128,11 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     chosen = None if choice is None else tool_choice(choice, parsed.names if parsed is not None else None)
     stream, store, background = _modes(body)
     # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
-    # the late ones sent (a Response object starts from a template holding their defaults: responses/echo.py).
+    # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
     # The default values are shared, never written to (the Response object is only serialised).
     metadata: dict[str, str] = {}
     echo = {
-        "instructions": instructions, "tools": tools_echo(tools_given) if parsed is not None else [],
+        "instructions": instructions, "tools": parsed.echo if parsed is not None else [],
         "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0,
         "top_p": 1.0, "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
@@ -191,8 +190,8 @@ def _options(body: dict[str, Any], request: ResponsesRequest) -> None:
         "parallel_tool_calls": True if parallel is None else parallel, "max_output_tokens": max_output,
         "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0), "text": text,
         "reasoning": reasoning, "truncation": truncation or "disabled", "user": user,
-        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata, **late,
-        **penalties_echo(body),
+        "previous_response_id": previous, "max_tool_calls": max_tool_calls, "metadata": metadata,
+        **sampling_echo(body), **late,
     })
     request.params = params
     request.previous_response_id = previous

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.chat.request import _expect, _function, type_name
+from gateway.api.responses.echo import tool_echo
 from gateway.canonical import ToolDef, custom_tool_def
 from gateway.errors import bad_request, quoted
 
@@ -158,6 +159,7 @@ def parse_tools(value: Any) -> ParsedTools:
             raise bad_request(f"'tools' define more than {MAX_TOOL_DEFINITIONS} function and custom tools", param)
     if grouped:
         _name_grouped(parsed, grouped)
+    parsed.echo = [tool_echo(tool) for tool in value]  # function tools show description, parameters, strict
     return parsed
 
 

@@ -70,6 +70,7 @@ class Connection:
         records = ConnectionRecords(mounted.services.records, settings.kept_responses, settings.kept_bytes)
         #: the Responses surface as this connection's turns run it: reading the connection's own responses too
         services = dataclasses.replace(mounted.services, records=records)
+        self.records = records
         self.mounted = Mounted(mounted.surface, services, mounted.lifecycle)
         self.prepared = Mounted(PreparedSurface(mounted.surface.path), services, mounted.lifecycle)
         self.incoming = incoming
@@ -152,6 +153,11 @@ class Connection:
         finally:
             self.running = self.streaming = False
             self.last = time.monotonic()
+        previous = body.get("previous_response_id")
+        if player.status != 200 and isinstance(previous, str):
+            # A continuation that failed forgets the response it named (Open Responses: a client resends its
+            # whole conversation after a failure rather than chaining onto state it cannot see).
+            self.records.forget(previous)
         if player.status == 401:  # the key was revoked or expired since the upgrade: nothing more can run
             await self.close(POLICY, "the key was refused", "key_refused")
 

@@ -79,6 +79,11 @@ class ConnectionRecords(ResponseRecords):
         kept[key] = raw
         self._bytes += len(raw)
 
+    def forget(self, response_id: str) -> None:
+        """Drop what the connection keeps of ``response_id`` (a continuation of it failed)."""
+        for key in [key for key in self._kept if key[1] == response_id]:
+            self._drop(key)
+
     def _drop(self, key: tuple[str, str]) -> None:
         raw = self._kept.pop(key, None)
         if raw is not None:
