@@ -163,13 +163,20 @@ tools:
 E2E_FAIL_OPEN_MS = 1000
 
 
+#: routing of the e2e gateways: quick backoffs, no breaker, a request deadline of 30 s
+E2E_ROUTING = ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 1000, breaker_cooldown_s: 1, "
+               "request_timeout_s: 30}")
+#: the same with a request deadline of 120 s, for the tests that push megabytes through a gateway: their
+#: subject is not the deadline, and a machine busy with other jobs made a 30 s one a 504
+E2E_ROUTING_HEAVY = E2E_ROUTING.replace("request_timeout_s: 30", "request_timeout_s: 120")
+
+
 def gateway_config(fakes: dict[str, FakeUpstream], store_url: str = "memory://", routing: str = "",
                    extra_models: str = "", tool_server: str = "http://127.0.0.1:9", ttl_s: int = 600) -> str:
     providers = "\n".join(
         f"  {name}: {{type: {fake.wire}, base_url: '{fake.url}', api_key: upstream-{name}, timeout_s: 1.5, "
         f"connect_timeout_s: 1}}" for name, fake in fakes.items())
-    routing = routing or ("{backoff_base_s: 0.01, backoff_max_s: 0.05, breaker_failures: 1000, "
-                          "breaker_cooldown_s: 1, request_timeout_s: 30}")
+    routing = routing or E2E_ROUTING
     return f"""
 server: {{host: 127.0.0.1, port: __PORT__, max_body_bytes: 200000}}
 auth:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config, require_redis
+from tests.e2e.conftest import E2E_ROUTING_HEAVY, KEY, OTHER_KEY, Gateway, gateway_config, require_redis
 from tests.fakes.upstream import FakeUpstream, Reply
 
 REDIS_URL = os.environ["LOOPGATE_TEST_REDIS_URL"]  # the suite's own server (tests/conftest.py)
@@ -26,7 +26,7 @@ MIB = 1024 * 1024
 
 def _config(fakes: dict[str, FakeUpstream], store_url: str = "memory://", max_body: int = 200_000,
             **store: int) -> str:
-    text = gateway_config(fakes, store_url=store_url)
+    text = gateway_config(fakes, store_url=store_url, routing=E2E_ROUTING_HEAVY)
     extra = "".join(f", {key}: {value}" for key, value in store.items())
     assert "continuation_ttl_s: 600" in text  # the settings below must land in the store section
     text = text.replace("continuation_ttl_s: 600", f"continuation_ttl_s: 600{extra}", 1)
@@ -176,7 +176,7 @@ def test_1000_stored_requests_of_1_mb_stay_under_the_memory_bound(fakes: dict[st
     bound = 32 * MIB  # the responses' share is half of it
     gateway = Gateway(_config(fakes, max_body=2 * MIB, memory_max_bytes=bound, tenant_max_stored_bytes=0)).start()
     payload = {"model": "plain", "input": "y" * MIB}
-    with httpx.Client(timeout=60) as http:
+    with httpx.Client(timeout=150) as http:
         def send(_: int) -> int:
             answer = http.post(f"{gateway.url}/v1/responses", json=payload,
                                headers={"Authorization": f"Bearer {KEY}"})

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, gateway_config
+from tests.e2e.conftest import E2E_ROUTING_HEAVY, KEY, OTHER_KEY, Gateway, gateway_config
 from tests.e2e.sample_tools import big
 from tests.fakes.threaded import ThreadedApp
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -88,7 +88,7 @@ def huge_tool() -> Iterator[HugeTool]:
 
 @pytest.fixture(scope="module")
 def gw(fakes: dict[str, FakeUpstream], huge_tool: HugeTool) -> Iterator[Gateway]:
-    config = gateway_config(fakes, extra_models=ROUTES)
+    config = gateway_config(fakes, extra_models=ROUTES, routing=E2E_ROUTING_HEAVY)
     config = config.replace("max_body_bytes: 200000", "max_body_bytes: 16000000", 1)
     config = config.replace("auth:\n  keys:\n", EXTRA_KEYS, 1)
     config = config.replace("models:\n", HUGE_TOOL.replace("__HUGE__", huge_tool.url), 1)
