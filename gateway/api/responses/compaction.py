@@ -37,6 +37,8 @@ from gateway.canonical import Message
 from gateway.canonical.sealing import SealBroken, Sealer
 from gateway.context.summary import is_summary, summary_message
 from gateway.errors import bad_request, quoted
+from gateway.loop.pairing import result_of
+from gateway.store.continuations.base import ContinuationNotFound
 from gateway.store.responses.base import continuable
 
 #: what a sealed compaction payload is bound to besides the tenant
@@ -100,16 +102,35 @@ async def stated_conversation(services: ResponsesServices, tenant: str, instruct
         record = await services.records.get(tenant, previous_id)
         if record is None:
             raise previous_not_found(previous_id)
-        if not continuable(record):
+        if record.get("continuation_id"):
+            earlier = await _paused_conversation(services, tenant, previous_id, record["continuation_id"])
+        elif not continuable(record):
             raise bad_request(f"response {quoted(previous_id)} did not complete; it cannot be continued",
                               "previous_response_id")
-        earlier, _ = await parent_chain(services.records, tenant, previous_id, record)
+        else:
+            earlier, _ = await parent_chain(services.records, tenant, previous_id, record)
     if not (earlier or given):
         raise bad_request("'input' is required (a string or a non-empty array of items)", "input")
     messages: list[Message] = [{"role": "system", "content": instructions}] if instructions else []
     messages.extend(earlier)
     messages.extend(given)
     return messages
+
+
+async def _paused_conversation(services: ResponsesServices, tenant: str, previous_id: str,
+                              continuation_id: str) -> list[Message]:
+    """A paused response's conversation up to its calls (Codex over a WebSocket compacts by continuing the paused
+    turn: its input is the calls' outputs and the trigger), the server tools' results of that round included."""
+    try:
+        stored = await services.loop.continuations.get(continuation_id, tenant)
+    except ContinuationNotFound:
+        raise previous_not_found(previous_id) from None
+    data = stored.data
+    messages: list[Message] = [*data.get("transcript", ()), data.get("assistant") or {}]
+    for call_id, record in (data.get("results") or {}).items():
+        result = result_of(call_id, record)
+        messages.append(result.message or {"role": "tool", "tool_call_id": call_id, "content": result.content})
+    return [message for message in messages if message]
 
 
 def user_items(messages: list[Message]) -> list[dict[str, Any]]:

@@ -159,7 +159,8 @@ def parse_tools(value: Any) -> ParsedTools:
             raise bad_request(f"'tools' define more than {MAX_TOOL_DEFINITIONS} function and custom tools", param)
     if grouped:
         _name_grouped(parsed, grouped)
-    parsed.echo = [tool_echo(tool) for tool in value]  # function tools show description, parameters, strict
+    echo = [tool_echo(tool) for tool in value]  # function tools show description, parameters, strict
+    parsed.echo = value if all(shown is tool for shown, tool in zip(echo, value, strict=True)) else echo
     return parsed
 
 
