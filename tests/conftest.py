@@ -190,7 +190,8 @@ def warm_bytecode_share(config: pytest.Config) -> None:
     count = int(getattr(config, "workerinput", {}).get("workercount", 0))
     if sys.dont_write_bytecode or not worker.startswith("gw") or count < 2:
         return
-    files = sorted(path for folder in ("gateway", "tests") for path in (ROOT / folder).rglob("*.py"))
+    files = sorted(path for folder in ("gateway", "tests") for path in (ROOT / folder).rglob("*.py")
+                   if "node_modules" not in path.parts)
     share = files[int(worker.removeprefix("gw")) % count::count]
     rewrite_asserts = config.getoption("assertmode", "rewrite") == "rewrite"
     try:
