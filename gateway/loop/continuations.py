@@ -20,9 +20,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-from gateway.canonical import HostedTools, Message, NativeRequest, ToolCall, text_of
+from gateway.canonical import HostedTools, Message, NativeRequest, ToolCall
 from gateway.config.notifications_section import NotificationsConfig
-from gateway.errors import quoted
 from gateway.loop.approvals import (
     audit_decisions,
     audit_expired,
@@ -54,38 +53,19 @@ from gateway.loop.held import HeldCalls
 from gateway.loop.ledger import ledgered
 from gateway.loop.pairing import ToolResult, result_of, stored_result
 from gateway.loop.results import ResultSlot, result_record
-from gateway.loop.same_arguments import same_arguments
+from gateway.loop.way_a import MAX_WAY_A_LOOKUPS, history_mismatch, may_resume_way_a, trailing_outputs
 from gateway.notify import Notifier
 from gateway.observability import metrics
 from gateway.routing.routes import RoutePlan
 from gateway.store.base import Store
-from gateway.store.continuations.base import Continuation, claimed
+from gateway.store.continuations.base import Continuation, ContinuationConflict, claimed
 from gateway.store.errors import StoreError
 
 # A claim outlives the longest possible resume (the request deadline) by this much, so a live
 # resume never loses its claim, and a replica that dies mid-resume frees it soon after.
 CLAIM_LEASE_MARGIN_S = 60.0
-# Way A looks up at most this many trailing tool-call ids in the store (all in one lookup): a paused turn's
-# results come last, and a follow-up with thousands of tool messages must not send thousands of keys.
-MAX_WAY_A_LOOKUPS = 32
 
 log = logging.getLogger("loopgate.continuations")
-
-
-def may_resume_way_a(messages: list[Message]) -> bool:
-    """Only trailing tool results can answer a paused turn: anything else needs no store lookup."""
-    return messages[-1].get("role") == "tool"
-
-
-def trailing_outputs(messages: list[Message]) -> dict[str, str]:
-    """The trailing tool messages' outputs by call id, the last message first (a paused turn's results come last)."""
-    trailing: dict[str, str] = {}
-    for message in reversed(messages):
-        if message.get("role") != "tool":
-            break
-        content = message.get("content")
-        trailing[message["tool_call_id"]] = content if isinstance(content, str) else text_of(content)
-    return trailing
 
 
 def paused_data(request: LoopRequest, assistant: Message, results: dict[str, ToolResult]) -> dict[str, Any]:
@@ -215,7 +195,8 @@ class Continuations:
         None means an ordinary stateless conversation: no trailing tool messages, ids that match no
         live continuation of this tenant (expired and cancelled ones included), or a paused turn that
         is not the one the client sent back. The last case is logged: it is either a reused id or a
-        client that changed the paused turn, and either way the continuation stays pending.
+        client that changed the paused turn, and either way the continuation stays pending. The
+        follow-up of a resumed one, sent again, is a 409 (``ContinuationConflict``).
         A result for a call awaiting a decision is a 400 (:class:`AwaitsDecision`), audited with the
         caller's key (``key_id``/``key_name``); the continuation stays pending, unchanged.
         """
@@ -234,6 +215,9 @@ class Continuations:
                         "the continuation stays pending", stored.id, problem)
             await self.forgo(stored)
             return None
+        if stored.status == "resumed":  # this follow-up again, once answered (a client retrying a lost answer)
+            raise ContinuationConflict(stored.id, stored.status, f"continuation {stored.id!r} was resumed already; "
+                                       f"its answer is kept at GET /v1/continuations/{stored.id}")
         try:
             return stored, outputs_to_results(stored, outputs)
         except AwaitsDecision as refused:
@@ -241,31 +225,8 @@ class Continuations:
             await record_refusal(self.store, refused, key_id, key_name)
             raise
 
-    @staticmethod
-    def history_mismatch(continuation: Continuation, messages: list[Message]) -> str | None:
-        """Why the client's paused assistant turn is not the stored one; None when it holds exactly its pending calls.
-
-        Guards way A against servers that reuse tool-call ids (``call_0``) across conversations:
-        an id alone must not pull another conversation's continuation into this one. Arguments
-        are compared as JSON values, not bytes: clients re-serialise the message they send back.
-        """
-        index = len(messages) - 1
-        while index >= 0 and messages[index].get("role") == "tool":
-            index -= 1
-        if index < 0 or messages[index].get("role") != "assistant":
-            return "no assistant message before the tool messages"
-        sent = {c.get("id"): c.get("function") for c in messages[index].get("tool_calls") or ()
-                if isinstance(c, dict)}
-        for item in continuation.pending:
-            call_id = item["tool_call_id"]
-            function = sent.get(call_id)
-            if not isinstance(function, dict):
-                return f"the assistant message has no tool call {quoted(call_id)}"
-            if function.get("name") != item["name"]:
-                return f"tool call {quoted(call_id)} names {quoted(function.get('name'))}, not {quoted(item['name'])}"
-            if not same_arguments(function.get("arguments"), item["arguments"]):
-                return f"tool call {quoted(call_id)} has other arguments: {quoted(function.get('arguments'))}"
-        return None
+    #: why the client's paused turn is not the stored one (``loop/way_a.py``)
+    history_mismatch = staticmethod(history_mismatch)
 
     #: way A's check of the client's results (``loop/decisions.py``)
     outputs_to_results = staticmethod(outputs_to_results)

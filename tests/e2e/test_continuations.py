@@ -423,3 +423,35 @@ def test_way_a_lookup_claims_a_refused_follow_up_gives_it_back_and_duplicates_ge
     assert sorted(statuses) == [200, 409, 409, 409]
     view = httpx.get(f"{gw.url}/v1/continuations/{continuation_id}", headers={"authorization": "Bearer test-key"})
     assert view.json()["status"] == "resumed"
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_way_a_follow_up_sent_again_after_its_resume_is_409_never_stateless(
+        store: str, request: pytest.FixtureRequest, fakes: dict[str, FakeUpstream]) -> None:
+    # A client whose answer was lost (a dropped connection, its gateway killed after the finish) sends the same
+    # follow-up again. Answered statelessly, the model would see a transcript without the hidden server exchange and
+    # ask for it again (the tool would run twice); the contract's answer is 409, and the answer is kept.
+    first, second = (request.getfixturevalue("gateway"),) * 2 if store == "memory" else \
+        request.getfixturevalue("redis_gateways")
+    paused = pause_on_client_tool(first, fakes)
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    fakes["primary"].queue(Reply(text="Record 42 is archived."))
+    done = first.client().chat.completions.create(model="agent", messages=follow_up(paused, "archived"), tools=LOOKUP)
+    assert done.choices[0].message.content == "Record 42 is archived."
+    upstream_calls = len(fakes["primary"].bodies)
+    for gw in (first, second):
+        again = gw.post("/v1/chat/completions", {"model": "agent", "messages": follow_up(paused, "archived"),
+                                                 "tools": LOOKUP})
+        assert again.status_code == 409, again.text
+        error = again.json()["error"]
+        assert error["code"] == "continuation_conflict" and f"/v1/continuations/{continuation_id}" in error["message"]
+    assert len(fakes["primary"].bodies) == upstream_calls, "no upstream call for a repeated follow-up"
+    view = httpx.get(f"{second.url}/v1/continuations/{continuation_id}", headers={"authorization": "Bearer test-key"})
+    assert view.json()["status"] == "resumed"
+    assert view.json()["result"]["choices"][0]["message"]["content"] == "Record 42 is archived."
+    # Later turns of the same conversation (the resumed exchange in their history, a new question last) go on.
+    later = [*follow_up(paused, "archived"), {"role": "assistant", "content": "Record 42 is archived."},
+             {"role": "user", "content": "Thanks. And record 43?"}]
+    fakes["primary"].queue(Reply(text="Record 43 is live."))
+    assert second.client().chat.completions.create(model="agent", messages=later, tools=LOOKUP
+                                                   ).choices[0].message.content == "Record 43 is live."

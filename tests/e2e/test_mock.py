@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import openai
 import orjson
 import pytest
 
@@ -141,9 +143,13 @@ def test_client_tool_pauses_and_resumes_way_a(mock_gateway: Gateway) -> None:
     assert lines[0].startswith("The get_weather tool returned: {") and '"city":"Paris"' in lines[0]
     assert lines[1] == "The read_local_file tool returned: NOTES: ship the mock provider"
     assert final.model_extra["gateway"]["status"] == "completed"
-    # The continuation was used up: the same follow-up again is answered statelessly, from the caller's view.
-    again = client.chat.completions.create(model="demo", messages=messages, tools=CLIENT_TOOLS)
-    assert again.choices[0].message.content == lines[1]
+    # The continuation was used up: the same follow-up again is refused (409), never answered without the hidden
+    # server result, and the answer stays readable.
+    with pytest.raises(openai.ConflictError, match="resumed already"):
+        client.chat.completions.create(model="demo", messages=messages, tools=CLIENT_TOOLS)
+    kept = httpx.get(f"{mock_gateway.url}/v1/continuations/{gateway['continuation_id']}",
+                     headers={"authorization": f"Bearer {KEY}"}).json()
+    assert kept["status"] == "resumed" and kept["result"]["choices"][0]["message"]["content"] == content
 
 
 def test_latency_past_the_timeout_fails_over(mock_gateway: Gateway) -> None:

@@ -63,8 +63,9 @@ async def test_finish_given_what_to_keep_drops_index_and_listing_and_keeps_that(
     kept = Continuation(id=c.id, tenant=c.tenant, model=c.model, status="resumed", created_at=c.created_at,
                         expires_at=c.expires_at, pending=c.pending, data={"asker": {"id": "key_1"}})
     await store.finish_continuation(c.id, TENANT, RESULT, kept)
-    assert await store.find_continuation_by_tool_call(TENANT, "call_a") is None
-    assert await store.find_continuation_by_tool_call(TENANT, "call_b") == sharing.id  # its own again
+    # Its own id still names it (resumed: a follow-up sent again is refused), the shared one is the other's again.
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_b") == sharing.id
     assert await listing_ids(store) == [sharing.id]
     got = await store.get_continuation(c.id, TENANT)
     assert got.status == "resumed" and got.result == RESULT and got.pending == c.pending
@@ -104,7 +105,28 @@ async def test_find_paused_reads_the_continuation_the_first_indexed_id_names(sto
     assert claimed is not None and claimed.status == "claimed"  # a claim keeps the index
     await store.finish_continuation(first.id, TENANT, RESULT, first)
     await store.cancel_continuation(second.id, TENANT)
-    assert await store.find_paused(TENANT, ["call_a", "call_b", "call_shared"]) is None
+    assert await store.find_paused(TENANT, ["call_b", "call_shared"]) is None  # cancelled: gone from the index
+    resumed = await store.find_paused(TENANT, ["call_b", "call_shared", "call_a"], 30)
+    # Resumed: still found (a repeat of its follow-up is refused), never claimed again.
+    assert resumed is not None and resumed.id == first.id and resumed.status == "resumed"
+    assert resumed.held_until is None and resumed.result == RESULT
+    assert (await store.get_continuation(first.id, TENANT)).status == "resumed"
+
+
+async def test_a_new_pause_takes_over_the_ids_a_resumed_continuation_held(store: Store) -> None:
+    """Upstreams that repeat ids (``call_0`` every turn): the next pause of the same id is found, not ambiguous."""
+    first = await saved(store, ids=("call_0", "call_1"))
+    await store.claim_continuation(first.id, TENANT, 30)
+    await store.finish_continuation(first.id, TENANT, RESULT, first)
+    second = await saved(store, ids=("call_0",))
+    assert await store.find_continuation_by_tool_call(TENANT, "call_0") == second.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == first.id
+    found = await store.find_paused(TENANT, ["call_0"], 30)
+    assert found is not None and found.id == second.id and found.status == "pending"
+    await store.release_continuation(second.id, TENANT)
+    await store.cancel_continuation(second.id, TENANT)  # a cancel drops only its own entry
+    assert await store.find_continuation_by_tool_call(TENANT, "call_0") is None
+    assert await store.find_continuation_by_tool_call(TENANT, "call_1") == first.id
 
 
 async def test_find_paused_with_a_lease_claims_what_a_claim_would_take(store: Store) -> None:

@@ -232,7 +232,7 @@ async def test_expired_lease_can_be_cancelled(store: Store) -> None:
 
 # -- index (resume way A) --------------------------------------------------------------------------
 
-async def test_index_lookup_and_removal_after_finish(store: Store) -> None:
+async def test_index_lookup_after_finish_and_removal_after_cancel(store: Store) -> None:
     c = await saved(store, ids=("call_a", "call_b"))
     other = await saved(store, ids=("call_z",))
     assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id
@@ -242,9 +242,13 @@ async def test_index_lookup_and_removal_after_finish(store: Store) -> None:
     await store.claim_continuation(c.id, TENANT, 30)
     assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id  # a claim keeps the index
     await store.finish_continuation(c.id, TENANT)
-    assert await store.find_continuation_by_tool_call(TENANT, "call_a") is None
-    assert await store.find_continuation_by_tool_call(TENANT, "call_b") is None
+    # A resumed one keeps naming its ids until its TTL: a follow-up sent again finds it, and is refused (409).
+    assert await store.find_continuation_by_tool_call(TENANT, "call_a") == c.id
+    assert await store.find_continuation_by_tool_call(TENANT, "call_b") == c.id
+    assert (await store.get_continuation(c.id, TENANT)).status == "resumed"
     assert await store.find_continuation_by_tool_call(TENANT, "call_z") == other.id
+    await store.cancel_continuation(other.id, TENANT)
+    assert await store.find_continuation_by_tool_call(TENANT, "call_z") is None
 
 
 async def test_index_is_per_tenant(store: Store) -> None:

@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from gateway.api.request.errors import to_gateway_error
 from gateway.config.model import StoreSentinel, StoreTls
-from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound
+from gateway.store.continuations.base import Continuation, ContinuationConflict, ContinuationNotFound, resumed_entry
 from gateway.store.errors import ReplicationUnconfirmed, StoreUnavailable
 from gateway.store.redis import RedisStore
 from gateway.store.redis_client.keys import record_key, tenant_key
@@ -191,7 +191,7 @@ async def test_cluster_pause_across_two_nodes_is_on_their_replicas(redis_cluster
         assert await store.find_continuation_by_tool_call("acme", "call_2") == c.id
         await store.claim_continuation(c.id, "acme", 30)
         await store.finish_continuation(c.id, "acme")
-        assert await store.find_continuation_by_tool_call("acme", "call_1") is None
+        assert await store.io.command("GET", tenant_key("acme", "tc", "call_1")) == resumed_entry(c.id).encode()
     finally:
         await store.aclose()
         for node in redis_cluster.masters():
@@ -303,7 +303,7 @@ async def test_cluster_failover_keeps_acknowledged_writes(tmp_path: Path) -> Non
         try:
             assert (await _eventually(lambda: relaxed.claim_continuation(c.id, "acme", 30), 20)).status == "claimed"
             await relaxed.finish_continuation(c.id, "acme")
-            assert await relaxed.find_continuation_by_tool_call("acme", "call_x") is None
+            assert await relaxed.io.command("GET", tenant_key("acme", "tc", "call_x")) == resumed_entry(c.id).encode()
         finally:
             await relaxed.aclose()
     finally:
@@ -324,7 +324,7 @@ async def test_cluster_over_tls_with_a_password(tmp_path: Path, tls_certs: TlsCe
         assert await store.get_artifacts("acme", ["call_1", "call_2"]) == {"call_1": {"sig": "s"}}
         assert (await store.claim_continuation(c.id, "acme", 30)).status == "claimed"
         await store.finish_continuation(c.id, "acme")
-        assert await store.find_continuation_by_tool_call("acme", "call_1") is None
+        assert await store.io.command("GET", tenant_key("acme", "tc", "call_1")) == resumed_entry(c.id).encode()
     finally:
         await store.aclose()
         manager.__exit__(None, None, None)

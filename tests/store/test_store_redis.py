@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from gateway.store.continuations.base import Continuation
+from gateway.store.continuations.base import Continuation, resumed_entry
 from gateway.store.errors import StoreUnavailable
 from gateway.store.health.redis import health_keys
 from gateway.store.redis import RedisStore
@@ -164,7 +164,7 @@ async def test_survives_script_flush(redis_raw: aioredis.Redis, redis_url: str) 
         assert (await store.claim_continuation(c.id, "acme", 30)).status == "claimed"
         await redis_raw.script_flush()
         await store.finish_continuation(c.id, "acme")
-        assert await store.find_continuation_by_tool_call("acme", "call_1") is None
+        assert await redis_raw.get(tenant_key("acme", "tc", "call_1")) == resumed_entry(c.id).encode()
     finally:
         await store.aclose()
 

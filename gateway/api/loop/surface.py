@@ -21,10 +21,10 @@ from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.services import LoopServices, Services
 from gateway.canonical import Message, NativeRequest, ToolDef
 from gateway.http.incoming import Incoming
-from gateway.loop.continuations import may_resume_way_a
 from gateway.loop.events import LoopEvent
 from gateway.loop.pairing import ToolResult
 from gateway.loop.results import ResultSlot
+from gateway.loop.way_a import may_resume_way_a
 
 
 class LoopCall(Protocol):

@@ -150,10 +150,18 @@ class ContinuationConflict(StoreError):
 AMBIGUOUS_TOOL_CALL = "*ambiguous*"
 #: continuations named in one ambiguous index value; past it the value holds ``+`` and stays ambiguous until its TTL
 MAX_HOLDERS = 16
+#: the tool-call index's value, followed by the continuation's id, for an id a resumed continuation held: kept until
+#: the record's TTL so that a follow-up sent again after its resume (a client retrying a request whose answer it
+#: lost) finds the resumed continuation and is refused (409), never answered statelessly without the loop's hidden
+#: server-side exchanges (which a model would then ask for, and a tool would run twice). A new pause of the same id
+#: takes the entry over.
+RESUMED_TOOL_CALL = "*resumed*"
 
 
 def holders(value: str) -> list[str]:
-    """The continuations an index value names: its one id, or the ambiguous value's list."""
+    """The live continuations an index value names: its one id, or the ambiguous value's list (none once resumed)."""
+    if value.startswith(RESUMED_TOOL_CALL):
+        return []
     if value.startswith(AMBIGUOUS_TOOL_CALL):
         return value[len(AMBIGUOUS_TOOL_CALL):].split()
     return [value]
@@ -161,7 +169,7 @@ def holders(value: str) -> list[str]:
 
 def with_holder(held: str | None, continuation_id: str) -> str:
     """The index value once ``continuation_id`` holds the id too (its pause is saved)."""
-    if held is None or held == continuation_id:
+    if held is None or held == continuation_id or held.startswith(RESUMED_TOOL_CALL):
         return continuation_id
     ids = holders(held)
     if continuation_id not in ids:
@@ -179,8 +187,15 @@ def without_holder(held: str, continuation_id: str) -> str | None:
     return " ".join([AMBIGUOUS_TOOL_CALL, *ids])
 
 
+def resumed_entry(continuation_id: str) -> str:
+    """The index value a resumed continuation leaves on its tool-call ids (``RESUMED_TOOL_CALL``)."""
+    return f"{RESUMED_TOOL_CALL} {continuation_id}"
+
+
 def indexed(found: str | None) -> str | None:
-    """The continuation the index names for a tool-call id; None when none does or several do."""
+    """The continuation the index names for a tool-call id (a resumed one too); None when none does or several do."""
+    if found is not None and found.startswith(RESUMED_TOOL_CALL):
+        return found[len(RESUMED_TOOL_CALL) + 1:] or None
     if found is not None and found.startswith(AMBIGUOUS_TOOL_CALL):
         warn_ambiguous()
         return None

@@ -35,6 +35,7 @@ from gateway.store.continuations.base import (
     claimed,
     holders,
     indexed,
+    resumed_entry,
     with_holder,
     without_holder,
 )
@@ -88,13 +89,21 @@ class MemoryContinuations(ContinuationStore):
             raise ContinuationNotFound(continuation_id)
         return rec
 
-    def _unindex(self, rec: _Record, continuation_id: str) -> None:
+    def _unindex(self, rec: _Record, continuation_id: str, resumed: bool = False) -> None:
+        """Its ids' index entries let go of it; ``resumed``: its own entries become ``RESUMED_TOOL_CALL`` ones."""
         now = self._clock()
+        marker = resumed_entry(continuation_id)
         for tc in rec.tool_call_ids:
             key = (rec.tenant, tc)
             held = self._index.get(key, now)
+            if held == marker:  # the record leaves: so does what says it was resumed
+                self._index.pop(key)
+                continue
             if held is None or continuation_id not in holders(held):
                 continue  # another continuation's own entry
+            if resumed and held == continuation_id:
+                self._index.replace(key, marker, now)
+                continue
             left = without_holder(held, continuation_id)
             if left is None:
                 self._index.pop(key)
@@ -144,7 +153,7 @@ class MemoryContinuations(ContinuationStore):
         rec.result = result
         if kept is not None:
             rec.body = kept.to_bytes()
-        self._unindex(rec, continuation_id)
+        self._unindex(rec, continuation_id, resumed=True)
         self._listing.remove(tenant, continuation_id)
 
     async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:

@@ -45,6 +45,7 @@ from gateway.store.continuations import redis_scripts as scripts
 from gateway.store.continuations.base import (
     AMBIGUOUS_TOOL_CALL,
     MAX_HOLDERS,
+    RESUMED_TOOL_CALL,
     Continuation,
     ContinuationConflict,
     ContinuationNotFound,
@@ -107,11 +108,13 @@ class RedisContinuations(ContinuationStore):
             raise ContinuationConflict(continuation_id, reply[1].decode())
         raise ContinuationNotFound(continuation_id)
 
-    async def _drop_index(self, tenant: str, continuation_id: str, ids_json: bytes | None) -> None:
-        """The tenant's entries of a resumed or cancelled continuation: its listing entry, its way-A index."""
+    async def _drop_index(self, tenant: str, continuation_id: str, ids_json: bytes | None, resumed: bool) -> None:
+        """The tenant's entries of a resumed or cancelled continuation: its listing entry, its way-A index (a
+        resumed one's own entries stay, as ``RESUMED_TOOL_CALL`` ones)."""
         ids = orjson.loads(ids_json) if ids_json else []
         keys = [*listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in ids)]
-        await self.io.script(self._drop, keys, [continuation_id, AMBIGUOUS_TOOL_CALL], False)
+        await self.io.script(self._drop, keys, [continuation_id, AMBIGUOUS_TOOL_CALL,
+                                                RESUMED_TOOL_CALL if resumed else ""], False)
 
     async def save_continuation(self, c: Continuation, ttl_s: int) -> None:
         ids = c.tool_call_ids
@@ -132,7 +135,8 @@ class RedisContinuations(ContinuationStore):
                     # listing entry.
                     summary = b"" if c.summary is None else orjson.dumps(c.summary)
                     keys = [rec, *listing.listing_keys(c.tenant), *index]
-                    args = [*record, c.id, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS, listing.score(c), summary]
+                    args = [*record, c.id, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS, listing.score(c), summary,
+                            RESUMED_TOOL_CALL]
                     acked = [(await self.io.script(self._pause, keys, args, True))[1]]
             except UNAVAILABLE:
                 # Unreachable: a clean-up would only wait out another deadline. Whatever part landed
@@ -154,7 +158,7 @@ class RedisContinuations(ContinuationStore):
 
         def write_index(pipe: Any) -> None:
             if index:  # an id another live continuation of the tenant holds becomes ambiguous (scripts.INDEX)
-                evalsha(pipe, self._index, index, [c.id, ex, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS])
+                evalsha(pipe, self._index, index, [c.id, ex, AMBIGUOUS_TOOL_CALL, MAX_HOLDERS, RESUMED_TOOL_CALL])
             listing.queue_add(pipe, self._list_add, c, ex)
 
         done = await asyncio.gather(self.io.run(rec, write_record, True),
@@ -193,7 +197,8 @@ class RedisContinuations(ContinuationStore):
         # script, one round trip (redis_scripts.FIND_CLAIM).
         now = time.time()
         until = now + lease_s if lease_s is not None and self.io.wait_replicas == 0 else None
-        args = [tenant, AMBIGUOUS_TOOL_CALL, RECORD_HEAD, RECORD_TAIL, num(now), "" if until is None else num(until)]
+        args = [tenant, AMBIGUOUS_TOOL_CALL, RECORD_HEAD, RECORD_TAIL, num(now), "" if until is None else num(until),
+                RESUMED_TOOL_CALL]
         async with self.io.guard("find_paused"):
             reply, _ = await self.io.script(self._find_claim, keys, args, False)
         for _ in range(reply[1]):
@@ -260,7 +265,7 @@ class RedisContinuations(ContinuationStore):
             keys = [rec, *listing.listing_keys(tenant), *(tenant_key(tenant, "tc", tc) for tc in kept.tool_call_ids)]
             async with self.io.guard("finish_continuation"):
                 reply, _ = await self.io.script(self._finish_all, keys, [tenant, result or b"", body, continuation_id,
-                                                                        AMBIGUOUS_TOOL_CALL], False)
+                                                                        AMBIGUOUS_TOOL_CALL, RESUMED_TOOL_CALL], False)
             self._check(reply, continuation_id)
             return
         async with self.io.guard("finish_continuation", durable=True):
@@ -270,14 +275,14 @@ class RedisContinuations(ContinuationStore):
                     await self.io.script(self._unfinish, [rec], [tenant], False)
                 raise self.io.unconfirmed("the end of the resume", acked)
             ids_json = self._check(reply, continuation_id)[1]
-            await self._drop_index(tenant, continuation_id, ids_json)
+            await self._drop_index(tenant, continuation_id, ids_json, resumed=True)
 
     async def cancel_continuation(self, continuation_id: str, tenant: str) -> bool:
         async with self.io.guard("cancel_continuation"):
             reply, _ = await self.io.script(self._cancel, [record_key(continuation_id)], [tenant, num(time.time())],
                                             False)
             ids_json = self._check(reply, continuation_id)[1]
-            await self._drop_index(tenant, continuation_id, ids_json)
+            await self._drop_index(tenant, continuation_id, ids_json, resumed=False)
         return True
 
     async def list_continuations(self, tenant: str, limit: int,

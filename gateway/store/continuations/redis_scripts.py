@@ -81,17 +81,19 @@ redis.call('DEL', KEYS[1])
 return {'ok', ids}
 """
 
-# The index keys KEYS[first..] (one tenant's): deletes only entries that still point at continuation ``cid``;
-# takes it out of an ambiguous entry's list (base.without_holder: the one left holds the id alone again), keeping
-# the entry's TTL. ``m``: the ambiguous marker.
+# The index keys KEYS[first..] (one tenant's): deletes only entries that still point at continuation ``cid`` (or,
+# given ``r``, the resumed marker, makes them "<r> <cid>": base.RESUMED_TOOL_CALL); takes it out of an ambiguous
+# entry's list (base.without_holder: the one left holds the id alone again), keeping the entry's TTL. ``m``: the
+# ambiguous marker.
 _UNINDEX = """
-local function unindex(first, cid, m)
+local function unindex(first, cid, m, r)
   local n = 0
   for i = first, #KEYS do
     local k = KEYS[i]
     local held = redis.call('GET', k)
     if held == cid then
-      redis.call('DEL', k); n = n + 1
+      if r and r ~= '' then redis.call('SET', k, r .. ' ' .. cid, 'KEEPTTL') else redis.call('DEL', k) end
+      n = n + 1
     elseif held and m and string.sub(held, 1, #m) == m then
       local left, was = {}, false
       for id in string.gmatch(string.sub(held, #m + 1), '%S+') do
@@ -115,22 +117,25 @@ return unindex(1, ARGV[1], ARGV[2])
 """
 
 # A resumed or cancelled continuation leaves its tenant's keys (one hash tag): KEYS: the listing's sorted set
-# and hash, then the index keys of its tool-call ids. ARGV: continuation id, the ambiguous marker.
+# and hash, then the index keys of its tool-call ids. ARGV: continuation id, the ambiguous marker, the resumed
+# marker ('' for a cancelled one: its entries go).
 DROP = _UNINDEX + """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-return unindex(3, ARGV[1], ARGV[2])
+return unindex(3, ARGV[1], ARGV[2], ARGV[3])
 """
 
 # The way-A index of a pause's tool-call ids (KEYS[first..], one hash tag: the tenant's): continuation ``cid``
 # for ``ex`` s. An id another live continuation holds becomes "<m> <id> <id>..." (base.with_holder; "+": more
-# than ``most`` were kept), which a lookup resolves to none.
+# than ``most`` were kept), which a lookup resolves to none; one a resumed continuation held (``r``, the resumed
+# marker) is taken over.
 _INDEX = """
-local function index(first, cid, ex, m, most)
+local function index(first, cid, ex, m, most, r)
   for i = first, #KEYS do
     local k = KEYS[i]
     local held = redis.call('GET', k)
     local value = cid
+    if held and string.sub(held, 1, #r) == r then held = false end
     if held and held ~= cid then
       local ids = {}
       if string.sub(held, 1, #m) == m then
@@ -153,44 +158,47 @@ local function index(first, cid, ex, m, most)
 end
 """
 
-# KEYS: the index keys. ARGV: continuation id, TTL s, the ambiguous marker, the most holders kept.
+# KEYS: the index keys. ARGV: continuation id, TTL s, the ambiguous marker, the most holders kept, the resumed marker.
 INDEX = _INDEX + """
-index(1, ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+index(1, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 return #KEYS
 """
 
 # A pause in one script (one server holds every key): KEYS: the record, the listing's sorted set and hash, then
 # the index keys of the pending tool-call ids. ARGV: tenant, status, claimed until, body, tool-call ids (JSON),
-# TTL s, continuation id, the ambiguous marker, the most holders kept, listing score, summary ('': not listed).
+# TTL s, continuation id, the ambiguous marker, the most holders kept, listing score, summary ('': not listed),
+# the resumed marker.
 PAUSE = _SAVE + _INDEX + LIST_ADD + """
 save(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-index(4, ARGV[7], ARGV[6], ARGV[8], ARGV[9])
+index(4, ARGV[7], ARGV[6], ARGV[8], ARGV[9], ARGV[12])
 if ARGV[11] ~= '' then list_add(KEYS[2], KEYS[3], ARGV[7], ARGV[10], ARGV[11], ARGV[6]) end
 return 1
 """
 
 # The end of a resume in one script (one server holds every key): FINISH, then DROP. KEYS: the record, the
 # listing's sorted set and hash, the index keys. ARGV: tenant, result ('' for none), the body kept ('' for the
-# one it has), continuation id, the ambiguous marker.
+# one it has), continuation id, the ambiguous marker, the resumed marker.
 FINISH_ALL = _UNINDEX + _FINISH + """
 redis.call('ZREM', KEYS[2], ARGV[4])
 redis.call('HDEL', KEYS[3], ARGV[4])
-unindex(4, ARGV[4], ARGV[5])
+unindex(4, ARGV[4], ARGV[5], ARGV[6])
 return {'ok'}
 """
 
 # Way A in one step (one server holds every key): the index, the record, and the claim when it can be taken.
 # KEYS: the tenant's index keys of the trailing tool-call ids, in order. ARGV: tenant, the ambiguous marker, the
-# record key's head and tail (keys.RECORD_HEAD/TAIL), now, claimed until ('': read only, no claim). The first id
-# indexed to one continuation is read (an ambiguous entry names none: counted, and the next id tried) and, when
-# CLAIM would take it (pending, or its lease over), claimed. Reply: {id or false, ambiguous entries seen} when no id
-# names one or its record is not the tenant's; else {id, ambiguous, t, s, cu, b, r, 1 if claimed else 0}.
+# record key's head and tail (keys.RECORD_HEAD/TAIL), now, claimed until ('': read only, no claim), the resumed
+# marker. The first id indexed to one continuation (a resumed one too: then read, never claimed) is read (an
+# ambiguous entry names none: counted, and the next id tried) and, when CLAIM would take it (pending, or its lease
+# over), claimed. Reply: {id or false, ambiguous entries seen} when no id names one or its record is not the
+# tenant's; else {id, ambiguous, t, s, cu, b, r, 1 if claimed else 0}.
 FIND_CLAIM = """
-local m = ARGV[2]
+local m, r = ARGV[2], ARGV[7]
 local found, ambiguous = false, 0
 for i = 1, #KEYS do
   local held = redis.call('GET', KEYS[i])
   if held then
+    if string.sub(held, 1, #r) == r then found = string.sub(held, #r + 2); break end
     if string.sub(held, 1, #m) == m then ambiguous = ambiguous + 1 else found = held; break end
   end
 end
