@@ -170,7 +170,7 @@ class Runtime:
         await notifier.start()
         undo.push_async_callback(notifier.stop)
         continuations = Continuations(store, config.store.continuation_ttl_s, config.routing.request_timeout_s,
-                                      notifier)
+                                      notifier, config.store.claim_lease_margin_s)
         # Tokenizer tables (large: bench/README.md) load lazily, on a worker thread, the first time a
         # transcript gets near its window: most traffic stays under the byte bound and never needs them.
         deps = LoopDeps(router=router, tools=tools, run_tool=_run_tool, pause=continuations.pause,

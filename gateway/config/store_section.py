@@ -10,12 +10,15 @@ from urllib.parse import urlparse
 from gateway.config.checks import ConfigError, get, mapping, positive, type_name
 
 STORE_KEYS = {"url", "continuation_ttl_s", "username", "password", "tls", "cluster", "sentinel", "wait_replicas",
-              "wait_timeout_ms", "memory_max_bytes", "tenant_max_stored_bytes", "timeout_ms", "fail_open_ms"}
+              "wait_timeout_ms", "memory_max_bytes", "tenant_max_stored_bytes", "timeout_ms", "fail_open_ms",
+              "claim_lease_margin_s"}
 STORE_TLS_KEYS = {"ca_file", "cert_file", "key_file", "check_hostname"}
 #: ``store.timeout_ms``: the deadline of every store operation that must succeed (a pause, a record)
 DEFAULT_TIMEOUT_MS = 1000
 #: ``store.fail_open_ms``: how long limits, budgets and usage wait for the store before failing open
 DEFAULT_FAIL_OPEN_MS = 100
+#: ``store.claim_lease_margin_s``: how long a resume's claim outlives the request deadline
+DEFAULT_CLAIM_LEASE_MARGIN_S = 60.0
 SENTINEL_KEYS = {"master", "nodes", "username", "password", "tls"}
 
 #: what the embedded store may hold in all (split between its domains: store/bounded.py MEMORY_SHARES)
@@ -73,6 +76,9 @@ class StoreConfig:
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     #: limits, budgets and usage give up on the store after this long and let the request through
     fail_open_ms: int = DEFAULT_FAIL_OPEN_MS
+    #: a resume's claim lasts ``routing.request_timeout_s`` plus this: a live resume never loses it, and one
+    #: whose replica died frees it this long after its deadline
+    claim_lease_margin_s: float = DEFAULT_CLAIM_LEASE_MARGIN_S
 
     @property
     def kind(self) -> str:
@@ -114,10 +120,14 @@ def store_section(raw: Any) -> StoreConfig:
     if not 1 <= fail_open_ms <= timeout_ms:
         raise ConfigError("store.fail_open_ms", f"must be between 1 and store.timeout_ms ({timeout_ms}), "
                           f"got {fail_open_ms}")
+    margin = get(section, "claim_lease_margin_s", "store", float, DEFAULT_CLAIM_LEASE_MARGIN_S)
+    if not 1.0 <= margin <= 3600.0:
+        raise ConfigError("store.claim_lease_margin_s", f"must be between 1 and 3600 seconds, got {margin:g}")
     config = StoreConfig(url=url, continuation_ttl_s=int(positive(ttl, "store.continuation_ttl_s")),
                          username=username, password=password, tls=tls, cluster=cluster, sentinel=sentinel,
                          wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms, timeout_ms=timeout_ms,
-                         fail_open_ms=fail_open_ms, memory_max_bytes=memory_max, tenant_max_stored_bytes=quota)
+                         fail_open_ms=fail_open_ms, memory_max_bytes=memory_max, tenant_max_stored_bytes=quota,
+                         claim_lease_margin_s=margin)
     _check_store(config, section)
     return config
 

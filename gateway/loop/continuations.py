@@ -22,6 +22,7 @@ from typing import Any
 
 from gateway.canonical import HostedTools, Message, NativeRequest, ToolCall
 from gateway.config.notifications_section import NotificationsConfig
+from gateway.config.store_section import DEFAULT_CLAIM_LEASE_MARGIN_S
 from gateway.loop.approvals import (
     audit_decisions,
     audit_expired,
@@ -61,9 +62,10 @@ from gateway.store.base import Store
 from gateway.store.continuations.base import Continuation, ContinuationConflict, claimed
 from gateway.store.errors import StoreError
 
-# A claim outlives the longest possible resume (the request deadline) by this much, so a live
-# resume never loses its claim, and a replica that dies mid-resume frees it soon after.
-CLAIM_LEASE_MARGIN_S = 60.0
+# A claim outlives the longest possible resume (the request deadline) by this much (by default:
+# ``store.claim_lease_margin_s``), so a live resume never loses its claim, and a replica that dies
+# mid-resume frees it soon after.
+CLAIM_LEASE_MARGIN_S = DEFAULT_CLAIM_LEASE_MARGIN_S
 
 log = logging.getLogger("loopgate.continuations")
 
@@ -117,12 +119,13 @@ def kept_once_resumed(c: Continuation) -> Continuation:
 
 
 class Continuations:
-    def __init__(self, store: Store, ttl_s: int, request_timeout_s: float, notifier: Notifier | None = None) -> None:
+    def __init__(self, store: Store, ttl_s: int, request_timeout_s: float, notifier: Notifier | None = None,
+                 claim_lease_margin_s: float = CLAIM_LEASE_MARGIN_S) -> None:
         self.store = store
         # Disabled (emits nothing) unless notifications.webhooks are configured.
         self.notifier = notifier or Notifier(NotificationsConfig(), None, store)
         self.ttl_s = ttl_s
-        self.lease_s = request_timeout_s + CLAIM_LEASE_MARGIN_S
+        self.lease_s = request_timeout_s + claim_lease_margin_s
         #: tool calls this process holds open while a person answers their question (MCP elicitation)
         self.held = HeldCalls(store, ttl_s)
 

@@ -49,13 +49,13 @@ def _run(loops: int, store: str, gateway_kills: int) -> ChaosResult:
     return result
 
 
-@pytest.mark.long(seconds=80)
+@pytest.mark.long(seconds=40)
 def test_chaos_on_a_redis_cluster_with_a_gateway_and_a_master_killed() -> None:
     result = _run(LOOPS, "cluster", gateway_kills=1)
     assert result.stats["gateway processes SIGKILLed"] == 1 == result.stats["gateway processes restarted"]
     assert result.stats["resumes in flight on the killed gateway (kill 1)"] >= 1, result.stats
 
 
-@pytest.mark.long(seconds=80)
+@pytest.mark.long(seconds=40)
 def test_chaos_on_a_sentinel_group_losing_its_master() -> None:
     _run(max(1, LOOPS // 2), "sentinel", gateway_kills=0)

@@ -14,7 +14,8 @@ What counts as a clean failure (anything else is a violation):
 * a dropped connection or a stream cut before ``[DONE]`` only from a gateway that was SIGKILLed while
   the request was in flight (or was down when it was sent): the client retries it on another gateway;
 * a 409 on a resume retried after such a kill or a 503 when the killed gateway held the claim: the claim's lease (the
-  request timeout + ``CLAIM_LEASE_MARGIN_S``) must expire, then the retry must be accepted; or, if the
+  request timeout + ``store.claim_lease_margin_s``, ``LEASE_MARGIN_S`` here) must expire, then the retry must be
+  accepted; or, if the
   killed gateway had finished the resume before it died (``GET`` says ``resumed``), the loop ends
   there ("answer lost with a killed gateway"): the resume was accepted once, its answer died with it.
 
@@ -41,7 +42,6 @@ from typing import Any
 import httpx
 import openai
 
-from gateway.loop.continuations import CLAIM_LEASE_MARGIN_S
 from tests.e2e.conftest import Gateway
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.gemini_rules import gemini_request_problems
@@ -58,7 +58,11 @@ GATEWAYS = 3
 BREAKER_FAILURES = 20  # consecutive failures that open a circuit (shared across the gateways)
 #: how long another replica may take to see a circuit opened elsewhere (its refresher reads every second)
 SHARED_CIRCUIT_WAIT_S = 15.0
-LEASE_S = REQUEST_TIMEOUT_S + CLAIM_LEASE_MARGIN_S  # a killed gateway's claim frees itself after this
+#: ``store.claim_lease_margin_s`` of these gateways (the default is 60 s, which a resume waited for). Above the
+#: hang bound: a live resume that ran past its lease is reported as a hang (``BOUND_S``) before it could lose its claim
+LEASE_MARGIN_S = 10.0
+assert REQUEST_TIMEOUT_S + LEASE_MARGIN_S > BOUND_S
+LEASE_S = REQUEST_TIMEOUT_S + LEASE_MARGIN_S  # a killed gateway's claim frees itself after this
 DEAD_ROUTE = "chaos_dead"
 # What a SIGKILLed gateway does to a request in flight, as the soak client reports it.
 _TRANSPORT_PROBLEMS = ("the gateway dropped", "the stream ended without [DONE]")
@@ -411,7 +415,7 @@ def run_chaos(loops: int, seed: int, store: str = "cluster", concurrency: int = 
         tools.start()
         dead = f"\n  dead: {{type: openai, base_url: 'http://127.0.0.1:{free_port()}/v1', api_key: x, timeout_s: 1}}"
         route = f"  {DEAD_ROUTE}: {{targets: [{{provider: dead, model: gone}}], retries: 0}}\n"
-        config = soak_config(fakes, tools.url, "", store_yaml=topology.store_yaml(wait_replicas),
+        config = soak_config(fakes, tools.url, "", store_yaml=topology.store_yaml(wait_replicas, LEASE_MARGIN_S),
                              breaker_failures=BREAKER_FAILURES, extra_providers=dead, extra_models=route)
         gateways = [Gateway(config) for _ in range(GATEWAYS)]
         for gateway in gateways:

@@ -109,12 +109,14 @@ class Topology:
     def _start(self) -> Topology:
         raise NotImplementedError
 
-    def store_yaml(self, wait_replicas: int | None) -> str:
+    def store_yaml(self, wait_replicas: int | None, claim_lease_margin_s: float | None = None) -> str:
         raise NotImplementedError
 
     @staticmethod
-    def _durability(wait_replicas: int | None) -> str:
-        return "" if wait_replicas is None else f", wait_replicas: {wait_replicas}"
+    def _options(wait_replicas: int | None, claim_lease_margin_s: float | None) -> str:
+        """``store.wait_replicas`` and ``store.claim_lease_margin_s`` where given (else the gateway's defaults)."""
+        durability = "" if wait_replicas is None else f", wait_replicas: {wait_replicas}"
+        return durability + ("" if claim_lease_margin_s is None else f", claim_lease_margin_s: {claim_lease_margin_s}")
 
     def victim(self) -> RedisNode:
         """The master to kill."""
@@ -191,9 +193,9 @@ class ReplicaPair(Topology):
         self._wait_replication(self.replica)
         return self
 
-    def store_yaml(self, wait_replicas: int | None) -> str:
+    def store_yaml(self, wait_replicas: int | None, claim_lease_margin_s: float | None = None) -> str:
         return f'{{url: "redis://127.0.0.1:{self.master.port}/0", continuation_ttl_s: 600' \
-               f'{self._durability(wait_replicas)}}}'
+               f'{self._options(wait_replicas, claim_lease_margin_s)}}}'
 
     def victim(self) -> RedisNode:
         raise RedisUnavailable("a replica pair has no failover: its master is not killed")
@@ -239,11 +241,11 @@ class RedisCluster(Topology):
     def masters(self) -> list[RedisNode]:
         return [node for node in self.nodes if node.alive and self._role(node) == "master"]
 
-    def store_yaml(self, wait_replicas: int | None) -> str:
+    def store_yaml(self, wait_replicas: int | None, claim_lease_margin_s: float | None = None) -> str:
         # A node that starts as a replica: never killed, so a gateway restarted after the failover can start.
         seed = next(node for node in self.nodes if self._role(node) == "slave")
         return f'{{url: "redis://127.0.0.1:{seed.port}/0", cluster: true, continuation_ttl_s: 600' \
-               f'{self._durability(wait_replicas)}}}'
+               f'{self._options(wait_replicas, claim_lease_margin_s)}}}'
 
     def victim(self) -> RedisNode:
         # The master holding the most keys: the one whose loss tests the most acknowledged writes.
@@ -304,10 +306,10 @@ class SentinelGroup(Topology):
                                                                  SENTINEL_MASTER)
         return int(port)
 
-    def store_yaml(self, wait_replicas: int | None) -> str:
+    def store_yaml(self, wait_replicas: int | None, claim_lease_margin_s: float | None = None) -> str:
         nodes = ", ".join(f'"127.0.0.1:{s.port}"' for s in self.sentinels)
         return f'{{url: "redis://127.0.0.1/0", sentinel: {{master: {SENTINEL_MASTER}, nodes: [{nodes}]}}, ' \
-               f'continuation_ttl_s: 600{self._durability(wait_replicas)}}}'
+               f'continuation_ttl_s: 600{self._options(wait_replicas, claim_lease_margin_s)}}}'
 
     def victim(self) -> RedisNode:
         port = self.master_port()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import ConfigError, parse_config
 from gateway.config.model import StoreConfig, StoreSentinel, StoreTls
+from gateway.config.store_section import DEFAULT_CLAIM_LEASE_MARGIN_S
+from gateway.loop.continuations import Continuations
 from gateway.redact import Redactor
+from gateway.store.continuations.base import Continuation
 from gateway.store.factory import open_configured_store
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
@@ -176,3 +180,19 @@ async def test_store_timeouts_and_the_tls_hostname_check_reach_the_client(tmp_pa
     finally:
         await single.aclose()
         await cluster.aclose()
+
+
+async def test_the_claim_lease_margin_is_configured_and_bounds_a_resumes_claim() -> None:
+    """``store.claim_lease_margin_s``: 60 s by default, what a resume's claim outlives the request deadline by."""
+    assert store_of("{url: 'memory://'}").claim_lease_margin_s == DEFAULT_CLAIM_LEASE_MARGIN_S == 60.0
+    assert store_of("{claim_lease_margin_s: 5}").claim_lease_margin_s == 5.0
+    for hostile in ("0.5", "0", "-1", "3601", "1.0e9", "'soon'", "true"):
+        assert problem(f"{{claim_lease_margin_s: {hostile}}}").path == "store.claim_lease_margin_s"
+    store = MemoryStore()
+    paused = Continuation.new("acme", "smart", [{"tool_call_id": "call_1", "name": "t", "reason": "client",
+                                                 "arguments": "{}"}], {"messages": []}, 600)
+    await store.save_continuation(paused, 600)
+    before = time.time()
+    claimed = await Continuations(store, 600, 8.0, claim_lease_margin_s=5.0).claim(paused, "acme")
+    assert claimed.claimed_until is not None and before + 13 <= claimed.claimed_until <= time.time() + 13
+    assert Continuations(store, 600, 8.0).lease_s == 68.0  # the default margin
