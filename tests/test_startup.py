@@ -314,3 +314,37 @@ def test_an_unforeseen_start_up_error_is_still_one_line_and_exit_2(monkeypatch: 
         "loopgate: start-up failed: OSError: disk on fire second line (--debug shows the traceback)")
     with pytest.raises(OSError, match="disk on fire"):
         cli.main(["check-config", "--config", str(PACKAGED_PATH), "--debug"])
+
+
+# A start-up in a fresh interpreter: which configs make it import aiohttp (HTTP tools and webhooks need it)?
+_AIOHTTP_WITH = """
+import asyncio, sys
+from gateway.api.runtime import Runtime
+from gateway.config import parse_config
+
+BASE = ("providers: {p: {type: openai, api_key: k, base_url: 'http://127.0.0.1:9/v1'}}\\n"
+        "models: {m: {targets: [{provider: p, model: x}], tools: [t]}}\\n")
+TOOLS = {"python": "tools: {t: {description: d, python: 'gateway.demo:get_weather'}}\\n",
+         "http": "tools: {t: {description: d, http: {url: 'http://127.0.0.1:9/t'}}}\\n"}
+HOOKS = "notifications: {webhooks: [{url: 'http://127.0.0.1:9/hook', secret: 0123456789abcdef0123456789abcdef}]}\\n"
+
+async def started(text: str) -> bool:
+    runtime = await Runtime.start(parse_config(text, env={}))
+    try:
+        return "aiohttp" in sys.modules
+    finally:
+        await runtime.stop()
+
+print(asyncio.run(started(BASE + TOOLS[sys.argv[1]] + (HOOKS if sys.argv[2] == "hooks" else ""))))
+"""
+
+
+@pytest.mark.parametrize(("tools", "hooks", "imported"), [
+    ("python", "", False), ("http", "", True), ("python", "hooks", True)])
+def test_aiohttp_is_imported_at_start_up_only_for_http_tools_or_webhooks(tools: str, hooks: str,
+                                                                         imported: bool) -> None:
+    """aiohttp costs a tenth of a gateway's start-up CPU (its import builds TLS contexts): only where used."""
+    done = subprocess.run([sys.executable, "-c", _AIOHTTP_WITH, tools, hooks or "none"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(imported)]

@@ -26,18 +26,21 @@ import random
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from gateway.cancellation import check_cancelled, stop_tasks
 from gateway.config.notifications_section import WEBHOOK_EVENTS, NotificationsConfig
 from gateway.notify import events
-from gateway.notify.delivery import Receiver
 from gateway.observability import metrics
 from gateway.store.base import Store
 from gateway.store.continuations.base import Continuation, ContinuationNotFound
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from gateway.notify.delivery import Receiver
 from gateway.store.outbox.base import Claimed, Outbox, now_ms
 from gateway.upstream.proxy import environment_proxies
 
@@ -74,7 +77,11 @@ class Notifier:
         self.public_url = public_url
         self.store = store
         proxies = environment_proxies() if proxies is None else proxies
-        self.receivers = {r.key: r for r in (Receiver.build(h, proxies) for h in config.webhooks)}
+        self.receivers: dict[str, Receiver] = {}
+        if config.webhooks:  # aiohttp and the delivery code load at start-up, and only where webhooks are set
+            from gateway.notify.delivery import Receiver
+
+            self.receivers = {r.key: r for r in (Receiver.build(h, proxies) for h in config.webhooks)}
         self._subscribers: dict[str, tuple[str, ...]] = {
             kind: tuple(r.key for r in self.receivers.values() if kind in r.config.events) for kind in WEBHOOK_EVENTS}
         self._lease_ms = int((max((h.timeout_s for h in config.webhooks), default=10.0) + LEASE_MARGIN_S) * 1000)
@@ -167,6 +174,8 @@ class Notifier:
         """Start the flusher and this replica's delivery worker (nothing when no webhook is configured)."""
         if not self.enabled:
             return
+        import aiohttp
+
         self._boxes = {name: self.store.outbox(name) for name in (DELIVERIES, CHECKS)}
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
                                               timeout=aiohttp.ClientTimeout(total=None))

@@ -8,10 +8,12 @@ buffer an endless body. Results this large would be cut by the context guard any
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from gateway.tools.base import ToolFailure
+
+if TYPE_CHECKING:
+    import aiohttp
 
 #: The most a tool answer (an HTTP tool's body, one MCP JSON body or SSE stream) may be, decoded.
 MAX_TOOL_RESPONSE_BYTES = 16 * 1024 * 1024

@@ -15,16 +15,17 @@ import asyncio
 import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from jsonschema.protocols import Validator
 
 from gateway.config.tools_section import ToolConfig
 from gateway.json_schemas import compile_schema, schema_problem
 from gateway.tools.base import ToolSource, ToolSpec
-from gateway.tools.http_source import HttpToolSource
 from gateway.tools.python_source import PythonToolSource
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("loopgate.tools")
 
@@ -67,7 +68,9 @@ class ToolRegistry:
             if (cfg.http is None) == (cfg.python is None):
                 raise ValueError(f"tool '{cfg.name}' needs exactly one of 'http' or 'python'")
         sources: list[ToolSource] = []
-        if http:
+        if http:  # aiohttp loads here, at start-up, only for a config with HTTP tools
+            from gateway.tools.http_source import HttpToolSource
+
             sources.append(HttpToolSource(http, session))
         if python:
             sources.append(PythonToolSource(python))  # imports every target now
