@@ -393,7 +393,8 @@ def test_unknown_model_and_bad_input_are_400s(gateway: Gateway) -> None:
 
 def test_iteration_cap_still_ends_in_a_final_answer(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(text="It is 3."))
-    response = gateway.client().responses.create(model="agent", input="1+2?", max_tool_calls=1)
+    response = gateway.client().responses.create(model="agent", input="1+2?",
+                                                 extra_body={"gateway": {"max_tool_iterations": 1}})
     assert response.status == "completed" and response.output_text == "It is 3."
     assert response.model_extra["gateway"]["iteration_limit_reached"] is True
     assert fakes["primary"].requests[-1].body["tool_choice"] == "none"
