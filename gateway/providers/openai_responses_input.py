@@ -18,6 +18,10 @@ items of another provider, of another OpenAI account or of no known origin are d
 (the turn is translated from its canonical fields). A reasoning item without ``encrypted_content``
 is dropped too (with ``store: false`` the API cannot look it up), and so is one that ends the turn
 (an answer cut after its reasoning: the API wants the item a reasoning item led to after it).
+
+A turn a Responses caller sent back with hosted tools' items (``openai_hosted``: Codex's
+``web_search_call``, ``local_shell_call``, ...) is sent them verbatim, in order, before its message
+and calls, and its content without the note that says them as text for other targets.
 """
 
 from __future__ import annotations
@@ -118,12 +122,25 @@ def own_output(message: Message, provider: str) -> list[dict[str, Any]] | None:
     return kept
 
 
+def _hosted(message: Message, items: list[dict[str, Any]]) -> str:
+    """The caller's hosted items of the turn into ``items``; the turn's text without their note."""
+    text = _message_text(message)
+    hosted = message.get("openai_hosted")
+    if hosted.__class__ is not dict:
+        return text
+    items.extend(item for item in hosted.get("items") or () if isinstance(item, dict))
+    note = hosted.get("note")
+    if isinstance(note, str) and note and text.startswith(note):
+        text = text[len(note):].removeprefix("\n\n")
+    return text
+
+
 def _assistant(message: Message, provider: str, where: str, custom: bool) -> list[dict[str, Any]]:
     own = own_output(message, provider)
     if own is not None:
         return own
     items: list[dict[str, Any]] = []
-    text = _message_text(message)
+    text = _hosted(message, items) if "openai_hosted" in message else _message_text(message)
     if text:
         items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
     for index, call in enumerate(message.get("tool_calls") or ()):

@@ -29,9 +29,16 @@ HOSTED_TOOLS = {"web_search", "web_search_preview", "file_search", "code_interpr
 INCLUDABLE = {"reasoning.encrypted_content", "message.output_text.logprobs", "web_search_call.action.sources",
               "code_interpreter_call.outputs", "file_search_call.results", "message.input_image.image_url",
               "computer_call_output.output.image_url"}
+# The input item types of the hosted tools and of the other tool calls the API takes back (besides function calls).
+HOSTED_ITEMS = {
+    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
+    "mcp_list_tools",
+    "custom_tool_call", "custom_tool_call_output", "computer_call", "computer_call_output", "local_shell_call",
+    "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+    "tool_search_call", "tool_search_output"}
 # Keys of the gateway's chat-shaped transcript that are no Responses field anywhere.
 FOREIGN = {"reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content", "anthropic_content",
-           "openai_output", "tool_calls", "tool_call_id", "function"}
+           "openai_output", "openai_hosted", "tool_calls", "tool_call_id", "function"}
 _USER_PARTS = {"input_text", "input_image", "input_file"}
 _ASSISTANT_PARTS = {"output_text", "refusal"}
 _NOT_REASONING = re.compile(r"^(?:gpt-4|gpt-3\.5|chatgpt-4o)")
@@ -156,8 +163,7 @@ def _items(items: list[Any], store: bool, issuer: str, problems: list[str]) -> N
             if not _output_item(following):
                 problems.append(f"Item '{item.get('id')}' of type 'reasoning' was provided without its required "
                                 "following item.")
-        elif kind not in ("web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-                          "mcp_call", "mcp_list_tools", "custom_tool_call", "custom_tool_call_output"):
+        elif kind not in HOSTED_ITEMS:
             problems.append(f"Invalid value: '{kind}'. ({path}.type)")
     for call_id, answered in calls.items():
         if not answered:
