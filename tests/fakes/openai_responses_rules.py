@@ -85,18 +85,39 @@ def _message(item: dict[str, Any], path: str, problems: list[str]) -> None:
             problems.append(f"Missing required parameter: '{path}.content[{index}].image_url'.")
 
 
+def _function_tool(tool: dict[str, Any], path: str, problems: list[str]) -> None:
+    if not isinstance(tool.get("name"), str) or "function" in tool:
+        problems.append(f"Missing required parameter: '{path}.name'.")
+    schema = tool.get("parameters")
+    # Absent ``strict`` is true here: the schema must then be closed.
+    if tool.get("strict", True) and not (isinstance(schema, dict) and schema.get("additionalProperties") is False):
+        problems.append(f"Invalid schema for function '{tool.get('name')}': In context=(), "
+                        "'additionalProperties' is required to be supplied and to be false.")
+
+
+def _namespace_tool(tool: dict[str, Any], path: str, problems: list[str]) -> None:
+    """A namespace: a name, a description, and function or custom tools (nothing canonical in them)."""
+    if not isinstance(tool.get("name"), str) or not isinstance(tool.get("description"), str):
+        problems.append(f"Missing required parameter: '{path}.description'.")
+    members = tool.get("tools")
+    if not isinstance(members, list):
+        problems.append(f"Missing required parameter: '{path}.tools'.")
+        return
+    for index, member in enumerate(members):
+        kind = member.get("type") if isinstance(member, dict) else None
+        if kind == "function":
+            _function_tool(member, f"{path}.tools[{index}]", problems)
+        elif kind != "custom" or not isinstance(member.get("name"), str):
+            problems.append(f"Invalid value: '{kind}'. ({path}.tools[{index}].type)")
+
+
 def _tools(tools: Any, problems: list[str]) -> None:
     for index, tool in enumerate(tools if isinstance(tools, list) else ()):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind == "function":
-            if not isinstance(tool.get("name"), str) or "function" in tool:
-                problems.append(f"Missing required parameter: 'tools[{index}].name'.")
-            schema = tool.get("parameters")
-            # Absent ``strict`` is true here: the schema must then be closed.
-            if tool.get("strict", True) and not (isinstance(schema, dict) and schema.get("additionalProperties")
-                                                 is False):
-                problems.append(f"Invalid schema for function '{tool.get('name')}': In context=(), "
-                                "'additionalProperties' is required to be supplied and to be false.")
+            _function_tool(tool, f"tools[{index}]", problems)
+        elif kind == "namespace":
+            _namespace_tool(tool, f"tools[{index}]", problems)
         elif kind not in HOSTED_TOOLS:
             problems.append(f"Invalid value: '{kind}'. ({f'tools[{index}].type'})")
 
