@@ -148,6 +148,8 @@ class LoopRequest:
     stream_rescue: bool | None = None
     # The hosted tools the caller asked for (a Responses caller's ``web_search``, ...), for every model call.
     hosted: HostedTools | None = None
+    # Yield each model call's answer as ``TurnArtifacts`` (a stateless Responses caller carries them back).
+    carry_artifacts: bool = False
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]

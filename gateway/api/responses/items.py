@@ -6,7 +6,9 @@ output item the gateway emitted, so each maps onto the transcript it came from:
 * ``message`` (user/system/developer) -> a message; ``input_text``/``input_image`` parts become chat parts;
 * assistant ``message``, ``reasoning``, ``function_call``, ``mcp_call``, ``mcp_approval_request``
   -> parts of one assistant turn (text, reasoning, tool calls), a new turn starting when text
-  follows tool calls or when the previous turn's calls got their answers;
+  follows tool calls or when the previous turn's calls got their answers; a reasoning item's
+  ``encrypted_content`` is kept with its turn, unopened (``Converted.sealed``: the provider
+  artifacts the gateway sealed into it, ``responses/reasoning.py``);
 * ``mcp_call`` -> a tool call of that turn *and* its result (the server exchange it records);
 * ``function_call_output`` -> a tool message; ``mcp_approval_response`` -> the decision on its request;
 * ``function_call`` of a ``namespace`` -> the call of the name the model sees for it, and a
@@ -45,6 +47,7 @@ HOSTED_ITEM_TYPES = frozenset({"web_search_call", "file_search_call", "image_gen
                                "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
                                "mcp_list_tools", "tool_search_call", "tool_search_output"})
 _NO_NAMES = CallerTools()
+_NO_SEALED: list[tuple[Message, list[str]]] = []
 
 
 def call_id_of(item_id: str, prefix: str) -> str:
@@ -59,23 +62,28 @@ class Converted:
     can be; an approval cannot be executed without the paused loop, so it is left out);
     ``decisions`` are the trailing answers as way-B decisions; ``approved`` tells whether one of
     them approves a call; ``orphan`` names the first answer whose call is not in the items (it can
-    only answer a call the gateway holds: a paused ``previous_response_id``).
+    only answer a call the gateway holds: a paused ``previous_response_id``); ``sealed``: the turns
+    whose reasoning items carried ``encrypted_content``, opened (or dropped) by whoever runs them.
     """
 
     messages: list[Message]
     decisions: list[dict[str, Any]] = field(default_factory=list)
     approved: bool = False
     orphan: str | None = None
+    #: the assistant turns that came with reasoning items' ``encrypted_content``, and those tokens, unopened
+    #: (``responses/reasoning.py``: ``restore``)
+    sealed: list[tuple[Message, list[str]]] = field(default_factory=list)
 
 
 class _Turn:
     """An assistant turn being assembled from consecutive items."""
 
-    __slots__ = ("answered", "calls", "reasoning", "results", "text")
+    __slots__ = ("answered", "calls", "reasoning", "results", "sealed", "text")
 
     def __init__(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
+        self.sealed: list[str] | None = None  # its reasoning items' encrypted_content
         self.calls: list[dict[str, Any]] = []
         self.results: dict[str, str] = {}
         self.answered = False  # a client answer arrived: the next assistant item opens a new turn
@@ -83,9 +91,9 @@ class _Turn:
     def has(self, call_id: str) -> bool:
         return any(call["id"] == call_id for call in self.calls)
 
-    def flush(self, out: list[Message]) -> None:
+    def flush(self, out: list[Message], sealed: list[tuple[Message, list[str]]]) -> None:
         if not (self.text or self.calls or self.reasoning):
-            return
+            return  # nothing to stand for (a sealed item alone goes nowhere: it is not opened)
         message: Message = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
             message["tool_calls"] = self.calls
@@ -93,6 +101,8 @@ class _Turn:
             message["content"] = ""
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
+        if self.sealed is not None:
+            sealed.append((message, self.sealed))
         out.append(message)
         out.extend({"role": "tool", "tool_call_id": c["id"], "content": self.results[c["id"]]}
                    for c in self.calls if c["id"] in self.results)
@@ -111,7 +121,14 @@ class _Turn:
         self.text.append(content if isinstance(content, str) else "".join(p["text"] for p in content))
 
     def add_reasoning(self, item: dict[str, Any], param: str) -> None:
-        """A ``reasoning`` item: its summary's text."""
+        """A ``reasoning`` item: its summary's text, and its ``encrypted_content`` to open (any other value of it is
+        not this gateway's: nothing to open)."""
+        content = item.get("encrypted_content")
+        if content.__class__ is str and content:
+            if self.sealed is None:
+                self.sealed = [content]
+            else:
+                self.sealed.append(content)
         summary = item.get("summary")
         if summary is not None and not isinstance(summary, list):
             raise bad_request(f"'{param}.summary' must be an array of summary_text parts, not "
@@ -186,7 +203,7 @@ class _Reading:
     """The one pass over the items: the transcript so far, the assistant turn being assembled, and the
     answers since the last assistant item. Each item type has its translator; the pass keeps their order."""
 
-    __slots__ = ("approved", "names", "orphan", "out", "trailing", "turn")
+    __slots__ = ("approved", "names", "orphan", "out", "sealed", "trailing", "turn")
 
     def __init__(self, names: CallerTools) -> None:
         self.names = names
@@ -195,9 +212,10 @@ class _Reading:
         self.trailing: list[dict[str, Any]] = []  # answers since the last assistant item
         self.approved = False
         self.orphan: str | None = None
+        self.sealed: list[tuple[Message, list[str]]] = []
 
     def next_turn(self) -> _Turn:
-        self.turn.flush(self.out)
+        self.turn.flush(self.out, self.sealed)
         self.turn = _Turn()
         return self.turn
 
@@ -282,8 +300,8 @@ class _Reading:
         self.trailing.append({"tool_call_id": call_id, "approve": approve, "reason": reason})
 
     def converted(self) -> Converted:
-        self.turn.flush(self.out)
-        return Converted(self.out, self.trailing, self.approved, self.orphan)
+        self.turn.flush(self.out, self.sealed)
+        return Converted(self.out, self.trailing, self.approved, self.orphan, self.sealed)
 
 
 def to_messages(items: list[dict[str, Any]], expand: Callable[[dict[str, Any], str], Message] | None = None,
@@ -297,7 +315,8 @@ def to_messages(items: list[dict[str, Any]], expand: Callable[[dict[str, Any], s
         item = items[0]
         content = item.get("content")
         if item["type"] == "message" and item.get("role") == "user" and isinstance(content, str):
-            return Converted([{"role": "user", "content": content}], [], False, None)  # positional: no default factory
+            # positional: no default factory (``_NO_SEALED`` is shared: only read)
+            return Converted([{"role": "user", "content": content}], [], False, None, _NO_SEALED)
     reading = _Reading(names or _NO_NAMES)
     for index, item in enumerate(items):
         param = f"input[{index}]"
