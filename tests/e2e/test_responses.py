@@ -275,6 +275,11 @@ def test_whole_conversation_resend_resumes_then_replays_mcp_calls(gateway: Gatew
     assert second.model_extra["gateway"]["status"] == "completed"
     resumed = fakes["primary"].requests[-1].body["messages"]
     assert resumed[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "exists"}
+    sent_so_far = len(fakes["primary"].requests)
+    with pytest.raises(openai.ConflictError):  # the same resend again (its answer lost): refused, not stateless
+        client.responses.create(model="agent", tools=LOOKUP, store=False, input=[
+            *history, {"type": "function_call_output", "call_id": call.call_id, "output": "exists"}])
+    assert len(fakes["primary"].requests) == sent_so_far
 
     fakes["primary"].queue(Reply(text="You are welcome."))
     history = [*history, {"type": "function_call_output", "call_id": call.call_id, "output": "exists"},
@@ -302,7 +307,7 @@ def test_resend_of_an_approval_resumes_the_paused_loop(gateway: Gateway, fakes: 
              {"type": "mcp_approval_response", "approval_request_id": first.output[0].id, "approve": True}]
     second = client.responses.create(model="agent", input=items, store=False)
     assert kinds(second) == ["mcp_call", "message"] and len(tool_server.calls) == 1
-    with pytest.raises(openai.BadRequestError):  # answered: nothing pending any more, and it cannot run statelessly
+    with pytest.raises(openai.ConflictError, match="already answered"):  # a repeated resume: the contract's 409
         client.responses.create(model="agent", input=items, store=False)
     assert len(tool_server.calls) == 1
 
