@@ -310,7 +310,8 @@ def _check_message(index: int, message: Any) -> int:
             raise bad_request(f"{param}.thinking_blocks[{position}] must be an object with a string 'type'",
                               f"{param}.thinking_blocks[{position}]")
     calls = message.get("tool_calls")
-    found = _GATEWAY_KEYS_FOUND if any(key in message for key in GATEWAY_KEYS) else 0
+    found = _GATEWAY_KEYS_FOUND if ("openai_output" in message or "reasoning_origin" in message
+                                    or "anthropic_content" in message) else 0  # GATEWAY_KEYS, no generator
     if calls is not None:
         if role != "assistant" or not isinstance(calls, list):
             raise bad_request(f"{param}.tool_calls must be an array on an assistant message", f"{param}.tool_calls")

@@ -91,9 +91,11 @@ class _Turn:
     def has(self, call_id: str) -> bool:
         return any(call["id"] == call_id for call in self.calls)
 
-    def flush(self, out: list[Message], sealed: list[tuple[Message, list[str]]]) -> None:
+    def flush(self, out: list[Message]) -> Message | None:
+        """The turn's message (appended to ``out`` with its calls' results), None when it has nothing to say (a
+        sealed reasoning item alone then goes nowhere: it is not opened)."""
         if not (self.text or self.calls or self.reasoning):
-            return  # nothing to stand for (a sealed item alone goes nowhere: it is not opened)
+            return None
         message: Message = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
             message["tool_calls"] = self.calls
@@ -101,11 +103,10 @@ class _Turn:
             message["content"] = ""
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
-        if self.sealed is not None:
-            sealed.append((message, self.sealed))
         out.append(message)
         out.extend({"role": "tool", "tool_call_id": c["id"], "content": self.results[c["id"]]}
                    for c in self.calls if c["id"] in self.results)
+        return message
 
     def answer(self, call_id: str) -> bool:
         """Whether the answered call is one of this turn's (else the gateway must hold it)."""
@@ -212,10 +213,18 @@ class _Reading:
         self.trailing: list[dict[str, Any]] = []  # answers since the last assistant item
         self.approved = False
         self.orphan: str | None = None
-        self.sealed: list[tuple[Message, list[str]]] = []
+        self.sealed = _NO_SEALED  # a list of its own once a turn has sealed items
+
+    def flush(self) -> None:
+        turn = self.turn
+        message = turn.flush(self.out)
+        if message is not None and turn.sealed is not None:
+            if self.sealed is _NO_SEALED:
+                self.sealed = []
+            self.sealed.append((message, turn.sealed))
 
     def next_turn(self) -> _Turn:
-        self.turn.flush(self.out, self.sealed)
+        self.flush()
         self.turn = _Turn()
         return self.turn
 
@@ -300,7 +309,7 @@ class _Reading:
         self.trailing.append({"tool_call_id": call_id, "approve": approve, "reason": reason})
 
     def converted(self) -> Converted:
-        self.turn.flush(self.out, self.sealed)
+        self.flush()
         return Converted(self.out, self.trailing, self.approved, self.orphan, self.sealed)
 
 
