@@ -180,11 +180,13 @@ def forgeries() -> dict[str, str]:
         "openai_ciphertext": "gAAAAABpZ" + "A" * 400,
         "too_long": good + "A" * MAX_ENCRYPTED_CHARS,
         "made_up": PREFIX + "AAAA",
+        "not_ascii": PREFIX + "é" * 40,
+        "lone_surrogate": PREFIX + "\ud800" * 40,
     }
 
 
 @pytest.mark.parametrize("kind", ["changed", "truncated", "another_tenant", "another_kind", "another_deployment",
-                                  "openai_ciphertext", "too_long", "made_up"])
+                                  "openai_ciphertext", "too_long", "made_up", "not_ascii", "lone_surrogate"])
 def test_a_token_that_does_not_open_is_dropped_and_counted(kind: str) -> None:
     converted = to_messages(gemini_items(forgeries()[kind]))
     assert restore(SEALER, "team-a", converted.sealed) == 1
