@@ -98,6 +98,7 @@ class Gateway:
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
+        self.stop()  # not left running after the test run (a CI run found one still serving, orphaned)
         raise RuntimeError(f"gateway did not start:\n{self.logs()}")
 
     def stop(self) -> None:
