@@ -81,6 +81,7 @@ class Gateway:
 
     def start(self, *extra: str) -> Gateway:
         log = self.log_path.open("ab")
+        begun = log.tell()  # a restart appends to the log: only this start's lines count
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path), "--port", str(self.port),
              *extra], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
@@ -92,8 +93,10 @@ class Gateway:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited early:\n{self.logs()}")
             try:
+                # Every worker's start-up line, and the answer is then this process's: on a machine shared with
+                # other sessions another process took the port once (picked free, bound by it first) and answered.
                 if (httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200
-                        and (workers == 1 or self.logs().count("Application startup complete") >= workers)):
+                        and self._log_since(begun).count(b"Application startup complete") >= workers):
                     return self
             except httpx.HTTPError:
                 pass
@@ -108,6 +111,11 @@ class Gateway:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+    def _log_since(self, offset: int) -> bytes:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read()
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
