@@ -142,6 +142,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._timer is None and (self._phase or self._head_bytes) and not self.transport.is_closing():
             self._arm()
 
+    def handle_websocket_upgrade(self) -> None:
+        """Hand the connection to the WebSocket protocol with the head as parsed here (``upgraded``:
+        http/websocket_handshake.py), not written back out for the library to parse again; a protocol
+        without ``upgraded``, or a handshake it leaves to the library, gets the raw head as uvicorn gives it."""
+        if getattr(self.ws_protocol_class, "upgraded", None) is None:
+            super().handle_websocket_upgrade()
+            return
+        self.connections.discard(self)
+        protocol: Any = self.ws_protocol_class(config=self.config, server_state=self.server_state,  # type: ignore[call-arg, misc]
+                                               app_state=self.app_state)
+        protocol.connection_made(self.transport)
+        self.transport.set_protocol(protocol)
+        if not protocol.upgraded(self.scope, self.url):
+            head = [self.scope["method"].encode(), b" ", self.url, b" HTTP/1.1\r\n"]
+            for name, value in self.scope["headers"]:
+                head += (name, b": ", value, b"\r\n")
+            head.append(b"\r\n")
+            protocol.data_received(b"".join(head))
+
     def _feed_up_to_limit(self, data: bytes) -> None:
         """Feed only what still fits a head; if the head then completed, feed the rest as usual."""
         view = memoryview(data)
