@@ -97,6 +97,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_since = 0.0  # loop time the body's clock started
         self._body_bytes = 0  # bytes read since then
         self._timer: asyncio.TimerHandle | None = None
+        #: ``_should_upgrade``'s answer, and the header list (one per request) it is the answer for
+        self._upgrade = False
+        self._upgrade_of: list[tuple[bytes, bytes]] | None = None
         #: the request whose ``keep_alive`` is held off until its body has all arrived (``on_headers_complete``)
         self._keep_after_body: RequestResponseCycle | None = None
 
@@ -141,6 +144,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             # to install a WebSocket library.
         if self._timer is None and (self._phase or self._head_bytes) and not self.transport.is_closing():
             self._arm()
+
+    def _should_upgrade(self) -> bool:
+        """uvicorn's answer, once per request: it asks up to three times (head, message end, the parser's
+        upgrade), each a scan of every header."""
+        headers = self.headers
+        if self._upgrade_of is not headers:
+            self._upgrade_of = headers
+            self._upgrade = HttpToolsProtocol._should_upgrade(self)
+        return self._upgrade
 
     def handle_websocket_upgrade(self) -> None:
         """Hand the connection to the WebSocket protocol with the head as parsed here (``upgraded``:

@@ -44,10 +44,11 @@ from gateway.api.responses.ws_messages import (
 )
 from gateway.api.responses.ws_prepared import PreparedSurface
 from gateway.api.responses.ws_records import ConnectionRecords
+from gateway.api.services import ResponsesServices
 from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
-from gateway.http.websocket_server import FrameWriter, frame_writer
+from gateway.http.websocket_frames import FrameWriter, frame_writer, framed, framed_events
 from gateway.observability.metrics import WEBSOCKET_CLOSES
 
 #: close codes (RFC 6455): the end of an idle or spent connection, a message too large, a key refused
@@ -59,6 +60,8 @@ _HTTP: dict[str, Any] = {"type": "http"}
 _DISCONNECT: Message = {"type": "http.disconnect"}
 #: a turn to run: its body, its size, the surface that runs it (the Responses surface, or ``generate: false``'s)
 Turn = tuple[dict[str, Any], int, Mounted]
+#: the Responses bundle's fields a connection shares (all but its records)
+_SHARED = tuple(field.name for field in dataclasses.fields(ResponsesServices) if field.name != "records")
 
 
 class Connection:
@@ -67,12 +70,14 @@ class Connection:
     def __init__(self, mounted: Mounted, settings: WebSocketConfig, incoming: Incoming, receive: Receive,
                  send: Send) -> None:
         self.settings = settings
-        records = ConnectionRecords(mounted.services.records, settings.kept_responses, settings.kept_bytes)
+        shared: ResponsesServices = mounted.services
+        records = ConnectionRecords(shared.records, settings.kept_responses, settings.kept_bytes)
         #: the Responses surface as this connection's turns run it: reading the connection's own responses too
-        services = dataclasses.replace(mounted.services, records=records)
+        # (the bundle copied field by field: ``dataclasses.replace`` inspects the class each time, ~25k instructions)
+        services = ResponsesServices(records=records, **{name: getattr(shared, name) for name in _SHARED})
         self.records = records
         self.mounted = Mounted(mounted.surface, services, mounted.lifecycle)
-        self.prepared = Mounted(PreparedSurface(mounted.surface.path), services, mounted.lifecycle)
+        self._prepared: Mounted | None = None  # the ``generate: false`` surface, made when first needed
         self.incoming = incoming
         self._receive = receive
         self._send = send
@@ -217,7 +222,14 @@ class Connection:
         except GatewayError as error:
             await self.send_text(gateway_error_event(error))
             return None
-        return body, len(text), self.mounted if generate else self.prepared
+        return body, len(text), self.mounted if generate else self.prepared()
+
+    def prepared(self) -> Mounted:
+        """The surface of ``generate: false`` turns, over the same services."""
+        if self._prepared is None:
+            mounted = self.mounted
+            self._prepared = Mounted(PreparedSurface(mounted.surface.path), mounted.services, mounted.lifecycle)
+        return self._prepared
 
     # -- bounds ----------------------------------------------------------------------------------
     def _arm(self, delay: float) -> None:
@@ -287,10 +299,18 @@ class Player:
         self._body: list[bytes] = []
 
     async def send(self, message: Message) -> None:
-        body = message.get("body", b"")
         writer = self._writer
-        if writer is not None and not self._events and await writer.write_events(body):  # whole events: the hot path
-            return
+        if writer is not None and not self._events.pending:  # type: ignore[union-attr]  # set with the writer
+            # A stream's whole events (every upstream read of a turn): framed in C, written at once.
+            body = message["body"]
+            data = framed_events(body)
+            if data is not None:
+                if not writer.write_now(data):
+                    await writer.write(data)
+                return
+            if not body:
+                return
+        body = message.get("body", b"")
         if message["type"] == "http.response.start":
             self._start(message)
             return
@@ -306,7 +326,7 @@ class Player:
         if not payloads:
             return
         if writer is not None:
-            await writer.write(payloads)
+            await writer.write(framed(payloads))
             return
         for data in payloads:
             await self._connection.send_text(data.decode())

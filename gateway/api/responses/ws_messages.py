@@ -109,17 +109,18 @@ class SSEEvents:
     large text's frame comes in slices (responses/spliced.py), kept until its end arrives.
     """
 
-    __slots__ = ("_pending",)
+    __slots__ = ("pending",)
 
     def __init__(self) -> None:
-        self._pending: list[bytes] = []
+        #: part of an event, waiting for its end
+        self.pending: list[bytes] = []
 
     def __bool__(self) -> bool:
         """Whether part of an event is waiting for its end."""
-        return bool(self._pending)
+        return bool(self.pending)
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        pending = self._pending
+        pending = self.pending
         if pending:
             if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and pending[-1][-1:] == b"\n"):
                 pending.append(chunk)  # a slice within a frame: joined once, when the frame ends
