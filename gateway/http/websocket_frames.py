@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from uvicorn.protocols.utils import ClientDisconnected
@@ -65,6 +65,34 @@ class _Heads(dict[int, bytes]):
 
 
 _HEADS = _Heads()
+#: a final text frame's head by payload length: ``HEADS[len(payload)] + payload`` is the frame
+HEADS = _HEADS
+#: the media type of an ASGI body that is WebSocket frames already (a Responses turn framed by its renderer,
+#: responses/events.py): never sent on the wire, it tells the connection to write the body as it is
+FRAMES_TYPE = b"application/x-loopgate-websocket-frames"
+
+
+def text_frame(payload: bytes) -> bytes:
+    """``payload`` (UTF-8 JSON) as one final text frame."""
+    return _HEADS[len(payload)] + payload
+
+
+def fragments(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """One text message written in pieces (a large event: responses/spliced.py), each piece a frame of its own:
+    the first a text frame, the others continuations, the last one final (RFC 6455 section 5.4). Two pieces are
+    held at a time: the last is known when the pieces end."""
+    opcode = 0x01
+    held = next(pieces, b"")
+    for piece in pieces:
+        yield _fragment_head(opcode, len(held)) + held
+        opcode = 0x00
+        held = piece
+    yield _fragment_head(0x80 | opcode, len(held)) + held
+
+
+def _fragment_head(first: int, length: int) -> bytes:
+    return bytes((first, length)) if length < 126 else _MEDIUM(first, 126, length) if length < 65536 else \
+        _LONG(first, 127, length)
 
 
 def framed(payloads: list[bytes]) -> bytes:

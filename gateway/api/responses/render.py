@@ -33,7 +33,9 @@ import orjson
 from gateway.api.responses.calls import NO_DROPS, CallItems
 from gateway.api.responses.events import (
     DELTA_HEAD,
+    DELTA_HEAD_WS,
     DELTA_TAIL,
+    DELTA_TAIL_WS,
     MESSAGE_CLOSED,
     MESSAGE_OPENED,
     SILENT,
@@ -45,6 +47,7 @@ from gateway.api.responses.events import (
 from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
 from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
+from gateway.http.websocket_frames import HEADS
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
@@ -151,6 +154,9 @@ class ResponseBuilder(CallItems):
                                            item_id, STATUS.get(status) or orjson.dumps(status), encoded, seq + 2)
                 out.append(spliced(frame, [text] * 3) if large else frame)
                 return
+            if self.socket and len(text) > LARGE_CHARS:
+                self._close_large_message(item, index, text, status, part, out)
+                return
             if emit:
                 out.append(self._event("response.output_text.done", {"item_id": item["id"], "output_index": index,
                                                                      "content_index": 0, "text": text, "logprobs": []}))
@@ -158,7 +164,7 @@ class ResponseBuilder(CallItems):
                                                                       "content_index": 0, "part": part}))
             item["content"] = [part]
             item["status"] = status
-        elif self.frames and len(text) > LARGE_CHARS:
+        elif (self.frames or self.socket) and len(text) > LARGE_CHARS:
             self._close_large_reasoning(item, index, text, status, out)
             return
         else:
@@ -197,6 +203,8 @@ class ResponseBuilder(CallItems):
             else:
                 self._open = self._add(item, out)
                 if self.emit:
+                    if self.socket:
+                        self._delta_head = DELTA_HEAD_WS % (orjson.dumps(item_id), self._open)
                     out.append(self._event("response.content_part.added", {
                         "item_id": item_id, "output_index": self._open, "content_index": 0,
                         "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
@@ -204,6 +212,11 @@ class ResponseBuilder(CallItems):
         if self.frames:
             out.append(self._delta_head + orjson.dumps(text) + DELTA_TAIL % self._seq)
         elif self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
+            if self.socket:  # its WebSocket frame: head and data side by side in the batch (one copy, at the join)
+                data = self._delta_head + orjson.dumps(text) + DELTA_TAIL_WS % self._seq
+                out += (HEADS[len(data)], data)
+                self._seq += 1
+                return
             out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
                         "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
         self._seq += 1
@@ -307,7 +320,7 @@ class ResponseBuilder(CallItems):
         if self.hosted_drops:
             self.warn(response["gateway"])
         self.done = True
-        if self.frames:  # framed by the run once the record is written (``terminal_frame``)
+        if self.frames or self.socket:  # framed by the run once the record is written (``terminal_frame``)
             self._seq += 1
             out.append(TERMINAL)
         elif self.emit:

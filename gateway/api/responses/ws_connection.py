@@ -48,7 +48,7 @@ from gateway.api.services import ResponsesServices
 from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
-from gateway.http.websocket_frames import FrameWriter, frame_writer, framed, framed_events
+from gateway.http.websocket_frames import FRAMES_TYPE, FrameWriter, frame_writer, framed, framed_events
 from gateway.observability.metrics import WEBSOCKET_CLOSES
 
 #: close codes (RFC 6455): the end of an idle or spent connection, a message too large, a key refused
@@ -144,7 +144,7 @@ class Connection:
         self.running = True
         player = Player(self)
         try:
-            answer = await drive(mounted, self.incoming.for_message(body, size), TURN)
+            answer = await drive(mounted, self.incoming.for_message(body, size, self.writer is not None), TURN)
             self.streaming = True
             await answer(_HTTP, self._turn_receive, player.send)
         except asyncio.CancelledError:
@@ -288,10 +288,11 @@ class Player:
     the first event) one ``error`` event with its status and rate-limit headers.
     """
 
-    __slots__ = ("_body", "_connection", "_events", "_headers", "_writer", "status")
+    __slots__ = ("_body", "_connection", "_direct", "_events", "_headers", "_writer", "status")
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
+        self._direct = False  # the body is WebSocket frames (``FRAMES_TYPE``)
         self.status = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self._events: SSEEvents | None = None
@@ -300,16 +301,21 @@ class Player:
 
     async def send(self, message: Message) -> None:
         writer = self._writer
-        if writer is not None and not self._events.pending:  # type: ignore[union-attr]  # set with the writer
-            # A stream's whole events (every upstream read of a turn): framed in C, written at once.
+        if writer is not None:  # the hot path: a stream written to the connection directly
             body = message["body"]
-            data = framed_events(body)
-            if data is not None:
-                if not writer.write_now(data):
-                    await writer.write(data)
+            if self._direct:  # WebSocket frames already (the renderer's ``socket`` mode): written as they are
+                if body and not writer.write_now(body):
+                    await writer.write(body)
                 return
-            if not body:
-                return
+            if not self._events.pending:  # type: ignore[union-attr]  # set with the writer
+                # Whole SSE events (a turn of another surface: ``generate: false``, a decided pause): framed in C.
+                data = framed_events(body)
+                if data is not None:
+                    if not writer.write_now(data):
+                        await writer.write(data)
+                    return
+                if not body:
+                    return
         body = message.get("body", b"")
         if message["type"] == "http.response.start":
             self._start(message)
@@ -334,6 +340,11 @@ class Player:
     def _start(self, message: Message) -> None:
         self.status = message["status"]
         self._headers = list(message.get("headers") or ())
-        if self.status == 200 and (b"content-type", b"text/event-stream; charset=utf-8") in self._headers:
+        if self.status != 200:
+            return
+        if (b"content-type", FRAMES_TYPE) in self._headers:  # asked for only when the connection has a writer
+            self._direct = True
+            self._writer = self._connection.writer
+        elif (b"content-type", b"text/event-stream; charset=utf-8") in self._headers:
             self._events = SSEEvents()
             self._writer = self._connection.writer
