@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS
-from gateway.api.responses.spliced import MARK, marked, spliced
+from gateway.api.responses.spliced import LARGE_CHARS, MARK, marked, spliced
 from gateway.http.sse_response import event_frame
 from gateway.http.websocket_frames import fragments, text_frame
 
@@ -42,39 +42,42 @@ TERMINAL: dict[str, Any] = {"type": "terminal"}
 Batch = list[Any]
 Frame = bytes | Iterator[bytes]
 
-# ``frames`` mode: the SSE frames of the events every text answer has, as byte templates. Each is
-# the bytes ``orjson.dumps`` makes of the event dict (same keys, same order: a unit test compares
-# them with the dict events encoded), without building that dict or calling ``_event``.
-DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
-DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
-STARTED = (b'event: response.created\ndata: {"response":%b,"type":"response.created","sequence_number":%d}\n\n'
-           b'event: response.in_progress\ndata: {"response":%b,"type":"response.in_progress","sequence_number":%d}'
-           b'\n\n')
-MESSAGE_OPENED = (
-    b'event: response.output_item.added\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
-    b'"role":"assistant","status":"in_progress","content":[]},"type":"response.output_item.added",'
-    b'"sequence_number":%d}\n\n'
-    b'event: response.content_part.added\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"type":"response.content_part.added",'
-    b'"sequence_number":%d}\n\n')
-MESSAGE_CLOSED = (
-    b'event: response.output_text.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"text":%b,'
-    b'"logprobs":[],"type":"response.output_text.done","sequence_number":%d}\n\n'
-    b'event: response.content_part.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},"type":"response.content_part.done",'
-    b'"sequence_number":%d}\n\n'
-    b'event: response.output_item.done\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
-    b'"role":"assistant","status":%b,"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
-    b'"type":"response.output_item.done","sequence_number":%d}\n\n')
-# ``socket`` mode: the same events' data, each framed on its own (``text_frame``).
+# The data of the events every text answer has, as byte templates: each is the bytes ``orjson.dumps`` makes of
+# the event dict (same keys, same order: unit tests compare them with the dict events encoded), without
+# building that dict or calling ``_event``. ``socket`` mode frames each on its own (``text_frame``); ``frames``
+# mode writes the SSE frames below, made of the same templates.
 CREATED_WS = b'{"response":%b,"type":"response.created","sequence_number":%d}'
 IN_PROGRESS_WS = b'{"response":%b,"type":"response.in_progress","sequence_number":%d}'
 DELTA_HEAD_WS = b'{"item_id":%b,"output_index":%d,"content_index":0,"delta":'
 DELTA_TAIL_WS = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}'
+ADDED_WS = (b'{"output_index":%d,"item":{"id":%b,"type":"message","role":"assistant","status":"in_progress",'
+            b'"content":[]},"type":"response.output_item.added","sequence_number":%d}')
+PART_ADDED_WS = (b'{"item_id":%b,"output_index":%d,"content_index":0,"part":{"type":"output_text","text":"",'
+                 b'"annotations":[],"logprobs":[]},"type":"response.content_part.added","sequence_number":%d}')
+TEXT_DONE_WS = (b'{"item_id":%b,"output_index":%d,"content_index":0,"text":%b,"logprobs":[],'
+                b'"type":"response.output_text.done","sequence_number":%d}')
+PART_DONE_WS = (b'{"item_id":%b,"output_index":%d,"content_index":0,"part":{"type":"output_text","text":%b,'
+                b'"annotations":[],"logprobs":[]},"type":"response.content_part.done","sequence_number":%d}')
+ITEM_DONE_WS = (b'{"output_index":%d,"item":{"id":%b,"type":"message","role":"assistant","status":%b,'
+                b'"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
+                b'"type":"response.output_item.done","sequence_number":%d}')
 _TERMINAL_WS = b'{"response":%b,"type":"response.%b","sequence_number":%d}'
+
+
+def _sse(kind: bytes, data: bytes) -> bytes:
+    """The SSE frame of a data template (``http/sse_response.event_frame``'s layout)."""
+    return b"event: " + kind + b"\ndata: " + data + b"\n\n"
+
+
+DELTA_HEAD = b"event: response.output_text.delta\ndata: " + DELTA_HEAD_WS
+DELTA_TAIL = DELTA_TAIL_WS + b"\n\n"
+STARTED = _sse(b"response.created", CREATED_WS) + _sse(b"response.in_progress", IN_PROGRESS_WS)
+MESSAGE_OPENED = _sse(b"response.output_item.added", ADDED_WS) + _sse(b"response.content_part.added", PART_ADDED_WS)
+MESSAGE_CLOSED = (_sse(b"response.output_text.done", TEXT_DONE_WS) + _sse(b"response.content_part.done", PART_DONE_WS)
+                  + _sse(b"response.output_item.done", ITEM_DONE_WS))
+_TERMINAL_FRAME = _sse(b"response.%b", _TERMINAL_WS)
 #: an item status as JSON (the frequent ones made once)
 STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
-_TERMINAL_FRAME = b'event: response.%b\ndata: {"response":%b,"type":"response.%b","sequence_number":%d}\n\n'
 
 # A new Response object's keys in order, the request's echo fields in the middle: copying a dict
 # with the final key layout and overwriting its values costs half of building it key by key.
@@ -193,19 +196,25 @@ class ResponseEvents:
         item["summary"] = [{"type": "summary_text", "text": text}]
         item["status"] = status
 
-    def _close_large_message(self, item: dict[str, Any], index: int, text: str, status: str, part: dict[str, Any],
-                             out: Batch) -> None:
-        """Close a ``socket`` builder's message whose text is large: its three events as fragmented messages."""
-        self.large = True
-        mark = {**part, "text": MARK}
-        item["status"] = status
-        out.extend(self._large_frames([
-            ("response.output_text.done", {"item_id": item["id"], "output_index": index, "content_index": 0,
-                                           "text": MARK, "logprobs": []}),
-            ("response.content_part.done", {"item_id": item["id"], "output_index": index, "content_index": 0,
-                                            "part": mark}),
-            ("response.output_item.done", {"output_index": index, "item": {**item, "content": [mark]}})], text))
-        item["content"] = [part]
+    def _socket_closed(self, item: dict[str, Any], index: int, item_id: bytes, text: str, status: str) -> list[Frame]:
+        """A ``socket`` builder's three closing events of a message (``item``, its content and status set; ``item_id``
+        as JSON); a large text's as fragmented messages."""
+        if len(text) > LARGE_CHARS:
+            self.large = True
+            mark = {"type": "output_text", "text": MARK, "annotations": [], "logprobs": []}
+            return self._large_frames([
+                ("response.output_text.done", {"item_id": item["id"], "output_index": index, "content_index": 0,
+                                               "text": MARK, "logprobs": []}),
+                ("response.content_part.done", {"item_id": item["id"], "output_index": index, "content_index": 0,
+                                                "part": mark}),
+                ("response.output_item.done", {"output_index": index, "item": {**item, "content": [mark]}})], text)
+        encoded = orjson.dumps(text)
+        seq = self._seq
+        self._seq += 3
+        return [text_frame(TEXT_DONE_WS % (item_id, index, encoded, seq)),
+                text_frame(PART_DONE_WS % (item_id, index, encoded, seq + 1)),
+                text_frame(ITEM_DONE_WS % (index, item_id, STATUS.get(status) or orjson.dumps(status), encoded,
+                                           seq + 2))]
 
     def terminal_frame(self, final: bytes | None) -> Frame:
         """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON.

@@ -32,12 +32,14 @@ import orjson
 
 from gateway.api.responses.calls import NO_DROPS, CallItems
 from gateway.api.responses.events import (
+    ADDED_WS,
     DELTA_HEAD,
     DELTA_HEAD_WS,
     DELTA_TAIL,
     DELTA_TAIL_WS,
     MESSAGE_CLOSED,
     MESSAGE_OPENED,
+    PART_ADDED_WS,
     SILENT,
     STATUS,
     TERMINAL,
@@ -47,7 +49,7 @@ from gateway.api.responses.events import (
 from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
 from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta, Usage
 from gateway.errors import GatewayError
-from gateway.http.websocket_frames import HEADS
+from gateway.http.websocket_frames import HEADS, text_frame
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolProgress, ToolStarted
 from gateway.random_ids import random_hex
@@ -141,9 +143,12 @@ class ResponseBuilder(CallItems):
         if item["type"] == "message":
             self.final_text.append(text)  # a message's text is the last model call's (until a tool starts)
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            if self.frames:
+            if self.frames or self.socket:
                 item["content"] = [part]
                 item["status"] = status
+                if self.socket:
+                    out += self._socket_closed(item, index, self._open_json, text, status)
+                    return
                 item_id = self._open_json
                 large = len(text) > LARGE_CHARS
                 self.large = self.large or large
@@ -153,9 +158,6 @@ class ResponseBuilder(CallItems):
                 frame = MESSAGE_CLOSED % (item_id, index, encoded, seq, item_id, index, encoded, seq + 1, index,
                                            item_id, STATUS.get(status) or orjson.dumps(status), encoded, seq + 2)
                 out.append(spliced(frame, [text] * 3) if large else frame)
-                return
-            if self.socket and len(text) > LARGE_CHARS:
-                self._close_large_message(item, index, text, status, part, out)
                 return
             if emit:
                 out.append(self._event("response.output_text.done", {"item_id": item["id"], "output_index": index,
@@ -191,20 +193,23 @@ class ResponseBuilder(CallItems):
             self._open_type = "message"
             self._texted = True
             item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
-            if self.frames:
+            if self.frames or self.socket:
                 output = self.response["output"]
                 index = self._open = len(output)
                 output.append(item)
                 encoded = self._open_json = orjson.dumps(item_id)
-                self._delta_head = DELTA_HEAD % (encoded, index)
                 seq = self._seq
                 self._seq += 2
-                out.append(MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
+                if self.frames:
+                    self._delta_head = DELTA_HEAD % (encoded, index)
+                    out.append(MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
+                else:
+                    self._delta_head = DELTA_HEAD_WS % (encoded, index)
+                    out += (text_frame(ADDED_WS % (index, encoded, seq)),
+                            text_frame(PART_ADDED_WS % (encoded, index, seq + 1)))
             else:
                 self._open = self._add(item, out)
                 if self.emit:
-                    if self.socket:
-                        self._delta_head = DELTA_HEAD_WS % (orjson.dumps(item_id), self._open)
                     out.append(self._event("response.content_part.added", {
                         "item_id": item_id, "output_index": self._open, "content_index": 0,
                         "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
