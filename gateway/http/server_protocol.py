@@ -164,7 +164,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.connections.discard(self)
         protocol: Any = self.ws_protocol_class(config=self.config, server_state=self.server_state,  # type: ignore[call-arg, misc]
                                                app_state=self.app_state)
-        protocol.connection_made(self.transport)
+        protocol.taken_over(self.transport, self.server, self.client, self.scheme)
         self.transport.set_protocol(protocol)
         if not protocol.upgraded(self.scope, self.url):
             head = [self.scope["method"].encode(), b" ", self.url, b" HTTP/1.1\r\n"]

@@ -27,27 +27,22 @@ import httptools
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _SWITCHING = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: "
 _KEY, _VERSION, _EXTENSIONS = b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions"
+_ONCE = (_KEY, _VERSION)
+PROTOCOL = b"sec-websocket-protocol"
 
 
-def accept_key(method: str, http_version: str, headers: list[tuple[bytes, bytes]], extensions: bool) -> bytes | None:
+def accept_key(method: str, http_version: str, headers: list[tuple[bytes, bytes]], found: dict[bytes, bytes],
+               extensions: bool) -> bytes | None:
     """The ``Sec-WebSocket-Accept`` of a plainly valid handshake (``headers``: lower-case names, as the HTTP
-    protocol parsed them); None for any other, which the library then judges. ``extensions``: whether an
-    extension may be negotiated (compression on): an offer of one is left to the library."""
-    if method != "GET" or http_version != "1.1":
+    protocol parsed them; ``found``: the same as a dict); None for any other, which the library then judges.
+    ``extensions``: whether an extension may be negotiated (compression on): an offer of one is left to the
+    library."""
+    if method != "GET" or http_version != "1.1" or (extensions and _EXTENSIONS in found):
         return None
-    key = version = None
-    for name, value in headers:
-        if name == _KEY:
-            if key is not None:
-                return None
-            key = value
-        elif name == _VERSION:
-            if version is not None:
-                return None
-            version = value
-        elif name == _EXTENSIONS and extensions:
-            return None
-    if key is None or version != b"13":
+    if len(found) != len(headers) and any(sum(name == wanted for name, _ in headers) > 1 for wanted in _ONCE):
+        return None  # a repeated key or version
+    key = found.get(_KEY)
+    if key is None or found.get(_VERSION) != b"13":
         return None
     try:
         if len(base64.b64decode(key, validate=True)) != 16:
@@ -102,6 +97,6 @@ def subprotocols(headers: list[tuple[bytes, bytes]]) -> list[str]:
     """The subprotocols a client offers (``Sec-WebSocket-Protocol``, every value, comma-separated)."""
     offered: list[str] = []
     for name, value in headers:
-        if name == b"sec-websocket-protocol":
+        if name == PROTOCOL:
             offered += [token.strip() for token in value.decode("latin-1").split(",")]
     return offered

@@ -28,9 +28,9 @@ from typing import Any
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.frames import Close, apply_mask
-from websockets.protocol import CLOSING, OPEN, SERVER, Protocol
+from websockets.protocol import CLOSING, OPEN
 
-from gateway.http.websocket_handshake import accept_key, refusal, subprotocols, switching, target
+from gateway.http.websocket_handshake import PROTOCOL, accept_key, refusal, subprotocols, switching, target
 
 
 class WebSocketServerProtocol(WebSocketsSansIOProtocol):
@@ -54,23 +54,36 @@ class WebSocketServerProtocol(WebSocketsSansIOProtocol):
             on_lost()
 
     # -- the opening handshake (http/websocket_handshake.py) -------------------------------------
+    def taken_over(self, transport: Any, server: Any, client: Any, scheme: str) -> None:
+        """``connection_made`` for a connection the HTTP protocol hands over: its addresses as that protocol read
+        them (uvicorn's ``connection_made`` asks the socket again)."""
+        self.connections.add(self)
+        self.transport = transport
+        self.server, self.client = server, client
+        self.scheme = "wss" if scheme == "https" else "ws"
+
     def upgraded(self, scope: dict[str, Any], url: bytes) -> bool:
         """Take the handshake of the request the HTTP protocol parsed (``scope``, its request target ``url``):
         False (nothing done) when it is not plainly valid, for the library to judge from the raw head."""
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        accept = accept_key(scope["method"], scope["http_version"], headers, bool(self.config.ws_per_message_deflate))
+        found = dict(headers)
+        accept = accept_key(scope["method"], scope["http_version"], headers, found,
+                            bool(self.config.ws_per_message_deflate))
         if accept is None:
             return False
         self.accept = accept
-        # The library's parser, past its handshake: it reads frames from the first byte.
-        self.conn = Protocol(SERVER, state=OPEN, max_size=self.config.ws_max_size, logger=self.logger)  # type: ignore[assignment]
+        # The library's protocol, past its handshake: its parser restarted reads frames from the first byte.
+        conn = self.conn
+        conn.state = OPEN
+        conn.parser = conn.parse()
+        next(conn.parser)
         self.handshake_initiated = True
         path, raw_path, query = target(url, self.root_path)
         self.scope = {"type": "websocket", "asgi": {"version": self.asgi_version, "spec_version": "2.4"},
                       "http_version": "1.1", "scheme": self.scheme, "server": self.server, "client": self.client,
                       "root_path": self.root_path, "path": path, "raw_path": raw_path, "query_string": query,
-                      "headers": headers, "subprotocols": subprotocols(headers), "state": scope["state"],
-                      "extensions": {"websocket.http.response": {}}}
+                      "headers": headers, "subprotocols": subprotocols(headers) if PROTOCOL in found else [],
+                      "state": scope["state"], "extensions": {"websocket.http.response": {}}}
         self.queue.put_nowait({"type": "websocket.connect"})
         task = self.loop.create_task(self.run_asgi())
         task.add_done_callback(self.on_task_complete)

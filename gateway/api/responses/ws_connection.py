@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import operator
 import time
 from typing import Any
 
@@ -62,6 +63,7 @@ _DISCONNECT: Message = {"type": "http.disconnect"}
 Turn = tuple[dict[str, Any], int, Mounted]
 #: the Responses bundle's fields a connection shares (all but its records)
 _SHARED = tuple(field.name for field in dataclasses.fields(ResponsesServices) if field.name != "records")
+_shared_fields = operator.attrgetter(*_SHARED)
 
 
 class Connection:
@@ -74,7 +76,7 @@ class Connection:
         records = ConnectionRecords(shared.records, settings.kept_responses, settings.kept_bytes)
         #: the Responses surface as this connection's turns run it: reading the connection's own responses too
         # (the bundle copied field by field: ``dataclasses.replace`` inspects the class each time, ~25k instructions)
-        services = ResponsesServices(records=records, **{name: getattr(shared, name) for name in _SHARED})
+        services = ResponsesServices(records=records, **dict(zip(_SHARED, _shared_fields(shared), strict=True)))
         self.records = records
         self.mounted = Mounted(mounted.surface, services, mounted.lifecycle)
         self._prepared: Mounted | None = None  # the ``generate: false`` surface, made when first needed
