@@ -26,12 +26,15 @@ from gateway.canonical.arguments import (
 from gateway.canonical.records import CallRecord, WorkRecord
 from gateway.canonical.tools import (
     CUSTOM_KEY,
+    NAMESPACE_KEY,
+    NAMESPACE_SEPARATOR,
     HostedToolCall,
     HostedTools,
     custom_arguments,
     custom_input,
     custom_names,
     custom_tool_def,
+    namespaced,
 )
 from gateway.canonical.types import (
     ARTIFACT_MESSAGE_KEYS,
@@ -64,6 +67,8 @@ __all__ = [
     "CUSTOM_KEY",
     "MAX_JSON_DEPTH",
     "MAX_TOKEN_COUNT",
+    "NAMESPACE_KEY",
+    "NAMESPACE_SEPARATOR",
     "Answering",
     "CallRecord",
     "FinishReason",
@@ -94,6 +99,7 @@ __all__ = [
     "history_arguments_text",
     "load_json",
     "mark_origin",
+    "namespaced",
     "normalize_arguments",
     "normalize_finish_reason",
     "reasoning_deltas",

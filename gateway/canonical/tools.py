@@ -11,6 +11,14 @@ renderer answers it as the caller's own shape (``custom_tool_call``, a ``custom`
 Adapters decide by the tool's name, never by the call's type: a call another provider produced is
 a plain function call until the loop marks it.
 
+**Namespaced tools.** A member of a caller's ``namespace`` tool (a Responses caller's named group of
+function and custom tools) is a canonical tool of its own, named ``{namespace}__{name}``
+(``namespaced``) unless that name is invalid or taken (``api/responses/tools.py``); its definition
+keeps where it came from under ``namespace`` (``NAMESPACE_KEY``: the namespace's ``name`` and
+``description``, the member as the caller wrote it, ``tool``), so an OpenAI Responses target can be
+sent the caller's namespace natively and its calls (``function_call`` items with a ``namespace``)
+read back as the qualified name. Every other adapter offers the flattened function.
+
 **Hosted tools.** Tools a provider runs on its own servers (the Responses API's ``web_search``,
 ``file_search``, ...). ``HostedTools`` carries the caller's definitions verbatim on the model
 request: a target that runs them natively takes them as they are, one with its own counterpart
@@ -28,6 +36,10 @@ import orjson
 
 #: the key of a custom tool's definition (its Chat Completions form) on a canonical tool definition
 CUSTOM_KEY = "custom"
+#: the key of a namespace member's origin on a canonical tool definition: ``{"name", "description", "tool"}``
+NAMESPACE_KEY = "namespace"
+#: between a namespace's name and its member's in the member's canonical name
+NAMESPACE_SEPARATOR = "__"
 #: the one argument a custom tool takes in function form
 INPUT = "input"
 # (``types.ToolDef``, spelled out: ``types`` imports this module for the request and response fields)
@@ -56,6 +68,11 @@ def custom_tool_def(name: str, description: str | None, grammar: dict[str, Any] 
                       if grammar is not None else {"type": "text"})
     return {"type": "function", "function": {"name": name, "description": said, "parameters": INPUT_SCHEMA},
             CUSTOM_KEY: chat}
+
+
+def namespaced(namespace: str, name: str) -> str:
+    """The canonical name of ``name`` in ``namespace`` when it needs no disambiguation."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}"
 
 
 def custom_names(tools: list[ToolDef]) -> frozenset[str]:

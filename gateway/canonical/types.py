@@ -25,6 +25,11 @@ OpenAI-compatible endpoint and LiteLLM-style gateways already use:
   ``reasoning_origin``): encrypted reasoning is bound to the account that produced it, so only that
   provider is sent the items back, and only while the message still says what they say (the same
   text, the same tool-call ids; ``providers/openai_responses_input.py``). Every other target drops them.
+* ``message["openai_hosted"]``: the hosted tools' items a Responses caller sent back in this assistant turn
+  (``web_search_call``, ``local_shell_call`` and its output, ...), verbatim and in order, and the ``note`` that
+  opens the message's content (what those items did, as text: ``api/responses/hosted_items.py``):
+  ``{"items": [...], "note": str}``. An OpenAI Responses target is sent the items (before the turn's message
+  and calls) and the content without the note; every other target drops the items and reads the note.
 
 A call of a caller's custom (freeform) tool is a function call with ``{"input": text}`` arguments and,
 once the loop knows it is one, ``type: "custom"`` (``canonical/tools.py``).
@@ -48,7 +53,7 @@ ToolDef = dict[str, Any]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 ARTIFACT_MESSAGE_KEYS = ("reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content",
-                         "anthropic_content", "openai_output")
+                         "anthropic_content", "openai_output", "openai_hosted")
 
 
 # The largest token count believed from an upstream; anything else reported is treated as absent.
@@ -258,7 +263,7 @@ def strip_artifacts(message: Message) -> Message:
     # Plain membership tests, no generators: this runs for every message of every upstream request.
     if ("reasoning_content" not in message and "thinking_blocks" not in message and "extra_content" not in message
             and "reasoning_origin" not in message and "anthropic_content" not in message
-            and "openai_output" not in message):
+            and "openai_output" not in message and "openai_hosted" not in message):
         calls = message.get("tool_calls")
         if not calls:
             return message

@@ -100,7 +100,19 @@ def paused_data(request: LoopRequest, assistant: Message, results: dict[str, Too
         data["stream_rescue"] = request.stream_rescue
     if request.hosted is not None:
         data["hosted"] = request.hosted.to_dict()
+    if request.max_tool_calls is not None:
+        # The cap and what is spent of it: a resume runs only what is left (not in ``state``, which the previous
+        # release reads whole with ``LoopState.from_dict``).
+        data["max_tool_calls"] = [request.max_tool_calls, request.state.tool_calls_run]
     return data
+
+
+def _tool_calls_cap(stored: Any, state: LoopState) -> int | None:
+    """A pause's ``max_tool_calls``, its spent calls back into ``state``; None when it had none (or unreadable)."""
+    if not (isinstance(stored, list) and len(stored) == 2 and all(type(n) is int and n >= 0 for n in stored)):
+        return None
+    state.tool_calls_run = stored[1]
+    return int(stored[0])
 
 
 def kept_once_resumed(c: Continuation) -> Continuation:
@@ -290,6 +302,7 @@ class Continuations:
             native=NativeRequest.from_dict(data.get("native")),
             stream_rescue=rescue if isinstance(rescue := data.get("stream_rescue"), bool) else None,
             hosted=HostedTools.from_dict(data.get("hosted")),
+            max_tool_calls=_tool_calls_cap(data.get("max_tool_calls"), state),
         )
 
     async def run_resumed(self, continuation: Continuation, request: LoopRequest, deps: LoopDeps,

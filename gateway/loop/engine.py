@@ -22,7 +22,9 @@ are iterated in ``run_loop`` itself (bench/README.md, "run_loop as named steps")
 
 At ``max_tool_iterations`` tool rounds the next call is the finalize call: tool definitions
 kept (Anthropic rejects tool blocks in a history without them), ``tool_choice: none`` and an
-instruction to answer now, so the answer always ends in text.
+instruction to answer now, so the answer always ends in text. A Responses ``max_tool_calls`` caps the
+server tool calls instead (``tool_round.triage``): a call past it is not run and gets a "limit reached"
+result, and a round with nothing but such calls makes the next call the finalize call.
 """
 from __future__ import annotations
 
@@ -169,7 +171,8 @@ class LoopRun:
     """One request's run of the loop: what it resolves once (the route's tools, the context step) and the
     steps of an iteration, which share it as attributes rather than a dozen arguments each."""
 
-    __slots__ = ("announced", "context", "deps", "finalize", "force_finalize", "messages", "request", "restore",
+    __slots__ = ("announced", "calls_spent", "context", "deps", "finalize", "force_finalize", "messages", "request",
+                 "restore",
                  "resumed_from", "route_tools", "since", "state", "stream_policy", "tool_defs", "transcript")
     # Set by the step that first needs them: the messages of the last call (``next_request``); on a traced
     # request, where the call's attempts begin and the trace context to restore (``open_call_span``).
@@ -198,6 +201,8 @@ class LoopRun:
         self.announced = state.model
         self.resumed_from = ""  # the continuation this run resumes, named on its span events
         self.force_finalize = False
+        # A round had only calls past ``max_tool_calls`` (``tool_round.triage``): the next call is the finalize call.
+        self.calls_spent = False
 
     def record_tool_run(self, call: ToolCall, status: str, elapsed_ms: float) -> None:
         """A server call's end in the state's records (``tool_runs.run_tools`` reports each)."""
@@ -211,7 +216,7 @@ class LoopRun:
         """The next call: the finalize call once the rounds are spent or the window is full."""
         request, state = self.request, self.state
         window_full = window_full or self.force_finalize  # the guard skipped tools for want of room
-        finalize = self.finalize = window_full or state.tool_rounds >= request.max_iterations
+        finalize = self.finalize = window_full or self.calls_spent or state.tool_rounds >= request.max_iterations
         messages = self.transcript
         if finalize:
             instruction = CONTEXT_FINALIZE_INSTRUCTION if window_full else FINALIZE_INSTRUCTION

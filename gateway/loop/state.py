@@ -58,6 +58,9 @@ class LoopState:
     # What MCP servers sampled during this request's tool calls (each its own model call, billed to the
     # key on its own usage row): {calls, prompt_tokens, completion_tokens, refused}; empty when none asked.
     sampling: dict[str, int] = field(default_factory=dict)
+    # Server tool calls admitted under the request's ``max_tool_calls`` (counted only when it sets one; a pause
+    # carries the count, so a resume spends what is left: ``continuations.paused_data``).
+    tool_calls_run: int = 0
 
     def add_sampling(self, prompt_tokens: int, completion_tokens: int, refused: bool = False) -> None:
         totals = self.sampling or {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "refused": 0}
@@ -148,6 +151,9 @@ class LoopRequest:
     stream_rescue: bool | None = None
     # The hosted tools the caller asked for (a Responses caller's ``web_search``, ...), for every model call.
     hosted: HostedTools | None = None
+    # A Responses caller's ``max_tool_calls``: the server tool calls the whole response may run (a pause and its
+    # resumes included), each call past it answered with a "limit reached" result (``tool_round.triage``).
+    max_tool_calls: int | None = None
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]

@@ -21,7 +21,7 @@ from gateway.loop.tool_runs import ExecuteHook, record
 
 if TYPE_CHECKING:
     from gateway.loop.engine import LoopRun
-    from gateway.loop.state import LoopRequest
+    from gateway.loop.state import LoopRequest, LoopState
 
 
 class Turn:
@@ -50,6 +50,27 @@ def headless_denial(name: str, reason: str) -> str:
             "answer. Continue without it.")
 
 
+def calls_limit_result(name: str, cap: int) -> str:
+    return (f"Tool '{name}' was not run: this response's limit of {cap} server tool call"
+            f"{'' if cap == 1 else 's'} (max_tool_calls) has been reached. Do not call it again; answer with "
+            "what you have.")
+
+
+def over_cap(request: LoopRequest, state: LoopState, call: ToolCall, results: dict[str, ToolResult]) -> bool:
+    """Whether ``request.max_tool_calls`` refuses this server call (its result written); else it is admitted and
+    counted. A call counts when it is admitted: run now, or put to a human (a denied approval counted too)."""
+    cap = request.max_tool_calls
+    if cap is None:
+        return False
+    if state.tool_calls_run < cap:
+        state.tool_calls_run += 1
+        return False
+    name = call["function"]["name"]
+    results[call["id"]] = ToolResult("skipped", calls_limit_result(name, cap))
+    record(state.tool_records, call, "skipped", 0.0)
+    return True
+
+
 def client_tool_names(request: LoopRequest) -> set[str]:
     """The caller's tools by name (a native caller's as its own format declares them, typed ones too)."""
     names = {t.get("function", {}).get("name") for t in request.client_tools}
@@ -60,12 +81,15 @@ def client_tool_names(request: LoopRequest) -> set[str]:
 
 def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: ExecuteHook) -> Turn:
     """Sort the model's calls: a server tool runs now, one needing approval or a client's waits; an unknown
-    tool gets an error result, and headless, a call that would wait is denied (audited after)."""
+    tool gets an error result, and headless, a call that would wait is denied (audited after). A server call past
+    ``max_tool_calls`` gets a "limit reached" result; a round with nothing else to run or wait for makes the next
+    call the finalize call (``LoopRun.calls_spent``)."""
     request, state = run.request, run.state
     results: dict[str, ToolResult] = {}
     runnable: list[tuple[ToolCall, Any]] = []
     pending: list[PendingCall] = []
     denied: list[tuple[ToolCall, str]] = []
+    refused = False  # a server call past max_tool_calls
     tools = run.deps.tools
     server_names = run.route_tools
     client_names: set[str] | None = None  # looked up only for a call that is not a server tool's
@@ -74,7 +98,10 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
         name = call["function"]["name"]
         tool = tools.get(name) if name in server_names else None
         if tool is not None and tool.spec.approval != "required":
-            runnable.append((call, tool))
+            if over_cap(request, state, call, results):
+                refused = True
+            else:
+                runnable.append((call, tool))
             continue
         if tool is None and client_names is None:
             client_names = client_tool_names(request)
@@ -94,8 +121,12 @@ def triage(run: LoopRun, assistant: Message, calls: list[ToolCall], execute: Exe
                                                    "loopgate.reason": reason})
             record(state.tool_records, call, "denied", 0.0, None if reason == "approval" else "client")
             denied.append((call, reason))
+        elif tool is not None and over_cap(request, state, call, results):
+            refused = True
         else:
             pending.append(PendingCall(call, reason, tool.spec.approval_timeout_s if tool is not None else None))
+    if refused and not (runnable or pending or denied):
+        run.calls_spent = True  # nothing but calls refused (or unknown): the next call is the finalize call
     return Turn(assistant, execute, results, runnable, pending, [], denied)
 
 

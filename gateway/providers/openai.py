@@ -24,6 +24,7 @@ import orjson
 
 from gateway.canonical import (
     CUSTOM_KEY,
+    NAMESPACE_KEY,
     Message,
     ModelRequest,
     ModelResponse,
@@ -78,14 +79,14 @@ def takes_custom_tools(base_url: str, model: str) -> bool:
 
 
 def _tools_for(tools: list[ToolDef], native: bool) -> list[ToolDef]:
-    """The request's tools for this server: a custom tool natively or as its function form (the list as it is
-    when it has none)."""
+    """The request's tools for this server: a custom tool natively or as its function form, a namespace's member
+    as its function (the list as it is when it has neither)."""
     out = tools
     for index, tool in enumerate(tools):
-        if CUSTOM_KEY in tool and tool.get("type") == "function":  # a canonical custom tool (canonical/tools.py)
+        if (CUSTOM_KEY in tool or NAMESPACE_KEY in tool) and tool.get("type") == "function":  # canonical/tools.py
             if out is tools:
                 out = list(tools)
-            out[index] = {"type": "custom", "custom": tool[CUSTOM_KEY]} if native else \
+            out[index] = {"type": "custom", "custom": tool[CUSTOM_KEY]} if native and CUSTOM_KEY in tool else \
                 {"type": "function", "function": tool["function"]}
     return out
 
@@ -214,7 +215,7 @@ class OpenAIAdapter:
         native = bool(custom) and takes_custom_tools(provider.base_url, model)
         body["messages"] = _messages_for(provider, messages, custom, native)
         if tools:
-            body["tools"] = _tools_for(tools, native) if custom else tools
+            body["tools"] = _tools_for(tools, native)
             if request.tool_choice is not None:
                 body["tool_choice"] = _choice_for(request.tool_choice, custom) if native else request.tool_choice
         else:

@@ -16,7 +16,9 @@ at ``{resource}/openai/v1/responses``, the deployment named as the body's ``mode
 
 A Responses caller's hosted tools (``canonical.HostedTools``) go on verbatim: this API runs them; its
 custom (freeform) tools go natively to the GPT-5 family and later (their calls and outputs as
-``custom_tool_call`` items), as their function form elsewhere.
+``custom_tool_call`` items), as their function form elsewhere, and so do its ``namespace`` tools (the
+caller's namespaces as it wrote them; a call comes back with its ``namespace``, read as the member's
+canonical name ``{namespace}__{name}``, and goes back in the history as it came).
 
 ``POST /responses/input_tokens`` counts a request exactly (``build_count_tokens``), for the gateway's
 own ``/v1/messages/count_tokens`` and ``/v1/responses/input_tokens``.
@@ -50,7 +52,12 @@ from gateway.providers.hosted import runs_natively
 from gateway.providers.openai import OpenAIAdapter, takes_custom_model
 from gateway.providers.openai_responses_input import translate_input
 from gateway.providers.openai_responses_output import response_from
-from gateway.providers.openai_responses_params import translate_params, translate_tool_choice, translate_tools
+from gateway.providers.openai_responses_params import (
+    native_members,
+    translate_params,
+    translate_tool_choice,
+    translate_tools,
+)
 from gateway.providers.openai_responses_stream import OpenAIResponsesStreamParser
 
 #: what the gateway asks back with every answer of a model that reasons: its reasoning, encrypted
@@ -114,12 +121,14 @@ def request_body(request: ModelRequest, provider: ProviderConfig, model: str, wi
     tools, hosted = request.tools, request.hosted
     custom = custom_names(tools) if tools else frozenset()
     native = bool(custom) and takes_custom_model(model)
-    body: dict[str, Any] = {"model": model, "input": translate_input(messages, provider.name, native)}
+    # A caller's namespaces go natively where custom tools do (the GPT-5 family and later).
+    members = native_members(tools) if tools and takes_custom_model(model) else None
+    body: dict[str, Any] = {"model": model, "input": translate_input(messages, provider.name, native, members)}
     if tools or (hosted is not None and hosted.tools):
-        body["tools"] = translate_tools(tools, native)
+        body["tools"] = translate_tools(tools, native, members)
         if hosted is not None:  # the caller's hosted tools, which this API runs itself: verbatim
             body["tools"] += hosted.tools
-        choice = translate_tool_choice(request.tool_choice, custom if native else frozenset())
+        choice = translate_tool_choice(request.tool_choice, custom if native else frozenset(), members)
         if choice is not None:
             body["tool_choice"] = choice
         parallel = request.params.get("parallel_tool_calls")

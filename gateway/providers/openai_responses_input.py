@@ -18,11 +18,15 @@ items of another provider, of another OpenAI account or of no known origin are d
 (the turn is translated from its canonical fields). A reasoning item without ``encrypted_content``
 is dropped too (with ``store: false`` the API cannot look it up), and so is one that ends the turn
 (an answer cut after its reasoning: the API wants the item a reasoning item led to after it).
+
+A turn a Responses caller sent back with hosted tools' items (``openai_hosted``: Codex's
+``web_search_call``, ``local_shell_call``, ...) is sent them verbatim, in order, before its message
+and calls, and its content without the note that says them as text for other targets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.canonical import Message, custom_input, history_arguments_text, text_of
@@ -118,12 +122,26 @@ def own_output(message: Message, provider: str) -> list[dict[str, Any]] | None:
     return kept
 
 
-def _assistant(message: Message, provider: str, where: str, custom: bool) -> list[dict[str, Any]]:
+def _hosted(message: Message, items: list[dict[str, Any]]) -> str:
+    """The caller's hosted items of the turn into ``items``; the turn's text without their note."""
+    text = _message_text(message)
+    hosted = message.get("openai_hosted")
+    if hosted.__class__ is not dict:
+        return text
+    items.extend(item for item in hosted.get("items") or () if isinstance(item, dict))
+    note = hosted.get("note")
+    if isinstance(note, str) and note and text.startswith(note):
+        text = text[len(note):].removeprefix("\n\n")
+    return text
+
+
+def _assistant(message: Message, provider: str, where: str, custom: bool,
+               members: Mapping[str, tuple[str, str]] | None) -> list[dict[str, Any]]:
     own = own_output(message, provider)
     if own is not None:
         return own
     items: list[dict[str, Any]] = []
-    text = _message_text(message)
+    text = _hosted(message, items) if "openai_hosted" in message else _message_text(message)
     if text:
         items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
     for index, call in enumerate(message.get("tool_calls") or ()):
@@ -131,11 +149,15 @@ def _assistant(message: Message, provider: str, where: str, custom: bool) -> lis
         if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
             raise bad_request(f"{where}.tool_calls[{index}]: a tool call needs an id and a function name")
         if custom and call.get("type") == "custom":
-            items.append({"type": "custom_tool_call", "call_id": str(call["id"]), "name": function["name"],
-                          "input": custom_input(function.get("arguments"))})
-            continue
-        items.append({"type": "function_call", "call_id": str(call["id"]), "name": function["name"],
-                      "arguments": history_arguments_text(function.get("arguments"))})
+            item = {"type": "custom_tool_call", "call_id": str(call["id"]), "name": function["name"],
+                    "input": custom_input(function.get("arguments"))}
+        else:
+            item = {"type": "function_call", "call_id": str(call["id"]), "name": function["name"],
+                    "arguments": history_arguments_text(function.get("arguments"))}
+        member = members.get(function["name"]) if members else None
+        if member is not None:  # a native namespace's member: as the model called it
+            item["namespace"], item["name"] = member
+        items.append(item)
     return items
 
 
@@ -147,16 +169,18 @@ def _tool_output(message: Message, where: str, custom: set[str]) -> dict[str, An
     return {"type": kind, "call_id": str(call_id), "output": _parts(message.get("content"), where)}
 
 
-def translate_input(messages: Sequence[Message], provider: str, custom: bool = False) -> list[dict[str, Any]]:
+def translate_input(messages: Sequence[Message], provider: str, custom: bool = False,
+                    members: Mapping[str, tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """The canonical transcript as ``input`` items for ``provider`` (its name: whose ``openai_output`` goes back);
-    ``custom``: custom tools are sent natively, so their calls (``type: "custom"``) and outputs are custom items."""
+    ``custom``: custom tools are sent natively, so their calls (``type: "custom"``) and outputs are custom items;
+    ``members``: the namespace members sent natively (``native_members``), whose calls carry their namespace."""
     items: list[dict[str, Any]] = []
     custom_calls: set[str] = set()
     for position, message in enumerate(messages):
         role = message.get("role")
         where = f"messages[{position}]"
         if role == "assistant":
-            items.extend(_assistant(message, provider, where, custom))
+            items.extend(_assistant(message, provider, where, custom, members))
             if custom:
                 custom_calls.update(str(call.get("id")) for call in message.get("tool_calls") or ()
                                     if isinstance(call, dict) and call.get("type") == "custom")

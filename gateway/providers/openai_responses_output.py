@@ -5,7 +5,8 @@ finished response to ``response_from``, the same function a JSON answer goes thr
 turn and the same turn fetched whole are equal by construction.
 
 * ``message`` items -> the text (``output_text`` parts; ``refusal`` parts when there is no text);
-* ``function_call`` items -> tool calls (``call_id``, ``name``, ``arguments``);
+* ``function_call`` items -> tool calls (``call_id``, ``name``, ``arguments``); a call of a namespace's
+  member (its ``namespace``) is named ``{namespace}__{name}``, the member's canonical name;
 * ``reasoning`` items -> ``reasoning_content`` (their summary parts, else their reasoning text, joined
   by a blank line); with them, or with any item the canonical turn cannot say (OpenAI's hosted tool
   calls), the whole ``output`` is kept as ``openai_output`` to go back to this provider verbatim;
@@ -28,6 +29,7 @@ from gateway.canonical import (
     ModelResponse,
     ToolCallAccumulator,
     Usage,
+    namespaced,
     normalize_finish_reason,
     token_count,
 )
@@ -134,6 +136,16 @@ def reasoning_texts(item: dict[str, Any]) -> list[str]:
     return texts or [text for text in _part_texts(item.get("content"), ("reasoning_text",), "text") if text]
 
 
+def _qualified(item: dict[str, Any], name: str | None) -> str | None:
+    """A call's tool by its canonical name: a namespace's member (the item's ``namespace``) as ``namespace__name``."""
+    namespace = item.get("namespace")
+    if namespace is None or name is None:
+        return name
+    if not isinstance(namespace, str):
+        raise TypeError("namespace")
+    return namespaced(namespace, name)
+
+
 def response_from(payload: Any) -> ModelResponse:
     """One ``response`` object (a JSON answer, or a stream rebuilt) as the canonical turn.
 
@@ -186,7 +198,7 @@ def _response(payload: Any) -> ModelResponse:
                 raise TypeError("function_call")
             if calls is None:
                 calls = ToolCallAccumulator()
-            calls.add(position, call_id, name, arguments)
+            calls.add(position, call_id, _qualified(item, name), arguments)
             position += 1
         elif kind == "custom_tool_call":  # a custom tool's: its input as ``{"input": ...}``, ``type: "custom"``
             call_id, name, text = item.get("call_id"), item.get("name"), item.get("input")
@@ -194,7 +206,7 @@ def _response(payload: Any) -> ModelResponse:
                 raise TypeError("custom_tool_call")
             if calls is None:
                 calls = ToolCallAccumulator()
-            calls.add(position, call_id, name, text, custom=True)
+            calls.add(position, call_id, _qualified(item, name), text, custom=True)
             position += 1
         elif kind == "web_search_call":  # run by the API: replayed verbatim, and reported
             searched = web_search_of(item)

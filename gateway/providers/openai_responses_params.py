@@ -4,6 +4,9 @@ The canonical request is chat-shaped (``ModelRequest.params`` holds every other 
 this says it in the Responses API's fields. Policies the reference leaves to the gateway:
 
 * custom (freeform) tools go natively to the GPT-5 family and later, as their function form elsewhere;
+  so do a caller's ``namespace`` tools (``namespaces``: the members keep their own names, a call comes
+  back with its ``namespace``); a member whose canonical name is not ``{namespace}__{name}`` (it had to
+  be disambiguated) goes flat under that name, as everywhere else;
 * function tools are flat (``{"type": "function", "name", ...}``) and sent with ``strict: false``
   unless the caller said otherwise: the Responses API makes a function strict when ``strict`` is
   absent, which refuses the schemas a chat caller wrote for chat completions (not strict by default);
@@ -23,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from gateway.canonical import CUSTOM_KEY, ToolDef
+from gateway.canonical import CUSTOM_KEY, NAMESPACE_KEY, ToolDef, namespaced
 from gateway.providers.base import ErrorClass, ProviderError
 
 #: chat parameters the Responses API takes under the same name and meaning
@@ -47,11 +50,46 @@ def _custom(tool: ToolDef) -> dict[str, Any]:
     return native
 
 
-def translate_tools(tools: Sequence[ToolDef], custom: bool = False) -> list[dict[str, Any]]:
+def native_members(tools: Sequence[ToolDef]) -> dict[str, tuple[str, str]]:
+    """The namespace members among ``tools`` that go natively, by canonical name: (namespace, own name)."""
+    members: dict[str, tuple[str, str]] = {}
+    for tool in tools:
+        space = tool.get(NAMESPACE_KEY) if isinstance(tool, dict) else None
+        if not isinstance(space, dict):
+            continue
+        member, name = space.get("tool"), space.get("name")
+        own = member.get("name") if isinstance(member, dict) else None
+        wire = (tool.get("function") or {}).get("name")
+        if isinstance(name, str) and isinstance(own, str) and wire == namespaced(name, own):
+            members[wire] = (name, own)
+    return members
+
+
+def _member(tool: ToolDef) -> dict[str, Any]:
+    """A namespace's member as the caller wrote it; a function ``strict: false`` unless it said otherwise."""
+    member: dict[str, Any] = tool[NAMESPACE_KEY]["tool"]
+    if member.get("type") == "function" and not isinstance(member.get("strict"), bool):
+        return {**member, "strict": False}
+    return member
+
+
+def translate_tools(tools: Sequence[ToolDef], custom: bool = False,
+                    members: Mapping[str, tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """Chat function tools -> Responses function tools (flat, ``strict: false`` unless the caller set it); a custom
-    tool natively where the model takes one (``custom``), else as its function form."""
+    tool natively where the model takes one (``custom``), else as its function form; the namespace ``members`` (by
+    canonical name, ``native_members``) in their caller's namespaces, in the order each namespace first appears."""
     native: list[dict[str, Any]] = []
+    spaces: dict[str, dict[str, Any]] = {}
     for index, tool in enumerate(tools):
+        if members and isinstance(tool, dict) and (tool.get("function") or {}).get("name") in members:
+            space = tool[NAMESPACE_KEY]
+            group = spaces.get(space["name"])
+            if group is None:
+                group = spaces[space["name"]] = {"type": "namespace", "name": space["name"],
+                                                 "description": space.get("description") or "", "tools": []}
+                native.append(group)
+            group["tools"].append(_member(tool))
+            continue
         if custom and isinstance(tool, dict) and CUSTOM_KEY in tool and tool.get("type") == "function":
             native.append(_custom(tool))
             continue
@@ -79,20 +117,30 @@ def _function_name(entry: Any) -> Any:
     return function.get("name") if isinstance(function, dict) else entry.get("name")
 
 
-def translate_tool_choice(choice: Any, custom: frozenset[str] = frozenset()) -> Any:
+def _chosen(name: str, custom: frozenset[str], members: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """A named tool as the Responses API's choice names it (a native namespace's member by its namespace)."""
+    kind = "custom" if name in custom else "function"
+    member = members.get(name)
+    return {"type": kind, "name": name} if member is None else {"type": kind, "name": member[1],
+                                                               "namespace": member[0]}
+
+
+def translate_tool_choice(choice: Any, custom: frozenset[str] = frozenset(),
+                          members: Mapping[str, tuple[str, str]] | None = None) -> Any:
     """Chat ``tool_choice`` -> the Responses one (the named function and ``allowed_tools`` lose a level); a custom
-    tool sent natively (``custom``: their names) is chosen as one."""
+    tool sent natively (``custom``: their names) is chosen as one, a native namespace's member (``members``) with
+    its ``namespace``."""
     if choice is None or choice in ("auto", "none", "required"):
         return choice
+    members = members or {}
     if isinstance(choice, dict) and choice.get("type") == "function" and _function_name(choice):
-        name = _function_name(choice)
-        return {"type": "custom" if name in custom else "function", "name": name}
+        return _chosen(_function_name(choice), custom, members)
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         spec = choice["allowed_tools"] if isinstance(choice.get("allowed_tools"), dict) else choice
         names = [_function_name(entry) for entry in spec.get("tools") or ()]
         mode = spec.get("mode") if spec.get("mode") in ("auto", "required") else "auto"
         return {"type": "allowed_tools", "mode": mode,
-                "tools": [{"type": "function", "name": name} for name in names if isinstance(name, str)]}
+                "tools": [_chosen(name, frozenset(), members) for name in names if isinstance(name, str)]}
     raise bad_request(f"tool_choice {orjson.dumps(choice).decode()} is not supported by the OpenAI Responses API")
 
 

@@ -101,6 +101,26 @@ def test_caller_tool_pauses_and_the_tool_result_resumes_the_stored_loop(
     assert len(fake.requests) == 2
 
 
+def test_the_same_tool_result_sent_again_after_the_resume_is_a_409_in_anthropic_shape(
+        gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
+    """A client retrying a follow-up whose answer it lost is refused, never answered without the hidden exchange."""
+    fake = fakes["claude"]
+    fake.queue(Reply(tool_calls=[("get_weather", {"city": "Paris"}), ("run_bash", {"command": "ls"})]),
+               Reply(text="Sunny; notes.txt."))
+    first = ask(gateway, False, model="solo_claude", tools=[BASH])
+    use = next(block for block in first.content if block.type == "tool_use")
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "notes.txt"}]}]
+    assert ask(gateway, False, model="solo_claude", tools=[BASH], messages=history).stop_reason == "end_turn"
+    sent = len(fake.requests)
+    response = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+                          json={"model": "solo_claude", "max_tokens": 64, "tools": [BASH], "messages": history})
+    assert response.status_code == 409, response.text
+    body = response.json()
+    assert body["type"] == "error" and "resumed already" in body["error"]["message"]
+    assert len(fake.requests) == sent
+
+
 def test_anthropic_target_gets_the_tool_result_block_verbatim(gateway: Gateway,
                                                               fakes: dict[str, FakeUpstream]) -> None:
     fake = fakes["claude"]

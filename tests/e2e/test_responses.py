@@ -275,6 +275,11 @@ def test_whole_conversation_resend_resumes_then_replays_mcp_calls(gateway: Gatew
     assert second.model_extra["gateway"]["status"] == "completed"
     resumed = fakes["primary"].requests[-1].body["messages"]
     assert resumed[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "exists"}
+    sent_so_far = len(fakes["primary"].requests)
+    with pytest.raises(openai.ConflictError):  # the same resend again (its answer lost): refused, not stateless
+        client.responses.create(model="agent", tools=LOOKUP, store=False, input=[
+            *history, {"type": "function_call_output", "call_id": call.call_id, "output": "exists"}])
+    assert len(fakes["primary"].requests) == sent_so_far
 
     fakes["primary"].queue(Reply(text="You are welcome."))
     history = [*history, {"type": "function_call_output", "call_id": call.call_id, "output": "exists"},
@@ -302,7 +307,7 @@ def test_resend_of_an_approval_resumes_the_paused_loop(gateway: Gateway, fakes: 
              {"type": "mcp_approval_response", "approval_request_id": first.output[0].id, "approve": True}]
     second = client.responses.create(model="agent", input=items, store=False)
     assert kinds(second) == ["mcp_call", "message"] and len(tool_server.calls) == 1
-    with pytest.raises(openai.BadRequestError):  # answered: nothing pending any more, and it cannot run statelessly
+    with pytest.raises(openai.ConflictError, match="already answered"):  # a repeated resume: the contract's 409
         client.responses.create(model="agent", input=items, store=False)
     assert len(tool_server.calls) == 1
 
@@ -393,7 +398,8 @@ def test_unknown_model_and_bad_input_are_400s(gateway: Gateway) -> None:
 
 def test_iteration_cap_still_ends_in_a_final_answer(gateway: Gateway, fakes: dict[str, FakeUpstream]) -> None:
     fakes["primary"].queue(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(text="It is 3."))
-    response = gateway.client().responses.create(model="agent", input="1+2?", max_tool_calls=1)
+    response = gateway.client().responses.create(model="agent", input="1+2?",
+                                                 extra_body={"gateway": {"max_tool_iterations": 1}})
     assert response.status == "completed" and response.output_text == "It is 3."
     assert response.model_extra["gateway"]["iteration_limit_reached"] is True
     assert fakes["primary"].requests[-1].body["tool_choice"] == "none"

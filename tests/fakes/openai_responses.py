@@ -10,7 +10,8 @@ that issued the encrypted reasoning it reads back.
 
 A ``Reply`` says the answer as for the other wires; ``ResponsesReply`` adds what only this one
 has: hosted tool items (``hosted``: output items such as a ``web_search_call``, said before the
-message), a failure (``failed``: the ``response.error`` code). ``Reply.reasoning`` becomes a
+message), a failure (``failed``: the ``response.error`` code), the ``namespace`` of each function call
+(``namespaces``: a namespace's member is called by its own name and its namespace). ``Reply.reasoning`` becomes a
 reasoning item (its summary) with ``encrypted_content`` (``enc:<issuer>:<n>``; the real API now
 returns it by default); ``Reply.finish`` ``max_output_tokens`` or ``content_filter`` makes the answer
 ``incomplete`` for that reason. ``POST .../responses/input_tokens`` answers ``input_count_of`` the body
@@ -41,6 +42,8 @@ class ResponsesReply(Reply):
     hosted: list[dict[str, Any]] = field(default_factory=list)
     #: the answer fails: ``response.failed`` (non-stream: ``status: failed``) with this error code
     failed: str | None = None
+    #: the ``namespace`` of each of ``tool_calls`` (None: a top-level function), as a namespace's member is called
+    namespaces: list[str | None] = field(default_factory=list)
 
 
 def encrypted(issuer: str, n: int) -> str:
@@ -122,8 +125,12 @@ class FakeResponsesUpstream(FakeUpstream):
                                                               "annotations": []}]})
         for i, (name, args) in enumerate(reply.tool_calls):
             call_id = reply.call_ids[i] if reply.call_ids else f"call_{self._epoch}_{n}_{i}"
-            output.append({"type": "function_call", "id": f"fc_{self._epoch}_{n}_{i}", "status": "completed",
-                           "call_id": call_id, "name": name, "arguments": self._args(args)[0]})
+            call = {"type": "function_call", "id": f"fc_{self._epoch}_{n}_{i}", "status": "completed",
+                    "call_id": call_id, "name": name, "arguments": self._args(args)[0]}
+            namespaces = getattr(reply, "namespaces", [])
+            if i < len(namespaces) and namespaces[i] is not None:
+                call["namespace"] = namespaces[i]
+            output.append(call)
         return output
 
     def _response(self, reply: Reply, model: str, n: int, output: list[dict[str, Any]]) -> dict[str, Any]:

@@ -29,9 +29,16 @@ HOSTED_TOOLS = {"web_search", "web_search_preview", "file_search", "code_interpr
 INCLUDABLE = {"reasoning.encrypted_content", "message.output_text.logprobs", "web_search_call.action.sources",
               "code_interpreter_call.outputs", "file_search_call.results", "message.input_image.image_url",
               "computer_call_output.output.image_url"}
+# The input item types of the hosted tools and of the other tool calls the API takes back (besides function calls).
+HOSTED_ITEMS = {
+    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
+    "mcp_list_tools",
+    "custom_tool_call", "custom_tool_call_output", "computer_call", "computer_call_output", "local_shell_call",
+    "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+    "tool_search_call", "tool_search_output"}
 # Keys of the gateway's chat-shaped transcript that are no Responses field anywhere.
 FOREIGN = {"reasoning_content", "reasoning_origin", "thinking_blocks", "extra_content", "anthropic_content",
-           "openai_output", "tool_calls", "tool_call_id", "function"}
+           "openai_output", "openai_hosted", "tool_calls", "tool_call_id", "function"}
 _USER_PARTS = {"input_text", "input_image", "input_file"}
 _ASSISTANT_PARTS = {"output_text", "refusal"}
 _NOT_REASONING = re.compile(r"^(?:gpt-4|gpt-3\.5|chatgpt-4o)")
@@ -78,18 +85,39 @@ def _message(item: dict[str, Any], path: str, problems: list[str]) -> None:
             problems.append(f"Missing required parameter: '{path}.content[{index}].image_url'.")
 
 
+def _function_tool(tool: dict[str, Any], path: str, problems: list[str]) -> None:
+    if not isinstance(tool.get("name"), str) or "function" in tool:
+        problems.append(f"Missing required parameter: '{path}.name'.")
+    schema = tool.get("parameters")
+    # Absent ``strict`` is true here: the schema must then be closed.
+    if tool.get("strict", True) and not (isinstance(schema, dict) and schema.get("additionalProperties") is False):
+        problems.append(f"Invalid schema for function '{tool.get('name')}': In context=(), "
+                        "'additionalProperties' is required to be supplied and to be false.")
+
+
+def _namespace_tool(tool: dict[str, Any], path: str, problems: list[str]) -> None:
+    """A namespace: a name, a description, and function or custom tools (nothing canonical in them)."""
+    if not isinstance(tool.get("name"), str) or not isinstance(tool.get("description"), str):
+        problems.append(f"Missing required parameter: '{path}.description'.")
+    members = tool.get("tools")
+    if not isinstance(members, list):
+        problems.append(f"Missing required parameter: '{path}.tools'.")
+        return
+    for index, member in enumerate(members):
+        kind = member.get("type") if isinstance(member, dict) else None
+        if kind == "function":
+            _function_tool(member, f"{path}.tools[{index}]", problems)
+        elif kind != "custom" or not isinstance(member.get("name"), str):
+            problems.append(f"Invalid value: '{kind}'. ({path}.tools[{index}].type)")
+
+
 def _tools(tools: Any, problems: list[str]) -> None:
     for index, tool in enumerate(tools if isinstance(tools, list) else ()):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind == "function":
-            if not isinstance(tool.get("name"), str) or "function" in tool:
-                problems.append(f"Missing required parameter: 'tools[{index}].name'.")
-            schema = tool.get("parameters")
-            # Absent ``strict`` is true here: the schema must then be closed.
-            if tool.get("strict", True) and not (isinstance(schema, dict) and schema.get("additionalProperties")
-                                                 is False):
-                problems.append(f"Invalid schema for function '{tool.get('name')}': In context=(), "
-                                "'additionalProperties' is required to be supplied and to be false.")
+            _function_tool(tool, f"tools[{index}]", problems)
+        elif kind == "namespace":
+            _namespace_tool(tool, f"tools[{index}]", problems)
         elif kind not in HOSTED_TOOLS:
             problems.append(f"Invalid value: '{kind}'. ({f'tools[{index}].type'})")
 
@@ -156,8 +184,7 @@ def _items(items: list[Any], store: bool, issuer: str, problems: list[str]) -> N
             if not _output_item(following):
                 problems.append(f"Item '{item.get('id')}' of type 'reasoning' was provided without its required "
                                 "following item.")
-        elif kind not in ("web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-                          "mcp_call", "mcp_list_tools", "custom_tool_call", "custom_tool_call_output"):
+        elif kind not in HOSTED_ITEMS:
             problems.append(f"Invalid value: '{kind}'. ({path}.type)")
     for call_id, answered in calls.items():
         if not answered:

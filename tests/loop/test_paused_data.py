@@ -124,3 +124,20 @@ async def test_a_resumed_continuation_keeps_what_its_view_shows_and_not_the_loop
     assert shown == {**before, "status": "resumed"}
     previous = kept_once_resumed(Continuation.from_bytes(orjson.dumps(PREVIOUS)))  # the context it stored
     assert previous.data == {"asker": {"id": "key_1", "name": "alice"}, "context": PREVIOUS["data"]["context"]}  # type: ignore[index]
+
+
+async def test_a_pause_carries_max_tool_calls_and_what_is_spent_of_it() -> None:
+    """Beside ``state`` (which the previous release reads whole): a resume spends only what is left."""
+    store = MemoryStore()
+    continuations = Continuations(store, 600, 30.0)
+    paused = request(max_tool_calls=3, state=LoopState(tool_rounds=1, model="m", tool_calls_run=2))
+    data = paused_data(paused, ASSISTANT, {})
+    assert data["max_tool_calls"] == [3, 2] and data["state"] == {"tool_rounds": 1, "model": "m"}
+    assert "max_tool_calls" not in paused_data(request(), ASSISTANT, {})
+    cid = await continuations.pause(paused, ASSISTANT, {}, [PendingCall(CALL, "client")])
+    loop = resumed(await store.get_continuation(cid, "acme"))
+    assert (loop.max_tool_calls, loop.state.tool_calls_run) == (3, 2)
+    for damaged in ([3], [3, -1], ["3", 0], [True, 0], {"max": 3}, 3):  # unreadable: no cap, never a 500
+        c = Continuation.from_bytes(orjson.dumps({**PREVIOUS, "data": {**PREVIOUS["data"], "max_tool_calls": damaged}}))  # type: ignore[dict-item]
+        loop = resumed(c)
+        assert loop.max_tool_calls is None and loop.state.tool_calls_run == 0

@@ -12,9 +12,9 @@ output item the gateway emitted, so each maps onto the transcript it came from:
 * ``function_call`` of a ``namespace`` -> the call of the name the model sees for it, and a
   ``custom_tool_call`` the call of its custom tool (``{"input": ...}``, ``type: "custom"``)
   (``responses/tools.py``: ``CallerTools``); ``custom_tool_call_output`` -> a tool message;
-* a hosted tool's items (``web_search_call``, ``local_shell_call`` and its output, ...) -> nothing:
-  what the provider did there reached the transcript as the answer's text, or never reached a target
-  that can read it again.
+* a hosted tool's items (``web_search_call``, ``local_shell_call`` and its output, ...) -> kept on their
+  assistant turn, verbatim for an OpenAI Responses target, the text they carry as a note opening the
+  turn's content for every other target (``responses/hosted_items.py``).
 
 Answers at the very end (``function_call_output``/``mcp_approval_response`` after the last
 assistant item) may resume a paused loop: they are also returned as way-B decisions.
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.api.chat.request import type_name
+from gateway.api.responses.hosted_items import hosted_artifact
 from gateway.api.responses.tools import CallerTools
 from gateway.canonical import MAX_JSON_DEPTH, Message, arguments_too_deep, custom_arguments
 from gateway.errors import bad_request, quoted
@@ -39,7 +40,7 @@ APPROVAL_PREFIX = "mcpr_"
 _ASSISTANT_SIDE = frozenset({"reasoning", "function_call", "custom_tool_call", "mcp_call", "mcp_approval_request"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _COMPACTION = frozenset({"compaction", "compaction_summary", "compaction_trigger"})
-# A hosted tool's calls and outputs: read, and left out of the transcript (see the module docstring).
+# A hosted tool's calls and outputs: kept on their turn for the target that takes them (see the module docstring).
 HOSTED_ITEM_TYPES = frozenset({"web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
                                "computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
                                "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
@@ -71,22 +72,28 @@ class Converted:
 class _Turn:
     """An assistant turn being assembled from consecutive items."""
 
-    __slots__ = ("answered", "calls", "reasoning", "results", "text")
+    __slots__ = ("answered", "calls", "hosted", "reasoning", "results", "text")
 
     def __init__(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.results: dict[str, str] = {}
+        self.hosted: list[dict[str, Any]] | None = None  # a hosted tool's items: made for the first
         self.answered = False  # a client answer arrived: the next assistant item opens a new turn
 
     def has(self, call_id: str) -> bool:
         return any(call["id"] == call_id for call in self.calls)
 
     def flush(self, out: list[Message]) -> None:
-        if not (self.text or self.calls or self.reasoning):
+        if not (self.text or self.calls or self.reasoning or self.hosted):
             return
-        message: Message = {"role": "assistant", "content": "".join(self.text) or None}
+        text = "".join(self.text)
+        message: Message = {"role": "assistant", "content": text or None}
+        if self.hosted:
+            message["openai_hosted"], note = hosted_artifact(self.hosted)
+            if note:
+                message["content"] = f"{note}\n\n{text}" if text else note
         if self.calls:
             message["tool_calls"] = self.calls
         elif message["content"] is None:
@@ -241,6 +248,16 @@ class _Reading:
             assert call_id is not None, "an mcp_call"
             turn.add_mcp_call(call_id, item, param)
 
+    def hosted(self, item: dict[str, Any]) -> None:
+        """A hosted tool's item: part of the assistant turn (a call after the turn's text or its answered calls opens a
+        new one; an output stays with its call). Not an answer the gateway holds: the trailing answers stay."""
+        turn = self.turn
+        if (turn.answered or turn.text) and not item["type"].endswith("_output"):
+            turn = self.next_turn()  # after the turn's text: the order the target is sent them back in
+        if turn.hosted is None:
+            turn.hosted = []
+        turn.hosted.append(item)
+
     def _wire_name(self, item: dict[str, Any], param: str) -> str:
         """The name the model sees for the tool a call item names (with its ``namespace``, if any)."""
         name = _str(item, "name", param)
@@ -312,7 +329,9 @@ def to_messages(items: list[dict[str, Any]], expand: Callable[[dict[str, Any], s
             reading.mcp_approval_response(item, param)
         elif kind in _COMPACTION:
             reading.expanded(_compaction(item, param, expand))
-        elif kind not in HOSTED_ITEM_TYPES:
+        elif kind in HOSTED_ITEM_TYPES:
+            reading.hosted(item)
+        else:
             reading.message(item, param)
     return reading.converted()
 

@@ -156,12 +156,15 @@ def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work,
     """The run of a new (or continued) conversation, its loop watched by ``work``."""
     key = work.key
     assert key is not None, "authenticated by the caller"
-    iterations = plan.max_tool_iterations if request.max_tool_iterations is None and request.max_tool_calls is None \
-        else _max_iterations(plan, request)
+    # ``max_tool_calls`` caps server tool calls, not rounds (``loop/tool_round.triage``); only the extension's cap
+    # lowers the route's rounds.
+    iterations = plan.max_tool_iterations if request.max_tool_iterations is None \
+        else min(plan.max_tool_iterations, request.max_tool_iterations)
     loop = LoopRequest(plan=plan, messages=messages, client_tools=request.tools, tool_choice=request.tool_choice,
                        params=request.params, max_iterations=iterations, headless=headless, tenant=key.tenant,
                        stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
-                       allowed_tools=key.tools, stream_rescue=request.stream_rescue, hosted=hosted)
+                       allowed_tools=key.tools, stream_rescue=request.stream_rescue, hosted=hosted,
+                       max_tool_calls=request.max_tool_calls)
     rid = response_id()
     builder = ResponseBuilder(rid, request.model, request.echo, _labels(services.loop.tools), _NO_APPROVALS, None,
                               request.stream or request.background, request.stream and not request.background)
@@ -170,15 +173,6 @@ def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work,
     work.watch(loop)
     return ResponseRun(services.records, services.record_ttl_s, key.tenant, request, loop,
                        run_loop(loop, services.loop.deps), builder, instructions_first, chain)
-
-
-def _max_iterations(plan: RoutePlan, request: ResponsesRequest) -> int:
-    """The route's tool iterations, capped by the request's ``gateway.max_tool_iterations`` and ``max_tool_calls``."""
-    limit = plan.max_tool_iterations
-    for cap in (request.max_tool_iterations, request.max_tool_calls):
-        if cap is not None:
-            limit = min(limit, cap)
-    return limit
 
 
 async def _answer_paused(request: ResponsesRequest, services: ResponsesServices, work: Work, headless: bool,

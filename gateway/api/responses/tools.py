@@ -8,7 +8,8 @@ What the loop gets is chat-shaped function tools (``canonical``), so each kind i
   namespaces never clash; a name that would not be a valid function name for every provider
   (``^[a-zA-Z_][a-zA-Z0-9_-]*$``, at most ``MAX_WIRE_NAME`` characters) or that another tool of the
   request already has is made unique deterministically (its valid characters, cut, and 8 hex
-  digits of its hash). The namespace's description opens each member's;
+  digits of its hash). The namespace's description opens each member's, and the member keeps its
+  origin (``canonical.NAMESPACE_KEY``) for an OpenAI Responses target, which is sent the namespace natively;
 * ``custom`` (freeform, with or without a grammar): its function form (``canonical.custom_tool_def``);
 * hosted tools (``web_search`` and its dated variants, ``file_search``, ``mcp``, ...): kept verbatim
   for the targets that run or map them (``providers/hosted.py``); never a 400.
@@ -34,7 +35,7 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, _function, type_name
 from gateway.api.responses.echo import tool_echo
-from gateway.canonical import ToolDef, custom_tool_def
+from gateway.canonical import NAMESPACE_KEY, NAMESPACE_SEPARATOR, ToolDef, custom_tool_def
 from gateway.errors import bad_request, quoted
 
 MAX_TOOLS = 256
@@ -43,7 +44,7 @@ MAX_NAME_CHARS = 128
 MAX_GRAMMAR_CHARS = 100_000
 #: the longest function name every provider takes (OpenAI's and Gemini's limit)
 MAX_WIRE_NAME = 64
-SEPARATOR = "__"
+SEPARATOR = NAMESPACE_SEPARATOR
 
 # Tool types a provider runs on its own servers (OpenAI's Responses API): passed to targets that run them,
 # mapped where a target has its own, else dropped with a warning (``hosted_tools`` on the route).
@@ -237,6 +238,9 @@ def _name_grouped(parsed: ParsedTools, grouped: list[Grouped]) -> None:
         if isinstance(said, str) and said.strip():  # the namespace's description opens its members'
             function = definition["function"]
             function["description"] = f"{said}\n\n{function.get('description') or ''}".rstrip()
+        if namespace is not None:  # where it came from, for a target that takes the namespace natively
+            definition[NAMESPACE_KEY] = {"name": namespace, "description": said if isinstance(said, str) else "",
+                                         "tool": tool}
         taken.add(wire)
         parsed.tools.append(definition)
         parsed.params.append(param)
