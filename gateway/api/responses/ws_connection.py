@@ -286,8 +286,9 @@ class Connection:
 class Player:
     """An HTTP answer of the Responses surface played onto the socket: the ASGI ``send`` it is given.
 
-    A stream's SSE frames become one message each (their ``data``); any other answer (an error before
-    the first event) one ``error`` event with its status and rate-limit headers.
+    A stream already framed for the socket (``FRAMES_TYPE``: a Responses turn's, ``responses/events.py``) is
+    written as it is; another's SSE frames become one message each (their ``data``); any other answer (an
+    error before the first event) one ``error`` event with its status and rate-limit headers.
     """
 
     __slots__ = ("_body", "_connection", "_direct", "_events", "_headers", "_writer", "status")

@@ -14,7 +14,8 @@ Anything else (not JSON, nested too deep, not an object, another ``type``, a bin
 answered with an ``error`` event and the connection stays usable.
 
 The server sends the Responses stream's events, each the ``data`` of the SSE frame the HTTP
-stream would carry (:class:`SSEEvents` cuts an SSE body into them), and, for a turn refused before
+stream would carry (framed so by the renderer, ``responses/events.py``; an SSE body of another surface
+cut into them by :class:`SSEEvents`), and, for a turn refused before
 its first event (or a message refused), an ``error`` event in OpenAI's WebSocket shape:
 ``{"type": "error", "status": <HTTP status>, "error": {"type", "code", "message", "param",
 "headers"}, "headers"}`` (:func:`error_event`; the error object is the HTTP error's, ``headers``
