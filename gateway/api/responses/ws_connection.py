@@ -311,7 +311,7 @@ class Player:
                     await writer.write(body)
                 return
             if not self._events.pending:  # type: ignore[union-attr]  # set with the writer
-                # Whole SSE events (a turn of another surface: ``generate: false``, a decided pause): framed in C.
+                # Whole SSE events (a compaction turn: responses/compaction_turn.py): framed in C.
                 data = framed_events(body)
                 if data is not None:
                     if not writer.write_now(data):
