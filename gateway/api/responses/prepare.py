@@ -33,7 +33,13 @@ from gateway.api.responses.compaction import expander
 from gateway.api.responses.hosted import plan_hosted
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
-from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, server_label
+from gateway.api.responses.render import (
+    ResponseBuilder,
+    ResponseRecorder,
+    response_id,
+    response_ids,
+    server_label,
+)
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
 from gateway.api.services import ResponsesServices
@@ -71,7 +77,9 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     hosted, drops = plan_hosted(request, plan, bool(request.tools or server)) if request.hosted else (None, None)
     converted = to_messages(request.input, expander(services, tenant), request.names)
     if request.store:
-        await check_quota(services.records, services.quota_bytes, tenant)
+        pending = check_quota(services.records, services.quota_bytes, tenant)  # None: decided (the embedded store)
+        if pending is not None:
+            await pending
     deadline = deadline_of(shared.request_timeout_s)
     earlier: list[Message] = []
     chain: Chain | None = None
@@ -165,9 +173,10 @@ def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work,
                        stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
                        allowed_tools=key.tools, stream_rescue=request.stream_rescue, hosted=hosted,
                        max_tool_calls=request.max_tool_calls)
-    rid = response_id()
+    rid, item_base = response_ids()
     builder = ResponseBuilder(rid, request.model, request.echo, _labels(services.loop.tools), _NO_APPROVALS, None,
-                              request.stream or request.background, request.stream and not request.background)
+                              request.stream or request.background, request.stream and not request.background,
+                              item_base)
     instructions_first = bool(request.instructions)
     loop.origin = responses_origin(rid, request, instructions_first)
     work.watch(loop)

@@ -66,6 +66,13 @@ def response_id() -> str:
     return "resp_" + random_hex(24)
 
 
+def response_ids() -> tuple[str, str]:
+    """A new response's id (``response_id``) and its items' random base (``item_ids``), from one draw: what two
+    draws would give (the batch hands out consecutive digits either way), for one call to the CSPRNG batch."""
+    digits = random_hex(34)
+    return "resp_" + digits[:48], "_" + digits[48:]
+
+
 def usage_object(usage: Usage) -> dict[str, Any]:
     """OpenAI's ``ResponseUsage``; ``cache_write_tokens`` is required by its current schema (SDKs validating
     events refuse a usage without it): the prompt tokens written to the provider's cache (Anthropic's)."""
@@ -96,7 +103,7 @@ class ResponseBuilder(CallItems):
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
-                 frames: bool = False) -> None:
+                 frames: bool = False, item_base: str = "") -> None:
         ResponseEvents.__init__(self, rid, route, echo, created_at, emit, frames)
         self.names = None  # what ``CallItems`` renders by: set by the run when the request has any
         self.hosted_drops = NO_DROPS
@@ -116,7 +123,8 @@ class ResponseBuilder(CallItems):
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
-        self._items = item_ids()
+        # ``item_base``: drawn with the response id (``response_ids``), else drawn here.
+        self._items = (item_base, itertools.count()) if item_base else item_ids()
 
     @property
     def id(self) -> str:

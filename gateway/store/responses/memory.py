@@ -73,6 +73,9 @@ class MemoryResponseRecords(ResponseRecords):
         return live
 
     async def stored_bytes(self, tenant: str) -> int:
+        return self.held_bytes(tenant)
+
+    def held_bytes(self, tenant: str) -> int:
         """Exact to the second: expired records are pruned here too (at most once a second), so a tenant
         refused at its quota gets its bytes back as its records expire, with no write to prune them."""
         self._items.prune(self._clock())
