@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS
+from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS, PLAIN_ECHOES
 from gateway.api.responses.spliced import MARK, marked, spliced
 from gateway.http.sse_response import event_frame
 
@@ -69,6 +69,9 @@ _TERMINAL_FRAME = b'event: response.%b\ndata: {"response":%b,"type":"response.%b
 _TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress",
                              "completed_at": None, "error": None, "incomplete_details": None, "model": "",
                              "output": None, **dict.fromkeys(ECHO_FIELDS), **ECHO_DEFAULTS, "usage": None}
+# The template with each shared echo (``echo.PLAIN_ECHOES``) already in it, by the echo's identity (they live as long
+# as the process): a plain request's Response object is one copy, with no echo to write over it.
+_WITH_ECHO: dict[int, dict[str, Any]] = {id(echo): {**_TEMPLATE, **echo} for echo in PLAIN_ECHOES.values()}
 
 
 class ResponseEvents:
@@ -88,12 +91,14 @@ class ResponseEvents:
         # A ``frames`` builder that closed a large text: its frames that carry the text are spliced.
         self.large = False
         self._seq = 0
-        response = _TEMPLATE.copy()  # the key layout, then the values
+        template = _WITH_ECHO.get(id(echo))
+        response = _TEMPLATE.copy() if template is None else template.copy()  # the key layout, then the values
         response["id"] = rid
         response["created_at"] = created_at or int(time.time())
         response["model"] = route
         response["output"] = []
-        response.update(echo)
+        if template is None:
+            response.update(echo)
         self.response: dict[str, Any] = response
 
     def _event(self, kind: str, fields: dict[str, Any]) -> Any:

@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
-from gateway.api.responses.echo import sampling_echo
+from gateway.api.responses.echo import PLAIN_ECHOES, REASONING_ECHO, TEXT_ECHO, sampling_echo
 from gateway.api.responses.tools import CallerTools, parse_tools, tool_choice
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
@@ -67,8 +67,6 @@ _OWN_FIELDS = frozenset({
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
-_TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
-_REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 _NO_HOSTED: list[dict[str, Any]] = []  # shared, never written to
 _NO_PARAMS: list[str] = []
 
@@ -129,15 +127,20 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     stream, store, background = _modes(body)
     # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
     # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
-    # The default values are shared, never written to (the Response object is only serialised).
+    # The default values are shared, never written to (the Response object is only serialised); so is the whole
+    # echo of a request with nothing to echo but its modes (``PLAIN_ECHOES``).
     metadata: dict[str, str] = {}
-    echo = {
-        "instructions": instructions, "tools": parsed.echo if parsed is not None else [],
-        "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0,
-        "top_p": 1.0, "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
-        "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
-        "metadata": metadata,
-    }
+    plain = body.keys() <= _PLAIN_FIELDS
+    if plain and instructions is None and parsed is None and choice is None:
+        echo = PLAIN_ECHOES[store, background]
+    else:
+        echo = {
+            "instructions": instructions, "tools": parsed.echo if parsed is not None else [],
+            "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None,
+            "temperature": 1.0, "top_p": 1.0, "text": TEXT_ECHO, "reasoning": REASONING_ECHO, "truncation": "disabled",
+            "user": None, "store": store, "background": background, "previous_response_id": None,
+            "max_tool_calls": None, "metadata": metadata,
+        }
     # Positional (the field order): fifteen keywords cost this call more than all its checks.
     if parsed is None:
         request = ResponsesRequest(model, items, instructions, [], chosen, {}, stream, store, background, None, None,
@@ -146,7 +149,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         request = ResponsesRequest(model, items, instructions, parsed.tools, chosen, {}, stream, store, background,
                                    None, None, None, False, metadata, echo, None, parsed.names, parsed.hosted,
                                    parsed.params)
-    if not body.keys() <= _PLAIN_FIELDS:
+    if not plain:
         _options(body, request)
     return request
 
