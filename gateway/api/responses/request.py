@@ -113,9 +113,14 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     Each group of fields is its own check; the fields a plain request does not send (most send
     none of them) are read by :func:`_options` only when the body has one.
     """
-    _refuse_unsupported(body)
-    model = _model(body.get("model"))
-    items = _input(body.get("input"))
+    # Each check is called only when its fast test fails (a call costs more than the test): same checks, same order.
+    if body.__class__ is not dict or "conversation" in body or "prompt" in body:
+        _refuse_unsupported(body)
+    model = body.get("model")
+    if model.__class__ is not str or not model:
+        model = _model(model)
+    given = body.get("input")
+    items = [{"type": "message", "role": "user", "content": given}] if given.__class__ is str else _input(given)
     # An absent field costs no call (each costs this request about as much as its checks).
     instructions = body.get("instructions")
     if instructions is not None:
@@ -124,7 +129,9 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     parsed = None if tools_given is None else parse_tools(tools_given)
     choice = body.get("tool_choice")
     chosen = None if choice is None else tool_choice(choice, parsed.names if parsed is not None else None)
-    stream, store, background = _modes(body)
+    stream, store, background = body.get("stream", False), body.get("store", True), body.get("background", False)
+    if stream.__class__ is not bool or store.__class__ is not bool or background.__class__ is not bool:
+        stream, store, background = _modes(body)
     # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
     # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
     # The default values are shared, never written to (the Response object is only serialised); so is the whole

@@ -120,14 +120,14 @@ class ResponseRun:
                     waiting = False
                     on_output()  # type: ignore[misc]
                 feed(loop_event)
-                if store and loop_event.__class__ is Finished:
-                    await self.save(loop_event)
+                if store and loop_event.__class__ is Finished:  # ``save``'s stored case, without its call
+                    await self._records.put(self.tenant, builder.response["id"], self.record(loop_event), self._ttl_s)
             if waiting:
                 on_output()  # type: ignore[misc]
             if not builder.done:
                 raise RuntimeError("the loop ended without a result")
         finally:
-            await self.aclose()
+            await self._events.aclose()  # type: ignore[attr-defined]  # ``aclose()`` without its coroutine
 
     async def events(self, raise_errors: bool = False) -> AsyncIterator[dict[str, Any]]:
         """The Responses stream events, ``response.created`` to the one terminal event.
