@@ -75,7 +75,10 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     if request.tools:
         _refuse_clashes(request, server)
     hosted, drops = plan_hosted(request, plan, bool(request.tools or server)) if request.hosted else (None, None)
-    converted = to_messages(request.input, expander(services, tenant), request.names)
+    given = request.input
+    # Only a compaction item is expanded: one message (a string input) needs no expander made.
+    converted = to_messages(given, None if len(given) == 1 and given[0]["type"] == "message" else
+                            expander(services, tenant), request.names)
     if request.store:
         pending = check_quota(services.records, services.quota_bytes, tenant)  # None: decided (the embedded store)
         if pending is not None:

@@ -202,12 +202,15 @@ class ResponseBuilder(CallItems):
                 seq = self._seq
                 self._seq += 2
                 out.append(MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
-            else:
+            elif self.emit:
                 self._open = self._add(item, out)
-                if self.emit:
-                    out.append(self._event("response.content_part.added", {
-                        "item_id": item_id, "output_index": self._open, "content_index": 0,
-                        "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
+                out.append(self._event("response.content_part.added", {
+                    "item_id": item_id, "output_index": self._open, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
+            else:  # a JSON answer: what ``_add`` does without events
+                output = self.response["output"]
+                self._open = len(output)
+                output.append(item)
         self._parts.append(text)
         if self.frames:
             out.append(self._delta_head + orjson.dumps(text) + DELTA_TAIL % self._seq)
