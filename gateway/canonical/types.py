@@ -36,6 +36,11 @@ once the loop knows it is one, ``type: "custom"`` (``canonical/tools.py``).
 
 Each key is produced by exactly one wire format, so its origin is implied by its name and
 an adapter that does not own a key strips it before sending.
+
+``reasoning_origin``, ``openai_output``, ``openai_hosted`` and ``anthropic_content`` are the gateway's to set: a
+chat-completions caller's are dropped at the parse (``api/chat/request.py``), the other surfaces
+build their messages from scratch. A stateless Responses caller carries a turn's artifacts sealed
+(``api/responses/reasoning.py``) and gets them back on its turn only when they open for its tenant.
 """
 
 from __future__ import annotations

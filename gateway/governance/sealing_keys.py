@@ -34,7 +34,7 @@ def deployment_sealer(config: Config, id_key: bytes, shared_store: bool) -> Seal
     if not (shared_store or config.auth.key_id_secret or config.auth.admin_keys):
         # A deployment with keys is told; a development gateway (auth off) only notes it.
         log.log(logging.WARNING if config.auth.enabled else logging.INFO,
-                "items the gateway seals for callers (compaction items) use a key of this process only (no "
-                "responses.sealing_keys, no shared store, no auth.key_id_secret or admin keys): they cannot be "
-                "read after a restart or by another worker; set responses.sealing_keys")
+                "items the gateway seals for callers (compaction items, reasoning items) use a key of this process "
+                "only (no responses.sealing_keys, no shared store, no auth.key_id_secret or admin keys): they cannot "
+                "be read after a restart or by another worker; set responses.sealing_keys")
     return Sealer([_DERIVED + id_key])

@@ -48,7 +48,7 @@ from gateway.canonical import (
 )
 from gateway.loop.asking import TurnAsks
 from gateway.loop.context_step import ContextStep
-from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice
+from gateway.loop.events import Finished, LoopEvent, LoopResult, Notice, TurnArtifacts
 from gateway.loop.pairing import ToolResult, tool_turn
 from gateway.loop.pausing import PendingCall, gateway_extension, store_pause, waiting_calls
 from gateway.loop.prologue import resumed_turn
@@ -260,10 +260,13 @@ class LoopRun:
             call_span.answered(answer.target, response, state.attempts[self.since:])
         events: list[LoopEvent] = []
         stream = self.request.stream
+        carry = self.request.carry_artifacts
         if not stream:
             reasoning = reasoning_deltas(message)  # per block, signatures included
             if reasoning:
                 events.append(reasoning)
+            if carry:  # sealed into the reasoning item just opened (its provider is marked below, before it is read)
+                events.append(TurnArtifacts(message, answer.target.provider.name))
             if response.hosted_calls:  # hosted tools the target ran (a mapped web search): before their answer
                 events.append(list(response.hosted_calls))
             text = text_of(message.get("content"))
@@ -282,6 +285,8 @@ class LoopRun:
         state.answered_by.append(answer.target.label)
         mark_origin(message, answer.target.provider.name)  # reasoning_passback: auto; whose openai_output
         state.model = response.model or answer.target.model
+        if stream and carry:
+            events.append(TurnArtifacts(message, answer.target.provider.name))
         if stream and state.model != self.announced:
             self.announced = state.model  # a call that streamed nothing (tool calls only) still names its model
             events.append(Answering(state.model))

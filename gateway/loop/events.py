@@ -9,6 +9,7 @@ from typing import Any, Literal
 from gateway.canonical import (
     Answering,
     HostedToolCall,
+    Message,
     ReasoningDelta,
     ReasoningSignature,
     RedactedReasoning,
@@ -84,10 +85,25 @@ class Finished:
     result: LoopResult
 
 
+@dataclass(slots=True)
+class TurnArtifacts:
+    """A model call's whole answer (its provider artifacts under the canonical keys) and the provider that gave it.
+
+    Yielded only for a loop whose renderer hands artifacts to a stateless caller
+    (``LoopRequest.carry_artifacts``: the Responses API's ``reasoning.encrypted_content``), after the
+    call's reasoning and before its text in a whole answer, after the call's stream in a stream.
+    ``sealed``: what the first renderer made of it, for a second one fed the same events.
+    """
+
+    message: Message
+    provider: str
+    sealed: str | None = None
+
+
 # A list is a batch of deltas that arrived together (one upstream read): rendered as one write.
 # ``Answering`` (alone, or first in a batch) names the model producing what follows, in streams.
 LoopEvent = (TextDelta | ReasoningDelta | ReasoningSignature | RedactedReasoning | Answering | HostedToolCall
-             | list[StreamDelta] | ToolStarted | ToolProgress | ToolFinished | Notice | Finished)
+             | list[StreamDelta] | ToolStarted | ToolProgress | ToolFinished | Notice | Finished | TurnArtifacts)
 
 
 def answering_model(event: LoopEvent) -> str | None:

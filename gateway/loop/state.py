@@ -154,6 +154,8 @@ class LoopRequest:
     # A Responses caller's ``max_tool_calls``: the server tool calls the whole response may run (a pause and its
     # resumes included), each call past it answered with a "limit reached" result (``tool_round.triage``).
     max_tool_calls: int | None = None
+    # Yield each model call's answer as ``TurnArtifacts`` (a stateless Responses caller carries them back).
+    carry_artifacts: bool = False
 
 
 PauseHook = Callable[[LoopRequest, Message, dict[str, ToolResult], list[PendingCall]], Awaitable[str]]

@@ -44,6 +44,12 @@ _PARAM_TYPES: dict[str, tuple[type, ...]] = {
     "metadata": (dict,), "parallel_tool_calls": (bool,), "logprobs": (bool,), "logit_bias": (dict,),
     "include_reasoning": (bool,), "service_tier": (str,), "store": (bool,), "thinking": (dict,),
 }
+# Keys only the gateway sets on a message (gateway/canonical/types.py): they name the provider that made a turn's
+# artifacts (``openai_output``, ``reasoning_origin``), stand for an Anthropic answer or a /v1/messages caller's
+# blocks (``anthropic_content``) or for a Responses caller's hosted items (``openai_hosted``). A caller's are
+# dropped: its reasoning must not reach a provider as that provider's own (``reasoning_content``,
+# ``thinking_blocks``, ``extra_content`` are the caller's to send back).
+GATEWAY_KEYS = ("openai_output", "reasoning_origin", "anthropic_content", "openai_hosted")
 # Optional message fields and their types (null allowed); role, content and tool_calls are checked apart.
 _MESSAGE_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "tool_call_id": (str,), "refusal": (str,), "reasoning_content": (str,),
@@ -101,15 +107,16 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise bad_request("'messages' is a required property", "messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request(f"'messages' must be a non-empty array, not {type_name(messages)}", "messages")
-    custom_calls = False
+    found = 0
     for index, message in enumerate(messages):
-        if _check_message(index, message):
-            custom_calls = True
+        found |= _check_message(index, message)
     problem = pairing_problem(messages)
     if problem is not None:
         raise bad_request(str(problem), f"messages[{problem.index}]")
-    if custom_calls:
+    if found & _CUSTOM_CALLS:
         messages = [_canonical_calls(message) for message in messages]
+    if found & _GATEWAY_KEYS_FOUND:
+        messages = [{k: v for k, v in message.items() if k not in GATEWAY_KEYS} for message in messages]
 
     tools = _tools(body.get("tools"))
     if body.get("functions") is not None:
@@ -265,14 +272,19 @@ def _check_tool_choice(choice: Any, param: str) -> None:
         _expect(allowed.get("tools"), (list,), f"{param}.allowed_tools.tools")
 
 
-def _check_message(index: int, message: Any) -> bool:
-    """A message's checks; whether it has custom tool calls (a caller's freeform tool's)."""
+_CUSTOM_CALLS = 1
+_GATEWAY_KEYS_FOUND = 2
+
+
+def _check_message(index: int, message: Any) -> int:
+    """A message's checks; what it has besides: ``_CUSTOM_CALLS`` (a caller's freeform tool's calls),
+    ``_GATEWAY_KEYS_FOUND`` (keys only the gateway sets, dropped by the caller)."""
     if type(message) is dict:
         role = message.get("role")
         # The common case, valid by the checks below: no error text built for it.
         if type(role) is str and type(message.get("content")) is str and role in _PLAIN_ROLES and (
                 len(message) == 2 or (len(message) == 3 and "tool_call_id" in message)):
-            return False
+            return 0
     param = f"messages[{index}]"
     if not isinstance(message, dict):
         raise bad_request(f"{param} must be an object, not {type_name(message)}", param)
@@ -299,13 +311,16 @@ def _check_message(index: int, message: Any) -> bool:
             raise bad_request(f"{param}.thinking_blocks[{position}] must be an object with a string 'type'",
                               f"{param}.thinking_blocks[{position}]")
     calls = message.get("tool_calls")
-    custom = False
+    found = _GATEWAY_KEYS_FOUND if ("openai_output" in message or "reasoning_origin" in message
+                                    or "anthropic_content" in message or "openai_hosted" in message
+                                    ) else 0  # GATEWAY_KEYS, no generator
     if calls is not None:
         if role != "assistant" or not isinstance(calls, list):
             raise bad_request(f"{param}.tool_calls must be an array on an assistant message", f"{param}.tool_calls")
         for position, call in enumerate(calls):
-            custom = _check_call(call, f"{param}.tool_calls[{position}]") or custom
-    return custom
+            if _check_call(call, f"{param}.tool_calls[{position}]"):
+                found |= _CUSTOM_CALLS
+    return found
 
 
 def _check_part(part: Any, param: str) -> None:

@@ -30,8 +30,8 @@ from starlette.requests import Request
 
 from gateway.api.driver import Handler, Operation
 from gateway.api.request.lifecycle import Held, Work
+from gateway.api.responses.events import usage_of
 from gateway.api.responses.origin import with_continued_by
-from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import path_response_id, response_not_found
 from gateway.api.responses.run import ResponseRun
 from gateway.api.services import ResponsesServices, responses_services

@@ -117,8 +117,8 @@ class CallItems(ResponseEvents):
         opened.update(done)
         self._done(index, out)
 
-    def warn(self, gateway: dict[str, Any]) -> None:
-        """``gateway.warnings``: the hosted tools the targets that answered dropped."""
-        said = warnings(self.hosted_drops, gateway.get("answered_by"))
+    def warn(self, gateway: dict[str, Any], more: list[dict[str, Any]]) -> None:
+        """``gateway.warnings``: the hosted tools the targets that answered dropped, and ``more``."""
+        said = warnings(self.hosted_drops, gateway.get("answered_by")) + more
         if said:
             gateway["warnings"] = said

@@ -17,9 +17,9 @@ from typing import Any
 
 from gateway.api.loop.resume import Resumed
 from gateway.api.request.lifecycle import Work
+from gateway.api.responses.events import usage_of
 from gateway.api.responses.origin import decision_items
 from gateway.api.responses.prepare import resumed_run
-from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.services import ResponsesServices
 from gateway.http.json_response import JSONResponse

@@ -20,9 +20,9 @@ from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.background import background_operations, check_background, start_background
 from gateway.api.responses.compaction import TRIGGER
 from gateway.api.responses.compaction_turn import compaction_turn
+from gateway.api.responses.events import usage_of
 from gateway.api.responses.origin import with_continued_by
 from gateway.api.responses.prepare import prepare_response
-from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import (
     MAX_ID_CHARS,
     parse_responses_request,

@@ -23,6 +23,7 @@ import orjson
 
 from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS, PLAIN_ECHOES
 from gateway.api.responses.spliced import MARK, marked, spliced
+from gateway.canonical import Usage
 from gateway.http.sse_response import event_frame
 
 SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
@@ -168,3 +169,22 @@ class ResponseEvents:
         texts: list[str] = []
         response = {**self.response, "output": [marked(item, texts) for item in self.response["output"]]}
         return spliced(_TERMINAL_FRAME % (status, orjson.dumps(response), status, self._seq - 1), texts)
+
+
+def usage_object(usage: Usage) -> dict[str, Any]:
+    """OpenAI's ``ResponseUsage``; ``cache_write_tokens`` is required by its current schema (SDKs validating
+    events refuse a usage without it): the prompt tokens written to the provider's cache (Anthropic's)."""
+    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {
+                "cache_write_tokens": usage.cache_creation_tokens, "cached_tokens": usage.cached_tokens},
+            "output_tokens": usage.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+
+
+def usage_of(response: dict[str, Any]) -> Usage | None:
+    """The usage a Responses object reports, for settling the rate limits' token estimate."""
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
+                 completion_tokens=int(usage.get("output_tokens") or 0))

@@ -6,7 +6,9 @@ output item the gateway emitted, so each maps onto the transcript it came from:
 * ``message`` (user/system/developer) -> a message; ``input_text``/``input_image`` parts become chat parts;
 * assistant ``message``, ``reasoning``, ``function_call``, ``mcp_call``, ``mcp_approval_request``
   -> parts of one assistant turn (text, reasoning, tool calls), a new turn starting when text
-  follows tool calls or when the previous turn's calls got their answers;
+  follows tool calls or when the previous turn's calls got their answers; a reasoning item's
+  ``encrypted_content`` is kept with its turn, unopened (``Converted.sealed``: the provider
+  artifacts the gateway sealed into it, ``responses/reasoning.py``);
 * ``mcp_call`` -> a tool call of that turn *and* its result (the server exchange it records);
 * ``function_call_output`` -> a tool message; ``mcp_approval_response`` -> the decision on its request;
 * ``function_call`` of a ``namespace`` -> the call of the name the model sees for it, and a
@@ -30,6 +32,7 @@ from typing import Any
 
 from gateway.api.chat.request import type_name
 from gateway.api.responses.hosted_items import hosted_artifact
+from gateway.api.responses.item_fields import content_parts, output_text, string_field
 from gateway.api.responses.tools import CallerTools
 from gateway.canonical import MAX_JSON_DEPTH, Message, arguments_too_deep, custom_arguments
 from gateway.errors import bad_request, quoted
@@ -46,6 +49,7 @@ HOSTED_ITEM_TYPES = frozenset({"web_search_call", "file_search_call", "image_gen
                                "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
                                "mcp_list_tools", "tool_search_call", "tool_search_output"})
 _NO_NAMES = CallerTools()
+_NO_SEALED: list[tuple[Message, list[str]]] = []
 
 
 def call_id_of(item_id: str, prefix: str) -> str:
@@ -60,23 +64,28 @@ class Converted:
     can be; an approval cannot be executed without the paused loop, so it is left out);
     ``decisions`` are the trailing answers as way-B decisions; ``approved`` tells whether one of
     them approves a call; ``orphan`` names the first answer whose call is not in the items (it can
-    only answer a call the gateway holds: a paused ``previous_response_id``).
+    only answer a call the gateway holds: a paused ``previous_response_id``); ``sealed``: the turns
+    whose reasoning items carried ``encrypted_content``, opened (or dropped) by whoever runs them.
     """
 
     messages: list[Message]
     decisions: list[dict[str, Any]] = field(default_factory=list)
     approved: bool = False
     orphan: str | None = None
+    #: the assistant turns that came with reasoning items' ``encrypted_content``, and those tokens, unopened
+    #: (``responses/reasoning.py``: ``restore``)
+    sealed: list[tuple[Message, list[str]]] = field(default_factory=list)
 
 
 class _Turn:
     """An assistant turn being assembled from consecutive items."""
 
-    __slots__ = ("answered", "calls", "hosted", "reasoning", "results", "text")
+    __slots__ = ("answered", "calls", "hosted", "reasoning", "results", "sealed", "text")
 
     def __init__(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
+        self.sealed: list[str] | None = None  # its reasoning items' encrypted_content
         self.calls: list[dict[str, Any]] = []
         self.results: dict[str, str] = {}
         self.hosted: list[dict[str, Any]] | None = None  # a hosted tool's items: made for the first
@@ -85,9 +94,11 @@ class _Turn:
     def has(self, call_id: str) -> bool:
         return any(call["id"] == call_id for call in self.calls)
 
-    def flush(self, out: list[Message]) -> None:
+    def flush(self, out: list[Message]) -> Message | None:
+        """The turn's message (appended to ``out`` with its calls' results), None when it has nothing to say (a
+        sealed reasoning item alone then goes nowhere: it is not opened)."""
         if not (self.text or self.calls or self.reasoning or self.hosted):
-            return
+            return None
         text = "".join(self.text)
         message: Message = {"role": "assistant", "content": text or None}
         if self.hosted:
@@ -103,6 +114,7 @@ class _Turn:
         out.append(message)
         out.extend({"role": "tool", "tool_call_id": c["id"], "content": self.results[c["id"]]}
                    for c in self.calls if c["id"] in self.results)
+        return message
 
     def answer(self, call_id: str) -> bool:
         """Whether the answered call is one of this turn's (else the gateway must hold it)."""
@@ -114,11 +126,18 @@ class _Turn:
     # -- the assistant side's items, each adding its part -----------------------------------------
     def add_text(self, item: dict[str, Any], param: str) -> None:
         """An assistant ``message``: its text."""
-        content = _parts(item.get("content"), param, "assistant")
+        content = content_parts(item.get("content"), param, "assistant")
         self.text.append(content if isinstance(content, str) else "".join(p["text"] for p in content))
 
     def add_reasoning(self, item: dict[str, Any], param: str) -> None:
-        """A ``reasoning`` item: its summary's text."""
+        """A ``reasoning`` item: its summary's text, and its ``encrypted_content`` to open (any other value of it is
+        not this gateway's: nothing to open)."""
+        content = item.get("encrypted_content")
+        if content.__class__ is str and content:
+            if self.sealed is None:
+                self.sealed = [content]
+            else:
+                self.sealed.append(content)
         summary = item.get("summary")
         if summary is not None and not isinstance(summary, list):
             raise bad_request(f"'{param}.summary' must be an array of summary_text parts, not "
@@ -134,66 +153,11 @@ class _Turn:
         self.results[call_id] = _mcp_result(item, param)
 
 
-def _str(item: dict[str, Any], key: str, param: str, required: bool = True) -> str:
-    value = item.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or (required and not value and key != "arguments"):
-        raise bad_request(f"'{param}.{key}' must be a non-empty string, not {type_name(value)}", f"{param}.{key}")
-    return value
-
-
-def _parts(content: Any, param: str, role: str) -> Any:
-    """Message content as chat content: a string stays; parts become chat parts (text and images only)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise bad_request(f"'{param}.content' must be a string or an array of parts", f"{param}.content")
-    parts: list[dict[str, Any]] = []
-    for index, part in enumerate(content):
-        where = f"{param}.content[{index}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text"):
-            parts.append({"type": "text", "text": _str(part, "text", where, required=False)})
-        elif kind == "refusal":
-            parts.append({"type": "text", "text": _str(part, "refusal", where, required=False)})
-        elif kind == "input_image" and role != "assistant":
-            url = part.get("image_url")
-            if not isinstance(url, str) or not url:
-                raise bad_request("only input_image parts with an 'image_url' (URL or data URL) are supported",
-                                  f"{where}.image_url")
-            image: dict[str, Any] = {"url": url}
-            if isinstance(part.get("detail"), str):
-                image["detail"] = part["detail"]
-            parts.append({"type": "image_url", "image_url": image})
-        else:
-            raise bad_request(f"content part type {quoted(kind)} is not supported here", f"{where}.type")
-    return parts
-
-
-def _output_text(parts: list[Any], param: str) -> str:
-    """A function call's output given as content parts: their text, joined.
-
-    The engine hands tool results to every provider as text, so an image or file part would be
-    lost on the way: it is refused, naming the part, rather than dropped.
-    """
-    texts = []
-    for index, part in enumerate(parts):
-        where = f"{param}[{index}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in ("input_text", "output_text", "text"):
-            raise bad_request(f"function_call_output part type {quoted(kind)} is not supported by this gateway: a "
-                              "tool's output reaches the model as text (send a string or 'input_text' parts)",
-                              f"{where}.type")
-        texts.append(_str(part, "text", where, required=False))
-    return "".join(texts)
-
-
 class _Reading:
     """The one pass over the items: the transcript so far, the assistant turn being assembled, and the
     answers since the last assistant item. Each item type has its translator; the pass keeps their order."""
 
-    __slots__ = ("approved", "names", "orphan", "out", "trailing", "turn")
+    __slots__ = ("approved", "names", "orphan", "out", "sealed", "trailing", "turn")
 
     def __init__(self, names: CallerTools) -> None:
         self.names = names
@@ -202,9 +166,18 @@ class _Reading:
         self.trailing: list[dict[str, Any]] = []  # answers since the last assistant item
         self.approved = False
         self.orphan: str | None = None
+        self.sealed = _NO_SEALED  # a list of its own once a turn has sealed items
+
+    def flush(self) -> None:
+        turn = self.turn
+        message = turn.flush(self.out)
+        if message is not None and turn.sealed is not None:
+            if self.sealed is _NO_SEALED:
+                self.sealed = []
+            self.sealed.append((message, turn.sealed))
 
     def next_turn(self) -> _Turn:
-        self.turn.flush(self.out)
+        self.flush()
         self.turn = _Turn()
         return self.turn
 
@@ -216,7 +189,7 @@ class _Reading:
                               f"{quoted(role)}", f"{param}.role")
         self.next_turn()
         self.trailing, self.approved = [], False
-        self.out.append({"role": role, "content": _parts(item.get("content"), param, role)})
+        self.out.append({"role": role, "content": content_parts(item.get("content"), param, role)})
 
     def expanded(self, message: Message) -> None:
         """An item the gateway stands a message for (a compaction item's summary): it ends the assistant turn."""
@@ -229,7 +202,7 @@ class _Reading:
         turn's calls got their answers (the execution of a call approved in this turn is not new)."""
         self.trailing, self.approved = [], False
         turn = self.turn
-        call_id = call_id_of(_str(item, "id", param), MCP_CALL_PREFIX) if kind == "mcp_call" else None
+        call_id = call_id_of(string_field(item, "id", param), MCP_CALL_PREFIX) if kind == "mcp_call" else None
         if call_id is not None and turn.has(call_id):
             pass  # the execution of a call approved earlier in this turn: only its result is new
         elif turn.answered or (kind in ("assistant_message", "reasoning") and turn.calls):
@@ -239,11 +212,11 @@ class _Reading:
         elif kind == "reasoning":
             turn.add_reasoning(item, param)
         elif kind == "function_call":
-            turn.calls.append(_call(_str(item, "call_id", param), item, param, self._wire_name(item, param)))
+            turn.calls.append(_call(string_field(item, "call_id", param), item, param, self._wire_name(item, param)))
         elif kind == "custom_tool_call":
             turn.calls.append(_custom_call(item, param, self._wire_name(item, param)))
         elif kind == "mcp_approval_request":
-            turn.calls.append(_call(call_id_of(_str(item, "id", param), APPROVAL_PREFIX), item, param))
+            turn.calls.append(_call(call_id_of(string_field(item, "id", param), APPROVAL_PREFIX), item, param))
         else:
             assert call_id is not None, "an mcp_call"
             turn.add_mcp_call(call_id, item, param)
@@ -260,7 +233,7 @@ class _Reading:
 
     def _wire_name(self, item: dict[str, Any], param: str) -> str:
         """The name the model sees for the tool a call item names (with its ``namespace``, if any)."""
-        name = _str(item, "name", param)
+        name = string_field(item, "name", param)
         namespace = item.get("namespace")
         if namespace is not None and not isinstance(namespace, str):
             raise bad_request(f"'{param}.namespace' must be a string", f"{param}.namespace")
@@ -269,10 +242,10 @@ class _Reading:
     def function_call_output(self, item: dict[str, Any], param: str) -> None:
         """A client tool's output (a function's or a custom tool's): its call's result in this turn, and a trailing
         answer."""
-        call_id = _str(item, "call_id", param)
+        call_id = string_field(item, "call_id", param)
         output = item.get("output")
         if isinstance(output, list):
-            output = _output_text(output, f"{param}.output")
+            output = output_text(output, f"{param}.output")
         elif not isinstance(output, str):
             raise bad_request(f"'{param}.output' must be a string or an array of input_text parts, not "
                               f"{type_name(output)}", f"{param}.output")
@@ -284,7 +257,7 @@ class _Reading:
 
     def mcp_approval_response(self, item: dict[str, Any], param: str) -> None:
         """A decision on an approval request: a denial is its call's result here; a trailing answer either way."""
-        call_id = call_id_of(_str(item, "approval_request_id", param), APPROVAL_PREFIX)
+        call_id = call_id_of(string_field(item, "approval_request_id", param), APPROVAL_PREFIX)
         approve = item.get("approve")
         if not isinstance(approve, bool):
             raise bad_request(f"'{param}.approve' must be a boolean", f"{param}.approve")
@@ -299,8 +272,8 @@ class _Reading:
         self.trailing.append({"tool_call_id": call_id, "approve": approve, "reason": reason})
 
     def converted(self) -> Converted:
-        self.turn.flush(self.out)
-        return Converted(self.out, self.trailing, self.approved, self.orphan)
+        self.flush()
+        return Converted(self.out, self.trailing, self.approved, self.orphan, self.sealed)
 
 
 def to_messages(items: list[dict[str, Any]], expand: Callable[[dict[str, Any], str], Message] | None = None,
@@ -314,7 +287,8 @@ def to_messages(items: list[dict[str, Any]], expand: Callable[[dict[str, Any], s
         item = items[0]
         content = item.get("content")
         if item["type"] == "message" and item.get("role") == "user" and isinstance(content, str):
-            return Converted([{"role": "user", "content": content}], [], False, None)  # positional: no default factory
+            # positional: no default factory (``_NO_SEALED`` is shared: only read)
+            return Converted([{"role": "user", "content": content}], [], False, None, _NO_SEALED)
     reading = _Reading(names or _NO_NAMES)
     for index, item in enumerate(items):
         param = f"input[{index}]"
@@ -350,12 +324,12 @@ def _custom_call(item: dict[str, Any], param: str, name: str) -> dict[str, Any]:
     text = item.get("input")
     if not isinstance(text, str):
         raise bad_request(f"'{param}.input' must be a string, not {type_name(text)}", f"{param}.input")
-    return {"id": _str(item, "call_id", param), "type": "custom",
+    return {"id": string_field(item, "call_id", param), "type": "custom",
             "function": {"name": name, "arguments": custom_arguments(text)}}
 
 
 def _call(call_id: str, item: dict[str, Any], param: str, name: str | None = None) -> dict[str, Any]:
-    name = _str(item, "name", param) if name is None else name
+    name = string_field(item, "name", param) if name is None else name
     arguments = item.get("arguments", "{}")
     if not isinstance(arguments, str):
         raise bad_request(f"'{param}.arguments' must be a JSON string", f"{param}.arguments")

@@ -33,13 +33,8 @@ from gateway.api.responses.compaction import expander
 from gateway.api.responses.hosted import plan_hosted
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
-from gateway.api.responses.render import (
-    ResponseBuilder,
-    ResponseRecorder,
-    response_id,
-    response_ids,
-    server_label,
-)
+from gateway.api.responses.reasoning import INCLUDE, Carrier, dropped_warning, restore
+from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, response_ids, server_label
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
 from gateway.api.services import ResponsesServices
@@ -108,9 +103,14 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
             _refuse_stray_answers(converted)
     messages = _conversation(request, earlier, converted.messages)
     await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
+    # The artifacts the gateway sealed into reasoning items, back on their turns (before the stored ones: a turn
+    # that has some is not looked up).
+    dropped = restore(services.sealer, tenant, converted.sealed) if converted.sealed else 0
     if plan.needs_artifacts:
         await shared.continuations.reattach(tenant, messages)
     run = _new_run(request, services, work, headless, plan, messages, chain, deadline, hosted)
+    if dropped:
+        run.builder.notes = (dropped_warning(dropped),)
     if request.names is not None or drops or request.include:  # a plain request: nothing to describe
         _describe(run.builder, request, drops or {})
     return run
@@ -182,9 +182,17 @@ def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work,
                               item_base)
     instructions_first = bool(request.instructions)
     loop.origin = responses_origin(rid, request, instructions_first)
+    if request.include and INCLUDE in request.include:
+        _carry(builder, loop, services, key.tenant)
     work.watch(loop)
     return ResponseRun(services.records, services.record_ttl_s, key.tenant, request, loop,
                        run_loop(loop, services.loop.deps), builder, instructions_first, chain)
+
+
+def _carry(builder: ResponseBuilder, loop: LoopRequest, services: ResponsesServices, tenant: str) -> None:
+    """``include: ["reasoning.encrypted_content"]``: each model call's artifacts sealed into its reasoning item."""
+    builder.carrier = Carrier(services.sealer, tenant)
+    loop.carry_artifacts = True
 
 
 async def _answer_paused(request: ResponsesRequest, services: ResponsesServices, work: Work, headless: bool,
@@ -262,8 +270,10 @@ def resumed_run(services: ResponsesServices, request: ResponsesRequest, resumed:
     builder = ResponseBuilder(response_id(), request.model, request.echo, _labels(services.loop.tools),
                               frozenset(approved), emit=emit, frames=frames)
     _describe(builder, request, plan_hosted(request, resumed.plan, True, refuse=False)[1] if request.hosted else {})
-    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
     loop = resumed.loop
+    if request.include and INCLUDE in request.include:
+        _carry(builder, loop, services, loop.tenant)
+    resumed.slot.recorder = ResponseRecorder(builder, request.echo)
     loop.origin = responses_origin(builder.id, request, instructions_first)
     return ResponseRun(services.records, services.record_ttl_s, loop.tenant, request, loop, resumed.events, builder,
                        instructions_first)

@@ -41,12 +41,22 @@ from gateway.api.responses.events import (
     TERMINAL,
     Batch,
     ResponseEvents,
+    usage_object,
 )
+from gateway.api.responses.reasoning import Carrier
 from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
-from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta, Usage
+from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
 from gateway.loop.engine import ITERATION_SEPARATOR
-from gateway.loop.events import Finished, LoopEvent, LoopResult, ToolFinished, ToolProgress, ToolStarted
+from gateway.loop.events import (
+    Finished,
+    LoopEvent,
+    LoopResult,
+    ToolFinished,
+    ToolProgress,
+    ToolStarted,
+    TurnArtifacts,
+)
 from gateway.random_ids import random_hex
 
 
@@ -73,16 +83,6 @@ def response_ids() -> tuple[str, str]:
     return "resp_" + digits[:48], "_" + digits[48:]
 
 
-def usage_object(usage: Usage) -> dict[str, Any]:
-    """OpenAI's ``ResponseUsage``; ``cache_write_tokens`` is required by its current schema (SDKs validating
-    events refuse a usage without it): the prompt tokens written to the provider's cache (Anthropic's)."""
-    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {
-                "cache_write_tokens": usage.cache_creation_tokens, "cached_tokens": usage.cached_tokens},
-            "output_tokens": usage.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
-
-
 def server_label(source: str) -> str:
     """The ``server_label`` of a tool from its source name: the MCP server's name, or ``loopgate``."""
     return source[4:] if source.startswith("mcp:") else "loopgate"
@@ -99,7 +99,7 @@ class ResponseBuilder(CallItems):
     """
 
     __slots__ = ("_delta_head", "_items", "_open", "_open_id", "_open_json", "_open_type", "_parts", "_texted",
-                 "_tools", "approved", "done", "final_text", "label_of", "result", "route")
+                 "_tools", "approved", "carrier", "done", "final_text", "label_of", "notes", "result", "route")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
@@ -108,6 +108,10 @@ class ResponseBuilder(CallItems):
         self.names = None  # what ``CallItems`` renders by: set by the run when the request has any
         self.hosted_drops = NO_DROPS
         self.sources = False
+        # Set by the run when the request asks for reasoning.encrypted_content (``responses/reasoning.py``), and
+        # the warnings it knows before the loop runs (reasoning items of the input dropped).
+        self.carrier: Carrier | None = None
+        self.notes: tuple[dict[str, Any], ...] = ()
         self.route = route
         self._delta_head = b""
         self.label_of = label_of
@@ -169,6 +173,8 @@ class ResponseBuilder(CallItems):
         elif self.frames and len(text) > LARGE_CHARS:
             self._close_large_reasoning(item, index, text, status, out)
             return
+        elif not text and "encrypted_content" in item:  # a reasoning item that only carries a turn's artifacts
+            item["status"] = status
         else:
             summary = {"type": "summary_text", "text": text}
             if emit:
@@ -233,6 +239,21 @@ class ResponseBuilder(CallItems):
             "item_id": self.response["output"][self._open]["id"], "output_index": self._open, "summary_index": 0,
             "delta": text}))
 
+    def _carry(self, turn: TurnArtifacts, out: Batch) -> None:
+        """A model call's artifacts, sealed into the reasoning item still open (this call's), else into one of
+        their own (``responses/reasoning.py``); the item is closed with them."""
+        token = self.carrier.token(turn) if self.carrier is not None else ""
+        if not token:
+            return
+        if self._open_type != "reasoning":
+            self._close(out)
+            item_id = self._open_id = self._item_id("rs")
+            self._open = self._add({"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, out)
+            self._open_type = "reasoning"
+        assert self._open is not None
+        self.response["output"][self._open]["encrypted_content"] = token
+        self._close(out)
+
     # -- events ----------------------------------------------------------------------------
     def feed(self, event: LoopEvent) -> Batch:
         out: Batch = []
@@ -251,6 +272,8 @@ class ResponseBuilder(CallItems):
             elif cls is HostedToolCall:
                 self._close(out)
                 self._hosted(item, out)
+            elif cls is TurnArtifacts:
+                self._carry(item, out)
             elif cls is ToolStarted:
                 self._close(out)
                 self.final_text = []
@@ -315,8 +338,8 @@ class ResponseBuilder(CallItems):
             response["completed_at"] = int(time.time())
         response["usage"] = usage_object(result.usage)
         response["gateway"] = {"route": self.route, **result.gateway}
-        if self.hosted_drops:
-            self.warn(response["gateway"])
+        if self.hosted_drops or self.notes or self.carrier is not None:
+            self.warn(response["gateway"], [*self.notes, *(self.carrier.warnings() if self.carrier else ())])
         self.done = True
         if self.frames:  # framed by the run once the record is written (``terminal_frame``)
             self._seq += 1
@@ -357,15 +380,6 @@ class ResponseBuilder(CallItems):
         return out
 
 
-def usage_of(response: dict[str, Any]) -> Usage | None:
-    """The usage a Responses object reports, for settling the rate limits' token estimate."""
-    usage = response.get("usage")
-    if not isinstance(usage, dict):
-        return None
-    return Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
-                 completion_tokens=int(usage.get("output_tokens") or 0))
-
-
 class ResponseRecorder:
     """A resume's stored result on the Responses surface: the final Response object of the same events.
 
@@ -383,6 +397,7 @@ class ResponseRecorder:
         self.builder._items = (answering._items[0], itertools.count())
         self.builder.names, self.builder.hosted_drops = answering.names, answering.hosted_drops
         self.builder.sources = answering.sources
+        self.builder.carrier, self.builder.notes = answering.carrier, answering.notes
         self.builder.start()
 
     def feed(self, event: LoopEvent) -> None:

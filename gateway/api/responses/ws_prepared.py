@@ -25,9 +25,8 @@ from typing import Any
 from gateway.api.driver import Operation, read_body
 from gateway.api.request.errors import error_response, to_gateway_error
 from gateway.api.request.lifecycle import ErrorRenderer, Work
-from gateway.api.responses.events import TERMINAL
+from gateway.api.responses.events import TERMINAL, usage_of
 from gateway.api.responses.prepare import prepare_response
-from gateway.api.responses.render import usage_of
 from gateway.api.responses.request import parse_responses_request
 from gateway.api.responses.run import ResponseRun
 from gateway.api.responses.spliced import frames_body
