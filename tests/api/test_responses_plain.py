@@ -13,7 +13,8 @@ import pytest
 
 from gateway.api.responses.chain import check_quota
 from gateway.api.responses.echo import PLAIN_ECHOES
-from gateway.api.responses.render import ResponseBuilder, response_ids
+from gateway.api.responses.events import response_ids
+from gateway.api.responses.render import ResponseBuilder
 from gateway.api.responses.request import parse_responses_request
 from gateway.api.responses.ws_records import ConnectionRecords
 from gateway.canonical import TextDelta, Usage

@@ -25,6 +25,7 @@ from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS, PLAIN_ECHOES
 from gateway.api.responses.spliced import MARK, marked, spliced
 from gateway.canonical import Usage
 from gateway.http.sse_response import event_frame
+from gateway.random_ids import random_hex
 
 SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
 # A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
@@ -73,6 +74,14 @@ _TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "s
 # The template with each shared echo (``echo.PLAIN_ECHOES``) already in it, by the echo's identity (they live as long
 # as the process): a plain request's Response object is one copy, with no echo to write over it.
 _WITH_ECHO: dict[int, dict[str, Any]] = {id(echo): {**_TEMPLATE, **echo} for echo in PLAIN_ECHOES.values()}
+
+
+def response_ids() -> tuple[str, str]:
+    """A new response's id (``render.response_id``: 192 random bits) and its items' random base (``render.item_ids``:
+    80), from one draw: what two draws would give (the batch hands out consecutive digits either way), for one call
+    to the CSPRNG batch instead of two."""
+    digits = random_hex(34)
+    return "resp_" + digits[:48], "_" + digits[48:]
 
 
 class ResponseEvents:

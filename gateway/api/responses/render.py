@@ -76,13 +76,6 @@ def response_id() -> str:
     return "resp_" + random_hex(24)
 
 
-def response_ids() -> tuple[str, str]:
-    """A new response's id (``response_id``) and its items' random base (``item_ids``), from one draw: what two
-    draws would give (the batch hands out consecutive digits either way), for one call to the CSPRNG batch."""
-    digits = random_hex(34)
-    return "resp_" + digits[:48], "_" + digits[48:]
-
-
 def server_label(source: str) -> str:
     """The ``server_label`` of a tool from its source name: the MCP server's name, or ``loopgate``."""
     return source[4:] if source.startswith("mcp:") else "loopgate"
@@ -127,8 +120,7 @@ class ResponseBuilder(CallItems):
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
-        # ``item_base``: drawn with the response id (``response_ids``), else drawn here.
-        self._items = (item_base, itertools.count()) if item_base else item_ids()
+        self._items = (item_base, itertools.count()) if item_base else item_ids()  # item_base: ``response_ids``'
 
     @property
     def id(self) -> str:
