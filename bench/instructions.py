@@ -21,6 +21,8 @@ This is the "Profiling" recipe of bench/README.md as one command:
     python -m bench.instructions --agent         # 5-tool agent turns (route bench-agent, tools run server-side)
     python -m bench.instructions --responses --no-store   # Responses with store: false (no record written)
     python -m bench.instructions --websocket     # the Responses requests as turns over WebSocket connections
+    python -m bench.instructions --websocket --per-socket 1   # each turn on a fresh socket, handshake counted
+    python -m bench.instructions --responses --stream --fresh   # each request on a new HTTP connection
     python -m bench.instructions --conversation 10 [--websocket]   # 10-turn store: false conversations (ws_turns)
     python -m bench.instructions --embeddings    # POST /v1/embeddings, one input, floats (route bench-embed)
     python -m bench.instructions --embeddings --base64   # the same as base64 (the openai SDK's default)
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import re
 import subprocess
 import sys
@@ -109,7 +112,7 @@ def _answered(status: int, raw: bytes, stream: bool, responses: bool, agent: boo
 
 
 async def _send(url: str, count: int, concurrency: int, body: bytes, check: Callable[[int, bytes], bool],
-                key: str | None = None) -> int:
+                key: str | None = None, fresh: bool = False) -> int:
     ok = 0
     remaining = count
 
@@ -123,7 +126,8 @@ async def _send(url: str, count: int, concurrency: int, body: bytes, check: Call
             async with session.post(url, data=body, headers=headers) as resp:
                 ok += check(resp.status, await resp.read())
 
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    connector = aiohttp.TCPConnector(force_close=fresh)  # fresh: a new connection per request
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), connector=connector) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     return ok
 
@@ -190,6 +194,11 @@ def main() -> None:
     parser.add_argument("--no-store", dest="keep", action="store_false", help="Responses with store: false")
     parser.add_argument("--websocket", action="store_true",
                         help="the Responses requests as response.create turns over WebSocket connections")
+    parser.add_argument("--per-socket", type=int, default=0, metavar="N",
+                        help="with --websocket: a new connection after every N turns (1: a turn on a fresh socket, "
+                             "its handshake counted)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="HTTP requests each on a new connection (the counterpart of --websocket --per-socket 1)")
     parser.add_argument("--conversation", type=int, default=0, metavar="N",
                         help="store: false conversations of N turns: over HTTP each turn resends the conversation, "
                              "with --websocket it sends its new message and previous_response_id")
@@ -273,7 +282,7 @@ def main() -> None:
             key = asyncio.run(_managed_key(gateway.base, wanted)) if args.limited else None
             if args.config_key or args.budget:
                 key = CONFIG_KEY
-            send = _send
+            send = functools.partial(_send, fresh=True) if args.fresh else _send
             if args.websocket or args.conversation:
                 from bench import ws_turns
 
@@ -282,7 +291,8 @@ def main() -> None:
                         converse = ws_turns.send_socket_conversations if args.websocket else \
                             ws_turns.send_conversations
                         return converse(gateway.base, count, concurrency, "bench", args.conversation, key)
-                    return ws_turns.send_turns(gateway.base, count, concurrency, ws_turns.turn_message(body), key)
+                    return ws_turns.send_turns(gateway.base, count, concurrency, ws_turns.turn_message(body), key,
+                                               args.per_socket)
             asyncio.run(send(url, args.warmup, args.concurrency, body, check, key))
             exporter = _exporter(gateway.pid) if exporting else None
             if exporter:
@@ -312,6 +322,8 @@ def main() -> None:
     kind += " agent turn" if args.agent else " request"
     kind += f" in {args.conversation}-turn conversations (store: false)" if args.conversation else ""
     kind += " over WebSocket" if args.websocket else ""
+    kind += f", a new connection every {args.per_socket} turns" if args.websocket and args.per_socket else ""
+    kind += ", a new connection each" if args.fresh else ""
     kind += "" if args.keep or not args.responses else " (store: false)"
     kind += "" if not args.controls else " all controls" if args.controls == "all" else f" controls {args.controls}"
     kind += (f" traced@{args.sample_ratio:g}" if args.tracing else "") + (" json-logs" if args.json_logs else "")

@@ -42,8 +42,10 @@ def turn_message(body: bytes) -> str:
     return orjson.dumps({"type": "response.create", **fields}).decode()
 
 
-async def send_turns(base: str, count: int, concurrency: int, message: str, key: str | None = None) -> int:
-    """``count`` turns over ``concurrency`` connections; how many completed."""
+async def send_turns(base: str, count: int, concurrency: int, message: str, key: str | None = None,
+                     per_socket: int = 0) -> int:
+    """``count`` turns over ``concurrency`` workers, each on one connection (``per_socket`` > 0: a new connection
+    after every ``per_socket`` turns, its handshake counted with them); how many completed."""
     url = base.replace("http://", "ws://", 1) + "/v1/responses"
     headers = {"authorization": f"Bearer {key}"} if key else {}
     ok = 0
@@ -51,16 +53,19 @@ async def send_turns(base: str, count: int, concurrency: int, message: str, key:
 
     async def worker() -> None:
         nonlocal ok, remaining
-        async with connect(url, additional_headers=headers, max_size=None, compression=None) as socket:
-            while remaining > 0:
-                remaining -= 1
-                await socket.send(message)
-                while True:
-                    event = orjson.loads(await socket.recv())
-                    kind = event["type"]
-                    if kind in ("response.completed", "response.failed", "response.incomplete", "error"):
-                        ok += kind == "response.completed"
-                        break
+        while remaining > 0:
+            async with connect(url, additional_headers=headers, max_size=None, compression=None) as socket:
+                turns = 0
+                while remaining > 0 and (not per_socket or turns < per_socket):
+                    remaining -= 1
+                    turns += 1
+                    await socket.send(message)
+                    while True:
+                        event = orjson.loads(await socket.recv())
+                        kind = event["type"]
+                        if kind in _END:
+                            ok += kind == "response.completed"
+                            break
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return ok

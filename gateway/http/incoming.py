@@ -16,6 +16,10 @@ _TRUE = frozenset({b"1", b"true", b"yes", b"on"})
 
 
 class Incoming:
+    #: a WebSocket turn whose answer may be WebSocket frames, written to the connection as they are (``for_message``;
+    #: a class attribute: an HTTP request pays nothing for it)
+    socket = False
+
     __slots__ = ("authorization", "body_bytes", "content_length", "headers", "headless", "parsed", "raw_headers",
                  "receive", "request_id", "traceparent")
 
@@ -42,11 +46,12 @@ class Incoming:
         #: the body, already parsed (a WebSocket message's: ``for_message``); None: read from ``receive``
         self.parsed: Any = None
 
-    def for_message(self, body: Any, size: int) -> Incoming:
+    def for_message(self, body: Any, size: int, framed: bool = False) -> Incoming:
         """One message of the WebSocket connection this is the upgrade request of, as a request of its own: the
         connection's headers (its key, ``x-gateway-headless``, ``traceparent``), ``body`` (parsed, ``size``
-        bytes) as the body, and an id of its own (the upgrade's ``x-request-id`` names the connection)."""
-        turn = Incoming.__new__(Incoming)
+        bytes) as the body, and an id of its own (the upgrade's ``x-request-id`` names the connection).
+        ``framed``: its answer may be WebSocket frames (``socket``: the connection is written to directly)."""
+        turn = Incoming.__new__(_SocketTurn if framed else Incoming)
         turn.headers = self.headers
         turn.raw_headers = self.raw_headers
         turn.receive = self.receive
@@ -58,3 +63,10 @@ class Incoming:
         turn.parsed = body
         turn.body_bytes = size
         return turn
+
+
+class _SocketTurn(Incoming):
+    """A WebSocket turn whose answer may be WebSocket frames (``Incoming.for_message``)."""
+
+    __slots__ = ()
+    socket = True

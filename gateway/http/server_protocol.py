@@ -97,6 +97,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_since = 0.0  # loop time the body's clock started
         self._body_bytes = 0  # bytes read since then
         self._timer: asyncio.TimerHandle | None = None
+        #: ``_should_upgrade``'s answer, and the header list (one per request) it is the answer for
+        self._upgrade = False
+        self._upgrade_of: list[tuple[bytes, bytes]] | None = None
         #: the request whose ``keep_alive`` is held off until its body has all arrived (``on_headers_complete``)
         self._keep_after_body: RequestResponseCycle | None = None
 
@@ -141,6 +144,34 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             # to install a WebSocket library.
         if self._timer is None and (self._phase or self._head_bytes) and not self.transport.is_closing():
             self._arm()
+
+    def _should_upgrade(self) -> bool:
+        """uvicorn's answer, once per request: it asks up to three times (head, message end, the parser's
+        upgrade), each a scan of every header."""
+        headers = self.headers
+        if self._upgrade_of is not headers:
+            self._upgrade_of = headers
+            self._upgrade = HttpToolsProtocol._should_upgrade(self)
+        return self._upgrade
+
+    def handle_websocket_upgrade(self) -> None:
+        """Hand the connection to the WebSocket protocol with the head as parsed here (``upgraded``:
+        http/websocket_handshake.py), not written back out for the library to parse again; a protocol
+        without ``upgraded``, or a handshake it leaves to the library, gets the raw head as uvicorn gives it."""
+        if getattr(self.ws_protocol_class, "upgraded", None) is None:
+            super().handle_websocket_upgrade()
+            return
+        self.connections.discard(self)
+        protocol: Any = self.ws_protocol_class(config=self.config, server_state=self.server_state,  # type: ignore[call-arg, misc]
+                                               app_state=self.app_state)
+        protocol.taken_over(self.transport, self.server, self.client, self.scheme)
+        self.transport.set_protocol(protocol)
+        if not protocol.upgraded(self.scope, self.url):
+            head = [self.scope["method"].encode(), b" ", self.url, b" HTTP/1.1\r\n"]
+            for name, value in self.scope["headers"]:
+                head += (name, b": ", value, b"\r\n")
+            head.append(b"\r\n")
+            protocol.data_received(b"".join(head))
 
     def _feed_up_to_limit(self, data: bytes) -> None:
         """Feed only what still fits a head; if the head then completed, feed the rest as usual."""

@@ -37,9 +37,10 @@ class SSEResponse:
     __slots__ = ("_frames", "_headers")
 
     def __init__(self, frames: AsyncIterator[bytes | Iterator[bytes]],
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+                 headers: list[tuple[bytes, bytes]] | None = None, media: bytes | None = None) -> None:
         self._frames = frames
-        self._headers = _HEADERS + headers if headers else _HEADERS
+        base = _HEADERS if media is None else [(b"content-type", media)]  # media: another body than SSE's
+        self._headers = base + headers if headers else base
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()

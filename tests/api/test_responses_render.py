@@ -6,6 +6,8 @@ import re
 from typing import Any
 
 import pytest
+from websockets.frames import Frame, Opcode
+from websockets.streams import StreamReader
 
 from gateway.api.responses.render import TERMINAL, ResponseBuilder
 from gateway.api.responses.spliced import LARGE_CHARS, SLICE_CHARS, frames_body
@@ -157,3 +159,57 @@ def test_frames_are_the_bytes_of_the_events(name: str) -> None:
         bodies.append(re.sub(rb"(msg|rs)_[0-9a-f]+", b"id_X", body))
     assert b"event: response." in bodies[1]
     assert bodies[0] == bodies[1]
+
+
+def _messages(data: bytes) -> tuple[list[bytes], int]:
+    """The text messages in ``data`` (server frames), read by the ``websockets`` library's own parser, fragments
+    joined as a client joins them; and how many frames there were."""
+    reader = StreamReader()
+    reader.feed_data(data)
+    messages: list[bytes] = []
+    pieces: list[bytes] = []
+    frames = 0
+    while reader.buffer:
+        frames += 1
+        try:
+            next(Frame.parse(reader.read_exact, mask=False))
+        except StopIteration as done:
+            frame = done.value
+            assert frame.opcode is (Opcode.CONT if pieces else Opcode.TEXT)
+            pieces.append(frame.data)
+            if frame.fin:
+                messages.append(b"".join(pieces))
+                pieces = []
+    assert not pieces, "a message left unfinished"
+    return messages, frames
+
+
+@pytest.mark.parametrize("name", list(_FRAMED_RUNS))
+def test_socket_frames_hold_the_events_data(name: str) -> None:
+    """A ``socket`` builder writes the events of the SSE body, each as one WebSocket message holding its data (a
+    large text's as fragments, a slice each), in the same writes."""
+    bodies = []
+    for socket in (False, True):
+        b = ResponseBuilder("resp_1", "agent", {"metadata": {}}, lambda name: "loopgate", created_at=1, frames=True)
+        if socket:
+            b.to_socket()
+        batches = [b.start()]
+        for event in _FRAMED_RUNS[name]:
+            batches.append(b.fail(GatewayError(502, "upstream broke")) if event == "fail" else b.feed(event))
+        if batches[-1][-1] is TERMINAL:
+            batches[-1][-1] = b.terminal_frame(None)
+        written = [frames_body(batch) for batch in batches]
+        assert ("large" in name) == any(not isinstance(body, bytes) for body in written)
+        pieces = [piece for body in written for piece in ([body] if isinstance(body, bytes) else list(body))]
+        assert max(len(piece) for piece in pieces) < 2 * 1024 * 1024, "written in slices"
+        body = b"".join(pieces)
+        if socket:
+            messages, frames = _messages(body)
+            assert ("large" in name) == (frames > len(messages)), "a large text's events are fragmented"
+        else:
+            messages = [event.partition(b"\ndata: ")[2] for event in body.split(b"\n\n") if event]
+        # Ids are random and ``completed_at`` is the clock when each run completed: neither is about the frames.
+        bodies.append([re.sub(rb"(msg|rs)_[0-9a-f]+", b"id_X", re.sub(rb'"completed_at":\d+', b'"completed_at":0', m))
+                       for m in messages])
+    assert len(bodies[1]) > 3
+    assert bodies[1] == bodies[0]

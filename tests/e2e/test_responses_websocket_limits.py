@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from websockets.sync.client import connect
 
 from tests.e2e.conftest import KEY, Gateway, gateway_config, with_keys
 from tests.e2e.websocket_client import (
@@ -260,3 +261,24 @@ def test_messages_are_answered_while_a_turn_runs(limited: Gateway, fakes: dict[s
         assert next_error(socket)["error"]["code"] == "invalid_json"
         released.set()
         assert final(events_until_end(socket))["output"][-1]["content"][0]["text"] == "Done."
+
+
+def test_compression_is_negotiated_when_offered_and_the_events_read_the_same(fakes: dict[str, FakeUpstream],
+                                                                           tool_server: ToolServer) -> None:
+    """``websocket.compression: true``: a client offering permessage-deflate gets it (its handshake and every
+    event through the library), one that does not gets the gateway's own handshake and frames; the same events."""
+    gateway = _tight(fakes, tool_server, "compression: true")
+    try:
+        seen = []
+        for offer in ("deflate", None):
+            with connect(f"ws://127.0.0.1:{gateway.port}/v1/responses", additional_headers={
+                    "authorization": f"Bearer {KEY}"}, compression=offer, open_timeout=10) as socket:
+                negotiated = [extension.name for extension in socket.protocol.extensions]
+                events = turn(socket, model="plain", input="Hello.")
+            seen.append(([event["type"] for event in events], negotiated))
+        assert seen[0][1] == ["permessage-deflate"]
+        assert seen[1][1] == []
+        assert seen[0][0] == seen[1][0]
+        assert seen[0][0][-1] == "response.completed"
+    finally:
+        gateway.stop()

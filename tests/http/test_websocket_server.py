@@ -13,7 +13,7 @@ from websockets.protocol import CLOSING, OPEN
 from websockets.streams import StreamReader
 
 from gateway.http.sse_response import event_frame
-from gateway.http.websocket_server import FrameWriter, frame_writer
+from gateway.http.websocket_frames import FrameWriter, frame_writer, framed, framed_events
 
 
 class _Connection:
@@ -66,10 +66,12 @@ def test_each_payload_is_one_final_unmasked_text_frame(whole_events: bool) -> No
     writer = FrameWriter(protocol)  # type: ignore[arg-type]
     if whole_events:
         body = b"".join(event_frame(f"e{n}", payload) for n, payload in enumerate(PAYLOADS) if payload)
-        assert asyncio.run(writer.write_events(body)) is True
+        data = framed_events(body)
+        assert data is not None
+        assert writer.write_now(data) is True
         wanted = [payload for payload in PAYLOADS if payload]
     else:
-        asyncio.run(writer.write(PAYLOADS))
+        asyncio.run(writer.write(framed(PAYLOADS)))
         wanted = PAYLOADS
     assert len(protocol.transport.written) == 1  # one write for them all
     frames = _frames(protocol.transport.written[0])
@@ -78,10 +80,26 @@ def test_each_payload_is_one_final_unmasked_text_frame(whole_events: bool) -> No
 
 
 def test_what_is_not_whole_events_is_left_to_the_caller() -> None:
-    writer = FrameWriter(_Protocol())  # type: ignore[arg-type]
-    for partial in (b"event: a\ndata: {", b'"x"}\n\n', b"data: {}\n\n"):
-        assert asyncio.run(writer.write_events(partial)) is False
-    assert asyncio.run(writer.write_events(b"")) is True  # nothing to write
+    for partial in (b"event: a\ndata: {", b'"x"}\n\n', b"data: {}\n\n", b""):
+        assert framed_events(partial) is None
+
+
+def test_a_full_transport_is_waited_for() -> None:
+    protocol = _Protocol()
+    protocol.writable.clear()
+    writer = FrameWriter(protocol)  # type: ignore[arg-type]
+    assert writer.write_now(b"\x81\x00") is False  # the caller awaits ``write`` instead
+    assert protocol.transport.written == []
+
+    async def resumed() -> None:
+        task = asyncio.ensure_future(writer.write(b"\x81\x00"))
+        await asyncio.sleep(0)
+        assert protocol.transport.written == []
+        protocol.writable.set()
+        await task
+
+    asyncio.run(resumed())
+    assert protocol.transport.written == [b"\x81\x00"]
 
 
 @pytest.mark.parametrize("gone", ["disconnected", "close_sent", "closing"])
@@ -92,7 +110,9 @@ def test_a_connection_that_is_gone_or_closing_gets_nothing(gone: str) -> None:
     else:
         setattr(protocol, gone, True)
     with pytest.raises(ClientDisconnected):
-        asyncio.run(FrameWriter(protocol).write([b"{}"]))  # type: ignore[arg-type]
+        asyncio.run(FrameWriter(protocol).write(framed([b"{}"])))  # type: ignore[arg-type]
+    with pytest.raises(ClientDisconnected):
+        FrameWriter(protocol).write_now(framed([b"{}"]))  # type: ignore[arg-type]
     assert protocol.transport.written == []
 
 

@@ -13,7 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.canonical import Answering, ModelResponse, ReasoningDelta, TextDelta
+from gateway.canonical import (
+    Answering,
+    HostedToolCall,
+    ModelResponse,
+    ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
+    TextDelta,
+)
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.base import MAX_RETRY_AFTER_S, ProviderError, SSEEvent
 from gateway.providers.gemini import GeminiAdapter
@@ -136,6 +144,16 @@ def test_any_body_is_a_well_typed_turn_or_a_provider_error(wire: str) -> None:
     check()
 
 
+def assert_well_typed_delta(delta: Any) -> None:
+    """Each of the stream deltas a renderer reads (``canonical.StreamDelta``), its fields of their types."""
+    fields = {TextDelta: ("text",), ReasoningDelta: ("text",), ReasoningSignature: ("signature",),
+              RedactedReasoning: ("data",), Answering: ("model",), HostedToolCall: ("kind", "call_id", "status")}
+    assert type(delta) in fields, f"not a stream delta: {delta!r}"
+    assert all(isinstance(getattr(delta, name), str) for name in fields[type(delta)]), delta
+    if type(delta) is HostedToolCall:
+        assert isinstance(delta.action, dict)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", list(ADAPTERS))
 def test_any_stream_gives_typed_deltas_then_a_turn_or_a_provider_error(wire: str) -> None:
@@ -149,8 +167,7 @@ def test_any_stream_gives_typed_deltas_then_a_turn_or_a_provider_error(wire: str
             for document in documents:
                 deltas = parser.feed(SSEEvent(None, orjson.dumps(document)))
                 for delta in deltas:
-                    assert isinstance(delta, TextDelta | ReasoningDelta | Answering)
-                    assert isinstance(delta.model if isinstance(delta, Answering) else delta.text, str)
+                    assert_well_typed_delta(delta)
             response = parser.finish()
         except ProviderError:
             return

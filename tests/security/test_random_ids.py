@@ -6,7 +6,7 @@ import os
 
 from gateway.api.chat.render import completion_id
 from gateway.api.messages.render import message_id
-from gateway.api.responses.render import new_id, response_id
+from gateway.api.responses.ids import new_id, response_id
 from gateway.random_ids import BATCH_BYTES, random_bytes
 
 

@@ -31,8 +31,8 @@ from gateway.api.request.errors import error_response
 from gateway.api.request.lifecycle import ErrorRenderer, Work
 from gateway.api.responses.compaction import compaction_item, expander, stated_conversation, user_items
 from gateway.api.responses.events import usage_object
+from gateway.api.responses.ids import response_id
 from gateway.api.responses.items import to_messages
-from gateway.api.responses.render import response_id
 from gateway.api.responses.request import ResponsesRequest, parse_responses_request
 from gateway.api.services import ResponsesServices, Services
 from gateway.canonical import CallRecord, Message, ModelRequest, text_of

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.api.responses.chain import parent_chain, previous_not_found
-from gateway.api.responses.render import new_id
+from gateway.api.responses.ids import new_id
 from gateway.api.services import ResponsesServices
 from gateway.canonical import Message
 from gateway.canonical.sealing import SealBroken, Sealer

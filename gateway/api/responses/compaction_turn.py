@@ -25,8 +25,8 @@ from gateway.api.request.lifecycle import Work
 from gateway.api.responses.compact import gateway_report, summarise, summary_tokens
 from gateway.api.responses.compaction import compaction_item, expander, stated_conversation
 from gateway.api.responses.events import Batch, ResponseEvents, usage_object
+from gateway.api.responses.ids import response_id
 from gateway.api.responses.items import to_messages
-from gateway.api.responses.render import response_id
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.services import ResponsesServices
 from gateway.errors import bad_request

@@ -34,6 +34,7 @@ from gateway.api.services import ResponsesServices, Services, responses_services
 from gateway.errors import bad_request
 from gateway.http.json_response import JSONResponse
 from gateway.http.sse_response import SSEResponse
+from gateway.http.websocket_frames import FRAMES_TYPE
 from gateway.store.continuations.base import ContinuationConflict, ContinuationNotFound
 
 PATH = "/v1/responses"
@@ -90,6 +91,9 @@ class ResponsesSurface:
         async def on_close() -> None:
             work.done(200)
             await work.settle(usage_of(run.response))
+        if incoming.socket:  # a WebSocket turn: its events framed for the connection, not as SSE text
+            run.builder.to_socket()
+            return SSEResponse(run.frames(_join, on_close), work.headers, FRAMES_TYPE)
         return SSEResponse(run.frames(_join, on_close), work.headers)
 
 

@@ -1,8 +1,8 @@
-"""One Response object and its stream events: numbered, and written as dicts, as SSE frames, or not at all.
+"""One Response object and its stream events: numbered, and written as dicts, SSE or WebSocket frames, or not at all.
 
 :class:`ResponseEvents` is what ``render.ResponseBuilder`` writes with: the Response object
 (laid out once from a template), the events' sequence numbers, and how an event is written in
-each of the three modes a response runs in:
+each of the four modes a response runs in:
 
 * **dicts** (``emit``; a background run, whose consumers read the events);
 * **SSE frames** (``frames``; a stream nobody reads but the client): every event is its frame
@@ -10,6 +10,13 @@ each of the three modes a response runs in:
   building the event's dict; ``tests/test_responses_render.py`` checks them byte for byte
   against the dict events encoded. A frame that would carry a large text is a generator of
   its slices (``responses/spliced.py``);
+* **socket** (``socket``, set by ``to_socket``; a turn of the WebSocket mode whose connection is
+  written to directly): every event is the WebSocket text frame holding its JSON, framed once here
+  rather than written as SSE text and cut back into messages (http/websocket_frames.py: that cut
+  and re-framing cost more than the frames themselves, bench/README.md). The frequent events are
+  byte templates too (the ``_WS`` ones: the SSE templates' data), the others the events as dicts,
+  encoded; the tests compare each message with the SSE event's data. A large text's events are
+  written as fragmented messages, a slice per frame;
 * **none** (a JSON answer): the same steps run and only the Response object is kept.
 """
 
@@ -22,9 +29,10 @@ from typing import Any
 import orjson
 
 from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS, PLAIN_ECHOES
-from gateway.api.responses.spliced import MARK, marked, spliced
+from gateway.api.responses.spliced import LARGE_CHARS, MARK, marked, spliced
 from gateway.canonical import Usage
 from gateway.http.sse_response import event_frame
+from gateway.http.websocket_frames import fragments, text_frame
 from gateway.random_ids import random_hex
 
 SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
@@ -36,33 +44,42 @@ TERMINAL: dict[str, Any] = {"type": "terminal"}
 Batch = list[Any]
 Frame = bytes | Iterator[bytes]
 
-# ``frames`` mode: the SSE frames of the events every text answer has, as byte templates. Each is
-# the bytes ``orjson.dumps`` makes of the event dict (same keys, same order: a unit test compares
-# them with the dict events encoded), without building that dict or calling ``_event``.
-DELTA_HEAD = b'event: response.output_text.delta\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"delta":'
-DELTA_TAIL = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}\n\n'
-STARTED = (b'event: response.created\ndata: {"response":%b,"type":"response.created","sequence_number":%d}\n\n'
-           b'event: response.in_progress\ndata: {"response":%b,"type":"response.in_progress","sequence_number":%d}'
-           b'\n\n')
-MESSAGE_OPENED = (
-    b'event: response.output_item.added\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
-    b'"role":"assistant","status":"in_progress","content":[]},"type":"response.output_item.added",'
-    b'"sequence_number":%d}\n\n'
-    b'event: response.content_part.added\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"type":"response.content_part.added",'
-    b'"sequence_number":%d}\n\n')
-MESSAGE_CLOSED = (
-    b'event: response.output_text.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,"text":%b,'
-    b'"logprobs":[],"type":"response.output_text.done","sequence_number":%d}\n\n'
-    b'event: response.content_part.done\ndata: {"item_id":%b,"output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]},"type":"response.content_part.done",'
-    b'"sequence_number":%d}\n\n'
-    b'event: response.output_item.done\ndata: {"output_index":%d,"item":{"id":%b,"type":"message",'
-    b'"role":"assistant","status":%b,"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
-    b'"type":"response.output_item.done","sequence_number":%d}\n\n')
+# The data of the events every text answer has, as byte templates: each is the bytes ``orjson.dumps`` makes of
+# the event dict (same keys, same order: unit tests compare them with the dict events encoded), without
+# building that dict or calling ``_event``. ``socket`` mode frames each on its own (``text_frame``); ``frames``
+# mode writes the SSE frames below, made of the same templates.
+CREATED_WS = b'{"response":%b,"type":"response.created","sequence_number":%d}'
+IN_PROGRESS_WS = b'{"response":%b,"type":"response.in_progress","sequence_number":%d}'
+DELTA_HEAD_WS = b'{"item_id":%b,"output_index":%d,"content_index":0,"delta":'
+DELTA_TAIL_WS = b',"logprobs":[],"type":"response.output_text.delta","sequence_number":%d}'
+ADDED_WS = (b'{"output_index":%d,"item":{"id":%b,"type":"message","role":"assistant","status":"in_progress",'
+            b'"content":[]},"type":"response.output_item.added","sequence_number":%d}')
+PART_ADDED_WS = (b'{"item_id":%b,"output_index":%d,"content_index":0,"part":{"type":"output_text","text":"",'
+                 b'"annotations":[],"logprobs":[]},"type":"response.content_part.added","sequence_number":%d}')
+TEXT_DONE_WS = (b'{"item_id":%b,"output_index":%d,"content_index":0,"text":%b,"logprobs":[],'
+                b'"type":"response.output_text.done","sequence_number":%d}')
+PART_DONE_WS = (b'{"item_id":%b,"output_index":%d,"content_index":0,"part":{"type":"output_text","text":%b,'
+                b'"annotations":[],"logprobs":[]},"type":"response.content_part.done","sequence_number":%d}')
+ITEM_DONE_WS = (b'{"output_index":%d,"item":{"id":%b,"type":"message","role":"assistant","status":%b,'
+                b'"content":[{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]},'
+                b'"type":"response.output_item.done","sequence_number":%d}')
+_TERMINAL_WS = b'{"response":%b,"type":"response.%b","sequence_number":%d}'
+
+
+def _sse(kind: bytes, data: bytes) -> bytes:
+    """The SSE frame of a data template (``http/sse_response.event_frame``'s layout)."""
+    return b"event: " + kind + b"\ndata: " + data + b"\n\n"
+
+
+DELTA_HEAD = b"event: response.output_text.delta\ndata: " + DELTA_HEAD_WS
+DELTA_TAIL = DELTA_TAIL_WS + b"\n\n"
+STARTED = _sse(b"response.created", CREATED_WS) + _sse(b"response.in_progress", IN_PROGRESS_WS)
+MESSAGE_OPENED = _sse(b"response.output_item.added", ADDED_WS) + _sse(b"response.content_part.added", PART_ADDED_WS)
+MESSAGE_CLOSED = (_sse(b"response.output_text.done", TEXT_DONE_WS) + _sse(b"response.content_part.done", PART_DONE_WS)
+                  + _sse(b"response.output_item.done", ITEM_DONE_WS))
+_TERMINAL_FRAME = _sse(b"response.%b", _TERMINAL_WS)
 #: an item status as JSON (the frequent ones made once)
 STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
-_TERMINAL_FRAME = b'event: response.%b\ndata: {"response":%b,"type":"response.%b","sequence_number":%d}\n\n'
 
 # A new Response object's keys in order, the request's echo fields in the middle: copying a dict
 # with the final key layout and overwriting its values costs half of building it key by key.
@@ -87,7 +104,7 @@ def response_ids() -> tuple[str, str]:
 class ResponseEvents:
     """The Response object and the writing of its events; see the module docstring."""
 
-    __slots__ = ("_seq", "emit", "frames", "large", "response")
+    __slots__ = ("_seq", "emit", "frames", "large", "response", "socket")
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], created_at: int | None, emit: bool,
                  frames: bool) -> None:
@@ -98,8 +115,9 @@ class ResponseEvents:
         # (bytes), the frequent ones filled into byte templates; the terminal one is ``TERMINAL``
         # until the run frames it with ``terminal_frame`` (from the stored record's bytes).
         self.frames = frames
-        # A ``frames`` builder that closed a large text: its frames that carry the text are spliced.
+        # A ``frames`` (or ``socket``) builder that closed a large text: its frames that carry the text are spliced.
         self.large = False
+        self.socket = False  # ``to_socket``
         self._seq = 0
         template = _WITH_ECHO.get(id(echo))
         response = _TEMPLATE.copy() if template is None else template.copy()  # the key layout, then the values
@@ -111,8 +129,13 @@ class ResponseEvents:
             response.update(echo)
         self.response: dict[str, Any] = response
 
+    def to_socket(self) -> None:
+        """Write every event as its WebSocket text frame (``socket`` mode; see the module docstring), from the start."""
+        self.frames = False
+        self.emit = self.socket = True
+
     def _event(self, kind: str, fields: dict[str, Any]) -> Any:
-        """The event dict, or (``frames``) its SSE frame; numbered either way."""
+        """The event dict, or (``frames``) its SSE frame, or (``socket``) its WebSocket frame; numbered either way."""
         number = self._seq
         self._seq += 1
         if not self.emit:
@@ -121,7 +144,23 @@ class ResponseEvents:
         fields["sequence_number"] = number
         if self.frames:
             return event_frame(kind, orjson.dumps(fields))
+        if self.socket:
+            return text_frame(orjson.dumps(fields))
         return fields
+
+    def _large_frames(self, events: list[tuple[str, dict[str, Any]]], text: str) -> list[Frame]:
+        """Events each carrying the large ``text`` where ``MARK`` stands, numbered: one spliced frame of them all
+        (``frames``), or a fragmented message each (``socket``)."""
+        encoded = []
+        for kind, fields in events:
+            fields["type"] = kind
+            fields["sequence_number"] = self._seq
+            self._seq += 1
+            encoded.append(orjson.dumps(fields))
+        if self.socket:
+            return [fragments(spliced(data, [text])) for data in encoded]
+        return [spliced(b"".join(event_frame(kind, data) for (kind, _), data in zip(events, encoded, strict=True)),
+                        [text] * len(events))]
 
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": list(self.response["output"])}
@@ -136,6 +175,11 @@ class ResponseEvents:
             seq = self._seq
             self._seq += 2
             return [STARTED % (snapshot, seq, snapshot, seq + 1)]
+        if self.socket:
+            snapshot = orjson.dumps(self.response)
+            seq = self._seq
+            self._seq += 2
+            return [text_frame(CREATED_WS % (snapshot, seq)), text_frame(IN_PROGRESS_WS % (snapshot, seq + 1))]
         return [self._event("response.created", {"response": self._snapshot()}),
                 self._event("response.in_progress", {"response": self._snapshot()})]
 
@@ -158,14 +202,34 @@ class ResponseEvents:
         self.large = True
         mark = {"type": "summary_text", "text": MARK}
         done = {**item, "summary": [mark], "status": status}
-        frames = [self._event("response.reasoning_summary_text.done", {"item_id": item["id"], "output_index": index,
-                                                                        "summary_index": 0, "text": MARK}),
-                  self._event("response.reasoning_summary_part.done", {"item_id": item["id"], "output_index": index,
-                                                                        "summary_index": 0, "part": mark}),
-                  self._event("response.output_item.done", {"output_index": index, "item": done})]
-        out.append(spliced(b"".join(frames), [text] * 3))
+        out.extend(self._large_frames([
+            ("response.reasoning_summary_text.done", {"item_id": item["id"], "output_index": index, "summary_index": 0,
+                                                      "text": MARK}),
+            ("response.reasoning_summary_part.done", {"item_id": item["id"], "output_index": index, "summary_index": 0,
+                                                      "part": mark}),
+            ("response.output_item.done", {"output_index": index, "item": done})], text))
         item["summary"] = [{"type": "summary_text", "text": text}]
         item["status"] = status
+
+    def _socket_closed(self, item: dict[str, Any], index: int, item_id: bytes, text: str, status: str) -> list[Frame]:
+        """A ``socket`` builder's three closing events of a message (``item``, its content and status set; ``item_id``
+        as JSON); a large text's as fragmented messages."""
+        if len(text) > LARGE_CHARS:
+            self.large = True
+            mark = {"type": "output_text", "text": MARK, "annotations": [], "logprobs": []}
+            return self._large_frames([
+                ("response.output_text.done", {"item_id": item["id"], "output_index": index, "content_index": 0,
+                                               "text": MARK, "logprobs": []}),
+                ("response.content_part.done", {"item_id": item["id"], "output_index": index, "content_index": 0,
+                                                "part": mark}),
+                ("response.output_item.done", {"output_index": index, "item": {**item, "content": [mark]}})], text)
+        encoded = orjson.dumps(text)
+        seq = self._seq
+        self._seq += 3
+        return [text_frame(TEXT_DONE_WS % (item_id, index, encoded, seq)),
+                text_frame(PART_DONE_WS % (item_id, index, encoded, seq + 1)),
+                text_frame(ITEM_DONE_WS % (index, item_id, STATUS.get(status) or orjson.dumps(status), encoded,
+                                           seq + 2))]
 
     def terminal_frame(self, final: bytes | None) -> Frame:
         """A ``frames`` builder's terminal event (``TERMINAL`` in its batch); ``final``: the Response's JSON.
@@ -174,9 +238,13 @@ class ResponseEvents:
         """
         status = self.response["status"].encode()
         if not self.large:
+            if self.socket:
+                return text_frame(_TERMINAL_WS % (final or orjson.dumps(self.response), status, self._seq - 1))
             return _TERMINAL_FRAME % (status, final or orjson.dumps(self.response), status, self._seq - 1)
         texts: list[str] = []
         response = {**self.response, "output": [marked(item, texts) for item in self.response["output"]]}
+        if self.socket:
+            return fragments(spliced(_TERMINAL_WS % (orjson.dumps(response), status, self._seq - 1), texts))
         return spliced(_TERMINAL_FRAME % (status, orjson.dumps(response), status, self._seq - 1), texts)
 
 

@@ -32,10 +32,11 @@ from gateway.api.responses.chain import Chain, check_quota, parent_chain, previo
 from gateway.api.responses.compaction import expander
 from gateway.api.responses.events import response_ids
 from gateway.api.responses.hosted import plan_hosted
+from gateway.api.responses.ids import response_id, server_label
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
 from gateway.api.responses.reasoning import INCLUDE, Carrier, dropped_warning, restore
-from gateway.api.responses.render import ResponseBuilder, ResponseRecorder, response_id, server_label
+from gateway.api.responses.render import ResponseBuilder, ResponseRecorder
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
 from gateway.api.services import ResponsesServices

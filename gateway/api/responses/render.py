@@ -32,10 +32,14 @@ import orjson
 
 from gateway.api.responses.calls import NO_DROPS, CallItems
 from gateway.api.responses.events import (
+    ADDED_WS,
     DELTA_HEAD,
+    DELTA_HEAD_WS,
     DELTA_TAIL,
+    DELTA_TAIL_WS,
     MESSAGE_CLOSED,
     MESSAGE_OPENED,
+    PART_ADDED_WS,
     SILENT,
     STATUS,
     TERMINAL,
@@ -43,10 +47,12 @@ from gateway.api.responses.events import (
     ResponseEvents,
     usage_object,
 )
+from gateway.api.responses.ids import item_ids
 from gateway.api.responses.reasoning import Carrier
 from gateway.api.responses.spliced import LARGE_CHARS, NUL, spliced
 from gateway.canonical import Answering, HostedToolCall, ReasoningDelta, TextDelta
 from gateway.errors import GatewayError
+from gateway.http.websocket_frames import HEADS, text_frame
 from gateway.loop.engine import ITERATION_SEPARATOR
 from gateway.loop.events import (
     Finished,
@@ -57,28 +63,6 @@ from gateway.loop.events import (
     ToolStarted,
     TurnArtifacts,
 )
-from gateway.random_ids import random_hex
-
-
-def new_id(kind: str) -> str:
-    """An item id: 96 random bits (batched CSPRNG, no system call per item)."""
-    return kind + "_" + random_hex(12)
-
-
-def item_ids() -> tuple[str, itertools.count[int]]:
-    """One response's item ids: a random base (80 bits) and a counter, so a second builder fed the same
-    events (a resume's stored result, ``ResponseRecorder``) names the items exactly as the first did."""
-    return "_" + random_hex(10), itertools.count()
-
-
-def response_id() -> str:
-    """192 random bits: ids cannot be enumerated from one seen (a stored response is also bound to its tenant)."""
-    return "resp_" + random_hex(24)
-
-
-def server_label(source: str) -> str:
-    """The ``server_label`` of a tool from its source name: the MCP server's name, or ``loopgate``."""
-    return source[4:] if source.startswith("mcp:") else "loopgate"
 
 
 class ResponseBuilder(CallItems):
@@ -142,9 +126,12 @@ class ResponseBuilder(CallItems):
         if item["type"] == "message":
             self.final_text.append(text)  # a message's text is the last model call's (until a tool starts)
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            if self.frames:
+            if self.frames or self.socket:
                 item["content"] = [part]
                 item["status"] = status
+                if self.socket:
+                    out += self._socket_closed(item, index, self._open_json, text, status)
+                    return
                 item_id = self._open_json
                 large = len(text) > LARGE_CHARS
                 self.large = self.large or large
@@ -162,7 +149,7 @@ class ResponseBuilder(CallItems):
                                                                       "content_index": 0, "part": part}))
             item["content"] = [part]
             item["status"] = status
-        elif self.frames and len(text) > LARGE_CHARS:
+        elif (self.frames or self.socket) and len(text) > LARGE_CHARS:
             self._close_large_reasoning(item, index, text, status, out)
             return
         elif not text and "encrypted_content" in item:  # a reasoning item that only carries a turn's artifacts
@@ -191,15 +178,20 @@ class ResponseBuilder(CallItems):
             self._open_type = "message"
             self._texted = True
             item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
-            if self.frames:
+            if self.frames or self.socket:
                 output = self.response["output"]
                 index = self._open = len(output)
                 output.append(item)
                 encoded = self._open_json = orjson.dumps(item_id)
-                self._delta_head = DELTA_HEAD % (encoded, index)
                 seq = self._seq
                 self._seq += 2
-                out.append(MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
+                if self.frames:
+                    self._delta_head = DELTA_HEAD % (encoded, index)
+                    out.append(MESSAGE_OPENED % (index, encoded, seq, encoded, index, seq + 1))
+                else:
+                    self._delta_head = DELTA_HEAD_WS % (encoded, index)
+                    out += (text_frame(ADDED_WS % (index, encoded, seq)),
+                            text_frame(PART_ADDED_WS % (encoded, index, seq + 1)))
             elif self.emit:
                 self._open = self._add(item, out)
                 out.append(self._event("response.content_part.added", {
@@ -213,6 +205,11 @@ class ResponseBuilder(CallItems):
         if self.frames:
             out.append(self._delta_head + orjson.dumps(text) + DELTA_TAIL % self._seq)
         elif self.emit:  # the one event per upstream chunk: built directly (same keys, same order as ``_event``)
+            if self.socket:  # its WebSocket frame: head and data side by side in the batch (one copy, at the join)
+                data = self._delta_head + orjson.dumps(text) + DELTA_TAIL_WS % self._seq
+                out += (HEADS[len(data)], data)
+                self._seq += 1
+                return
             out.append({"item_id": self._open_id, "output_index": self._open, "content_index": 0, "delta": text,
                         "logprobs": [], "type": "response.output_text.delta", "sequence_number": self._seq})
         self._seq += 1
@@ -333,7 +330,7 @@ class ResponseBuilder(CallItems):
         if self.hosted_drops or self.notes or self.carrier is not None:
             self.warn(response["gateway"], [*self.notes, *(self.carrier.warnings() if self.carrier else ())])
         self.done = True
-        if self.frames:  # framed by the run once the record is written (``terminal_frame``)
+        if self.frames or self.socket:  # framed by the run once the record is written (``terminal_frame``)
             self._seq += 1
             out.append(TERMINAL)
         elif self.emit:

@@ -13,8 +13,9 @@ handed to ``driver.drive`` as the body of a request with the connection's header
 /v1/responses`` with ``stream: true`` — authenticate (a key revoked since the upgrade is refused,
 and the connection closed), parse, plan and allow, new / continued / resumed, budget and
 admission (rate limits and a concurrency slot per turn), watch, render, settle — and its answer
-(the SSE body, or an error) is played onto the socket: each SSE frame becomes a message holding
-its ``data``, an error answer an ``error`` event. Failover, the tool loop and pauses are the
+(the stream, or an error) is played onto the socket: each event a message holding the ``data`` its SSE
+frame would carry (the renderer frames them for the socket itself: ``responses/events.py``, ``socket``
+mode), an error answer an ``error`` event. Failover, the tool loop and pauses are the
 surface's own; ``previous_response_id`` also reaches the connection's own ``store: false``
 responses (``ws_records.ConnectionRecords``). The connection itself, its turns in order and its
 bounds: ``ws_connection.py``; its messages: ``ws_messages.py``.

@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import operator
 import time
 from typing import Any
 
@@ -44,10 +45,11 @@ from gateway.api.responses.ws_messages import (
 )
 from gateway.api.responses.ws_prepared import PreparedSurface
 from gateway.api.responses.ws_records import ConnectionRecords
+from gateway.api.services import ResponsesServices
 from gateway.config.websocket_section import WebSocketConfig
 from gateway.errors import GatewayError
 from gateway.http.incoming import Incoming
-from gateway.http.websocket_server import FrameWriter, frame_writer
+from gateway.http.websocket_frames import FRAMES_TYPE, FrameWriter, frame_writer, framed, framed_events
 from gateway.observability.metrics import WEBSOCKET_CLOSES
 
 #: close codes (RFC 6455): the end of an idle or spent connection, a message too large, a key refused
@@ -59,6 +61,9 @@ _HTTP: dict[str, Any] = {"type": "http"}
 _DISCONNECT: Message = {"type": "http.disconnect"}
 #: a turn to run: its body, its size, the surface that runs it (the Responses surface, or ``generate: false``'s)
 Turn = tuple[dict[str, Any], int, Mounted]
+#: the Responses bundle's fields a connection shares (all but its records)
+_SHARED = tuple(field.name for field in dataclasses.fields(ResponsesServices) if field.name != "records")
+_shared_fields = operator.attrgetter(*_SHARED)
 
 
 class Connection:
@@ -67,12 +72,14 @@ class Connection:
     def __init__(self, mounted: Mounted, settings: WebSocketConfig, incoming: Incoming, receive: Receive,
                  send: Send) -> None:
         self.settings = settings
-        records = ConnectionRecords(mounted.services.records, settings.kept_responses, settings.kept_bytes)
+        shared: ResponsesServices = mounted.services
+        records = ConnectionRecords(shared.records, settings.kept_responses, settings.kept_bytes)
         #: the Responses surface as this connection's turns run it: reading the connection's own responses too
-        services = dataclasses.replace(mounted.services, records=records)
+        # (the bundle copied field by field: ``dataclasses.replace`` inspects the class each time, ~25k instructions)
+        services = ResponsesServices(records=records, **dict(zip(_SHARED, _shared_fields(shared), strict=True)))
         self.records = records
         self.mounted = Mounted(mounted.surface, services, mounted.lifecycle)
-        self.prepared = Mounted(PreparedSurface(mounted.surface.path), services, mounted.lifecycle)
+        self._prepared: Mounted | None = None  # the ``generate: false`` surface, made when first needed
         self.incoming = incoming
         self._receive = receive
         self._send = send
@@ -139,7 +146,7 @@ class Connection:
         self.running = True
         player = Player(self)
         try:
-            answer = await drive(mounted, self.incoming.for_message(body, size), TURN)
+            answer = await drive(mounted, self.incoming.for_message(body, size, self.writer is not None), TURN)
             self.streaming = True
             await answer(_HTTP, self._turn_receive, player.send)
         except asyncio.CancelledError:
@@ -217,7 +224,14 @@ class Connection:
         except GatewayError as error:
             await self.send_text(gateway_error_event(error))
             return None
-        return body, len(text), self.mounted if generate else self.prepared
+        return body, len(text), self.mounted if generate else self.prepared()
+
+    def prepared(self) -> Mounted:
+        """The surface of ``generate: false`` turns, over the same services."""
+        if self._prepared is None:
+            mounted = self.mounted
+            self._prepared = Mounted(PreparedSurface(mounted.surface.path), mounted.services, mounted.lifecycle)
+        return self._prepared
 
     # -- bounds ----------------------------------------------------------------------------------
     def _arm(self, delay: float) -> None:
@@ -272,14 +286,16 @@ class Connection:
 class Player:
     """An HTTP answer of the Responses surface played onto the socket: the ASGI ``send`` it is given.
 
-    A stream's SSE frames become one message each (their ``data``); any other answer (an error before
-    the first event) one ``error`` event with its status and rate-limit headers.
+    A stream already framed for the socket (``FRAMES_TYPE``: a Responses turn's, ``responses/events.py``) is
+    written as it is; another's SSE frames become one message each (their ``data``); any other answer (an
+    error before the first event) one ``error`` event with its status and rate-limit headers.
     """
 
-    __slots__ = ("_body", "_connection", "_events", "_headers", "_writer", "status")
+    __slots__ = ("_body", "_connection", "_direct", "_events", "_headers", "_writer", "status")
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
+        self._direct = False  # the body is WebSocket frames (``FRAMES_TYPE``)
         self.status = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self._events: SSEEvents | None = None
@@ -287,10 +303,23 @@ class Player:
         self._body: list[bytes] = []
 
     async def send(self, message: Message) -> None:
-        body = message.get("body", b"")
         writer = self._writer
-        if writer is not None and not self._events and await writer.write_events(body):  # whole events: the hot path
-            return
+        if writer is not None:  # the hot path: a stream written to the connection directly
+            body = message["body"]
+            if self._direct:  # WebSocket frames already (the renderer's ``socket`` mode): written as they are
+                if body and not writer.write_now(body):
+                    await writer.write(body)
+                return
+            if not self._events.pending:  # type: ignore[union-attr]  # set with the writer
+                # Whole SSE events (a compaction turn: responses/compaction_turn.py): framed in C.
+                data = framed_events(body)
+                if data is not None:
+                    if not writer.write_now(data):
+                        await writer.write(data)
+                    return
+                if not body:
+                    return
+        body = message.get("body", b"")
         if message["type"] == "http.response.start":
             self._start(message)
             return
@@ -306,7 +335,7 @@ class Player:
         if not payloads:
             return
         if writer is not None:
-            await writer.write(payloads)
+            await writer.write(framed(payloads))
             return
         for data in payloads:
             await self._connection.send_text(data.decode())
@@ -314,6 +343,11 @@ class Player:
     def _start(self, message: Message) -> None:
         self.status = message["status"]
         self._headers = list(message.get("headers") or ())
-        if self.status == 200 and (b"content-type", b"text/event-stream; charset=utf-8") in self._headers:
+        if self.status != 200:
+            return
+        if (b"content-type", FRAMES_TYPE) in self._headers:  # asked for only when the connection has a writer
+            self._direct = True
+            self._writer = self._connection.writer
+        elif (b"content-type", b"text/event-stream; charset=utf-8") in self._headers:
             self._events = SSEEvents()
             self._writer = self._connection.writer

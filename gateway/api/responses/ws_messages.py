@@ -14,7 +14,8 @@ Anything else (not JSON, nested too deep, not an object, another ``type``, a bin
 answered with an ``error`` event and the connection stays usable.
 
 The server sends the Responses stream's events, each the ``data`` of the SSE frame the HTTP
-stream would carry (:class:`SSEEvents` cuts an SSE body into them), and, for a turn refused before
+stream would carry (framed so by the renderer, ``responses/events.py``; an SSE body of another surface
+cut into them by :class:`SSEEvents`), and, for a turn refused before
 its first event (or a message refused), an ``error`` event in OpenAI's WebSocket shape:
 ``{"type": "error", "status": <HTTP status>, "error": {"type", "code", "message", "param",
 "headers"}, "headers"}`` (:func:`error_event`; the error object is the HTTP error's, ``headers``
@@ -109,17 +110,18 @@ class SSEEvents:
     large text's frame comes in slices (responses/spliced.py), kept until its end arrives.
     """
 
-    __slots__ = ("_pending",)
+    __slots__ = ("pending",)
 
     def __init__(self) -> None:
-        self._pending: list[bytes] = []
+        #: part of an event, waiting for its end
+        self.pending: list[bytes] = []
 
     def __bool__(self) -> bool:
         """Whether part of an event is waiting for its end."""
-        return bool(self._pending)
+        return bool(self.pending)
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        pending = self._pending
+        pending = self.pending
         if pending:
             if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and pending[-1][-1:] == b"\n"):
                 pending.append(chunk)  # a slice within a frame: joined once, when the frame ends

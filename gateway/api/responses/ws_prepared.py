@@ -33,6 +33,7 @@ from gateway.api.responses.spliced import frames_body
 from gateway.api.services import ResponsesServices, Services
 from gateway.errors import bad_request, quoted
 from gateway.http.sse_response import SSEResponse
+from gateway.http.websocket_frames import FRAMES_TYPE
 from gateway.store.responses.base import TRANSCRIPT_HEAD
 
 _ANSWERS = frozenset({"function_call_output", "mcp_approval_response"})
@@ -73,6 +74,9 @@ class PreparedSurface:
         async def on_close() -> None:
             work.done(200)
             await work.settle(usage_of(run.response))
+        if incoming.socket:  # its events framed for the connection, as a generating turn's (endpoint.py)
+            run.builder.to_socket()
+            return SSEResponse(prepared_frames(run, services, on_close), work.headers, FRAMES_TYPE)
         return SSEResponse(prepared_frames(run, services, on_close), work.headers)
 
 
