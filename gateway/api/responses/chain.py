@@ -10,6 +10,7 @@ refused request costs no tokens.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,21 +32,36 @@ def previous_not_found(response_id: str, gone: str | None = None) -> GatewayErro
     return GatewayError(400, message, "invalid_request_error", "previous_response_id", "previous_response_not_found")
 
 
-async def check_quota(records: ResponseRecords, quota: int, tenant: str) -> None:
+def check_quota(records: ResponseRecords, quota: int, tenant: str) -> Awaitable[None] | None:
     """Refuse a ``store: true`` request when the tenant's stored responses reached their quota (429).
 
     Checked once, before the run: requests admitted while under the quota may each still store
     their own record, so the quota is passed by at most the records of the requests in flight.
+    Decided here when the store knows the bytes in this process (``held_bytes``: then None); else
+    the awaitable that asks the store and decides.
     """
     if not quota:
-        return
+        return None
+    stored = records.held_bytes(tenant)
+    if stored is None:
+        return _check_stored(records, quota, tenant)
+    if stored >= quota:
+        raise _over_quota(stored, quota)
+    return None
+
+
+async def _check_stored(records: ResponseRecords, quota: int, tenant: str) -> None:
     stored = await records.stored_bytes(tenant)
     if stored >= quota:
-        STORE_QUOTA_REFUSALS.inc()
-        raise GatewayError(429, f"This tenant's stored responses use {stored} bytes, at or over its quota of {quota} "
-                           "bytes (store.tenant_max_stored_bytes). Delete responses you no longer need, wait for "
-                           "older ones to expire, or send 'store': false.", "insufficient_quota", "store",
-                           "storage_quota_exceeded")
+        raise _over_quota(stored, quota)
+
+
+def _over_quota(stored: int, quota: int) -> GatewayError:
+    STORE_QUOTA_REFUSALS.inc()
+    return GatewayError(429, f"This tenant's stored responses use {stored} bytes, at or over its quota of {quota} "
+                        "bytes (store.tenant_max_stored_bytes). Delete responses you no longer need, wait for "
+                        "older ones to expire, or send 'store': false.", "insufficient_quota", "store",
+                        "storage_quota_exceeded")
 
 
 @dataclass(slots=True)

@@ -30,6 +30,23 @@ _TYPES: dict[str, tuple[type, ...]] = {
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound
 # A function tool's fields a Response shows even when the request left them out.
 _FUNCTION_ECHO = ("description", "parameters", "strict")
+# The echo's defaults that are objects: shared, never written to (the Response object is only serialised).
+TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
+REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
+
+
+def _plain(store: bool, background: bool) -> dict[str, Any]:
+    return {"instructions": None, "tools": [], "tool_choice": "auto", "parallel_tool_calls": True,
+            "max_output_tokens": None, "temperature": 1.0, "top_p": 1.0, "text": TEXT_ECHO, "reasoning": REASONING_ECHO,
+            "truncation": "disabled", "user": None, "store": store, "background": background,
+            "previous_response_id": None, "max_tool_calls": None, "metadata": {}}
+
+
+# The echo of a plain request (model, input, and at most stream / store / background), by (store, background): one
+# shared dict each, never written to, so a Response object starts from a template that already holds it
+# (``responses/events.py``) instead of copying sixteen fields per request.
+PLAIN_ECHOES: dict[tuple[bool, bool], dict[str, Any]] = {
+    (store, background): _plain(store, background) for store in (True, False) for background in (True, False)}
 
 
 def sampling_echo(body: dict[str, Any]) -> dict[str, Any]:

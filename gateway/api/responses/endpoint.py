@@ -83,7 +83,7 @@ class ResponsesSurface:
             # answers without the rate-limit headers, one after with them, as for a stream.
             await run.complete(work.show_limits)
             work.done(200)
-            await work.settle(usage_of(run.response))
+            await work.settle(work.usage())  # the loop's usage, as its Finished event (and the Response) report
             return JSONResponse(run.response_json(), raw_headers=work.headers)
         await run.open()
         work.show_limits()

@@ -28,11 +28,12 @@ from typing import Any
 
 import orjson
 
-from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS
+from gateway.api.responses.echo import ECHO_DEFAULTS, ECHO_FIELDS, PLAIN_ECHOES
 from gateway.api.responses.spliced import LARGE_CHARS, MARK, marked, spliced
 from gateway.canonical import Usage
 from gateway.http.sse_response import event_frame
 from gateway.http.websocket_frames import fragments, text_frame
+from gateway.random_ids import random_hex
 
 SILENT: dict[str, Any] = {"type": "silent"}  # what ``_event`` returns when events are not kept
 # A ``frames`` builder's terminal event before it is framed: the run frames it from the bytes the
@@ -87,6 +88,17 @@ STATUS = {"completed": b'"completed"', "incomplete": b'"incomplete"'}
 _TEMPLATE: dict[str, Any] = {"id": "", "object": "response", "created_at": 0, "status": "in_progress",
                              "completed_at": None, "error": None, "incomplete_details": None, "model": "",
                              "output": None, **dict.fromkeys(ECHO_FIELDS), **ECHO_DEFAULTS, "usage": None}
+# The template with each shared echo (``echo.PLAIN_ECHOES``) already in it, by the echo's identity (they live as long
+# as the process): a plain request's Response object is one copy, with no echo to write over it.
+_WITH_ECHO: dict[int, dict[str, Any]] = {id(echo): {**_TEMPLATE, **echo} for echo in PLAIN_ECHOES.values()}
+
+
+def response_ids() -> tuple[str, str]:
+    """A new response's id (``render.response_id``: 192 random bits) and its items' random base (``render.item_ids``:
+    80), from one draw: what two draws would give (the batch hands out consecutive digits either way), for one call
+    to the CSPRNG batch instead of two."""
+    digits = random_hex(34)
+    return "resp_" + digits[:48], "_" + digits[48:]
 
 
 class ResponseEvents:
@@ -107,12 +119,14 @@ class ResponseEvents:
         self.large = False
         self.socket = False  # ``to_socket``
         self._seq = 0
-        response = _TEMPLATE.copy()  # the key layout, then the values
+        template = _WITH_ECHO.get(id(echo))
+        response = _TEMPLATE.copy() if template is None else template.copy()  # the key layout, then the values
         response["id"] = rid
         response["created_at"] = created_at or int(time.time())
         response["model"] = route
         response["output"] = []
-        response.update(echo)
+        if template is None:
+            response.update(echo)
         self.response: dict[str, Any] = response
 
     def to_socket(self) -> None:

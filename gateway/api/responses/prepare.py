@@ -30,6 +30,7 @@ from gateway.api.request.lifecycle import Work
 from gateway.api.responses.calls import SOURCES, names_of
 from gateway.api.responses.chain import Chain, check_quota, parent_chain, previous_not_found
 from gateway.api.responses.compaction import expander
+from gateway.api.responses.events import response_ids
 from gateway.api.responses.hosted import plan_hosted
 from gateway.api.responses.ids import response_id, server_label
 from gateway.api.responses.items import Converted, to_messages
@@ -71,9 +72,14 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     if request.tools:
         _refuse_clashes(request, server)
     hosted, drops = plan_hosted(request, plan, bool(request.tools or server)) if request.hosted else (None, None)
-    converted = to_messages(request.input, expander(services, tenant), request.names)
+    given = request.input
+    # Only a compaction item is expanded: one message (a string input) needs no expander made.
+    converted = to_messages(given, None if len(given) == 1 and given[0]["type"] == "message" else
+                            expander(services, tenant), request.names)
     if request.store:
-        await check_quota(services.records, services.quota_bytes, tenant)
+        pending = check_quota(services.records, services.quota_bytes, tenant)  # None: decided (the embedded store)
+        if pending is not None:
+            await pending
     deadline = deadline_of(shared.request_timeout_s)
     earlier: list[Message] = []
     chain: Chain | None = None
@@ -172,9 +178,10 @@ def _new_run(request: ResponsesRequest, services: ResponsesServices, work: Work,
                        stream=request.stream, deadline=deadline, key_id=key.id, key_name=key.name,
                        allowed_tools=key.tools, stream_rescue=request.stream_rescue, hosted=hosted,
                        max_tool_calls=request.max_tool_calls)
-    rid = response_id()
+    rid, item_base = response_ids()
     builder = ResponseBuilder(rid, request.model, request.echo, _labels(services.loop.tools), _NO_APPROVALS, None,
-                              request.stream or request.background, request.stream and not request.background)
+                              request.stream or request.background, request.stream and not request.background,
+                              item_base)
     instructions_first = bool(request.instructions)
     loop.origin = responses_origin(rid, request, instructions_first)
     if request.include and INCLUDE in request.include:

@@ -80,7 +80,7 @@ class ResponseBuilder(CallItems):
 
     def __init__(self, rid: str, route: str, echo: dict[str, Any], label_of: Callable[[str], str],
                  approved: frozenset[str] = frozenset(), created_at: int | None = None, emit: bool = True,
-                 frames: bool = False) -> None:
+                 frames: bool = False, item_base: str = "") -> None:
         ResponseEvents.__init__(self, rid, route, echo, created_at, emit, frames)
         self.names = None  # what ``CallItems`` renders by: set by the run when the request has any
         self.hosted_drops = NO_DROPS
@@ -104,7 +104,7 @@ class ResponseBuilder(CallItems):
         self._parts: list[str] = []
         self._tools: dict[str, int] = {}  # running mcp_call items by tool call id
         self._texted = False
-        self._items = item_ids()
+        self._items = (item_base, itertools.count()) if item_base else item_ids()  # item_base: ``response_ids``'
 
     @property
     def id(self) -> str:
@@ -192,12 +192,15 @@ class ResponseBuilder(CallItems):
                     self._delta_head = DELTA_HEAD_WS % (encoded, index)
                     out += (text_frame(ADDED_WS % (index, encoded, seq)),
                             text_frame(PART_ADDED_WS % (encoded, index, seq + 1)))
-            else:
+            elif self.emit:
                 self._open = self._add(item, out)
-                if self.emit:
-                    out.append(self._event("response.content_part.added", {
-                        "item_id": item_id, "output_index": self._open, "content_index": 0,
-                        "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
+                out.append(self._event("response.content_part.added", {
+                    "item_id": item_id, "output_index": self._open, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}))
+            else:  # a JSON answer: what ``_add`` does without events
+                output = self.response["output"]
+                self._open = len(output)
+                output.append(item)
         self._parts.append(text)
         if self.frames:
             out.append(self._delta_head + orjson.dumps(text) + DELTA_TAIL % self._seq)

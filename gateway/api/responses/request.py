@@ -28,7 +28,8 @@ from typing import Any
 
 from gateway.api.chat.request import _expect, type_name
 from gateway.api.loop.stream_options import stream_rescue_option
-from gateway.api.responses.echo import sampling_echo
+from gateway.api.responses.echo import PLAIN_ECHOES, REASONING_ECHO, TEXT_ECHO, sampling_echo
+from gateway.api.responses.text_format import text_format
 from gateway.api.responses.tools import CallerTools, parse_tools, tool_choice
 from gateway.canonical import ToolDef
 from gateway.errors import GatewayError, bad_request, quoted
@@ -67,8 +68,6 @@ _OWN_FIELDS = frozenset({
 _NUMBER = (int, float)
 # The fields of a plain request (``parse_responses_request``'s shortcut): none of them is a chat parameter.
 _PLAIN_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background"})
-_TEXT_ECHO: dict[str, Any] = {"format": {"type": "text"}}
-_REASONING_ECHO: dict[str, Any] = {"effort": None, "summary": None}
 _NO_HOSTED: list[dict[str, Any]] = []  # shared, never written to
 _NO_PARAMS: list[str] = []
 
@@ -115,9 +114,13 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     Each group of fields is its own check; the fields a plain request does not send (most send
     none of them) are read by :func:`_options` only when the body has one.
     """
-    _refuse_unsupported(body)
-    model = _model(body.get("model"))
-    items = _input(body.get("input"))
+    # Each check is called only when its fast test fails (a call costs more than the test): same checks, same order.
+    if body.__class__ is not dict or "conversation" in body or "prompt" in body:
+        _refuse_unsupported(body)
+    model = body.get("model")
+    model = model if model.__class__ is str and model else _model(model)
+    given = body.get("input")
+    items = [{"type": "message", "role": "user", "content": given}] if given.__class__ is str else _input(given)
     # An absent field costs no call (each costs this request about as much as its checks).
     instructions = body.get("instructions")
     if instructions is not None:
@@ -126,15 +129,19 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     parsed = None if tools_given is None else parse_tools(tools_given)
     choice = body.get("tool_choice")
     chosen = None if choice is None else tool_choice(choice, parsed.names if parsed is not None else None)
-    stream, store, background = _modes(body)
+    stream, store, background = body.get("stream", False), body.get("store", True), body.get("background", False)
+    if stream.__class__ is not bool or store.__class__ is not bool or background.__class__ is not bool:
+        stream, store, background = _modes(body)
     # The echo of a plain request: ``_options`` writes over the fields it has (same keys, same order) and adds
     # ``ECHO_DEFAULTS``' (a Response object starts from a template holding their defaults: responses/events.py).
-    # The default values are shared, never written to (the Response object is only serialised).
+    # Its default values are shared, never written to; so is a whole echo of modes only (``PLAIN_ECHOES``).
     metadata: dict[str, str] = {}
-    echo = {
+    plain = body.keys() <= _PLAIN_FIELDS
+    shared = plain and instructions is None and parsed is None and choice is None
+    echo = PLAIN_ECHOES[store, background] if shared else {
         "instructions": instructions, "tools": parsed.echo if parsed is not None else [],
         "tool_choice": choice or "auto", "parallel_tool_calls": True, "max_output_tokens": None, "temperature": 1.0,
-        "top_p": 1.0, "text": _TEXT_ECHO, "reasoning": _REASONING_ECHO, "truncation": "disabled", "user": None,
+        "top_p": 1.0, "text": TEXT_ECHO, "reasoning": REASONING_ECHO, "truncation": "disabled", "user": None,
         "store": store, "background": background, "previous_response_id": None, "max_tool_calls": None,
         "metadata": metadata,
     }
@@ -146,7 +153,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         request = ResponsesRequest(model, items, instructions, parsed.tools, chosen, {}, stream, store, background,
                                    None, None, None, False, metadata, echo, None, parsed.names, parsed.hosted,
                                    parsed.params)
-    if not body.keys() <= _PLAIN_FIELDS:
+    if not plain:
         _options(body, request)
     return request
 
@@ -260,7 +267,7 @@ def _params(body: dict[str, Any], max_output: int | None) -> dict[str, Any]:
 def _text(text: Any, params: dict[str, Any]) -> dict[str, Any]:
     """``text``: its format as ``response_format``, its verbosity as ``verbosity`` (into ``params``); its echo."""
     _expect(text, (dict,), "text")
-    response_format = _text_format((text or {}).get("format"))
+    response_format = text_format((text or {}).get("format"))
     if response_format is not None:
         params["response_format"] = response_format
     if isinstance(text, dict) and text.get("verbosity") is not None:
@@ -320,10 +327,9 @@ def _count(value: Any, param: str, minimum: int) -> int | None:
 
 
 def _input(value: Any) -> list[dict[str, Any]]:
+    """Items, checked (a string input is made one message item by the caller)."""
     if value is None:
         return []
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
     if not isinstance(value, list):
         raise bad_request(f"'input' must be a string or an array of items, not {type_name(value)}", "input")
     if len(value) > MAX_INPUT_ITEMS:
@@ -341,31 +347,6 @@ def _input(value: Any) -> list[dict[str, Any]]:
                               f"{', '.join(sorted(INPUT_ITEM_TYPES))}", f"{param}.type")
         items.append(item)
     return items
-
-
-def _text_format(fmt: Any) -> dict[str, Any] | None:
-    """``text.format`` as chat's ``response_format`` (None for plain text)."""
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict):
-        raise bad_request(f"'text.format' must be an object, not {type_name(fmt)}", "text.format")
-    kind = fmt.get("type")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return {"type": "json_object"}
-    if kind == "json_schema":
-        name, schema = fmt.get("name"), fmt.get("schema")
-        if not isinstance(name, str) or not name:
-            raise bad_request("'text.format.name' must be a non-empty string", "text.format.name")
-        if not isinstance(schema, dict):
-            raise bad_request("'text.format.schema' must be an object (a JSON Schema)", "text.format.schema")
-        _expect(fmt.get("strict"), (bool,), "text.format.strict")
-        _expect(fmt.get("description"), (str,), "text.format.description")
-        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
-        return {"type": "json_schema", "json_schema": spec}
-    raise bad_request(f"'text.format.type' must be 'text', 'json_object' or 'json_schema', not {quoted(kind)}",
-                      "text.format.type")
 
 
 def _metadata(value: Any) -> dict[str, str]:

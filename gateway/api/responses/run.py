@@ -114,19 +114,20 @@ class ResponseRun:
                 builder.feed(loop_event)
                 if isinstance(loop_event, Finished) and store:
                     await self.save(loop_event)
+            feed = builder.feed
             async for loop_event in self._events:
-                if waiting and not isinstance(loop_event, Notice):
+                if waiting and loop_event.__class__ is not Notice:  # exact classes, as ``builder.feed`` reads them
                     waiting = False
                     on_output()  # type: ignore[misc]
-                builder.feed(loop_event)
-                if isinstance(loop_event, Finished) and store:
-                    await self.save(loop_event)
+                feed(loop_event)
+                if store and loop_event.__class__ is Finished:  # ``save``'s stored case, without its call
+                    await self._records.put(self.tenant, builder.response["id"], self.record(loop_event), self._ttl_s)
             if waiting:
                 on_output()  # type: ignore[misc]
             if not builder.done:
                 raise RuntimeError("the loop ended without a result")
         finally:
-            await self.aclose()
+            await self._events.aclose()  # type: ignore[attr-defined]  # ``aclose()`` without its coroutine
 
     async def events(self, raise_errors: bool = False) -> AsyncIterator[dict[str, Any]]:
         """The Responses stream events, ``response.created`` to the one terminal event.
@@ -232,24 +233,26 @@ class ResponseRun:
         only what it adds (not when ``chained`` is False: the whole conversation then). Without
         ``finished`` (still running, or failed) it only describes.
         """
+        builder = self.builder
+        response: Any = builder.response
         head: list[Message] | None = None
         continuation_id: str | None = None
         ancestors: list[str] | None = None
-        if finished is not None and finished.result.status == "paused":
-            continuation_id = finished.result.gateway.get("continuation_id")
-        elif finished is not None:
-            messages = self._loop.messages[1:] if self._instructions_first else self._loop.messages
-            chain = self._chain
-            if chain is not None and chain.ancestors and chained:
-                segment = chain.segment(messages)
-                if segment is not None:
-                    messages, ancestors = segment, chain.ancestors
-            head = messages
-        response: Any = self.builder.response
-        if finished is not None and self.builder.done and not self.builder.large:
-            # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
-            self._final = orjson.dumps(response)
-            response = orjson.Fragment(self._final)
+        if finished is not None:
+            result = finished.result
+            if result.status == "paused":
+                continuation_id = result.gateway.get("continuation_id")
+            else:
+                head = self._loop.messages[1:] if self._instructions_first else self._loop.messages
+                chain = self._chain
+                if chain is not None and chain.ancestors and chained:
+                    segment = chain.segment(head)
+                    if segment is not None:
+                        head, ancestors = segment, chain.ancestors
+            if builder.done and not builder.large:
+                # Final now: serialised once, reused for the answer (a large one is spliced into its frame instead).
+                final = self._final = orjson.dumps(response)
+                response = orjson.Fragment(final)
         # The input as the caller sent it: ``input_items`` gives the items without an id theirs on read.
         record = {"response": response, "input": self.request.input, TRANSCRIPT_HEAD: head,
                   "continuation_id": continuation_id, "instructions_first": self._instructions_first}
@@ -257,19 +260,26 @@ class ResponseRun:
             record["ancestors"] = ancestors
         return record
 
-    async def save(self, finished: Finished | None = None) -> None:
+    def save(self, finished: Finished | None = None) -> Awaitable[None]:
         """Write ``record(finished)`` with the store's TTL, unless the request said ``store: false``: then only
-        a records view that keeps such responses (a WebSocket connection's memory) is handed it."""
+        a records view that keeps such responses (a WebSocket connection's memory) is handed it.
+
+        The store's own awaitable (the record is made at the call): no coroutine of this method's around it."""
         records = self._records
         if self.request.store:
-            await records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
-        elif records.keeps_unstored:  # the whole conversation, and the answer's text
-            await records.keep(self.tenant, self.builder.response["id"], self.record(finished, chained=False),
-                               "".join(self.builder.final_text))
+            return records.put(self.tenant, self.builder.response["id"], self.record(finished), self._ttl_s)
+        if records.keeps_unstored:  # the whole conversation, and the answer's text
+            return records.keep(self.tenant, self.builder.response["id"], self.record(finished, chained=False),
+                                "".join(self.builder.final_text))
+        return _nothing()
 
 
 def _same(batch: Batch) -> Batch:
     return batch
+
+
+async def _nothing() -> None:
+    return None
 
 
 def input_items(response_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

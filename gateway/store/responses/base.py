@@ -122,6 +122,11 @@ class ResponseRecords(ABC):
     async def stored_bytes(self, tenant: str) -> int:
         """The bytes of the tenant's live records, as the store counts them (see each backend for its slack)."""
 
+    def held_bytes(self, tenant: str) -> int | None:
+        """``stored_bytes`` when this process knows it without a round trip (the embedded store), else None:
+        the quota check every ``store: true`` request makes then costs no coroutine."""
+        return None
+
     async def full_transcript(self, tenant: str, record: dict[str, Any]) -> list[Any]:
         """The whole conversation ``record`` continues from: its ancestors' segments, then its own.
 

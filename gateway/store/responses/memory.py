@@ -48,11 +48,15 @@ class MemoryResponseRecords(ResponseRecords):
         key, deadline = (tenant, response_id), now + ttl[1]
         raw = orjson.dumps(record)
         items = self._items
-        for ancestor in record.get("ancestors") or ():
-            items.touch((tenant, ancestor), deadline)
+        ancestors = record.get("ancestors")
+        if ancestors:
+            for ancestor in ancestors:
+                items.touch((tenant, ancestor), deadline)
+        size = len(raw)
         # An overwrite gives the old record's bytes back, and evictions theirs (``_released``).
-        items.set(key, raw, len(raw), deadline, now)
-        self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + len(raw) + ENTRY_OVERHEAD
+        items.set(key, raw, size, deadline, now)
+        held = self._tenant_bytes
+        held[tenant] = held.get(tenant, 0) + size + ENTRY_OVERHEAD
 
     async def get(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         raw = self._items.get((tenant, response_id), self._clock())
@@ -73,6 +77,9 @@ class MemoryResponseRecords(ResponseRecords):
         return live
 
     async def stored_bytes(self, tenant: str) -> int:
+        return self.held_bytes(tenant)
+
+    def held_bytes(self, tenant: str) -> int:
         """Exact to the second: expired records are pruned here too (at most once a second), so a tenant
         refused at its quota gets its bytes back as its records expire, with no write to prune them."""
         self._items.prune(self._clock())
