@@ -51,7 +51,7 @@ from tests.fakes.soak_tools import SoakToolServer
 from tests.fakes.soak_upstream import SoakUpstream
 from tests.ports import free_port
 from tests.soak.chaos_redis import TOPOLOGIES, Topology
-from tests.soak.client import Answer, LoopRun, Session
+from tests.soak.client import Answer, LoopRun, Session, content_of
 from tests.soak.harness import BOUND_S, KEY, REQUEST_TIMEOUT_S, _log_violations, record_violations, soak_config
 
 GATEWAYS = 3
@@ -211,7 +211,7 @@ class ChaosLoopRun(LoopRun):
             # during a failover, after the finish was written): the continuation keeps that answer, and the
             # asker reads it there (issue 29: the asker can always get the final answer). Not lost.
             result = await self._result(continuation_id)
-            content = _content_of(result)
+            content = content_of(result)
             if content and expected.startswith(content):
                 self.chaos.acknowledged[continuation_id] = "resumed"
                 self.s.stats[LOOP_ENDINGS[3]] += 1
@@ -255,14 +255,6 @@ class ChaosLoopRun(LoopRun):
         if response.status_code != 200:
             return f"HTTP {response.status_code}"
         return str(response.json().get("status"))
-
-
-def _content_of(result: dict[str, Any] | None) -> str:
-    """The answer text of a kept chat completion result ("" when it is not one)."""
-    if result is None or result.get("object") != "chat.completion" or not result.get("choices"):
-        return ""
-    content = (result["choices"][0].get("message") or {}).get("content")
-    return content if isinstance(content, str) else ""
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ import asyncio
 import functools
 import itertools
 import json
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -170,6 +171,7 @@ class LoopRun:
         self.where = f"loop {plan.loop} ({plan.route}, {'stream' if plan.stream else 'non-stream'}, " \
                      f"resume {plan.resume_way}{'/stream' if plan.resume_stream else ''})"
         self.messages: list[dict[str, Any]] = [{"role": "user", "content": plan.prompt}]
+        self.attempt_failed = False  # an attempt of the resume in progress failed on this side
 
     def violation(self, text: str) -> None:
         self.s.violations.append(f"seed {self.plan.seed} {self.where}: {text}")
@@ -227,8 +229,40 @@ class LoopRun:
     async def _on_conflict(self, continuation_id: str, expected: str = "") -> str:
         """A resume refused with 409: "retry" it, the loop "ended" for a documented reason, or "violation".
 
-        ``expected``: the text the rest of the loop answers with (an answer kept elsewhere is checked against it)."""
-        return "violation"
+        ``expected``: the text the rest of the loop answers with (an answer kept elsewhere is checked against it).
+        Only after an attempt of this resume failed on the client's side (a hang past ``bound_s`` on a loaded
+        machine, a dropped stream) while the gateway went on with it: that attempt still holds the claim (it ends,
+        then the resume is retried if it was given back), or it finished the resume, and the continuation keeps
+        the answer (the asker can always read the final answer there). Any other 409 is a violation."""
+        if not self.attempt_failed:
+            return "violation"
+        deadline = time.monotonic() + self.s.bound_s
+        status, result = await self._kept(continuation_id)
+        while status == "claimed" and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            status, result = await self._kept(continuation_id)
+        if status == "pending":
+            return "retry"
+        content = content_of(result)
+        if status != "resumed" or not content or not expected.startswith(content):
+            return "violation"
+        completed = ((result or {}).get("gateway") or {}).get("status") == "completed"
+        self.s.stats["loops completed" if completed else "loops failed cleanly"] += 1
+        self.s.stats["loops ended: answer read from the continuation after a failed attempt"] += 1
+        return "ended"
+
+    async def _kept(self, continuation_id: str) -> tuple[str, dict[str, Any] | None]:
+        """A continuation's status and the result it keeps once resumed (``GET /v1/continuations/{id}``)."""
+        try:
+            response = await self._http().get(f"{self._url()}/v1/continuations/{continuation_id}",
+                                              headers={"authorization": f"Bearer {self.s.key}"})
+        except httpx.HTTPError as exc:
+            return f"unreachable ({exc!r})", None
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}", None
+        body = response.json()
+        result = body.get("result")
+        return str(body.get("status")), result if isinstance(result, dict) else None
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -241,6 +275,7 @@ class LoopRun:
             for problem in answer.problems:
                 self.violation(problem)
             if answer.kind in ("failed", "conflict"):
+                self.attempt_failed = self.attempt_failed or (answer.kind == "failed" and resume is not None)
                 self.s.failures[answer.failure] += 1
                 seen = self.s.examples.setdefault(answer.failure, [])
                 if len(seen) < 3 and plan.loop not in seen:
@@ -277,6 +312,7 @@ class LoopRun:
                 return
             self.s.stats["pauses"] += 1
             first = last + 1
+            self.attempt_failed = False
             resume, request = self._resumption(answer)
 
     def _check_answer(self, answer: Answer, first: int) -> int:
@@ -370,3 +406,11 @@ class LoopRun:
         again = await self._bounded(lambda: self._resume_b(continuation_id, decisions, False))
         if again.kind != "conflict":
             self.violation(f"resuming {continuation_id} again after it completed gave {again.kind} {again.failure}")
+
+
+def content_of(result: dict[str, Any] | None) -> str:
+    """The answer text of a kept chat completion result ("" when it is not one)."""
+    if result is None or result.get("object") != "chat.completion" or not result.get("choices"):
+        return ""
+    content = (result["choices"][0].get("message") or {}).get("content")
+    return content if isinstance(content, str) else ""
