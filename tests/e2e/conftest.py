@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 import redis
 
@@ -275,6 +276,25 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
     yield started
     for fake in started.values():
         fake.stop()
+
+
+def serving(started: dict[str, FakeUpstream]) -> Iterator[dict[str, FakeUpstream]]:
+    """A module's own fakes, stopped after it: ``yield from serving({...})`` in its ``fakes`` fixture."""
+    yield started
+    for fake in started.values():
+        fake.stop()
+
+
+def checked_requests(fakes: dict[str, FakeUpstream], forbidden: bytes, what: str) -> Iterator[None]:
+    """Fresh scripts per test, then: every request obeyed its provider's rules and carried no ``forbidden`` bytes
+    (``what`` names them: a canonical-only key, a sealed token). ``yield from`` it in an autouse fixture."""
+    for fake in fakes.values():
+        fake.reset()
+    yield
+    for name, fake in fakes.items():
+        for recorded in fake.requests:
+            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
+            assert forbidden not in orjson.dumps(recorded.body), f"{name} received {what}"
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway
+from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway, checked_requests, serving
 from tests.e2e.test_providers import run
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply, encrypted, input_count_of
@@ -35,20 +35,12 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
         "chat": FakeUpstream("openai", openai_request_problems).start(),
         "claude": FakeUpstream("anthropic", lambda body, model: anthropic_request_problems(body)).start(),
     }
-    yield started
-    for fake in started.values():
-        fake.stop()
+    yield from serving(started)
 
 
 @pytest.fixture(autouse=True)
 def _valid_requests_only(fakes: dict[str, FakeUpstream]) -> Iterator[None]:
-    for fake in fakes.values():
-        fake.reset()
-    yield
-    for name, fake in fakes.items():
-        for recorded in fake.requests:
-            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
-            assert b"openai_output" not in orjson.dumps(recorded.body), f"{name} received the canonical artifact"
+    yield from checked_requests(fakes, b"openai_output", "the canonical artifact")
 
 
 def config(fakes: dict[str, FakeUpstream]) -> str:

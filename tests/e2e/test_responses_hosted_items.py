@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import KEY, Gateway
+from tests.e2e.conftest import KEY, Gateway, checked_requests, serving
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.openai_responses import FakeResponsesUpstream
 from tests.fakes.openai_rules import openai_request_problems
@@ -44,20 +44,12 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
         "chat": FakeUpstream("openai", openai_request_problems).start(),
         "claude": FakeUpstream("anthropic", lambda body, model: anthropic_request_problems(body)).start(),
     }
-    yield started
-    for fake in started.values():
-        fake.stop()
+    yield from serving(started)
 
 
 @pytest.fixture(autouse=True)
 def _valid_requests_only(fakes: dict[str, FakeUpstream]) -> Iterator[None]:
-    for fake in fakes.values():
-        fake.reset()
-    yield
-    for name, fake in fakes.items():
-        for recorded in fake.requests:
-            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
-            assert ARTIFACT not in orjson.dumps(recorded.body), f"{name} received the canonical artifact"
+    yield from checked_requests(fakes, ARTIFACT, "the canonical artifact")
 
 
 @pytest.fixture(scope="module")

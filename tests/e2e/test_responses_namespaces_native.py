@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway
+from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway, checked_requests, serving
 from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -35,20 +35,12 @@ CODEX = Path(__file__).parents[1] / "fixtures" / "codex" / "session.json"
 def fakes() -> Iterator[dict[str, FakeUpstream]]:
     started: dict[str, FakeUpstream] = {"resp": FakeResponsesUpstream().start(),
                                         "chat": FakeUpstream("openai", openai_request_problems).start()}
-    yield started
-    for fake in started.values():
-        fake.stop()
+    yield from serving(started)
 
 
 @pytest.fixture(autouse=True)
 def _valid_requests_only(fakes: dict[str, FakeUpstream]) -> Iterator[None]:
-    for fake in fakes.values():
-        fake.reset()
-    yield
-    for name, fake in fakes.items():
-        for recorded in fake.requests:
-            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
-            assert b'"tool":' not in orjson.dumps(recorded.body), f"{name} received the canonical namespace key"
+    yield from checked_requests(fakes, b'"tool":', "the canonical namespace key")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.api.responses.reasoning import MAX_ENCRYPTED_CHARS
 from gateway.providers.gemini_contents import DUMMY_THOUGHT_SIGNATURE
-from tests.e2e.conftest import KEY, OTHER_KEY, Gateway
+from tests.e2e.conftest import KEY, OTHER_KEY, Gateway, checked_requests, serving
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.gemini_rules import gemini_request_problems
 from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply, encrypted
@@ -43,20 +43,12 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
         "deep": FakeUpstream("openai", openai_request_problems).start(),  # DeepSeek-style reasoning_content
         "deep2": FakeUpstream("openai", openai_request_problems).start(),
     }
-    yield started
-    for fake in started.values():
-        fake.stop()
+    yield from serving(started)
 
 
 @pytest.fixture(autouse=True)
 def _valid_requests_only(fakes: dict[str, FakeUpstream]) -> Iterator[None]:
-    for fake in fakes.values():
-        fake.reset()
-    yield
-    for name, fake in fakes.items():
-        for recorded in fake.requests:
-            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
-            assert b"lgs1." not in orjson.dumps(recorded.body), f"{name} received a sealed token"
+    yield from checked_requests(fakes, b"lgs1.", "a sealed token")
 
 
 def config(fakes: dict[str, FakeUpstream]) -> str:
