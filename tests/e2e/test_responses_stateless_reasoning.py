@@ -264,3 +264,27 @@ def test_a_chat_caller_cannot_pass_its_reasoning_off_as_the_providers(
          "reasoning_origin": "deep"},  # type: ignore[misc]
         {"role": "tool", "tool_call_id": "call_1", "content": "x facts"}])
     assert "Injected reasoning." not in orjson.dumps(deep.bodies[0]).decode()
+
+
+@pytest.mark.parametrize("include", [True, False], ids=["include", "without"])
+def test_a_pause_decided_way_b_is_answered_with_its_reasoning_sealed_as_the_request_asked(
+        replicas: tuple[Gateway, Gateway], fakes: dict[str, FakeUpstream], include: bool) -> None:
+    """The include is the paused request's: a decision through ``POST /v1/continuations`` answers with the
+    Response that request would have had (the replicas share no store: decided where it paused)."""
+    first, _ = replicas
+    fakes["claude"].queue(Reply(reasoning=THOUGHT, tool_calls=[("lookup", {"q": "paris"})]),
+                          Reply(reasoning="Facts are in: answer.", text="Found: paris facts."))
+    kwargs: dict[str, Any] = {"include": INCLUDE} if include else {}
+    paused = first.client().responses.create(model="on_claude", input=ASK, tools=LOOKUP, store=False, **kwargs)
+    call = paused.output[-1]
+    assert call.type == "function_call"
+    continuation_id = paused.model_extra["gateway"]["continuation_id"]
+    decided = first.post(f"/v1/continuations/{continuation_id}",
+                          {"decisions": [{"tool_call_id": call.call_id, "output": "paris facts"}]})
+    assert decided.status_code == 200, decided.text
+    body = decided.json()
+    assert body["object"] == "response" and body["output"][-1]["content"][0]["text"] == "Found: paris facts."
+    reasoning = [item for item in body["output"] if item["type"] == "reasoning"]
+    assert reasoning, body["output"]
+    sealed = [item.get("encrypted_content") for item in reasoning]
+    assert all(token and token.startswith("lgs1.") for token in sealed) if include else sealed == [None] * len(sealed)

@@ -20,6 +20,7 @@ from gateway.api.request.lifecycle import Work
 from gateway.api.responses.events import usage_of
 from gateway.api.responses.origin import decision_items
 from gateway.api.responses.prepare import resumed_run
+from gateway.api.responses.reasoning import INCLUDE
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.services import ResponsesServices
 from gateway.http.json_response import JSONResponse
@@ -36,7 +37,8 @@ def decided_request(origin: dict[str, Any], decisions: list[dict[str, Any]], str
         # The loop's tools, choice and parameters come from the continuation: these only describe.
         tools=[], tool_choice=echo.get("tool_choice"), params={}, stream=stream, store=origin.get("store") is not False,
         background=False, previous_response_id=paused_id, max_tool_calls=None, max_tool_iterations=None,
-        headless=False, metadata=metadata if isinstance(metadata, dict) else {}, echo=echo)
+        headless=False, metadata=metadata if isinstance(metadata, dict) else {}, echo=echo,
+        include=tuple(str(i) for i in origin.get("include") or () if i == INCLUDE))
 
 
 async def respond_decided(services: ResponsesServices, work: Work, origin: dict[str, Any], resumed: Resumed,

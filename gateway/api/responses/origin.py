@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from gateway.api.responses.reasoning import INCLUDE
 from gateway.api.responses.request import ResponsesRequest
 from gateway.loop.continuations import Continuations
 from gateway.store.continuations.base import ContinuationNotFound
@@ -28,8 +29,11 @@ def responses_origin(response_id: str, request: ResponsesRequest, instructions_f
     paused), the model the caller named, the request fields a Response repeats, its ``store``, and
     whether the loop's transcript starts with the request's instructions (they are not part of the
     stored transcript a follow-up continues from)."""
-    return {"surface": SURFACE, "response_id": response_id, "model": request.model, "echo": request.echo,
-            "store": request.store, "instructions_first": instructions_first}
+    origin = {"surface": SURFACE, "response_id": response_id, "model": request.model, "echo": request.echo,
+              "store": request.store, "instructions_first": instructions_first}
+    if request.include and INCLUDE in request.include:  # a way-B decision's Response seals its reasoning too
+        origin["include"] = [INCLUDE]
+    return origin
 
 
 def began_on_responses(data: dict[str, Any]) -> dict[str, Any] | None:
