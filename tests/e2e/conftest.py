@@ -285,28 +285,21 @@ def serving(started: dict[str, FakeUpstream]) -> Iterator[dict[str, FakeUpstream
         fake.stop()
 
 
-def checked_requests(fakes: dict[str, FakeUpstream], forbidden: bytes, what: str) -> Iterator[None]:
-    """Fresh scripts per test, then: every request obeyed its provider's rules and carried no ``forbidden`` bytes
-    (``what`` names them: a canonical-only key, a sealed token). ``yield from`` it in an autouse fixture."""
-    for fake in fakes.values():
-        fake.reset()
-    yield
-    for name, fake in fakes.items():
-        for recorded in fake.requests:
-            assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
-            assert forbidden not in orjson.dumps(recorded.body), f"{name} received {what}"
-
-
 @pytest.fixture(autouse=True)
 def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fresh scripts per test, and afterwards: every request any fake received obeyed its provider's rules."""
+    """Fresh scripts per test, and afterwards: every request any fake received obeyed its provider's rules, and
+    carried none of the bytes its module names in ``FORBIDDEN_UPSTREAM`` (``(bytes, what they are)``: a
+    canonical-only key, a sealed token)."""
     fakes = request.getfixturevalue("fakes") if "fakes" in request.fixturenames else {}
+    forbidden: tuple[bytes, str] | None = getattr(request.module, "FORBIDDEN_UPSTREAM", None)
     for fake in fakes.values():
         fake.reset()
     yield
     for name, fake in fakes.items():
         for recorded in fake.requests:
             assert not recorded.problems, f"{name} received an invalid request: {recorded.problems}"
+            if forbidden is not None:
+                assert forbidden[0] not in orjson.dumps(recorded.body), f"{name} received {forbidden[1]}"
 
 
 @pytest.fixture(scope="session")

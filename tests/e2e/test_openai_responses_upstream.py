@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway, checked_requests, serving
+from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway, serving
 from tests.e2e.test_providers import run
 from tests.fakes.anthropic_rules import anthropic_request_problems
 from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply, encrypted, input_count_of
@@ -24,6 +24,10 @@ from tests.fakes.upstream import FakeUpstream, Reply
 WEATHER = "What is the weather in Paris? Use get_weather."
 LOOKUP = [{"type": "function", "function": {"name": "lookup", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
+
+
+#: what no upstream request may carry (checked after every test: tests/e2e/conftest.py)
+FORBIDDEN_UPSTREAM = (b"openai_output", "the canonical artifact")
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +40,6 @@ def fakes() -> Iterator[dict[str, FakeUpstream]]:
         "claude": FakeUpstream("anthropic", lambda body, model: anthropic_request_problems(body)).start(),
     }
     yield from serving(started)
-
-
-@pytest.fixture(autouse=True)
-def _valid_requests_only(fakes: dict[str, FakeUpstream]) -> Iterator[None]:
-    yield from checked_requests(fakes, b"openai_output", "the canonical artifact")
 
 
 def config(fakes: dict[str, FakeUpstream]) -> str:

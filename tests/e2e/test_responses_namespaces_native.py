@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway, checked_requests, serving
+from tests.e2e.conftest import KEY, TOOLS_YAML, Gateway, serving
 from tests.fakes.openai_responses import FakeResponsesUpstream, ResponsesReply
 from tests.fakes.openai_rules import openai_request_problems
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -31,16 +31,15 @@ TOOLS = [PLAIN, AGENTS, ODD]
 CODEX = Path(__file__).parents[1] / "fixtures" / "codex" / "session.json"
 
 
+#: what no upstream request may carry (checked after every test: tests/e2e/conftest.py)
+FORBIDDEN_UPSTREAM = (b'"tool":', "the canonical namespace key")
+
+
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[dict[str, FakeUpstream]]:
     started: dict[str, FakeUpstream] = {"resp": FakeResponsesUpstream().start(),
                                         "chat": FakeUpstream("openai", openai_request_problems).start()}
     yield from serving(started)
-
-
-@pytest.fixture(autouse=True)
-def _valid_requests_only(fakes: dict[str, FakeUpstream]) -> Iterator[None]:
-    yield from checked_requests(fakes, b'"tool":', "the canonical namespace key")
 
 
 @pytest.fixture(scope="module")
