@@ -249,3 +249,25 @@ def test_responses_and_messages_callers_cannot_either() -> None:
     for message in messages:
         assert not {"reasoning_origin", "openai_output"} & set(message)
     assert messages[1]["anthropic_content"] == [{"type": "text", "text": "ok"}]  # its own blocks, as it wrote them
+
+
+async def test_large_sealed_tokens_are_opened_off_the_event_loop() -> None:
+    """Megabytes of a caller's tokens are decoded, decrypted and parsed in a worker thread, small ones in place."""
+    import threading
+
+    from gateway.api.responses.reasoning import OFF_LOOP_SEALED_CHARS, restored
+
+    threads: list[str] = []
+
+    class Watching(Sealer):
+        def unseal(self, tenant: str, kind: str, token: str) -> object:
+            threads.append(threading.current_thread().name)
+            return super().unseal(tenant, kind, token)
+
+    sealer = Watching([b"r" * 32])
+    small = sealer.seal("team-a", KIND, payload_of(GEMINI_TURN, "gem"))
+    many = [small] * (OFF_LOOP_SEALED_CHARS // len(small) + 1)  # past the bound in all
+    loop_thread = threading.current_thread().name
+    assert await restored(sealer, "team-a", [({"role": "assistant", "content": None}, [small])]) == 0
+    assert await restored(sealer, "team-a", [({"role": "assistant", "content": None}, many)]) == 0
+    assert threads[0] == loop_thread and threads[1] != loop_thread

@@ -35,7 +35,7 @@ from gateway.api.responses.hosted import plan_hosted
 from gateway.api.responses.ids import response_id, server_label
 from gateway.api.responses.items import Converted, to_messages
 from gateway.api.responses.origin import responses_origin
-from gateway.api.responses.reasoning import INCLUDE, Carrier, dropped_warning, restore
+from gateway.api.responses.reasoning import INCLUDE, Carrier, dropped_warning, restored
 from gateway.api.responses.render import ResponseBuilder, ResponseRecorder
 from gateway.api.responses.request import ResponsesRequest
 from gateway.api.responses.run import ResponseRun
@@ -107,7 +107,7 @@ async def prepare_response(request: ResponsesRequest, services: ResponsesService
     await work.admit(work.incoming.body_bytes, plan=plan, params=request.params)
     # The artifacts the gateway sealed into reasoning items, back on their turns (before the stored ones: a turn
     # that has some is not looked up).
-    dropped = restore(services.sealer, tenant, converted.sealed) if converted.sealed else 0
+    dropped = await restored(services.sealer, tenant, converted.sealed) if converted.sealed else 0
     if plan.needs_artifacts:
         await shared.continuations.reattach(tenant, messages)
     run = _new_run(request, services, work, headless, plan, messages, chain, deadline, hosted)

@@ -25,6 +25,7 @@ summary text stays, and the response counts the drops in one ``gateway.warnings`
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gateway.canonical import Message, text_of
@@ -97,6 +98,18 @@ def dropped_warning(count: int) -> dict[str, Any]:
             "message": f"{count} reasoning item(s) of the input had an encrypted_content this gateway cannot open for "
                        "this tenant (changed, another tenant's, another provider's or deployment's, or over "
                        f"{MAX_ENCRYPTED_CHARS} characters): their provider reasoning was dropped, their summary kept"}
+
+
+#: sealed tokens of one request longer than this in all are opened off the event loop (decoding, decrypting and
+#: parsing megabytes of a caller's body must not stall every other request)
+OFF_LOOP_SEALED_CHARS = 256 * 1024
+
+
+async def restored(sealer: Sealer, tenant: str, sealed: list[tuple[Message, list[str]]]) -> int:
+    """``restore``, in a worker thread when the tokens are large (nothing else holds these messages yet)."""
+    if sum(len(token) for _, tokens in sealed for token in tokens) > OFF_LOOP_SEALED_CHARS:
+        return await asyncio.to_thread(restore, sealer, tenant, sealed)
+    return restore(sealer, tenant, sealed)
 
 
 def restore(sealer: Sealer, tenant: str, sealed: list[tuple[Message, list[str]]]) -> int:
